@@ -1,0 +1,85 @@
+"""Neuron Studio: FLUX.2-klein on AWS Trainium (or CUDA, or the CPU), in the browser or headless.
+
+    python app.py                                   # serve the studio on http://127.0.0.1:7860
+    python app.py generate "a red fox" --size 512x512 [--size 768x1344 ...] [--mode compiled] [--json]
+    python app.py doctor                            # versions, chosen device and why, caches
+
+Flags for every command come from ``backend.settings`` (flag > NEURON_STUDIO_* env > default).
+This file imports no torch before the device layer has set the cache variables TorchNeuron reads
+when it loads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from backend import device_env
+from backend.settings import OPTIONS, add_setting_flags, load_settings
+from backend.shapes import parse_shape
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a usage error as one line on stderr, exit status 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        print(f"{self.prog}: error: {message} (see --help)", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def _shape_arg(text: str):
+    try:
+        return parse_shape(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="app.py", description=__doc__.split("\n\n")[0])
+    add_setting_flags(parser)
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
+
+    serve = sub.add_parser("serve", help="serve the web UI (the default command)")
+    add_setting_flags(serve)
+
+    gen = sub.add_parser("generate", help="generate images headless, one per --size")
+    add_setting_flags(gen)
+    gen.add_argument("prompt")
+    gen.add_argument("--size", action="append", type=_shape_arg, metavar="WxH",
+                     help="image size, WIDTHxHEIGHT; repeat for several images in one process")
+    gen.add_argument("--seed", default=None, help="seed (default: random; the used seed is reported)")
+    gen.add_argument("--out", default=None,
+                     help="output folder, or a .png file name (default: the output dir setting)")
+    gen.add_argument("--json", action="store_true", help="print one JSON object per image on stdout")
+    gen.add_argument("--no-save", action="store_true", help="do not write PNG files")
+    # generate takes --mode/--steps/--guidance from the settings flags above.
+
+    doctor = sub.add_parser("doctor", help="print versions, the chosen device and why, cache dirs")
+    add_setting_flags(doctor)
+    doctor.add_argument("--json", action="store_true")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    flags = {k: v for k, v in vars(args).items() if k in OPTIONS}
+    try:
+        settings = load_settings(flags)
+    except ValueError as exc:
+        parser.error(str(exc))
+    # Before anything imports torch (and with it, TorchNeuron): the app-owned cache variables.
+    device_env.prepare_environment(settings.cache_dir)
+
+    from backend import cli
+
+    command = args.command or "serve"
+    if command == "generate":
+        return cli.generate(settings, args)
+    if command == "doctor":
+        return cli.doctor(settings, as_json=args.json)
+    return cli.serve(settings)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

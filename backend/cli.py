@@ -1,0 +1,167 @@
+"""The headless commands behind ``app.py``: generate, doctor, and serve's start-up.
+
+Expected failures (bad input, missing model or device, refused shapes) print one line on stderr and
+exit 2; a generation that fails at run time exits 1. No tracebacks for either.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import platform
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from backend.errors import GenerationCancelled, GenerationFailed, StudioError
+from backend.settings import Settings
+
+EXIT_BAD_INPUT = 2
+EXIT_FAILED = 1
+
+
+def _fail(message: str, code: int) -> int:
+    print(f"app.py: error: {message}", file=sys.stderr)
+    return code
+
+
+def _out_paths(out: str | None, default_dir: Path, n: int):
+    """Yield a function naming each image's file: a folder gets unique names, a .png gets suffixes."""
+    target = Path(out) if out else default_dir
+    if target.suffix.lower() == ".png":
+        def name(result, _i):
+            if n == 1:
+                return target
+            return target.with_name(f"{target.stem}-{result.width}x{result.height}{target.suffix}")
+        return name
+    counter = itertools.count()
+
+    def name(result, _i):
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        while True:
+            candidate = target / f"{stamp}-{next(counter):03d}-{result.width}x{result.height}-{result.mode}-{result.seed}.png"
+            if not candidate.exists():
+                return candidate
+    return name
+
+
+def generate(settings: Settings, args: argparse.Namespace) -> int:
+    from backend.manager import Manager
+    from backend.pngmeta import save_png
+
+    sizes = args.size or []
+    if not sizes:
+        return _fail("generate needs at least one --size WIDTHxHEIGHT, e.g. --size 512x512", EXIT_BAD_INPUT)
+    manager = Manager(settings)
+    try:
+        # Validate everything before loading anything: a typo should not cost a model load.
+        first = manager.validate(args.prompt, sizes[0].height, sizes[0].width, seed=args.seed)
+        # One seed for the whole batch (a random one if none was given), reported per image.
+        requests = [first] + [manager.validate(args.prompt, s.height, s.width, seed=first.seed)
+                              for s in sizes[1:]]
+        manager.start()
+    except StudioError as exc:
+        return _fail(str(exc), EXIT_BAD_INPUT)
+    name = _out_paths(args.out, settings.output_dir, len(requests))
+    for i, request in enumerate(requests):
+        try:
+            image, result = manager.generate(request)
+        except (GenerationFailed, GenerationCancelled) as exc:
+            return _fail(str(exc), EXIT_FAILED)
+        except StudioError as exc:
+            return _fail(str(exc), EXIT_BAD_INPUT)
+        if not args.no_save:
+            result.path = str(save_png(image, result, name(result, i)))
+        if args.json:
+            print(json.dumps(result.to_json(), ensure_ascii=False), flush=True)
+        else:
+            how = f"compiled ({result.compiles} graph(s), {result.compile_seconds:.2f} s)" if result.compiled else "no compile"
+            print(f"{result.width}x{result.height} {result.mode}: {result.seconds:.2f} s, {how}, "
+                  f"seed {result.seed}" + (f" -> {result.path}" if result.path else ""), flush=True)
+    manager.close()
+    return 0
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def doctor_report(settings: Settings) -> dict[str, Any]:
+    from backend import device_env
+    from backend.device import DeviceUnavailable, neuron_installed, resolve_device
+    from backend.model_source import resolve_model
+
+    report: dict[str, Any] = {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "versions": {d: _version(d) for d in
+                     ("torch", "torch-neuronx", "diffusers", "transformers", "accelerate", "gradio")},
+        "settings": settings.to_json(),
+    }
+    neuron: dict[str, Any] = {"installed": neuron_installed(), "importable": False, "cores": 0, "error": None}
+    try:
+        info = resolve_device(settings)
+        report["device"] = vars(info)
+        neuron["importable"] = info.neuron_installed and settings.device in ("auto", "neuron")
+        neuron["cores"] = info.neuron_cores
+    except DeviceUnavailable as exc:
+        report["device"] = {"error": str(exc)}
+    except Exception as exc:  # noqa: BLE001 - doctor reports import failures instead of dying on them
+        report["device"] = {"error": f"{type(exc).__name__}: {exc}"}
+        neuron["error"] = f"{type(exc).__name__}: {exc}"
+    report["torch_neuronx"] = neuron
+    caches = {}
+    for var, path in device_env.prepared_environment().items():
+        if var == device_env.NEURON_METRICS_VAR:
+            continue
+        caches[var] = {"dir": path, "bytes": device_env.dir_size(path)}
+    report["caches"] = caches
+    try:
+        path, label = resolve_model(settings.model, settings.cache_dir)
+        report["model"] = {"spec": settings.model, "path": path, "label": label}
+    except StudioError as exc:
+        report["model"] = {"spec": settings.model, "error": str(exc)}
+    return report
+
+
+def doctor(settings: Settings, as_json: bool = False) -> int:
+    report = doctor_report(settings)
+    if as_json:
+        print(json.dumps(report, indent=2, default=str))
+        return 0
+    print(f"python        {report['python']} on {report['platform']}")
+    for dist, version in report["versions"].items():
+        print(f"{dist:<13} {version or 'not installed'}")
+    dev = report["device"]
+    if "error" in dev:
+        print(f"device        ERROR: {dev['error']}")
+    else:
+        print(f"device        {dev['kind']} ({dev['reason']}); dtype {dev['dtype']}, "
+              f"compile backend {dev['compile_backend']}, process group {dev['process_group_backend']}")
+    nx = report["torch_neuronx"]
+    print(f"TorchNeuron   installed: {nx['installed']}, importable: {nx['importable']}, "
+          f"NeuronCores visible: {nx['cores']}" + (f", error: {nx['error']}" if nx["error"] else ""))
+    for var, cache in report["caches"].items():
+        print(f"cache         {var}={cache['dir']} ({cache['bytes'] / 1e6:.1f} MB)")
+    model = report["model"]
+    print(f"model         {model.get('label') or model['spec']}: {model.get('path') or model.get('error')}")
+    return 0
+
+
+def serve(settings: Settings) -> int:
+    from backend.manager import Manager
+    from ui.app import launch
+
+    manager = Manager(settings)
+    manager.start(background=True)  # the page is served while the model loads
+    try:
+        launch(manager, settings)
+    finally:
+        manager.close()
+    return 0

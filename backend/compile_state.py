@@ -1,0 +1,174 @@
+"""Per (mode, shape) compile state: cold, compiling, warm, failed — from measured compile events.
+
+A shape becomes warm when a run at it finishes; its compile time is what dynamo (and on Neuron the
+NEFF counters) reported during that run, which may be zero: a transposed shape with the same image
+token count reuses the graph. Predictions for a shape not yet run say so ("probably shares a graph")
+rather than pretend to know.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import threading
+import time
+from typing import Any, Callable
+
+from backend.shapes import Shape
+
+COLD, COMPILING, WARM, FAILED = "cold", "compiling", "warm", "failed"
+COMPILED_MODES = ("compiled", "regional")
+_STEADY_KEEP = 20
+
+
+@dataclasses.dataclass
+class ShapeRecord:
+    mode: str
+    shape: Shape
+    state: str = COLD
+    compile_seconds: float | None = None  # measured during the run that made it warm
+    compiles: int = 0  # graphs built for it (0: it shared an existing graph)
+    compiling_since: float | None = None
+    runs: int = 0
+    error: str | None = None
+    steady_seconds: list[float] = dataclasses.field(default_factory=list)
+    per_step: float | None = None  # denoise seconds per step, from the latest steady run
+    overhead: float | None = None  # encode + decode seconds, from the latest steady run
+
+
+class CompileTable:
+    """Thread-safe table of ShapeRecords. ``clock`` is injectable so tests need no sleeps."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic):
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._records: dict[tuple[str, Shape], ShapeRecord] = {}
+
+    def _get(self, mode: str, shape: Shape) -> ShapeRecord:
+        key = (mode, shape)
+        if key not in self._records:
+            self._records[key] = ShapeRecord(mode, shape)
+        return self._records[key]
+
+    def state(self, mode: str, shape: Shape) -> str:
+        with self._lock:
+            rec = self._records.get((mode, shape))
+            return rec.state if rec else COLD
+
+    def mark_compiling(self, mode: str, shape: Shape) -> None:
+        with self._lock:
+            rec = self._get(mode, shape)
+            rec.state, rec.compiling_since, rec.error = COMPILING, self._clock(), None
+
+    def finish(self, mode: str, shape: Shape, *, compiles: int, compile_seconds: float,
+               seconds: float | None, encode: float = 0.0, denoise: float = 0.0,
+               decode: float = 0.0, steps: int = 0) -> None:
+        """Record a run that completed (``seconds`` None: cancelled after its compile, if any)."""
+        with self._lock:
+            rec = self._get(mode, shape)
+            was_warm = rec.state == WARM
+            rec.state, rec.compiling_since, rec.error = WARM, None, None
+            if compiles or not was_warm:
+                rec.compiles, rec.compile_seconds = compiles, compile_seconds
+            if seconds is None:
+                return
+            rec.runs += 1
+            if compiles == 0:
+                rec.steady_seconds = (rec.steady_seconds + [seconds])[-_STEADY_KEEP:]
+                rec.per_step = denoise / steps if steps else None
+                rec.overhead = encode + decode
+
+    def fail(self, mode: str, shape: Shape, error: str) -> None:
+        with self._lock:
+            rec = self._get(mode, shape)
+            rec.state, rec.compiling_since, rec.error = FAILED, None, error
+
+    def abandon(self, mode: str, shape: Shape) -> None:
+        """A run stopped before anything was learned: a 'compiling' shape goes back to cold."""
+        with self._lock:
+            rec = self._records.get((mode, shape))
+            if rec and rec.state == COMPILING:
+                rec.state, rec.compiling_since = COLD, None
+
+    def reset(self) -> None:
+        """Every compiled graph was dropped: compiled modes go back to cold."""
+        with self._lock:
+            for (mode, _shape), rec in list(self._records.items()):
+                if mode in COMPILED_MODES:
+                    self._records[(mode, rec.shape)] = ShapeRecord(mode, rec.shape)
+
+    def graph_tokens(self, mode: str) -> set[int]:
+        """Image-token counts that have a warm graph in ``mode``."""
+        with self._lock:
+            return {s.tokens for (m, s), r in self._records.items() if m == mode and r.state == WARM}
+
+    def warm_shapes(self, mode: str) -> list[Shape]:
+        with self._lock:
+            return sorted(s for (m, s), r in self._records.items() if m == mode and r.state == WARM)
+
+    def _estimate_compile(self, mode: str, shape: Shape) -> float | None:
+        """Compile seconds of the measured compile in ``mode`` nearest in token count."""
+        past = [r for (m, _s), r in self._records.items()
+                if m == mode and r.compiles and r.compile_seconds is not None]
+        if not past:
+            return None
+        nearest = min(past, key=lambda r: abs(r.shape.tokens - shape.tokens))
+        return nearest.compile_seconds
+
+    def _expected_seconds(self, rec: ShapeRecord | None, steps: int) -> float | None:
+        if rec is None or rec.per_step is None or rec.overhead is None:
+            return None
+        return rec.overhead + rec.per_step * steps
+
+    def predict(self, mode: str, shape: Shape, steps: int, eager_compiles: bool) -> dict[str, Any]:
+        """What a run at (mode, shape) will cost, from what was measured so far."""
+        compiles_here = mode in COMPILED_MODES or eager_compiles
+        with self._lock:
+            rec = self._records.get((mode, shape))
+            state = rec.state if rec else COLD
+            out: dict[str, Any] = {"mode": mode, "shape": str(shape), "state": state,
+                                   "will_compile": False, "estimate_compile_seconds": None,
+                                   "expected_seconds": self._expected_seconds(rec, steps),
+                                   "note": ""}
+            if state == WARM:
+                out["note"] = "warm"
+            elif state == COMPILING:
+                out["will_compile"] = True
+                out["elapsed_seconds"] = self._clock() - rec.compiling_since
+                out["estimate_compile_seconds"] = self._estimate_compile(mode, shape)
+                out["note"] = "compiling now"
+            elif not compiles_here:
+                out["note"] = f"{mode} mode does not compile on this device"
+            else:
+                sharing = [s for (m, s), r in self._records.items()
+                           if m == mode and r.state == WARM and s.tokens == shape.tokens]
+                if sharing:
+                    out["note"] = f"probably reuses the graph of {sharing[0]} (same token count)"
+                    out["expected_seconds"] = self._expected_seconds(self._records[(mode, sharing[0])], steps)
+                else:
+                    out["will_compile"] = True
+                    out["estimate_compile_seconds"] = self._estimate_compile(mode, shape)
+                    out["note"] = "will compile first" + (
+                        f" (last error: {rec.error})" if state == FAILED and rec and rec.error else "")
+            return out
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        with self._lock:
+            now = self._clock()
+            rows = []
+            for (mode, shape), rec in sorted(self._records.items(), key=lambda kv: (kv[0][0], kv[0][1].pixels)):
+                rows.append({
+                    "mode": mode,
+                    "shape": str(shape),
+                    "width": shape.width,
+                    "height": shape.height,
+                    "tokens": shape.tokens,
+                    "state": rec.state,
+                    "compile_seconds": rec.compile_seconds,
+                    "compiles": rec.compiles,
+                    "steady_seconds": statistics.median(rec.steady_seconds) if rec.steady_seconds else None,
+                    "runs": rec.runs,
+                    "compiling_elapsed": now - rec.compiling_since if rec.compiling_since else None,
+                    "error": rec.error,
+                })
+            return rows

@@ -1,0 +1,262 @@
+"""The device layer: everything that differs between neuron, cuda and cpu lives here.
+
+It picks the device (``--device auto``: neuron if TorchNeuron is installed and a NeuronCore is
+visible, else cuda, else cpu, and says why), the default dtype, the torch.compile backend, the
+process-group backend, and reads synchronisation, memory and compile counters. No other module names
+``torch_neuronx`` or ``torch.neuron``.
+
+TorchNeuron facts this module respects (DESIGN.md): importing ``torch_neuronx`` registers the
+``"neuron"`` device, the ``"neuron"`` torch.compile backend and ``torch.neuron``; with
+``TORCH_DEVICE_BACKEND_AUTOLOAD=0`` it must be imported explicitly; its NEFF cache variable must be
+set before it loads (``backend.device_env`` does that); its compile counters are
+``torch_neuronx.metrics.get_counter_value("CompilationCache.*")`` and read None before the first
+increment. Dynamo's own compile callbacks count torch.compile graphs on every device.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import importlib.util
+import threading
+import time
+from typing import Any, Callable
+
+import psutil
+import torch
+import torch._dynamo
+
+from backend import device_env
+from backend.errors import StudioError
+from backend.settings import Settings
+
+NEFF_COUNTERS = {
+    "neff_compiles": "CompilationCache.TotalCompilations",
+    "neff_memory_hits": "CompilationCache.InMemoryHits",
+    "neff_disk_hits": "CompilationCache.PersistentHits",
+}
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class DeviceUnavailable(StudioError):
+    """The requested device cannot be used on this machine."""
+
+
+def neuron_installed() -> bool:
+    return importlib.util.find_spec("torch_neuronx") is not None
+
+
+def load_torch_neuronx():
+    """Import TorchNeuron (after the cache variables are set). Returns the module or None."""
+    if not neuron_installed():
+        return None
+    if not device_env.prepared_environment():
+        raise RuntimeError("backend.device_env.prepare_environment() must run before TorchNeuron loads")
+    # With autoload on, `import torch` already imported it and this is a lookup; with
+    # TORCH_DEVICE_BACKEND_AUTOLOAD=0 this import is what registers the backend.
+    return importlib.import_module("torch_neuronx")
+
+
+def _neuron_cores(neuronx) -> int:
+    neuron = getattr(torch, "neuron", None)
+    if neuronx is None or neuron is None or not neuron.is_available():
+        return 0
+    return int(neuron.device_count())
+
+
+@dataclasses.dataclass
+class DeviceInfo:
+    """What was chosen and why; JSON-able for status, doctor and the UI."""
+
+    kind: str  # "neuron" | "cuda" | "cpu"
+    reason: str
+    torch_device: str
+    dtype: str
+    compile_backend: str
+    process_group_backend: str
+    neuron_installed: bool
+    neuron_cores: int
+    cuda_devices: int
+
+
+def resolve_device(settings: Settings) -> DeviceInfo:
+    """Pick the device per settings.device; raise DeviceUnavailable when an explicit one is missing."""
+    device_env.prepare_environment(settings.cache_dir)
+    installed = neuron_installed()
+    neuronx = load_torch_neuronx() if installed and settings.device in ("auto", "neuron") else None
+    cores = _neuron_cores(neuronx)
+    cuda = torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+    wanted = settings.device
+    if wanted == "neuron":
+        if not installed:
+            raise DeviceUnavailable(
+                "--device neuron: TorchNeuron (torch-neuronx) is not installed; "
+                "see the README section 'Running on Trainium'"
+            )
+        if cores == 0:
+            raise DeviceUnavailable("--device neuron: TorchNeuron is installed but no NeuronCore is visible")
+        kind, reason = "neuron", f"requested; {cores} NeuronCore(s) visible"
+    elif wanted == "cuda":
+        if cuda == 0:
+            raise DeviceUnavailable("--device cuda: no CUDA device is available to this torch build")
+        kind, reason = "cuda", f"requested; {cuda} CUDA device(s)"
+    elif wanted == "cpu":
+        kind, reason = "cpu", "requested"
+    elif cores:
+        kind, reason = "neuron", f"auto: TorchNeuron installed and {cores} NeuronCore(s) visible"
+    elif cuda:
+        why = "TorchNeuron not installed" if not installed else "no NeuronCore visible"
+        kind, reason = "cuda", f"auto: {why}; {cuda} CUDA device(s)"
+    else:
+        why = "TorchNeuron not installed" if not installed else "no NeuronCore visible"
+        kind, reason = "cpu", f"auto: {why}, no CUDA device"
+
+    if settings.dtype != "auto":
+        dtype = settings.dtype
+    else:
+        dtype = "float32" if kind == "cpu" else "bfloat16"
+    backend = settings.compile_backend or ("neuron" if kind == "neuron" else "inductor")
+    return DeviceInfo(
+        kind=kind,
+        reason=reason,
+        torch_device=kind,
+        dtype=dtype,
+        compile_backend=backend,
+        process_group_backend={"neuron": "neuron", "cuda": "nccl", "cpu": "gloo"}[kind],
+        neuron_installed=installed,
+        neuron_cores=cores,
+        cuda_devices=cuda,
+    )
+
+
+class CompileEvents:
+    """Counts torch.compile (dynamo) compilations and their seconds, on every device.
+
+    Registered with dynamo's compile callbacks; ``torch._dynamo.reset()`` clears those, so
+    ``ensure_registered`` is called before each measured region.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._started: dict[str, float] = {}
+        self.count = 0
+        self.seconds = 0.0
+        self._on_start: list[Callable[[], None]] = []
+
+    def ensure_registered(self) -> None:
+        handler = torch._dynamo.callback_handler
+        if self._start not in handler.start_callbacks:
+            handler.register_start_callback(self._start)
+        if self._end not in handler.end_callbacks:
+            handler.register_end_callback(self._end)
+
+    def add_start_listener(self, fn: Callable[[], None]) -> Callable[[], None]:
+        """Call ``fn`` when a compile starts (used to report the 'compiling' phase). Returns a remover."""
+        self._on_start.append(fn)
+        return lambda: self._on_start.remove(fn)
+
+    def _start(self, args) -> None:
+        with self._lock:
+            self._started[args.compile_id] = time.perf_counter()
+        for fn in list(self._on_start):
+            fn()
+
+    def _end(self, args) -> None:
+        with self._lock:
+            began = self._started.pop(args.compile_id, None)
+            self.count += 1
+            if began is not None:
+                self.seconds += time.perf_counter() - began
+
+    def snapshot(self) -> tuple[int, float]:
+        with self._lock:
+            return self.count, self.seconds
+
+
+COMPILE_EVENTS = CompileEvents()
+
+
+class Device:
+    """The chosen device and the operations that differ per device."""
+
+    def __init__(self, info: DeviceInfo, max_compiled_shapes: int = 32):
+        self.info = info
+        self.dtype = _DTYPES[info.dtype]
+        self._neuronx = load_torch_neuronx() if info.kind == "neuron" else None
+        self.configure_dynamo(max_compiled_shapes)
+
+    @property
+    def kind(self) -> str:
+        return self.info.kind
+
+    @property
+    def eager_compiles(self) -> bool:
+        """On Neuron even eager mode compiles each new (op, shape, dtype) once; elsewhere it never does."""
+        return self.kind == "neuron"
+
+    def place(self, pipe) -> None:
+        """Move a whole pipeline (loaded in ``self.dtype``) to the device: one copy of the weights."""
+        pipe.to(self.info.torch_device)
+
+    def compile_kwargs(self) -> dict[str, Any]:
+        # dynamic=False: Neuron rejects dynamic shapes; one graph per image-token count.
+        # fullgraph=True: a graph break would split work between device graphs and the host.
+        return {"backend": self.info.compile_backend, "fullgraph": True, "dynamic": False}
+
+    @staticmethod
+    def configure_dynamo(max_graphs: int) -> None:
+        """Raise dynamo's recompile limit so every allowed shape gets a graph.
+
+        With dynamic=False each new token count is a recompile; at the default limit of 8 the ninth
+        shape raises (fullgraph) or silently runs eager. The manager refuses shapes past
+        ``max_graphs`` itself, so the limit here is never the one that bites.
+        """
+        torch._dynamo.config.recompile_limit = max(max_graphs + 1, torch._dynamo.config.recompile_limit)
+        torch._dynamo.config.accumulated_recompile_limit = max(
+            4 * (max_graphs + 1), torch._dynamo.config.accumulated_recompile_limit
+        )
+
+    @staticmethod
+    def reset_compiled() -> None:
+        """Drop every in-memory compiled graph (one in-process engine per process relies on this)."""
+        torch._dynamo.reset()
+        COMPILE_EVENTS.ensure_registered()
+
+    def synchronize(self) -> None:
+        if self.kind == "cuda":
+            torch.cuda.synchronize()
+        elif self.kind == "neuron":
+            torch.neuron.synchronize()
+
+    def memory(self) -> dict[str, int | None]:
+        rss = psutil.Process().memory_info().rss
+        allocated = peak = None
+        if self.kind == "cuda":
+            allocated, peak = torch.cuda.memory_allocated(), torch.cuda.max_memory_allocated()
+        elif self.kind == "neuron":
+            allocated, peak = torch.neuron.memory_allocated(), torch.neuron.max_memory_allocated()
+        return {"rss_bytes": rss, "device_allocated_bytes": allocated, "device_peak_bytes": peak}
+
+    def neff_counters(self) -> dict[str, int]:
+        """TorchNeuron's NEFF compile-cache counters (empty off Neuron)."""
+        if self._neuronx is None:
+            return {}
+        metrics = self._neuronx.metrics
+        return {key: int(metrics.get_counter_value(name) or 0) for key, name in NEFF_COUNTERS.items()}
+
+    def compile_snapshot(self) -> dict[str, float]:
+        """Counters to diff around a region: dynamo graphs (+ their seconds) and NEFF compiles."""
+        COMPILE_EVENTS.ensure_registered()
+        count, seconds = COMPILE_EVENTS.snapshot()
+        return {"graphs": count, "compile_seconds": seconds, **self.neff_counters()}
+
+    def cache_info(self) -> dict[str, Any]:
+        env = device_env.prepared_environment()
+        var = device_env.NEFF_CACHE_VAR if self.kind == "neuron" else device_env.INDUCTOR_CACHE_VAR
+        path = env.get(var, "")
+        return {"variable": var, "dir": path, "bytes": device_env.dir_size(path) if path else 0}
+
+
+def diff_counters(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    return {key: after[key] - before.get(key, 0) for key in after}

@@ -1,0 +1,219 @@
+"""The in-process engine: one loaded Flux2KleinPipeline, run eager, compiled or regionally compiled.
+
+Modes share one set of weights. ``torch.nn.Module.compile`` stores its compiled callable in the
+module's ``_compiled_call_impl`` and calls it when that is set; the engine builds each mode's compiled
+callables once (the whole transformer for ``compiled``; every repeated block, via diffusers'
+``compile_repeated_blocks``, for ``regional``) and switches mode by setting or clearing those
+attributes. No reload, no second copy of the model, and each mode keeps its graphs across switches.
+
+One in-process engine per process: loading resets dynamo so compile events and graph counts belong
+to this engine alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import time
+from typing import Callable
+
+import torch
+from PIL import Image
+
+from backend.device import COMPILE_EVENTS, Device, diff_counters
+from backend.errors import GenerationCancelled, GenerationFailed, ShapeLocked
+from backend.records import GenerationRequest, ProgressEvent
+
+MODES = ("eager", "compiled", "regional")
+
+
+@dataclasses.dataclass
+class EngineOutput:
+    image: Image.Image
+    compiles: int
+    compile_seconds: float
+    neff_compiles: int
+    seconds: float
+    encode: float
+    denoise: float
+    decode: float
+
+
+class CompileFailure(GenerationFailed):
+    """A failure while a graph was being compiled; the shape's compile state becomes 'failed'."""
+
+
+class InProcessEngine:
+    name = "in-process"
+    modes = MODES
+
+    def __init__(self, device: Device, model_path: str):
+        self.device = device
+        self.model_path = model_path
+        self.pipe = None
+        self.load_seconds: float | None = None
+        self._variants: dict[str, list[tuple[torch.nn.Module, Callable]]] = {}
+        self.active_mode: str | None = None
+
+    # lifecycle -------------------------------------------------------------------------------
+    def load(self) -> None:
+        import diffusers
+        import transformers
+        from diffusers import Flux2KleinPipeline
+
+        # Loading bars and per-call notices go to the app's stderr otherwise; status says it all.
+        diffusers.utils.logging.disable_progress_bar()
+        diffusers.utils.logging.set_verbosity_error()
+        transformers.utils.logging.disable_progress_bar()
+        transformers.utils.logging.set_verbosity_error()
+        began = time.perf_counter()
+        pipe = Flux2KleinPipeline.from_pretrained(self.model_path, dtype=self.device.dtype)
+        pipe.set_progress_bar_config(disable=True)
+        self.device.place(pipe)
+        self.device.reset_compiled()
+        self.pipe = pipe
+        self._variants = {"eager": []}
+        self._activate("eager")
+        self.load_seconds = time.perf_counter() - began
+
+    def close(self) -> None:
+        self.pipe = None
+        self._variants = {}
+
+    def describe(self) -> dict:
+        return {
+            "engine": self.name,
+            "active_mode": self.active_mode,
+            "compiled_modes": sorted(m for m in self._variants if m != "eager"),
+            "load_seconds": self.load_seconds,
+        }
+
+    # modes -----------------------------------------------------------------------------------
+    def _build_variant(self, mode: str) -> list[tuple[torch.nn.Module, Callable]]:
+        transformer = self.pipe.transformer
+        kwargs = self.device.compile_kwargs()
+        if mode == "compiled":
+            transformer.compile(**kwargs)
+            modules = [transformer]
+        else:  # regional
+            transformer.compile_repeated_blocks(**kwargs)
+            modules = [m for m in transformer.modules() if m is not transformer
+                       and getattr(m, "_compiled_call_impl", None) is not None]
+        variant = [(m, m._compiled_call_impl) for m in modules]
+        for module, _impl in variant:
+            module._compiled_call_impl = None  # switched on by _activate
+        return variant
+
+    def _activate(self, mode: str) -> None:
+        if mode not in MODES:
+            raise ValueError(f"unknown mode {mode!r}")
+        if mode not in self._variants:
+            self._variants[mode] = self._build_variant(mode)
+        for variant in self._variants.values():
+            for module, _impl in variant:
+                module._compiled_call_impl = None
+        for module, impl in self._variants[mode]:
+            module._compiled_call_impl = impl
+        self.active_mode = mode
+
+    # generation ------------------------------------------------------------------------------
+    def run(
+        self,
+        request: GenerationRequest,
+        on_progress: Callable[[ProgressEvent], None] = lambda e: None,
+        should_stop: Callable[[], bool] = lambda: False,
+        forbid_compile: bool = False,
+    ) -> EngineOutput:
+        """Generate one image. Raises GenerationCancelled, ShapeLocked, CompileFailure or GenerationFailed."""
+        if self.pipe is None:
+            raise GenerationFailed("the model is not loaded")
+        self._activate(request.mode)
+        pipe, device = self.pipe, self.device
+        shape = str(request.shape)
+
+        def emit(phase: str, step: int = 0) -> None:
+            on_progress(ProgressEvent(phase, step, request.steps, request.mode, shape))
+
+        marks: dict[str, float] = {}
+        compiling = {"active": False}
+
+        def encoder_done(_module, _args, _output):
+            device.synchronize()
+            marks["encoded"] = time.perf_counter()
+            emit("denoising", 0)
+
+        def step_done(_pipe, i, _t, _kwargs):
+            device.synchronize()
+            marks["last_step"] = time.perf_counter()
+            compiling["active"] = False
+            emit("denoising", i + 1)
+            if should_stop():
+                raise GenerationCancelled(f"stopped after step {i + 1} of {request.steps}")
+            if i + 1 == request.steps:
+                emit("decoding", request.steps)
+            return {}
+
+        def compile_started() -> None:
+            compiling["active"] = True
+            emit("compiling")
+
+        if should_stop():
+            raise GenerationCancelled("stopped before it started")
+        hook = pipe.text_encoder.register_forward_hook(encoder_done)
+        remove_listener = COMPILE_EVENTS.add_start_listener(compile_started)
+        stance = (torch.compiler.set_stance("fail_on_recompile") if forbid_compile
+                  else contextlib.nullcontext())
+        before = device.compile_snapshot()
+        emit("encoding")
+        began = time.perf_counter()
+        try:
+            with stance:
+                output = pipe(
+                    prompt=request.prompt,
+                    height=request.height,
+                    width=request.width,
+                    num_inference_steps=request.steps,
+                    guidance_scale=request.guidance,
+                    generator=torch.Generator("cpu").manual_seed(request.seed),
+                    callback_on_step_end=step_done,
+                )
+            device.synchronize()
+        except GenerationCancelled as exc:
+            counters = diff_counters(before, device.compile_snapshot())
+            exc.compiles = int(counters["graphs"] + counters.get("neff_compiles", 0))
+            exc.compile_seconds = float(counters["compile_seconds"])
+            raise
+        except Exception as exc:  # noqa: BLE001 - classified here, the one place that does
+            raise self._classify(exc, compiling["active"]) from exc
+        finally:
+            hook.remove()
+            remove_listener()
+        ended = time.perf_counter()
+        counters = diff_counters(before, device.compile_snapshot())
+        encoded = marks.get("encoded", began)
+        last_step = marks.get("last_step", encoded)
+        emit("done", request.steps)
+        return EngineOutput(
+            image=output.images[0],
+            compiles=int(counters["graphs"]),
+            compile_seconds=float(counters["compile_seconds"]),
+            neff_compiles=int(counters.get("neff_compiles", 0)),
+            seconds=ended - began,
+            encode=encoded - began,
+            denoise=last_step - encoded,
+            decode=ended - last_step,
+        )
+
+    @staticmethod
+    def _classify(exc: Exception, during_compile: bool) -> Exception:
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if isinstance(exc, torch._dynamo.exc.FailOnRecompileLimitHit) or "recompile_limit" in str(exc):
+            return CompileFailure(
+                "dynamo's recompile limit was hit; the shape was refused rather than run eagerly "
+                f"({text})"
+            )
+        if "stance is 'fail_on_recompile'" in str(exc):
+            return ShapeLocked("this shape would compile, and the app is locked to warm shapes")
+        cls = CompileFailure if during_compile else GenerationFailed
+        where = "while compiling" if during_compile else "in the pipeline"
+        return cls(f"{type(exc).__name__} {where}: {text}")

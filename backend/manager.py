@@ -1,0 +1,323 @@
+"""The manager: the one door through which the UI, the CLI and the tests reach the device.
+
+It owns the active engine, validates requests up front, serialises device work, reports progress,
+cancels cooperatively, keeps the per (mode, shape) compile table from measured compile events,
+refuses shapes past the recompile limit or outside the warm set when locked, and publishes a
+JSON-able status snapshot.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import secrets
+import threading
+import time
+from typing import Any, Callable, Iterable
+
+from backend import compile_state as cs
+from backend.device import Device, resolve_device
+from backend.engine import CompileFailure, InProcessEngine
+from backend.errors import (BackendNotReady, GenerationCancelled, GenerationFailed, InvalidRequest,
+                            ShapeLimitReached, ShapeLocked, StudioError)
+from backend.model_source import resolve_model
+from backend.records import GenerationRequest, GenerationResult, ProgressEvent
+from backend.settings import Settings
+from backend.shapes import Shape, validate_shape
+
+log = logging.getLogger(__name__)
+MAX_SEED = 2**63 - 1
+WARMUP_PROMPT = "warm-up"
+_ALLOWED_CONTROL = {"\n", "\t", "\r"}
+_KEEP_RECORDS = 1000
+
+ProgressFn = Callable[[ProgressEvent], None]
+
+
+def _whole(field: str, value: Any) -> int:
+    if isinstance(value, bool):
+        raise InvalidRequest(field, f"must be a whole number, got {value!r}")
+    if isinstance(value, str):
+        value = value.strip()
+        if not value.lstrip("-").isdigit():
+            raise InvalidRequest(field, f"must be a whole number, got {value!r}")
+        return int(value)
+    if isinstance(value, float):
+        if not math.isfinite(value) or value != int(value):
+            raise InvalidRequest(field, f"must be a whole number, got {value!r}")
+        return int(value)
+    if isinstance(value, int):
+        return value
+    raise InvalidRequest(field, f"must be a whole number, got {value!r}")
+
+
+class Manager:
+    def __init__(self, settings: Settings, engine_factory: Callable[[Device, str], Any] | None = None,
+                 clock: Callable[[], float] = time.monotonic):
+        self.settings = settings
+        self._engine_factory = engine_factory or InProcessEngine
+        self._clock = clock
+        self.table = cs.CompileTable(clock)
+        self.device: Device | None = None
+        self.engine = None
+        self.model_label: str | None = None
+        self.state = "idle"  # idle | loading | warming | ready | failed
+        self.load_error: str | None = None
+        self.last_error: str | None = None
+        self.warm_only = settings.warm_only
+        self.records: list[GenerationResult] = []
+        self._device_lock = threading.Lock()  # one generation on the device at a time
+        self._state_lock = threading.Lock()
+        self._cancel = threading.Event()
+        self._current: dict[str, Any] | None = None
+        self._ready = threading.Event()
+        self._loader: threading.Thread | None = None
+
+    # lifecycle ---------------------------------------------------------------------------------
+    def start(self, background: bool = False) -> None:
+        """Load the model (and prewarm shapes from settings). In the background, errors go to status."""
+        if background:
+            self._loader = threading.Thread(target=self._start_logged, name="model-loader", daemon=True)
+            self._loader.start()
+        else:
+            self._start()
+
+    def _start_logged(self) -> None:
+        try:
+            self._start()
+        except Exception:  # noqa: BLE001 - the status already carries the message
+            pass
+
+    def _start(self) -> None:
+        self.state = "loading"
+        try:
+            info = resolve_device(self.settings)
+            self.device = Device(info, self.settings.max_compiled_shapes)
+            path, self.model_label = resolve_model(self.settings.model, self.settings.cache_dir)
+            engine = self._engine_factory(self.device, path)
+            engine.load()
+            self.engine = engine
+        except Exception as exc:
+            self.state = "failed"
+            self.load_error = str(exc) if isinstance(exc, StudioError) else f"{type(exc).__name__}: {exc}"
+            self.last_error = self.load_error
+            self._ready.set()
+            raise
+        self.state = "ready"
+        self._ready.set()
+        if self.settings.prewarm:
+            self.state = "warming"
+            try:
+                self.warmup(self.settings.prewarm, self.settings.mode)
+            finally:
+                self.state = "ready"
+
+    def wait_ready(self, timeout: float | None = None) -> bool:
+        return self._ready.wait(timeout) and self.engine is not None
+
+    def close(self) -> None:
+        self.cancel()
+        with self._device_lock:
+            if self.engine is not None:
+                self.engine.close()
+            self.engine = None
+            self.state = "idle"
+
+    @property
+    def modes(self) -> tuple[str, ...]:
+        return tuple(self.engine.modes) if self.engine is not None else ("eager", "compiled", "regional")
+
+    # validation --------------------------------------------------------------------------------
+    def validate(self, prompt: Any, height: Any, width: Any, steps: Any = None, guidance: Any = None,
+                 seed: Any = None, mode: Any = None) -> GenerationRequest:
+        """Turn raw inputs into a GenerationRequest, or raise InvalidRequest naming the field."""
+        s = self.settings
+        if not isinstance(prompt, str):
+            raise InvalidRequest("prompt", f"must be text, got {type(prompt).__name__}")
+        text = prompt.strip()
+        if not text:
+            raise InvalidRequest("prompt", "is empty; describe the image you want")
+        if len(text) > s.max_prompt_chars:
+            raise InvalidRequest("prompt", f"is {len(text)} characters; the limit is {s.max_prompt_chars}")
+        for pos, ch in enumerate(text):
+            if (ord(ch) < 32 or 0x7F <= ord(ch) < 0xA0) and ch not in _ALLOWED_CONTROL:
+                raise InvalidRequest("prompt", f"contains control character U+{ord(ch):04X} at position {pos}")
+        shape = validate_shape(height, width, s.min_size, s.max_size)
+
+        steps = s.steps if steps is None else _whole("steps", steps)
+        if not 1 <= steps <= s.max_steps:
+            raise InvalidRequest("steps", f"must be between 1 and {s.max_steps}, got {steps}")
+
+        if guidance is None:
+            guidance = s.guidance
+        if isinstance(guidance, bool):
+            raise InvalidRequest("guidance", f"must be a number, got {guidance!r}")
+        try:
+            guidance = float(guidance)
+        except (TypeError, ValueError):
+            raise InvalidRequest("guidance", f"must be a number, got {guidance!r}") from None
+        if not math.isfinite(guidance) or not 0.0 <= guidance <= s.max_guidance:
+            raise InvalidRequest("guidance", f"must be between 0 and {s.max_guidance}, got {guidance!r}")
+
+        if seed is None or seed == "" or (isinstance(seed, (int, float)) and not isinstance(seed, bool) and seed == -1):
+            seed = secrets.randbelow(MAX_SEED + 1)
+        else:
+            seed = _whole("seed", seed)
+            if not 0 <= seed <= MAX_SEED:
+                raise InvalidRequest("seed", f"must be between 0 and 2^63-1 (or -1 for random), got {seed}")
+
+        mode = s.mode if mode in (None, "") else mode
+        if mode not in self.modes:
+            raise InvalidRequest("mode", f"must be one of {', '.join(self.modes)}, got {mode!r}")
+        return GenerationRequest(text, shape.height, shape.width, steps, guidance, seed, mode)
+
+    # admission ---------------------------------------------------------------------------------
+    def predict(self, mode: str, shape: Shape, steps: int | None = None) -> dict[str, Any]:
+        """What a run at (mode, shape) will cost now, including whether it would be refused."""
+        eager_compiles = self.device.eager_compiles if self.device else False
+        out = self.table.predict(mode, shape, steps or self.settings.steps, eager_compiles)
+        out["refused"] = None
+        try:
+            self._admit(mode, shape, out)
+        except StudioError as exc:
+            out["refused"] = str(exc)
+        return out
+
+    def _admit(self, mode: str, shape: Shape, prediction: dict[str, Any], warming: bool = False) -> None:
+        if not prediction["will_compile"]:
+            return
+        if self.warm_only and not warming:
+            warm = ", ".join(str(s) for s in self.table.warm_shapes(mode)) or "none"
+            raise ShapeLocked(f"{shape} is not warm in {mode} mode and the app is locked to warm shapes "
+                              f"(warm: {warm}); unlock it or warm the shape first")
+        if mode in cs.COMPILED_MODES:
+            graphs = self.table.graph_tokens(mode)
+            if shape.tokens not in graphs and len(graphs) >= self.settings.max_compiled_shapes:
+                raise ShapeLimitReached(
+                    f"{mode} mode already holds {len(graphs)} compiled shapes, the limit "
+                    f"(--max-compiled-shapes {self.settings.max_compiled_shapes}); use a warm shape, "
+                    "raise the limit, or restart to drop old graphs")
+
+    # generation --------------------------------------------------------------------------------
+    def generate(self, request: GenerationRequest | dict[str, Any], progress: ProgressFn | None = None,
+                 _warming: bool = False):
+        """Run one request; returns (PIL image, GenerationResult). Raises StudioError subclasses."""
+        if isinstance(request, dict):
+            request = self.validate(**request)
+        if self.engine is None:
+            if self.state == "failed":
+                raise BackendNotReady(f"the model failed to load: {self.load_error}")
+            raise BackendNotReady("the model is still loading; try again in a moment")
+        shape = request.shape
+        with self._device_lock:
+            prediction = self.table.predict(request.mode, shape, request.steps, self.device.eager_compiles)
+            self._admit(request.mode, shape, prediction, warming=_warming)
+            self._cancel.clear()
+            job = {"mode": request.mode, "shape": str(shape), "phase": "starting", "step": 0,
+                   "steps": request.steps, "started": self._clock()}
+            with self._state_lock:
+                self._current = job
+
+            def on_progress(event: ProgressEvent) -> None:
+                job["phase"], job["step"] = event.phase, event.step
+                if event.phase == "compiling":
+                    self.table.mark_compiling(request.mode, shape)
+                if progress is not None:
+                    progress(event)
+
+            started_at = time.time()
+            try:
+                out = self.engine.run(request, on_progress, self._cancel.is_set,
+                                      forbid_compile=self.warm_only and not _warming)
+            except GenerationCancelled as exc:
+                # A cancel lands at a step boundary: a compile it waited for has finished; keep it.
+                if getattr(exc, "compiles", 0):
+                    self.table.finish(request.mode, shape, compiles=exc.compiles,
+                                      compile_seconds=exc.compile_seconds, seconds=None)
+                else:
+                    self.table.abandon(request.mode, shape)
+                raise
+            except CompileFailure as exc:
+                self.table.fail(request.mode, shape, str(exc))
+                self.last_error = str(exc)
+                raise
+            except StudioError as exc:
+                self.table.abandon(request.mode, shape)
+                self.last_error = str(exc)
+                raise
+            except Exception as exc:  # an engine broke its contract: log the trace, answer plainly
+                log.exception("engine error")
+                self.table.abandon(request.mode, shape)
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                raise GenerationFailed(self.last_error) from exc
+            finally:
+                with self._state_lock:
+                    self._current = None
+            self.table.finish(request.mode, shape, compiles=out.compiles + out.neff_compiles,
+                              compile_seconds=out.compile_seconds, seconds=out.seconds,
+                              encode=out.encode, denoise=out.denoise, decode=out.decode,
+                              steps=request.steps)
+        result = GenerationResult(
+            prompt=request.prompt, width=request.width, height=request.height, mode=request.mode,
+            steps=request.steps, guidance=request.guidance, seed=request.seed,
+            device=self.device.kind, model=self.model_label or "", compiled=bool(out.compiles or out.neff_compiles),
+            compiles=out.compiles, compile_seconds=out.compile_seconds, seconds=out.seconds,
+            encode=out.encode, denoise=out.denoise, decode=out.decode, neff_compiles=out.neff_compiles,
+            started_at=started_at,
+        )
+        self.records = (self.records + [result])[-_KEEP_RECORDS:]
+        return out.image, result
+
+    def cancel(self) -> bool:
+        """Ask the running generation to stop at its next step. True if one was running."""
+        with self._state_lock:
+            running = self._current is not None
+        self._cancel.set()
+        return running
+
+    def warmup(self, shapes: Iterable[Shape], mode: str | None = None,
+               progress: Callable[[int, int, Shape], None] | None = None) -> list[GenerationResult]:
+        """Compile (mode, shape) for each shape and measure one steady run; bypasses the warm-only lock."""
+        mode = mode or self.settings.mode
+        shapes = list(shapes)
+        results = []
+        for i, shape in enumerate(shapes):
+            if progress:
+                progress(i, len(shapes), shape)
+            request = self.validate(WARMUP_PROMPT, shape.height, shape.width, seed=0, mode=mode)
+            _img, first = self.generate(request, _warming=True)
+            results.append(first)
+            if first.compiled:  # measure the steady latency too, so the shape shows expected seconds
+                results.append(self.generate(request, _warming=True)[1])
+        if progress:
+            progress(len(shapes), len(shapes), None)
+        return results
+
+    def set_warm_only(self, locked: bool) -> None:
+        self.warm_only = bool(locked)
+
+    # status ------------------------------------------------------------------------------------
+    def status(self) -> dict[str, Any]:
+        with self._state_lock:
+            current = dict(self._current) if self._current else None
+        if current:
+            current["elapsed"] = round(self._clock() - current.pop("started"), 3)
+        device = self.device
+        return {
+            "state": self.state,
+            "model": {"spec": self.settings.model, "label": self.model_label},
+            "device": vars(device.info) if device else None,
+            "dtype": device.info.dtype if device else None,
+            "default_mode": self.settings.mode,
+            "modes": list(self.modes),
+            "engine": self.engine.describe() if self.engine else None,
+            "warm_only": self.warm_only,
+            "max_compiled_shapes": self.settings.max_compiled_shapes,
+            "busy": current,
+            "shapes": self.table.snapshot(),
+            "cache": device.cache_info() if device else None,
+            "memory": device.memory() if device else None,
+            "load_error": self.load_error,
+            "last_error": self.last_error,
+            "generations": len(self.records),
+        }

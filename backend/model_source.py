@@ -1,0 +1,68 @@
+"""Where the pipeline comes from: the embedded tiny model, a local folder, or a hub id.
+
+Every failure to find a model is a ``ModelNotFound`` whose one-line message says what to do.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from backend.errors import ModelNotFound
+from backend.settings import EMBEDDED_MODEL
+from backend.tiny_model import EMBEDDED_MODEL_DIR, save_pipeline
+
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+
+
+def _is_pipeline_folder(path: Path) -> bool:
+    return (path / "model_index.json").is_file()
+
+
+def resolve_model(spec: str, cache_root: Path) -> tuple[str, str]:
+    """Return (what to pass to from_pretrained, a short label for status and PNG metadata)."""
+    if spec == EMBEDDED_MODEL:
+        if _is_pipeline_folder(EMBEDDED_MODEL_DIR):
+            return str(EMBEDDED_MODEL_DIR), "embedded:tiny-flux2-klein"
+        # The committed folder is missing (e.g. a trimmed install): build it on first use.
+        built = Path(cache_root) / "embedded" / "tiny-flux2-klein"
+        if not _is_pipeline_folder(built):
+            save_pipeline(built)
+        return str(built), "embedded:tiny-flux2-klein"
+
+    path = Path(spec).expanduser()
+    if path.is_dir():
+        if not _is_pipeline_folder(path):
+            raise ModelNotFound(
+                f"--model {spec}: the folder has no model_index.json; point it at a diffusers "
+                "pipeline folder (e.g. a download of black-forest-labs/FLUX.2-klein-4B)"
+            )
+        return str(path.resolve()), path.resolve().name
+    looks_like_path = spec.startswith((".", "/", "~")) or spec.count("/") != 1
+    if looks_like_path or not _HUB_ID.fullmatch(spec):
+        raise ModelNotFound(
+            f"--model {spec}: no such folder; pass a diffusers pipeline folder, a hub id such as "
+            "black-forest-labs/FLUX.2-klein-4B, or leave --model out for the embedded tiny model"
+        )
+
+    from huggingface_hub import snapshot_download
+
+    try:
+        local = snapshot_download(spec, local_files_only=True)
+        return local, spec
+    except Exception:  # noqa: BLE001 - any miss means "not cached"; the message below says what to do
+        pass
+    if os.environ.get("HF_HUB_OFFLINE", "").strip() not in ("", "0"):
+        raise ModelNotFound(
+            f"--model {spec}: not in the local Hugging Face cache and HF_HUB_OFFLINE is set; run "
+            f"`hf download {spec}` where the hub is reachable, or pass a local folder"
+        )
+    try:
+        local = snapshot_download(spec)
+    except Exception as exc:  # noqa: BLE001 - network, auth and gating errors all end the same way
+        raise ModelNotFound(
+            f"--model {spec}: could not download it ({type(exc).__name__}); check the network and "
+            f"`hf auth login` for gated models, or pass a local folder"
+        ) from None
+    return local, spec

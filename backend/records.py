@@ -1,0 +1,77 @@
+"""Plain records that cross the backend's door: requests, results, progress. All JSON-able."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from backend.shapes import Shape
+
+
+@dataclasses.dataclass(frozen=True)
+class GenerationRequest:
+    """A validated request (build it with ``Manager.validate``)."""
+
+    prompt: str
+    height: int
+    width: int
+    steps: int
+    guidance: float
+    seed: int
+    mode: str
+
+    @property
+    def shape(self) -> Shape:
+        return Shape(self.height, self.width)
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass
+class GenerationResult:
+    """What one generation did and cost. ``compiled`` is measured from compile events, not assumed."""
+
+    prompt: str
+    width: int
+    height: int
+    mode: str
+    steps: int
+    guidance: float
+    seed: int
+    device: str
+    model: str
+    compiled: bool
+    compiles: int  # torch.compile graphs built during this call
+    compile_seconds: float
+    seconds: float  # whole call, wall clock
+    encode: float
+    denoise: float
+    decode: float
+    neff_compiles: int = 0  # Neuron only: NEFF compilations during this call
+    path: str | None = None
+    started_at: float = 0.0
+
+    @property
+    def shape(self) -> Shape:
+        return Shape(self.height, self.width)
+
+    def to_json(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        for key in ("compile_seconds", "seconds", "encode", "denoise", "decode"):
+            out[key] = round(out[key], 4)
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class ProgressEvent:
+    """Where a running generation is: phase is loading|compiling|encoding|denoising|decoding|done."""
+
+    phase: str
+    step: int = 0
+    steps: int = 0
+    mode: str = ""
+    shape: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)

@@ -1,0 +1,160 @@
+"""One settings object for the whole app, read from flags, then environment, then defaults.
+
+Every environment variable the app reads is declared here, next to its flag and its default, so
+there is one place to look (the vLLM ``envs.py`` habit). This module imports no torch: it runs
+before the device layer has set the cache variables that must exist before torch loads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+from pathlib import Path
+from typing import Any
+
+from backend.shapes import Shape, parse_shape_list
+
+MODES = ("eager", "compiled", "regional")
+DEVICES = ("auto", "neuron", "cuda", "cpu")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+EMBEDDED_MODEL = "embedded"
+
+
+def _default_cache_root() -> Path:
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("neuron-studio"))
+
+
+@dataclasses.dataclass
+class Settings:
+    # Model: "embedded" (the tiny offline pipeline), a hub id, or a local diffusers folder.
+    model: str = EMBEDDED_MODEL
+    # Device: auto = neuron if TorchNeuron is installed and a core is visible, else cuda, else cpu.
+    device: str = "auto"
+    # Weights dtype: auto = bfloat16 on neuron/cuda, float32 on cpu.
+    dtype: str = "auto"
+    # torch.compile backend; None = the device's own ("neuron" on Trainium, "inductor" elsewhere).
+    compile_backend: str | None = None
+    # Mode used when a request names none.
+    mode: str = "eager"
+    # Request defaults and bounds. FLUX.2-klein is step-distilled: 4 steps, guidance ignored.
+    steps: int = 4
+    max_steps: int = 50
+    guidance: float = 1.0
+    max_guidance: float = 20.0
+    min_size: int = 64
+    max_size: int = 2048
+    max_prompt_chars: int = 2000
+    # Shapes compiled in the background right after the model loads.
+    prewarm: list[Shape] = dataclasses.field(default_factory=list)
+    # Refuse shapes that are not warm instead of compiling them (for live demos).
+    warm_only: bool = False
+    # Distinct graphs one compiled mode may hold; dynamo's recompile limit is raised to match.
+    max_compiled_shapes: int = 32
+    # Root of the app-owned caches (NEFF cache on neuron, inductor cache elsewhere).
+    cache_dir: Path = dataclasses.field(default_factory=_default_cache_root)
+    # Where generated PNGs go.
+    output_dir: Path = Path("outputs")
+    # Web server.
+    host: str = "127.0.0.1"
+    port: int = 7860
+
+    def to_json(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["prewarm"] = [str(s) for s in self.prewarm]
+        out["cache_dir"] = str(self.cache_dir)
+        out["output_dir"] = str(self.output_dir)
+        return out
+
+
+def _bool(text: str) -> bool:
+    value = text.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"expected a boolean (1/0, true/false), got {text!r}")
+
+
+def _choice(choices: tuple[str, ...]):
+    def parse(text: str) -> str:
+        if text not in choices:
+            raise ValueError(f"expected one of {', '.join(choices)}, got {text!r}")
+        return text
+
+    return parse
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise ValueError(f"expected a positive whole number, got {text!r}")
+    return value
+
+
+# field -> (flag, environment variable, parser, help). The one table of the app's knobs.
+OPTIONS: dict[str, tuple[str, str, Any, str]] = {
+    "model": ("--model", "NEURON_STUDIO_MODEL", str,
+              "'embedded' (default, tiny offline model), a hub id such as "
+              "black-forest-labs/FLUX.2-klein-4B, or a local diffusers folder"),
+    "device": ("--device", "NEURON_STUDIO_DEVICE", _choice(DEVICES), "auto|neuron|cuda|cpu"),
+    "dtype": ("--dtype", "NEURON_STUDIO_DTYPE", _choice(DTYPES),
+              "auto (bf16 on neuron/cuda, fp32 on cpu)|float32|bfloat16|float16"),
+    "compile_backend": ("--compile-backend", "NEURON_STUDIO_COMPILE_BACKEND", str,
+                        "torch.compile backend (default: neuron on Trainium, inductor elsewhere; "
+                        "aot_eager compiles fast on CPU)"),
+    "mode": ("--mode", "NEURON_STUDIO_MODE", _choice(MODES), "eager|compiled|regional"),
+    "steps": ("--steps", "NEURON_STUDIO_STEPS", _positive_int, "default denoising steps"),
+    "max_steps": ("--max-steps", "NEURON_STUDIO_MAX_STEPS", _positive_int, "most steps a request may ask"),
+    "guidance": ("--guidance", "NEURON_STUDIO_GUIDANCE", float, "default guidance scale"),
+    "min_size": ("--min-size", "NEURON_STUDIO_MIN_SIZE", _positive_int, "smallest height/width"),
+    "max_size": ("--max-size", "NEURON_STUDIO_MAX_SIZE", _positive_int, "largest height/width"),
+    "prewarm": ("--prewarm", "NEURON_STUDIO_PREWARM", parse_shape_list,
+                "shapes to compile at start, e.g. 1024x1024,768x1344 (WIDTHxHEIGHT)"),
+    "warm_only": ("--warm-only", "NEURON_STUDIO_WARM_ONLY", _bool,
+                  "refuse shapes that are not warm instead of compiling them (1/0)"),
+    "max_compiled_shapes": ("--max-compiled-shapes", "NEURON_STUDIO_MAX_COMPILED_SHAPES", _positive_int,
+                            "distinct compiled graphs per mode before new shapes are refused"),
+    "cache_dir": ("--cache-dir", "NEURON_STUDIO_CACHE_DIR", Path, "app-owned compile cache root"),
+    "output_dir": ("--output-dir", "NEURON_STUDIO_OUTPUT_DIR", Path, "where PNGs are written"),
+    "host": ("--host", "NEURON_STUDIO_HOST", str, "address the web UI binds (default 127.0.0.1)"),
+    "port": ("--port", "NEURON_STUDIO_PORT", _positive_int, "web UI port"),
+}
+
+
+def add_setting_flags(parser: argparse.ArgumentParser) -> None:
+    """Add every setting as a flag whose default is 'not given', so env and defaults can fill in."""
+    group = parser.add_argument_group("settings (flag > NEURON_STUDIO_* environment > default)")
+    for dest, (flag, env, _parse, help_text) in OPTIONS.items():
+        group.add_argument(flag, dest=dest, default=argparse.SUPPRESS, metavar=dest.upper(),
+                           help=f"{help_text} [env {env}]")
+
+
+def load_settings(flags: dict[str, Any] | None = None, environ: dict[str, str] | None = None) -> Settings:
+    """Build Settings from raw flag strings (as argparse left them) and the environment.
+
+    Raises ValueError naming the flag or variable for any value that does not parse.
+    """
+    flags = flags or {}
+    environ = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    for dest, (flag, env, parse, _help) in OPTIONS.items():
+        if dest in flags:
+            raw, source = flags[dest], flag
+        elif environ.get(env, "") != "":
+            raw, source = environ[env], env
+        else:
+            continue
+        try:
+            values[dest] = parse(raw) if isinstance(raw, str) else raw
+        except ValueError as exc:
+            raise ValueError(f"{source}: {exc}") from None
+    settings = Settings(**values)
+    if settings.min_size % 16 or settings.max_size % 16 or settings.min_size > settings.max_size:
+        raise ValueError(
+            f"--min-size/--max-size: bounds must be multiples of 16 with min <= max, "
+            f"got {settings.min_size}..{settings.max_size}"
+        )
+    return settings

@@ -1,0 +1,189 @@
+"""The embedded default model: a tiny random-weight FLUX.2-klein pipeline, built offline.
+
+No machine here reaches a model hub, so the app ships a pipeline made of the *same* classes as
+FLUX.2-klein-4B (``Flux2KleinPipeline`` with ``Flux2Transformer2DModel``, ``AutoencoderKLFlux2``,
+``Qwen3ForCausalLM``, ``Qwen2TokenizerFast``, ``FlowMatchEulerDiscreteScheduler``) with tiny widths and
+random weights. It is saved with ``save_pretrained`` and loaded back through the ordinary
+``Flux2KleinPipeline.from_pretrained`` path, exactly like the real model.
+
+Constraints that make it work with the pipeline's *default* call arguments (see DESIGN.md):
+- the text encoder has >= 27 layers (default ``text_encoder_out_layers=(9, 18, 27)``) and
+  ``joint_attention_dim = 3 * hidden_size`` (three hidden states are concatenated);
+- ``transformer.in_channels = 4 * vae.latent_channels`` (2x2 latent patches are packed);
+- the VAE has 4 blocks so that ``vae_scale_factor`` is 8 like the real model;
+- a byte-level tokenizer (256 byte tokens + Qwen's special tokens) never yields an unknown id.
+
+``TinyFluxConfig`` also describes the larger random-weight configs the benchmarks build, up to the
+real block counts of FLUX.2-klein-4B.
+
+Rebuild the committed folder with: ``python -m backend.tiny_model assets/tiny-flux2-klein``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from pathlib import Path
+
+import torch
+
+EMBEDDED_MODEL_DIR = Path(__file__).resolve().parent.parent / "assets" / "tiny-flux2-klein"
+
+_SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"]
+
+# A small Qwen-style chat template: honours add_generation_prompt and enable_thinking=False the way
+# the real Qwen3 template does, which is all Flux2KleinPipeline asks of it.
+_CHAT_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}"
+    "{{- '<|im_start|>assistant\\n' }}"
+    "{%- if enable_thinking is defined and enable_thinking is false %}"
+    "{{- '<think>\\n\\n</think>\\n\\n' }}"
+    "{%- endif %}"
+    "{%- endif %}"
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class TinyFluxConfig:
+    """Geometry of a random-weight FLUX.2-klein pipeline. Defaults are the embedded model."""
+
+    seed: int = 0
+    # text encoder (Qwen3): >= 27 layers so hidden state 27 exists
+    text_hidden_size: int = 32
+    text_layers: int = 27
+    text_heads: int = 2
+    text_kv_heads: int = 1
+    text_intermediate: int = 64
+    # transformer: heads must be divisible by the TP degrees we test (2, 4)
+    num_layers: int = 1
+    num_single_layers: int = 1
+    attention_head_dim: int = 16
+    num_attention_heads: int = 4
+    timestep_guidance_channels: int = 32
+    # VAE: 4 blocks -> vae_scale_factor 8
+    vae_block_out_channels: tuple[int, ...] = (16, 16, 32, 32)
+    vae_layers_per_block: int = 1
+    vae_norm_groups: int = 8
+    latent_channels: int = 4
+    vae_mid_attention: bool = False
+
+    @property
+    def joint_attention_dim(self) -> int:
+        return 3 * self.text_hidden_size
+
+
+def _byte_level_tokenizer():
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import Qwen2TokenizerFast
+
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    vocab = {ch: i for i, ch in enumerate(sorted(alphabet))}
+    for tok in _SPECIAL_TOKENS:
+        vocab[tok] = len(vocab)
+    backend = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    backend.decoder = decoders.ByteLevel()
+    tokenizer = Qwen2TokenizerFast(
+        tokenizer_object=backend,
+        bos_token=None,
+        eos_token="<|im_end|>",
+        unk_token=None,
+        pad_token="<|endoftext|>",
+        additional_special_tokens=_SPECIAL_TOKENS[1:],
+        model_max_length=512,
+    )
+    tokenizer.chat_template = _CHAT_TEMPLATE
+    return tokenizer
+
+
+def build_pipeline(cfg: TinyFluxConfig = TinyFluxConfig()):
+    """Build a random-weight Flux2KleinPipeline deterministically from ``cfg`` (CPU, float32)."""
+    from diffusers import (
+        AutoencoderKLFlux2,
+        FlowMatchEulerDiscreteScheduler,
+        Flux2KleinPipeline,
+        Flux2Transformer2DModel,
+    )
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    tokenizer = _byte_level_tokenizer()
+    text_config = Qwen3Config(
+        vocab_size=len(tokenizer),
+        hidden_size=cfg.text_hidden_size,
+        num_hidden_layers=cfg.text_layers,
+        num_attention_heads=cfg.text_heads,
+        num_key_value_heads=cfg.text_kv_heads,
+        head_dim=cfg.text_hidden_size // cfg.text_heads,
+        intermediate_size=cfg.text_intermediate,
+        max_position_embeddings=1024,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        tie_word_embeddings=False,
+    )
+    torch.manual_seed(cfg.seed)
+    text_encoder = Qwen3ForCausalLM(text_config).eval()
+
+    rope_axis = cfg.attention_head_dim // 4
+    torch.manual_seed(cfg.seed + 1)
+    transformer = Flux2Transformer2DModel(
+        patch_size=1,
+        in_channels=4 * cfg.latent_channels,
+        num_layers=cfg.num_layers,
+        num_single_layers=cfg.num_single_layers,
+        attention_head_dim=cfg.attention_head_dim,
+        num_attention_heads=cfg.num_attention_heads,
+        joint_attention_dim=cfg.joint_attention_dim,
+        timestep_guidance_channels=cfg.timestep_guidance_channels,
+        mlp_ratio=3.0,
+        axes_dims_rope=(rope_axis,) * 4,
+        rope_theta=2000,
+        guidance_embeds=False,
+    ).eval()
+
+    n_blocks = len(cfg.vae_block_out_channels)
+    torch.manual_seed(cfg.seed + 2)
+    vae = AutoencoderKLFlux2(
+        down_block_types=("DownEncoderBlock2D",) * n_blocks,
+        up_block_types=("UpDecoderBlock2D",) * n_blocks,
+        block_out_channels=cfg.vae_block_out_channels,
+        layers_per_block=cfg.vae_layers_per_block,
+        latent_channels=cfg.latent_channels,
+        norm_num_groups=cfg.vae_norm_groups,
+        mid_block_add_attention=cfg.vae_mid_attention,
+    ).eval()
+
+    scheduler = FlowMatchEulerDiscreteScheduler(shift=3.0, use_dynamic_shifting=True)
+    return Flux2KleinPipeline(
+        scheduler=scheduler,
+        vae=vae,
+        text_encoder=text_encoder,
+        tokenizer=tokenizer,
+        transformer=transformer,
+        is_distilled=True,
+    )
+
+
+def save_pipeline(dest: Path, cfg: TinyFluxConfig = TinyFluxConfig()) -> Path:
+    """Build the pipeline for ``cfg`` and save it as an ordinary diffusers folder at ``dest``."""
+    dest = Path(dest)
+    pipe = build_pipeline(cfg)
+    pipe.save_pretrained(dest, safe_serialization=True)
+    (dest / "tiny_config.json").write_text(
+        json.dumps(dataclasses.asdict(cfg), indent=2, sort_keys=True) + "\n"
+    )
+    return dest
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="Write the embedded tiny FLUX.2-klein pipeline.")
+    parser.add_argument("dest", type=Path, nargs="?", default=EMBEDDED_MODEL_DIR)
+    args = parser.parse_args(argv)
+    print(save_pipeline(args.dest))
+
+
+if __name__ == "__main__":
+    main()
