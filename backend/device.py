@@ -117,6 +117,12 @@ def resolve_device(settings: Settings) -> DeviceInfo:
     else:
         dtype = "float32" if kind == "cpu" else "bfloat16"
     backend = settings.compile_backend or ("neuron" if kind == "neuron" else "inductor")
+    known = torch._dynamo.list_backends(exclude_tags=())
+    if backend not in known:
+        raise DeviceUnavailable(
+            f"--compile-backend {backend}: not a registered torch.compile backend "
+            f"(available: {', '.join(sorted(known))})"
+        )
     return DeviceInfo(
         kind=kind,
         reason=reason,

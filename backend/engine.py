@@ -127,7 +127,6 @@ class InProcessEngine:
         """Generate one image. Raises GenerationCancelled, ShapeLocked, CompileFailure or GenerationFailed."""
         if self.pipe is None:
             raise GenerationFailed("the model is not loaded")
-        self._activate(request.mode)
         pipe, device = self.pipe, self.device
         shape = str(request.shape)
 
@@ -167,6 +166,7 @@ class InProcessEngine:
         emit("encoding")
         began = time.perf_counter()
         try:
+            self._activate(request.mode)
             with stance:
                 output = pipe(
                     prompt=request.prompt,
@@ -206,7 +206,9 @@ class InProcessEngine:
 
     @staticmethod
     def _classify(exc: Exception, during_compile: bool) -> Exception:
-        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        # dynamo wraps a compiler's own error (BackendCompilerFailed): report the compiler's words.
+        root = getattr(exc, "inner_exception", None) or exc
+        text = str(root).strip().splitlines()[0] if str(root).strip() else type(root).__name__
         if isinstance(exc, torch._dynamo.exc.FailOnRecompileLimitHit) or "recompile_limit" in str(exc):
             return CompileFailure(
                 "dynamo's recompile limit was hit; the shape was refused rather than run eagerly "
@@ -216,4 +218,4 @@ class InProcessEngine:
             return ShapeLocked("this shape would compile, and the app is locked to warm shapes")
         cls = CompileFailure if during_compile else GenerationFailed
         where = "while compiling" if during_compile else "in the pipeline"
-        return cls(f"{type(exc).__name__} {where}: {text}")
+        return cls(f"{type(root).__name__} {where}: {text}")

@@ -1,0 +1,228 @@
+"""Manager: compile states from measured events, limits, cancel, the warm-only lock, warm-up, status."""
+
+import json
+import threading
+
+import pytest
+import torch
+
+from backend.errors import (BackendNotReady, GenerationCancelled, GenerationFailed, ShapeLimitReached,
+                            ShapeLocked)
+from backend.manager import Manager
+from backend.shapes import Shape
+from tests.conftest import make_settings
+
+
+def _req(manager, mode, h, w, steps=2, seed=1):
+    return manager.validate("a red fox", h, w, steps=steps, seed=seed, mode=mode)
+
+
+def _row(manager, mode, shape):
+    return next(r for r in manager.status()["shapes"] if r["mode"] == mode and r["shape"] == shape)
+
+
+def test_cold_compiling_warm_from_measured_events(manager):
+    s = Shape(64, 64)
+    assert manager.predict("compiled", s)["state"] == "cold"
+    assert manager.predict("compiled", s)["will_compile"] is True
+    seen = []
+
+    def progress(event):
+        seen.append((event.phase, manager.table.state("compiled", s), event.step))
+
+    _img, result = manager.generate(_req(manager, "compiled", 64, 64), progress)
+    phases = [p for p, _state, _step in seen]
+    assert phases[0] == "encoding" and "compiling" in phases and phases[-2:] == ["decoding", "done"]
+    assert ("compiling", "compiling", 0) in seen  # the table said 'compiling' while dynamo compiled
+    row = _row(manager, "compiled", "64x64")
+    assert row["state"] == "warm" and row["compiles"] == 1
+    assert row["compile_seconds"] == pytest.approx(result.compile_seconds)
+    manager.generate(_req(manager, "compiled", 64, 64))
+    row = _row(manager, "compiled", "64x64")
+    assert row["steady_seconds"] is not None and row["runs"] == 2
+    prediction = manager.predict("compiled", s, steps=2)
+    assert prediction["will_compile"] is False and prediction["expected_seconds"] > 0
+
+
+def test_eager_on_cpu_never_compiles_and_says_so(manager):
+    p = manager.predict("eager", Shape(64, 64))
+    assert p["will_compile"] is False and "does not compile" in p["note"]
+
+
+def test_transposed_shape_with_same_tokens_reuses_the_graph(manager):
+    manager.generate(_req(manager, "compiled", 128, 64))
+    p = manager.predict("compiled", Shape(64, 128))
+    assert p["will_compile"] is False and "128x64" not in p["note"] and "64x128" in p["note"]
+    _img, result = manager.generate(_req(manager, "compiled", 64, 128))
+    assert result.compiled is False  # measured, not assumed from (h, w)
+    row = _row(manager, "compiled", "128x64")
+    assert row["state"] == "warm" and row["compiles"] == 0
+
+
+def test_estimate_for_a_cold_shape_comes_from_past_compiles(manager):
+    _img, first = manager.generate(_req(manager, "compiled", 64, 64))
+    p = manager.predict("compiled", Shape(96, 96))
+    assert p["will_compile"] is True
+    assert p["estimate_compile_seconds"] == pytest.approx(first.compile_seconds)
+    assert manager.predict("regional", Shape(96, 96))["estimate_compile_seconds"] is None
+
+
+def test_shape_limit_refuses_instead_of_falling_back_to_eager(tmp_path):
+    mgr = Manager(make_settings(tmp_path, max_compiled_shapes=2))
+    mgr.start()
+    assert torch._dynamo.config.recompile_limit >= 3
+    mgr.generate(_req(mgr, "compiled", 64, 64))
+    mgr.generate(_req(mgr, "compiled", 96, 96))
+    assert mgr.predict("compiled", Shape(128, 128))["refused"]
+    with pytest.raises(ShapeLimitReached, match="--max-compiled-shapes 2"):
+        mgr.generate(_req(mgr, "compiled", 128, 128))
+    assert _row(mgr, "compiled", "96x96")["state"] == "warm"
+    assert mgr.generate(_req(mgr, "compiled", 64, 64))[1].compiled is False  # warm shapes still run
+    mgr.generate(_req(mgr, "eager", 128, 128))  # eager is not limited
+    mgr.close()
+
+
+def test_dynamo_recompile_limit_hit_is_a_clear_failure_not_silent_eager(manager, monkeypatch):
+    manager.generate(_req(manager, "compiled", 64, 64))
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 1)
+    with pytest.raises(GenerationFailed, match="recompile limit"):
+        manager.generate(_req(manager, "compiled", 96, 96))
+    row = _row(manager, "compiled", "96x96")
+    assert row["state"] == "failed" and "recompile limit" in row["error"]
+    monkeypatch.undo()
+    assert manager.generate(_req(manager, "compiled", 96, 96))[1].compiled is True  # retry recovers
+    assert _row(manager, "compiled", "96x96")["state"] == "warm"
+
+
+def _broken_backend(gm, example_inputs):
+    raise RuntimeError("injected compiler failure")
+
+
+if "broken_for_test" not in torch._dynamo.list_backends(exclude_tags=()):
+    torch._dynamo.register_backend(_broken_backend, name="broken_for_test")
+
+
+def test_a_compile_that_fails_marks_the_shape_failed(manager, monkeypatch):
+    monkeypatch.setattr(manager.device.info, "compile_backend", "broken_for_test")
+    with pytest.raises(GenerationFailed, match="injected compiler failure"):
+        manager.generate(_req(manager, "regional", 64, 64))
+    row = _row(manager, "regional", "64x64")
+    assert row["state"] == "failed" and "while compiling" in row["error"]
+    assert "injected" in manager.status()["last_error"]
+    assert manager.generate(_req(manager, "eager", 64, 64))[0] is not None  # the app still works
+
+
+def test_an_exception_inside_the_pipeline_is_a_failed_request_not_a_dead_backend(manager, monkeypatch):
+    def boom(*args, **kwargs):
+        raise RuntimeError("injected pipeline failure")
+
+    monkeypatch.setattr(manager.engine.pipe.vae, "decode", boom)
+    with pytest.raises(GenerationFailed, match="RuntimeError in the pipeline: injected pipeline failure"):
+        manager.generate(_req(manager, "eager", 64, 64))
+    assert manager.status()["state"] == "ready"
+    monkeypatch.undo()
+    assert manager.generate(_req(manager, "eager", 64, 64))[0] is not None
+
+
+def test_cancel_stops_at_the_next_step_and_keeps_a_finished_compile(manager):
+    def progress(event):
+        if event.phase == "denoising" and event.step == 1:
+            assert manager.status()["busy"]["step"] == 1
+            assert manager.cancel() is True
+
+    with pytest.raises(GenerationCancelled, match="after step 1 of 6"):
+        manager.generate(_req(manager, "compiled", 64, 64, steps=6), progress)
+    assert manager.status()["busy"] is None
+    row = _row(manager, "compiled", "64x64")
+    assert row["state"] == "warm" and row["compiles"] == 1 and row["runs"] == 0
+    _img, result = manager.generate(_req(manager, "compiled", 64, 64))  # a stale cancel does not leak
+    assert result.compiled is False
+    assert manager.cancel() is False  # nothing running
+
+
+def test_warm_only_lock_refuses_cold_shapes_and_serves_warm_ones(manager):
+    manager.warmup([Shape(64, 64)], mode="compiled")
+    manager.set_warm_only(True)
+    assert manager.status()["warm_only"] is True
+    with pytest.raises(ShapeLocked, match="warm: 64x64"):
+        manager.generate(_req(manager, "compiled", 96, 96))
+    assert manager.predict("compiled", Shape(96, 96))["refused"]
+    assert manager.generate(_req(manager, "compiled", 64, 64))[1].compiled is False
+    assert manager.generate(_req(manager, "eager", 96, 96))  # eager on CPU never compiles
+
+
+def test_warm_only_lock_has_a_compile_safety_net(manager):
+    # If the table is wrong (it believes a shape is warm), dynamo's fail_on_recompile stance refuses.
+    manager.generate(_req(manager, "compiled", 64, 64))
+    manager.table.finish("compiled", Shape(96, 96), compiles=1, compile_seconds=1.0, seconds=None)
+    manager.set_warm_only(True)
+    with pytest.raises(ShapeLocked, match="locked to warm shapes"):
+        manager.generate(_req(manager, "compiled", 96, 96))
+    manager.set_warm_only(False)
+    assert manager.generate(_req(manager, "compiled", 96, 96))[1].compiled is True
+
+
+def test_warmup_and_prewarm_make_shapes_warm_with_latency(tmp_path):
+    mgr = Manager(make_settings(tmp_path, prewarm=[Shape(64, 64), Shape(128, 64)], mode="regional"))
+    mgr.start()
+    for shape in ("64x64", "64x128"):
+        row = _row(mgr, "regional", shape)
+        assert row["state"] == "warm" and row["compile_seconds"] > 0 and row["steady_seconds"] > 0
+    ticks = []
+    results = mgr.warmup([Shape(96, 96)], mode="compiled", progress=lambda i, n, s: ticks.append((i, n)))
+    assert ticks == [(0, 1), (1, 1)]
+    assert [r.compiled for r in results] == [True, False]
+    mgr.close()
+
+
+def test_device_work_is_serialised(manager):
+    active, overlaps = [], []
+    lock = threading.Lock()
+
+    def progress(event):
+        with lock:
+            if event.phase == "encoding":
+                active.append(1)
+                overlaps.append(len(active))
+            if event.phase == "done":
+                active.pop()
+
+    errors = []
+
+    def worker(seed):
+        try:
+            manager.generate(_req(manager, "eager", 64, 64, seed=seed), progress)
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors and overlaps == [1, 1, 1, 1]
+    assert len(manager.records) == 4
+
+
+def test_status_is_json_and_complete(manager):
+    manager.generate(_req(manager, "compiled", 64, 64))
+    status = json.loads(json.dumps(manager.status()))
+    assert status["state"] == "ready"
+    assert status["device"]["kind"] == "cpu" and status["dtype"] == "float32"
+    assert status["model"]["label"] == "embedded:tiny-flux2-klein"
+    assert status["engine"]["engine"] == "in-process"
+    assert status["cache"]["dir"] and status["cache"]["bytes"] >= 0
+    assert status["memory"]["rss_bytes"] > 0
+    assert {"mode", "shape", "state", "compile_seconds", "steady_seconds"} <= set(status["shapes"][0])
+
+
+def test_not_ready_and_failed_loads_are_reported(tmp_path):
+    mgr = Manager(make_settings(tmp_path))
+    with pytest.raises(BackendNotReady, match="still loading"):
+        mgr.generate(mgr.validate("fox", 64, 64))
+    bad = Manager(make_settings(tmp_path, model=str(tmp_path / "missing")))
+    bad.start(background=True)
+    assert bad.wait_ready(30) is False
+    assert bad.status()["state"] == "failed" and "no such folder" in bad.status()["load_error"]
+    with pytest.raises(BackendNotReady, match="failed to load"):
+        bad.generate(bad.validate("fox", 64, 64))

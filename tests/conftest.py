@@ -1,0 +1,44 @@
+"""Shared fixtures. The environment is fixed here, before any test imports torch or gradio."""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+_CACHE = tempfile.mkdtemp(prefix="neuron-studio-test-cache-")
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["NEURON_STUDIO_CACHE_DIR"] = _CACHE
+os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(_CACHE, "inductor")
+
+import pytest  # noqa: E402
+
+from backend.settings import Settings  # noqa: E402
+
+
+def make_settings(tmp_path: Path | None = None, **overrides) -> Settings:
+    """Test settings: CPU, fp32, the fast aot_eager compile backend, a private cache and output dir."""
+    base = dict(device="cpu", dtype="float32", compile_backend="aot_eager", cache_dir=Path(_CACHE),
+                output_dir=(tmp_path or Path(_CACHE)) / "outputs")
+    base.update(overrides)
+    return Settings(**base)
+
+
+@pytest.fixture
+def settings(tmp_path):
+    return make_settings(tmp_path)
+
+
+@pytest.fixture
+def manager(tmp_path):
+    from backend.manager import Manager
+
+    mgr = Manager(make_settings(tmp_path))
+    mgr.start()
+    yield mgr
+    mgr.close()
