@@ -74,7 +74,7 @@ def generate(settings: Settings, args: argparse.Namespace) -> int:
         except StudioError as exc:
             return _fail(str(exc), EXIT_BAD_INPUT)
         if not args.no_save:
-            result.path = str(save_png(image, result, name(result, i)))
+            result.path = str(save_png(image, result, name(result, i)).resolve())
         if args.json:
             print(json.dumps(result.to_json(), ensure_ascii=False), flush=True)
         else:

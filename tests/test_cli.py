@@ -1,0 +1,104 @@
+"""The headless CLI: generate, doctor, and one-line errors with exit status 2."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import app
+from backend.pngmeta import read_png_parameters
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _run(args, cwd, env_extra=None, timeout=300):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NEURON_STUDIO_") or k == "NEURON_STUDIO_CACHE_DIR"}
+    env.update(env_extra or {})
+    return subprocess.run([sys.executable, str(ROOT / "app.py"), *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.slow
+def test_generate_works_offline_with_no_flags(tmp_path):
+    proc = _run(["generate", "a red fox", "--size", "256x256", "--json"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    assert len(lines) == 1
+    record = json.loads(lines[0])
+    for key in ("prompt", "width", "height", "mode", "steps", "seed", "device", "compiled", "compiles",
+                "seconds", "encode", "denoise", "decode", "path"):
+        assert key in record, key
+    assert (record["width"], record["height"], record["mode"], record["device"]) == (256, 256, "eager", "cpu")
+    assert record["compiled"] is False and record["compiles"] == 0
+    path = Path(record["path"])
+    assert path.parent == tmp_path / "outputs" and path.is_file()
+    params = read_png_parameters(path)
+    assert params["seed"] == record["seed"] and params["prompt"] == "a red fox" and params["width"] == 256
+
+
+@pytest.mark.slow
+def test_compiled_sizes_in_one_process_report_measured_compiles(tmp_path):
+    proc = _run(["generate", "a red fox", "--mode", "compiled", "--compile-backend", "aot_eager",
+                 "--size", "64x64", "--size", "128x128", "--size", "64x64", "--steps", "2", "--seed", "3",
+                 "--json", "--out", str(tmp_path / "fox.png")], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    records = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert [r["compiled"] for r in records] == [True, True, False]
+    assert [r["seed"] for r in records] == [3, 3, 3]
+    assert {Path(r["path"]).name for r in records} == {"fox-64x64.png", "fox-128x128.png"}
+
+
+@pytest.mark.slow
+def test_bad_input_in_a_real_process_is_one_line_without_traceback(tmp_path):
+    proc = _run(["generate", "fox", "--size", "250x256"], cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == ("app.py: error: size: width 250 is not a multiple of 16; "
+                                   "nearest valid size is 256x256")
+    assert not (tmp_path / "outputs").exists()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["generate", "fox"], "at least one --size"),
+    (["generate", "fox", "--size", "abc"], "expected WIDTHxHEIGHT"),
+    (["generate", "", "--size", "64x64"], "prompt: is empty"),
+    (["generate", "fox", "--size", "64x64", "--steps", "0"], "--steps"),
+    (["generate", "fox", "--size", "64x64", "--seed", "-7"], "seed: must be between"),
+    (["generate", "fox", "--size", "64x64", "--mode", "turbo"], "--mode: expected one of"),
+    (["generate", "fox", "--size", "64x64", "--model", "/no/such/model"], "no such folder"),
+    (["generate", "fox", "--size", "64x64", "--model", "someone/not-cached"], "not in the local Hugging Face cache"),
+    (["generate", "fox", "--size", "64x64", "--compile-backend", "warp9"], "not a registered torch.compile backend"),
+    (["--device", "tpu", "doctor"], "--device: expected one of"),
+])
+def test_bad_input_exits_2_with_one_line(argv, message, capsys, tmp_path):
+    argv = argv + ["--output-dir", str(tmp_path / "out")] if argv[0] == "generate" else argv
+    with pytest.raises(SystemExit) as exit_info:
+        raise SystemExit(app.main(argv))
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err and "Traceback" not in err
+
+
+def test_generate_in_process_writes_pngs_and_text(capsys, tmp_path):
+    code = app.main(["generate", "a fox", "--size", "64x64", "--steps", "1", "--seed", "9",
+                     "--out", str(tmp_path)])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "64x64 eager" in out and "seed 9" in out
+    (png,) = tmp_path.glob("*.png")
+    assert read_png_parameters(png)["seed"] == 9
+
+
+def test_doctor_reports_versions_device_and_caches(capsys):
+    assert app.main(["doctor", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["versions"]["torch"].startswith("2.13")
+    assert report["device"]["kind"] == "cpu" and "TorchNeuron not installed" in report["device"]["reason"]
+    assert report["torch_neuronx"] == {"installed": False, "importable": False, "cores": 0, "error": None}
+    assert "TORCH_NEURONX_NEFF_CACHE_DIR" in report["caches"] and "TORCHINDUCTOR_CACHE_DIR" in report["caches"]
+    assert report["model"]["label"] == "embedded:tiny-flux2-klein"
+    assert app.main(["doctor"]) == 0
+    text = capsys.readouterr().out
+    assert "device        cpu" in text and "NeuronCores visible: 0" in text
