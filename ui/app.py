@@ -37,8 +37,19 @@ def build_ui(manager) -> gr.Blocks:
             with gr.Column():
                 image = gr.Image(label="Image", type="pil", format="png")
                 record = gr.JSON(label="Result")
-        status = gr.JSON(label="Status", value=manager.status)
-        gr.Timer(2.0).tick(manager.status, outputs=status, api_visibility="private")
+        status = gr.JSON(label="Status")
+
+        def refresh_status() -> dict:
+            return manager.status()
+
+        demo.load(refresh_status, outputs=status, api_visibility="private")
+        gr.Timer(2.0).tick(refresh_status, outputs=status, api_visibility="private")
+
+        def status_api() -> dict:
+            """The manager's status snapshot (device, model, per-shape compile states, caches)."""
+            return manager.status()
+
+        gr.api(status_api, api_name="status")
         button.click(generate, [prompt, width, height, mode, steps, seed], [image, record],
                      api_name="generate", concurrency_id="device", concurrency_limit=1)
     return demo
