@@ -209,7 +209,7 @@ class InProcessEngine:
         # dynamo wraps a compiler's own error (BackendCompilerFailed): report the compiler's words.
         root = getattr(exc, "inner_exception", None) or exc
         text = str(root).strip().splitlines()[0] if str(root).strip() else type(root).__name__
-        if isinstance(exc, torch._dynamo.exc.FailOnRecompileLimitHit) or "recompile_limit" in str(exc):
+        if isinstance(root, torch._dynamo.exc.FailOnRecompileLimitHit):
             return CompileFailure(
                 "dynamo's recompile limit was hit; the shape was refused rather than run eagerly "
                 f"({text})"

@@ -82,14 +82,13 @@ def test_shape_limit_refuses_instead_of_falling_back_to_eager(tmp_path):
     mgr.close()
 
 
-def test_dynamo_recompile_limit_hit_is_a_clear_failure_not_silent_eager(manager, monkeypatch):
+def test_dynamo_recompile_limit_hit_is_a_clear_failure_not_silent_eager(manager):
     manager.generate(_req(manager, "compiled", 64, 64))
-    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 1)
-    with pytest.raises(GenerationFailed, match="recompile limit"):
-        manager.generate(_req(manager, "compiled", 96, 96))
+    with torch._dynamo.config.patch(recompile_limit=1):
+        with pytest.raises(GenerationFailed, match="recompile limit"):
+            manager.generate(_req(manager, "compiled", 96, 96))
     row = _row(manager, "compiled", "96x96")
     assert row["state"] == "failed" and "recompile limit" in row["error"]
-    monkeypatch.undo()
     assert manager.generate(_req(manager, "compiled", 96, 96))[1].compiled is True  # retry recovers
     assert _row(manager, "compiled", "96x96")["state"] == "warm"
 
