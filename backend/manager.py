@@ -85,8 +85,8 @@ class Manager:
     def _start_logged(self) -> None:
         try:
             self._start()
-        except Exception:  # noqa: BLE001 - the status already carries the message
-            pass
+        except Exception:  # noqa: BLE001 - the status carries the message; the log keeps the trace
+            log.exception("model load failed: %s", self.load_error)
 
     def _start(self) -> None:
         self.state = "loading"
@@ -109,6 +109,9 @@ class Manager:
             self.state = "warming"
             try:
                 self.warmup(self.settings.prewarm, self.settings.mode)
+            except StudioError as exc:  # a shape that fails to warm leaves the app usable
+                self.last_error = f"prewarm: {exc}"
+                log.error("%s", self.last_error)
             finally:
                 self.state = "ready"
 

@@ -13,7 +13,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from backend.shapes import Shape, parse_shape_list
+from backend.errors import InvalidRequest
+from backend.shapes import Shape, parse_shape_list, validate_shape
 
 MODES = ("eager", "compiled", "regional")
 DEVICES = ("auto", "neuron", "cuda", "cpu")
@@ -157,4 +158,9 @@ def load_settings(flags: dict[str, Any] | None = None, environ: dict[str, str] |
             f"--min-size/--max-size: bounds must be multiples of 16 with min <= max, "
             f"got {settings.min_size}..{settings.max_size}"
         )
+    for shape in settings.prewarm:
+        try:
+            validate_shape(shape.height, shape.width, settings.min_size, settings.max_size)
+        except InvalidRequest as exc:
+            raise ValueError(f"--prewarm {shape}: {exc}") from None
     return settings

@@ -61,7 +61,8 @@ def parse_shape_list(text: str) -> list[Shape]:
 
 
 def _nearest(value: int, lo: int, hi: int) -> int:
-    return min(max(int(round(value / MULTIPLE)) * MULTIPLE, lo), hi)
+    # halves round up (1000 -> 1008), so the suggestion never depends on banker's rounding
+    return min(max((value + MULTIPLE // 2) // MULTIPLE * MULTIPLE, lo), hi)
 
 
 def _as_int(field: str, value: object) -> int:

@@ -225,3 +225,14 @@ def test_not_ready_and_failed_loads_are_reported(tmp_path):
     assert bad.status()["state"] == "failed" and "no such folder" in bad.status()["load_error"]
     with pytest.raises(BackendNotReady, match="failed to load"):
         bad.generate(bad.validate("fox", 64, 64))
+
+
+def test_a_prewarm_shape_that_fails_leaves_the_app_ready(tmp_path, monkeypatch):
+    mgr = Manager(make_settings(tmp_path, prewarm=[Shape(64, 64)], mode="regional",
+                                compile_backend="broken_for_test"))
+    mgr.start()
+    status = mgr.status()
+    assert status["state"] == "ready" and "prewarm: " in status["last_error"]
+    assert _row(mgr, "regional", "64x64")["state"] == "failed"
+    assert mgr.generate(_req(mgr, "eager", 64, 64))[1].compiled is False
+    mgr.close()

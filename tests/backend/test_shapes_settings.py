@@ -60,3 +60,5 @@ def test_settings_errors_name_their_source():
         load_settings({"steps": "0"}, environ={})
     with pytest.raises(ValueError, match="--min-size/--max-size"):
         load_settings({"min_size": "100"}, environ={})
+    with pytest.raises(ValueError, match="--prewarm 1000x1000: size: .*nearest valid size is 1008x1008"):
+        load_settings({"prewarm": "1024x1024,1000x1000"}, environ={})

@@ -1,5 +1,7 @@
 """The embedded model: same classes as FLUX.2-klein, loads through from_pretrained, defaults work."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -55,3 +57,14 @@ def test_recipe_rebuilds_the_committed_folder(tmp_path):
         assert committed.keys() == rebuilt.keys()
         for key in committed:
             assert torch.equal(committed[key], rebuilt[key]), f"{part}:{key} differs"
+
+
+def test_embedded_model_is_built_on_first_use_when_the_folder_is_missing(tmp_path, monkeypatch):
+    from backend import model_source
+
+    monkeypatch.setattr(model_source, "EMBEDDED_MODEL_DIR", tmp_path / "absent")
+    path, label = model_source.resolve_model("embedded", tmp_path / "cache")
+    assert label == "embedded:tiny-flux2-klein"
+    assert Path(path) == tmp_path / "cache" / "embedded" / "tiny-flux2-klein"
+    assert (Path(path) / "model_index.json").is_file()
+    assert Flux2KleinPipeline.from_pretrained(path).config.is_distilled is True
