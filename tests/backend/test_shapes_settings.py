@@ -26,7 +26,9 @@ def test_presets_are_valid_and_about_one_megapixel():
 
 @pytest.mark.parametrize("h, w, nearest", [
     (250, 256, "256x256"),      # not a multiple of 16
-    (256, 1000, "992x256"),     # width rounds to nearest multiple
+    (256, 1000, "1008x256"),    # a half rounds up
+    (256, 1001, "1008x256"),    # width rounds to the nearest multiple
+    (256, 999, "992x256"),
     (16, 256, "256x64"),        # below the minimum
     (4096, 512, "512x2048"),    # above the maximum
     (-16, 256, "256x64"),       # negative
