@@ -23,8 +23,7 @@ from PIL import Image
 from backend.device import COMPILE_EVENTS, Device, diff_counters
 from backend.errors import GenerationCancelled, GenerationFailed, ShapeLocked
 from backend.records import GenerationRequest, ProgressEvent
-
-MODES = ("eager", "compiled", "regional")
+from backend.settings import MODES
 
 
 @dataclasses.dataclass

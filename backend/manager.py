@@ -22,7 +22,7 @@ from backend.errors import (BackendNotReady, GenerationCancelled, GenerationFail
                             ShapeLimitReached, ShapeLocked, StudioError)
 from backend.model_source import resolve_model
 from backend.records import GenerationRequest, GenerationResult, ProgressEvent
-from backend.settings import Settings
+from backend.settings import MODES, Settings
 from backend.shapes import Shape, validate_shape
 
 log = logging.getLogger(__name__)
@@ -128,7 +128,7 @@ class Manager:
 
     @property
     def modes(self) -> tuple[str, ...]:
-        return tuple(self.engine.modes) if self.engine is not None else ("eager", "compiled", "regional")
+        return tuple(self.engine.modes) if self.engine is not None else MODES
 
     # validation --------------------------------------------------------------------------------
     def validate(self, prompt: Any, height: Any, width: Any, steps: Any = None, guidance: Any = None,
