@@ -7,11 +7,9 @@ exit 2; a generation that fails at run time exits 1. No tracebacks for either.
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import platform
 import sys
-import time
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -29,23 +27,15 @@ def _fail(message: str, code: int) -> int:
 
 
 def _out_paths(out: str | None, default_dir: Path, n: int):
-    """Yield a function naming each image's file: a folder gets unique names, a .png gets suffixes."""
-    target = Path(out) if out else default_dir
-    if target.suffix.lower() == ".png":
-        def name(result, _i):
-            if n == 1:
-                return target
-            return target.with_name(f"{target.stem}-{result.width}x{result.height}{target.suffix}")
-        return name
-    counter = itertools.count()
+    """Return a function naming each image's file: a folder gets unique names, a .png gets suffixes."""
+    from backend.pngmeta import unique_output_path
 
-    def name(result, _i):
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        while True:
-            candidate = target / f"{stamp}-{next(counter):03d}-{result.width}x{result.height}-{result.mode}-{result.seed}.png"
-            if not candidate.exists():
-                return candidate
-    return name
+    target = Path(out) if out else default_dir
+    if target.suffix.lower() != ".png":
+        return lambda result: unique_output_path(target, result)
+    if n == 1:
+        return lambda result: target
+    return lambda result: target.with_name(f"{target.stem}-{result.width}x{result.height}{target.suffix}")
 
 
 def generate(settings: Settings, args: argparse.Namespace) -> int:
@@ -66,7 +56,7 @@ def generate(settings: Settings, args: argparse.Namespace) -> int:
     except StudioError as exc:
         return _fail(str(exc), EXIT_BAD_INPUT)
     name = _out_paths(args.out, settings.output_dir, len(requests))
-    for i, request in enumerate(requests):
+    for request in requests:
         try:
             image, result = manager.generate(request)
         except (GenerationFailed, GenerationCancelled) as exc:
@@ -74,7 +64,7 @@ def generate(settings: Settings, args: argparse.Namespace) -> int:
         except StudioError as exc:
             return _fail(str(exc), EXIT_BAD_INPUT)
         if not args.no_save:
-            result.path = str(save_png(image, result, name(result, i)).resolve())
+            result.path = str(save_png(image, result, name(result)).resolve())
         if args.json:
             print(json.dumps(result.to_json(), ensure_ascii=False), flush=True)
         else:
@@ -159,9 +149,13 @@ def serve(settings: Settings) -> int:
     from ui.app import launch
 
     manager = Manager(settings)
-    manager.start(background=True)  # the page is served while the model loads
     try:
-        launch(manager, settings)
+        demo = launch(manager, settings, block=False)  # the page first, within seconds
+    except ValueError as exc:  # a bad --auth
+        return _fail(str(exc), EXIT_BAD_INPUT)
+    manager.start(background=True)  # then the model stack, in the background; status shows it
+    try:
+        demo.block_thread()
     finally:
         manager.close()
     return 0

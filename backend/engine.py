@@ -21,7 +21,7 @@ import torch
 from PIL import Image
 
 from backend.device import COMPILE_EVENTS, Device, diff_counters
-from backend.errors import GenerationCancelled, GenerationFailed, ShapeLocked
+from backend.errors import CompileFailure, GenerationCancelled, GenerationFailed, ShapeLocked
 from backend.records import GenerationRequest, ProgressEvent
 from backend.settings import MODES
 
@@ -36,10 +36,6 @@ class EngineOutput:
     encode: float
     denoise: float
     decode: float
-
-
-class CompileFailure(GenerationFailed):
-    """A failure while a graph was being compiled; the shape's compile state becomes 'failed'."""
 
 
 class InProcessEngine:

@@ -27,6 +27,10 @@ class BackendNotReady(StudioError):
     """The model is still loading, or failed to load."""
 
 
+class BackendBusy(StudioError):
+    """Something that runs one at a time (a warm-up) is already running."""
+
+
 class ShapeLocked(StudioError):
     """The app is locked to warm shapes and this (mode, shape) is not warm."""
 
@@ -41,3 +45,7 @@ class GenerationCancelled(StudioError):
 
 class GenerationFailed(StudioError):
     """The pipeline or the compiler raised; the message says which and why."""
+
+
+class CompileFailure(GenerationFailed):
+    """A failure while a graph was being compiled; the shape's compile state becomes 'failed'."""

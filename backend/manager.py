@@ -1,5 +1,8 @@
 """The manager: the one door through which the UI, the CLI and the tests reach the device.
 
+Importing this module does not import torch: the device layer and the engine load in ``start``
+(in the background for the web app), so the page is served before the model stack has loaded.
+
 It owns the active engine, validates requests up front, serialises device work, reports progress,
 cancels cooperatively, keeps the per (mode, shape) compile table from measured compile events,
 refuses shapes past the recompile limit or outside the warm set when locked, and publishes a
@@ -8,6 +11,7 @@ JSON-able status snapshot.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import secrets
@@ -16,17 +20,15 @@ import time
 from typing import Any, Callable, Iterable
 
 from backend import compile_state as cs
-from backend.device import Device, resolve_device
-from backend.engine import CompileFailure, InProcessEngine
-from backend.errors import (BackendNotReady, GenerationCancelled, GenerationFailed, InvalidRequest,
-                            ShapeLimitReached, ShapeLocked, StudioError)
-from backend.model_source import resolve_model
+from backend.errors import (BackendBusy, BackendNotReady, CompileFailure, GenerationCancelled, GenerationFailed,
+                            InvalidRequest, ShapeLimitReached, ShapeLocked, StudioError)
 from backend.records import GenerationRequest, GenerationResult, ProgressEvent
 from backend.settings import MODES, Settings
 from backend.shapes import Shape, validate_shape
 
 log = logging.getLogger(__name__)
 MAX_SEED = 2**63 - 1
+RANDOM_SEED_BOUND = 2**53  # random seeds stay exact as JavaScript numbers in the browser
 WARMUP_PROMPT = "warm-up"
 _ALLOWED_CONTROL = {"\n", "\t", "\r"}
 _KEEP_RECORDS = 1000
@@ -55,7 +57,7 @@ class Manager:
     def __init__(self, settings: Settings, engine_factory: Callable[[Device, str], Any] | None = None,
                  clock: Callable[[], float] = time.monotonic):
         self.settings = settings
-        self._engine_factory = engine_factory or InProcessEngine
+        self._engine_factory = engine_factory
         self._clock = clock
         self.table = cs.CompileTable(clock)
         self.device: Device | None = None
@@ -72,6 +74,7 @@ class Manager:
         self._current: dict[str, Any] | None = None
         self._ready = threading.Event()
         self._loader: threading.Thread | None = None
+        self._warmup: dict[str, Any] = {}
 
     # lifecycle ---------------------------------------------------------------------------------
     def start(self, background: bool = False) -> None:
@@ -91,10 +94,14 @@ class Manager:
     def _start(self) -> None:
         self.state = "loading"
         try:
+            from backend.device import Device, resolve_device
+            from backend.engine import InProcessEngine
+            from backend.model_source import resolve_model
+
             info = resolve_device(self.settings)
             self.device = Device(info, self.settings.max_compiled_shapes)
             path, self.model_label = resolve_model(self.settings.model, self.settings.cache_dir)
-            engine = self._engine_factory(self.device, path)
+            engine = (self._engine_factory or InProcessEngine)(self.device, path)
             engine.load()
             self.engine = engine
         except Exception as exc:
@@ -163,7 +170,7 @@ class Manager:
             raise InvalidRequest("guidance", f"must be between 0 and {s.max_guidance}, got {guidance!r}")
 
         if seed is None or seed == "" or (isinstance(seed, (int, float)) and not isinstance(seed, bool) and seed == -1):
-            seed = secrets.randbelow(MAX_SEED + 1)
+            seed = secrets.randbelow(RANDOM_SEED_BOUND)
         else:
             seed = _whole("seed", seed)
             if not 0 <= seed <= MAX_SEED:
@@ -296,6 +303,86 @@ class Manager:
             progress(len(shapes), len(shapes), None)
         return results
 
+    def start_warmup(self, shapes: Iterable[Shape], mode: str | None = None) -> None:
+        """Warm shapes in a background thread; ``status()["warmup"]`` shows its progress."""
+        shapes = list(shapes)
+        mode = mode or self.settings.mode
+        if not shapes:
+            raise InvalidRequest("shapes", "choose at least one shape to warm up")
+        if mode not in self.modes:
+            raise InvalidRequest("mode", f"must be one of {', '.join(self.modes)}, got {mode!r}")
+        with self._state_lock:
+            if self._warmup.get("running"):
+                raise BackendBusy("a warm-up is already running; wait for it to finish")
+            self._warmup = {"running": True, "mode": mode, "done": 0, "total": len(shapes),
+                            "current": None, "error": None}
+
+        def progress(done: int, total: int, shape: Shape | None) -> None:
+            self._warmup.update(done=done, current=str(shape) if shape else None)
+
+        def run() -> None:
+            try:
+                self.warmup(shapes, mode, progress)
+            except StudioError as exc:
+                self._warmup["error"] = str(exc)
+            except Exception as exc:  # noqa: BLE001 - reported in status, traced in the log
+                log.exception("warm-up failed")
+                self._warmup["error"] = f"{type(exc).__name__}: {exc}"
+            finally:
+                self._warmup["running"] = False
+
+        threading.Thread(target=run, name="warmup", daemon=True).start()
+
+    def compare(self, request: GenerationRequest, modes: Iterable[str],
+                progress: ProgressFn | None = None) -> list[dict[str, Any]]:
+        """Run one request through several modes; each entry has image, result, and the max pixel
+        difference (0-255) from the first mode's image."""
+        import numpy as np
+
+        modes = list(dict.fromkeys(modes))
+        if not 2 <= len(modes) <= 3:
+            raise InvalidRequest("modes", f"choose two or three modes to compare, got {len(modes)}")
+        entries, first = [], None
+        for mode in modes:
+            if mode not in self.modes:
+                raise InvalidRequest("mode", f"must be one of {', '.join(self.modes)}, got {mode!r}")
+            image, result = self.generate(dataclasses.replace(request, mode=mode), progress)
+            pixels = np.asarray(image.convert("RGB"), dtype=np.int16)
+            first = pixels if first is None else first
+            entries.append({"mode": mode, "image": image, "result": result,
+                            "max_diff": int(np.abs(pixels - first).max())})
+        return entries
+
+    def save_image(self, image, result: GenerationResult) -> str:
+        """Write the PNG (with its parameters) to the output folder; sets and returns result.path."""
+        from backend.pngmeta import save_png, unique_output_path
+
+        result.path = str(save_png(image, result, unique_output_path(self.settings.output_dir, result)).resolve())
+        return result.path
+
+    def clear_compile_cache(self) -> int:
+        """Delete the on-disk compile cache (NEFF or inductor) between generations; returns bytes freed.
+
+        Graphs already in memory stay warm; only later processes lose the head start.
+        """
+        import shutil
+        from pathlib import Path
+
+        if self.device is None:
+            raise BackendNotReady("the device is not ready yet")
+        with self._device_lock:
+            info = self.device.cache_info()
+            folder = Path(info["dir"]).resolve()
+            if not info["dir"] or folder == Path(folder.anchor) or folder == Path.home().resolve():
+                raise InvalidRequest("cache", f"refusing to clear {folder}")
+            freed = info["bytes"]
+            for child in folder.iterdir() if folder.is_dir() else []:
+                if child.is_dir() and not child.is_symlink():
+                    shutil.rmtree(child, ignore_errors=True)
+                else:
+                    child.unlink(missing_ok=True)
+            return freed
+
     def set_warm_only(self, locked: bool) -> None:
         self.warm_only = bool(locked)
 
@@ -323,4 +410,5 @@ class Manager:
             "load_error": self.load_error,
             "last_error": self.last_error,
             "generations": len(self.records),
+            "warmup": dict(self._warmup) or None,
         }

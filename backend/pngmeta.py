@@ -15,6 +15,7 @@ import json
 import os
 import re
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,17 @@ def save_png(image: Image.Image, result: GenerationResult, path: str | Path) -> 
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def unique_output_path(folder: str | Path, result: GenerationResult) -> Path:
+    """A new file name in ``folder`` that says when, what size, which mode and seed."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    base = f"{stamp}-{result.width}x{result.height}-{result.mode}-{result.seed}"
+    folder = Path(folder)
+    candidate, n = folder / f"{base}.png", 1
+    while candidate.exists():
+        candidate, n = folder / f"{base}-{n}.png", n + 1
+    return candidate
 
 
 def parse_infotext(text: str) -> dict[str, Any]:

@@ -61,12 +61,16 @@ class Settings:
     # Web server.
     host: str = "127.0.0.1"
     port: int = 7860
+    # Gradio share link (needs the internet) and login: "user:pass" or a file of user:pass lines.
+    share: bool = False
+    auth: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         out["prewarm"] = [str(s) for s in self.prewarm]
         out["cache_dir"] = str(self.cache_dir)
         out["output_dir"] = str(self.output_dir)
+        out["auth"] = "set" if self.auth else None  # never echo credentials
         return out
 
 
@@ -122,15 +126,19 @@ OPTIONS: dict[str, tuple[str, str, Any, str]] = {
     "output_dir": ("--output-dir", "NEURON_STUDIO_OUTPUT_DIR", Path, "where PNGs are written"),
     "host": ("--host", "NEURON_STUDIO_HOST", str, "address the web UI binds (default 127.0.0.1)"),
     "port": ("--port", "NEURON_STUDIO_PORT", _positive_int, "web UI port"),
+    "share": ("--share", "NEURON_STUDIO_SHARE", _bool, "also open a public Gradio share link (1/0)"),
+    "auth": ("--auth", "NEURON_STUDIO_AUTH", str,
+             "require a login: user:pass, or a file with one user:pass per line"),
 }
 
 
 def add_setting_flags(parser: argparse.ArgumentParser) -> None:
     """Add every setting as a flag whose default is 'not given', so env and defaults can fill in."""
     group = parser.add_argument_group("settings (flag > NEURON_STUDIO_* environment > default)")
-    for dest, (flag, env, _parse, help_text) in OPTIONS.items():
+    for dest, (flag, env, parse, help_text) in OPTIONS.items():
+        switch = {"nargs": "?", "const": "1"} if parse is _bool else {}  # `--warm-only` alone means on
         group.add_argument(flag, dest=dest, default=argparse.SUPPRESS, metavar=dest.upper(),
-                           help=f"{help_text} [env {env}]")
+                           help=f"{help_text} [env {env}]", **switch)
 
 
 def load_settings(flags: dict[str, Any] | None = None, environ: dict[str, str] | None = None) -> Settings:

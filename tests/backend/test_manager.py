@@ -2,12 +2,13 @@
 
 import json
 import threading
+from pathlib import Path
 
 import pytest
 import torch
 
-from backend.errors import (BackendNotReady, GenerationCancelled, GenerationFailed, ShapeLimitReached,
-                            ShapeLocked)
+from backend.errors import (BackendBusy, BackendNotReady, GenerationCancelled, GenerationFailed,
+                            InvalidRequest, ShapeLimitReached, ShapeLocked)
 from backend.manager import Manager
 from backend.shapes import Shape
 from tests.conftest import make_settings
@@ -236,3 +237,45 @@ def test_a_prewarm_shape_that_fails_leaves_the_app_ready(tmp_path, monkeypatch):
     assert _row(mgr, "regional", "64x64")["state"] == "failed"
     assert mgr.generate(_req(mgr, "eager", 64, 64))[1].compiled is False
     mgr.close()
+
+
+def test_compare_runs_one_request_through_modes(manager):
+    entries = manager.compare(_req(manager, "eager", 64, 64, seed=9), ["eager", "compiled", "regional"])
+    assert [e["mode"] for e in entries] == ["eager", "compiled", "regional"]
+    assert entries[0]["max_diff"] == 0 and all(e["max_diff"] <= 1 for e in entries)
+    assert [e["result"].compiled for e in entries] == [False, True, True]
+    assert len({e["result"].seed for e in entries}) == 1
+    with pytest.raises(InvalidRequest, match="two or three"):
+        manager.compare(_req(manager, "eager", 64, 64), ["eager"])
+
+
+def test_background_warmup_reports_progress_and_refuses_a_second(manager):
+    import time
+
+    manager.start_warmup([Shape(64, 64), Shape(96, 96)], "compiled")
+    with pytest.raises(BackendBusy):
+        manager.start_warmup([Shape(64, 64)], "compiled")
+    deadline = time.monotonic() + 60
+    while manager.status()["warmup"]["running"]:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    warmup = manager.status()["warmup"]
+    assert warmup["done"] == warmup["total"] == 2 and warmup["error"] is None
+    assert _row(manager, "compiled", "96x96")["state"] == "warm"
+
+
+def test_clear_compile_cache_empties_the_folder(manager):
+    folder = Path(manager.device.cache_info()["dir"])
+    (folder / "ab").mkdir(parents=True, exist_ok=True)
+    (folder / "ab" / "x.bin").write_bytes(b"0" * 1000)
+    assert manager.clear_compile_cache() >= 1000
+    assert folder.is_dir() and not any(folder.iterdir())
+
+
+def test_save_image_writes_a_png_with_parameters(manager):
+    from backend.pngmeta import read_png_parameters
+
+    image, result = manager.generate(_req(manager, "eager", 64, 64, seed=31))
+    path = manager.save_image(image, result)
+    assert result.path == path and Path(path).parent == manager.settings.output_dir.resolve()
+    assert read_png_parameters(path)["seed"] == 31

@@ -1,0 +1,104 @@
+"""A fake manager for UI handler tests: the manager's public surface, no model, no torch.
+
+Validation is the real Manager.validate (pure Python), so messages match what users see.
+"""
+
+from __future__ import annotations
+
+from PIL import Image
+
+from backend.errors import ShapeLocked
+from backend.manager import Manager
+from backend.records import GenerationResult
+from backend.shapes import Shape
+from tests.conftest import make_settings
+
+
+class FakeManager:
+    modes = ("eager", "compiled", "regional")
+
+    def __init__(self, tmp_path, **settings):
+        self.settings = make_settings(tmp_path, **settings)
+        self._validator = Manager(self.settings)
+        self.warm_only = False
+        self.records: list[GenerationResult] = []
+        self.calls: list[tuple] = []
+        self.raise_on_generate: Exception | None = None
+        self.warm: set[tuple[str, Shape]] = set()
+        self.progress_events = []
+
+    def validate(self, *args, **kwargs):
+        return self._validator.validate(*args, **kwargs)
+
+    def predict(self, mode, shape, steps=None):
+        warm = (mode, shape) in self.warm
+        refused = None
+        if self.warm_only and not warm and mode != "eager":
+            refused = f"{shape} is not warm in {mode} mode and the app is locked to warm shapes"
+        return {"mode": mode, "shape": str(shape), "state": "warm" if warm else "cold",
+                "will_compile": not warm and mode != "eager", "estimate_compile_seconds": 2.0 if not warm else None,
+                "expected_seconds": 0.5 if warm else None, "note": "warm" if warm else "will compile first",
+                "refused": refused}
+
+    def generate(self, request, progress=None):
+        self.calls.append(("generate", request))
+        if self.raise_on_generate:
+            raise self.raise_on_generate
+        if self.warm_only and (request.mode, request.shape) not in self.warm and request.mode != "eager":
+            raise ShapeLocked(f"{request.shape} is not warm in {request.mode} mode")
+        for event in self.progress_events:
+            progress(event)
+        compiled = (request.mode, request.shape) not in self.warm and request.mode != "eager"
+        self.warm.add((request.mode, request.shape))
+        result = GenerationResult(
+            prompt=request.prompt, width=request.width, height=request.height, mode=request.mode,
+            steps=request.steps, guidance=request.guidance, seed=request.seed, device="cpu", model="fake",
+            compiled=compiled, compiles=int(compiled), compile_seconds=1.5 if compiled else 0.0,
+            seconds=2.0 if compiled else 0.4, encode=0.1, denoise=1.8 if compiled else 0.2, decode=0.1)
+        self.records.append(result)
+        color = {"eager": (200, 0, 0), "compiled": (201, 0, 0), "regional": (205, 0, 0)}[request.mode]
+        return Image.new("RGB", (request.width, request.height), color), result
+
+    def compare(self, request, modes, progress=None):
+        first, entries = None, []
+        for mode in modes:
+            image, result = self.generate(request.__class__(**{**request.to_json(), "mode": mode}), progress)
+            value = image.getpixel((0, 0))[0]
+            first = value if first is None else first
+            entries.append({"mode": mode, "image": image, "result": result, "max_diff": abs(value - first)})
+        return entries
+
+    def save_image(self, image, result):
+        from backend.pngmeta import save_png, unique_output_path
+
+        result.path = str(save_png(image, result, unique_output_path(self.settings.output_dir, result)))
+        return result.path
+
+    def cancel(self):
+        self.calls.append(("cancel",))
+        return True
+
+    def set_warm_only(self, locked):
+        self.warm_only = locked
+
+    def start_warmup(self, shapes, mode=None):
+        self.calls.append(("warmup", tuple(shapes), mode))
+
+    def clear_compile_cache(self):
+        self.calls.append(("clear",))
+        return 5_000_000
+
+    def status(self):
+        return {
+            "state": "ready", "model": {"spec": "embedded", "label": "fake-model"},
+            "device": {"kind": "cpu", "reason": "auto: fake", "compile_backend": "aot_eager"},
+            "dtype": "float32", "default_mode": "eager", "modes": list(self.modes),
+            "engine": {"engine": "fake", "active_mode": "eager"}, "warm_only": self.warm_only,
+            "busy": None, "cache": {"dir": "/tmp/x", "bytes": 2048, "variable": "TORCHINDUCTOR_CACHE_DIR"},
+            "memory": {"rss_bytes": 10 * 2**20, "device_allocated_bytes": None}, "load_error": None,
+            "last_error": None, "warmup": None,
+            "shapes": [{"mode": m, "shape": str(s), "width": s.width, "height": s.height, "tokens": s.tokens,
+                        "state": "warm", "compile_seconds": 1.5 if m != "eager" else 0.0,
+                        "compiles": int(m != "eager"), "steady_seconds": 0.4, "runs": 1,
+                        "compiling_elapsed": None, "error": None} for m, s in sorted(self.warm)],
+        }

@@ -1,0 +1,209 @@
+"""The page's event handlers. They talk to the backend only through the manager's public methods.
+
+Each handler turns the backend's StudioError into ``gr.Error`` (a message in the page, never a
+generic "Error") and returns plain values, so tests can drive them with a fake manager.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import gradio as gr
+
+from backend.errors import GenerationCancelled, InvalidRequest, StudioError
+from backend.pngmeta import read_png_parameters
+from backend.shapes import PRESETS, validate_shape
+from ui import views
+
+HISTORY_KEEP = 24
+TP_UNAVAILABLE = ("Tensor-parallel mode is not available in this build yet: it needs the torchrun "
+                  "worker group. Pick eager, compiled or regional.")
+
+
+def _noop_progress(*_args, **_kwargs) -> None:
+    return None
+
+
+class Studio:
+    """Handlers bound to one manager (real or fake)."""
+
+    def __init__(self, manager):
+        self.manager = manager
+
+    # helpers ---------------------------------------------------------------------------------
+    def _check_mode(self, mode: str) -> None:
+        if mode == "tp" and "tp" not in self.manager.modes:
+            raise gr.Error(TP_UNAVAILABLE)
+
+    def _validate(self, prompt, width, height, mode, steps, guidance, seed):
+        self._check_mode(mode)
+        try:
+            return self.manager.validate(prompt, height, width, steps=steps, guidance=guidance,
+                                         seed=seed, mode=mode)
+        except StudioError as exc:
+            raise gr.Error(str(exc)) from None
+
+    @staticmethod
+    def _progress_adapter(progress: Callable) -> Callable:
+        def on_progress(event) -> None:
+            if event.phase == "denoising":
+                progress((event.step, event.steps), desc=f"denoising step {event.step}/{event.steps}")
+            elif event.phase in ("encoding", "compiling", "decoding"):
+                progress(None if event.phase == "compiling" else 0.0 if event.phase == "encoding" else 1.0,
+                         desc=f"{event.phase}…")
+        return on_progress
+
+    def _run(self, request, progress: Callable):
+        try:
+            image, result = self.manager.generate(request, self._progress_adapter(progress))
+        except GenerationCancelled as exc:
+            gr.Info(f"Stopped: {exc}")
+            return None
+        except StudioError as exc:
+            raise gr.Error(str(exc)) from None
+        self.manager.save_image(image, result)
+        return result
+
+    # generate / stop -------------------------------------------------------------------------
+    def generate(self, prompt, width, height, mode, steps, guidance, seed, randomize, history,
+                 progress: Callable = _noop_progress):
+        """The Generate button: returns image, run line, record, used seed, gallery, history state."""
+        request = self._validate(prompt, width, height, mode, steps, guidance, -1 if randomize else seed)
+        result = self._run(request, progress)
+        if result is None:
+            return (gr.skip(), f"**Stopped** before the image was finished (seed `{request.seed}`).", gr.skip(),
+                    gr.skip(), gr.skip(), gr.skip())
+        record = result.to_json()
+        caption = f"{result.width}x{result.height} · {result.mode} · {views._seconds(result.seconds)}"
+        history = ([(result.path, caption)] + list(history or []))[:HISTORY_KEEP]
+        return result.path, views.run_markdown(record), record, result.seed, history, history
+
+    def api_generate(self, prompt, width, height, mode, steps, seed, guidance,
+                     progress: Callable = _noop_progress):
+        """Public API: (prompt, width, height, mode, steps, seed, guidance) -> (PNG, JSON record)."""
+        request = self._validate(prompt, width, height, mode, steps, guidance, seed)
+        result = self._run(request, progress)
+        if result is None:
+            raise gr.Error("the generation was stopped")
+        return result.path, result.to_json()
+
+    def stop(self) -> None:
+        if self.manager.cancel():
+            gr.Info("Stopping at the next denoising step…")
+        else:
+            gr.Info("Nothing is running.")
+
+    # controls --------------------------------------------------------------------------------
+    @staticmethod
+    def preset_changed(label: str, width, height):
+        shape = views.preset_shape(label)
+        if shape is None:
+            return gr.skip(), gr.skip()
+        return shape.width, shape.height
+
+    @staticmethod
+    def size_changed(width, height) -> str:
+        for name, shape in PRESETS:
+            if (shape.width, shape.height) == (width, height):
+                return views.preset_label(name, shape)
+        return views.CUSTOM
+
+    def refresh_studio(self, mode, width, height, steps):
+        """Engine line, cost of the chosen (mode, shape), and the preset badges for that mode."""
+        status = self.manager.status()
+        engine = views.engine_markdown(status)
+        if mode == "tp" and "tp" not in self.manager.modes:
+            return engine, f"**Not available** — {TP_UNAVAILABLE}", views.badges_html([])
+        try:
+            bounds = self.manager.settings
+            shape = validate_shape(height, width, bounds.min_size, bounds.max_size)
+        except InvalidRequest as exc:
+            shape, error = None, str(exc)
+        else:
+            error = None
+        steps = steps if isinstance(steps, (int, float)) and steps >= 1 else None
+        ready = status["state"] not in ("idle", "loading", "failed")
+        cost = views.cost_markdown(self.manager.predict(mode, shape, steps) if ready and shape else None, error)
+        badges = views.badges_html([(views.preset_label(n, s), self.manager.predict(mode, s, steps))
+                                    for n, s in PRESETS]) if ready else views.badges_html([])
+        return engine, cost, badges
+
+    def refresh_system(self):
+        status = self.manager.status()
+        return (views.system_markdown(status), views.shapes_frame(status), views.warmup_markdown(status),
+                status)
+
+    def refresh_plots(self):
+        return views.latency_frame(self.manager.records), views.compile_frame(self.manager.status())
+
+    # PNG parameters --------------------------------------------------------------------------
+    def load_png(self, path):
+        """Fill the controls from a PNG's parameters: prompt, size, steps, guidance, seed, mode."""
+        if not path:
+            return (gr.skip(),) * 9
+        try:
+            params = read_png_parameters(path)
+        except Exception:  # noqa: BLE001 - not a PNG (or a broken one): say so, change nothing
+            raise gr.Error("That file is not a readable PNG.") from None
+        if not params:
+            gr.Warning("This PNG carries no generation parameters.")
+            return (gr.skip(),) * 9
+        width, height = params.get("width"), params.get("height")
+        mode = params.get("mode")
+        if mode not in self.manager.modes:
+            mode = None
+        return (
+            params.get("prompt", gr.skip()),
+            width if width else gr.skip(),
+            height if height else gr.skip(),
+            self.size_changed(width, height) if width and height else gr.skip(),
+            params.get("steps", gr.skip()),
+            params.get("guidance", gr.skip()),
+            params.get("seed", gr.skip()),
+            False if "seed" in params else gr.skip(),  # a loaded seed is meant to be reused
+            mode or gr.skip(),
+        )
+
+    # system panel ----------------------------------------------------------------------------
+    def clear_cache(self) -> str:
+        try:
+            freed = self.manager.clear_compile_cache()
+        except StudioError as exc:
+            raise gr.Error(str(exc)) from None
+        gr.Info(f"Compile cache cleared ({freed / 1e6:.1f} MB).")
+        return views.system_markdown(self.manager.status())
+
+    def set_warm_only(self, locked: bool) -> None:
+        self.manager.set_warm_only(bool(locked))
+        gr.Info("Locked to warm shapes." if locked else "New shapes may compile again.")
+
+    def start_warmup(self, labels: list[str], mode: str) -> str:
+        self._check_mode(mode)
+        shapes = [s for s in (views.preset_shape(label) for label in labels or []) if s is not None]
+        try:
+            self.manager.start_warmup(shapes, mode)
+        except StudioError as exc:
+            raise gr.Error(str(exc)) from None
+        return views.warmup_markdown(self.manager.status())
+
+    # compare ---------------------------------------------------------------------------------
+    def compare(self, prompt, width, height, steps, guidance, seed, randomize, modes,
+                progress: Callable = _noop_progress):
+        for mode in modes or []:
+            self._check_mode(mode)
+        request = self._validate(prompt, width, height, (modes or ["eager"])[0], steps, guidance,
+                                 -1 if randomize else seed)
+        try:
+            entries = self.manager.compare(request, modes or [], self._progress_adapter(progress))
+        except GenerationCancelled as exc:
+            gr.Info(f"Stopped: {exc}")
+            return gr.skip(), gr.skip()
+        except StudioError as exc:
+            raise gr.Error(str(exc)) from None
+        gallery, table = [], []
+        for e in entries:
+            self.manager.save_image(e["image"], e["result"])
+            r = e["result"]
+            gallery.append((r.path, f"{r.mode} · {views._seconds(r.seconds)} · max |Δ| {e['max_diff']}"))
+            table.append({**e, "result": r.to_json()})
+        return gallery, views.compare_frame(table)
