@@ -126,8 +126,8 @@ def build_ui(manager) -> gr.Blocks:
         with gr.Tab("Performance", id="performance"):
             gr.Markdown("Measured in this process: steady-state seconds per image (median, runs that did "
                         "not compile) against image size, and the compile time of each shape per mode.")
-            latency_plot = gr.LinePlot(views.latency_frame([]), x="megapixels", y="seconds", color="mode",
-                                       title="Latency vs image size", elem_id="latency-plot")
+            latency_plot = gr.ScatterPlot(views.latency_frame([]), x="megapixels", y="seconds", color="mode",
+                                          title="Latency vs image size (steady state)", elem_id="latency-plot")
             compile_plot = gr.BarPlot(views.compile_frame({}), x="shape · mode", y="compile seconds",
                                       color="mode", title="Compile time per shape and mode",
                                       elem_id="compile-plot")
@@ -147,11 +147,11 @@ def build_ui(manager) -> gr.Blocks:
             control.change(studio.refresh_studio, studio_inputs, studio_outputs, **light)
 
         gen_event = generate_btn.click(
-            studio.generate, [prompt, width, height, mode, steps, guidance, seed, randomize, history_state],
+            studio.generate_from_page, [prompt, width, height, mode, steps, guidance, seed, randomize, history_state],
             [image, run_info, record, seed, history, history_state],
             concurrency_id=DEVICE_QUEUE, concurrency_limit=1, **private)
         gen_event.then(studio.refresh_studio, studio_inputs, studio_outputs, **light)
-        prompt.submit(studio.generate, [prompt, width, height, mode, steps, guidance, seed, randomize,
+        prompt.submit(studio.generate_from_page, [prompt, width, height, mode, steps, guidance, seed, randomize,
                                         history_state],
                       [image, run_info, record, seed, history, history_state],
                       concurrency_id=DEVICE_QUEUE, concurrency_limit=1, **private)

@@ -65,7 +65,7 @@ class Studio:
         return result
 
     # generate / stop -------------------------------------------------------------------------
-    def generate(self, prompt, width, height, mode, steps, guidance, seed, randomize, history,
+    def generate_from_page(self, prompt, width, height, mode, steps, guidance, seed, randomize, history,
                  progress: Callable = _noop_progress):
         """The Generate button: returns image, run line, record, used seed, gallery, history state."""
         request = self._validate(prompt, width, height, mode, steps, guidance, -1 if randomize else seed)
@@ -85,7 +85,11 @@ class Studio:
         result = self._run(request, progress)
         if result is None:
             raise gr.Error("the generation was stopped")
-        return result.path, result.to_json()
+        # The PNG itself is the first output; the server-side path means nothing to a remote
+        # client (and gradio_client would mistake a dict with a "path" key for a file).
+        record = result.to_json()
+        record.pop("path")
+        return result.path, record
 
     def stop(self) -> None:
         if self.manager.cancel():

@@ -149,7 +149,7 @@ def system_markdown(status: dict[str, Any]) -> str:
         ("Warm-only lock", "on" if status.get("warm_only") else "off"),
         ("Last error", status.get("last_error") or "none"),
     ]
-    return "\n".join(["| | |", "| --- | --- |"] + [f"| {k} | {v} |" for k, v in rows])
+    return "\n".join(["| System | |", "| --- | --- |"] + [f"| {k} | {v} |" for k, v in rows])
 
 
 SHAPE_COLUMNS = ["mode", "shape", "state", "compile s", "steady s", "runs", "error"]

@@ -35,7 +35,7 @@ def test_generate_shows_image_timings_seed_and_history(studio, fake):
     fake.progress_events = [ProgressEvent("encoding", 0, 4), ProgressEvent("compiling", 0, 4),
                             ProgressEvent("denoising", 2, 4), ProgressEvent("decoding", 4, 4)]
     calls, progress = recorder()
-    path, info, record, seed, gallery, state = studio.generate(
+    path, info, record, seed, gallery, state = studio.generate_from_page(
         "a fox", 256, 128, "compiled", 4, 1.0, 0, True, [], progress)
     assert Path(path).is_file() and read_png_parameters(path)["seed"] == seed == record["seed"]
     assert "**256x128**" in info and "compiled 1 graph(s)" in info and f"`{seed}`" in info
@@ -43,7 +43,7 @@ def test_generate_shows_image_timings_seed_and_history(studio, fake):
     assert [desc for _v, desc in calls] == ["encoding…", "compiling…", "denoising step 2/4", "decoding…"]
     assert calls[2][0] == (2, 4)
     # the same seed again, not randomised; history grows newest first
-    path2, info2, record2, seed2, gallery2, _ = studio.generate("a fox", 256, 128, "compiled", 4, 1.0, 77, False,
+    path2, info2, record2, seed2, gallery2, _ = studio.generate_from_page("a fox", 256, 128, "compiled", 4, 1.0, 77, False,
                                                                  state, progress)
     assert seed2 == 77 and "no compile (warm)" in info2 and len(gallery2) == 2 and gallery2[0][0] == path2
 
@@ -51,16 +51,16 @@ def test_generate_shows_image_timings_seed_and_history(studio, fake):
 @pytest.mark.parametrize("width, message", [(1000, "nearest valid size is 1008x128"), ("x", "whole number")])
 def test_bad_sizes_are_page_errors_with_the_fix(studio, fake, width, message):
     with pytest.raises(gr.Error, match=message):
-        studio.generate("a fox", width, 128, "eager", 4, 1.0, 0, True, [])
+        studio.generate_from_page("a fox", width, 128, "eager", 4, 1.0, 0, True, [])
     assert not [c for c in fake.calls if c[0] == "generate"]
 
 
 def test_backend_errors_become_gr_errors_and_stop_is_not_an_error(studio, fake):
     fake.raise_on_generate = GenerationFailed("RuntimeError in the pipeline: boom")
     with pytest.raises(gr.Error, match="boom"):
-        studio.generate("a fox", 64, 64, "eager", 4, 1.0, 0, True, [])
+        studio.generate_from_page("a fox", 64, 64, "eager", 4, 1.0, 0, True, [])
     fake.raise_on_generate = GenerationCancelled("stopped after step 2 of 50")
-    out = studio.generate("a fox", 64, 64, "eager", 4, 1.0, 0, True, [])
+    out = studio.generate_from_page("a fox", 64, 64, "eager", 4, 1.0, 0, True, [])
     assert "Stopped" in out[1]
     studio.stop()
     assert ("cancel",) in fake.calls
@@ -68,7 +68,7 @@ def test_backend_errors_become_gr_errors_and_stop_is_not_an_error(studio, fake):
 
 def test_tensor_parallel_says_not_available(studio):
     with pytest.raises(gr.Error, match="not available"):
-        studio.generate("a fox", 64, 64, "tp", 4, 1.0, 0, True, [])
+        studio.generate_from_page("a fox", 64, 64, "tp", 4, 1.0, 0, True, [])
     _engine, cost, _badges = studio.refresh_studio("tp", 64, 64, 4)
     assert "not available" in cost
 
@@ -77,7 +77,7 @@ def test_cost_line_and_badges_follow_the_compile_state(studio, fake):
     engine, cost, badges = studio.refresh_studio("compiled", 1024, 1024, 4)
     assert "fake-model" in engine and "**Cold**" in cost and "estimated 2.0 s" in cost
     assert 'data-shape="1024x1024" data-state="cold"' in badges
-    studio.generate("a fox", 1024, 1024, "compiled", 4, 1.0, 0, True, [])
+    studio.generate_from_page("a fox", 1024, 1024, "compiled", 4, 1.0, 0, True, [])
     _e, cost, badges = studio.refresh_studio("compiled", 1024, 1024, 4)
     assert "**Ready**" in cost and "expected 500 ms" in cost and 'data-shape="1024x1024" data-state="warm"' in badges
     assert 'data-shape="1152x896" data-state="cold"' in badges
@@ -96,7 +96,7 @@ def test_presets_and_custom_sizes_stay_in_step(studio):
 
 
 def test_load_parameters_from_png_fills_the_controls(studio, fake, tmp_path):
-    path, *_ = studio.generate("a lighthouse", 256, 128, "regional", 7, 1.0, 4242, False, [])
+    path, *_ = studio.generate_from_page("a lighthouse", 256, 128, "regional", 7, 1.0, 4242, False, [])
     prompt, width, height, preset, steps, guidance, seed, randomize, mode = studio.load_png(path)
     assert (prompt, width, height, preset, steps, seed, randomize, mode) == (
         "a lighthouse", 256, 128, views.CUSTOM, 7, 4242, False, "regional")
@@ -109,7 +109,7 @@ def test_load_parameters_from_png_fills_the_controls(studio, fake, tmp_path):
 
 
 def test_system_panel_table_warmup_lock_and_cache(studio, fake):
-    studio.generate("a fox", 64, 64, "compiled", 4, 1.0, 0, True, [])
+    studio.generate_from_page("a fox", 64, 64, "compiled", 4, 1.0, 0, True, [])
     info, table, warm, status = studio.refresh_system()
     assert "fake-model" in info and "/tmp/x" in info and "2.0 KB" in info
     assert list(table.columns) == views.SHAPE_COLUMNS and table.iloc[0]["state"] == "warm"
@@ -123,7 +123,7 @@ def test_system_panel_table_warmup_lock_and_cache(studio, fake):
 
 def test_performance_frames_come_from_the_records(studio, fake):
     for mode in ("eager", "compiled", "compiled"):
-        studio.generate("a fox", 64, 64, mode, 4, 1.0, 1, False, [])
+        studio.generate_from_page("a fox", 64, 64, mode, 4, 1.0, 1, False, [])
     latency, compile_times = studio.refresh_plots()
     assert set(latency["mode"]) == {"eager", "compiled"}  # compiling runs are left out of latency
     assert list(compile_times["shape · mode"]) == ["64x64 · compiled"]

@@ -1,0 +1,70 @@
+"""The public API of a launched app, through gradio_client: `generate` and `status`, and nothing else."""
+
+import json
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+from gradio_client import Client
+
+from tests.ui.browser import running_app
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def app_url(tmp_path_factory):
+    with running_app(tmp_path_factory.mktemp("api"), "--compile-backend", "aot_eager") as url:
+        yield url
+
+
+def test_generate_and_status_endpoints(app_url):
+    client = Client(app_url, verbose=False)
+    status = client.predict(api_name="/status")
+    assert status["state"] == "ready" and status["device"]["kind"] == "cpu"
+    assert status["model"]["label"] == "embedded:tiny-flux2-klein"
+    image, record = client.predict("a red fox", 128, 64, "compiled", 2, 11, 1.0, api_name="/generate")
+    assert Path(image).is_file()
+    assert (record["width"], record["height"], record["mode"], record["seed"]) == (128, 64, "compiled", 11)
+    assert record["compiled"] is True and record["compiles"] == 1 and "path" not in record
+    _image, again = client.predict("a red fox", 128, 64, "compiled", 2, 11, 1.0, api_name="/generate")
+    assert again["compiled"] is False
+    rows = client.predict(api_name="/status")["shapes"]
+    assert {"mode": "compiled", "shape": "128x64", "state": "warm"}.items() <= rows[0].items()
+
+
+def test_only_the_public_endpoints_are_listed(app_url):
+    with urllib.request.urlopen(app_url + "gradio_api/info", timeout=10) as response:
+        info = json.load(response)
+    assert set(info["named_endpoints"]) == {"/generate", "/status"}
+    assert not info.get("unnamed_endpoints")
+
+
+@pytest.mark.parametrize("args, message", [
+    (("a fox", 1000, 64, "eager", 2, 1, 1.0), "nearest valid size is 1008x64"),
+    (("", 64, 64, "eager", 2, 1, 1.0), "prompt: is empty"),
+    (("a fox", 64, 64, "tp", 2, 1, 1.0), "Tensor-parallel mode is not available"),
+    (("a fox", 64, 64, "turbo", 2, 1, 1.0), "mode: must be one of"),
+    (("a fox", 64, 64, "eager", 0, 1, 1.0), "less than minimum value 1"),  # the slider's own check
+])
+def test_user_errors_arrive_as_clear_messages(app_url, args, message):
+    client = Client(app_url, verbose=False)
+    with pytest.raises(Exception, match=message):
+        client.predict(*args, api_name="/generate")
+    assert client.predict(api_name="/status")["state"] == "ready"
+
+
+def test_monitoring_endpoint_is_off(app_url):
+    with pytest.raises(urllib.error.HTTPError):
+        urllib.request.urlopen(app_url + "monitoring", timeout=5)
+
+
+def test_auth_protects_page_and_api(tmp_path):
+    with running_app(tmp_path, "--auth", "demo:s3cret", ready=False) as url:
+        with pytest.raises(Exception):
+            Client(url, verbose=False).predict(api_name="/status")
+        client = Client(url, auth=("demo", "s3cret"), verbose=False)
+        assert client.predict(api_name="/status")["model"]["spec"] == "embedded"
+        with pytest.raises(urllib.error.HTTPError):
+            urllib.request.urlopen(url + "config", timeout=5)
