@@ -63,7 +63,10 @@ def test_compiled_badge_goes_from_cold_to_warm(page):
     assert badge_state(page, "832x1216") == "warm"  # the transpose has the same tokens: same graph
 
 
-def test_stop_stops_a_running_generation(page):
+def test_stop_stops_a_running_generation_and_a_second_viewer_sees_it_live(page, browser, app_url):
+    viewer = browser.new_page()
+    viewer.goto(app_url)
+    viewer.wait_for_selector("#badges .ns-badge", timeout=30000)
     page.fill("#prompt textarea", "a long one")
     page.get_by_label("1:1 · 1024x1024").check()
     page.fill("#steps input[type=number]", "50")
@@ -71,9 +74,12 @@ def test_stop_stops_a_running_generation(page):
     page.click("#generate")
     page.wait_for_function("document.querySelector('#engine-line').innerText.includes('denoising step')",
                            timeout=60000)
+    viewer.wait_for_function("document.querySelector('#engine-line').innerText.includes('denoising step')",
+                             timeout=15000)  # the other browser's status refreshes on its own
     page.click("#stop")
     page.wait_for_function("document.querySelector('#run-info').innerText.includes('Stopped')", timeout=30000)
     page.wait_for_function("!document.querySelector('#engine-line').innerText.includes('busy')", timeout=15000)
+    viewer.close()
 
 
 def test_a_bad_custom_size_shows_a_clear_error(page):
