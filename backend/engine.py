@@ -38,13 +38,36 @@ class EngineOutput:
     decode: float
 
 
+def quiet_libraries() -> None:
+    """Loading bars and per-call notices would go to the app's stderr; the status says it all."""
+    import diffusers
+    import transformers
+
+    diffusers.utils.logging.disable_progress_bar()
+    diffusers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    transformers.utils.logging.set_verbosity_error()
+
+
+def load_pipeline(device: Device, model_path: str):
+    """The whole pipeline from a diffusers folder, in the device's dtype, moved to the device."""
+    from diffusers import Flux2KleinPipeline
+
+    pipe = Flux2KleinPipeline.from_pretrained(model_path, dtype=device.dtype)
+    device.place(pipe)
+    return pipe
+
+
 class InProcessEngine:
     name = "in-process"
     modes = MODES
 
-    def __init__(self, device: Device, model_path: str):
+    def __init__(self, device: Device, model_path: str, loader: Callable | None = None):
+        """``loader(device, model_path)`` builds the pipeline already placed on the device; the default
+        loads it whole. The tensor-parallel worker passes one that shards the transformer."""
         self.device = device
         self.model_path = model_path
+        self._loader = loader or load_pipeline
         self.pipe = None
         self.load_seconds: float | None = None
         self._variants: dict[str, list[tuple[torch.nn.Module, Callable]]] = {}
@@ -52,19 +75,10 @@ class InProcessEngine:
 
     # lifecycle -------------------------------------------------------------------------------
     def load(self) -> None:
-        import diffusers
-        import transformers
-        from diffusers import Flux2KleinPipeline
-
-        # Loading bars and per-call notices go to the app's stderr otherwise; status says it all.
-        diffusers.utils.logging.disable_progress_bar()
-        diffusers.utils.logging.set_verbosity_error()
-        transformers.utils.logging.disable_progress_bar()
-        transformers.utils.logging.set_verbosity_error()
         began = time.perf_counter()
-        pipe = Flux2KleinPipeline.from_pretrained(self.model_path, dtype=self.device.dtype)
+        quiet_libraries()
+        pipe = self._loader(self.device, self.model_path)
         pipe.set_progress_bar_config(disable=True)
-        self.device.place(pipe)
         self.device.reset_compiled()
         self.pipe = pipe
         self._variants = {"eager": []}

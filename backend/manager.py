@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
-import secrets
 import threading
 import time
 from typing import Any, Callable, Iterable
@@ -24,33 +22,14 @@ from backend.errors import (BackendBusy, BackendNotReady, CompileFailure, Genera
                             InvalidRequest, ShapeLimitReached, ShapeLocked, StudioError)
 from backend.records import GenerationRequest, GenerationResult, ProgressEvent
 from backend.settings import MODES, Settings
-from backend.shapes import Shape, validate_shape
+from backend.shapes import Shape
+from backend.validation import validate_request
 
 log = logging.getLogger(__name__)
-MAX_SEED = 2**63 - 1
-RANDOM_SEED_BOUND = 2**53  # random seeds stay exact as JavaScript numbers in the browser
 WARMUP_PROMPT = "warm-up"
-_ALLOWED_CONTROL = {"\n", "\t", "\r"}
 _KEEP_RECORDS = 1000
 
 ProgressFn = Callable[[ProgressEvent], None]
-
-
-def _whole(field: str, value: Any) -> int:
-    if isinstance(value, bool):
-        raise InvalidRequest(field, f"must be a whole number, got {value!r}")
-    if isinstance(value, str):
-        value = value.strip()
-        if not value.lstrip("-").isdigit():
-            raise InvalidRequest(field, f"must be a whole number, got {value!r}")
-        return int(value)
-    if isinstance(value, float):
-        if not math.isfinite(value) or value != int(value):
-            raise InvalidRequest(field, f"must be a whole number, got {value!r}")
-        return int(value)
-    if isinstance(value, int):
-        return value
-    raise InvalidRequest(field, f"must be a whole number, got {value!r}")
 
 
 class Manager:
@@ -141,45 +120,7 @@ class Manager:
     def validate(self, prompt: Any, height: Any, width: Any, steps: Any = None, guidance: Any = None,
                  seed: Any = None, mode: Any = None) -> GenerationRequest:
         """Turn raw inputs into a GenerationRequest, or raise InvalidRequest naming the field."""
-        s = self.settings
-        if not isinstance(prompt, str):
-            raise InvalidRequest("prompt", f"must be text, got {type(prompt).__name__}")
-        text = prompt.strip()
-        if not text:
-            raise InvalidRequest("prompt", "is empty; describe the image you want")
-        if len(text) > s.max_prompt_chars:
-            raise InvalidRequest("prompt", f"is {len(text)} characters; the limit is {s.max_prompt_chars}")
-        for pos, ch in enumerate(text):
-            if (ord(ch) < 32 or 0x7F <= ord(ch) < 0xA0) and ch not in _ALLOWED_CONTROL:
-                raise InvalidRequest("prompt", f"contains control character U+{ord(ch):04X} at position {pos}")
-        shape = validate_shape(height, width, s.min_size, s.max_size)
-
-        steps = s.steps if steps is None else _whole("steps", steps)
-        if not 1 <= steps <= s.max_steps:
-            raise InvalidRequest("steps", f"must be between 1 and {s.max_steps}, got {steps}")
-
-        if guidance is None:
-            guidance = s.guidance
-        if isinstance(guidance, bool):
-            raise InvalidRequest("guidance", f"must be a number, got {guidance!r}")
-        try:
-            guidance = float(guidance)
-        except (TypeError, ValueError):
-            raise InvalidRequest("guidance", f"must be a number, got {guidance!r}") from None
-        if not math.isfinite(guidance) or not 0.0 <= guidance <= s.max_guidance:
-            raise InvalidRequest("guidance", f"must be between 0 and {s.max_guidance}, got {guidance!r}")
-
-        if seed is None or seed == "" or (isinstance(seed, (int, float)) and not isinstance(seed, bool) and seed == -1):
-            seed = secrets.randbelow(RANDOM_SEED_BOUND)
-        else:
-            seed = _whole("seed", seed)
-            if not 0 <= seed <= MAX_SEED:
-                raise InvalidRequest("seed", f"must be between 0 and 2^63-1 (or -1 for random), got {seed}")
-
-        mode = s.mode if mode in (None, "") else mode
-        if mode not in self.modes:
-            raise InvalidRequest("mode", f"must be one of {', '.join(self.modes)}, got {mode!r}")
-        return GenerationRequest(text, shape.height, shape.width, steps, guidance, seed, mode)
+        return validate_request(self.settings, self.modes, prompt, height, width, steps, guidance, seed, mode)
 
     # admission ---------------------------------------------------------------------------------
     def predict(self, mode: str, shape: Shape, steps: int | None = None) -> dict[str, Any]:

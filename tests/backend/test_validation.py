@@ -3,7 +3,8 @@
 import pytest
 
 from backend.errors import InvalidRequest
-from backend.manager import MAX_SEED, Manager
+from backend.manager import Manager
+from backend.validation import MAX_SEED
 from tests.conftest import make_settings
 
 
