@@ -90,6 +90,12 @@ class CompileTable:
             if rec and rec.state == COMPILING:
                 rec.state, rec.compiling_since = COLD, None
 
+    def forget(self, mode: str) -> None:
+        """Drop every record of ``mode`` (its worker group was replaced)."""
+        with self._lock:
+            for key in [k for k in self._records if k[0] == mode]:
+                del self._records[key]
+
     def reset(self) -> None:
         """Every compiled graph was dropped: compiled modes go back to cold."""
         with self._lock:
@@ -120,9 +126,9 @@ class CompileTable:
             return None
         return rec.overhead + rec.per_step * steps
 
-    def predict(self, mode: str, shape: Shape, steps: int, eager_compiles: bool) -> dict[str, Any]:
-        """What a run at (mode, shape) will cost, from what was measured so far."""
-        compiles_here = mode in COMPILED_MODES or eager_compiles
+    def predict(self, mode: str, shape: Shape, steps: int, compiles_here: bool) -> dict[str, Any]:
+        """What a run at (mode, shape) will cost, from what was measured so far. ``compiles_here``:
+        whether a new shape in this mode compiles at all on this device (the manager knows)."""
         with self._lock:
             rec = self._records.get((mode, shape))
             state = rec.state if rec else COLD

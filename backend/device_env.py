@@ -66,3 +66,14 @@ def dir_size(path: str | Path) -> int:
             except OSError:
                 continue
     return total
+
+
+def tp_rank_environment(kind: str, core_base: int, local_rank: int) -> dict[str, str]:
+    """Variables a tensor-parallel rank sets before torch loads.
+
+    On Neuron a process owns its NeuronCore until it exits and TorchNeuron defaults to core
+    LOCAL_RANK, which the app process may already hold; so rank r claims core ``core_base + r``.
+    """
+    if kind == "neuron":
+        return {"NEURON_RT_VISIBLE_CORES": str(core_base + local_rank)}
+    return {}

@@ -23,7 +23,7 @@ from PIL import Image
 from backend.device import COMPILE_EVENTS, Device, diff_counters
 from backend.errors import CompileFailure, GenerationCancelled, GenerationFailed, ShapeLocked
 from backend.records import GenerationRequest, ProgressEvent
-from backend.settings import MODES
+from backend.settings import IN_PROCESS_MODES as MODES
 
 
 @dataclasses.dataclass

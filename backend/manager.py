@@ -21,7 +21,7 @@ from backend import compile_state as cs
 from backend.errors import (BackendBusy, BackendNotReady, CompileFailure, GenerationCancelled, GenerationFailed,
                             InvalidRequest, ShapeLimitReached, ShapeLocked, StudioError)
 from backend.records import GenerationRequest, GenerationResult, ProgressEvent
-from backend.settings import MODES, Settings
+from backend.settings import MODES, TP_MODE, Settings
 from backend.shapes import Shape
 from backend.validation import validate_request
 
@@ -54,6 +54,9 @@ class Manager:
         self._ready = threading.Event()
         self._loader: threading.Thread | None = None
         self._warmup: dict[str, Any] = {}
+        self.model_path: str | None = None
+        self.tp = None  # TPWorkerGroup, when tensor-parallel mode has been used
+        self._tp_lock = threading.Lock()
 
     # lifecycle ---------------------------------------------------------------------------------
     def start(self, background: bool = False) -> None:
@@ -79,10 +82,14 @@ class Manager:
 
             info = resolve_device(self.settings)
             self.device = Device(info, self.settings.max_compiled_shapes)
-            path, self.model_label = resolve_model(self.settings.model, self.settings.cache_dir)
-            engine = (self._engine_factory or InProcessEngine)(self.device, path)
-            engine.load()
-            self.engine = engine
+            self.model_path, self.model_label = resolve_model(self.settings.model, self.settings.cache_dir)
+            if self.settings.mode == TP_MODE:
+                # The app process keeps off the device; the in-process engine loads on first use.
+                self.start_tp(wait=True)
+                if self.tp.state != "ready":
+                    raise BackendNotReady(f"the tensor-parallel group did not start: {self.tp.error}")
+            else:
+                self._load_engine()
         except Exception as exc:
             self.state = "failed"
             self.load_error = str(exc) if isinstance(exc, StudioError) else f"{type(exc).__name__}: {exc}"
@@ -101,20 +108,79 @@ class Manager:
             finally:
                 self.state = "ready"
 
+    def _load_engine(self) -> None:
+        from backend.engine import InProcessEngine
+
+        if self.device.kind == "neuron" and self.tp is not None and self.tp.state not in ("stopped", "dead") \
+                and self.tp.core_base == 0:
+            raise BackendNotReady("the tensor-parallel group holds NeuronCore 0; stop tensor-parallel mode "
+                                  "before running in process")
+        engine = (self._engine_factory or InProcessEngine)(self.device, self.model_path)
+        engine.load()
+        self.engine = engine
+
     def wait_ready(self, timeout: float | None = None) -> bool:
-        return self._ready.wait(timeout) and self.engine is not None
+        return self._ready.wait(timeout) and self.state in ("ready", "warming")
 
     def close(self) -> None:
         self.cancel()
+        if self.tp is not None:
+            self.tp.close()
         with self._device_lock:
             if self.engine is not None:
                 self.engine.close()
             self.engine = None
             self.state = "idle"
 
+    # tensor parallel ---------------------------------------------------------------------------
+    def start_tp(self, degree: int | None = None, wait: bool = False) -> dict[str, Any]:
+        """Launch the torchrun worker group (replacing one of another degree). Returns its status."""
+        from backend.model_source import transformer_heads
+        from backend.tp_group import TPWorkerGroup
+
+        if self.device is None:
+            raise BackendNotReady("the device is not ready yet")
+        degree = self.settings.tp_degree if degree is None else degree
+        if isinstance(degree, bool) or not isinstance(degree, int) or not 1 <= degree <= 64:
+            raise InvalidRequest("tp_degree", f"must be a whole number from 1 to 64, got {degree!r}")
+        heads = transformer_heads(self.model_path)
+        if heads % degree:
+            divisors = [d for d in range(1, heads + 1) if heads % d == 0 and d <= 64]
+            raise InvalidRequest("tp_degree", f"{degree} does not divide the model's {heads} attention heads; "
+                                              f"use one of {', '.join(map(str, divisors))}")
+        with self._tp_lock:
+            group = self.tp
+            if group is not None and group.degree == degree and group.state in (
+                    "launching", "loading", "warming", "ready"):
+                running = group
+            else:
+                if group is not None:
+                    group.close()
+                s = self.settings
+                warm = [str(shape) for shape in s.prewarm] if s.mode == TP_MODE else []
+                running = TPWorkerGroup(
+                    model_path=self.model_path, device_kind=self.device.kind, dtype=self.device.info.dtype,
+                    compile_backend=self.device.info.compile_backend, compile_mode=s.tp_compile, degree=degree,
+                    cache_dir=str(s.cache_dir), warm=warm,
+                    core_base=1 if (self.engine is not None and self.device.kind == "neuron") else 0,
+                    min_size=s.min_size, max_size=s.max_size, max_steps=s.max_steps,
+                    start_timeout=s.tp_start_timeout, stall_timeout=s.tp_stall_timeout)
+                self.tp = running
+                self.table.forget(TP_MODE)  # a new group has none of the old one's graphs
+                running.start()
+        if wait:
+            running.wait_ready(self.settings.tp_start_timeout)
+        return running.describe()
+
+    def stop_tp(self) -> None:
+        """Stop the worker group (no process of it survives)."""
+        with self._tp_lock:
+            if self.tp is not None:
+                self.tp.stop()
+
     @property
     def modes(self) -> tuple[str, ...]:
-        return tuple(self.engine.modes) if self.engine is not None else MODES
+        return MODES
 
     # validation --------------------------------------------------------------------------------
     def validate(self, prompt: Any, height: Any, width: Any, steps: Any = None, guidance: Any = None,
@@ -125,14 +191,20 @@ class Manager:
     # admission ---------------------------------------------------------------------------------
     def predict(self, mode: str, shape: Shape, steps: int | None = None) -> dict[str, Any]:
         """What a run at (mode, shape) will cost now, including whether it would be refused."""
-        eager_compiles = self.device.eager_compiles if self.device else False
-        out = self.table.predict(mode, shape, steps or self.settings.steps, eager_compiles)
+        out = self.table.predict(mode, shape, steps or self.settings.steps, self._compiles_here(mode))
         out["refused"] = None
         try:
             self._admit(mode, shape, out)
         except StudioError as exc:
             out["refused"] = str(exc)
         return out
+
+    def _compiles_here(self, mode: str) -> bool:
+        """Whether a new shape in ``mode`` compiles on this device (Neuron compiles even eager ops)."""
+        if self.device is not None and self.device.eager_compiles:
+            return True
+        how = self.settings.tp_compile if mode == TP_MODE else mode
+        return how in cs.COMPILED_MODES
 
     def _admit(self, mode: str, shape: Shape, prediction: dict[str, Any], warming: bool = False) -> None:
         if not prediction["will_compile"]:
@@ -155,13 +227,22 @@ class Manager:
         """Run one request; returns (PIL image, GenerationResult). Raises StudioError subclasses."""
         if isinstance(request, dict):
             request = self.validate(**request)
-        if self.engine is None:
-            if self.state == "failed":
-                raise BackendNotReady(f"the model failed to load: {self.load_error}")
+        if self.state == "failed":
+            raise BackendNotReady(f"the model failed to load: {self.load_error}")
+        if self.device is None or self.model_path is None or self.state == "loading":
             raise BackendNotReady("the model is still loading; try again in a moment")
         shape = request.shape
         with self._device_lock:
-            prediction = self.table.predict(request.mode, shape, request.steps, self.device.eager_compiles)
+            if request.mode == TP_MODE:
+                if self.tp is None:
+                    raise BackendNotReady("tensor-parallel mode is not started; select it (or pass --mode tp) "
+                                          "to launch the worker group")
+                engine = self.tp
+            else:
+                if self.engine is None:
+                    self._load_engine()  # first in-process request after starting in tensor-parallel mode
+                engine = self.engine
+            prediction = self.table.predict(request.mode, shape, request.steps, self._compiles_here(request.mode))
             self._admit(request.mode, shape, prediction, warming=_warming)
             self._cancel.clear()
             job = {"mode": request.mode, "shape": str(shape), "phase": "starting", "step": 0,
@@ -178,8 +259,8 @@ class Manager:
 
             started_at = time.time()
             try:
-                out = self.engine.run(request, on_progress, self._cancel.is_set,
-                                      forbid_compile=self.warm_only and not _warming)
+                out = engine.run(request, on_progress, self._cancel.is_set,
+                                 forbid_compile=self.warm_only and not _warming)
             except GenerationCancelled as exc:
                 # A cancel lands at a step boundary: a compile it waited for has finished; keep it.
                 if getattr(exc, "compiles", 0):
@@ -214,7 +295,7 @@ class Manager:
             device=self.device.kind, model=self.model_label or "", compiled=bool(out.compiles or out.neff_compiles),
             compiles=out.compiles, compile_seconds=out.compile_seconds, seconds=out.seconds,
             encode=out.encode, denoise=out.denoise, decode=out.decode, neff_compiles=out.neff_compiles,
-            started_at=started_at,
+            started_at=started_at, world_size=engine.degree if request.mode == TP_MODE else 1,
         )
         self.records = (self.records + [result])[-_KEEP_RECORDS:]
         return out.image, result
@@ -328,6 +409,14 @@ class Manager:
         self.warm_only = bool(locked)
 
     # status ------------------------------------------------------------------------------------
+    def _tp_status(self) -> dict[str, Any]:
+        group = self.tp
+        if group is None:
+            return {"state": "stopped", "world_size": self.settings.tp_degree}
+        if group.state in ("launching", "loading", "warming"):
+            group.health(timeout=0.5)  # refreshes the phase
+        return group.describe()
+
     def status(self) -> dict[str, Any]:
         with self._state_lock:
             current = dict(self._current) if self._current else None
@@ -352,4 +441,5 @@ class Manager:
             "last_error": self.last_error,
             "generations": len(self.records),
             "warmup": dict(self._warmup) or None,
+            "tp": self._tp_status(),
         }

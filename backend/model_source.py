@@ -66,3 +66,11 @@ def resolve_model(spec: str, cache_root: Path) -> tuple[str, str]:
             f"`hf auth login` for gated models, or pass a local folder"
         ) from None
     return local, spec
+
+
+def transformer_heads(model_path: str) -> int:
+    """Attention heads of the pipeline's transformer (a tensor-parallel degree must divide it)."""
+    import json
+
+    config = Path(model_path) / "transformer" / "config.json"
+    return int(json.loads(config.read_text())["num_attention_heads"])

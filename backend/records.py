@@ -49,6 +49,7 @@ class GenerationResult:
     denoise: float
     decode: float
     neff_compiles: int = 0  # Neuron only: NEFF compilations during this call
+    world_size: int = 1  # ranks that computed it (tensor-parallel mode: the group's size)
     path: str | None = None
     started_at: float = 0.0
 

@@ -16,7 +16,9 @@ from typing import Any
 from backend.errors import InvalidRequest
 from backend.shapes import Shape, parse_shape_list, validate_shape
 
-MODES = ("eager", "compiled", "regional")
+IN_PROCESS_MODES = ("eager", "compiled", "regional")
+TP_MODE = "tp"
+MODES = IN_PROCESS_MODES + (TP_MODE,)
 DEVICES = ("auto", "neuron", "cuda", "cpu")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 EMBEDDED_MODEL = "embedded"
@@ -40,6 +42,11 @@ class Settings:
     compile_backend: str | None = None
     # Mode used when a request names none.
     mode: str = "eager"
+    # Tensor-parallel worker group: ranks, how each rank runs, and its deadlines.
+    tp_degree: int = 2
+    tp_compile: str = "eager"
+    tp_stall_timeout: float = 60.0  # no progress message for this long (outside compiles): hung
+    tp_start_timeout: float = 600.0
     # Request defaults and bounds. FLUX.2-klein is step-distilled: 4 steps, guidance ignored.
     steps: int = 4
     max_steps: int = 50
@@ -110,7 +117,15 @@ OPTIONS: dict[str, tuple[str, str, Any, str]] = {
     "compile_backend": ("--compile-backend", "NEURON_STUDIO_COMPILE_BACKEND", str,
                         "torch.compile backend (default: neuron on Trainium, inductor elsewhere; "
                         "aot_eager compiles fast on CPU)"),
-    "mode": ("--mode", "NEURON_STUDIO_MODE", _choice(MODES), "eager|compiled|regional"),
+    "mode": ("--mode", "NEURON_STUDIO_MODE", _choice(MODES), "eager|compiled|regional|tp (tensor-parallel)"),
+    "tp_degree": ("--tp-degree", "NEURON_STUDIO_TP_DEGREE", _positive_int,
+                  "ranks (devices) of the tensor-parallel group; must divide the attention-head count"),
+    "tp_compile": ("--tp-compile", "NEURON_STUDIO_TP_COMPILE", _choice(IN_PROCESS_MODES),
+                   "how each tensor-parallel rank runs its shard: eager|compiled|regional"),
+    "tp_stall_timeout": ("--tp-stall-timeout", "NEURON_STUDIO_TP_STALL_TIMEOUT", float,
+                         "seconds without progress from the group before it is declared hung"),
+    "tp_start_timeout": ("--tp-start-timeout", "NEURON_STUDIO_TP_START_TIMEOUT", float,
+                         "seconds the group may take to load and warm up"),
     "steps": ("--steps", "NEURON_STUDIO_STEPS", _positive_int, "default denoising steps"),
     "max_steps": ("--max-steps", "NEURON_STUDIO_MAX_STEPS", _positive_int, "most steps a request may ask"),
     "guidance": ("--guidance", "NEURON_STUDIO_GUIDANCE", float, "default guidance scale"),

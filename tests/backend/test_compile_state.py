@@ -17,16 +17,16 @@ def test_compiling_elapsed_and_estimate_come_from_the_clock_and_past_compiles():
     table = CompileTable(clock)
     table.mark_compiling("compiled", Shape(64, 64))
     clock.now += 7.5
-    p = table.predict("compiled", Shape(64, 64), steps=4, eager_compiles=False)
+    p = table.predict("compiled", Shape(64, 64), steps=4, compiles_here=True)
     assert p["state"] == "compiling" and p["elapsed_seconds"] == 7.5 and p["estimate_compile_seconds"] is None
     assert table.snapshot()[0]["compiling_elapsed"] == 7.5
     table.finish("compiled", Shape(64, 64), compiles=1, compile_seconds=7.4, seconds=8.0,
                  encode=0.2, denoise=7.6, decode=0.2, steps=4)
     table.finish("compiled", Shape(64, 64), compiles=0, compile_seconds=0.0, seconds=0.6,
                  encode=0.1, denoise=0.4, decode=0.1, steps=4)
-    warm = table.predict("compiled", Shape(64, 64), steps=8, eager_compiles=False)
+    warm = table.predict("compiled", Shape(64, 64), steps=8, compiles_here=True)
     assert warm["state"] == "warm" and warm["expected_seconds"] == 0.2 + 0.1 * 8
-    cold = table.predict("compiled", Shape(512, 512), steps=4, eager_compiles=False)
+    cold = table.predict("compiled", Shape(512, 512), steps=4, compiles_here=True)
     assert cold["will_compile"] and cold["estimate_compile_seconds"] == 7.4
     row = table.snapshot()[0]
     assert row["compile_seconds"] == 7.4 and row["steady_seconds"] == 0.6 and row["runs"] == 2
@@ -35,7 +35,7 @@ def test_compiling_elapsed_and_estimate_come_from_the_clock_and_past_compiles():
 def test_failed_then_reset():
     table = CompileTable(FakeClock())
     table.fail("regional", Shape(64, 64), "boom")
-    p = table.predict("regional", Shape(64, 64), steps=4, eager_compiles=False)
+    p = table.predict("regional", Shape(64, 64), steps=4, compiles_here=True)
     assert p["state"] == "failed" and p["will_compile"] and "boom" in p["note"]
     table.finish("eager", Shape(64, 64), compiles=0, compile_seconds=0.0, seconds=0.1, steps=1)
     table.reset()
