@@ -239,14 +239,14 @@ class TPWorkerGroup:
             while True:
                 stall = self.compile_timeout if phase == "compiling" else self.stall_timeout
                 limit = min(deadline or float("inf"), last + stall)
+                if should_stop and not cancelled and should_stop():
+                    cancelled = True  # every rank stops at the next step (they vote on it)
+                    self._request({"type": "cancel"}, deadline=self._clock() + 5)
                 try:
                     msg, payload = proto.recv_message(sock, deadline=min(limit, self._clock() + 0.2))
                 except proto.DeadlineExceeded:
                     if self.state == "dead":
                         raise GroupDead(self.error or "the worker group died") from None
-                    if should_stop and not cancelled and should_stop():
-                        cancelled = True
-                        self._request({"type": "cancel"}, deadline=self._clock() + 5)
                     if self._clock() >= limit:
                         raise TimeoutError(phase, stall) from None
                     continue
@@ -274,10 +274,13 @@ class TPWorkerGroup:
             raise GroupDead(reason + self._tails_note()) from None
         if msg["type"] == "error":
             kind = msg.get("kind", "failed")
-            if kind == "failed":
-                time.sleep(0.5)  # a collective error often means a rank just died: say so if it did
-                if self.state == "dead":
-                    raise GroupDead((self.error or "the worker group died") + self._tails_note())
+            if kind == "group_broken":  # a rank died under a collective; torchrun is ending the group
+                deadline = self._clock() + 10
+                while self.state != "dead" and self._clock() < deadline:
+                    time.sleep(0.05)
+                if self.state != "dead":
+                    self._mark_dead(msg.get("error", "a collective failed"))
+                raise GroupDead((self.error or msg.get("error", "")) + self._tails_note())
             self.last_request_error = msg.get("error")
             exc = _ERRORS.get(kind, GenerationFailed)(msg.get("error", kind))
             for attr in ("compiles", "compile_seconds"):
@@ -305,8 +308,11 @@ class TPWorkerGroup:
         from backend.engine import EngineOutput
 
         if self.state != "ready":
+            hint = {"stopped": "; select tensor-parallel mode again to start it",
+                    "dead": "; restart it from the System panel or by selecting the mode again"}.get(
+                        self.state, "; try again when it is ready")
             raise BackendNotReady(f"the tensor-parallel group is {self.state}"
-                                  + (f": {self.error}" if self.error else "; try again when it is ready"))
+                                  + (f" ({self.error})" if self.error else "") + hint)
 
         def relay(msg: dict[str, Any]) -> None:
             on_progress(ProgressEvent(msg["phase"], msg.get("step", 0), msg.get("steps", 0), "tp",

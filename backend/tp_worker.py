@@ -324,6 +324,14 @@ def main() -> None:
                 server.done += 1
         except Exception as exc:  # noqa: BLE001 - a failed request is not a dead group: answer and go on
             print(f"request failed: {type(exc).__name__}: {exc}", flush=True)
+            if _collective_broken(exc):
+                # A peer is gone: this group cannot run another collective. Say so and leave, so
+                # torchrun ends the group and the app sees it dead rather than half alive.
+                if rank == 0:
+                    _safe(send_message, conn, {"type": "error", "kind": "group_broken",
+                                               "error": f"a collective failed: {str(exc).splitlines()[0][:300]}"})
+                    finished.set()
+                os._exit(1)
             if rank == 0:
                 server.error = f"{type(exc).__name__}: {exc}"
                 _safe(answer_error, conn, exc)
@@ -336,6 +344,19 @@ def main() -> None:
     dist.barrier(group=control)
     # After DTensor collectives a normal interpreter exit sometimes aborts; leave at once instead.
     os._exit(0)
+
+
+def _collective_broken(exc: BaseException) -> bool:
+    """True when the error (or its cause) is a failed collective, i.e. a peer rank died or hung up."""
+    import torch.distributed as dist
+
+    seen = exc
+    while seen is not None:
+        text = str(seen).lower()
+        if isinstance(seen, dist.DistError) or "gloo" in text or "nccl" in text or "closed by peer" in text:
+            return True
+        seen = seen.__cause__
+    return False
 
 
 def _safe(fn, *args) -> bool:

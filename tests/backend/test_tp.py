@@ -1,0 +1,218 @@
+"""The tensor-parallel worker group with real torchrun and gloo on the CPU (2 ranks, embedded model)."""
+
+import os
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import numpy as np
+import psutil
+import pytest
+
+from backend.errors import BackendNotReady, GenerationCancelled
+from backend.manager import Manager
+from backend.tp_group import GroupDead
+from backend.tp_protocol import recv_message, send_message
+from tests.conftest import ROOT, make_settings
+
+pytestmark = pytest.mark.slow
+STALL = 3.0  # seconds without progress before the group counts as hung (tests only)
+
+
+@pytest.fixture(scope="module")
+def mgr(tmp_path_factory):
+    manager = Manager(make_settings(tmp_path_factory.mktemp("tp"), tp_stall_timeout=STALL))
+    manager.start()
+    manager.start_tp(2, wait=True)
+    assert manager.tp.state == "ready", manager.tp.describe()
+    yield manager
+    group = manager.tp
+    manager.close()
+    assert group.survivors() == []
+
+
+def _req(mgr, mode, h=64, w=64, steps=3, seed=5):
+    return mgr.validate("a red fox", h, w, steps=steps, seed=seed, mode=mode)
+
+
+def _ensure_ready(mgr):
+    if mgr.tp.state != "ready":
+        mgr.start_tp(2, wait=True)
+    assert mgr.tp.state == "ready", mgr.tp.describe()
+
+
+def _raw_call(mgr, token, request):
+    sock = socket.socket(socket.AF_UNIX)
+    sock.connect(mgr.tp.socket_path)
+    try:
+        send_message(sock, {"type": "hello", "token": token})
+        send_message(sock, request)
+        while True:
+            header, payload = recv_message(sock, deadline=time.monotonic() + 30)
+            if header["type"] != "progress":
+                return header, payload
+    finally:
+        sock.close()
+
+
+def test_two_rank_image_matches_the_one_process_eager_image(mgr):
+    _ensure_ready(mgr)
+    events = []
+    tp_image, tp_result = mgr.generate(_req(mgr, "tp", 128, 64, seed=21), events.append)
+    eager_image, _ = mgr.generate(_req(mgr, "eager", 128, 64, seed=21))
+    diff = np.abs(np.asarray(tp_image, dtype=int) - np.asarray(eager_image, dtype=int)).max()
+    assert diff <= 2
+    assert tp_result.world_size == 2 and tp_result.mode == "tp"
+    assert [e.step for e in events if e.phase == "denoising"] == [0, 1, 2, 3]  # progress streams back
+    assert mgr.status()["tp"]["state"] == "ready"
+    assert any(r["mode"] == "tp" and r["state"] == "warm" for r in mgr.status()["shapes"])
+
+
+class _Buffer(bytearray):
+    def sendall(self, data: bytes) -> None:
+        self.extend(data)
+
+
+def test_wrong_token_is_refused_and_nothing_runs(mgr):
+    _ensure_ready(mgr)
+    before = mgr.tp.health()
+    sock = socket.socket(socket.AF_UNIX)
+    sock.connect(mgr.tp.socket_path)
+    # The request follows the bad hello in the same write: the server must not act on it.
+    wire = _Buffer()
+    send_message(wire, {"type": "hello", "token": "0" * 64})
+    send_message(wire, {"type": "generate", "prompt": "x", "height": 64, "width": 64, "steps": 1,
+                        "guidance": 1.0, "seed": 1})
+    sock.sendall(bytes(wire))
+    header, _ = recv_message(sock, deadline=time.monotonic() + 10)
+    assert header == {"type": "error", "kind": "unauthorized", "error": "bad token", "payload_bytes": 0}
+    try:  # and hangs up (a reset, since the unread request is discarded)
+        assert sock.recv(1) == b""
+    except ConnectionResetError:
+        pass
+    sock.close()
+    after = mgr.tp.health()
+    assert after["refused"] == before["refused"] + 1 and after["requests_done"] == before["requests_done"]
+    assert stat.S_IMODE(os.stat(mgr.tp.socket_path).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(mgr.tp.dir).st_mode) == 0o700
+
+
+def test_a_bad_request_is_a_failed_request_not_a_dead_group(mgr):
+    _ensure_ready(mgr)
+    header, _ = _raw_call(mgr, mgr.tp._token, {"type": "generate", "prompt": "", "height": 64, "width": 60,
+                                                "steps": 1, "guidance": 1.0, "seed": 1})
+    assert header["kind"] == "invalid" and "prompt: is empty" in header["error"]
+    assert mgr.tp.health()["state"] == "ready"
+    assert mgr.generate(_req(mgr, "tp"))[1].world_size == 2
+
+
+def test_cancel_stops_every_rank_at_the_same_step(mgr):
+    _ensure_ready(mgr)
+
+    def progress(event):
+        if event.phase == "denoising" and event.step == 2:
+            mgr.cancel()
+
+    with pytest.raises(GenerationCancelled, match="stopped after step [345] of 30"):
+        mgr.generate(_req(mgr, "tp", 256, 256, steps=30), progress)
+    assert mgr.tp.state == "ready"
+    assert mgr.generate(_req(mgr, "tp"))[1].world_size == 2
+
+
+def _run_long_in_thread(mgr):
+    outcome, started = {}, threading.Event()
+
+    def progress(event):
+        if event.phase == "denoising" and event.step >= 1:
+            started.set()
+
+    def run():
+        began = time.monotonic()
+        try:
+            mgr.generate(_req(mgr, "tp", 512, 512, steps=50), progress)
+        except Exception as exc:  # noqa: BLE001 - inspected by the test
+            outcome["error"] = exc
+        outcome["seconds"] = time.monotonic() - began
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    assert started.wait(60), mgr.tp.describe()
+    return thread, outcome
+
+
+def test_a_killed_rank_is_reported_dead_with_its_log_and_restart_works(mgr):
+    _ensure_ready(mgr)
+    pids = mgr.tp.rank_pids()
+    thread, outcome = _run_long_in_thread(mgr)
+    killed_at = time.monotonic()
+    os.kill(pids[1], signal.SIGKILL)
+    thread.join(30)
+    assert time.monotonic() - killed_at < 10
+    assert isinstance(outcome["error"], GroupDead)
+    tp = mgr.status()["tp"]
+    assert tp["state"] == "dead" and "rank 1 exited with signal SIGKILL" in tp["error"]
+    assert "rank 1/2 starting" in tp["logs"]["rank 1"]
+    old = mgr.tp
+    mgr.start_tp(2, wait=True)
+    assert old.survivors() == []
+    assert mgr.generate(_req(mgr, "tp"))[1].world_size == 2
+
+
+def test_a_hung_rank_times_the_call_out_and_the_group_is_stopped(mgr):
+    _ensure_ready(mgr)
+    pids = mgr.tp.rank_pids()
+    thread, outcome = _run_long_in_thread(mgr)
+    hung_at = time.monotonic()
+    os.kill(pids[1], signal.SIGSTOP)
+    try:
+        thread.join(30)
+        assert time.monotonic() - hung_at < 10
+        assert isinstance(outcome["error"], GroupDead) and f"no progress for {STALL:g} s" in str(outcome["error"])
+        assert mgr.status()["tp"]["state"] == "dead"
+        old = mgr.tp
+        mgr.start_tp(2, wait=True)  # joins the teardown of the hung group first
+        assert old.survivors() == []
+    finally:
+        try:
+            os.kill(pids[1], signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+    assert mgr.generate(_req(mgr, "tp"))[1].world_size == 2
+
+
+def test_stop_leaves_no_process(mgr):
+    _ensure_ready(mgr)
+    pids = set(mgr.tp.rank_pids().values()) | {mgr.tp.proc.pid}
+    mgr.stop_tp()
+    assert mgr.tp.state == "stopped" and mgr.tp.survivors() == []
+    assert not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    with pytest.raises(BackendNotReady, match="group is stopped; select tensor-parallel mode again"):
+        mgr.generate(_req(mgr, "tp"))
+
+
+def test_workers_exit_when_the_app_dies(tmp_path):
+    script = textwrap.dedent(f"""
+        import json, sys, time
+        sys.path.insert(0, {str(ROOT)!r})
+        from tests.conftest import make_settings
+        from backend.manager import Manager
+        m = Manager(make_settings())
+        m.start()
+        m.start_tp(2, wait=True)
+        print(json.dumps(sorted(m.tp.rank_pids().values()) + [m.tp.proc.pid]), flush=True)
+        time.sleep(600)
+    """)
+    app = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=tmp_path)
+    pids = __import__("json").loads(app.stdout.readline())
+    assert len(pids) == 3
+    app.kill()
+    app.wait()
+    deadline = time.monotonic() + 15
+    while any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in pids):
+        assert time.monotonic() < deadline, "worker processes outlived the app"
+        time.sleep(0.2)
