@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import signal
 import sys
 from importlib import metadata
 from pathlib import Path
@@ -154,8 +155,11 @@ def serve(settings: Settings) -> int:
     except ValueError as exc:  # a bad --auth
         return _fail(str(exc), EXIT_BAD_INPUT)
     manager.start(background=True)  # then the model stack, in the background; status shows it
+    # SIGTERM ends the app like Ctrl-C does, so the worker group is stopped on the way out.
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
         demo.block_thread()
     finally:
         manager.close()
+        demo.close()
     return 0

@@ -374,7 +374,7 @@ class TPWorkerGroup:
             "cores": (list(range(self.core_base, self.core_base + self.degree))
                       if self.device_kind == "neuron" else None),
             "pids": sorted(self._pids),
-            "rank_pids": self.rank_pids(),
+            "rank_pids": {str(r): pid for r, pid in self.rank_pids().items()},  # JSON keys are text
             "error": self.error,
             "last_request_error": self.last_request_error,
             "timings": self.timings,

@@ -29,10 +29,7 @@ CSS = """
 """
 
 def mode_choices(manager) -> list[tuple[str, str]]:
-    choices = [(views.MODE_LABELS.get(m, m), m) for m in manager.modes]
-    if "tp" not in manager.modes:
-        choices.append(("tensor-parallel (not available yet)", "tp"))
-    return choices
+    return [(views.MODE_LABELS.get(m, m), m) for m in manager.modes]
 
 
 def build_ui(manager) -> gr.Blocks:
@@ -63,8 +60,11 @@ def build_ui(manager) -> gr.Blocks:
                                           minimum=s.min_size, maximum=s.max_size, elem_id="width")
                         height = gr.Number(start_shape.height, label="Height", precision=0, step=16,
                                            minimum=s.min_size, maximum=s.max_size, elem_id="height")
-                    mode = gr.Dropdown(mode_choices(manager), value=s.mode, label="Mode", elem_id="mode",
-                                       allow_custom_value=True)
+                    with gr.Row():
+                        mode = gr.Dropdown(mode_choices(manager), value=s.mode, label="Mode", elem_id="mode",
+                                           allow_custom_value=True, scale=3)
+                        tp_degree = gr.Number(s.tp_degree, label="TP degree (ranks)", precision=0, minimum=1,
+                                              maximum=64, elem_id="tp-degree", scale=1)
                     with gr.Row():
                         steps = gr.Slider(1, s.max_steps, value=s.steps, step=1, label="Steps", elem_id="steps")
                         guidance = gr.Slider(0, s.max_guidance, value=s.guidance, step=0.1,
@@ -92,7 +92,7 @@ def build_ui(manager) -> gr.Blocks:
             gr.Markdown("Runs the Studio tab's prompt, size, steps and seed through each chosen mode and "
                         "shows the images side by side, with their timings and the largest pixel "
                         "difference from the first mode.")
-            compare_modes = gr.CheckboxGroup([c for c in mode_choices(manager) if c[1] != "tp"],
+            compare_modes = gr.CheckboxGroup(mode_choices(manager),
                                              value=[m for m in ("eager", "compiled", "regional") if m in manager.modes],
                                              label="Modes (two or three)", elem_id="compare-modes")
             compare_btn = gr.Button("Compare", variant="primary", elem_id="compare-run")
@@ -115,11 +115,16 @@ def build_ui(manager) -> gr.Blocks:
             with gr.Group():
                 warm_shapes = gr.CheckboxGroup([views.preset_label(n, sh) for n, sh in PRESETS],
                                                label="Warm up these presets", elem_id="warm-shapes")
-                warm_mode = gr.Dropdown([c for c in mode_choices(manager) if c[1] != "tp"],
+                warm_mode = gr.Dropdown(mode_choices(manager),
                                         value="compiled" if "compiled" in manager.modes else s.mode,
                                         label="in mode", elem_id="warm-mode")
                 warm_btn = gr.Button("Warm up in the background", elem_id="warm-up")
                 warm_info = gr.Markdown("", elem_id="warm-info")
+            with gr.Group():
+                tp_info = gr.Markdown("", elem_id="tp-info")
+                tp_restart = gr.Button("Restart the tensor-parallel group", elem_id="tp-restart")
+                tp_log_box = gr.Textbox(label="Rank logs (tails)", lines=8, max_lines=20, interactive=False,
+                                        elem_id="tp-logs")
             with gr.Accordion("Raw status (JSON)", open=False):
                 status_json = gr.JSON(label="Status")
 
@@ -137,12 +142,15 @@ def build_ui(manager) -> gr.Blocks:
         private = {"api_visibility": "private"}
         studio_inputs = [mode, width, height, steps]
         studio_outputs = [engine_line, cost, badges]
-        system_outputs = [system_info, shapes_table, warm_info, status_json]
+        system_outputs = [system_info, shapes_table, warm_info, tp_info, tp_log_box, status_json]
         light = {"concurrency_limit": None, **private}  # reads status only: never waits for the device
 
         preset.input(studio.preset_changed, [preset, width, height], [width, height], **light)
         for number in (width, height):
             number.input(studio.size_changed, [width, height], preset, **light)
+        mode.input(studio.mode_changed, [mode, tp_degree], None, **light)
+        tp_degree.submit(studio.mode_changed, [mode, tp_degree], None, **light)
+        tp_restart.click(studio.restart_tp, tp_degree, tp_info, **light)
         for control in (mode, width, height, steps, preset):
             control.change(studio.refresh_studio, studio_inputs, studio_outputs, **light)
 

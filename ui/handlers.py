@@ -6,6 +6,7 @@ generic "Error") and returns plain values, so tests can drive them with a fake m
 
 from __future__ import annotations
 
+import threading
 from typing import Callable
 
 import gradio as gr
@@ -16,8 +17,6 @@ from backend.shapes import PRESETS, validate_shape
 from ui import views
 
 HISTORY_KEEP = 24
-TP_UNAVAILABLE = ("Tensor-parallel mode is not available in this build yet: it needs the torchrun "
-                  "worker group. Pick eager, compiled or regional.")
 
 
 def _noop_progress(*_args, **_kwargs) -> None:
@@ -31,12 +30,7 @@ class Studio:
         self.manager = manager
 
     # helpers ---------------------------------------------------------------------------------
-    def _check_mode(self, mode: str) -> None:
-        if mode == "tp" and "tp" not in self.manager.modes:
-            raise gr.Error(TP_UNAVAILABLE)
-
     def _validate(self, prompt, width, height, mode, steps, guidance, seed):
-        self._check_mode(mode)
         try:
             return self.manager.validate(prompt, height, width, steps=steps, guidance=guidance,
                                          seed=seed, mode=mode)
@@ -116,8 +110,9 @@ class Studio:
         """Engine line, cost of the chosen (mode, shape), and the preset badges for that mode."""
         status = self.manager.status()
         engine = views.engine_markdown(status)
-        if mode == "tp" and "tp" not in self.manager.modes:
-            return engine, f"**Not available** — {TP_UNAVAILABLE}", views.badges_html([])
+        tp = status.get("tp") or {}
+        if mode == "tp" and tp.get("state") != "ready":
+            return engine, views.tp_cost_markdown(tp), views.badges_html([])
         try:
             bounds = self.manager.settings
             shape = validate_shape(height, width, bounds.min_size, bounds.max_size)
@@ -134,8 +129,9 @@ class Studio:
 
     def refresh_system(self):
         status = self.manager.status()
+        tp = status.get("tp") or {}
         return (views.system_markdown(status), views.shapes_frame(status), views.warmup_markdown(status),
-                status)
+                views.tp_markdown(tp), views.tp_logs(tp), status)
 
     def refresh_plots(self):
         return views.latency_frame(self.manager.records), views.compile_frame(self.manager.status())
@@ -168,6 +164,31 @@ class Studio:
             mode or gr.skip(),
         )
 
+    # tensor parallel -------------------------------------------------------------------------
+    def mode_changed(self, mode: str, degree) -> None:
+        """Selecting tensor-parallel starts the worker group; selecting another mode stops it."""
+        try:
+            if mode == "tp":
+                self.manager.start_tp(int(degree) if degree else None)
+                gr.Info(f"Starting the tensor-parallel group ({int(degree or 0) or 'default'} ranks)…")
+            elif (self.manager.status().get("tp") or {}).get("state") not in (None, "stopped", "dead"):
+                threading.Thread(target=self.manager.stop_tp, name="tp-stop", daemon=True).start()
+                gr.Info("Stopping the tensor-parallel group.")
+        except StudioError as exc:
+            raise gr.Error(str(exc)) from None
+        except (TypeError, ValueError):
+            raise gr.Error(f"tp_degree: must be a whole number, got {degree!r}") from None
+
+    def restart_tp(self, degree) -> str:
+        try:
+            self.manager.stop_tp()
+            self.manager.start_tp(int(degree) if degree else None)
+        except StudioError as exc:
+            raise gr.Error(str(exc)) from None
+        except (TypeError, ValueError):
+            raise gr.Error(f"tp_degree: must be a whole number, got {degree!r}") from None
+        return views.tp_markdown(self.manager.status().get("tp") or {})
+
     # system panel ----------------------------------------------------------------------------
     def clear_cache(self) -> str:
         try:
@@ -182,7 +203,6 @@ class Studio:
         gr.Info("Locked to warm shapes." if locked else "New shapes may compile again.")
 
     def start_warmup(self, labels: list[str], mode: str) -> str:
-        self._check_mode(mode)
         shapes = [s for s in (views.preset_shape(label) for label in labels or []) if s is not None]
         try:
             self.manager.start_warmup(shapes, mode)
@@ -193,8 +213,6 @@ class Studio:
     # compare ---------------------------------------------------------------------------------
     def compare(self, prompt, width, height, steps, guidance, seed, randomize, modes,
                 progress: Callable = _noop_progress):
-        for mode in modes or []:
-            self._check_mode(mode)
         request = self._validate(prompt, width, height, (modes or ["eager"])[0], steps, guidance,
                                  -1 if randomize else seed)
         try:

@@ -18,7 +18,7 @@ MODE_LABELS = {
     "eager": "eager",
     "compiled": "compiled (whole transformer)",
     "regional": "regional (repeated blocks)",
-    "tp": "tensor-parallel",
+    "tp": "tensor-parallel (torchrun worker group)",
 }
 STATE_WORDS = {"warm": "Ready", "cold": "Cold", "compiling": "Compiling", "failed": "Failed", "locked": "Refused"}
 
@@ -206,3 +206,37 @@ def compare_frame(entries: list[dict[str, Any]]) -> pd.DataFrame:
              "compiled": e["result"]["compiled"], "compile s": round(e["result"]["compile_seconds"], 2),
              "max |Δ| vs first (0-255)": e["max_diff"]} for e in entries]
     return pd.DataFrame(rows, columns=["mode", "seconds", "compiled", "compile s", "max |Δ| vs first (0-255)"])
+
+
+def tp_cost_markdown(tp: dict[str, Any]) -> str:
+    """The cost line while tensor-parallel mode is selected but its group is not ready."""
+    state = tp.get("state", "stopped")
+    if state in ("launching", "loading", "warming"):
+        return f"**Starting** — the tensor-parallel group ({tp.get('world_size')} ranks) is {state}…"
+    if state == "dead":
+        return f"**Down** — the tensor-parallel group died: {tp.get('error')}. Restart it in the System tab."
+    return "**Stopped** — select tensor-parallel mode to start its worker group."
+
+
+def tp_markdown(tp: dict[str, Any]) -> str:
+    if not tp:
+        return ""
+    rows = [("State", tp.get("state")), ("Ranks", tp.get("world_size")),
+            ("Each rank runs", tp.get("compile_mode", "…")),
+            ("NeuronCores", ", ".join(map(str, tp["cores"])) if tp.get("cores") else "n/a on this device"),
+            ("Rank pids", ", ".join(f"{r}: {p}" for r, p in sorted((tp.get("rank_pids") or {}).items())) or "…"),
+            ("Group error", tp.get("error") or "none"),
+            ("Last failed request", tp.get("last_request_error") or "none")]
+    timings = tp.get("timings") or {}
+    if "load" in timings:
+        rows.append(("Load / warm-up", f"{timings['load']:.1f} s / {timings.get('warm', 0):.1f} s"))
+    if "last_round_trip" in timings:
+        overhead = (timings["last_round_trip"] - timings["last_worker_seconds"]) * 1000
+        rows.append(("Last call", f"{timings['last_round_trip']:.3f} s round trip, {overhead:.1f} ms over the "
+                                  "workers' own time"))
+    return "\n".join(["| Tensor parallel | |", "| --- | --- |"] + [f"| {k} | {v} |" for k, v in rows])
+
+
+def tp_logs(tp: dict[str, Any]) -> str:
+    logs = tp.get("logs") or {}
+    return "\n".join(f"── {name} ──\n{text.rstrip()}" for name, text in logs.items() if text.strip())

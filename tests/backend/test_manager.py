@@ -206,7 +206,8 @@ def test_device_work_is_serialised(manager):
 
 def test_status_is_json_and_complete(manager):
     manager.generate(_req(manager, "compiled", 64, 64))
-    status = json.loads(json.dumps(manager.status()))
+    status = manager.status()
+    assert json.loads(json.dumps(status)) == status  # JSON-able as it is: no int keys, no objects
     assert status["state"] == "ready"
     assert status["device"]["kind"] == "cpu" and status["dtype"] == "float32"
     assert status["model"]["label"] == "embedded:tiny-flux2-klein"

@@ -1,5 +1,6 @@
 """The tensor-parallel worker group with real torchrun and gloo on the CPU (2 ranks, embedded model)."""
 
+import json
 import os
 import signal
 import socket
@@ -69,7 +70,9 @@ def test_two_rank_image_matches_the_one_process_eager_image(mgr):
     assert diff <= 2
     assert tp_result.world_size == 2 and tp_result.mode == "tp"
     assert [e.step for e in events if e.phase == "denoising"] == [0, 1, 2, 3]  # progress streams back
-    assert mgr.status()["tp"]["state"] == "ready"
+    status = mgr.status()
+    assert json.loads(json.dumps(status)) == status
+    assert status["tp"]["state"] == "ready" and set(status["tp"]["rank_pids"]) == {"0", "1"}
     assert any(r["mode"] == "tp" and r["state"] == "warm" for r in mgr.status()["shapes"])
 
 

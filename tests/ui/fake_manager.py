@@ -15,7 +15,7 @@ from tests.conftest import make_settings
 
 
 class FakeManager:
-    modes = ("eager", "compiled", "regional")
+    modes = ("eager", "compiled", "regional", "tp")
 
     def __init__(self, tmp_path, **settings):
         self.settings = make_settings(tmp_path, **settings)
@@ -26,6 +26,7 @@ class FakeManager:
         self.raise_on_generate: Exception | None = None
         self.warm: set[tuple[str, Shape]] = set()
         self.progress_events = []
+        self.tp_state = "stopped"
 
     def validate(self, *args, **kwargs):
         return self._validator.validate(*args, **kwargs)
@@ -74,6 +75,18 @@ class FakeManager:
         result.path = str(save_png(image, result, unique_output_path(self.settings.output_dir, result)))
         return result.path
 
+    def start_tp(self, degree=None, wait=False):
+        from backend.errors import InvalidRequest
+
+        if degree is not None and 4 % degree:
+            raise InvalidRequest("tp_degree", f"{degree} does not divide the model's 4 attention heads")
+        self.calls.append(("start_tp", degree))
+        self.tp_state = "loading"
+
+    def stop_tp(self):
+        self.calls.append(("stop_tp",))
+        self.tp_state = "stopped"
+
     def cancel(self):
         self.calls.append(("cancel",))
         return True
@@ -97,6 +110,9 @@ class FakeManager:
             "busy": None, "cache": {"dir": "/tmp/x", "bytes": 2048, "variable": "TORCHINDUCTOR_CACHE_DIR"},
             "memory": {"rss_bytes": 10 * 2**20, "device_allocated_bytes": None}, "load_error": None,
             "last_error": None, "warmup": None,
+            "tp": {"state": self.tp_state, "world_size": 2, "compile_mode": "eager", "cores": None,
+                   "rank_pids": {"0": 11, "1": 12}, "error": None, "last_request_error": None,
+                   "timings": {"load": 2.0, "warm": 0.5}, "logs": {"rank 0": "rank 0/2 starting (pid 11)\n"}},
             "shapes": [{"mode": m, "shape": str(s), "width": s.width, "height": s.height, "tokens": s.tokens,
                         "state": "warm", "compile_seconds": 1.5 if m != "eager" else 0.0,
                         "compiles": int(m != "eager"), "steady_seconds": 0.4, "runs": 1,

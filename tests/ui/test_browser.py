@@ -91,3 +91,24 @@ def test_a_bad_custom_size_shows_a_clear_error(page):
     toast = page.locator(".toast-body").filter(has_text="nearest valid size is 1008x1024")
     toast.first.wait_for(timeout=30000)
     assert "Error" in page.locator(".toast-body").first.inner_text()
+
+
+def test_tensor_parallel_mode_starts_the_group_shows_it_and_generates(page):
+    choose_mode(page, "tensor-parallel (torchrun worker group)")
+    page.wait_for_function("document.querySelector('#cost').innerText.includes('Starting')"
+                           " || document.querySelector('#cost').innerText.includes('Ready')"
+                           " || document.querySelector('#cost').innerText.includes('Cold')", timeout=30000)
+    page.get_by_role("tab", name="System").click()
+    page.wait_for_function("document.querySelector('#tp-info').innerText.includes('ready')", timeout=90000)
+    assert "rank 1/2 starting" in page.input_value("#tp-logs textarea")
+    page.get_by_role("tab", name="Studio").click()
+    page.fill("#prompt textarea", "a fox")
+    page.fill("#width input", "256")
+    page.fill("#height input", "256")
+    page.press("#height input", "Tab")
+    page.click("#generate")
+    page.wait_for_function("document.querySelector('#run-info').innerText.includes('256x256')"
+                           " && document.querySelector('#run-info').innerText.includes('tp')", timeout=60000)
+    choose_mode(page, "eager")
+    page.get_by_role("tab", name="System").click()
+    page.wait_for_function("document.querySelector('#tp-info').innerText.includes('stopped')", timeout=30000)

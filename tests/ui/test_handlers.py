@@ -66,11 +66,19 @@ def test_backend_errors_become_gr_errors_and_stop_is_not_an_error(studio, fake):
     assert ("cancel",) in fake.calls
 
 
-def test_tensor_parallel_says_not_available(studio):
-    with pytest.raises(gr.Error, match="not available"):
-        studio.generate_from_page("a fox", 64, 64, "tp", 4, 1.0, 0, True, [])
+def test_selecting_tensor_parallel_starts_the_group_and_leaving_it_stops_it(studio, fake):
+    studio.mode_changed("tp", 2)
+    assert ("start_tp", 2) in fake.calls
     _engine, cost, _badges = studio.refresh_studio("tp", 64, 64, 4)
-    assert "not available" in cost
+    assert cost.startswith("**Starting**") and "loading" in cost
+    *_rest, tp_md, logs, _status = studio.refresh_system()
+    assert "| State | loading |" in tp_md and "0: 11, 1: 12" in tp_md and "rank 0/2 starting" in logs
+    studio.mode_changed("eager", 2)
+    deadline = __import__("time").monotonic() + 5
+    while ("stop_tp",) not in fake.calls:  # stopped in the background
+        assert __import__("time").monotonic() < deadline
+    with pytest.raises(gr.Error, match="does not divide"):
+        studio.mode_changed("tp", 3)
 
 
 def test_cost_line_and_badges_follow_the_compile_state(studio, fake):
@@ -111,7 +119,7 @@ def test_load_parameters_from_png_fills_the_controls(studio, fake, tmp_path):
 
 def test_system_panel_table_warmup_lock_and_cache(studio, fake):
     studio.generate_from_page("a fox", 64, 64, "compiled", 4, 1.0, 0, True, [])
-    info, table, warm, status = studio.refresh_system()
+    info, table, warm, _tp, _logs, status = studio.refresh_system()
     assert "fake-model" in info and "/tmp/x" in info and "2.0 KB" in info
     assert list(table.columns) == views.SHAPE_COLUMNS and table.iloc[0]["state"] == "warm"
     studio.start_warmup(["1:1 · 1024x1024", "16:9 · 1344x768"], "compiled")
