@@ -28,7 +28,7 @@ from backend.settings import IN_PROCESS_MODES as MODES
 
 @dataclasses.dataclass
 class EngineOutput:
-    image: Image.Image
+    image: Image.Image | None
     compiles: int
     compile_seconds: float
     neff_compiles: int
@@ -132,8 +132,12 @@ class InProcessEngine:
         on_progress: Callable[[ProgressEvent], None] = lambda e: None,
         should_stop: Callable[[], bool] = lambda: False,
         forbid_compile: bool = False,
+        decode: bool = True,
     ) -> EngineOutput:
-        """Generate one image. Raises GenerationCancelled, ShapeLocked, CompileFailure or GenerationFailed."""
+        """Generate one image. Raises GenerationCancelled, ShapeLocked, CompileFailure or GenerationFailed.
+
+        ``decode=False`` stops at the latents (image None): tensor-parallel ranks other than 0 have
+        no use for pixels, and skipping their VAE decode frees their device for rank 0."""
         if self.pipe is None:
             raise GenerationFailed("the model is not loaded")
         pipe, device = self.pipe, self.device
@@ -185,6 +189,7 @@ class InProcessEngine:
                     guidance_scale=request.guidance,
                     generator=torch.Generator("cpu").manual_seed(request.seed),
                     callback_on_step_end=step_done,
+                    output_type="pil" if decode else "latent",
                 )
             device.synchronize()
         except GenerationCancelled as exc:
@@ -203,7 +208,7 @@ class InProcessEngine:
         last_step = marks.get("last_step", encoded)
         emit("done", request.steps)
         return EngineOutput(
-            image=output.images[0],
+            image=output.images[0] if decode else None,
             compiles=int(counters["graphs"]),
             compile_seconds=float(counters["compile_seconds"]),
             neff_compiles=int(counters.get("neff_compiles", 0)),

@@ -242,14 +242,16 @@ class TPWorkerGroup:
                 if should_stop and not cancelled and should_stop():
                     cancelled = True  # every rank stops at the next step (they vote on it)
                     self._request({"type": "cancel"}, deadline=self._clock() + 5)
-                try:
-                    msg, payload = proto.recv_message(sock, deadline=min(limit, self._clock() + 0.2))
-                except proto.DeadlineExceeded:
+                if not proto.wait_readable(sock, min(0.2, limit - self._clock())):
                     if self.state == "dead":
-                        raise GroupDead(self.error or "the worker group died") from None
+                        raise GroupDead(self.error or "the worker group died")
                     if self._clock() >= limit:
-                        raise TimeoutError(phase, stall) from None
+                        raise TimeoutError(phase, stall)
                     continue
+                try:  # a message has begun: read all of it (a stalled peer still hits the limit)
+                    msg, payload = proto.recv_message(sock, deadline=limit)
+                except proto.DeadlineExceeded:
+                    raise TimeoutError(phase, stall) from None
                 except proto.ProtocolError as exc:
                     time.sleep(1.0)  # a dying rank 0 closes the socket just before torchrun exits
                     raise GroupDead(self.error or f"lost the worker group: {exc}") from None
@@ -321,7 +323,8 @@ class TPWorkerGroup:
         header = {"type": "generate", **request.to_json(), "forbid_compile": forbid_compile}
         began = self._clock()
         msg, payload = self.call(header, on_message=relay, should_stop=should_stop)
-        image = Image.frombytes("RGB", (msg["width"], msg["height"]), payload)
+        # A view onto the received bytes (no copy); the bytearray lives as long as the image.
+        image = Image.frombuffer("RGB", (msg["width"], msg["height"]), payload, "raw", "RGB", 0, 1)
         self.timings["last_round_trip"] = self._clock() - began
         self.timings["last_worker_seconds"] = msg["seconds"]
         return EngineOutput(image=image, compiles=msg["compiles"], compile_seconds=msg["compile_seconds"],

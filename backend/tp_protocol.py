@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hmac
 import json
+import select
 import socket
 import struct
 import time
@@ -33,36 +34,47 @@ class DeadlineExceeded(ProtocolError):
     """No complete message arrived before the deadline."""
 
 
-def _recv_exact(sock: socket.socket, n: int, deadline: float | None) -> bytes:
-    chunks, remaining = [], n
-    while remaining:
+def _recv_exact(sock: socket.socket, n: int, deadline: float | None) -> bytearray:
+    buf = bytearray(n)
+    view, got = memoryview(buf), 0
+    while got < n:
         if deadline is not None:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise DeadlineExceeded(f"no answer within the deadline ({n - remaining}/{n} bytes read)")
+                raise DeadlineExceeded(f"no answer within the deadline ({got}/{n} bytes read)")
             sock.settimeout(left)
+        else:
+            sock.settimeout(None)
         try:
-            chunk = sock.recv(min(remaining, 1 << 20))
+            k = sock.recv_into(view[got:], n - got)
         except socket.timeout:
-            raise DeadlineExceeded("no answer within the deadline") from None
+            raise DeadlineExceeded(f"no answer within the deadline ({got}/{n} bytes read)") from None
         except OSError as exc:
             raise ProtocolError(f"connection failed: {exc}") from None
-        if not chunk:
+        if not k:
             raise ProtocolError("connection closed by the peer")
-        chunks.append(chunk)
-        remaining -= len(chunk)
-    return b"".join(chunks)
+        got += k
+    return buf
 
 
-def send_message(sock: socket.socket, header: dict[str, Any], payload: bytes = b"") -> None:
+def wait_readable(sock: socket.socket, timeout: float) -> bool:
+    """True when a message (or the peer's hang-up) is waiting; lets callers poll between messages
+    without ever abandoning one half read."""
+    readable, _, _ = select.select([sock], [], [], max(0.0, timeout))
+    return bool(readable)
+
+
+def send_message(sock: socket.socket, header: dict[str, Any], payload: bytes | memoryview = b"") -> None:
     header = dict(header, payload_bytes=len(payload))
     data = json.dumps(header, ensure_ascii=False, allow_nan=False).encode("utf-8")
     if len(data) > MAX_HEADER:
         raise ProtocolError(f"header too large ({len(data)} bytes)")
-    sock.sendall(_LEN.pack(len(data)) + data + payload)
+    sock.sendall(_LEN.pack(len(data)) + data)
+    if payload:
+        sock.sendall(payload)  # pixels go out as they are: no copy into one big buffer
 
 
-def recv_message(sock: socket.socket, deadline: float | None = None) -> tuple[dict[str, Any], bytes]:
+def recv_message(sock: socket.socket, deadline: float | None = None) -> tuple[dict[str, Any], bytearray]:
     """Read one message; ``deadline`` is a time.monotonic() value (None waits forever)."""
     (size,) = _LEN.unpack(_recv_exact(sock, _LEN.size, deadline))
     if size > MAX_HEADER:
@@ -76,7 +88,7 @@ def recv_message(sock: socket.socket, deadline: float | None = None) -> tuple[di
     n = header.get("payload_bytes", 0)
     if not isinstance(n, int) or not 0 <= n <= MAX_PAYLOAD:
         raise ProtocolError(f"payload of {n!r} bytes refused (limit {MAX_PAYLOAD})")
-    return header, _recv_exact(sock, n, deadline) if n else b""
+    return header, _recv_exact(sock, n, deadline) if n else bytearray()
 
 
 def token_ok(expected: str, header: dict[str, Any]) -> bool:

@@ -229,7 +229,8 @@ def main() -> None:
             return bool(flag.item())
 
         def run(request, progress=lambda e: None, forbid_compile=False):
-            return engine.run(request, progress, vote_stop, forbid_compile=forbid_compile)
+            # Only rank 0 returns pixels; the others stop at the latents.
+            return engine.run(request, progress, vote_stop, forbid_compile=forbid_compile, decode=rank == 0)
 
         for text in cfg.get("warm", []):
             shape = parse_shape(text)
@@ -301,7 +302,7 @@ def main() -> None:
 
                 out = run(request, progress, forbid_compile=bool(job.get("forbid_compile")))
                 if rank == 0:
-                    image = out.image.convert("RGB")
+                    image = out.image if out.image.mode == "RGB" else out.image.convert("RGB")
                     header = {"type": "result", "width": image.width, "height": image.height, "world_size": world,
                               "compiles": out.compiles, "compile_seconds": out.compile_seconds,
                               "neff_compiles": out.neff_compiles, "seconds": out.seconds, "encode": out.encode,

@@ -1,0 +1,82 @@
+"""Socket round-trip overhead of the tensor-parallel worker group (goal: <= 5 ms above the workers).
+
+    python -m bench.tp_transport                 # 1024x1024, 2 ranks, 5 repetitions
+    python -m bench.tp_transport --size 512x512 --reps 9 --json
+
+Measured side by side in one run: for each call, the app-side round trip (request sent -> pixels
+received and decoded into an image) and the workers' own time for the same call (rank 0's
+pipeline seconds). Their difference is what the socket, the JSON headers and the raw pixel bytes
+cost. Prints the median and spread of both and of the difference, and the ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+
+def measure(size: str, reps: int, degree: int, steps: int) -> dict:
+    from backend.device_env import prepare_environment
+    from backend.manager import Manager
+    from backend.settings import Settings
+    from backend.shapes import parse_shape
+
+    with tempfile.TemporaryDirectory() as tmp:
+        settings = Settings(device="cpu", dtype="float32", compile_backend="aot_eager", mode="tp",
+                            tp_degree=degree, cache_dir=Path(tmp) / "cache", output_dir=Path(tmp) / "out")
+        prepare_environment(settings.cache_dir)
+        manager = Manager(settings)
+        manager.start()
+        try:
+            shape = parse_shape(size)
+            request = manager.validate("transport probe", shape.height, shape.width, steps=steps, seed=0, mode="tp")
+            manager.generate(request)  # the first call pays one-off costs
+            rows = []
+            for _ in range(reps):
+                manager.generate(request)
+                t = manager.tp.timings
+                rows.append({"round_trip": t["last_round_trip"], "worker": t["last_worker_seconds"]})
+        finally:
+            manager.close()
+    overhead = [r["round_trip"] - r["worker"] for r in rows]
+    return {
+        "size": size, "ranks": degree, "steps": steps, "reps": reps, "machine": platform.machine(),
+        "payload_bytes": shape.width * shape.height * 3,
+        "round_trip_median_s": statistics.median(r["round_trip"] for r in rows),
+        "worker_median_s": statistics.median(r["worker"] for r in rows),
+        "overhead_median_ms": statistics.median(overhead) * 1000,
+        "overhead_min_ms": min(overhead) * 1000, "overhead_max_ms": max(overhead) * 1000,
+        "ratio_round_trip_to_worker": statistics.median(r["round_trip"] / r["worker"] for r in rows),
+        "goal_ms": 5.0,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", default="1024x1024")
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--ranks", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=1)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    r = measure(args.size, args.reps, args.ranks, args.steps)
+    if args.json:
+        print(json.dumps(r, indent=2))
+        return 0
+    verdict = "pass" if r["overhead_median_ms"] <= r["goal_ms"] else "short"
+    print(f"TP transport at {r['size']} ({r['payload_bytes'] / 2**20:.1f} MiB of pixels), {r['ranks']} ranks, "
+          f"{r['steps']} step(s), {r['reps']} reps, CPU ({r['machine']}):")
+    print(f"  round trip {r['round_trip_median_s'] * 1000:.1f} ms, workers' own {r['worker_median_s'] * 1000:.1f} ms "
+          f"(medians); ratio {r['ratio_round_trip_to_worker']:.4f}")
+    print(f"  overhead {r['overhead_median_ms']:.2f} ms median (min {r['overhead_min_ms']:.2f}, "
+          f"max {r['overhead_max_ms']:.2f}); goal <= {r['goal_ms']:.0f} ms [{verdict}]")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
