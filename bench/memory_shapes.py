@@ -41,7 +41,7 @@ def _rss_settled() -> int:
     return psutil.Process().memory_info().rss
 
 
-def measure(config: str, backend: str, steps: int) -> dict:
+def measure(config: str, backend: str, steps: int, shapes: tuple[str, ...] = SHAPES) -> dict:
     from backend.device_env import prepare_environment
     from backend.settings import Settings
     from backend.tiny_model import TinyFluxConfig, save_pipeline
@@ -62,7 +62,7 @@ def measure(config: str, backend: str, steps: int) -> dict:
         n_params = sum(p.numel() for p in mgr.engine.pipe.transformer.parameters())
         rss_loaded = _rss_settled()
         rows = []
-        for i, text in enumerate(SHAPES):
+        for text in shapes:
             shape = parse_shape(text)
             req = mgr.validate("memory probe", shape.height, shape.width, steps=steps, seed=0, mode="compiled")
             _img, first = mgr.generate(req)
@@ -76,26 +76,32 @@ def measure(config: str, backend: str, steps: int) -> dict:
                 "ratio_three_to_one": round(three / one, 4), "weights_shared": same, "shapes": rows}
 
 
+def run_isolated(configs: list[str], backend: str, steps: int, shapes: tuple[str, ...] = SHAPES) -> list[dict]:
+    """Measure each config in a fresh subprocess; raises RuntimeError with its stderr on failure."""
+    results = []
+    for config in configs:
+        proc = subprocess.run([sys.executable, "-m", "bench.memory_shapes", "--_child", config, "--backend", backend,
+                               "--steps", str(steps), "--shapes", ",".join(shapes)],
+                              capture_output=True, text=True, check=False)
+        if proc.returncode:
+            raise RuntimeError(proc.stderr[-2000:])
+        results.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    return results
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", default="inductor")
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--config", choices=sorted(CONFIGS), action="append")
+    parser.add_argument("--shapes", default=",".join(SHAPES), help="three WxH shapes, comma-separated")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--_child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args._child:
-        print(json.dumps(measure(args._child, args.backend, args.steps)))
+        print(json.dumps(measure(args._child, args.backend, args.steps, tuple(args.shapes.split(",")))))
         return 0
-    results = []
-    for config in args.config or list(CONFIGS):
-        proc = subprocess.run([sys.executable, "-m", "bench.memory_shapes", "--_child", config,
-                               "--backend", args.backend, "--steps", str(args.steps)],
-                              capture_output=True, text=True, check=False)
-        if proc.returncode:
-            print(proc.stderr, file=sys.stderr)
-            return proc.returncode
-        results.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    results = run_isolated(args.config or list(CONFIGS), args.backend, args.steps, tuple(args.shapes.split(",")))
     if args.json:
         print(json.dumps(results, indent=2))
         return 0
