@@ -158,12 +158,22 @@ def p4_tp_transport(tmp: Path, quick: bool) -> list[dict]:
 REAL_BLOCKS = {"num_layers": 5, "num_single_layers": 20}  # FLUX.2-klein-4B's block counts
 
 
+def _clean_env() -> dict[str, str]:
+    """The environment for a child app process whose caches are exactly its --cache-dir.
+
+    Importing torch here sets TORCHINDUCTOR_CACHE_DIR in this process's environment (inductor
+    records its default), which a child would inherit and prefer over --cache-dir."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("TORCHINDUCTOR_CACHE_DIR", "TORCH_NEURONX_NEFF_CACHE_DIR")}
+    return {**env, "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False"}
+
+
 def _compile_seconds_in_fresh_process(model: str, mode: str, backend: str, size: str, cache: Path) -> float:
     proc = subprocess.run(
         [sys.executable, str(ROOT / "app.py"), "generate", "warm-up", "--size", size, "--mode", mode, "--steps", "1",
          "--seed", "0", "--json", "--no-save", "--model", model, "--device", "cpu", "--dtype", "float32",
          "--compile-backend", backend, "--cache-dir", str(cache)],
-        capture_output=True, text=True, cwd=cache.parent, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+        capture_output=True, text=True, cwd=cache.parent, env=_clean_env())
     if proc.returncode:
         raise RuntimeError(proc.stderr[-2000:])
     return json.loads(proc.stdout.strip().splitlines()[-1])["compile_seconds"]
@@ -195,7 +205,7 @@ def _free_port() -> int:
 
 def _time_to_ui(tmp: Path) -> tuple[float, float]:
     port = _free_port()
-    env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1"}
+    env = _clean_env()
     began = time.monotonic()
     proc = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--port", str(port), "--cache-dir",
                              str(tmp / "cache"), "--output-dir", str(tmp / "out")], cwd=tmp, env=env,
@@ -298,10 +308,18 @@ def run(only: list[str] | None, quick: bool, progress: Callable[[str], None] = l
         progress(pid)
         with tempfile.TemporaryDirectory(prefix=f"bench-{pid}-") as tmp:
             began = time.monotonic()
+            saved = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+            # Each benchmark starts from a cold compile cache of its own (inductor reads this lazily).
+            os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(Path(tmp) / "inductor")
             try:
                 rows.extend(fn(Path(tmp), quick))
             except Exception as exc:  # noqa: BLE001 - a broken benchmark is reported, and fails the run
                 errors[pid] = f"{type(exc).__name__}: {exc}"
+            finally:
+                if saved is None:
+                    os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
+                else:
+                    os.environ["TORCHINDUCTOR_CACHE_DIR"] = saved
             progress(f"{pid} done in {time.monotonic() - began:.0f} s")
     return {"date": datetime.date.today().isoformat(), "quick": quick, "machine": machine(), "rows": rows,
             "errors": errors}

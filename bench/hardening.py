@@ -1,0 +1,383 @@
+"""Hardening figures: bad input, load, faults, orphans. ``python -m bench.hardening [--quick]``.
+
+Prints: inputs tried / answered clearly (through the public API and the CLI), requests sent /
+answered under concurrent load, RSS growth over sequential requests, faults injected / recovered,
+and orphan worker processes found. The tests (tests/test_hardening.py) run the same functions and
+hold each figure to its promise; this script is how a person reads them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+OK = "ok"  # a case that must succeed
+
+# (name, (prompt, width, height, mode, steps, seed, guidance), words the refusal must contain | OK)
+API_CASES: list[tuple[str, tuple, str]] = [
+    ("size 0x0", ("a fox", 0, 0, "eager", 2, 1, 1.0), "nearest valid size is 64x64"),
+    ("negative size", ("a fox", -64, 64, "eager", 2, 1, 1.0), "nearest valid size"),
+    ("not a multiple of 16", ("a fox", 1000, 1024, "eager", 2, 1, 1.0), "not a multiple of 16"),
+    ("below the minimum", ("a fox", 32, 64, "eager", 2, 1, 1.0), "outside 64..2048"),
+    ("above the maximum", ("a fox", 4096, 4096, "eager", 2, 1, 1.0), "outside 64..2048"),
+    ("non-numeric size", ("a fox", "wide", 64, "eager", 2, 1, 1.0), "number"),
+    ("huge aspect ratio", ("a fox", 2048, 64, "eager", 2, 1, 1.0), "aspect ratio 32.00:1"),
+    ("zero steps", ("a fox", 64, 64, "eager", 0, 1, 1.0), "less than minimum value 1"),
+    ("negative steps", ("a fox", 64, 64, "eager", -3, 1, 1.0), "less than minimum value 1"),
+    ("too many steps", ("a fox", 64, 64, "eager", 500, 1, 1.0), "greater than maximum value 50"),
+    ("non-integer steps", ("a fox", 64, 64, "eager", 2.5, 1, 1.0), "steps: must be a whole number"),
+    ("negative seed", ("a fox", 64, 64, "eager", 2, -5, 1.0), "seed: must be between"),
+    ("seed above 2^63", ("a fox", 64, 64, "eager", 2, 2**63, 1.0), "seed: must be between"),
+    ("text seed", ("a fox", 64, 64, "eager", 2, "lucky", 1.0), "number"),
+    ("NaN guidance", ("a fox", 64, 64, "eager", 2, 1, float("nan")), "guidance"),
+    ("infinite guidance", ("a fox", 64, 64, "eager", 2, 1, float("inf")), "guidance"),
+    ("negative guidance", ("a fox", 64, 64, "eager", 2, 1, -1.0), "less than minimum value 0"),
+    ("empty prompt", ("", 64, 64, "eager", 2, 1, 1.0), "prompt: is empty"),
+    ("whitespace prompt", ("  \n\t ", 64, 64, "eager", 2, 1, 1.0), "prompt: is empty"),
+    ("100 kB prompt", ("x" * 100_000, 64, 64, "eager", 2, 1, 1.0), "characters; the limit is 2000"),
+    ("control characters", ("a\x00fox\x1b[31m", 64, 64, "eager", 2, 1, 1.0), "control character U+0000"),
+    ("prompt past the tokenizer", ("fox " * 400, 64, 64, "eager", 2, 1, 1.0), "tokens with the chat template"),
+    ("unknown mode", ("a fox", 64, 64, "turbo", 2, 1, 1.0), "mode: must be one of"),
+    ("emoji and right-to-left text", ("a fox 🦊 in snow ثعلب في الثلج", 64, 64, "eager", 2, 1, 1.0), OK),
+]
+
+# (name, argv, words the one-line error must contain)
+CLI_CASES: list[tuple[str, list[str], str]] = [
+    ("no size", ["generate", "fox"], "at least one --size"),
+    ("malformed size", ["generate", "fox", "--size", "64by64"], "expected WIDTHxHEIGHT"),
+    ("not a multiple of 16", ["generate", "fox", "--size", "100x64"], "nearest valid size is 96x64"),
+    ("huge aspect ratio", ["generate", "fox", "--size", "2048x64"], "aspect ratio"),
+    ("zero steps", ["generate", "fox", "--size", "64x64", "--steps", "0"], "--steps"),
+    ("text seed", ["generate", "fox", "--size", "64x64", "--seed", "lucky"], "seed: must be a whole number"),
+    ("seed above 2^63", ["generate", "fox", "--size", "64x64", "--seed", str(2**63)], "seed: must be between"),
+    ("NaN guidance", ["generate", "fox", "--size", "64x64", "--guidance", "nan"], "guidance"),
+    ("empty prompt", ["generate", "  ", "--size", "64x64"], "prompt: is empty"),
+    ("prompt past the tokenizer", ["generate", "fox " * 400, "--size", "64x64"], "tokens with the chat template"),
+    ("unknown mode", ["generate", "fox", "--size", "64x64", "--mode", "turbo"], "--mode: expected one of"),
+    ("TP degree not dividing the heads", ["generate", "fox", "--size", "64x64", "--mode", "tp", "--tp-degree", "3"],
+     "does not divide the model's 4 attention heads"),
+    ("missing model", ["generate", "fox", "--size", "64x64", "--model", "/no/such/model"], "no such folder"),
+]
+
+
+def run_api_cases(client, status_fn) -> list[dict[str, Any]]:
+    """Each case through gradio_client; a refusal must be clear and leave the backend unchanged."""
+    rows = []
+    for name, args, expect in API_CASES:
+        before = status_fn()
+        try:
+            _image, record = client.predict(*args, api_name="/generate")
+            outcome, message = "answered", f"seed {record['seed']}"
+        except Exception as exc:  # noqa: BLE001 - the message is what is judged
+            outcome, message = "refused", str(exc)
+        after = status_fn()
+        unchanged = (before["shapes"] == after["shapes"] and before["generations"] == after["generations"])
+        clear = (outcome == "answered") if expect == OK else (outcome == "refused" and expect in message and unchanged)
+        rows.append({"case": name, "clear": clear, "outcome": outcome, "message": message[:200],
+                     "state_unchanged": unchanged if expect != OK else None})
+    return rows
+
+
+def run_cli_cases(output_dir: Path) -> list[dict[str, Any]]:
+    """Each case through app.main in this process: exit status 2 and one line on stderr."""
+    import app
+
+    rows = []
+    for name, argv, expect in CLI_CASES:
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            try:
+                code = app.main(argv + ["--output-dir", str(output_dir)])
+            except SystemExit as exc:
+                code = exc.code
+        lines = err.getvalue().strip().splitlines()
+        clear = code == 2 and len(lines) == 1 and expect in lines[0] and "Traceback" not in err.getvalue()
+        rows.append({"case": name, "clear": clear, "exit": code, "message": (lines or [""])[-1][:200]})
+    return rows
+
+
+def run_load(url: str, clients: int = 5, per_client: int = 4) -> dict[str, Any]:
+    """clients x per_client requests at once; every answer accounted for, in each client's order."""
+    from gradio_client import Client
+
+    results: dict[int, list[dict]] = {}
+    saw_queue = threading.Event()
+    errors: list[str] = []
+
+    def client_run(c: int) -> None:
+        client = Client(url, verbose=False)
+        jobs = [client.submit("load test", 128, 128, "eager", 4, 1000 * c + i, 1.0, api_name="/generate")
+                for i in range(per_client)]
+        for job in jobs:
+            while not job.done():
+                status = job.status()
+                if getattr(status, "rank", None) not in (None, 0) or getattr(status, "queue_size", 0):
+                    saw_queue.set()
+                time.sleep(0.02)
+        out = []
+        for job in jobs:
+            try:
+                out.append(job.result()[1])
+            except Exception as exc:  # noqa: BLE001 - counted as unanswered
+                errors.append(str(exc))
+        results[c] = out
+
+    threads = [threading.Thread(target=client_run, args=(c,)) for c in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    records = [r for rs in results.values() for r in rs]
+    seeds = sorted(r["seed"] for r in records)
+    expected = sorted(1000 * c + i for c in range(clients) for i in range(per_client))
+    in_order = all([r["seed"] for r in sorted(rs, key=lambda r: r["started_at"])] == [r["seed"] for r in rs]
+                   for rs in results.values())
+    return {"sent": clients * per_client, "answered": len(records), "lost_or_duplicated": seeds != expected,
+            "each_client_in_order": in_order, "queue_position_seen": saw_queue.is_set(), "errors": errors}
+
+
+def run_memory(requests: int = 100) -> dict[str, Any]:
+    """RSS growth over sequential requests in one process (after a warm-up of 10)."""
+    import gc
+
+    from backend.manager import Manager
+    from backend.settings import Settings
+
+    with tempfile.TemporaryDirectory() as tmp:
+        manager = Manager(Settings(device="cpu", dtype="float32", compile_backend="aot_eager",
+                                   cache_dir=Path(tmp) / "c", output_dir=Path(tmp) / "o"))
+        manager.start()
+        request = manager.validate("memory", 64, 64, steps=2, seed=1, mode="eager")
+        for _ in range(10):
+            manager.generate(request)
+        gc.collect()
+        before = psutil.Process().memory_info().rss
+        for i in range(requests):
+            manager.generate(dataclass_replace(request, seed=i))
+        gc.collect()
+        after = psutil.Process().memory_info().rss
+        manager.close()
+    return {"requests": requests, "rss_before_MiB": before / 2**20, "rss_after_MiB": after / 2**20,
+            "growth_MiB": (after - before) / 2**20}
+
+
+def dataclass_replace(obj, **changes):
+    import dataclasses
+
+    return dataclasses.replace(obj, **changes)
+
+
+def alive(pids) -> list[int]:
+    out = []
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                out.append(pid)
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+def run_faults() -> list[dict[str, Any]]:
+    """Inject each fault into a live manager; recovered = a clear error, then a working request."""
+    import torch
+
+    from backend.errors import GenerationFailed, StudioError
+    from backend.manager import Manager
+    from backend.settings import Settings
+
+    rows: list[dict[str, Any]] = []
+    tmp = Path(tempfile.mkdtemp(prefix="faults-"))
+    manager = Manager(Settings(device="cpu", dtype="float32", compile_backend="aot_eager", tp_stall_timeout=3.0,
+                               cache_dir=tmp / "c", output_dir=tmp / "o"))
+    manager.start()
+
+    def works(mode: str = "eager") -> bool:
+        try:
+            return manager.generate(manager.validate("after the fault", 64, 64, steps=2, seed=3, mode=mode))[1] is not None
+        except StudioError:
+            return False
+
+    def record(name: str, error: str | None, recovered: bool, orphans: int = 0) -> None:
+        rows.append({"fault": name, "clear_error": bool(error), "error": (error or "")[:200],
+                     "recovered": recovered, "orphans": orphans})
+
+    # 1. a compile that fails
+    if "broken_for_hardening" not in torch._dynamo.list_backends(exclude_tags=()):
+        def broken(gm, example_inputs):
+            raise RuntimeError("injected compiler failure")
+        torch._dynamo.register_backend(broken, name="broken_for_hardening")
+    real_backend = manager.device.info.compile_backend
+    manager.device.info.compile_backend = "broken_for_hardening"
+    try:
+        manager.generate(manager.validate("x", 96, 96, steps=1, seed=1, mode="regional"))
+        error = None
+    except GenerationFailed as exc:
+        error = str(exc)
+    manager.device.info.compile_backend = real_backend
+    record("compile failure", error, works())
+
+    # 2. an exception inside the pipeline
+    vae = manager.engine.pipe.vae
+    real_decode = vae.decode
+    vae.decode = lambda *a, **k: (_ for _ in ()).throw(RuntimeError("injected pipeline failure"))
+    try:
+        manager.generate(manager.validate("x", 64, 64, steps=1, seed=1, mode="eager"))
+        error = None
+    except GenerationFailed as exc:
+        error = str(exc)
+    vae.decode = real_decode
+    record("exception in the pipeline", error, works())
+
+    # 3-4. a tensor-parallel rank killed, then hung, mid-generation
+    for name, sig in (("TP rank killed", signal.SIGKILL), ("TP rank hung", signal.SIGSTOP)):
+        manager.start_tp(2, wait=True)
+        pids = set(manager.tp.rank_pids().values()) | {manager.tp.proc.pid}
+        victim = manager.tp.rank_pids()[1]
+        started = threading.Event()
+        outcome: dict[str, str] = {}
+
+        def long_run() -> None:
+            try:
+                manager.generate(manager.validate("long", 512, 512, steps=50, seed=1, mode="tp"),
+                                 lambda e: started.set() if e.phase == "denoising" else None)
+            except StudioError as exc:
+                outcome["error"] = str(exc)
+
+        thread = threading.Thread(target=long_run)
+        thread.start()
+        started.wait(60)
+        os.kill(victim, sig)
+        thread.join(30)
+        notice = manager.status()["degraded"] or ""
+        degraded_ok = "degraded" in notice and works("tp")  # served in process while the group is down
+        manager.start_tp(2, wait=True)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(victim, signal.SIGCONT)
+        record(name, outcome.get("error"), degraded_ok and works("tp"), len(alive(pids)))  # old group gone?
+
+    # 5. the group fails to start (bad torchrun arguments)
+    manager.stop_tp()
+    manager.settings.tp_torchrun_args = "--no-such-torchrun-flag"
+    manager.start_tp(2, wait=True)
+    error = manager.tp.error if manager.tp.state == "dead" else None
+    manager.settings.tp_torchrun_args = ""
+    manager.start_tp(2, wait=True)
+    record("TP group fails to start (bad torchrun arguments)", error, manager.tp.state == "ready" and works("tp"))
+
+    group = manager.tp
+    pids = set(group.rank_pids().values()) | {group.proc.pid}
+    manager.close()
+    rows.append({"fault": "stop after the faults", "clear_error": True, "error": "", "recovered": True,
+                 "orphans": len(alive(pids))})
+    return rows
+
+
+def run_sigterm(tmp: Path) -> dict[str, Any]:
+    """SIGTERM to a serving app in tensor-parallel mode mid-generation: clean exit, no orphans, no
+    half-written PNG."""
+    from gradio_client import Client
+
+    from tests.ui.browser import free_port
+
+    port = free_port()
+    out = tmp / "outputs"
+    env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1"}
+    env.pop("TORCHINDUCTOR_CACHE_DIR", None)
+    proc = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--port", str(port), "--mode", "tp",
+                             "--tp-degree", "2", "--output-dir", str(out)], cwd=tmp, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}/"
+    deadline = time.monotonic() + 120
+    client = None
+    while time.monotonic() < deadline:
+        try:
+            client = client or Client(url, verbose=False)
+            if client.predict(api_name="/status")["state"] == "ready":
+                break
+        except Exception:  # noqa: BLE001 - not up yet
+            pass
+        time.sleep(0.3)
+    family = {p.pid for p in psutil.Process(proc.pid).children(recursive=True)}
+    job = client.submit("long", 512, 512, "tp", 50, 1, 1.0, api_name="/generate")
+    while client.predict(api_name="/status").get("busy") is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    began = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    try:
+        code = proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        code = "killed after 30 s"
+    del job
+    time.sleep(1.0)
+    partial = [p.name for p in out.glob(".partial-*")] if out.exists() else []
+    return {"exit_code": code, "seconds_to_exit": round(time.monotonic() - began, 2),
+            "orphans": len(alive(family)), "half_written_pngs": len(partial)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    from gradio_client import Client
+
+    from tests.ui.browser import running_app
+
+    report: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        with running_app(tmp, "--compile-backend", "aot_eager") as url:
+            client = Client(url, verbose=False)
+            report["api"] = run_api_cases(client, lambda: client.predict(api_name="/status"))
+            report["load"] = run_load(url)
+        report["cli"] = run_cli_cases(tmp / "cli-out")
+        report["memory"] = run_memory()
+        report["faults"] = run_faults()
+        report["sigterm"] = run_sigterm(tmp)
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    tried = report["api"] + report["cli"]
+    faults = report["faults"]
+    print(f"inputs tried / answered clearly: {len(tried)} / {sum(r['clear'] for r in tried)} "
+          f"(API {len(report['api'])}, CLI {len(report['cli'])})")
+    for r in tried:
+        if not r["clear"]:
+            print(f"  NOT CLEAR: {r['case']}: {r['message']}")
+    load = report["load"]
+    print(f"requests sent / answered under load: {load['sent']} / {load['answered']} "
+          f"(lost or duplicated: {load['lost_or_duplicated']}, each client in order: {load['each_client_in_order']}, "
+          f"queue position seen: {load['queue_position_seen']})")
+    mem = report["memory"]
+    print(f"RSS growth over {mem['requests']} sequential requests: {mem['growth_MiB']:.1f} MiB "
+          f"({mem['rss_before_MiB']:.0f} -> {mem['rss_after_MiB']:.0f} MiB)")
+    print(f"faults injected / recovered: {len(faults) - 1} / {sum(r['recovered'] for r in faults[:-1])}")
+    for r in faults:
+        print(f"  {r['fault']}: {'recovered' if r['recovered'] else 'NOT RECOVERED'}; {r['error'][:120]}")
+    sig = report["sigterm"]
+    print(f"SIGTERM mid-generation (tensor-parallel): exit {sig['exit_code']} after {sig['seconds_to_exit']} s, "
+          f"half-written PNGs {sig['half_written_pngs']}")
+    orphans = sum(r["orphans"] for r in faults) + sig["orphans"]
+    print(f"orphan processes found: {orphans}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
