@@ -54,25 +54,32 @@ def generate(settings: Settings, args: argparse.Namespace) -> int:
         requests = [first] + [manager.validate(args.prompt, s.height, s.width, seed=first.seed)
                               for s in sizes[1:]]
         manager.start()
+        # Once the model's tokenizer is loaded, prompts are also held to the text encoder's limit.
+        requests = [manager.validate(r.prompt, r.height, r.width, r.steps, r.guidance, r.seed, r.mode)
+                    for r in requests]
     except StudioError as exc:
+        manager.close()
         return _fail(str(exc), EXIT_BAD_INPUT)
     name = _out_paths(args.out, settings.output_dir, len(requests))
-    for request in requests:
-        try:
-            image, result = manager.generate(request)
-        except (GenerationFailed, GenerationCancelled) as exc:
-            return _fail(str(exc), EXIT_FAILED)
-        except StudioError as exc:
-            return _fail(str(exc), EXIT_BAD_INPUT)
-        if not args.no_save:
-            result.path = str(save_png(image, result, name(result)).resolve())
-        if args.json:
-            print(json.dumps(result.to_json(), ensure_ascii=False), flush=True)
-        else:
-            how = f"compiled ({result.compiles} graph(s), {result.compile_seconds:.2f} s)" if result.compiled else "no compile"
-            print(f"{result.width}x{result.height} {result.mode}: {result.seconds:.2f} s, {how}, "
-                  f"seed {result.seed}" + (f" -> {result.path}" if result.path else ""), flush=True)
-    manager.close()
+    try:
+        for request in requests:
+            try:
+                image, result = manager.generate(request)
+            except (GenerationFailed, GenerationCancelled) as exc:
+                return _fail(str(exc), EXIT_FAILED)
+            except StudioError as exc:
+                return _fail(str(exc), EXIT_BAD_INPUT)
+            if not args.no_save:
+                result.path = str(save_png(image, result, name(result)).resolve())
+            if args.json:
+                print(json.dumps(result.to_json(), ensure_ascii=False), flush=True)
+            else:
+                how = (f"compiled ({result.compiles} graph(s), {result.compile_seconds:.2f} s)" if result.compiled
+                       else "no compile")
+                print(f"{result.width}x{result.height} {result.mode}: {result.seconds:.2f} s, {how}, "
+                      f"seed {result.seed}" + (f" -> {result.path}" if result.path else ""), flush=True)
+    finally:
+        manager.close()  # stops a tensor-parallel group too
     return 0
 
 

@@ -55,6 +55,7 @@ class Manager:
         self._loader: threading.Thread | None = None
         self._warmup: dict[str, Any] = {}
         self.model_path: str | None = None
+        self._count_tokens: Callable[[str], int] | None = None  # set once the model's tokenizer loads
         self.tp = None  # TPWorkerGroup, when tensor-parallel mode has been used
         self._tp_lock = threading.Lock()
 
@@ -83,6 +84,7 @@ class Manager:
             info = resolve_device(self.settings)
             self.device = Device(info, self.settings.max_compiled_shapes)
             self.model_path, self.model_label = resolve_model(self.settings.model, self.settings.cache_dir)
+            self._load_tokenizer()
             if self.settings.mode == TP_MODE:
                 # The app process keeps off the device; the in-process engine loads on first use.
                 self.start_tp(wait=True)
@@ -107,6 +109,19 @@ class Manager:
                 log.error("%s", self.last_error)
             finally:
                 self.state = "ready"
+
+    def _load_tokenizer(self) -> None:
+        """The model's tokenizer, for checking prompts against the text encoder's limit up front."""
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(self.model_path, subfolder="tokenizer")
+
+        def count(prompt: str) -> int:
+            text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
+                                                 add_generation_prompt=True, enable_thinking=False)
+            return len(tokenizer(text)["input_ids"])
+
+        self._count_tokens = count
 
     def _load_engine(self) -> None:
         from backend.engine import InProcessEngine
@@ -164,7 +179,8 @@ class Manager:
                     cache_dir=str(s.cache_dir), warm=warm,
                     core_base=1 if (self.engine is not None and self.device.kind == "neuron") else 0,
                     min_size=s.min_size, max_size=s.max_size, max_steps=s.max_steps,
-                    start_timeout=s.tp_start_timeout, stall_timeout=s.tp_stall_timeout)
+                    start_timeout=s.tp_start_timeout, stall_timeout=s.tp_stall_timeout,
+                    torchrun_args=s.tp_torchrun_args)
                 self.tp = running
                 self.table.forget(TP_MODE)  # a new group has none of the old one's graphs
                 running.start()
@@ -186,7 +202,8 @@ class Manager:
     def validate(self, prompt: Any, height: Any, width: Any, steps: Any = None, guidance: Any = None,
                  seed: Any = None, mode: Any = None) -> GenerationRequest:
         """Turn raw inputs into a GenerationRequest, or raise InvalidRequest naming the field."""
-        return validate_request(self.settings, self.modes, prompt, height, width, steps, guidance, seed, mode)
+        return validate_request(self.settings, self.modes, prompt, height, width, steps, guidance, seed, mode,
+                                count_tokens=self._count_tokens)
 
     # admission ---------------------------------------------------------------------------------
     def predict(self, mode: str, shape: Shape, steps: int | None = None) -> dict[str, Any]:
@@ -233,10 +250,15 @@ class Manager:
             raise BackendNotReady("the model is still loading; try again in a moment")
         shape = request.shape
         with self._device_lock:
+            degraded = self._degraded() if request.mode == TP_MODE else None
+            requested_mode = request.mode
+            if request.mode == TP_MODE and self.tp is None:
+                raise BackendNotReady("tensor-parallel mode is not started; select it (or pass --mode tp) "
+                                      "to launch the worker group")
+            if degraded:
+                # The group is down or restarting: serve in process, the way each rank would run, and say so.
+                request = dataclasses.replace(request, mode=self.settings.tp_compile)
             if request.mode == TP_MODE:
-                if self.tp is None:
-                    raise BackendNotReady("tensor-parallel mode is not started; select it (or pass --mode tp) "
-                                          "to launch the worker group")
                 engine = self.tp
             else:
                 if self.engine is None:
@@ -296,6 +318,7 @@ class Manager:
             compiles=out.compiles, compile_seconds=out.compile_seconds, seconds=out.seconds,
             encode=out.encode, denoise=out.denoise, decode=out.decode, neff_compiles=out.neff_compiles,
             started_at=started_at, world_size=engine.degree if request.mode == TP_MODE else 1,
+            requested_mode=requested_mode if degraded else None, degraded=degraded,
         )
         self.records = (self.records + [result])[-_KEEP_RECORDS:]
         return out.image, result
@@ -408,6 +431,14 @@ class Manager:
     def set_warm_only(self, locked: bool) -> None:
         self.warm_only = bool(locked)
 
+    def _degraded(self) -> str | None:
+        """Why tensor-parallel requests are being served in process right now (None: they are not)."""
+        group = self.tp
+        if group is None or group.state not in ("dead", "launching", "loading", "warming"):
+            return None
+        why = f"the tensor-parallel group is {group.state}" + (f" ({group.error})" if group.state == "dead" else "")
+        return f"degraded: {why}; tensor-parallel requests run in process ({self.settings.tp_compile}) meanwhile"
+
     # status ------------------------------------------------------------------------------------
     def _tp_status(self) -> dict[str, Any]:
         group = self.tp
@@ -442,4 +473,5 @@ class Manager:
             "generations": len(self.records),
             "warmup": dict(self._warmup) or None,
             "tp": self._tp_status(),
+            "degraded": self._degraded(),
         }

@@ -50,6 +50,8 @@ class GenerationResult:
     decode: float
     neff_compiles: int = 0  # Neuron only: NEFF compilations during this call
     world_size: int = 1  # ranks that computed it (tensor-parallel mode: the group's size)
+    requested_mode: str | None = None  # set when another mode served the request (degraded)
+    degraded: str | None = None  # why, when it was served in process instead of by the TP group
     path: str | None = None
     started_at: float = 0.0
 

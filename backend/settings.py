@@ -47,6 +47,7 @@ class Settings:
     tp_compile: str = "eager"
     tp_stall_timeout: float = 60.0  # no progress message for this long (outside compiles): hung
     tp_start_timeout: float = 600.0
+    tp_torchrun_args: str = ""  # extra torchrun options, e.g. "--rdzv-endpoint localhost:29500"
     # Request defaults and bounds. FLUX.2-klein is step-distilled: 4 steps, guidance ignored.
     steps: int = 4
     max_steps: int = 50
@@ -55,6 +56,8 @@ class Settings:
     min_size: int = 64
     max_size: int = 2048
     max_prompt_chars: int = 2000
+    max_prompt_tokens: int = 512  # the pipeline's max_sequence_length: longer prompts are cut off
+    max_aspect: float = 4.0  # long side / short side
     # Shapes compiled in the background right after the model loads.
     prewarm: list[Shape] = dataclasses.field(default_factory=list)
     # Refuse shapes that are not warm instead of compiling them (for live demos).
@@ -124,6 +127,8 @@ OPTIONS: dict[str, tuple[str, str, Any, str]] = {
                    "how each tensor-parallel rank runs its shard: eager|compiled|regional"),
     "tp_stall_timeout": ("--tp-stall-timeout", "NEURON_STUDIO_TP_STALL_TIMEOUT", float,
                          "seconds without progress from the group before it is declared hung"),
+    "tp_torchrun_args": ("--tp-torchrun-args", "NEURON_STUDIO_TP_TORCHRUN_ARGS", str,
+                         "extra torchrun options for the worker group (quoted, shell-style)"),
     "tp_start_timeout": ("--tp-start-timeout", "NEURON_STUDIO_TP_START_TIMEOUT", float,
                          "seconds the group may take to load and warm up"),
     "steps": ("--steps", "NEURON_STUDIO_STEPS", _positive_int, "default denoising steps"),

@@ -17,6 +17,7 @@ import json
 import os
 import re
 import secrets
+import shlex
 import shutil
 import signal
 import socket
@@ -49,13 +50,14 @@ class TPWorkerGroup:
                  compile_mode: str, degree: int, cache_dir: str, warm: list[str] | None = None,
                  core_base: int = 0, min_size: int = 64, max_size: int = 2048, max_steps: int = 50,
                  start_timeout: float = 600.0, stall_timeout: float = 60.0, compile_timeout: float = 1800.0,
-                 grace: float = 5.0, clock: Callable[[], float] = time.monotonic):
+                 grace: float = 5.0, torchrun_args: str = "", clock: Callable[[], float] = time.monotonic):
         self.degree = degree
         self.compile_mode = compile_mode
         self.core_base = core_base
         self.device_kind = device_kind
         self.start_timeout, self.stall_timeout, self.compile_timeout = start_timeout, stall_timeout, compile_timeout
         self.grace = grace
+        self.torchrun_args = shlex.split(torchrun_args)
         self._clock = clock
         self._config = {"model_path": model_path, "device": device_kind, "dtype": dtype,
                         "compile_backend": compile_backend, "compile_mode": compile_mode, "warm": warm or [],
@@ -90,7 +92,8 @@ class TPWorkerGroup:
             env = dict(os.environ, **{CONFIG_VAR: json.dumps(config), TOKEN_VAR: self._token})
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
             cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                   f"--nproc-per-node={self.degree}", "--monitor-interval=0.5", "-m", "backend.tp_worker"]
+                   f"--nproc-per-node={self.degree}", "--monitor-interval=0.5", *self.torchrun_args,
+                   "-m", "backend.tp_worker"]
             self._log = open(os.path.join(self.dir, "torchrun.log"), "w")
             self.error = self.last_request_error = None
             self.timings = {}
@@ -126,7 +129,11 @@ class TPWorkerGroup:
             exitcode = int(exitcode)
             how = f"signal {signal.Signals(-exitcode).name}" if exitcode < 0 else f"status {exitcode}"
             parts.append(f"rank {rank} exited with {how}")
-        return ("; ".join(parts) or f"torchrun exited with status {code}") + " — the group is down"
+        if not parts:
+            errors = [line.strip() for line in text.splitlines()
+                      if re.search(r"error|Error|refused|in use", line) and "Traceback" not in line]
+            parts.append(f"torchrun exited with status {code}" + (f": {errors[-1][:300]}" if errors else ""))
+        return "; ".join(parts) + " — the group is down"
 
     def _await_ready(self) -> None:
         deadline = self._clock() + self.start_timeout

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import secrets
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from backend.errors import InvalidRequest
 from backend.records import GenerationRequest
@@ -38,8 +38,12 @@ def _whole(field: str, value: Any) -> int:
 
 
 def validate_request(s: Settings, modes: Iterable[str], prompt: Any, height: Any, width: Any, steps: Any = None,
-                     guidance: Any = None, seed: Any = None, mode: Any = None) -> GenerationRequest:
-    """Turn raw inputs into a GenerationRequest, or raise InvalidRequest naming the field."""
+                     guidance: Any = None, seed: Any = None, mode: Any = None,
+                     count_tokens: Callable[[str], int] | None = None) -> GenerationRequest:
+    """Turn raw inputs into a GenerationRequest, or raise InvalidRequest naming the field.
+
+    ``count_tokens`` (the loaded model's tokenizer, with its chat template) lets the prompt be
+    checked against what the text encoder reads; without it only the character limit applies."""
     modes = tuple(modes)
     if not isinstance(prompt, str):
         raise InvalidRequest("prompt", f"must be text, got {type(prompt).__name__}")
@@ -52,6 +56,17 @@ def validate_request(s: Settings, modes: Iterable[str], prompt: Any, height: Any
         if (ord(ch) < 32 or 0x7F <= ord(ch) < 0xA0) and ch not in _ALLOWED_CONTROL:
             raise InvalidRequest("prompt", f"contains control character U+{ord(ch):04X} at position {pos}")
     shape = validate_shape(height, width, s.min_size, s.max_size)
+    long_side, short_side = max(shape.height, shape.width), min(shape.height, shape.width)
+    if long_side > s.max_aspect * short_side:
+        fitted = int(short_side * s.max_aspect) // 16 * 16
+        nearest = (f"{fitted}x{shape.height}" if shape.width > shape.height else f"{shape.width}x{fitted}")
+        raise InvalidRequest("size", f"aspect ratio {long_side / short_side:.2f}:1 is beyond {s.max_aspect:g}:1; "
+                                     f"nearest valid size is {nearest}")
+    if count_tokens is not None:
+        tokens = count_tokens(text)
+        if tokens > s.max_prompt_tokens:
+            raise InvalidRequest("prompt", f"is {tokens} tokens with the chat template; the text encoder reads "
+                                           f"{s.max_prompt_tokens}, so the end would be cut off — shorten it")
 
     steps = s.steps if steps is None else _whole("steps", steps)
     if not 1 <= steps <= s.max_steps:

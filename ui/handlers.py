@@ -56,6 +56,8 @@ class Studio:
         except StudioError as exc:
             raise gr.Error(str(exc)) from None
         self.manager.save_image(image, result)
+        if result.degraded:
+            gr.Warning(result.degraded)
         return result
 
     # generate / stop -------------------------------------------------------------------------

@@ -115,6 +115,8 @@ def engine_markdown(status: dict[str, Any]) -> str:
         phase = busy["phase"]
         step = f" step {busy['step']}/{busy['steps']}" if phase == "denoising" else ""
         line += f" · **busy**: {busy['mode']} {busy['shape']} {phase}{step} ({busy['elapsed']:.1f} s)"
+    if status.get("degraded"):
+        line += f" · **{status['degraded']}**"
     warmup = status.get("warmup")
     if warmup and warmup.get("running"):
         line += f" · warming up {warmup['done']}/{warmup['total']} in {warmup['mode']}"

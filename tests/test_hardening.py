@@ -1,0 +1,91 @@
+"""Hardening: bad input, load, faults and access, held to what SECURITY.md promises.
+
+The cases and measurements live in bench/hardening.py (which prints them as figures); these tests
+run the same functions and hold every figure to its promise."""
+
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+from gradio_client import Client
+
+from bench import hardening
+from tests.ui.browser import running_app
+
+
+@pytest.fixture(scope="module")
+def app_url(tmp_path_factory):
+    with running_app(tmp_path_factory.mktemp("hardening"), "--compile-backend", "aot_eager") as url:
+        yield url
+
+
+@pytest.mark.slow
+def test_bad_inputs_through_the_api_are_answered_clearly_and_change_nothing(app_url):
+    client = Client(app_url, verbose=False)
+    rows = hardening.run_api_cases(client, lambda: client.predict(api_name="/status"))
+    unclear = [r for r in rows if not r["clear"]]
+    assert not unclear, unclear
+    _image, record = client.predict("still works", 64, 64, "eager", 2, 7, 1.0, api_name="/generate")
+    assert record["seed"] == 7
+
+
+def test_bad_inputs_through_the_cli_are_one_clear_line(tmp_path):
+    rows = hardening.run_cli_cases(tmp_path)
+    unclear = [r for r in rows if not r["clear"]]
+    assert not unclear, unclear
+    assert not (tmp_path / "outputs").exists()
+
+
+@pytest.mark.slow
+def test_concurrent_clients_are_all_answered_in_order(app_url):
+    load = hardening.run_load(app_url)
+    assert load["answered"] == load["sent"] == 20 and not load["errors"]
+    assert not load["lost_or_duplicated"] and load["each_client_in_order"] and load["queue_position_seen"]
+
+
+@pytest.mark.slow
+def test_memory_is_stable_over_100_requests():
+    mem = hardening.run_memory(100)
+    assert mem["growth_MiB"] < 64, mem
+
+
+@pytest.mark.slow
+def test_injected_faults_end_with_a_clear_status_and_a_working_app():
+    rows = hardening.run_faults()
+    assert [r["fault"] for r in rows][:5] == ["compile failure", "exception in the pipeline", "TP rank killed",
+                                             "TP rank hung", "TP group fails to start (bad torchrun arguments)"]
+    for r in rows:
+        assert r["clear_error"] and r["recovered"] and r["orphans"] == 0, r
+    assert "no-such-torchrun-flag" in rows[4]["error"] or "unrecognized" in rows[4]["error"]
+
+
+@pytest.mark.slow
+def test_sigterm_mid_generation_shuts_down_cleanly(tmp_path):
+    result = hardening.run_sigterm(tmp_path)
+    assert result["orphans"] == 0 and result["half_written_pngs"] == 0, result
+    assert result["seconds_to_exit"] < 30
+
+
+@pytest.mark.slow
+def test_no_file_outside_the_output_folder_can_be_fetched(app_url):
+    for path in ("/etc/passwd", "../../../../etc/passwd", str(Path(__file__).resolve())):
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(f"{app_url}gradio_api/file={path}", timeout=10)
+        assert err.value.code in (403, 404)
+
+
+@pytest.mark.slow
+def test_output_names_cannot_be_steered_by_the_prompt(app_url):
+    client = Client(app_url, verbose=False)
+    client.predict("../../../../tmp/evil", 64, 64, "eager", 1, 5, 1.0, api_name="/generate")
+    status = client.predict(api_name="/status")
+    assert status["state"] == "ready"
+    assert not Path("/tmp/evil.png").exists() and not Path("/tmp/evil").exists()
+
+
+@pytest.mark.slow
+def test_a_public_address_without_auth_prints_a_warning(tmp_path):
+    with running_app(tmp_path, "--host", "0.0.0.0", ready=False):
+        pass
+    assert "without --auth" in (tmp_path / "app.log").read_text()
