@@ -28,6 +28,17 @@ CSS = """
 .ns-failed i {background: #dc2626;} .ns-locked i {background: #6366f1;}
 """
 
+class RawNumber(gr.Number):
+    """A number input for the API that hands its value to the backend as sent (int, float or text):
+    no float conversion (seeds above 2^53 stay exact) and no range check of its own."""
+
+    def get_block_name(self) -> str:
+        return "number"
+
+    def preprocess(self, payload):
+        return payload
+
+
 def mode_choices(manager) -> list[tuple[str, str]]:
     return [(views.MODE_LABELS.get(m, m), m) for m in manager.modes]
 
@@ -56,10 +67,10 @@ def build_ui(manager) -> gr.Blocks:
                                       elem_id="preset")
                     badges = gr.HTML(views.badges_html([]), elem_id="badges")
                     with gr.Row():
-                        width = gr.Number(start_shape.width, label="Width", precision=0, step=16,
-                                          minimum=s.min_size, maximum=s.max_size, elem_id="width")
+                        # No min/max here: the backend's check answers with the nearest valid size.
+                        width = gr.Number(start_shape.width, label="Width", precision=0, step=16, elem_id="width")
                         height = gr.Number(start_shape.height, label="Height", precision=0, step=16,
-                                           minimum=s.min_size, maximum=s.max_size, elem_id="height")
+                                           elem_id="height")
                     with gr.Row():
                         mode = gr.Dropdown(mode_choices(manager), value=s.mode, label="Mode", elem_id="mode",
                                            allow_custom_value=True, scale=3)
@@ -190,13 +201,18 @@ def build_ui(manager) -> gr.Blocks:
         gr.Timer(5.0).tick(studio.refresh_plots, None, [latency_plot, compile_plot], show_progress="hidden",
                            **light)
 
-        # Public API: the two named endpoints gradio_client users call.
+        # Public API: the two named endpoints gradio_client users call. The generate endpoint has
+        # inputs of its own that pass values through untouched, so every bad value is answered by
+        # the backend's validation (naming the field and the fix), not by a widget's range check.
+        api_inputs = [gr.Textbox(visible=False, label="prompt"), RawNumber(visible=False, label="width"),
+                      RawNumber(visible=False, label="height"), gr.Textbox(visible=False, label="mode"),
+                      RawNumber(visible=False, label="steps"), RawNumber(visible=False, label="seed"),
+                      RawNumber(visible=False, label="guidance")]
         api_image = gr.Image(type="filepath", format="png", visible=False)
         api_record = gr.JSON(visible=False)
         api_button = gr.Button(visible=False)  # never shown: the endpoint is for API clients
-        api_button.click(studio.api_generate, [prompt, width, height, mode, steps, seed, guidance],
-                         [api_image, api_record], api_name="generate", concurrency_id=DEVICE_QUEUE,
-                         concurrency_limit=1)
+        api_button.click(studio.api_generate, api_inputs, [api_image, api_record], api_name="generate",
+                         concurrency_id=DEVICE_QUEUE, concurrency_limit=1)
 
         def status() -> dict:
             """The manager's status snapshot: device, model, engine state, per-shape compile states, caches."""

@@ -1,0 +1,264 @@
+"""The studio page: Gradio Blocks wired to the handlers. Gradio only; no torch.
+
+Panels: Studio (controls, cost of the chosen shape, badges, image, history), Compare (one prompt
+through two or three modes), System (device, caches, per-shape table, warm-up, lock) and
+Performance (latency and compile-time plots). Device work runs in one concurrency group, so the
+queue serialises it; status refreshes for every open browser on a timer.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import gradio as gr
+
+from backend.shapes import PRESETS
+from ui import views
+from ui.handlers import Studio
+
+ASSETS = Path(__file__).resolve().parent.parent / "assets"
+DEVICE_QUEUE = "device"
+
+CSS = """
+.ns-badges {display: flex; flex-wrap: wrap; gap: 6px;}
+.ns-badge {border-radius: 999px; padding: 2px 10px; font-size: 0.85em; border: 1px solid #8884;}
+.ns-badge i {display: inline-block; width: 8px; height: 8px; border-radius: 50%; margin-right: 6px;}
+.ns-warm i {background: #16a34a;} .ns-cold i {background: #9ca3af;} .ns-compiling i {background: #eab308;}
+.ns-failed i {background: #dc2626;} .ns-locked i {background: #6366f1;}
+"""
+from gradio.events import Dependency
+
+class RawNumber(gr.Number):
+    """A number input for the API that hands its value to the backend as sent (int, float or text):
+    no float conversion (seeds above 2^53 stay exact) and no range check of its own."""
+
+    def get_block_name(self) -> str:
+        return "number"
+
+    def preprocess(self, payload):
+        return payload
+    from typing import Callable, Literal, Sequence, Any, TYPE_CHECKING
+    from gradio.blocks import Block
+    if TYPE_CHECKING:
+        from gradio.components import Timer
+        from gradio.components.base import Component
+
+
+def mode_choices(manager) -> list[tuple[str, str]]:
+    return [(views.MODE_LABELS.get(m, m), m) for m in manager.modes]
+
+
+def build_ui(manager) -> gr.Blocks:
+    studio = Studio(manager)
+    s = manager.settings
+    default_preset = views.preset_label(*PRESETS[0])
+    start_shape = PRESETS[0][1]
+
+    with gr.Blocks(title="Neuron Studio") as demo:
+        gr.Markdown("# Neuron Studio\nFLUX.2-klein on AWS Trainium — see what is compiled, what a new "
+                    "shape will cost, and how the modes compare.")
+        engine_line = gr.Markdown("Starting…", elem_id="engine-line")
+        history_state = gr.State([])
+
+        with gr.Tab("Studio", id="studio"):
+            with gr.Row():
+                with gr.Column(scale=2):
+                    prompt = gr.Textbox(label="Prompt", lines=3, elem_id="prompt",
+                                        placeholder="Describe the image…")
+                    examples = views.load_example_prompts(ASSETS / "prompts.txt")
+                    if examples:
+                        gr.Examples([[e] for e in examples], inputs=[prompt], label="Examples")
+                    preset = gr.Radio(views.preset_choices(), value=default_preset, label="Resolution",
+                                      elem_id="preset")
+                    badges = gr.HTML(views.badges_html([]), elem_id="badges")
+                    with gr.Row():
+                        # No min/max here: the backend's check answers with the nearest valid size.
+                        width = gr.Number(start_shape.width, label="Width", precision=0, step=16, elem_id="width")
+                        height = gr.Number(start_shape.height, label="Height", precision=0, step=16,
+                                           elem_id="height")
+                    with gr.Row():
+                        mode = gr.Dropdown(mode_choices(manager), value=s.mode, label="Mode", elem_id="mode",
+                                           allow_custom_value=True, scale=3)
+                        tp_degree = gr.Number(s.tp_degree, label="TP degree (ranks)", precision=0, minimum=1,
+                                              maximum=64, elem_id="tp-degree", scale=1)
+                    with gr.Row():
+                        steps = gr.Slider(1, s.max_steps, value=s.steps, step=1, label="Steps", elem_id="steps")
+                        guidance = gr.Slider(0, s.max_guidance, value=s.guidance, step=0.1,
+                                             label="Guidance (ignored by distilled models)")
+                    with gr.Row():
+                        seed = gr.Number(0, label="Seed", precision=0, elem_id="seed")
+                        randomize = gr.Checkbox(True, label="Randomize seed", elem_id="randomize")
+                    cost = gr.Markdown("", elem_id="cost")
+                    with gr.Row():
+                        generate_btn = gr.Button("Generate", variant="primary", elem_id="generate")
+                        stop_btn = gr.Button("Stop", variant="stop", elem_id="stop")
+                    with gr.Accordion("Load parameters from a PNG", open=False):
+                        png_in = gr.File(label="PNG made by Neuron Studio (or A1111-style)",
+                                         file_types=[".png"], type="filepath", elem_id="png-in")
+                with gr.Column(scale=3):
+                    image = gr.Image(label="Image", type="filepath", format="png", interactive=False,
+                                     elem_id="image")
+                    run_info = gr.Markdown("", elem_id="run-info")
+                    with gr.Accordion("Record (JSON)", open=False):
+                        record = gr.JSON(label="Record")
+                    history = gr.Gallery(label="This session", columns=6, height=220, object_fit="contain",
+                                         elem_id="history")
+
+        with gr.Tab("Compare", id="compare"):
+            gr.Markdown("Runs the Studio tab's prompt, size, steps and seed through each chosen mode and "
+                        "shows the images side by side, with their timings and the largest pixel "
+                        "difference from the first mode.")
+            compare_modes = gr.CheckboxGroup(mode_choices(manager),
+                                             value=[m for m in ("eager", "compiled", "regional") if m in manager.modes],
+                                             label="Modes (two or three)", elem_id="compare-modes")
+            compare_btn = gr.Button("Compare", variant="primary", elem_id="compare-run")
+            compare_gallery = gr.Gallery(label="Side by side", columns=3, height="auto", elem_id="compare-gallery")
+            compare_table = gr.Dataframe(label="Timings", interactive=False, elem_id="compare-table")
+
+        with gr.Tab("System", id="system"):
+            system_info = gr.Markdown("", elem_id="system-info")
+            with gr.Row():
+                warm_only = gr.Checkbox(manager.warm_only, label="Lock to warm shapes (refuse new compiles)",
+                                        elem_id="warm-only")
+                clear_btn = gr.Button("Clear compile cache…", elem_id="clear-cache")
+            with gr.Row(visible=False) as confirm_row:
+                gr.Markdown("Delete every compiled artifact on disk? Warm shapes stay warm in this "
+                            "process; the next start compiles from scratch.")
+                confirm_btn = gr.Button("Yes, clear it", variant="stop", elem_id="confirm-clear")
+                cancel_btn = gr.Button("Keep it", elem_id="cancel-clear")
+            shapes_table = gr.Dataframe(views.shapes_frame({"shapes": []}), label="Shapes", interactive=False,
+                                        elem_id="shapes-table")
+            with gr.Group():
+                warm_shapes = gr.CheckboxGroup([views.preset_label(n, sh) for n, sh in PRESETS],
+                                               label="Warm up these presets", elem_id="warm-shapes")
+                warm_mode = gr.Dropdown(mode_choices(manager),
+                                        value="compiled" if "compiled" in manager.modes else s.mode,
+                                        label="in mode", elem_id="warm-mode")
+                warm_btn = gr.Button("Warm up in the background", elem_id="warm-up")
+                warm_info = gr.Markdown("", elem_id="warm-info")
+            with gr.Group():
+                tp_info = gr.Markdown("", elem_id="tp-info")
+                tp_restart = gr.Button("Restart the tensor-parallel group", elem_id="tp-restart")
+                tp_log_box = gr.Textbox(label="Rank logs (tails)", lines=8, max_lines=20, interactive=False,
+                                        elem_id="tp-logs")
+            with gr.Accordion("Raw status (JSON)", open=False):
+                status_json = gr.JSON(label="Status")
+
+        with gr.Tab("Performance", id="performance"):
+            gr.Markdown("Measured in this process: steady-state seconds per image (median, runs that did "
+                        "not compile) against image size, and the compile time of each shape per mode.")
+            latency_plot = gr.ScatterPlot(views.latency_frame([]), x="megapixels", y="seconds", color="mode",
+                                          title="Latency vs image size (steady state)", elem_id="latency-plot")
+            compile_plot = gr.BarPlot(views.compile_frame({}), x="shape · mode", y="compile seconds",
+                                      color="mode", title="Compile time per shape and mode",
+                                      elem_id="compile-plot")
+            plots_btn = gr.Button("Refresh plots")
+
+        # wiring ------------------------------------------------------------------------------
+        private = {"api_visibility": "private"}
+        studio_inputs = [mode, width, height, steps]
+        studio_outputs = [engine_line, cost, badges]
+        system_outputs = [system_info, shapes_table, warm_info, tp_info, tp_log_box, status_json]
+        light = {"concurrency_limit": None, **private}  # reads status only: never waits for the device
+
+        preset.input(studio.preset_changed, [preset, width, height], [width, height], **light)
+        for number in (width, height):
+            number.input(studio.size_changed, [width, height], preset, **light)
+        mode.input(studio.mode_changed, [mode, tp_degree], None, **light)
+        tp_degree.submit(studio.mode_changed, [mode, tp_degree], None, **light)
+        tp_restart.click(studio.restart_tp, tp_degree, tp_info, **light)
+        for control in (mode, width, height, steps, preset):
+            control.change(studio.refresh_studio, studio_inputs, studio_outputs, **light)
+
+        gen_event = generate_btn.click(
+            studio.generate_from_page, [prompt, width, height, mode, steps, guidance, seed, randomize, history_state],
+            [image, run_info, record, seed, history, history_state],
+            concurrency_id=DEVICE_QUEUE, concurrency_limit=1, **private)
+        gen_event.then(studio.refresh_studio, studio_inputs, studio_outputs, **light)
+        prompt.submit(studio.generate_from_page, [prompt, width, height, mode, steps, guidance, seed, randomize,
+                                        history_state],
+                      [image, run_info, record, seed, history, history_state],
+                      concurrency_id=DEVICE_QUEUE, concurrency_limit=1, **private)
+        # Stop must not queue behind the generation it stops.
+        stop_btn.click(studio.stop, None, None, queue=False, **private)
+
+        png_in.upload(studio.load_png, png_in,
+                      [prompt, width, height, preset, steps, guidance, seed, randomize, mode], **light)
+
+        compare_btn.click(studio.compare, [prompt, width, height, steps, guidance, seed, randomize, compare_modes],
+                          [compare_gallery, compare_table], concurrency_id=DEVICE_QUEUE, concurrency_limit=1,
+                          **private)
+
+        warm_only.input(studio.set_warm_only, warm_only, None, **light)
+        clear_btn.click(lambda: gr.update(visible=True), None, confirm_row, **light)
+        cancel_btn.click(lambda: gr.update(visible=False), None, confirm_row, **light)
+        confirm_btn.click(studio.clear_cache, None, system_info, **light).then(
+            lambda: gr.update(visible=False), None, confirm_row, **light)
+        warm_btn.click(studio.start_warmup, [warm_shapes, warm_mode], warm_info, **light)
+        plots_btn.click(studio.refresh_plots, None, [latency_plot, compile_plot], **light)
+
+        demo.load(studio.refresh_studio, studio_inputs, studio_outputs, **light)
+        demo.load(studio.refresh_system, None, system_outputs, **light)
+        demo.load(studio.refresh_plots, None, [latency_plot, compile_plot], **light)
+        tick = gr.Timer(1.0)
+        tick.tick(studio.refresh_studio, studio_inputs, studio_outputs, show_progress="hidden", **light)
+        tick.tick(studio.refresh_system, None, system_outputs, show_progress="hidden", **light)
+        gr.Timer(5.0).tick(studio.refresh_plots, None, [latency_plot, compile_plot], show_progress="hidden",
+                           **light)
+
+        # Public API: the two named endpoints gradio_client users call. The generate endpoint has
+        # inputs of its own that pass values through untouched, so every bad value is answered by
+        # the backend's validation (naming the field and the fix), not by a widget's range check.
+        api_inputs = [gr.Textbox(visible=False, label="prompt"), RawNumber(visible=False, label="width"),
+                      RawNumber(visible=False, label="height"), gr.Textbox(visible=False, label="mode"),
+                      RawNumber(visible=False, label="steps"), RawNumber(visible=False, label="seed"),
+                      RawNumber(visible=False, label="guidance")]
+        api_image = gr.Image(type="filepath", format="png", visible=False)
+        api_record = gr.JSON(visible=False)
+        api_button = gr.Button(visible=False)  # never shown: the endpoint is for API clients
+        api_button.click(studio.api_generate, api_inputs, [api_image, api_record], api_name="generate",
+                         concurrency_id=DEVICE_QUEUE, concurrency_limit=1)
+
+        def status() -> dict:
+            """The manager's status snapshot: device, model, engine state, per-shape compile states, caches."""
+            return manager.status()
+
+        gr.api(status, api_name="status", concurrency_limit=None)
+    return demo
+
+
+def parse_auth(spec: str | None) -> list[tuple[str, str]] | None:
+    """'user:pass', or a file with one user:pass per line (# comments allowed) -> Gradio auth list."""
+    if not spec:
+        return None
+    path = Path(spec).expanduser()
+    lines = path.read_text(encoding="utf-8").splitlines() if path.is_file() else [spec]
+    pairs = []
+    for line in lines:
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        user, sep, password = line.partition(":")
+        if not sep or not user or not password:
+            raise ValueError("--auth: expected user:pass (or a file of user:pass lines)")
+        pairs.append((user, password))
+    if not pairs:
+        raise ValueError(f"--auth: {spec} holds no user:pass line")
+    return pairs
+
+
+def launch(manager, settings, block: bool = True) -> gr.Blocks:
+    """Serve the page now; the caller starts the model load after this returns (page first)."""
+    auth = parse_auth(settings.auth)
+    if settings.host not in ("127.0.0.1", "localhost", "::1") and not auth:
+        print(f"warning: serving on {settings.host} without --auth: anyone who can reach this address "
+              "can use the app", file=sys.stderr)
+    demo = build_ui(manager)
+    demo.queue(default_concurrency_limit=1)
+    demo.launch(server_name=settings.host, server_port=settings.port, share=settings.share, auth=auth,
+                enable_monitoring=False, show_error=False, prevent_thread_lock=True, css=CSS,
+                allowed_paths=[str(Path(settings.output_dir).resolve())], quiet=False)
+    if block:
+        demo.block_thread()
+    return demo
