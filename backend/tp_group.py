@@ -179,7 +179,8 @@ class TPWorkerGroup:
                 self.state = "stopping"
             pids = self._pids | self._rank_pids()
         if polite and proc.poll() is None and self.socket_path and os.path.exists(self.socket_path):
-            try:
+            try:  # stop a running generation first, so the shutdown is not queued behind it
+                self._request({"type": "cancel"}, deadline=self._clock() + 1)
                 self._request({"type": "shutdown"}, deadline=self._clock() + self.grace)
             except StudioError:
                 pass
