@@ -190,6 +190,7 @@ class Device:
         self.info = info
         self.dtype = _DTYPES[info.dtype]
         self._neuronx = load_torch_neuronx() if info.kind == "neuron" else None
+        self._cache_size: tuple[str, float, int] | None = None  # (dir, read at, bytes)
         self.configure_dynamo(max_compiled_shapes)
 
     @property
@@ -257,11 +258,19 @@ class Device:
         count, seconds = COMPILE_EVENTS.snapshot()
         return {"graphs": count, "compile_seconds": seconds, **self.neff_counters()}
 
-    def cache_info(self) -> dict[str, Any]:
+    CACHE_SIZE_TTL = 10.0  # seconds; every open page asks for the status each second
+
+    def cache_info(self, fresh: bool = False) -> dict[str, Any]:
+        """The compile cache folder and its size (the size is re-read at most every CACHE_SIZE_TTL s:
+        walking a large NEFF cache on every status request would cost more than the status)."""
         env = device_env.prepared_environment()
         var = device_env.NEFF_CACHE_VAR if self.kind == "neuron" else device_env.INDUCTOR_CACHE_VAR
         path = env.get(var, "")
-        return {"variable": var, "dir": path, "bytes": device_env.dir_size(path) if path else 0}
+        now = time.monotonic()
+        cached = self._cache_size
+        if fresh or cached is None or cached[0] != path or now - cached[1] > self.CACHE_SIZE_TTL:
+            self._cache_size = cached = (path, now, device_env.dir_size(path) if path else 0)
+        return {"variable": var, "dir": path, "bytes": cached[2]}
 
 
 def diff_counters(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:

@@ -416,7 +416,7 @@ class Manager:
         if self.device is None:
             raise BackendNotReady("the device is not ready yet")
         with self._device_lock:
-            info = self.device.cache_info()
+            info = self.device.cache_info(fresh=True)
             folder = Path(info["dir"]).resolve()
             if not info["dir"] or folder == Path(folder.anchor) or folder == Path.home().resolve():
                 raise InvalidRequest("cache", f"refusing to clear {folder}")
@@ -426,6 +426,7 @@ class Manager:
                     shutil.rmtree(child, ignore_errors=True)
                 else:
                     child.unlink(missing_ok=True)
+            self.device.cache_info(fresh=True)  # the status shows the emptied folder at once
             return freed
 
     def set_warm_only(self, locked: bool) -> None:
