@@ -372,8 +372,8 @@ class TPWorkerGroup:
         return found
 
     def _tails_note(self) -> str:
-        tails = [f"[rank {r}] {self._tail(f'rank{r}.log', 3).strip().splitlines()[-1]}"
-                 for r in range(self.degree) if self._tail(f"rank{r}.log", 3).strip()]
+        last_lines = {r: self._tail(f"rank{r}.log", 3).strip() for r in range(self.degree)}
+        tails = [f"[rank {r}] {text.splitlines()[-1]}" for r, text in last_lines.items() if text]
         return ("\n" + "\n".join(tails)) if tails else ""
 
     def describe(self) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import io
 import json
 import os
@@ -178,18 +179,12 @@ def run_memory(requests: int = 100) -> dict[str, Any]:
         gc.collect()
         before = psutil.Process().memory_info().rss
         for i in range(requests):
-            manager.generate(dataclass_replace(request, seed=i))
+            manager.generate(dataclasses.replace(request, seed=i))
         gc.collect()
         after = psutil.Process().memory_info().rss
         manager.close()
     return {"requests": requests, "rss_before_MiB": before / 2**20, "rss_after_MiB": after / 2**20,
             "growth_MiB": (after - before) / 2**20}
-
-
-def dataclass_replace(obj, **changes):
-    import dataclasses
-
-    return dataclasses.replace(obj, **changes)
 
 
 def alive(pids) -> list[int]:

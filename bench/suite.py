@@ -195,16 +195,10 @@ def p5_regional_warmup(tmp: Path, quick: bool) -> list[dict]:
 
 
 # P6 -------------------------------------------------------------------------------------------
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _time_to_ui(tmp: Path) -> tuple[float, float]:
-    port = _free_port()
+    from tests.ui.browser import free_port  # the launcher helpers the UI tests and bench.hardening use
+
+    port = free_port()
     env = _clean_env()
     began = time.monotonic()
     proc = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--port", str(port), "--cache-dir",

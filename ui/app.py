@@ -192,12 +192,10 @@ def build_ui(manager) -> gr.Blocks:
         warm_btn.click(studio.start_warmup, [warm_shapes, warm_mode], warm_info, **light)
         plots_btn.click(studio.refresh_plots, None, [latency_plot, compile_plot], **light)
 
-        demo.load(studio.refresh_studio, studio_inputs, studio_outputs, **light)
-        demo.load(studio.refresh_system, None, system_outputs, **light)
+        demo.load(studio.refresh_all, studio_inputs, studio_outputs + system_outputs, **light)
         demo.load(studio.refresh_plots, None, [latency_plot, compile_plot], **light)
-        tick = gr.Timer(1.0)
-        tick.tick(studio.refresh_studio, studio_inputs, studio_outputs, show_progress="hidden", **light)
-        tick.tick(studio.refresh_system, None, system_outputs, show_progress="hidden", **light)
+        gr.Timer(1.0).tick(studio.refresh_all, studio_inputs, studio_outputs + system_outputs,
+                           show_progress="hidden", **light)
         gr.Timer(5.0).tick(studio.refresh_plots, None, [latency_plot, compile_plot], show_progress="hidden",
                            **light)
 

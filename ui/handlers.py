@@ -110,7 +110,17 @@ class Studio:
 
     def refresh_studio(self, mode, width, height, steps):
         """Engine line, cost of the chosen (mode, shape), and the preset badges for that mode."""
+        return self._studio_views(self.manager.status(), mode, width, height, steps)
+
+    def refresh_system(self):
+        return self._system_views(self.manager.status())
+
+    def refresh_all(self, mode, width, height, steps):
+        """The timer's tick: one status read for both the studio line and the system panel."""
         status = self.manager.status()
+        return self._studio_views(status, mode, width, height, steps) + self._system_views(status)
+
+    def _studio_views(self, status, mode, width, height, steps):
         engine = views.engine_markdown(status)
         tp = status.get("tp") or {}
         if mode == "tp" and tp.get("state") != "ready":
@@ -129,8 +139,8 @@ class Studio:
                                     for n, s in PRESETS]) if ready else views.badges_html([])
         return engine, cost, badges
 
-    def refresh_system(self):
-        status = self.manager.status()
+    @staticmethod
+    def _system_views(status):
         tp = status.get("tp") or {}
         return (views.system_markdown(status), views.shapes_frame(status), views.warmup_markdown(status),
                 views.tp_markdown(tp), views.tp_logs(tp), status)
