@@ -68,8 +68,10 @@ def main(argv: list[str] | None = None) -> int:
         settings = load_settings(flags)
     except ValueError as exc:
         parser.error(str(exc))
-    # Before anything imports torch (and with it, TorchNeuron): the app-owned cache variables.
+    # Before anything imports torch (and with it, TorchNeuron): the app-owned cache variables and
+    # the NeuronCores this process may claim (backend.core_plan).
     device_env.prepare_environment(settings.cache_dir)
+    device_env.claim_neuron_cores(settings.neuron_cores)
 
     from backend import cli
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import signal
 import sys
@@ -114,12 +115,22 @@ def doctor_report(settings: Settings) -> dict[str, Any]:
         report["device"] = {"error": f"{type(exc).__name__}: {exc}"}
         neuron["error"] = f"{type(exc).__name__}: {exc}"
     report["torch_neuronx"] = neuron
-    caches = {}
-    for var, path in device_env.prepared_environment().items():
-        if var == device_env.NEURON_METRICS_VAR:
-            continue
-        caches[var] = {"dir": path, "bytes": device_env.dir_size(path)}
-    report["caches"] = caches
+    prepared = device_env.prepared_environment()
+    report["caches"] = {var: {"dir": prepared[var], "bytes": device_env.dir_size(prepared[var])}
+                        for var in device_env.CACHE_VARS if var in prepared}
+    if report["device"].get("kind") == "neuron":
+        from backend.core_plan import detect_instance_cores, make_plan
+        from backend.model_source import transformer_heads
+
+        plan = make_plan(device_env.claim_neuron_cores(settings.neuron_cores),
+                         settings.neuron_instance_cores or detect_instance_cores())
+        heads = None
+        try:
+            heads = transformer_heads(resolve_model(settings.model, settings.cache_dir)[0])
+        except (StudioError, OSError, KeyError, ValueError):
+            pass
+        neuron["core_plan"] = plan.describe(settings.tp_degree, heads)
+        neuron["fallback_execution_disabled"] = os.environ.get(device_env.FALLBACK_VAR)
     try:
         path, label = resolve_model(settings.model, settings.cache_dir)
         report["model"] = {"spec": settings.model, "path": path, "label": label}
@@ -145,6 +156,14 @@ def doctor(settings: Settings, as_json: bool = False) -> int:
     nx = report["torch_neuronx"]
     print(f"TorchNeuron   installed: {nx['installed']}, importable: {nx['importable']}, "
           f"NeuronCores visible: {nx['cores']}" + (f", error: {nx['error']}" if nx["error"] else ""))
+    if nx.get("core_plan"):
+        from backend.core_plan import plan_text
+
+        print(f"NeuronCores   {plan_text(nx['core_plan'])}")
+        fallback = nx["fallback_execution_disabled"]
+        print(f"fallback      TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION={fallback} ("
+              + ("a failed Neuron compile fails the request" if fallback == "1"
+                 else "a failed Neuron compile silently runs eagerly") + ")")
     for var, cache in report["caches"].items():
         print(f"cache         {var}={cache['dir']} ({cache['bytes'] / 1e6:.1f} MB)")
     model = report["model"]

@@ -1,9 +1,13 @@
 """Per (mode, shape) compile state: cold, compiling, warm, failed — from measured compile events.
 
-A shape becomes warm when a run at it finishes; its compile time is what dynamo (and on Neuron the
-NEFF counters) reported during that run, which may be zero: a transposed shape with the same image
-token count reuses the graph. Predictions for a shape not yet run say so ("probably shares a graph")
-rather than pretend to know.
+A shape becomes warm when a whole run at it finishes (every component ran at that shape: on Neuron
+the text encoder and the VAE compile NEFFs for a new shape too, so a run cancelled before its decode
+leaves the shape cold). Its compile record is what dynamo (``compiles``: graphs) and on Neuron the
+NEFF counters (``neff_compiles``) reported during that run, kept apart: every graph is also at least
+one NEFF, so adding them would count twice. Either may be zero: a transposed shape with the same
+image-token count reuses the graph. Predictions for a shape not yet run say so ("probably shares a
+graph") rather than pretend to know — except where the device compiles per exact shape (Neuron's
+eager ops), where a transposed shape still compiles.
 """
 
 from __future__ import annotations
@@ -27,7 +31,8 @@ class ShapeRecord:
     shape: Shape
     state: str = COLD
     compile_seconds: float | None = None  # measured during the run that made it warm
-    compiles: int = 0  # graphs built for it (0: it shared an existing graph)
+    compiles: int = 0  # torch.compile graphs built for it (0: it shared an existing graph)
+    neff_compiles: int = 0  # Neuron only: NEFFs built for it (graphs and eager ops alike)
     compiling_since: float | None = None
     runs: int = 0
     error: str | None = None
@@ -62,18 +67,18 @@ class CompileTable:
 
     def finish(self, mode: str, shape: Shape, *, compiles: int, compile_seconds: float,
                seconds: float | None, encode: float = 0.0, denoise: float = 0.0,
-               decode: float = 0.0, steps: int = 0) -> None:
+               decode: float = 0.0, steps: int = 0, neff_compiles: int = 0) -> None:
         """Record a run that completed (``seconds`` None: cancelled after its compile, if any)."""
         with self._lock:
             rec = self._get(mode, shape)
             was_warm = rec.state == WARM
             rec.state, rec.compiling_since, rec.error = WARM, None, None
-            if compiles or not was_warm:
-                rec.compiles, rec.compile_seconds = compiles, compile_seconds
+            if compiles or neff_compiles or not was_warm:
+                rec.compiles, rec.compile_seconds, rec.neff_compiles = compiles, compile_seconds, neff_compiles
             if seconds is None:
                 return
             rec.runs += 1
-            if compiles == 0:
+            if compiles == 0 and neff_compiles == 0:
                 rec.steady_seconds = (rec.steady_seconds + [seconds])[-_STEADY_KEEP:]
                 rec.per_step = denoise / steps if steps else None
                 rec.overhead = encode + decode
@@ -126,9 +131,11 @@ class CompileTable:
             return None
         return rec.overhead + rec.per_step * steps
 
-    def predict(self, mode: str, shape: Shape, steps: int, compiles_here: bool) -> dict[str, Any]:
+    def predict(self, mode: str, shape: Shape, steps: int, compiles_here: bool,
+                exact_shapes: bool = False) -> dict[str, Any]:
         """What a run at (mode, shape) will cost, from what was measured so far. ``compiles_here``:
-        whether a new shape in this mode compiles at all on this device (the manager knows)."""
+        whether a new shape in this mode compiles at all on this device; ``exact_shapes``: whether
+        it compiles per exact (height, width), as Neuron's eager ops do (the manager knows both)."""
         with self._lock:
             rec = self._records.get((mode, shape))
             state = rec.state if rec else COLD
@@ -146,8 +153,9 @@ class CompileTable:
             elif not compiles_here:
                 out["note"] = f"{mode} mode does not compile on this device"
             else:
-                sharing = [s for (m, s), r in self._records.items()
-                           if m == mode and r.state == WARM and s.tokens == shape.tokens]
+                sharing = [] if exact_shapes else [
+                    s for (m, s), r in self._records.items()
+                    if m == mode and r.state == WARM and s.tokens == shape.tokens]
                 if sharing:
                     out["note"] = f"probably reuses the graph of {sharing[0]} (same token count)"
                     out["expected_seconds"] = self._expected_seconds(self._records[(mode, sharing[0])], steps)
@@ -172,6 +180,7 @@ class CompileTable:
                     "state": rec.state,
                     "compile_seconds": rec.compile_seconds,
                     "compiles": rec.compiles,
+                    "neff_compiles": rec.neff_compiles,
                     "steady_seconds": statistics.median(rec.steady_seconds) if rec.steady_seconds else None,
                     "runs": rec.runs,
                     "compiling_elapsed": now - rec.compiling_since if rec.compiling_since else None,

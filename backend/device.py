@@ -9,8 +9,13 @@ TorchNeuron facts this module respects (DESIGN.md): importing ``torch_neuronx`` 
 ``"neuron"`` device, the ``"neuron"`` torch.compile backend and ``torch.neuron``; with
 ``TORCH_DEVICE_BACKEND_AUTOLOAD=0`` it must be imported explicitly; its NEFF cache variable must be
 set before it loads (``backend.device_env`` does that); its compile counters are
-``torch_neuronx.metrics.get_counter_value("CompilationCache.*")`` and read None before the first
+``torch_neuronx.metrics.get_counter_value("CompilationCache.*")``, in a submodule the package does
+not import (its own examples write ``import torch_neuronx.metrics``), and read None before the first
 increment. Dynamo's own compile callbacks count torch.compile graphs on every device.
+
+Two counts, never added: ``graphs`` (torch.compile graphs, from dynamo, every device) and
+``neff_compiles`` (Neuron only: every NEFF the Neuron compiler built — one or more per graph, plus
+one per new eager op signature, since TorchNeuron's eager mode compiles too).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import importlib.util
+import os
 import threading
 import time
 from typing import Any, Callable
@@ -54,7 +60,9 @@ def load_torch_neuronx():
         raise RuntimeError("backend.device_env.prepare_environment() must run before TorchNeuron loads")
     # With autoload on, `import torch` already imported it and this is a lookup; with
     # TORCH_DEVICE_BACKEND_AUTOLOAD=0 this import is what registers the backend.
-    return importlib.import_module("torch_neuronx")
+    module = importlib.import_module("torch_neuronx")
+    importlib.import_module("torch_neuronx.metrics")  # not imported by the package itself
+    return module
 
 
 def _neuron_cores(neuronx) -> int:
@@ -75,8 +83,10 @@ class DeviceInfo:
     compile_backend: str
     process_group_backend: str
     neuron_installed: bool
-    neuron_cores: int
+    neuron_cores: int  # NeuronCores visible to this process (its NEURON_RT_VISIBLE_CORES)
     cuda_devices: int
+    neuron_visible_cores: str | None = None  # this process's NEURON_RT_VISIBLE_CORES
+    neuron_fallback: str | None = None  # TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION in force
 
 
 def resolve_device(settings: Settings) -> DeviceInfo:
@@ -133,6 +143,8 @@ def resolve_device(settings: Settings) -> DeviceInfo:
         neuron_installed=installed,
         neuron_cores=cores,
         cuda_devices=cuda,
+        neuron_visible_cores=os.environ.get(device_env.VISIBLE_CORES_VAR) if kind == "neuron" else None,
+        neuron_fallback=os.environ.get(device_env.FALLBACK_VAR) if kind == "neuron" else None,
     )
 
 
@@ -190,7 +202,7 @@ class Device:
         self.info = info
         self.dtype = _DTYPES[info.dtype]
         self._neuronx = load_torch_neuronx() if info.kind == "neuron" else None
-        self._cache_size: tuple[str, float, int] | None = None  # (dir, read at, bytes)
+        self._cache_size: tuple | None = None  # ((var, dir) pairs, read at, [bytes])
         self.configure_dynamo(max_compiled_shapes)
 
     @property
@@ -249,7 +261,7 @@ class Device:
         """TorchNeuron's NEFF compile-cache counters (empty off Neuron)."""
         if self._neuronx is None:
             return {}
-        metrics = self._neuronx.metrics
+        metrics = importlib.import_module("torch_neuronx.metrics")
         return {key: int(metrics.get_counter_value(name) or 0) for key, name in NEFF_COUNTERS.items()}
 
     def compile_snapshot(self) -> dict[str, float]:
@@ -260,17 +272,26 @@ class Device:
 
     CACHE_SIZE_TTL = 10.0  # seconds; every open page asks for the status each second
 
+    def cache_vars(self) -> tuple[str, ...]:
+        """The app-owned compile caches this device uses (both NEFF caches on Neuron)."""
+        return device_env.NEURON_CACHE_VARS if self.kind == "neuron" else (device_env.INDUCTOR_CACHE_VAR,)
+
     def cache_info(self, fresh: bool = False) -> dict[str, Any]:
-        """The compile cache folder and its size (the size is re-read at most every CACHE_SIZE_TTL s:
-        walking a large NEFF cache on every status request would cost more than the status)."""
+        """The compile cache folders and their sizes (re-read at most every CACHE_SIZE_TTL s:
+        walking a large NEFF cache on every status request would cost more than the status).
+
+        Returns {"bytes": total, "caches": [{"variable", "dir", "bytes"}, ...]} plus the first
+        cache's "variable" and "dir" for one-line displays."""
         env = device_env.prepared_environment()
-        var = device_env.NEFF_CACHE_VAR if self.kind == "neuron" else device_env.INDUCTOR_CACHE_VAR
-        path = env.get(var, "")
+        paths = tuple((var, env.get(var, "")) for var in self.cache_vars())
         now = time.monotonic()
         cached = self._cache_size
-        if fresh or cached is None or cached[0] != path or now - cached[1] > self.CACHE_SIZE_TTL:
-            self._cache_size = cached = (path, now, device_env.dir_size(path) if path else 0)
-        return {"variable": var, "dir": path, "bytes": cached[2]}
+        if fresh or cached is None or cached[0] != paths or now - cached[1] > self.CACHE_SIZE_TTL:
+            sizes = [device_env.dir_size(path) if path else 0 for _var, path in paths]
+            self._cache_size = cached = (paths, now, sizes)
+        caches = [{"variable": var, "dir": path, "bytes": size} for (var, path), size in zip(paths, cached[2])]
+        return {"variable": caches[0]["variable"], "dir": caches[0]["dir"],
+                "bytes": sum(c["bytes"] for c in caches), "caches": caches}
 
 
 def diff_counters(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:

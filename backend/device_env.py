@@ -6,8 +6,15 @@ loads. So the app sets them here, from the settings, before anything imports tor
 
 - ``TORCH_NEURONX_NEFF_CACHE_DIR``: the NEFF cache defaults to /tmp (lost on reboot); the app owns a
   persistent one under its cache root unless the user set one.
+- ``TORCH_NEURONX_NEFF_LOCAL_CACHE_DIR``: where TorchNeuron keeps the cache's lock files (must be on
+  local disk); app-owned likewise, so it is shown and cleared with the NEFF cache.
 - ``TORCH_NEURONX_METRICS_ENABLED=1``: the compile counters the app reads (unless the user set it).
+- ``TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=1``: a failed Neuron compile raises instead of silently
+  running the graph eagerly. 1 is the 2.33 default, earlier releases documented otherwise, so the
+  app sets it explicitly (unless the user set it; doctor shows the value in force).
 - ``TORCHINDUCTOR_CACHE_DIR``: the persistent inductor cache for cpu/cuda, likewise.
+- ``NEURON_RT_VISIBLE_CORES``: the NeuronCores this process claims when its runtime starts
+  (``claim_neuron_cores``; see ``backend.core_plan``). Unset, the runtime would reserve every core.
 
 This module imports no torch; ``backend.device`` checks that it ran.
 """
@@ -18,6 +25,9 @@ import os
 from pathlib import Path
 
 NEFF_CACHE_VAR = "TORCH_NEURONX_NEFF_CACHE_DIR"
+NEFF_LOCAL_CACHE_VAR = "TORCH_NEURONX_NEFF_LOCAL_CACHE_DIR"
+FALLBACK_VAR = "TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION"
+VISIBLE_CORES_VAR = "NEURON_RT_VISIBLE_CORES"
 NEURON_METRICS_VAR = "TORCH_NEURONX_METRICS_ENABLED"
 INDUCTOR_CACHE_VAR = "TORCHINDUCTOR_CACHE_DIR"
 AUTOLOAD_VAR = "TORCH_DEVICE_BACKEND_AUTOLOAD"
@@ -34,16 +44,36 @@ def prepare_environment(cache_root: Path) -> dict[str, str]:
     cache_root = Path(cache_root).expanduser().resolve()
     wanted = {
         NEFF_CACHE_VAR: str(cache_root / "neff"),
+        NEFF_LOCAL_CACHE_VAR: str(cache_root / "neff-local"),
         INDUCTOR_CACHE_VAR: str(cache_root / "inductor"),
         NEURON_METRICS_VAR: "1",
+        FALLBACK_VAR: "1",
     }
     for var, value in wanted.items():
         if not os.environ.get(var):
             os.environ[var] = value
         _prepared[var] = os.environ[var]
-    for var in (NEFF_CACHE_VAR, INDUCTOR_CACHE_VAR):
+    for var in CACHE_VARS:
         Path(_prepared[var]).mkdir(parents=True, exist_ok=True)
     return dict(_prepared)
+
+
+# The app-owned cache folders: shown with their sizes and emptied by "clear cache".
+CACHE_VARS = (NEFF_CACHE_VAR, NEFF_LOCAL_CACHE_VAR, INDUCTOR_CACHE_VAR)
+NEURON_CACHE_VARS = (NEFF_CACHE_VAR, NEFF_LOCAL_CACHE_VAR)
+
+
+def claim_neuron_cores(app_cores: str | None) -> str:
+    """Set ``NEURON_RT_VISIBLE_CORES`` for this (the app's) process before its runtime starts.
+
+    ``app_cores`` (``--neuron-cores``) wins; else an inherited value is kept; else core "0". Once
+    set here it is not changed again in this process (the runtime reads it once). Returns it.
+    """
+    if VISIBLE_CORES_VAR not in _prepared:
+        value = app_cores or os.environ.get(VISIBLE_CORES_VAR) or "0"
+        os.environ[VISIBLE_CORES_VAR] = value
+        _prepared[VISIBLE_CORES_VAR] = value
+    return _prepared[VISIBLE_CORES_VAR]
 
 
 def prepared_environment() -> dict[str, str]:
@@ -68,12 +98,12 @@ def dir_size(path: str | Path) -> int:
     return total
 
 
-def tp_rank_environment(kind: str, core_base: int, local_rank: int) -> dict[str, str]:
+def tp_rank_environment(kind: str, cores: list[int], local_rank: int) -> dict[str, str]:
     """Variables a tensor-parallel rank sets before torch loads.
 
-    On Neuron a process owns its NeuronCore until it exits and TorchNeuron defaults to core
-    LOCAL_RANK, which the app process may already hold; so rank r claims core ``core_base + r``.
+    On Neuron a process owns its NeuronCores until it exits and TorchNeuron defaults a rank to core
+    LOCAL_RANK, which the app process may hold; so rank r claims ``cores[r]`` from the core plan.
     """
     if kind == "neuron":
-        return {"NEURON_RT_VISIBLE_CORES": str(core_base + local_rank)}
+        return {VISIBLE_CORES_VAR: str(cores[local_rank])}
     return {}

@@ -194,7 +194,8 @@ class InProcessEngine:
             device.synchronize()
         except GenerationCancelled as exc:
             counters = diff_counters(before, device.compile_snapshot())
-            exc.compiles = int(counters["graphs"] + counters.get("neff_compiles", 0))
+            exc.compiles = int(counters["graphs"])
+            exc.neff_compiles = int(counters.get("neff_compiles", 0))
             exc.compile_seconds = float(counters["compile_seconds"])
             raise
         except Exception as exc:  # noqa: BLE001 - classified here, the one place that does

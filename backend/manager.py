@@ -58,6 +58,7 @@ class Manager:
         self._count_tokens: Callable[[str], int] | None = None  # set once the model's tokenizer loads
         self.tp = None  # TPWorkerGroup, when tensor-parallel mode has been used
         self._tp_lock = threading.Lock()
+        self.core_plan = None  # backend.core_plan.CorePlan, on Neuron
 
     # lifecycle ---------------------------------------------------------------------------------
     def start(self, background: bool = False) -> None:
@@ -77,12 +78,20 @@ class Manager:
     def _start(self) -> None:
         self.state = "loading"
         try:
+            from backend import device_env
+
+            # Before the device layer loads torch (and TorchNeuron): this process's own NeuronCores.
+            app_cores = device_env.claim_neuron_cores(self.settings.neuron_cores)
             from backend.device import Device, resolve_device
-            from backend.engine import InProcessEngine
             from backend.model_source import resolve_model
 
             info = resolve_device(self.settings)
             self.device = Device(info, self.settings.max_compiled_shapes)
+            if info.kind == "neuron":
+                from backend.core_plan import detect_instance_cores, make_plan
+
+                instance = self.settings.neuron_instance_cores or detect_instance_cores()
+                self.core_plan = make_plan(app_cores, instance)
             self.model_path, self.model_label = resolve_model(self.settings.model, self.settings.cache_dir)
             self._load_tokenizer()
             if self.settings.mode == TP_MODE:
@@ -126,10 +135,7 @@ class Manager:
     def _load_engine(self) -> None:
         from backend.engine import InProcessEngine
 
-        if self.device.kind == "neuron" and self.tp is not None and self.tp.state not in ("stopped", "dead") \
-                and self.tp.core_base == 0:
-            raise BackendNotReady("the tensor-parallel group holds NeuronCore 0; stop tensor-parallel mode "
-                                  "before running in process")
+        # On Neuron this claims only the app's own cores (backend.core_plan): never the group's.
         engine = (self._engine_factory or InProcessEngine)(self.device, self.model_path)
         engine.load()
         self.engine = engine
@@ -163,6 +169,14 @@ class Manager:
             divisors = [d for d in range(1, heads + 1) if heads % d == 0 and d <= 64]
             raise InvalidRequest("tp_degree", f"{degree} does not divide the model's {heads} attention heads; "
                                               f"use one of {', '.join(map(str, divisors))}")
+        cores: list[int] = []
+        if self.core_plan is not None:
+            from backend.core_plan import CoresDoNotFit
+
+            try:
+                cores = self.core_plan.tp_cores(degree, heads)
+            except CoresDoNotFit as exc:
+                raise InvalidRequest("tp_degree", str(exc)) from None
         with self._tp_lock:
             group = self.tp
             if group is not None and group.degree == degree and group.state in (
@@ -177,8 +191,7 @@ class Manager:
                     model_path=self.model_path, device_kind=self.device.kind, dtype=self.device.info.dtype,
                     compile_backend=self.device.info.compile_backend, compile_mode=s.tp_compile, degree=degree,
                     cache_dir=str(s.cache_dir), warm=warm,
-                    core_base=1 if (self.engine is not None and self.device.kind == "neuron") else 0,
-                    min_size=s.min_size, max_size=s.max_size, max_steps=s.max_steps,
+                    cores=cores, collective_timeout=s.tp_collective_timeout, min_size=s.min_size, max_size=s.max_size, max_steps=s.max_steps,
                     start_timeout=s.tp_start_timeout, stall_timeout=s.tp_stall_timeout,
                     torchrun_args=s.tp_torchrun_args)
                 self.tp = running
@@ -208,13 +221,18 @@ class Manager:
     # admission ---------------------------------------------------------------------------------
     def predict(self, mode: str, shape: Shape, steps: int | None = None) -> dict[str, Any]:
         """What a run at (mode, shape) will cost now, including whether it would be refused."""
-        out = self.table.predict(mode, shape, steps or self.settings.steps, self._compiles_here(mode))
+        out = self.table.predict(mode, shape, steps or self.settings.steps, self._compiles_here(mode),
+                                 self._exact_shapes())
         out["refused"] = None
         try:
             self._admit(mode, shape, out)
         except StudioError as exc:
             out["refused"] = str(exc)
         return out
+
+    def _exact_shapes(self) -> bool:
+        """Whether every new (height, width) compiles here, graphs aside (Neuron's eager ops do)."""
+        return self.device is not None and self.device.eager_compiles
 
     def _compiles_here(self, mode: str) -> bool:
         """Whether a new shape in ``mode`` compiles on this device (Neuron compiles even eager ops)."""
@@ -264,7 +282,8 @@ class Manager:
                 if self.engine is None:
                     self._load_engine()  # first in-process request after starting in tensor-parallel mode
                 engine = self.engine
-            prediction = self.table.predict(request.mode, shape, request.steps, self._compiles_here(request.mode))
+            prediction = self.table.predict(request.mode, shape, request.steps, self._compiles_here(request.mode),
+                                            self._exact_shapes())
             self._admit(request.mode, shape, prediction, warming=_warming)
             self._cancel.clear()
             job = {"mode": request.mode, "shape": str(shape), "phase": "starting", "step": 0,
@@ -284,8 +303,10 @@ class Manager:
                 out = engine.run(request, on_progress, self._cancel.is_set,
                                  forbid_compile=self.warm_only and not _warming)
             except GenerationCancelled as exc:
-                # A cancel lands at a step boundary: a compile it waited for has finished; keep it.
-                if getattr(exc, "compiles", 0):
+                # A cancel lands at a step boundary: a compile it waited for has finished; keep it —
+                # unless this device also compiles the components the cancel skipped (Neuron's
+                # eager VAE), where the shape is warm only after a whole run.
+                if getattr(exc, "compiles", 0) and not self._exact_shapes():
                     self.table.finish(request.mode, shape, compiles=exc.compiles,
                                       compile_seconds=exc.compile_seconds, seconds=None)
                 else:
@@ -307,7 +328,7 @@ class Manager:
             finally:
                 with self._state_lock:
                     self._current = None
-            self.table.finish(request.mode, shape, compiles=out.compiles + out.neff_compiles,
+            self.table.finish(request.mode, shape, compiles=out.compiles, neff_compiles=out.neff_compiles,
                               compile_seconds=out.compile_seconds, seconds=out.seconds,
                               encode=out.encode, denoise=out.denoise, decode=out.decode,
                               steps=request.steps)
@@ -406,7 +427,8 @@ class Manager:
         return result.path
 
     def clear_compile_cache(self) -> int:
-        """Delete the on-disk compile cache (NEFF or inductor) between generations; returns bytes freed.
+        """Delete the on-disk compile caches (on Neuron both NEFF caches; inductor elsewhere) between
+        generations; returns bytes freed.
 
         Graphs already in memory stay warm; only later processes lose the head start.
         """
@@ -417,17 +439,19 @@ class Manager:
             raise BackendNotReady("the device is not ready yet")
         with self._device_lock:
             info = self.device.cache_info(fresh=True)
-            folder = Path(info["dir"]).resolve()
-            if not info["dir"] or folder == Path(folder.anchor) or folder == Path.home().resolve():
-                raise InvalidRequest("cache", f"refusing to clear {folder}")
-            freed = info["bytes"]
-            for child in folder.iterdir() if folder.is_dir() else []:
-                if child.is_dir() and not child.is_symlink():
-                    shutil.rmtree(child, ignore_errors=True)
-                else:
-                    child.unlink(missing_ok=True)
-            self.device.cache_info(fresh=True)  # the status shows the emptied folder at once
-            return freed
+            for cache in info["caches"]:
+                folder = Path(cache["dir"]).resolve()
+                if not cache["dir"] or folder == Path(folder.anchor) or folder == Path.home().resolve():
+                    raise InvalidRequest("cache", f"refusing to clear {folder}")
+            for cache in info["caches"]:
+                folder = Path(cache["dir"]).resolve()
+                for child in folder.iterdir() if folder.is_dir() else []:
+                    if child.is_dir() and not child.is_symlink():
+                        shutil.rmtree(child, ignore_errors=True)
+                    else:
+                        child.unlink(missing_ok=True)
+            self.device.cache_info(fresh=True)  # the status shows the emptied folders at once
+            return info["bytes"]
 
     def set_warm_only(self, locked: bool) -> None:
         self.warm_only = bool(locked)
@@ -448,6 +472,15 @@ class Manager:
         if group.state in ("launching", "loading", "warming"):
             group.health(timeout=0.5)  # refreshes the phase
         return group.describe()
+
+    def _core_plan_status(self) -> dict[str, Any] | None:
+        if self.core_plan is None:
+            return None
+        from backend.model_source import transformer_heads
+
+        group = self.tp
+        degree = group.degree if group is not None and group.state not in ("stopped",) else self.settings.tp_degree
+        return self.core_plan.describe(degree, transformer_heads(self.model_path) if self.model_path else None)
 
     def status(self) -> dict[str, Any]:
         with self._state_lock:
@@ -474,5 +507,6 @@ class Manager:
             "generations": len(self.records),
             "warmup": dict(self._warmup) or None,
             "tp": self._tp_status(),
+            "neuron_cores": self._core_plan_status(),
             "degraded": self._degraded(),
         }

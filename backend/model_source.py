@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import functools
 from pathlib import Path
 
 from backend.errors import ModelNotFound
@@ -68,6 +69,7 @@ def resolve_model(spec: str, cache_root: Path) -> tuple[str, str]:
     return local, spec
 
 
+@functools.lru_cache(maxsize=8)
 def transformer_heads(model_path: str) -> int:
     """Attention heads of the pipeline's transformer (a tensor-parallel degree must divide it)."""
     import json

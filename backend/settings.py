@@ -48,6 +48,13 @@ class Settings:
     tp_stall_timeout: float = 60.0  # no progress message for this long (outside compiles): hung
     tp_start_timeout: float = 600.0
     tp_torchrun_args: str = ""  # extra torchrun options, e.g. "--rdzv-endpoint localhost:29500"
+    # A collective that waits longer than this ends the request (the process group's timeout).
+    tp_collective_timeout: float = 300.0
+    # NeuronCores the app process claims (NEURON_RT_VISIBLE_CORES syntax); None: the inherited
+    # NEURON_RT_VISIBLE_CORES if set, else "0". Tensor-parallel ranks get cores from the rest.
+    neuron_cores: str | None = None
+    # NeuronCores on the instance; None: read from the Neuron driver's sysfs.
+    neuron_instance_cores: int | None = None
     # Request defaults and bounds. FLUX.2-klein is step-distilled: 4 steps, guidance ignored.
     steps: int = 4
     max_steps: int = 50
@@ -109,6 +116,12 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _core_list(text: str) -> str:
+    from backend.core_plan import format_cores, parse_cores
+
+    return format_cores(parse_cores(text))
+
+
 # field -> (flag, environment variable, parser, help). The one table of the app's knobs.
 OPTIONS: dict[str, tuple[str, str, Any, str]] = {
     "model": ("--model", "NEURON_STUDIO_MODEL", str,
@@ -129,6 +142,13 @@ OPTIONS: dict[str, tuple[str, str, Any, str]] = {
                          "seconds without progress from the group before it is declared hung"),
     "tp_torchrun_args": ("--tp-torchrun-args", "NEURON_STUDIO_TP_TORCHRUN_ARGS", str,
                          "extra torchrun options for the worker group (quoted, shell-style)"),
+    "tp_collective_timeout": ("--tp-collective-timeout", "NEURON_STUDIO_TP_COLLECTIVE_TIMEOUT", float,
+                              "seconds a collective of the worker group may wait before it fails"),
+    "neuron_cores": ("--neuron-cores", "NEURON_STUDIO_NEURON_CORES", _core_list,
+                     "NeuronCores the app process claims, e.g. 0 or 0-1 (default: inherited "
+                     "NEURON_RT_VISIBLE_CORES, else 0); tensor-parallel ranks get cores from the rest"),
+    "neuron_instance_cores": ("--neuron-instance-cores", "NEURON_STUDIO_NEURON_INSTANCE_CORES", _positive_int,
+                              "NeuronCores on this instance (default: read from the Neuron driver)"),
     "tp_start_timeout": ("--tp-start-timeout", "NEURON_STUDIO_TP_START_TIMEOUT", float,
                          "seconds the group may take to load and warm up"),
     "steps": ("--steps", "NEURON_STUDIO_STEPS", _positive_int, "default denoising steps"),
@@ -186,6 +206,10 @@ def load_settings(flags: dict[str, Any] | None = None, environ: dict[str, str] |
             f"--min-size/--max-size: bounds must be multiples of 16 with min <= max, "
             f"got {settings.min_size}..{settings.max_size}"
         )
+    if settings.neuron_cores is not None and settings.neuron_instance_cores is not None:
+        from backend.core_plan import make_plan
+
+        make_plan(settings.neuron_cores, settings.neuron_instance_cores)  # ValueError names the flag
     for shape in settings.prewarm:
         try:
             validate_shape(shape.height, shape.width, settings.min_size, settings.max_size)

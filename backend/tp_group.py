@@ -48,12 +48,12 @@ class GroupDead(GenerationFailed):
 class TPWorkerGroup:
     def __init__(self, *, model_path: str, device_kind: str, dtype: str, compile_backend: str,
                  compile_mode: str, degree: int, cache_dir: str, warm: list[str] | None = None,
-                 core_base: int = 0, min_size: int = 64, max_size: int = 2048, max_steps: int = 50,
+                 cores: list[int] | None = None, collective_timeout: float = 300.0, min_size: int = 64, max_size: int = 2048, max_steps: int = 50,
                  start_timeout: float = 600.0, stall_timeout: float = 60.0, compile_timeout: float = 1800.0,
                  grace: float = 5.0, torchrun_args: str = "", clock: Callable[[], float] = time.monotonic):
         self.degree = degree
         self.compile_mode = compile_mode
-        self.core_base = core_base
+        self.cores = list(cores or [])  # NeuronCore of each rank, from the core plan (empty off Neuron)
         self.device_kind = device_kind
         self.start_timeout, self.stall_timeout, self.compile_timeout = start_timeout, stall_timeout, compile_timeout
         self.grace = grace
@@ -61,7 +61,8 @@ class TPWorkerGroup:
         self._clock = clock
         self._config = {"model_path": model_path, "device": device_kind, "dtype": dtype,
                         "compile_backend": compile_backend, "compile_mode": compile_mode, "warm": warm or [],
-                        "cache_dir": str(cache_dir), "core_base": core_base, "min_size": min_size,
+                        "cache_dir": str(cache_dir), "cores": self.cores,
+                        "collective_timeout": collective_timeout, "min_size": min_size,
                         "max_size": max_size, "max_steps": max_steps, "parent_pid": os.getpid()}
         self.state = "stopped"
         self.error: str | None = None
@@ -90,6 +91,8 @@ class TPWorkerGroup:
             self._token = secrets.token_hex(32)
             config = dict(self._config, socket=self.socket_path, run_dir=self.dir)
             env = dict(os.environ, **{CONFIG_VAR: json.dumps(config), TOKEN_VAR: self._token})
+            # The app's own NeuronCores are not the ranks': each rank sets its core before torch loads.
+            env.pop("NEURON_RT_VISIBLE_CORES", None)
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
             cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                    f"--nproc-per-node={self.degree}", "--monitor-interval=0.5", *self.torchrun_args,
@@ -382,8 +385,7 @@ class TPWorkerGroup:
             "world_size": self.degree,
             "compile_mode": self.compile_mode,
             "device": self.device_kind,
-            "cores": (list(range(self.core_base, self.core_base + self.degree))
-                      if self.device_kind == "neuron" else None),
+            "cores": list(self.cores) if self.device_kind == "neuron" else None,
             "pids": sorted(self._pids),
             "rank_pids": {str(r): pid for r, pid in self.rank_pids().items()},  # JSON keys are text
             "error": self.error,

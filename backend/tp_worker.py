@@ -4,11 +4,13 @@ The app starts it for you (mode "tp"); by hand it is::
 
     NEURON_STUDIO_TP_CONFIG='{"model_path": "assets/tiny-flux2-klein", "device": "cpu", "dtype": "float32",
       "compile_backend": "inductor", "compile_mode": "eager", "warm": [], "socket": "/tmp/ns/tp.sock",
-      "run_dir": "/tmp/ns", "cache_dir": "~/.cache/neuron-studio", "parent_pid": 0, "core_base": 0}' \\
+      "run_dir": "/tmp/ns", "cache_dir": "~/.cache/neuron-studio", "parent_pid": 0, "cores": [1, 2],
+      "collective_timeout": 300}' \\
     NEURON_STUDIO_TP_TOKEN=$(openssl rand -hex 32) \\
     torchrun --standalone --nproc_per_node=2 --monitor-interval=0.5 -m backend.tp_worker
 
-Every rank: (on Neuron) claims NeuronCore ``core_base + LOCAL_RANK`` before torch loads, initialises
+Every rank: (on Neuron) claims NeuronCore ``cores[LOCAL_RANK]`` (the app's core plan) before torch
+loads, then initialises
 the process group (neuron / nccl / gloo from the device layer), builds ``DeviceMesh(device,
 range(world))``, loads the transformer with ``from_pretrained(..., parallel_config=
 TensorParallelConfig(mesh=mesh))`` and the other components on its device, optionally compiles
@@ -166,7 +168,8 @@ def main() -> None:
     from backend import device_env
 
     # Before torch loads: this rank's NeuronCore, and the app's cache variables.
-    os.environ.update(device_env.tp_rank_environment(cfg["device"], int(cfg.get("core_base", 0)), local_rank))
+    cores = [int(c) for c in cfg.get("cores") or []] or list(range(world))
+    os.environ.update(device_env.tp_rank_environment(cfg["device"], cores, local_rank))
     device_env.prepare_environment(os.path.expanduser(cfg["cache_dir"]))
 
     import torch
@@ -191,7 +194,10 @@ def main() -> None:
         info = resolve_device(settings)
         if info.kind == "cuda":
             torch.cuda.set_device(local_rank)
-        dist.init_process_group(backend=info.process_group_backend, timeout=timedelta(hours=2))
+        # Before anything touches the device (TorchNeuron refuses a process group after that), and
+        # with a timeout of minutes: a rank stuck in a collective fails the request, not the demo.
+        dist.init_process_group(backend=info.process_group_backend,
+                                timeout=timedelta(seconds=float(cfg.get("collective_timeout", 300))))
         # Control messages (jobs, the per-step stop vote) always travel over gloo on CPU tensors,
         # and an idle group may wait for days between requests.
         control = dist.new_group(backend="gloo", timeout=timedelta(days=3650))

@@ -11,6 +11,7 @@ from typing import Any
 
 import pandas as pd
 
+from backend.core_plan import plan_text as core_plan_text
 from backend.shapes import PRESETS, Shape
 
 CUSTOM = "Custom"
@@ -146,7 +147,9 @@ def system_markdown(status: dict[str, Any]) -> str:
         ("Engine", f"{engine.get('engine', '…')} · {status['state']}"
                    + (f" · active mode {engine['active_mode']}" if engine.get("active_mode") else "")),
         ("Compile backend", dev.get("compile_backend", "…")),
-        ("Compile cache", f"`{cache.get('dir', '…')}` ({_bytes(cache.get('bytes'))}, {cache.get('variable', '')})"),
+        *[("Compile cache", f"`{c['dir']}` ({_bytes(c['bytes'])}, {c['variable']})")
+          for c in cache.get("caches") or [{"dir": "…", "bytes": None, "variable": ""}]],
+        *([("NeuronCores", core_plan_text(status["neuron_cores"]))] if status.get("neuron_cores") else []),
         ("Memory", f"RSS {_bytes(mem.get('rss_bytes'))}, device {_bytes(mem.get('device_allocated_bytes'))}"),
         ("Warm-only lock", "on" if status.get("warm_only") else "off"),
         ("Last error", status.get("last_error") or "none"),
