@@ -75,8 +75,9 @@ def generate(settings: Settings, args: argparse.Namespace) -> int:
             if args.json:
                 print(json.dumps(result.to_json(), ensure_ascii=False), flush=True)
             else:
-                how = (f"compiled ({result.compiles} graph(s), {result.compile_seconds:.2f} s)" if result.compiled
-                       else "no compile")
+                how = (f"compiled ({result.compiles} graph(s), {result.compile_seconds:.2f} s"
+                       + (f"; {result.neff_compiles} NEFF(s)" if result.neff_compiles else "") + ")"
+                       if result.compiled else "no compile")
                 print(f"{result.width}x{result.height} {result.mode}: {result.seconds:.2f} s, {how}, "
                       f"seed {result.seed}" + (f" -> {result.path}" if result.path else ""), flush=True)
     finally:

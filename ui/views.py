@@ -197,9 +197,21 @@ def compile_frame(status: dict[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["shape · mode", "mode", "compile seconds"])
 
 
+def compile_text(result: dict[str, Any]) -> str:
+    """What a run compiled: torch.compile graphs and (on Neuron) NEFFs, counted apart — every graph
+    is also at least one NEFF, and eager ops compile NEFFs of their own."""
+    if not result["compiled"]:
+        return "no compile (warm)"
+    parts = []
+    if result["compiles"]:
+        parts.append(f"{result['compiles']} graph(s) in {_seconds(result['compile_seconds'])}")
+    if result.get("neff_compiles"):
+        parts.append(f"{result['neff_compiles']} NEFF(s)")
+    return "compiled " + " and ".join(parts)
+
+
 def run_markdown(result: dict[str, Any]) -> str:
-    compiled = (f"compiled {result['compiles']} graph(s) in {_seconds(result['compile_seconds'])}"
-                if result["compiled"] else "no compile (warm)")
+    compiled = compile_text(result)
     return (f"**{result['width']}x{result['height']}**, {result['mode']}, {result['steps']} steps, "
             f"seed `{result['seed']}` — **{_seconds(result['seconds'])}** total: "
             f"encode {_seconds(result['encode'])}, denoise {_seconds(result['denoise'])}, "

@@ -1,0 +1,187 @@
+"""The app's backend on the CPU-backed "neuron" stand-in, one scenario per process.
+
+Run by ``tests/neuron/test_app_on_standin.py`` with ``tests/standin`` on PYTHONPATH (see
+``tests.neuron.standin``); each scenario prints one JSON object on its last stdout line. A process is
+the unit here because the Neuron runtime is: cores are claimed per process until it exits, and the
+NEFF cache's persistent hits are only visible to a later process.
+
+    python -m tests.neuron.app_scenarios inprocess|second|tp WORKDIR
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+MODEL = str(ROOT / "assets" / "tiny-flux2-klein")
+PROMPT = "a red circle on a blue background"
+
+
+def _settings(workdir: Path, **overrides):
+    from backend.settings import Settings
+
+    base = dict(device="neuron", dtype="float32", compile_backend=None, cache_dir=workdir / "cache",
+                output_dir=workdir / "outputs", neuron_instance_cores=4, tp_stall_timeout=30.0,
+                tp_start_timeout=240.0)
+    base.update(overrides)
+    return Settings(**base)
+
+
+def _pixels(image):
+    import numpy as np
+
+    return np.asarray(image.convert("RGB"), dtype=np.int16)
+
+
+def _cpu_pixels(size: int, steps: int, seed: int):
+    """The same request straight through diffusers on the CPU: the reference the device must match."""
+    import torch
+    from diffusers import Flux2KleinPipeline
+
+    pipe = Flux2KleinPipeline.from_pretrained(MODEL, dtype=torch.float32)
+    pipe.set_progress_bar_config(disable=True)
+    out = pipe(prompt=PROMPT, height=size, width=size, num_inference_steps=steps, guidance_scale=1.0,
+               generator=torch.Generator("cpu").manual_seed(seed))
+    return _pixels(out.images[0])
+
+
+def claims(state_dir: str) -> dict[str, int]:
+    """Which process holds which NeuronCore, as the stand-in's claim files say ({core: pid})."""
+    held = {}
+    for path in sorted(Path(state_dir).glob("nc*.lock")):
+        text = path.read_text().strip()
+        pid = int(text) if text.isdigit() else 0
+        if pid and _alive(pid):
+            held[path.stem[2:]] = pid
+    return held
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _run(mgr, size: int, mode: str, steps: int = 2, seed: int = 0):
+    image, result = mgr.generate(mgr.validate(PROMPT, size, size, steps=steps, seed=seed, mode=mode))
+    return image, result.to_json()
+
+
+def _error(fn) -> dict | None:
+    from backend.errors import StudioError
+
+    try:
+        fn()
+    except StudioError as exc:
+        return {"class": type(exc).__name__, "message": str(exc)}
+    return None
+
+
+def inprocess(workdir: Path) -> dict:
+    """Eager, compiled and regional on "neuron" vs the CPU; compiled flags at 64, 128, 64."""
+    from backend.manager import Manager
+
+    mgr = Manager(_settings(workdir))
+    mgr.start()
+    out: dict = {"status_device": mgr.status()["device"], "pid": os.getpid()}
+    cpu = _cpu_pixels(64, 2, 0)
+    diffs, records = {}, []
+    for size, mode in ((64, "eager"), (64, "compiled"), (128, "compiled"), (64, "compiled"), (64, "regional")):
+        image, record = _run(mgr, size, mode)
+        records.append(record)
+        if size == 64:
+            diffs.setdefault(mode, int(abs(_pixels(image) - cpu).max()))
+    out.update(records=records, max_diff_vs_cpu=diffs, status=mgr.status(),
+               claims=claims(os.environ["NEURON_STANDIN_STATE_DIR"]))
+    mgr.close()
+    return out
+
+
+def second(workdir: Path) -> dict:
+    """A later process on the same caches: persistent NEFF hits, the warm-only lock, a failed compile."""
+    from backend.manager import Manager
+
+    mgr = Manager(_settings(workdir))
+    mgr.start()
+    out: dict = {}
+    _img, out["first_compiled_64"] = _run(mgr, 64, "compiled")
+    mgr.set_warm_only(True)
+    _img, out["locked_warm_64"] = _run(mgr, 64, "compiled")
+    out["locked_eager_128"] = _error(lambda: _run(mgr, 128, "eager"))
+    out["locked_compiled_128"] = _error(lambda: _run(mgr, 128, "compiled"))
+    out["predict_locked_eager_128"] = mgr.predict("eager", __import__("backend.shapes").shapes.Shape(128, 128))
+    mgr.set_warm_only(False)
+    _img, out["unlocked_eager_128"] = _run(mgr, 128, "eager")
+    # NEURON_STANDIN_FAIL_COMPILE_DIM=36 makes the stand-in's compiler fail any graph at 96x96 (36 tokens).
+    out["failed_compiled_96"] = _error(lambda: _run(mgr, 96, "compiled"))
+    _img, out["after_failure_compiled_64"] = _run(mgr, 64, "compiled")
+    out["status"] = mgr.status()
+    mgr.close()
+    return out
+
+
+def tp(workdir: Path) -> dict:
+    """In process, then the group, then back; a killed rank; a restart — cores disjoint throughout."""
+    from backend.manager import Manager
+
+    state_dir = os.environ["NEURON_STANDIN_STATE_DIR"]
+    mgr = Manager(_settings(workdir, tp_degree=2))
+    mgr.start()
+    out: dict = {"app_pid": os.getpid()}
+    steps: list[dict] = []
+
+    def note(name: str, **extra) -> None:
+        group = mgr.tp.describe() if mgr.tp is not None else {}
+        steps.append({"step": name, "claims": claims(state_dir), "tp_state": group.get("state"),
+                      "tp_cores": group.get("cores"), "rank_pids": group.get("rank_pids"), **extra})
+
+    image, record = _run(mgr, 64, "eager")
+    eager_pixels = _pixels(image)
+    note("in process", record=record)
+    out["too_many_ranks"] = _error(lambda: mgr.start_tp(4))
+    mgr.start_tp(2, wait=True)
+    note("group started")
+    image, record = _run(mgr, 64, "tp")
+    note("tp generate", record=record, max_diff_vs_eager=int(abs(_pixels(image) - eager_pixels).max()))
+    _img, record = _run(mgr, 64, "eager")
+    note("back in process", record=record)
+    victim = int(mgr.tp.rank_pids()[1])
+    os.kill(victim, signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while mgr.tp.state != "dead" and time.monotonic() < deadline:
+        time.sleep(0.1)
+    note("rank 1 killed", error=mgr.tp.error)
+    _img, record = _run(mgr, 64, "tp")  # served in process (degraded) while the group is down
+    note("degraded", record=record)
+    mgr.start_tp(2, wait=True)
+    image, record = _run(mgr, 64, "tp")
+    note("group restarted", record=record, max_diff_vs_eager=int(abs(_pixels(image) - eager_pixels).max()))
+    out["steps"] = steps
+    out["neuron_cores"] = mgr.status()["neuron_cores"]
+    mgr.close()
+    return out
+
+
+def main() -> None:
+    scenario, workdir = sys.argv[1], Path(sys.argv[2])
+    sys.path.insert(0, str(ROOT))
+    from backend import device_env
+
+    device_env.prepare_environment(workdir / "cache")
+    result = {"inprocess": inprocess, "second": second, "tp": tp}[scenario](workdir)
+    print(json.dumps(result, default=str))
+    sys.stdout.flush()
+    os._exit(0)  # after DTensor collectives a normal exit may abort (DESIGN.md)
+
+
+if __name__ == "__main__":
+    main()

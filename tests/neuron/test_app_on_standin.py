@@ -1,0 +1,122 @@
+"""The app on the CPU-backed "neuron" stand-in (tests/standin): what it calls, which cores it holds,
+what it counts and caches. Nothing here measures or claims Trainium speed or memory.
+
+Each scenario runs in its own process (``tests/neuron/app_scenarios.py``): the Neuron runtime claims
+cores per process, and NEFF persistent hits show only in a later process.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.neuron.standin import standin_env
+
+ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
+
+
+def _scenario(name: str, workdir, env, timeout: int = 280) -> dict:
+    proc = subprocess.run([sys.executable, "-m", "tests.neuron.app_scenarios", name, str(workdir)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def neuron_env(tmp_path_factory):
+    root = tmp_path_factory.mktemp("neuron-app")
+    env = standin_env(root / "state", cores=4, NEURON_STUDIO_NEURON_INSTANCE_CORES="4")
+    return root, env
+
+
+def test_doctor_says_neuron_and_shows_the_core_plan(neuron_env):
+    root, env = neuron_env
+    proc = subprocess.run([sys.executable, "app.py", "doctor", "--json", "--cache-dir", str(root / "cache")],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["device"]["kind"] == "neuron" and report["device"]["compile_backend"] == "neuron"
+    assert report["device"]["neuron_cores"] == 1 and report["device"]["neuron_visible_cores"] == "0"
+    plan = report["torch_neuronx"]["core_plan"]
+    assert plan == {"instance_cores": 4, "app_cores": "0", "free_cores": "1-3", "tp_degree": 2,
+                    "tp_cores": "1-2", "tp_error": None}
+    assert report["torch_neuronx"]["fallback_execution_disabled"] == "1"
+    assert {"TORCH_NEURONX_NEFF_CACHE_DIR", "TORCH_NEURONX_NEFF_LOCAL_CACHE_DIR"} <= set(report["caches"])
+    text = subprocess.run([sys.executable, "app.py", "doctor", "--neuron-cores", "1",
+                           "--cache-dir", str(root / "cache")],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120).stdout
+    assert "NeuronCores   app 1 · tensor-parallel ranks 0,2 · instance 4" in text
+
+
+@pytest.mark.slow
+def test_modes_run_on_neuron_match_the_cpu_and_count_compiles_apart(neuron_env):
+    root, env = neuron_env
+    out = _scenario("inprocess", root, env)
+    assert out["status_device"]["kind"] == "neuron"
+    assert all(diff <= 2 for diff in out["max_diff_vs_cpu"].values()), out["max_diff_vs_cpu"]
+    assert set(out["max_diff_vs_cpu"]) == {"eager", "compiled", "regional"}
+    eager, c64, c128, c64_again, regional = out["records"]
+    assert all(r["device"] == "neuron" for r in out["records"])
+    # Eager compiles on Neuron too (one NEFF per new op signature), but builds no torch.compile graph.
+    assert eager["compiles"] == 0 and eager["neff_compiles"] > 0 and eager["compiled"]
+    assert [c64["compiled"], c128["compiled"], c64_again["compiled"]] == [True, True, False]
+    assert c64["compiles"] == 1 and c128["compiles"] == 1
+    # Graphs and NEFFs are counted apart: never summed into one number.
+    assert c64["neff_compiles"] >= 1 and c64_again["neff_compiles"] == 0
+    assert regional["compiles"] >= 1
+    # The app claimed only its own core.
+    assert out["claims"] == {"0": out["pid"]}
+    assert {c["variable"] for c in out["status"]["cache"]["caches"]} == {
+        "TORCH_NEURONX_NEFF_CACHE_DIR", "TORCH_NEURONX_NEFF_LOCAL_CACHE_DIR"}
+    assert out["status"]["cache"]["bytes"] > 0
+
+
+@pytest.mark.slow
+def test_a_second_process_hits_the_neff_cache_and_warm_only_refuses_what_would_compile(neuron_env):
+    root, env = neuron_env
+    if not (root / "cache" / "neff").exists():
+        _scenario("inprocess", root, env)
+    out = _scenario("second", root, dict(env, NEURON_STANDIN_FAIL_COMPILE_DIM="36"))
+    first = out["first_compiled_64"]
+    assert first["compiles"] == 1 and first["neff_compiles"] == 0  # a new dynamo graph, its NEFF from disk
+    assert out["locked_warm_64"]["neff_compiles"] == 0
+    for key in ("locked_eager_128", "locked_compiled_128"):
+        assert out[key]["class"] == "ShapeLocked", out[key]
+    assert out["predict_locked_eager_128"]["will_compile"] and out["predict_locked_eager_128"]["refused"]
+    assert out["unlocked_eager_128"]["neff_compiles"] > 0  # the refusal was right: eager at 128 compiled
+    failed = out["failed_compiled_96"]
+    assert failed["class"] == "CompileFailure" and "neuronx-cc" in failed["message"].lower(), failed
+    rows = {(r["mode"], r["shape"]): r for r in out["status"]["shapes"]}
+    assert rows[("compiled", "96x96")]["state"] == "failed"
+    assert out["after_failure_compiled_64"]["neff_compiles"] == 0
+
+
+@pytest.mark.slow
+def test_tensor_parallel_on_neuron_keeps_cores_disjoint_and_restarts(neuron_env):
+    root, env = neuron_env
+    out = _scenario("tp", root, env)
+    app = out["app_pid"]
+    too_many = out["too_many_ranks"]
+    assert too_many["class"] == "InvalidRequest" and "degrees that fit are 1, 2" in too_many["message"]
+    steps = {s["step"]: s for s in out["steps"]}
+    assert steps["in process"]["claims"] == {"0": app}
+    for name in ("group started", "tp generate", "back in process", "group restarted"):
+        step = steps[name]
+        ranks = {str(p) for p in step["rank_pids"].values()}
+        assert step["tp_cores"] == [1, 2]
+        assert step["claims"]["0"] == app
+        assert {str(step["claims"][c]) for c in ("1", "2")} == ranks and str(app) not in ranks, step
+    assert steps["tp generate"]["record"]["world_size"] == 2
+    assert steps["tp generate"]["max_diff_vs_eager"] <= 2
+    killed = steps["rank 1 killed"]
+    assert killed["tp_state"] == "dead" and "rank" in (killed["error"] or "")
+    degraded = steps["degraded"]["record"]
+    assert degraded["degraded"] and degraded["world_size"] == 1 and steps["degraded"]["claims"].get("0") == app
+    assert set(steps["degraded"]["claims"]) <= {"0", "1", "2"}
+    restarted = steps["group restarted"]
+    assert restarted["tp_state"] == "ready" and restarted["record"]["world_size"] == 2
+    assert restarted["max_diff_vs_eager"] <= 2
+    assert out["neuron_cores"]["app_cores"] == "0" and out["neuron_cores"]["tp_cores"] == "1-2"

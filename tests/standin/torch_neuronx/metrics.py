@@ -1,0 +1,28 @@
+"""``torch_neuronx.metrics`` (stand-in): read TorchNeuron's compile-cache counters.
+
+Rules enforced:
+
+- This is a submodule the package does not import: ``torch_neuronx.metrics`` is an AttributeError
+  until ``import torch_neuronx.metrics`` (the TorchNeuron examples import it explicitly).
+- ``get_counter_value(name)`` returns None before a counter's first increment, and always None
+  unless ``TORCH_NEURONX_METRICS_ENABLED`` was truthy when the package loaded
+  (TorchNeuron environment variables, metrics section,
+  https://awsdocs-neuron.readthedocs-hosted.com/en/latest/torch/reference/env-vars.html).
+- The counter names are TorchNeuron's: ``CompilationCache.TotalCompilations`` (a NEFF was compiled),
+  ``CompilationCache.InMemoryHits`` (reused within the process), ``CompilationCache.PersistentHits``
+  (found in ``TORCH_NEURONX_NEFF_CACHE_DIR`` on disk). Eager ops and torch.compile graphs count alike.
+"""
+
+from __future__ import annotations
+
+from . import _counters
+
+
+def get_counter_value(name: str) -> int | None:
+    """The counter's value, or None if it was never incremented (or metrics are off)."""
+    return _counters.value(name)
+
+
+def get_counter_names() -> list[str]:
+    """Names of the counters incremented so far."""
+    return _counters.names()
