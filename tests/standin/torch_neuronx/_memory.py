@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 
-_lock = threading.Lock()
+_lock = threading.RLock()  # re-entrant: a __del__ may run while this thread holds it
 _allocated = 0
 _peak = 0
 

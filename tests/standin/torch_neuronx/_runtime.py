@@ -52,6 +52,7 @@ _lock = threading.RLock()
 _claimed: tuple[int, ...] | None = None  # cores this process reserved; None = runtime not started
 _claim_files: list[int] = []  # open fds holding the flocks (kept open until exit)
 _started_by_parent: int | None = None  # set in a child forked after its parent started the runtime
+_started_for_process_group = False  # the runtime was started by init_process_group, not by device use
 
 
 def instance_cores() -> int:
@@ -121,9 +122,13 @@ def is_started() -> bool:
     return _claimed is not None
 
 
-def ensure_started() -> tuple[int, ...]:
+def started_for_process_group() -> bool:
+    return _started_for_process_group
+
+
+def ensure_started(for_process_group: bool = False) -> tuple[int, ...]:
     """Start the runtime on first device use: reserve every visible core for this process."""
-    global _claimed
+    global _claimed, _started_for_process_group
     if _claimed is not None:
         return _claimed
     with _lock:
@@ -139,6 +144,7 @@ def ensure_started() -> tuple[int, ...]:
             raise NeuronRuntimeError("Neuron runtime could not start: this instance has no NeuronCores")
         _claim(cores)
         _claimed = cores
+        _started_for_process_group = for_process_group
         return cores
 
 

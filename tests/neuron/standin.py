@@ -1,0 +1,68 @@
+"""Run code against the torch_neuronx stand-in (``tests/standin``) in a fresh subprocess.
+
+The simulated runtime, its core claims and the environment TorchNeuron reads at import all live
+per process, so every check runs in a child started with ``standin_env``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+STANDIN = REPO / "tests" / "standin"
+
+# Inherited settings that would change what the stand-in does; each test states its own.
+_CLEARED_PREFIXES = ("TORCH_NEURONX_", "NEURON_RT_", "NEURON_STANDIN_")
+_CLEARED = {"LOCAL_RANK", "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCH_DEVICE_BACKEND_AUTOLOAD",
+            "TORCHELASTIC_RUN_ID"}
+
+
+def standin_env(state_dir: os.PathLike | str, cores: int = 4, **extra: str | None) -> dict[str, str]:
+    """os.environ for a child that sees the stand-in: PYTHONPATH, state dir, instance cores.
+
+    ``extra`` sets more variables; a value of None removes one.
+    """
+    env = {k: v for k, v in os.environ.items()
+           if k not in _CLEARED and not k.startswith(_CLEARED_PREFIXES)}
+    paths = [str(REPO), str(STANDIN)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    env["NEURON_STANDIN_STATE_DIR"] = str(state_dir)
+    env["NEURON_STANDIN_CORES"] = str(cores)
+    env["HF_HUB_OFFLINE"] = "1"
+    env.setdefault("OMP_NUM_THREADS", "1")
+    for key, value in extra.items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = str(value)
+    return env
+
+
+def run_py(code: str, env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess:
+    """``python -c code`` in the repo root with ``env``; stdout/stderr captured as text."""
+    return subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def core_holder(state_dir: os.PathLike | str, core: int) -> int | None:
+    """The pid holding NeuronCore ``core`` in ``state_dir`` right now, or None (checked with flock
+    from this process; torch is not imported)."""
+    import fcntl
+
+    path = Path(state_dir) / f"nc{core}.lock"
+    if not path.exists():
+        return None
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            text = path.read_text().strip()
+            return int(text) if text.isdigit() else -1
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)

@@ -1,0 +1,56 @@
+"""A CPU-backed TEST STAND-IN for TorchNeuron (``torch_neuronx`` 2.13, Neuron SDK 2.33). Not the AWS SDK.
+
+Neuron Studio's tests put ``tests/standin`` on ``PYTHONPATH`` (never installed for users); then
+``import torch`` autoloads this package through its ``torch.backends`` entry point, exactly as it
+autoloads the real one (unless ``TORCH_DEVICE_BACKEND_AUTOLOAD=0``; then ``import torch_neuronx``).
+
+It *executes* what the app asks of the device, on the CPU, and *enforces* the documented rules, so
+wrong app code fails here the way it would on a Trainium instance:
+
+- ``_device``: a real PrivateUse1 device named "neuron" (``torch.device("neuron")``,
+  ``tensor.to("neuron")``, ``torch.neuron``); every aten op runs through one fallback on host
+  aliases; eager ops compile once per (op, shapes, dtypes); float64 on the device is refused.
+- ``_runtime``: the simulated instance's NeuronCores, ``NEURON_RT_VISIBLE_CORES``, the exclusive
+  per-process claim taken when the runtime starts (first device use), the fork rule.
+- ``_compile`` / ``_neff_cache``: the "neuron" torch.compile backend (no dynamic shapes, one NEFF
+  per graph signature, compile failures raise or fall back per
+  ``TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION``) and the NEFF cache on disk.
+- ``_distributed``: the "neuron" process-group backend (gloo underneath) with its init rules.
+- ``metrics`` (not imported here) / ``_counters``: ``CompilationCache.*`` counters.
+
+What it proves: the app drives the device through the documented API in the documented order
+(environment before import/start, cores, process group before device use, no fork, no float64,
+no dynamic shapes), its pipelines run on a PrivateUse1 device with correct numerics, eager and
+compiled, single process and tensor-parallel, and it reads compile counters and cache state right.
+
+What it cannot prove: anything about speed (compile or run times), memory (HBM capacity; the
+memory figures count host bytes), real compiler limits or numerics of neuronx-cc, op coverage of
+the real backend, NKI kernels, collectives over NeuronLink/EFA. ``torch.accelerator.device_count()``
+is always 1 here (fixed by PyTorch's Python device guard); ``torch.neuron.device_count()`` is right.
+
+Stand-in-only knobs (the app never reads them): ``NEURON_STANDIN_CORES`` (default 4),
+``NEURON_STANDIN_STATE_DIR`` (claim files), ``NEURON_STANDIN_FAIL_COMPILE_DIM`` (fault injection).
+Each module's docstring cites the vendor page for the rules it enforces.
+"""
+
+from __future__ import annotations
+
+import os
+
+from . import _compile, _device, _distributed, _runtime
+
+__version__ = "2.13.0+standin"
+
+# Under torchrun each rank gets NeuronCore LOCAL_RANK unless the launcher chose its cores already
+# ("How to use torch.distributed on Neuron",
+# https://awsdocs-neuron.readthedocs-hosted.com/en/latest/torch/guides/torch-distributed.html).
+if "LOCAL_RANK" in os.environ and _runtime.VISIBLE_CORES_VAR not in os.environ:
+    os.environ[_runtime.VISIBLE_CORES_VAR] = os.environ["LOCAL_RANK"]
+
+_device.register()
+_compile.register()
+_distributed.register()
+
+
+def _autoload() -> None:
+    """The ``torch.backends`` entry point: importing this package already registered everything."""

@@ -1,0 +1,151 @@
+"""The "neuron" torch.compile backend (stand-in).
+
+Rules enforced, from "torch.compile backend reference"
+(https://awsdocs-neuron.readthedocs-hosted.com/en/latest/torch/compile/reference-torch-compile.html),
+"How torch.compile works on Neuron"
+(https://awsdocs-neuron.readthedocs-hosted.com/en/latest/torch/compile/about-torch-compile.html) and
+"TorchNeuron environment variables"
+(https://awsdocs-neuron.readthedocs-hosted.com/en/latest/torch/reference/env-vars.html):
+
+- Registered under the name "neuron" when the package is imported, and findable through the
+  ``torch_dynamo_backends`` entry point. Only ``mode="default"``; another mode warns and is ignored.
+- ``dynamic=True`` is rejected during compilation: a graph whose inputs have symbolic sizes raises.
+  (Automatic dynamic shapes, dynamo's default with ``dynamic=None``, produce the same kind of
+  graph and are refused the same way; compile with ``dynamic=False``.)
+- Compilation is just-in-time, one NEFF per input signature (graph code + input shapes, strides
+  and dtypes), in the NEFF cache shared with eager mode (``_neff_cache``): a new signature counts
+  ``TotalCompilations``, a repeat in the process ``InMemoryHits``, a NEFF a previous process wrote
+  ``PersistentHits``.
+- Ops executed inside a compiled graph are part of its NEFF: no per-op eager compiles.
+- ``TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION``: 1 (the 2.33 default, also when unset) makes a failed
+  compile raise; 0 warns and runs the original graph eagerly (op by op, which compiles per op).
+  The ``fallback_execution`` compile option overrides it. Read once, when the package loads.
+
+Stand-in-only knob: ``NEURON_STANDIN_FAIL_COMPILE_DIM=<int>`` makes the "compiler" fail, with a
+neuronx-cc-like error, for any graph that has an input dimension equal to that int, so a test can
+make one shape fail. What this cannot show: real compile times, compiler limits, numerics of
+neuronx-cc (the graph runs on the CPU).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import warnings
+
+import torch
+
+from . import _device, _neff_cache
+
+FALLBACK_VAR = "TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION"
+FAIL_DIM_VAR = "NEURON_STANDIN_FAIL_COMPILE_DIM"
+
+FALLBACK_DISABLED = os.environ.get(FALLBACK_VAR, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+class NeuronCompileError(RuntimeError):
+    """neuronx-cc could not compile a graph."""
+
+
+_lock = threading.Lock()
+_metrics = {"graphs": 0, "compiled": 0, "in_memory_hits": 0, "persistent_hits": 0, "failures": 0,
+            "fallbacks": 0}
+
+
+def dynamo_metrics() -> dict:
+    """Counts for the neuron torch.compile backend in this process (torch.neuron.get_dynamo_metrics)."""
+    with _lock:
+        return dict(_metrics)
+
+
+def _count(key: str) -> None:
+    with _lock:
+        _metrics[key] += 1
+
+
+def _symbolic(value) -> bool:
+    if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return True
+    if isinstance(value, torch.Tensor):
+        return any(isinstance(d, torch.SymInt) for d in value.shape) or any(
+            isinstance(s, torch.SymInt) for s in value.stride())
+    return False
+
+
+def _describe(value) -> str:
+    if isinstance(value, torch.Tensor):
+        return (f"{str(value.dtype).removeprefix('torch.')}{list(value.shape)}"
+                f"/{list(value.stride())}@{value.device.type}")
+    if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return f"symbolic {value}"
+    return repr(value) if isinstance(value, (int, float, bool)) or value is None else type(value).__name__
+
+
+def _reject_dynamic(gm: torch.fx.GraphModule, example_inputs) -> None:
+    symbolic = [value for value in example_inputs if _symbolic(value)]
+    for node in gm.graph.nodes:
+        if node.op == "placeholder" and _symbolic(node.meta.get("example_value")):
+            symbolic.append(node.meta["example_value"])
+    if symbolic:
+        raise NeuronCompileError(
+            "The neuron backend does not support dynamic shapes: this graph has symbolic sizes "
+            f"({', '.join(_describe(v) for v in symbolic[:3])}). Compile with dynamic=False; each new "
+            "shape then compiles its own graph.")
+
+
+def _inject_failure(signature: str, example_inputs) -> None:
+    text = os.environ.get(FAIL_DIM_VAR)
+    if not text:
+        return
+    dim = int(text)
+    for value in example_inputs:
+        if isinstance(value, torch.Tensor) and dim in tuple(value.shape):
+            key = _neff_cache.key_for(signature)[:16]
+            raise NeuronCompileError(
+                f"neuronx-cc failed with exit code 70 compiling graph {key}: ERROR [NCC_INLA001] "
+                f"Unhandled exception during lowering of input {_describe(value)} "
+                f"(stand-in fault injected by {FAIL_DIM_VAR}={dim})")
+
+
+def neuron_backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
+    """torch.compile(backend="neuron"): one NEFF per graph signature, run on the device."""
+    _count("graphs")
+    _reject_dynamic(gm, example_inputs)
+    signature = "graph\n" + gm.code + "\n" + "\n".join(_describe(v) for v in example_inputs)
+    if kwargs.get("mode") not in (None, "default"):
+        warnings.warn(f"the neuron backend supports only mode='default'; mode={kwargs['mode']!r} is ignored",
+                      stacklevel=2)
+    options = kwargs.get("options") or {}
+    fallback_disabled = not options["fallback_execution"] if "fallback_execution" in options else FALLBACK_DISABLED
+    try:
+        where = _neff_cache.lookup_or_compile(signature, lambda: _inject_failure(signature, example_inputs))
+    except NeuronCompileError as exc:
+        _count("failures")
+        if fallback_disabled:
+            raise
+        _count("fallbacks")
+        warnings.warn(f"{exc}. Fallback execution is on ({FALLBACK_VAR}=0 or the fallback_execution "
+                      f"option): running this graph eagerly instead.", RuntimeWarning, stacklevel=2)
+        return gm.forward
+    _count({"compiled": "compiled", "memory": "in_memory_hits", "disk": "persistent_hits"}[where])
+
+    def run_neff(*args):
+        with _device.compiled_graph_region():
+            return gm(*args)
+
+    return run_neff
+
+
+_registered = False
+
+
+def register() -> None:
+    """Register "neuron" with dynamo unless its entry point will (loading it would then clash)."""
+    global _registered
+    if _registered:
+        return
+    from torch._dynamo.backends import registry
+
+    if "neuron" not in registry._COMPILER_FNS and registry._BACKENDS.get("neuron") is None:
+        registry.register_backend(neuron_backend, name="neuron")
+    _registered = True
