@@ -201,6 +201,11 @@ class Manager:
             running.wait_ready(self.settings.tp_start_timeout)
         return running.describe()
 
+    def tp_logs(self, lines: int = 20) -> dict[str, str]:
+        """The tail of each rank's log (and torchrun's), read now: only when someone looks at them."""
+        group = self.tp
+        return group.rank_logs(lines) if group is not None else {}
+
     def stop_tp(self) -> None:
         """Stop the worker group (no process of it survives)."""
         with self._tp_lock:
@@ -271,8 +276,8 @@ class Manager:
             degraded = self._degraded() if request.mode == TP_MODE else None
             requested_mode = request.mode
             if request.mode == TP_MODE and self.tp is None:
-                raise BackendNotReady("tensor-parallel mode is not started; select it (or pass --mode tp) "
-                                      "to launch the worker group")
+                raise BackendNotReady("the tensor-parallel group is not running; start it (the Start button "
+                                      "beside the mode, the System tab, or --mode tp at launch)")
             if degraded:
                 # The group is down or restarting: serve in process, the way each rank would run, and say so.
                 request = dataclasses.replace(request, mode=self.settings.tp_compile)

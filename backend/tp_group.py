@@ -392,7 +392,6 @@ class TPWorkerGroup:
             "last_request_error": self.last_request_error,
             "timings": self.timings,
             "socket": self.socket_path,
-            "logs": self.rank_logs(12),
         }
 
 
