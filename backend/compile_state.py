@@ -83,6 +83,20 @@ class CompileTable:
                 rec.per_step = denoise / steps if steps else None
                 rec.overhead = encode + decode
 
+    def failed_run(self, mode: str, shape: Shape, exc: BaseException, keep_compiles: bool = True) -> None:
+        """Record a run that raised: a compiler error marks the shape failed; a cancel that came
+        after a finished compile keeps it (a cancel lands at a step boundary) when
+        ``keep_compiles``; anything else leaves a 'compiling' shape cold again."""
+        from backend.errors import CompileFailure, GenerationCancelled
+
+        if isinstance(exc, CompileFailure):
+            self.fail(mode, shape, str(exc))
+        elif isinstance(exc, GenerationCancelled) and getattr(exc, "compiles", 0) and keep_compiles:
+            self.finish(mode, shape, compiles=exc.compiles, compile_seconds=exc.compile_seconds, seconds=None,
+                        neff_compiles=getattr(exc, "neff_compiles", 0))
+        else:
+            self.abandon(mode, shape)
+
     def fail(self, mode: str, shape: Shape, error: str) -> None:
         with self._lock:
             rec = self._get(mode, shape)

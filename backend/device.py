@@ -198,8 +198,11 @@ COMPILE_EVENTS = CompileEvents()
 class Device:
     """The chosen device and the operations that differ per device."""
 
-    def __init__(self, info: DeviceInfo, max_compiled_shapes: int = 32):
+    def __init__(self, info: DeviceInfo, max_compiled_shapes: int = 32, instance_cores: int | None = None):
+        """``instance_cores``: NeuronCores on the instance (None: ask the Neuron driver)."""
         self.info = info
+        self._instance_cores = instance_cores
+        self._core_plan = None
         self.dtype = _DTYPES[info.dtype]
         self._neuronx = load_torch_neuronx() if info.kind == "neuron" else None
         self._cache_size: tuple | None = None  # ((var, dir) pairs, read at, [bytes])
@@ -208,6 +211,20 @@ class Device:
     @property
     def kind(self) -> str:
         return self.info.kind
+
+    @property
+    def core_plan(self):
+        """On Neuron, which NeuronCores this process holds and which are left for tensor-parallel
+        ranks (``backend.core_plan``); None elsewhere. This process's cores are its
+        NEURON_RT_VISIBLE_CORES, set before torch loaded (``device_env.claim_neuron_cores``)."""
+        if self.kind != "neuron":
+            return None
+        if self._core_plan is None:
+            from backend.core_plan import detect_instance_cores, make_plan
+
+            own = os.environ.get(device_env.VISIBLE_CORES_VAR) or "0"
+            self._core_plan = make_plan(own, self._instance_cores or detect_instance_cores())
+        return self._core_plan
 
     @property
     def eager_compiles(self) -> bool:
@@ -292,6 +309,26 @@ class Device:
         caches = [{"variable": var, "dir": path, "bytes": size} for (var, path), size in zip(paths, cached[2])]
         return {"variable": caches[0]["variable"], "dir": caches[0]["dir"],
                 "bytes": sum(c["bytes"] for c in caches), "caches": caches}
+
+
+    def clear_caches(self) -> int:
+        """Delete what is in this device's compile cache folders; returns the bytes freed."""
+        import shutil
+        from pathlib import Path
+
+        info = self.cache_info(fresh=True)
+        folders = [Path(c["dir"]).resolve() for c in info["caches"]]
+        for folder in folders:
+            if folder == Path(folder.anchor) or folder == Path.home().resolve():
+                raise StudioError(f"refusing to clear {folder}")
+        for folder in folders:
+            for child in folder.iterdir() if folder.is_dir() else []:
+                if child.is_dir() and not child.is_symlink():
+                    shutil.rmtree(child, ignore_errors=True)
+                else:
+                    child.unlink(missing_ok=True)
+        self.cache_info(fresh=True)  # the status shows the emptied folders at once
+        return info["bytes"]
 
 
 def diff_counters(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:

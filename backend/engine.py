@@ -13,7 +13,6 @@ to this engine alone.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import time
 from typing import Callable
 
@@ -22,20 +21,8 @@ from PIL import Image
 
 from backend.device import COMPILE_EVENTS, Device, diff_counters
 from backend.errors import CompileFailure, GenerationCancelled, GenerationFailed, ShapeLocked
-from backend.records import GenerationRequest, ProgressEvent
+from backend.records import EngineOutput, GenerationRequest, ProgressEvent
 from backend.settings import IN_PROCESS_MODES as MODES
-
-
-@dataclasses.dataclass
-class EngineOutput:
-    image: Image.Image | None
-    compiles: int
-    compile_seconds: float
-    neff_compiles: int
-    seconds: float
-    encode: float
-    denoise: float
-    decode: float
 
 
 def quiet_libraries() -> None:

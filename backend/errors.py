@@ -17,6 +17,7 @@ class InvalidRequest(StudioError, ValueError):
     def __init__(self, field: str, message: str):
         super().__init__(f"{field}: {message}")
         self.field = field
+        self.message = message
 
 
 class ModelNotFound(StudioError):
@@ -49,3 +50,7 @@ class GenerationFailed(StudioError):
 
 class CompileFailure(GenerationFailed):
     """A failure while a graph was being compiled; the shape's compile state becomes 'failed'."""
+
+
+class GroupDead(GenerationFailed):
+    """The tensor-parallel worker group died (a rank exited, or a call stalled and it was stopped)."""

@@ -76,3 +76,18 @@ def transformer_heads(model_path: str) -> int:
 
     config = Path(model_path) / "transformer" / "config.json"
     return int(json.loads(config.read_text())["num_attention_heads"])
+
+
+def prompt_token_counter(model_path: str):
+    """A function counting a prompt's tokens as the text encoder sees them (with the chat
+    template), for checking prompts against its limit up front."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_path, subfolder="tokenizer")
+
+    def count(prompt: str) -> int:
+        text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
+                                             add_generation_prompt=True, enable_thinking=False)
+        return len(tokenizer(text)["input_ids"])
+
+    return count

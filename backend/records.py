@@ -66,6 +66,21 @@ class GenerationResult:
         return out
 
 
+@dataclasses.dataclass
+class EngineOutput:
+    """What an engine's ``run`` returns (in process or from the tensor-parallel group)."""
+
+    image: Any  # PIL.Image.Image, or None when the caller asked for latents only
+    compiles: int  # torch.compile graphs built during the run
+    compile_seconds: float
+    neff_compiles: int  # Neuron only: NEFFs built during the run (graphs and eager ops alike)
+    seconds: float
+    encode: float
+    denoise: float
+    decode: float
+    world_size: int = 1  # ranks that computed it
+
+
 @dataclasses.dataclass(frozen=True)
 class ProgressEvent:
     """Where a running generation is: phase is loading|compiling|encoding|denoising|decoding|done."""

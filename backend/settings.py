@@ -90,6 +90,16 @@ class Settings:
         out["auth"] = "set" if self.auth else None  # never echo credentials
         return out
 
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "Settings":
+        """The inverse of ``to_json`` (credentials are never carried: ``auth`` comes back None)."""
+        values = dict(data)
+        values["prewarm"] = parse_shape_list(",".join(values.get("prewarm") or []))
+        values["cache_dir"] = Path(values["cache_dir"]).expanduser()
+        values["output_dir"] = Path(values["output_dir"])
+        values["auth"] = None
+        return cls(**values)
+
 
 def _bool(text: str) -> bool:
     value = text.strip().lower()

@@ -15,10 +15,9 @@ import numpy as np
 import psutil
 import pytest
 
-from backend.errors import BackendNotReady, GenerationCancelled
+from backend.errors import BackendNotReady, GenerationCancelled, GroupDead
 from backend.manager import Manager
-from backend.tp_group import GroupDead
-from backend.tp_protocol import recv_message, send_message
+from backend.tp.protocol import recv_message, send_message
 from tests.conftest import ROOT, make_settings
 
 pytestmark = pytest.mark.slow
@@ -109,7 +108,7 @@ def test_a_bad_request_is_a_failed_request_not_a_dead_group(mgr):
     _ensure_ready(mgr)
     header, _ = _raw_call(mgr, mgr.tp._token, {"type": "generate", "prompt": "", "height": 64, "width": 60,
                                                 "steps": 1, "guidance": 1.0, "seed": 1})
-    assert header["kind"] == "invalid" and "prompt: is empty" in header["error"]
+    assert header["kind"] == "invalid" and header["field"] == "prompt" and header["error"].startswith("is empty")
     assert mgr.tp.health()["state"] == "ready"
     assert mgr.generate(_req(mgr, "tp"))[1].world_size == 2
 
@@ -159,7 +158,7 @@ def test_a_killed_rank_is_reported_dead_with_its_log_and_restart_works(mgr):
     assert isinstance(outcome["error"], GroupDead)
     tp = mgr.status()["tp"]
     assert tp["state"] == "dead" and "rank 1 exited with signal SIGKILL" in tp["error"]
-    assert "rank 1/2 starting" in tp["logs"]["rank 1"]
+    assert "rank 1/2 starting" in mgr.tp_logs()["rank 1"]
     old = mgr.tp
     mgr.start_tp(2, wait=True)
     assert old.survivors() == []
@@ -194,7 +193,7 @@ def test_stop_leaves_no_process(mgr):
     mgr.stop_tp()
     assert mgr.tp.state == "stopped" and mgr.tp.survivors() == []
     assert not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
-    with pytest.raises(BackendNotReady, match="group is stopped; select tensor-parallel mode again"):
+    with pytest.raises(BackendNotReady, match="group is stopped; start it again"):
         mgr.generate(_req(mgr, "tp"))
 
 

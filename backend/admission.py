@@ -1,0 +1,61 @@
+"""Admission: what a run at (mode, shape) will cost now, and whether it may run at all.
+
+A run is refused up front when it would compile while the app is locked to warm shapes, or when a
+compiled mode already holds ``--max-compiled-shapes`` graphs (past dynamo's recompile limit a new
+shape would raise or silently run eagerly). On Neuron every new shape compiles something, even in
+eager mode (TorchNeuron compiles each new eager op signature), and per exact (height, width).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from backend import compile_state as cs
+from backend.errors import ShapeLimitReached, ShapeLocked, StudioError
+from backend.settings import TP_MODE, Settings
+from backend.shapes import Shape, parse_shape
+
+
+class Admission:
+    def __init__(self, settings: Settings, table: cs.CompileTable):
+        self.settings, self.table = settings, table
+
+    @staticmethod
+    def exact_shapes(device) -> bool:
+        """Whether every new (height, width) compiles on ``device``, graphs aside (Neuron's eager ops do)."""
+        return device is not None and device.eager_compiles
+
+    def compiles_here(self, device, mode: str) -> bool:
+        """Whether a new shape in ``mode`` compiles on ``device`` at all."""
+        if self.exact_shapes(device):
+            return True
+        how = self.settings.tp_compile if mode == TP_MODE else mode
+        return how in cs.COMPILED_MODES
+
+    def predict(self, device, mode: str, shape: Shape, steps: int | None, locked: bool) -> dict[str, Any]:
+        """The table's prediction plus ``refused``: why a run would be refused now (None: it would run)."""
+        out = self.table.predict(mode, shape, steps or self.settings.steps, self.compiles_here(device, mode),
+                                 self.exact_shapes(device))
+        out["refused"] = None
+        try:
+            self.check(out, locked)
+        except StudioError as exc:
+            out["refused"] = str(exc)
+        return out
+
+    def check(self, prediction: dict[str, Any], locked: bool) -> None:
+        """Raise ShapeLocked or ShapeLimitReached for a run that must not start."""
+        if not prediction["will_compile"]:
+            return
+        mode, shape = prediction["mode"], parse_shape(prediction["shape"])
+        if locked:
+            warm = ", ".join(str(s) for s in self.table.warm_shapes(mode)) or "none"
+            raise ShapeLocked(f"{shape} is not warm in {mode} mode and the app is locked to warm shapes "
+                              f"(warm: {warm}); unlock it or warm the shape first")
+        if mode in cs.COMPILED_MODES:
+            graphs = self.table.graph_tokens(mode)
+            if shape.tokens not in graphs and len(graphs) >= self.settings.max_compiled_shapes:
+                raise ShapeLimitReached(
+                    f"{mode} mode already holds {len(graphs)} compiled shapes, the limit "
+                    f"(--max-compiled-shapes {self.settings.max_compiled_shapes}); use a warm shape, "
+                    "raise the limit, or restart to drop old graphs")

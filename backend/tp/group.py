@@ -1,0 +1,426 @@
+"""The tensor-parallel engine: a torchrun worker group, launched, watched, called and stopped here.
+
+It implements the same engine contract as the in-process engine (``load``, ``run``, ``describe``,
+``close``), so the manager picks an engine by mode and knows nothing of processes, ranks, cores or
+sockets. What only this module knows:
+
+- the degree check (it must divide the transformer's attention heads) and, on Neuron, the ranks'
+  cores from the device's core plan (``backend.core_plan``); a degree that does not fit is refused
+  before anything starts, naming the ones that do;
+- the lifecycle (as TGI and vLLM do it): ``launching`` (torchrun started) -> ``loading`` ->
+  ``warming`` -> ``ready`` (rank 0 answered ``wait_ready`` with READY: timings, and per rank its pid,
+  core and which transformer weights it holds sharded) ... ``stopping`` -> ``stopped``; ``dead`` when
+  any rank exits (torchrun ends the group; the monitor thread sees it at once), when a call stalls
+  past its deadline, or when the start fails. Every background thread ends the group in a state
+  (ready, dead, stopped) with its reason, whatever it dies of. A request that fails (bad input, a
+  compiler error) is answered by the worker and leaves the group ``ready``;
+- stop: a polite shutdown request, then SIGTERM to the whole process group, a grace period, then
+  SIGKILL; every pid seen is checked afterwards. Workers also exit when the app's process is gone.
+
+One clock (``clock``, injectable) serves every deadline, so the stall timeout is tested with a fake
+clock.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import secrets
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from backend.errors import BackendNotReady, GroupDead, InvalidRequest, StudioError
+from backend.records import EngineOutput, GenerationRequest, ProgressEvent
+from backend.settings import TP_MODE, Settings
+from backend.tp import processes
+from backend.tp import protocol as proto
+
+ROOT = Path(__file__).resolve().parents[2]
+STARTING = ("launching", "loading", "warming")
+
+
+def check_degree(degree: Any, heads: int, core_plan=None) -> list[int]:
+    """Refuse a degree that cannot work, naming what can; return each rank's NeuronCore ([] off Neuron)."""
+    if isinstance(degree, bool) or not isinstance(degree, int) or not 1 <= degree <= 64:
+        raise InvalidRequest("tp_degree", f"must be a whole number from 1 to 64, got {degree!r}")
+    if heads % degree:
+        divisors = [d for d in range(1, min(heads, 64) + 1) if heads % d == 0]
+        raise InvalidRequest("tp_degree", f"{degree} does not divide the model's {heads} attention heads; "
+                                          f"use one of {', '.join(map(str, divisors))}")
+    if core_plan is None:
+        return []
+    from backend.core_plan import CoresDoNotFit
+
+    try:
+        return core_plan.tp_cores(degree, heads)
+    except CoresDoNotFit as exc:
+        raise InvalidRequest("tp_degree", str(exc)) from None
+
+
+class TPWorkerGroup:
+    name = "tensor-parallel"
+
+    def __init__(self, settings: Settings, model_path: str, device, degree: int | None = None, *,
+                 clock: Callable[[], float] = time.monotonic, grace: float = 5.0,
+                 compile_timeout: float = 1800.0):
+        """``device`` is the app's ``backend.device.Device``: its kind, dtype and compile backend go
+        to the ranks, its core plan says which NeuronCores they get."""
+        from backend.model_source import transformer_heads
+
+        self.degree = settings.tp_degree if degree is None else degree
+        self.cores = check_degree(self.degree, transformer_heads(model_path), device.core_plan)
+        info = device.info
+        self.device_kind = info.kind
+        self.compile_mode = settings.tp_compile
+        self.start_timeout, self.stall_timeout = settings.tp_start_timeout, settings.tp_stall_timeout
+        self.compile_timeout, self.grace = compile_timeout, grace
+        self.torchrun_args = shlex.split(settings.tp_torchrun_args)
+        self._clock = clock
+        worker_settings = dataclasses.replace(settings, device=info.kind, dtype=info.dtype,
+                                              compile_backend=info.compile_backend, tp_degree=self.degree)
+        self._config = proto.WorkerConfig(
+            settings=worker_settings.to_json(), model_path=model_path, cores=self.cores,
+            warm=[str(s) for s in settings.prewarm] if settings.mode == TP_MODE else [],
+            parent_pid=os.getpid())
+        self.state = "stopped"
+        self.error: str | None = None
+        self.last_request_error: str | None = None
+        self.timings: dict[str, Any] = {}
+        self.ranks: list[dict[str, Any]] = []  # per-rank READY reports: pid, core, sharded weights
+        self.proc: subprocess.Popen | None = None
+        self.dir: str | None = None
+        self.socket_path: str | None = None
+        self._token = ""
+        self._pids: set[int] = set()
+        self._ready = threading.Event()
+        self._lock = threading.Lock()
+        self._log = None
+        self._teardown: threading.Thread | None = None
+        self._last_health = float("-inf")
+
+    # engine contract ---------------------------------------------------------------------------
+    def load(self) -> None:
+        """Start the group and wait for READY; raises BackendNotReady with the reason if it does not come."""
+        self.start()
+        if not self.wait_ready(self.start_timeout):
+            raise BackendNotReady(f"the tensor-parallel group did not start: {self.error or self.state}")
+
+    def close(self) -> None:
+        self.stop()
+        self._cleanup_dir()
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-able status; cheap (pids, cores and shard reports were read once, at READY)."""
+        if self.state in STARTING and self._clock() - self._last_health >= 1.0:
+            self._last_health = self._clock()
+            self.health(timeout=0.5)  # refreshes the phase
+        return {
+            "state": self.state,
+            "world_size": self.degree,
+            "compile_mode": self.compile_mode,
+            "device": self.device_kind,
+            "cores": list(self.cores) if self.device_kind == "neuron" else None,
+            "pids": sorted(self._pids),
+            "rank_pids": {str(r): pid for r, pid in self.rank_pids().items()},  # JSON keys are text
+            "ranks": self.ranks,
+            "error": self.error,
+            "last_request_error": self.last_request_error,
+            "timings": self.timings,
+            "socket": self.socket_path,
+        }
+
+    def run(self, request: GenerationRequest, on_progress: Callable[[ProgressEvent], None],
+            should_stop: Callable[[], bool], forbid_compile: bool = False) -> EngineOutput:
+        """Generate through the group; the same contract as InProcessEngine.run."""
+        from PIL import Image
+
+        if self.state != "ready":
+            raise BackendNotReady(f"the tensor-parallel group is {self.state}"
+                                  + (f" ({self.error})" if self.error else "")
+                                  + "; start it again (Start beside the mode, or the System tab)")
+
+        def relay(msg: dict[str, Any]) -> None:
+            on_progress(ProgressEvent(msg["phase"], msg.get("step", 0), msg.get("steps", 0), TP_MODE,
+                                      msg.get("shape", "")))
+
+        header = {"type": "generate", **request.to_json(), "forbid_compile": forbid_compile}
+        began = self._clock()
+        msg, payload = self.call(header, on_message=relay, should_stop=should_stop)
+        # A view onto the received bytes (no copy); the bytearray lives as long as the image.
+        image = Image.frombuffer("RGB", (msg["width"], msg["height"]), payload, "raw", "RGB", 0, 1)
+        self.timings["last_round_trip"] = self._clock() - began
+        self.timings["last_worker_seconds"] = msg["seconds"]
+        return EngineOutput(image=image, compiles=msg["compiles"], compile_seconds=msg["compile_seconds"],
+                            neff_compiles=msg.get("neff_compiles", 0), seconds=msg["seconds"],
+                            encode=msg["encode"], denoise=msg["denoise"], decode=msg["decode"],
+                            world_size=msg["world_size"])
+
+    # lifecycle ---------------------------------------------------------------------------------
+    def start(self) -> None:
+        if self._teardown is not None:
+            self._teardown.join()  # the previous group is fully gone before a new one starts
+        with self._lock:
+            if self.state not in ("stopped", "dead"):
+                raise BackendNotReady(f"the tensor-parallel group is already {self.state}")
+            self._cleanup_dir()
+            self.dir = tempfile.mkdtemp(prefix="neuron-studio-tp-")  # 0700: ours alone
+            self.socket_path = os.path.join(self.dir, "tp.sock")
+            self._token = secrets.token_hex(32)
+            config = dataclasses.replace(self._config, socket=self.socket_path, run_dir=self.dir)
+            env = dict(os.environ, **{proto.CONFIG_VAR: config.to_json(), proto.TOKEN_VAR: self._token})
+            # The app's own NeuronCores are not the ranks': each rank sets its core before torch loads.
+            env.pop("NEURON_RT_VISIBLE_CORES", None)
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+            cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                   f"--nproc-per-node={self.degree}", "--monitor-interval=0.5", *self.torchrun_args,
+                   "-m", "backend.tp.worker"]
+            self._log = open(os.path.join(self.dir, "torchrun.log"), "w")
+            self.error = self.last_request_error = None
+            self.timings, self.ranks, self._pids = {}, [], set()
+            self._ready.clear()
+            self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=self._log,
+                                         stderr=subprocess.STDOUT, start_new_session=True)
+            self.state = "launching"
+        threading.Thread(target=self._monitor, args=(self.proc,), name="tp-monitor", daemon=True).start()
+        threading.Thread(target=self._await_ready, args=(self.proc,), name="tp-ready", daemon=True).start()
+
+    def wait_ready(self, timeout: float | None = None) -> bool:
+        self._ready.wait(timeout)
+        return self.state == "ready"
+
+    def _monitor(self, proc: subprocess.Popen) -> None:
+        code = proc.wait()
+        try:
+            reason = self._death_reason(code)
+        except Exception as exc:  # noqa: BLE001 - the group is dead whatever the log says
+            reason = f"torchrun exited with status {code} ({type(exc).__name__} reading its log)"
+        with self._lock:
+            if proc is not self.proc or self.state in ("stopping", "stopped", "dead"):
+                self._ready.set()
+                return
+            self.state, self.error = "dead", reason
+        self._ready.set()
+        self.stop(final_state="dead")  # torchrun is gone; make sure no rank outlives it
+
+    def _death_reason(self, code: int) -> str:
+        text = self._tail("torchrun.log", 200)
+        failed = re.findall(r"rank\s*:\s*(\d+).*?\n.*?exitcode\s*:\s*(-?\d+)", text) or \
+            re.findall(r"rank: (\d+) \(local_rank: \d+\)\s+exitcode\s*:\s*(-?\d+)", text)
+        parts = []
+        for rank, exitcode in failed[:4]:
+            exitcode = int(exitcode)
+            how = f"signal {signal.Signals(-exitcode).name}" if exitcode < 0 else f"status {exitcode}"
+            parts.append(f"rank {rank} exited with {how}")
+        if not parts:
+            errors = [line.strip() for line in text.splitlines()
+                      if re.search(r"error|Error|refused|in use", line) and "Traceback" not in line]
+            parts.append(f"torchrun exited with status {code}" + (f": {errors[-1][:300]}" if errors else ""))
+        return "; ".join(parts) + " — the group is down"
+
+    def _await_ready(self, proc: subprocess.Popen) -> None:
+        """Wait for READY; whatever happens (a timeout, an error reply, this thread's own failure),
+        the group ends in a state with its reason: ready or dead."""
+        try:
+            deadline = self._clock() + self.start_timeout
+            while self.state == "launching" and not os.path.exists(self.socket_path or ""):
+                if self._clock() > deadline:
+                    raise BackendNotReady(f"the workers did not open their socket within {self.start_timeout:g} s")
+                time.sleep(0.1)
+            if self.state not in STARTING:
+                return
+            # Loading is silent and may be slow on a busy machine: only the start deadline bounds it
+            # (a rank that exits meanwhile is seen by the monitor).
+            msg, _ = self._request({"type": "wait_ready"}, deadline=deadline, stall=self.start_timeout)
+            if msg.get("type") != "ready":
+                raise proto.error_from_message(msg)
+            with self._lock:
+                if proc is self.proc and self.state in STARTING:
+                    self.state, self.timings = "ready", dict(msg.get("timings") or {})
+                    self.ranks = list(msg.get("ranks") or [])
+                    self._pids = {int(r["pid"]) for r in self.ranks if r.get("pid")}
+        except TimeoutError as exc:
+            self._fail_start(proc, f"no READY from the workers within {exc.args[1]:g} s")
+        except Exception as exc:  # noqa: BLE001 - reported as the group's state, never lost in a thread
+            self._fail_start(proc, str(exc) if isinstance(exc, StudioError) else f"{type(exc).__name__}: {exc}")
+        finally:
+            self._ready.set()
+
+    def _fail_start(self, proc: subprocess.Popen, reason: str) -> None:
+        with self._lock:
+            if proc is not self.proc or self.state in ("dead", "stopping", "stopped"):
+                return
+        self._mark_dead(f"the group did not start: {reason}")
+
+    def _mark_dead(self, reason: str) -> None:
+        """Report the group dead now; tear it down in the background (a hung rank needs SIGKILL)."""
+        with self._lock:
+            self.state, self.error = "dead", reason
+        self._ready.set()
+        self._teardown = threading.Thread(target=self.stop, kwargs={"final_state": "dead"}, daemon=True)
+        self._teardown.start()
+
+    def stop(self, final_state: str = "stopped") -> None:
+        """Shut the group down: ask politely, then SIGTERM the group, then SIGKILL. Leaves no process."""
+        with self._lock:
+            proc = self.proc
+            if proc is None or self.state == "stopped" or (self.state == "stopping" and final_state == "stopped"):
+                return
+            polite = self.state == "ready"
+            if final_state == "stopped":
+                self.state = "stopping"
+            pids = self._pids | processes.children(proc.pid)
+        if polite and proc.poll() is None and self.socket_path and os.path.exists(self.socket_path):
+            try:  # stop a running generation first, so the shutdown is not queued behind it
+                self._request({"type": "cancel"}, deadline=self._clock() + 1)
+                self._request({"type": "shutdown"}, deadline=self._clock() + self.grace)
+            except (StudioError, TimeoutError):
+                pass
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                proc.wait(timeout=self.grace if sig == signal.SIGTERM else 0)
+            except subprocess.TimeoutExpired:
+                pass
+            alive = [p for p in pids if processes.alive(p)]
+            if proc.poll() is not None and not alive:
+                break
+            processes.signal_group(proc.pid, sig)
+            for pid in alive:
+                processes.signal_pid(pid, sig)
+            if sig == signal.SIGTERM:
+                processes.wait_gone([proc.pid, *alive], self.grace)
+        proc.wait()
+        processes.wait_gone(list(pids), self.grace)
+        with self._lock:
+            if self.proc is proc:  # a restart may already have begun
+                if final_state == "stopped" or self.state != "dead":
+                    self.state = final_state
+                self._pids = pids
+        self._ready.set()
+        if self._log and final_state == "stopped":
+            self._log.close()
+
+    def survivors(self) -> list[int]:
+        """Rank or launcher pids of this group still alive (empty after a stop)."""
+        pids = set(self._pids) | ({self.proc.pid} if self.proc else set())
+        return sorted(p for p in pids if processes.alive(p))
+
+    def _cleanup_dir(self) -> None:
+        if self.dir and os.path.isdir(self.dir):
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    # calls -------------------------------------------------------------------------------------
+    def _connect(self, deadline: float) -> socket.socket:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(max(0.01, min(30.0, deadline - self._clock())))
+        try:
+            sock.connect(self.socket_path)
+        except OSError as exc:
+            sock.close()
+            raise GroupDead(self.error or f"cannot reach the worker group: {exc}") from None
+        return sock
+
+    def _request(self, header: dict[str, Any], deadline: float | None = None,
+                 on_message: Callable[[dict[str, Any]], None] | None = None,
+                 should_stop: Callable[[], bool] | None = None,
+                 stall: float | None = None) -> tuple[dict[str, Any], bytes]:
+        """One request on its own connection. Progress messages go to ``on_message``; the call fails
+        when the group dies, when ``deadline`` passes, or when no message arrives within ``stall``
+        seconds (default: the stall timeout, longer while compiling): TimeoutError(phase, seconds)."""
+        sock = self._connect(deadline or self._clock() + 30)
+        cancelled = False
+        try:
+            proto.send_message(sock, {"type": "hello", "token": self._token})
+            proto.send_message(sock, header)
+            phase, last = "", self._clock()
+            while True:
+                quiet = stall or (self.compile_timeout if phase == "compiling" else self.stall_timeout)
+                limit = min(deadline or float("inf"), last + quiet)
+                if should_stop and not cancelled and should_stop():
+                    cancelled = True  # every rank stops at the next step (they vote on it)
+                    self._request({"type": "cancel"}, deadline=self._clock() + 5)
+                if not proto.wait_readable(sock, min(0.2, max(0.0, limit - self._clock()))):
+                    if self.state == "dead":
+                        raise GroupDead(self.error or "the worker group died")
+                    if self._clock() >= limit:
+                        raise TimeoutError(phase, quiet)
+                    continue
+                try:  # a message has begun: read all of it (a stalled peer still hits the limit)
+                    msg, payload = proto.recv_message(sock, deadline=limit, clock=self._clock)
+                except proto.DeadlineExceeded:
+                    raise TimeoutError(phase, quiet) from None
+                except proto.ProtocolError as exc:
+                    time.sleep(1.0)  # a dying rank 0 closes the socket just before torchrun exits
+                    raise GroupDead(self.error or f"lost the worker group: {exc}") from None
+                last = self._clock()
+                if msg["type"] != "progress":
+                    return msg, payload
+                phase = msg.get("phase", phase)
+                if on_message:
+                    on_message(msg)
+        finally:
+            sock.close()
+
+    def call(self, header: dict[str, Any], **kwargs) -> tuple[dict[str, Any], bytes]:
+        """A request whose stall kills the group (a hung rank cannot be told apart from a dead one);
+        an error reply becomes the exception it stands for (``protocol.ERROR_KINDS``)."""
+        try:
+            msg, payload = self._request(header, **kwargs)
+        except TimeoutError as exc:
+            phase, stall = exc.args
+            reason = (f"no progress for {stall:g} s" + (f" while {phase}" if phase else "")
+                      + " — a rank is hung or too slow; the group is being stopped")
+            self._mark_dead(reason)
+            raise GroupDead(reason + self._tails_note()) from None
+        if msg["type"] != "error":
+            return msg, payload
+        error = proto.error_from_message(msg)
+        if isinstance(error, GroupDead):  # a rank died under a collective; torchrun is ending the group
+            deadline = self._clock() + 10
+            while self.state != "dead" and self._clock() < deadline:
+                time.sleep(0.05)
+            if self.state != "dead":
+                self._mark_dead(str(error))
+            raise GroupDead((self.error or str(error)) + self._tails_note())
+        self.last_request_error = str(error)
+        raise error
+
+    def health(self, timeout: float = 2.0) -> dict[str, Any]:
+        if self.state in ("stopped", "dead", "stopping") or not self.socket_path:
+            return {"state": self.state, "error": self.error}
+        try:
+            msg, _ = self._request({"type": "health"}, deadline=self._clock() + timeout)
+        except (StudioError, TimeoutError) as exc:
+            return {"state": self.state, "error": f"health check failed: {exc}"}
+        with self._lock:
+            if self.state in STARTING and msg.get("state") in ("loading", "warming"):
+                self.state = msg["state"]
+        return msg
+
+    # logs and pids -----------------------------------------------------------------------------
+    def _tail(self, name: str, lines: int = 20) -> str:
+        return processes.tail(os.path.join(self.dir, name), lines) if self.dir else ""
+
+    def rank_logs(self, lines: int = 20) -> dict[str, str]:
+        """Each rank's log tail and torchrun's, read now (only when someone looks at them)."""
+        logs = {f"rank {r}": self._tail(f"rank{r}.log", lines) for r in range(self.degree)}
+        logs["torchrun"] = self._tail("torchrun.log", lines)
+        return logs
+
+    def rank_pids(self) -> dict[int, int]:
+        """{rank: pid}, as each rank reported it at READY."""
+        return {int(r["rank"]): int(r["pid"]) for r in self.ranks if r.get("pid")}
+
+    def _tails_note(self) -> str:
+        last_lines = {r: self._tail(f"rank{r}.log", 3).strip() for r in range(self.degree)}
+        tails = [f"[rank {r}] {text.splitlines()[-1]}" for r, text in last_lines.items() if text]
+        return ("\n" + "\n".join(tails)) if tails else ""

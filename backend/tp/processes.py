@@ -1,0 +1,60 @@
+"""Process plumbing for the worker group: is a pid alive, signal one or a whole group, wait until
+pids are gone, read the tail of a rank's log. No knowledge of ranks or requests."""
+
+from __future__ import annotations
+
+import os
+import time
+
+
+def alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie waiting to be reaped counts as gone)."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def signal_pid(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def wait_gone(pids: list[int], timeout: float) -> bool:
+    """Wait until none of ``pids`` is alive, at most ``timeout`` seconds. True when all are gone."""
+    deadline = time.monotonic() + timeout
+    while any(alive(p) for p in pids):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def children(pid: int) -> set[int]:
+    """Every descendant pid of ``pid`` (empty when it is gone)."""
+    import psutil
+
+    try:
+        return {p.pid for p in psutil.Process(pid).children(recursive=True)}
+    except psutil.NoSuchProcess:
+        return set()
+
+
+def tail(path: str, lines: int = 20) -> str:
+    """The last ``lines`` lines of a text file ("" when it does not exist)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return "".join(handle.readlines()[-lines:])
+    except OSError:
+        return ""

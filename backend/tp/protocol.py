@@ -1,0 +1,180 @@
+"""What the app and the tensor-parallel worker group agree on: the wire format, the worker's
+config, the environment names that carry them, and the one table of error kinds.
+
+Wire format:
+
+A message is a 4-byte big-endian header length, a UTF-8 JSON header (an object with a ``type``),
+then ``header["payload_bytes"]`` raw bytes (only image pixels use a payload). Nothing is pickled
+or evaluated: JSON and raw bytes only, with bounded sizes. The first message on every connection is
+``{"type": "hello", "token": ...}``; a wrong or missing token is answered with an error and the
+connection is closed before anything else is read.
+
+Request types: ``wait_ready``, ``generate``, ``health``, ``cancel``, ``shutdown``.
+Answers: ``progress`` (zero or more, for generate), then one ``ready``, ``result``, ``ok`` or
+``error``. An error's ``kind`` comes from ``ERROR_KINDS``, the one table both sides use: the worker
+turns an exception into a message with ``error_message`` and the app turns it back into the same
+exception class, with its field, with ``error_from_message``.
+
+The worker's whole configuration travels once, as one JSON object (``WorkerConfig``) in the
+``CONFIG_VAR`` environment variable, with the app's ``Settings`` inside it whole; the per-launch
+token travels in ``TOKEN_VAR`` and the worker removes it from its environment at once.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import select
+import socket
+import struct
+import time
+import dataclasses
+from typing import Any, Callable
+
+from backend.errors import (BackendNotReady, CompileFailure, GenerationCancelled, GenerationFailed, GroupDead,
+                            InvalidRequest, ShapeLimitReached, ShapeLocked, StudioError)
+
+CONFIG_VAR = "NEURON_STUDIO_TP_CONFIG"
+TOKEN_VAR = "NEURON_STUDIO_TP_TOKEN"
+
+MAX_HEADER = 1 << 20  # 1 MiB of JSON is far more than any request needs
+MAX_PAYLOAD = 256 << 20  # a 2048x2048 RGB image is 12 MiB
+_LEN = struct.Struct(">I")
+
+
+class ProtocolError(Exception):
+    """The peer sent something that is not a well-formed message, or went away."""
+
+
+class DeadlineExceeded(ProtocolError):
+    """No complete message arrived before the deadline."""
+
+
+def _recv_exact(sock: socket.socket, n: int, deadline: float | None,
+                clock: Callable[[], float] = time.monotonic) -> bytearray:
+    buf = bytearray(n)
+    view, got = memoryview(buf), 0
+    while got < n:
+        if deadline is not None:
+            left = deadline - clock()
+            if left <= 0:
+                raise DeadlineExceeded(f"no answer within the deadline ({got}/{n} bytes read)")
+            sock.settimeout(left)
+        else:
+            sock.settimeout(None)
+        try:
+            k = sock.recv_into(view[got:], n - got)
+        except socket.timeout:
+            raise DeadlineExceeded(f"no answer within the deadline ({got}/{n} bytes read)") from None
+        except OSError as exc:
+            raise ProtocolError(f"connection failed: {exc}") from None
+        if not k:
+            raise ProtocolError("connection closed by the peer")
+        got += k
+    return buf
+
+
+def wait_readable(sock: socket.socket, timeout: float) -> bool:
+    """True when a message (or the peer's hang-up) is waiting; lets callers poll between messages
+    without ever abandoning one half read."""
+    readable, _, _ = select.select([sock], [], [], max(0.0, timeout))
+    return bool(readable)
+
+
+def send_message(sock: socket.socket, header: dict[str, Any], payload: bytes | memoryview = b"") -> None:
+    header = dict(header, payload_bytes=len(payload))
+    data = json.dumps(header, ensure_ascii=False, allow_nan=False).encode("utf-8")
+    if len(data) > MAX_HEADER:
+        raise ProtocolError(f"header too large ({len(data)} bytes)")
+    sock.sendall(_LEN.pack(len(data)) + data)
+    if payload:
+        sock.sendall(payload)  # pixels go out as they are: no copy into one big buffer
+
+
+def recv_message(sock: socket.socket, deadline: float | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> tuple[dict[str, Any], bytearray]:
+    """Read one message; ``deadline`` is a ``clock()`` value (None waits forever)."""
+    (size,) = _LEN.unpack(_recv_exact(sock, _LEN.size, deadline, clock))
+    if size > MAX_HEADER:
+        raise ProtocolError(f"header of {size} bytes refused (limit {MAX_HEADER})")
+    try:
+        header = json.loads(_recv_exact(sock, size, deadline, clock).decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ProtocolError(f"header is not JSON: {exc}") from None
+    if not isinstance(header, dict) or not isinstance(header.get("type"), str):
+        raise ProtocolError("header must be a JSON object with a 'type'")
+    n = header.get("payload_bytes", 0)
+    if not isinstance(n, int) or not 0 <= n <= MAX_PAYLOAD:
+        raise ProtocolError(f"payload of {n!r} bytes refused (limit {MAX_PAYLOAD})")
+    return header, _recv_exact(sock, n, deadline, clock) if n else bytearray()
+
+
+def token_ok(expected: str, header: dict[str, Any]) -> bool:
+    """Constant-time check of a hello message's token."""
+    token = header.get("token")
+    return (header.get("type") == "hello" and isinstance(token, str)
+            and hmac.compare_digest(token.encode(), expected.encode()))
+
+
+@dataclasses.dataclass
+class WorkerConfig:
+    """Everything a rank needs, sent once by the app. ``settings`` is ``Settings.to_json()`` whole,
+    with the device the app resolved (kind, dtype, compile backend) written into it."""
+
+    settings: dict[str, Any]
+    model_path: str
+    cores: list[int]  # NeuronCore of each rank, by local rank (empty off Neuron)
+    warm: list[str]  # shapes every rank compiles before READY
+    socket: str = ""
+    run_dir: str = ""
+    parent_pid: int = 0
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> "WorkerConfig":
+        return cls(**json.loads(text))
+
+
+class Unauthorized(StudioError):
+    """A connection without the launch's token (refused before its request is read)."""
+
+
+# kind -> exception class; the order matters: a subclass before its base class.
+ERROR_KINDS: dict[str, type[StudioError]] = {
+    "invalid": InvalidRequest,
+    "cancelled": GenerationCancelled,
+    "compile_failed": CompileFailure,
+    "group_broken": GroupDead,
+    "locked": ShapeLocked,
+    "limit": ShapeLimitReached,
+    "not_ready": BackendNotReady,
+    "unauthorized": Unauthorized,
+    "failed": GenerationFailed,
+}
+# Counters a failed or cancelled run still reports (a compile it finished is kept).
+_CARRIED = ("compiles", "compile_seconds", "neff_compiles")
+
+
+def error_message(exc: BaseException) -> dict[str, Any]:
+    """The ``error`` message for an exception: its kind, its text, its field, its counters."""
+    kind = next((k for k, cls in ERROR_KINDS.items() if isinstance(exc, cls)), "failed")
+    if isinstance(exc, InvalidRequest):
+        msg: dict[str, Any] = {"type": "error", "kind": kind, "field": exc.field, "error": exc.message}
+    else:
+        text = str(exc) if isinstance(exc, StudioError) else f"{type(exc).__name__}: {exc}"
+        msg = {"type": "error", "kind": kind, "error": text}
+    msg.update({attr: getattr(exc, attr) for attr in _CARRIED if hasattr(exc, attr)})
+    return msg
+
+
+def error_from_message(msg: dict[str, Any]) -> StudioError:
+    """The exception an ``error`` message stands for (unknown kinds are plain failures)."""
+    cls = ERROR_KINDS.get(msg.get("kind", "failed"), GenerationFailed)
+    text = str(msg.get("error") or msg.get("kind", "failed"))
+    exc = cls(str(msg.get("field") or "request"), text) if cls is InvalidRequest else cls(text)
+    for attr in _CARRIED:
+        if attr in msg:
+            setattr(exc, attr, msg[attr])
+    return exc

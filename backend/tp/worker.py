@@ -1,0 +1,442 @@
+"""Tensor-parallel worker: one process per rank, launched by torchrun, driven over a socket.
+
+The app starts it for you (``TPWorkerGroup``); by hand it is::
+
+    NEURON_STUDIO_TP_CONFIG="$(python -c 'from backend.settings import Settings; \\
+      from backend.tp.protocol import WorkerConfig; import json; print(WorkerConfig( \\
+      settings=Settings(device="cpu", dtype="float32").to_json(), model_path="assets/tiny-flux2-klein", \\
+      cores=[], warm=[], socket="/tmp/ns/tp.sock", run_dir="/tmp/ns").to_json())')" \\
+    NEURON_STUDIO_TP_TOKEN=$(openssl rand -hex 32) \\
+    torchrun --standalone --nproc_per_node=2 --monitor-interval=0.5 -m backend.tp.worker
+
+Phases, as vLLM's worker names them:
+
+1. ``init_distributed`` — before torch loads, (on Neuron) claim NeuronCore ``cores[LOCAL_RANK]`` from
+   the app's core plan and set the app's cache variables; then initialise the process group
+   (neuron / nccl / gloo from the device layer, with the collective timeout from the settings)
+   before anything touches the device, a gloo control group, and ``DeviceMesh(device, range(N))``;
+2. ``load_sharded`` — the transformer with ``from_pretrained(..., parallel_config=
+   TensorParallelConfig(mesh=mesh))``, the other components whole on the rank's device; each rank
+   then reports what it holds (``shard_report``: parameter bytes, which weights are DTensor shards
+   and their global and local shapes);
+3. ``warm_up`` — compile (eager / compiled / regional, the in-process engine's modes) and run the
+   configured shapes;
+4. ``serve`` — rank 0 alone talks to the outside: it serves the Unix socket (0600 in a private
+   directory; ``backend.tp.protocol``), answers health/cancel at once from a connection thread, and
+   hands generate/shutdown jobs to its main loop, which broadcasts each job to every rank as JSON
+   bytes over the control group (nothing is pickled). All ranks run the same pipeline call; at
+   every step they agree (an all-reduce) on whether to stop, so a cancel never leaves a rank behind
+   in a collective. Rank 0 streams step progress and returns the pixels.
+
+Each rank writes its output to ``<run_dir>/rank<N>.log`` and exits when the app's process is gone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import queue
+import socket
+import sys
+import threading
+import time
+from datetime import timedelta
+from typing import Any
+
+from backend.tp import protocol as proto
+
+
+def _redirect_output(run_dir: str, rank: int) -> None:
+    log = open(os.path.join(run_dir, f"rank{rank}.log"), "a", buffering=1, encoding="utf-8")
+    os.dup2(log.fileno(), 1)
+    os.dup2(log.fileno(), 2)
+    sys.stdout = sys.stderr = log
+
+
+def _watch_parent(pid: int) -> None:
+    """Exit when the app is gone (the 'death pipe' of vLLM, by polling the parent's pid)."""
+    if not pid:
+        return
+
+    def watch() -> None:
+        while True:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                print(f"app process {pid} is gone; exiting", flush=True)
+                os._exit(3)
+            except PermissionError:
+                pass
+            time.sleep(1.0)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+class Rank0Server:
+    """Rank 0's socket: authenticates, answers quick requests, queues device work."""
+
+    def __init__(self, path: str, token: str, world: int):
+        self.token, self.world = token, world
+        self.jobs: queue.Queue = queue.Queue()
+        self.cancel = threading.Event()
+        self.state = "loading"
+        self.timings: dict[str, Any] = {}
+        self.ranks: list[dict[str, Any]] = []
+        self.error: str | None = None
+        self.busy: dict[str, Any] | None = None
+        self.done = 0  # requests answered with a result
+        self.refused = 0  # connections refused for a wrong token
+        self.ready = threading.Event()
+        old = os.umask(0o177)  # the socket file is created 0600
+        try:
+            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.sock.bind(path)
+        finally:
+            os.umask(old)
+        os.chmod(path, 0o600)
+        self.sock.listen(16)
+        threading.Thread(target=self._accept, name="tp-accept", daemon=True).start()
+
+    def describe(self) -> dict[str, Any]:
+        return {"type": "ok", "state": self.state, "world_size": self.world, "timings": self.timings,
+                "busy": self.busy, "error": self.error, "requests_done": self.done, "refused": self.refused}
+
+    def _accept(self) -> None:
+        while True:
+            conn, _ = self.sock.accept()
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        try:
+            hello, _ = proto.recv_message(conn, deadline=time.monotonic() + 10)
+            if not proto.token_ok(self.token, hello):
+                self.refused += 1
+                print("refused a connection with a missing or wrong token", flush=True)
+                proto.send_message(conn, proto.error_message(proto.Unauthorized("bad token")))
+                return
+            request, _ = proto.recv_message(conn, deadline=time.monotonic() + 10)
+            kind = request["type"]
+            if kind == "health":
+                proto.send_message(conn, self.describe())
+            elif kind == "cancel":
+                self.cancel.set()
+                proto.send_message(conn, {"type": "ok"})
+            elif kind == "wait_ready":
+                self.ready.wait()
+                reply = ({**self.describe(), "type": "ready", "ranks": self.ranks} if self.state == "ready"
+                         else {"type": "error", "kind": "not_ready", "error": self.error or self.state})
+                proto.send_message(conn, reply)
+            elif kind in ("generate", "shutdown"):
+                if self.state != "ready":
+                    proto.send_message(conn, {"type": "error", "kind": "not_ready",
+                                              "error": f"the worker group is {self.state}"})
+                    return
+                finished = threading.Event()
+                self.jobs.put((request, conn, finished))
+                finished.wait()  # the main loop answers on this connection
+            else:
+                proto.send_message(conn, {"type": "error", "kind": "invalid", "field": "type",
+                                          "error": f"unknown request {kind!r}"})
+        except (proto.ProtocolError, OSError, KeyError) as exc:
+            print(f"connection dropped: {exc}", flush=True)
+        finally:
+            conn.close()
+
+
+@dataclasses.dataclass
+class Rank:
+    """What one rank knows about itself after ``init_distributed``."""
+
+    rank: int
+    local_rank: int
+    world: int
+    core: int | None
+    settings: Any  # backend.settings.Settings
+    device: Any  # backend.device.Device
+    mesh: Any  # DeviceMesh
+    control: Any  # the gloo process group for jobs and stop votes
+
+
+def init_distributed(cfg: proto.WorkerConfig, rank: int, local_rank: int, world: int) -> Rank:
+    from backend import device_env
+
+    # Before torch loads: this rank's NeuronCore, and the app's cache variables.
+    kind = cfg.settings["device"]
+    cores = [int(c) for c in cfg.cores]
+    os.environ.update(device_env.tp_rank_environment(kind, cores, local_rank))
+    device_env.prepare_environment(os.path.expanduser(cfg.settings["cache_dir"]))
+
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import DeviceMesh
+
+    from backend.device import Device, resolve_device
+    from backend.settings import Settings
+
+    settings = Settings.from_json(cfg.settings)
+    info = resolve_device(settings)
+    if info.kind == "cuda":
+        torch.cuda.set_device(local_rank)
+    # Before anything touches the device (TorchNeuron refuses a process group after that), with a
+    # timeout of minutes: a rank stuck in a collective fails the request, not the demo.
+    dist.init_process_group(backend=info.process_group_backend,
+                            timeout=timedelta(seconds=settings.tp_collective_timeout))
+    # Jobs and the per-step stop vote travel over gloo on CPU tensors; an idle group may wait for
+    # days between requests.
+    control = dist.new_group(backend="gloo", timeout=timedelta(days=3650))
+    mesh = DeviceMesh(info.kind, list(range(world)))
+    device = Device(info, max_compiled_shapes=settings.max_compiled_shapes)
+    return Rank(rank, local_rank, world, cores[local_rank] if cores else None, settings, device, mesh, control)
+
+
+def load_sharded(cfg: proto.WorkerConfig, me: Rank):
+    """The pipeline with its transformer sharded across the mesh (an in-process engine, loaded)."""
+    from backend.engine import InProcessEngine
+
+    def loader(device, model_path: str):
+        import contextlib
+
+        from diffusers import Flux2KleinPipeline, Flux2Transformer2DModel
+        from diffusers.models._modeling_parallel import TensorParallelConfig
+
+        from backend.tp.cpu_shim import cpu_tensor_parallel
+
+        shim = cpu_tensor_parallel(device.kind) if device.kind == "cpu" else contextlib.nullcontext()
+        with shim:
+            transformer = Flux2Transformer2DModel.from_pretrained(
+                model_path, subfolder="transformer", dtype=device.dtype,
+                parallel_config=TensorParallelConfig(mesh=me.mesh))
+        pipe = Flux2KleinPipeline.from_pretrained(model_path, transformer=transformer, dtype=device.dtype)
+        for name in ("text_encoder", "vae"):  # the sharded transformer is already placed
+            getattr(pipe, name).to(device.info.torch_device)
+        return pipe
+
+    engine = InProcessEngine(me.device, cfg.model_path, loader=loader)
+    engine.load()
+    return engine
+
+
+def shard_report(module, me: Rank) -> dict[str, Any]:
+    """What this rank holds of ``module``: bytes of its local parameters, split into sharded (DTensor
+    shards, with global and local shapes and the split dimension) and replicated."""
+    from torch.distributed.tensor import DTensor, Shard
+
+    sharded, sharded_bytes, replicated_bytes = [], 0, 0
+    for name, param in module.named_parameters():
+        if isinstance(param.data, DTensor) or isinstance(param, DTensor):
+            tensor = param if isinstance(param, DTensor) else param.data
+            local = tensor.to_local()
+            dims = [p.dim for p in tensor.placements if isinstance(p, Shard)]
+            nbytes = local.numel() * local.element_size()
+            if dims:
+                sharded.append({"name": name, "global_shape": list(tensor.shape), "local_shape": list(local.shape),
+                                "dim": dims[0]})
+                sharded_bytes += nbytes
+                continue
+            replicated_bytes += nbytes
+        else:
+            replicated_bytes += param.numel() * param.element_size()
+    return {"rank": me.rank, "pid": os.getpid(), "core": me.core, "transformer_bytes": sharded_bytes + replicated_bytes,
+            "sharded_bytes": sharded_bytes, "replicated_bytes": replicated_bytes, "sharded": sharded}
+
+
+def _bcast_json(obj: Any, me: Rank) -> Any:
+    """Rank 0's JSON-able object to every rank, as bytes over the control group (no pickle)."""
+    import torch
+    import torch.distributed as dist
+
+    data = json.dumps(obj).encode() if me.rank == 0 else b""
+    size = torch.tensor([len(data)], dtype=torch.int64)
+    dist.broadcast(size, src=0, group=me.control)
+    buf = (torch.frombuffer(bytearray(data), dtype=torch.uint8) if me.rank == 0
+           else torch.empty(int(size.item()), dtype=torch.uint8))
+    dist.broadcast(buf, src=0, group=me.control)
+    return json.loads(bytes(buf.tolist()).decode()) if me.rank else obj
+
+
+def _gather_json(obj: Any, me: Rank) -> list[Any] | None:
+    """Every rank's JSON-able object to rank 0 (None elsewhere), as bytes over the control group."""
+    import torch
+    import torch.distributed as dist
+
+    data = json.dumps(obj).encode()
+    sizes = [torch.zeros(1, dtype=torch.int64) for _ in range(me.world)]
+    dist.all_gather(sizes, torch.tensor([len(data)], dtype=torch.int64), group=me.control)
+    longest = int(max(s.item() for s in sizes))
+    mine = torch.zeros(longest, dtype=torch.uint8)
+    mine[:len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+    bufs = [torch.zeros(longest, dtype=torch.uint8) for _ in range(me.world)]
+    dist.all_gather(bufs, mine, group=me.control)
+    if me.rank:
+        return None
+    return [json.loads(bytes(b[:int(n.item())].tolist()).decode()) for b, n in zip(bufs, sizes)]
+
+
+def warm_up(cfg: proto.WorkerConfig, run, me: Rank) -> list[dict[str, Any]]:
+    from backend.settings import IN_PROCESS_MODES
+    from backend.shapes import parse_shape
+    from backend.validation import validate_request
+
+    stats = []
+    for text in cfg.warm:
+        shape = parse_shape(text)
+        request = validate_request(me.settings, IN_PROCESS_MODES, "warm-up", shape.height,
+                                   shape.width, seed=0, mode=me.settings.tp_compile)
+        out = run(request)
+        stats.append({"shape": text, "compiles": out.compiles, "compile_seconds": out.compile_seconds,
+                      "seconds": out.seconds})
+    return stats
+
+
+def serve(server: Rank0Server | None, run, me: Rank) -> None:
+    """The job loop: rank 0 takes a job from its socket, every rank runs it, rank 0 answers."""
+    from backend.errors import StudioError
+    from backend.records import GenerationRequest
+    from backend.settings import IN_PROCESS_MODES
+    from backend.validation import validate_request
+
+    while True:
+        job, conn, finished = None, None, None
+        if server:
+            request, conn, finished = server.jobs.get()
+            job = request
+            if request["type"] == "generate":
+                try:  # validate before anything reaches the other ranks
+                    fields = {k: request.get(k) for k in ("prompt", "height", "width", "steps", "guidance", "seed")}
+                    valid = validate_request(me.settings, IN_PROCESS_MODES,
+                                             mode=me.settings.tp_compile, **fields)
+                except StudioError as exc:
+                    _safe(proto.send_message, conn, proto.error_message(exc))
+                    finished.set()
+                    continue
+                job = {"type": "generate", **valid.to_json(), "forbid_compile": bool(request.get("forbid_compile"))}
+            server.cancel.clear()
+        job = _bcast_json(job, me)
+        if job["type"] == "shutdown":
+            if server:
+                _safe(proto.send_message, conn, {"type": "ok"})
+                finished.set()
+            return
+        try:
+            request = GenerationRequest(**{k: job[k] for k in GenerationRequest.__dataclass_fields__})
+            if server:
+                server.busy = {"shape": f"{request.width}x{request.height}", "phase": "starting", "step": 0,
+                               "steps": request.steps}
+
+            def progress(event, conn=conn):
+                if server:
+                    server.busy.update(phase=event.phase, step=event.step)
+                    if not _safe(proto.send_message, conn, {"type": "progress", **event.to_json()}):
+                        server.cancel.set()  # nobody is waiting for this image any more
+
+            out = run(request, progress, forbid_compile=bool(job.get("forbid_compile")))
+            if server:
+                image = out.image if out.image.mode == "RGB" else out.image.convert("RGB")
+                header = {"type": "result", "width": image.width, "height": image.height, "world_size": me.world,
+                          "compiles": out.compiles, "compile_seconds": out.compile_seconds,
+                          "neff_compiles": out.neff_compiles, "seconds": out.seconds, "encode": out.encode,
+                          "denoise": out.denoise, "decode": out.decode}
+                _safe(proto.send_message, conn, header, image.tobytes())
+                server.done += 1
+        except Exception as exc:  # noqa: BLE001 - a failed request is not a dead group: answer and go on
+            print(f"request failed: {type(exc).__name__}: {exc}", flush=True)
+            if _collective_broken(exc):
+                # A peer is gone: this group cannot run another collective. Say so and leave, so
+                # torchrun ends the group and the app sees it dead rather than half alive.
+                if server:
+                    from backend.errors import GroupDead
+
+                    _safe(proto.send_message, conn, proto.error_message(
+                        GroupDead(f"a collective failed: {str(exc).splitlines()[0][:300]}")))
+                    finished.set()
+                os._exit(1)
+            if server:
+                server.error = f"{type(exc).__name__}: {exc}"
+                _safe(proto.send_message, conn, proto.error_message(exc))
+        finally:
+            if server:
+                server.busy = None
+                finished.set()
+
+
+def main() -> None:
+    cfg = proto.WorkerConfig.from_json(os.environ[proto.CONFIG_VAR])
+    token = os.environ.pop(proto.TOKEN_VAR, "")
+    rank, local_rank, world = (int(os.environ[k]) for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE"))
+    _redirect_output(cfg.run_dir, rank)
+    print(f"rank {rank}/{world} starting (pid {os.getpid()})", flush=True)
+    _watch_parent(cfg.parent_pid)
+    server = Rank0Server(cfg.socket, token, world) if rank == 0 else None
+    try:
+        began = time.perf_counter()
+        me = init_distributed(cfg, rank, local_rank, world)
+        engine = load_sharded(cfg, me)
+        load_seconds = time.perf_counter() - began
+        report = shard_report(engine.pipe.transformer, me)
+        if server:
+            server.state = "warming"
+
+        def vote_stop() -> bool:
+            import torch
+            import torch.distributed as dist
+
+            flag = torch.tensor([1 if (server and server.cancel.is_set()) else 0], dtype=torch.int64)
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=me.control)
+            return bool(flag.item())
+
+        def run(request, progress=lambda e: None, forbid_compile=False):
+            # Only rank 0 returns pixels; the others stop at the latents.
+            return engine.run(request, progress, vote_stop, forbid_compile=forbid_compile, decode=rank == 0)
+
+        warm_began = time.perf_counter()
+        warm_stats = warm_up(cfg, run, me)
+        reports = _gather_json(report, me)
+        if server:
+            server.timings = {"load": round(load_seconds, 3), "warm": round(time.perf_counter() - warm_began, 3),
+                              "warm_shapes": warm_stats}
+            server.ranks = reports
+            server.state = "ready"
+            server.ready.set()
+        print(f"rank {rank} ready: load {load_seconds:.2f} s, {report['transformer_bytes']} transformer bytes "
+              f"({len(report['sharded'])} weights sharded)", flush=True)
+    except Exception as exc:
+        if server:
+            server.state, server.error = "failed", f"{type(exc).__name__}: {exc}"
+            server.ready.set()
+            time.sleep(1.0)  # let a waiting wait_ready read the error before the process ends
+        raise
+    serve(server, run, me)
+    print(f"rank {rank} shutting down", flush=True)
+    import torch.distributed as dist
+
+    dist.barrier(group=me.control)
+    # After DTensor collectives a normal interpreter exit sometimes aborts; leave at once instead.
+    os._exit(0)
+
+
+def _collective_broken(exc: BaseException) -> bool:
+    """True when the error (or its cause) is a failed collective, i.e. a peer rank died or hung up."""
+    import torch.distributed as dist
+
+    seen = exc
+    while seen is not None:
+        text = str(seen).lower()
+        if isinstance(seen, dist.DistError) or "gloo" in text or "nccl" in text or "closed by peer" in text:
+            return True
+        seen = seen.__cause__
+    return False
+
+
+def _safe(fn, *args) -> bool:
+    """Send to a client that may have gone away; the group must not die of a closed socket."""
+    try:
+        fn(*args)
+        return True
+    except OSError as exc:
+        print(f"client went away: {exc}", flush=True)
+        return False
+
+
+if __name__ == "__main__":
+    main()

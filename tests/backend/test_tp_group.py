@@ -1,0 +1,127 @@
+"""The tensor-parallel engine's lifecycle against a fake rank 0 on a Unix socket and a fake clock:
+no torchrun, no sleeps to wait out a deadline. (Real torchrun groups: tests/backend/test_tp.py.)"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import threading
+import types
+
+import pytest
+
+from backend.errors import GroupDead, InvalidRequest
+from backend.tp import protocol as proto
+from backend.tp.group import TPWorkerGroup, check_degree
+from tests.conftest import ROOT, make_settings
+
+MODEL = str(ROOT / "assets" / "tiny-flux2-klein")
+CPU = types.SimpleNamespace(info=types.SimpleNamespace(kind="cpu", dtype="float32", compile_backend="aot_eager"),
+                            core_plan=None)
+
+
+class FakeClock:
+    """Every look at the clock is ``step`` seconds later: deadlines pass without waiting for them."""
+
+    def __init__(self, step: float = 1.0):
+        self.now, self.step = 0.0, step
+
+    def __call__(self) -> float:
+        self.now += self.step
+        return self.now
+
+
+class FakeRank0:
+    """Accepts connections on ``path``; reads hello and the request, then answers with ``reply``
+    (a dict) or, when ``reply`` is None, says nothing until the test ends."""
+
+    def __init__(self, path: str, reply: dict | None = None):
+        self.reply, self.requests, self.done = reply, [], threading.Event()
+        self.sock = socket.socket(socket.AF_UNIX)
+        self.sock.bind(path)
+        self.sock.listen(4)
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        conn, _ = self.sock.accept()
+        with conn:
+            proto.recv_message(conn)
+            self.requests.append(proto.recv_message(conn)[0])
+            if self.reply is not None:
+                proto.send_message(conn, self.reply)
+            self.done.wait(30)
+
+    def close(self) -> None:
+        self.done.set()
+        self.sock.close()
+
+
+@pytest.fixture
+def group(tmp_path):
+    made = TPWorkerGroup(make_settings(tmp_path, tp_stall_timeout=30.0, tp_start_timeout=100.0), MODEL, CPU, 2,
+                         clock=FakeClock(), grace=0.5)
+    made.socket_path = str(tmp_path / "tp.sock")
+    made._token = "t" * 64
+    yield made
+    made.stop()
+
+
+def _sleeper() -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+
+
+def test_a_silent_group_is_declared_hung_after_the_stall_timeout(group):
+    peer = FakeRank0(group.socket_path)
+    group.state = "ready"
+    try:
+        with pytest.raises(GroupDead, match="no progress for 30 s"):
+            group.call({"type": "generate"})
+    finally:
+        peer.close()
+    assert group.state == "dead" and "no progress for 30 s" in group.error
+    assert peer.requests == [{"type": "generate", "payload_bytes": 0}]
+
+
+def test_an_error_reply_to_wait_ready_leaves_the_group_dead_with_the_reason(group):
+    peer = FakeRank0(group.socket_path, {"type": "error", "kind": "not_ready",
+                                         "error": "rank 1: NeuronCore 2 is already reserved by process 42"})
+    group.proc, group.state = _sleeper(), "launching"
+    try:
+        group._await_ready(group.proc)
+    finally:
+        peer.close()
+    assert group.wait_ready(5) is False
+    assert group.state == "dead" and "NeuronCore 2 is already reserved" in group.error
+    group._teardown.join(10)
+    assert group.proc.poll() is not None  # the launcher was stopped too
+
+
+def test_a_start_that_never_opens_its_socket_ends_dead_not_launching(group):
+    group.proc, group.state = _sleeper(), "launching"
+    group._clock = FakeClock(step=25.0)  # four looks at the clock pass the 100 s start timeout
+    group._await_ready(group.proc)
+    assert group.state == "dead" and "did not open their socket within 100 s" in group.error
+    assert group._ready.is_set()
+
+
+def test_a_failing_ready_thread_still_ends_in_a_state(group, monkeypatch):
+    group.proc, group.state = _sleeper(), "launching"
+    monkeypatch.setattr(group, "_request", lambda *a, **k: (_ for _ in ()).throw(ValueError("broken thread")))
+    open(group.socket_path, "w").close()  # the socket "exists"; the call itself blows up
+    group._await_ready(group.proc)
+    assert group.state == "dead" and "ValueError: broken thread" in group.error
+
+
+def test_degrees_are_checked_before_anything_starts():
+    assert check_degree(2, 24) == [] and check_degree(3, 24) == []
+    with pytest.raises(InvalidRequest, match="5 does not divide the model's 24 attention heads; "
+                                             "use one of 1, 2, 3, 4, 6, 8, 12, 24"):
+        check_degree(5, 24)
+    with pytest.raises(InvalidRequest, match="whole number from 1 to 64"):
+        check_degree(0, 24)
+    from backend.core_plan import make_plan
+
+    assert check_degree(2, 4, make_plan("0", 4)) == [1, 2]
+    with pytest.raises(InvalidRequest, match="degrees that fit are 1, 2"):
+        check_degree(4, 4, make_plan("0", 4))
