@@ -1,9 +1,11 @@
 """The studio page: Gradio Blocks wired to the handlers. Gradio only; no torch.
 
 Panels: Studio (controls, cost of the chosen shape, badges, image, history), Compare (one prompt
-through two or three modes), System (device, caches, per-shape table, warm-up, lock) and
-Performance (latency and compile-time plots). Device work runs in one concurrency group, so the
-queue serialises it; status refreshes for every open browser on a timer.
+through two or three modes), System (device, caches, per-shape table, warm-up, lock, the
+tensor-parallel group) and Performance (latency and compile-time plots). Device work runs in one
+concurrency group, so the queue serialises it; status refreshes for every open browser on a timer.
+The mode is each page's own; the tensor-parallel group is shared, so only its Start/Stop buttons
+(or ``--mode tp`` at launch) start or stop it.
 """
 
 from __future__ import annotations
@@ -26,6 +28,11 @@ CSS = """
 .ns-badge i {display: inline-block; width: 8px; height: 8px; border-radius: 50%; margin-right: 6px;}
 .ns-warm i {background: #16a34a;} .ns-cold i {background: #9ca3af;} .ns-compiling i {background: #eab308;}
 .ns-failed i {background: #dc2626;} .ns-locked i {background: #6366f1;}
+.ns-tp {display: inline-flex; align-items: center; padding: 6px 0;}
+.ns-tp i {display: inline-block; flex: none; width: 10px; height: 10px; border-radius: 50%; margin-right: 8px;
+          background: #9ca3af;}
+.ns-tp-ready i {background: #16a34a;} .ns-tp-dead i {background: #dc2626;}
+.ns-tp-launching i, .ns-tp-loading i, .ns-tp-warming i, .ns-tp-stopping i {background: #eab308;}
 """
 
 class RawNumber(gr.Number):
@@ -75,7 +82,13 @@ def build_ui(manager) -> gr.Blocks:
                         mode = gr.Dropdown(mode_choices(manager), value=s.mode, label="Mode", elem_id="mode",
                                            allow_custom_value=True, scale=3)
                         tp_degree = gr.Number(s.tp_degree, label="TP degree (ranks)", precision=0, minimum=1,
-                                              maximum=64, elem_id="tp-degree", scale=1)
+                                              maximum=64, elem_id="tp-degree", scale=1, visible=s.mode == "tp")
+                    # The group is shared by every page: only these buttons (or the System tab's)
+                    # start or stop it; picking a mode starts and stops nothing.
+                    with gr.Row(visible=s.mode == "tp", elem_id="tp-controls") as tp_controls:
+                        tp_state = gr.HTML(views.tp_state_html({}), elem_id="tp-state", scale=2)
+                        tp_start = gr.Button("Start group", elem_id="tp-start", scale=1, min_width=80)
+                        tp_stop = gr.Button("Stop group", variant="stop", elem_id="tp-stop", scale=1, min_width=80)
                     with gr.Row():
                         steps = gr.Slider(1, s.max_steps, value=s.steps, step=1, label="Steps", elem_id="steps")
                         guidance = gr.Slider(0, s.max_guidance, value=s.guidance, step=0.1,
@@ -132,10 +145,16 @@ def build_ui(manager) -> gr.Blocks:
                 warm_btn = gr.Button("Warm up in the background", elem_id="warm-up")
                 warm_info = gr.Markdown("", elem_id="warm-info")
             with gr.Group():
+                with gr.Row():
+                    tp_system_state = gr.HTML(views.tp_state_html({}), elem_id="tp-system-state", scale=2)
+                    tp_system_degree = gr.Number(s.tp_degree, label="TP degree (ranks)", precision=0, minimum=1,
+                                                 maximum=64, elem_id="tp-system-degree", scale=1)
+                    tp_system_start = gr.Button("Start group", elem_id="tp-system-start", scale=1)
+                    tp_system_stop = gr.Button("Stop group", variant="stop", elem_id="tp-system-stop", scale=1)
                 tp_info = gr.Markdown("", elem_id="tp-info")
-                tp_restart = gr.Button("Restart the tensor-parallel group", elem_id="tp-restart")
-                tp_log_box = gr.Textbox(label="Rank logs (tails)", lines=8, max_lines=20, interactive=False,
-                                        elem_id="tp-logs")
+                tp_logs_btn = gr.Button("Show rank logs", elem_id="tp-logs-show")
+                tp_log_box = gr.Textbox(label="Rank logs (tails, read when you press Show)", lines=8,
+                                        max_lines=20, interactive=False, elem_id="tp-logs")
             with gr.Accordion("Raw status (JSON)", open=False):
                 status_json = gr.JSON(label="Status")
 
@@ -151,19 +170,29 @@ def build_ui(manager) -> gr.Blocks:
 
         # wiring ------------------------------------------------------------------------------
         private = {"api_visibility": "private"}
-        studio_inputs = [mode, width, height, steps]
-        studio_outputs = [engine_line, cost, badges]
-        system_outputs = [system_info, shapes_table, warm_info, tp_info, tp_log_box, status_json]
+        studio_inputs = [mode, width, height, steps, tp_degree]
+        studio_outputs = [engine_line, cost, badges, tp_state]
+        system_outputs = [system_info, shapes_table, warm_info, tp_system_state, tp_info, status_json]
         light = {"concurrency_limit": None, **private}  # reads status only: never waits for the device
 
         preset.input(studio.preset_changed, [preset, width, height], [width, height], **light)
         for number in (width, height):
             number.input(studio.size_changed, [width, height], preset, **light)
-        mode.input(studio.mode_changed, [mode, tp_degree], None, **light)
-        tp_degree.submit(studio.mode_changed, [mode, tp_degree], None, **light)
-        tp_restart.click(studio.restart_tp, tp_degree, tp_info, **light)
-        for control in (mode, width, height, steps, preset):
+        mode.change(studio.show_tp_controls, mode, [tp_degree, tp_controls], **light)
+        for control in (mode, width, height, steps, preset, tp_degree):
             control.change(studio.refresh_studio, studio_inputs, studio_outputs, **light)
+        # One degree per page, shown in both tabs: a user's edit in one is copied to the other.
+        tp_degree.input(lambda d: d, tp_degree, tp_system_degree, **light)
+        tp_system_degree.input(lambda d: d, tp_system_degree, tp_degree, **light)
+        # Start/Stop are light events: they never wait for a generation, and Stop blocks only its own
+        # worker thread until the group is gone; the timer shows the phases meanwhile.
+        for button, degree in ((tp_start, tp_degree), (tp_system_start, tp_system_degree)):
+            button.click(studio.start_tp, degree, None, **light).then(
+                studio.refresh_all, studio_inputs, studio_outputs + system_outputs, **light)
+        for button in (tp_stop, tp_system_stop):
+            button.click(studio.stop_tp, None, None, **light).then(
+                studio.refresh_all, studio_inputs, studio_outputs + system_outputs, **light)
+        tp_logs_btn.click(studio.show_tp_logs, None, tp_log_box, **light)
 
         gen_event = generate_btn.click(
             studio.generate_from_page, [prompt, width, height, mode, steps, guidance, seed, randomize, history_state],
@@ -192,6 +221,7 @@ def build_ui(manager) -> gr.Blocks:
         warm_btn.click(studio.start_warmup, [warm_shapes, warm_mode], warm_info, **light)
         plots_btn.click(studio.refresh_plots, None, [latency_plot, compile_plot], **light)
 
+        demo.load(studio.page_opened, None, [tp_degree, tp_system_degree], **light)
         demo.load(studio.refresh_all, studio_inputs, studio_outputs + system_outputs, **light)
         demo.load(studio.refresh_plots, None, [latency_plot, compile_plot], **light)
         gr.Timer(1.0).tick(studio.refresh_all, studio_inputs, studio_outputs + system_outputs,

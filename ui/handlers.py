@@ -6,7 +6,7 @@ generic "Error") and returns plain values, so tests can drive them with a fake m
 
 from __future__ import annotations
 
-import threading
+import math
 from typing import Callable
 
 import gradio as gr
@@ -21,6 +21,22 @@ HISTORY_KEEP = 24
 
 def _noop_progress(*_args, **_kwargs) -> None:
     return None
+
+
+def _whole(value, strict: bool = False) -> int | None:
+    """A TP degree from a Number box: a whole number, or None (the default degree). With ``strict``
+    anything else is a page error naming the field; without, it is ignored (for the status views)."""
+    if value is None or value == "":
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = math.nan
+    if not math.isfinite(number) or number != int(number):
+        if strict:
+            raise gr.Error(f"tp_degree: must be a whole number, got {value!r}")
+        return None
+    return int(number)
 
 
 class Studio:
@@ -70,7 +86,8 @@ class Studio:
             return (gr.skip(), f"**Stopped** before the image was finished (seed `{request.seed}`).", gr.skip(),
                     gr.skip(), gr.skip(), gr.skip())
         record = result.to_json()
-        caption = f"{result.width}x{result.height} · {result.mode} · {views._seconds(result.seconds)}"
+        caption = (f"{result.width}x{result.height} · {views.mode_caption(record)} · "
+                   f"{views._seconds(result.seconds)}")
         history = ([(result.path, caption)] + list(history or []))[:HISTORY_KEEP]
         return result.path, views.run_markdown(record), record, result.seed, history, history
 
@@ -108,23 +125,27 @@ class Studio:
                 return views.preset_label(name, shape)
         return views.CUSTOM
 
-    def refresh_studio(self, mode, width, height, steps):
-        """Engine line, cost of the chosen (mode, shape), and the preset badges for that mode."""
-        return self._studio_views(self.manager.status(), mode, width, height, steps)
+    def refresh_studio(self, mode, width, height, steps, degree=None):
+        """Engine line, cost of the chosen (mode, shape), preset badges for that mode, TP group badge."""
+        return self._studio_views(self.manager.status(), mode, width, height, steps, degree)
 
     def refresh_system(self):
         return self._system_views(self.manager.status())
 
-    def refresh_all(self, mode, width, height, steps):
-        """The timer's tick: one status read for both the studio line and the system panel."""
+    def refresh_all(self, mode, width, height, steps, degree=None):
+        """The timer's tick: one status read for both the studio line and the system panel. It reads
+        no rank logs: those are read only when someone presses "Show rank logs"."""
         status = self.manager.status()
-        return self._studio_views(status, mode, width, height, steps) + self._system_views(status)
+        return self._studio_views(status, mode, width, height, steps, degree) + self._system_views(status)
 
-    def _studio_views(self, status, mode, width, height, steps):
+    def _studio_views(self, status, mode, width, height, steps, degree=None):
         engine = views.engine_markdown(status)
         tp = status.get("tp") or {}
+        tp_badge = views.tp_state_html(tp)
+        degree = _whole(degree)
         if mode == "tp" and tp.get("state") != "ready":
-            return engine, views.tp_cost_markdown(tp), views.badges_html([])
+            cost = views.tp_cost_markdown(tp, degree, status.get("degraded"))
+            return engine, cost, views.badges_html([]), tp_badge
         try:
             bounds = self.manager.settings
             shape = validate_shape(height, width, bounds.min_size, bounds.max_size)
@@ -134,16 +155,19 @@ class Studio:
             error = None
         steps = steps if isinstance(steps, (int, float)) and steps >= 1 else None
         ready = status["state"] not in ("idle", "loading", "failed")
-        cost = views.cost_markdown(self.manager.predict(mode, shape, steps) if ready and shape else None, error)
+        prediction = self.manager.predict(mode, shape, steps) if ready and shape else None
+        cost = views.cost_markdown(prediction, error)
+        if mode == "tp" and prediction is not None and not prediction.get("refused"):
+            cost += views.tp_group_note(tp, degree)
         badges = views.badges_html([(views.preset_label(n, s), self.manager.predict(mode, s, steps))
                                     for n, s in PRESETS]) if ready else views.badges_html([])
-        return engine, cost, badges
+        return engine, cost, badges, tp_badge
 
     @staticmethod
     def _system_views(status):
         tp = status.get("tp") or {}
         return (views.system_markdown(status), views.shapes_frame(status), views.warmup_markdown(status),
-                views.tp_markdown(tp), views.tp_logs(tp), status)
+                views.tp_state_html(tp), views.tp_markdown(tp), status)
 
     def refresh_plots(self):
         return views.latency_frame(self.manager.records), views.compile_frame(self.manager.status())
@@ -176,30 +200,50 @@ class Studio:
             mode or gr.skip(),
         )
 
-    # tensor parallel -------------------------------------------------------------------------
-    def mode_changed(self, mode: str, degree) -> None:
-        """Selecting tensor-parallel starts the worker group; selecting another mode stops it."""
+    # tensor-parallel group: started and stopped only by its buttons, never by the mode list ---
+    @staticmethod
+    def show_tp_controls(mode):
+        """Picking a mode only shows or hides this page's TP degree and Start/Stop; it starts and stops
+        nothing."""
+        return gr.update(visible=mode == "tp"), gr.update(visible=mode == "tp")
+
+    def page_opened(self):
+        """A new page's TP degree: the running group's, so its Start does not replace it by accident."""
+        tp = self.manager.status().get("tp") or {}
+        if tp.get("state") in views.TP_RUNNING and tp.get("world_size"):
+            return tp["world_size"], tp["world_size"]
+        return gr.skip(), gr.skip()
+
+    def start_tp(self, degree) -> None:
+        """Start the group with this page's degree (a running group of another degree is replaced)."""
+        wanted = _whole(degree, strict=True)
+        before = self.manager.status().get("tp") or {}
         try:
-            if mode == "tp":
-                self.manager.start_tp(int(degree) if degree else None)
-                gr.Info(f"Starting the tensor-parallel group ({int(degree or 0) or 'default'} ranks)…")
-            elif (self.manager.status().get("tp") or {}).get("state") not in (None, "stopped", "dead"):
-                threading.Thread(target=self.manager.stop_tp, name="tp-stop", daemon=True).start()
-                gr.Info("Stopping the tensor-parallel group.")
+            group = self.manager.start_tp(wanted)
         except StudioError as exc:
             raise gr.Error(str(exc)) from None
-        except (TypeError, ValueError):
-            raise gr.Error(f"tp_degree: must be a whole number, got {degree!r}") from None
+        ranks = group.get("world_size", wanted)
+        if before.get("state") in views.TP_RUNNING and before.get("world_size") == ranks:
+            gr.Info(f"The tensor-parallel group is already {before['state']} with {ranks} ranks.")
+        elif before.get("state") in views.TP_RUNNING:
+            gr.Info(f"Replacing the {before.get('world_size')}-rank tensor-parallel group with {ranks} ranks…")
+        else:
+            gr.Info(f"Starting the tensor-parallel group ({ranks} ranks)…")
 
-    def restart_tp(self, degree) -> str:
+    def stop_tp(self) -> None:
+        """Stop the group; returns once no process of it is left (the timer shows "stopping" meanwhile)."""
+        if ((self.manager.status().get("tp") or {}).get("state") or "stopped") == "stopped":
+            gr.Info("The tensor-parallel group is not running.")
+            return
         try:
             self.manager.stop_tp()
-            self.manager.start_tp(int(degree) if degree else None)
         except StudioError as exc:
             raise gr.Error(str(exc)) from None
-        except (TypeError, ValueError):
-            raise gr.Error(f"tp_degree: must be a whole number, got {degree!r}") from None
-        return views.tp_markdown(self.manager.status().get("tp") or {})
+        gr.Info("The tensor-parallel group is stopped.")
+
+    def show_tp_logs(self) -> str:
+        """The "Show rank logs" button: the logs are read now, only because someone asked."""
+        return views.tp_logs_text(self.manager.tp_logs(lines=20))
 
     # system panel ----------------------------------------------------------------------------
     def clear_cache(self) -> str:
@@ -238,6 +282,7 @@ class Studio:
         for e in entries:
             self.manager.save_image(e["image"], e["result"])
             r = e["result"]
-            gallery.append((r.path, f"{r.mode} · {views._seconds(r.seconds)} · max |Δ| {e['max_diff']}"))
+            gallery.append((r.path, f"{views.mode_caption(r.to_json())} · {views._seconds(r.seconds)} · "
+                                    f"max |Δ| {e['max_diff']}"))
             table.append({**e, "result": r.to_json()})
         return gallery, views.compare_frame(table)

@@ -106,8 +106,10 @@ def engine_markdown(status: dict[str, Any]) -> str:
     state = status["state"]
     if state == "failed":
         return f"**Model failed to load** — {model}: {status.get('load_error')}"
+    tp = status.get("tp")
     if state in ("idle", "loading"):
-        return f"Loading **{model}** on {where}…"
+        starting = tp and tp.get("state", "stopped") != "stopped"  # --mode tp starts the group at launch
+        return f"Loading **{model}** on {where}…" + (f" · {tp_engine_text(tp)}" if starting else "")
     line = f"**{model}** on **{where}** · {state}"
     if status.get("warm_only"):
         line += " · locked to warm shapes"
@@ -116,6 +118,8 @@ def engine_markdown(status: dict[str, Any]) -> str:
         phase = busy["phase"]
         step = f" step {busy['step']}/{busy['steps']}" if phase == "denoising" else ""
         line += f" · **busy**: {busy['mode']} {busy['shape']} {phase}{step} ({busy['elapsed']:.1f} s)"
+    if tp:
+        line += " · " + tp_engine_text(tp, show_error=not status.get("degraded"))
     if status.get("degraded"):
         line += f" · **{status['degraded']}**"
     warmup = status.get("warmup")
@@ -210,35 +214,147 @@ def compile_text(result: dict[str, Any]) -> str:
     return "compiled " + " and ".join(parts)
 
 
+def _degraded_reason(result: dict[str, Any]) -> str:
+    why = result["degraded"].removeprefix("degraded: ")
+    return why.split("; tensor-parallel requests run in process")[0]  # the run line says that already
+
+
+def mode_text(result: dict[str, Any]) -> str:
+    """Which mode served a run, as it was: a TP request served in process says so, never "tp"."""
+    mode = result["mode"]
+    if result.get("degraded"):
+        return f"served in process ({mode}) instead of {result.get('requested_mode') or 'tp'}"
+    if mode == "tp":
+        return f"tp ({result.get('world_size', 1)} ranks)"
+    return mode
+
+
+def mode_caption(result: dict[str, Any]) -> str:
+    """The short form of ``mode_text`` for gallery captions."""
+    if result.get("degraded"):
+        return f"{result['mode']} in process ({result.get('requested_mode') or 'tp'} down)"
+    if result["mode"] == "tp":
+        return f"tp ×{result.get('world_size', 1)}"
+    return result["mode"]
+
+
 def run_markdown(result: dict[str, Any]) -> str:
     compiled = compile_text(result)
-    return (f"**{result['width']}x{result['height']}**, {result['mode']}, {result['steps']} steps, "
+    line = (f"**{result['width']}x{result['height']}**, {mode_text(result)}, {result['steps']} steps, "
             f"seed `{result['seed']}` — **{_seconds(result['seconds'])}** total: "
             f"encode {_seconds(result['encode'])}, denoise {_seconds(result['denoise'])}, "
             f"decode {_seconds(result['decode'])}; {compiled}.")
+    if result.get("degraded"):
+        line += f" **Degraded** — {_degraded_reason(result)}."
+    return line
 
 
 def compare_frame(entries: list[dict[str, Any]]) -> pd.DataFrame:
-    rows = [{"mode": e["mode"], "seconds": round(e["result"]["seconds"], 3),
+    rows = [{"mode": mode_caption(e["result"]) if e["result"].get("degraded") else e["mode"],
+             "seconds": round(e["result"]["seconds"], 3),
              "compiled": e["result"]["compiled"], "compile s": round(e["result"]["compile_seconds"], 2),
              "max |Δ| vs first (0-255)": e["max_diff"]} for e in entries]
     return pd.DataFrame(rows, columns=["mode", "seconds", "compiled", "compile s", "max |Δ| vs first (0-255)"])
 
 
-def tp_cost_markdown(tp: dict[str, Any]) -> str:
-    """The cost line while tensor-parallel mode is selected but its group is not ready."""
-    state = tp.get("state", "stopped")
-    if state in ("launching", "loading", "warming"):
-        return f"**Starting** — the tensor-parallel group ({tp.get('world_size')} ranks) is {state}…"
+TP_STARTING = ("launching", "loading", "warming")
+TP_RUNNING = TP_STARTING + ("ready",)
+
+
+def _tp_start_seconds(tp: dict[str, Any]) -> float | None:
+    """Load plus warm-up of the group's last start, if one was measured."""
+    timings = tp.get("timings") or {}
+    if "load" not in timings:
+        return None
+    return timings["load"] + (timings.get("warm") or 0.0)
+
+
+def _short(text: Any, limit: int = 160) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def tp_engine_text(tp: dict[str, Any], show_error: bool = True) -> str:
+    """The group's state for the engine line under the title (every page shows it)."""
+    state, ranks = tp.get("state", "stopped"), tp.get("world_size")
+    text = f"tensor-parallel group **{state}**"
+    if state in TP_RUNNING:
+        text += f" ({ranks} ranks)"
+    if state == "dead" and show_error and tp.get("error"):
+        text += f": {_short(tp['error'])}"
+    return text
+
+
+def tp_state_html(tp: dict[str, Any]) -> str:
+    """A badge with the group's state; ``data-state`` carries it for scripts and tests."""
+    state, ranks = tp.get("state", "stopped"), tp.get("world_size")
+    text = {"ready": f"ready · {ranks} ranks", "stopping": "stopping…", "stopped": "stopped",
+            "dead": "dead"}.get(state, f"{state}… · {ranks} ranks")
+    title = html.escape(str(tp.get("error") or ""), quote=True)
+    return (f'<span class="ns-tp ns-tp-{html.escape(state)}" data-state="{html.escape(state)}" '
+            f'data-ranks="{ranks}" title="{title}"><i></i>Tensor-parallel group: {html.escape(text)}</span>')
+
+
+def _start_cost(tp: dict[str, Any], degree: int) -> str:
+    """What pressing Start will cost, to follow "press **Start group**"."""
+    seconds, last = _tp_start_seconds(tp), tp.get("world_size")
+    if seconds is None:
+        return (f": it launches {degree} processes that each load the model (no start measured yet to "
+                "estimate the time)")
+    with_ranks = "" if last == degree else f", with {last} ranks,"
+    return f" ({degree} ranks; its last start{with_ranks} took {_seconds(seconds)} to load and warm up)"
+
+
+def tp_cost_markdown(tp: dict[str, Any], degree: int | None = None, degraded: str | None = None) -> str:
+    """The cost line while tensor-parallel mode is picked and its group is not ready: what to do
+    before Generate and what it will cost. ``degree`` is this page's TP degree; ``degraded`` the
+    status's sentence when TP requests are being served in process meanwhile."""
+    state, ranks = tp.get("state", "stopped"), tp.get("world_size")
+    degree = degree or ranks
+    meanwhile = (f' Meanwhile requests are served in process ({tp.get("compile_mode") or "in process"}, '
+                 '"degraded").' if degraded else "")
+    if state in TP_STARTING:
+        return f"**Starting** — the tensor-parallel group ({ranks} ranks) is {state}…{meanwhile}"
+    if state == "stopping":
+        return "**Stopping** — the tensor-parallel group is stopping; press **Start group** once it has stopped."
     if state == "dead":
-        return f"**Down** — the tensor-parallel group died: {tp.get('error')}. Restart it in the System tab."
-    return "**Stopped** — select tensor-parallel mode to start its worker group."
+        return (f"**Down** — the tensor-parallel group died: {_short(tp.get('error') or 'no reason given', 300)}. "
+                f"Press **Start group** to launch it again{_start_cost(tp, degree)}.{meanwhile}")
+    return (f"**Stopped** — the tensor-parallel group is stopped — press **Start group**{_start_cost(tp, degree)}. "
+            "Generate in this mode needs it.")
+
+
+def tp_group_note(tp: dict[str, Any], degree: int | None) -> str:
+    """Appended to the cost line when the group is ready: which group Generate will run on."""
+    ranks = tp.get("world_size")
+    if degree and ranks and degree != ranks:
+        return (f" Runs on the ready group of {ranks} ranks, not {degree}: **Start group** replaces "
+                f"it{_start_cost(tp, degree)}.")
+    return f" Runs on the ready group of {ranks} ranks."
+
+
+def _mb(n: int | None) -> str:
+    return "n/a" if n is None else f"{n / 2**20:.2f}"
+
+
+def tp_ranks_markdown(ranks: list[dict[str, Any]]) -> str:
+    """One row per rank (known once the group is ready): where it runs and what it holds."""
+    if not ranks:
+        return ""
+    head = ["| Rank | pid | NeuronCore | transformer MB | sharded MB | replicated MB | weights |",
+            "| --- | --- | --- | --- | --- | --- | --- |"]
+    rows = [f"| {r['rank']} | {r.get('pid') or '…'} | {'n/a' if r.get('core') is None else r['core']} | "
+            f"{_mb(r.get('transformer_bytes'))} | {_mb(r.get('sharded_bytes'))} | {_mb(r.get('replicated_bytes'))} | "
+            f"{len(r.get('sharded') or [])} weights sharded |" for r in sorted(ranks, key=lambda r: r["rank"])]
+    return "\n".join(head + rows)
 
 
 def tp_markdown(tp: dict[str, Any]) -> str:
+    """The System tab's tensor-parallel panel: the group, its last start, its ranks."""
     if not tp:
         return ""
-    rows = [("State", tp.get("state")), ("Ranks", tp.get("world_size")),
+    state = tp.get("state", "stopped")
+    rows = [("State", state), ("Ranks", tp.get("world_size")),
             ("Each rank runs", tp.get("compile_mode", "…")),
             ("NeuronCores", ", ".join(map(str, tp["cores"])) if tp.get("cores") else "n/a on this device"),
             ("Rank pids", ", ".join(f"{r}: {p}" for r, p in sorted((tp.get("rank_pids") or {}).items())) or "…"),
@@ -246,14 +362,17 @@ def tp_markdown(tp: dict[str, Any]) -> str:
             ("Last failed request", tp.get("last_request_error") or "none")]
     timings = tp.get("timings") or {}
     if "load" in timings:
-        rows.append(("Load / warm-up", f"{timings['load']:.1f} s / {timings.get('warm', 0):.1f} s"))
-    if "last_round_trip" in timings:
+        rows.append(("Load / warm-up", f"{timings['load']:.1f} s / {timings.get('warm') or 0:.1f} s"))
+    if "last_round_trip" in timings and "last_worker_seconds" in timings:
         overhead = (timings["last_round_trip"] - timings["last_worker_seconds"]) * 1000
         rows.append(("Last call", f"{timings['last_round_trip']:.3f} s round trip, {overhead:.1f} ms over the "
                                   "workers' own time"))
-    return "\n".join(["| Tensor parallel | |", "| --- | --- |"] + [f"| {k} | {v} |" for k, v in rows])
+    table = "\n".join(["| Tensor parallel | |", "| --- | --- |"] + [f"| {k} | {v} |" for k, v in rows])
+    ranks = tp_ranks_markdown(tp.get("ranks") or [])
+    return table + ("\n\n" + ranks if ranks else "")
 
 
-def tp_logs(tp: dict[str, Any]) -> str:
-    logs = tp.get("logs") or {}
-    return "\n".join(f"── {name} ──\n{text.rstrip()}" for name, text in logs.items() if text.strip())
+def tp_logs_text(logs: dict[str, str]) -> str:
+    """``Manager.tp_logs`` rendered for the Rank logs box."""
+    shown = [f"── {name} ──\n{text.rstrip()}" for name, text in (logs or {}).items() if text and text.strip()]
+    return "\n".join(shown) or "No rank logs: the tensor-parallel group has not been started."

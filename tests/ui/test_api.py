@@ -44,7 +44,7 @@ def test_only_the_public_endpoints_are_listed(app_url):
 @pytest.mark.parametrize("args, message", [
     (("a fox", 1000, 64, "eager", 2, 1, 1.0), "nearest valid size is 1008x64"),
     (("", 64, 64, "eager", 2, 1, 1.0), "prompt: is empty"),
-    (("a fox", 64, 64, "tp", 2, 1, 1.0), "tensor-parallel mode is not started"),
+    (("a fox", 64, 64, "tp", 2, 1, 1.0), "tensor-parallel group is not running; start it"),
     (("a fox", 64, 64, "turbo", 2, 1, 1.0), "mode: must be one of"),
     (("a fox", 64, 64, "eager", 0, 1, 1.0), "steps: must be between 1 and 50"),
 ])

@@ -93,22 +93,90 @@ def test_a_bad_custom_size_shows_a_clear_error(page):
     assert "Error" in page.locator(".toast-body").first.inner_text()
 
 
-def test_tensor_parallel_mode_starts_the_group_shows_it_and_generates(page):
-    choose_mode(page, "tensor-parallel (torchrun worker group)")
-    page.wait_for_function("document.querySelector('#cost').innerText.includes('Starting')"
-                           " || document.querySelector('#cost').innerText.includes('Ready')"
-                           " || document.querySelector('#cost').innerText.includes('Cold')", timeout=30000)
-    page.get_by_role("tab", name="System").click()
-    page.wait_for_function("document.querySelector('#tp-info').innerText.includes('ready')", timeout=90000)
-    assert "rank 1/2 starting" in page.input_value("#tp-logs textarea")
-    page.get_by_role("tab", name="Studio").click()
-    page.fill("#prompt textarea", "a fox")
-    page.fill("#width input", "256")
-    page.fill("#height input", "256")
-    page.press("#height input", "Tab")
+def _wait_state(page, element: str, state: str, timeout: float = 30000) -> None:
+    page.wait_for_function(f"document.querySelector('#{element} .ns-tp')?.dataset.state === '{state}'",
+                           timeout=timeout)
+
+
+def _generate_small(page, prompt: str) -> None:
+    page.fill("#prompt textarea", prompt)
+    page.fill("#width input", "64")
+    page.fill("#height input", "64")
+    page.fill("#steps input[type=number]", "2")
+    page.press("#steps input[type=number]", "Enter")
+    page.wait_for_function("document.querySelector('#cost').innerText.includes('64x64')", timeout=15000)
     page.click("#generate")
-    page.wait_for_function("document.querySelector('#run-info').innerText.includes('256x256')"
-                           " && document.querySelector('#run-info').innerText.includes('tp')", timeout=60000)
-    choose_mode(page, "eager")
-    page.get_by_role("tab", name="System").click()
-    page.wait_for_function("document.querySelector('#tp-info').innerText.includes('stopped')", timeout=30000)
+
+
+def test_the_tensor_parallel_group_is_started_and_stopped_only_by_its_buttons(browser, app_url):
+    """Two pages share one group: picking TP starts nothing; Start/Stop on one page show on both;
+    the other page keeps its own mode."""
+    pages = []
+    try:
+        for _ in range(2):
+            context = browser.new_context(viewport={"width": 1400, "height": 1000})
+            pages.append(context.new_page())
+            pages[-1].goto(app_url)
+            pages[-1].wait_for_selector("#badges .ns-badge", timeout=30000)
+        a, b = pages
+        b.get_by_role("tab", name="System").click()
+        _wait_state(b, "tp-system-state", "stopped")
+
+        choose_mode(a, "tensor-parallel (torchrun worker group)")
+        a.wait_for_function("document.querySelector('#cost').innerText.includes('press Start')", timeout=15000)
+        assert "launches 2 processes" in a.inner_text("#cost")
+        _wait_state(a, "tp-state", "stopped")
+        # A's mode events have all run (its cost line answered them); none started the group.
+        assert _group_state(app_url) == "stopped"
+        _wait_state(b, "tp-system-state", "stopped", timeout=5000)
+
+        a.click("#tp-start")
+        for page, element in ((a, "tp-state"), (b, "tp-system-state")):
+            _wait_state(page, element, "ready", timeout=120000)
+        b.wait_for_function("document.querySelector('#tp-info').innerText.includes('weights sharded')",
+                            timeout=15000)
+        b.click("#tp-logs-show")
+        b.wait_for_function("document.querySelector('#tp-logs textarea').value.includes('rank 1')", timeout=15000)
+        a.wait_for_function("document.querySelector('#cost').innerText.includes('ready group of 2 ranks')",
+                            timeout=15000)
+
+        b.get_by_role("tab", name="Studio").click()
+        assert b.input_value("#mode input") == "eager"  # B's mode is its own
+        _generate_small(b, "an eager fox")
+        b.wait_for_function("document.querySelector('#run-info').innerText.includes('64x64, eager,')",
+                            timeout=60000)
+        _generate_small(a, "a sharded fox")
+        a.wait_for_function("document.querySelector('#run-info').innerText.includes('64x64, tp (2 ranks),')",
+                            timeout=120000)
+        assert "served in process" not in a.inner_text("#run-info")
+
+        a.click("#tp-stop")
+        _wait_state(a, "tp-state", "stopped", timeout=60000)
+        b.get_by_role("tab", name="System").click()
+        _wait_state(b, "tp-system-state", "stopped", timeout=30000)
+        a.wait_for_function("document.querySelector('#cost').innerText.includes('its last start took')",
+                            timeout=15000)
+    finally:
+        for page in pages:
+            page.context.close()
+        _stop_group(browser, app_url)
+
+
+def _group_state(app_url: str) -> str:
+    from gradio_client import Client
+
+    return Client(app_url, verbose=False).predict(api_name="/status")["tp"]["state"]
+
+
+def _stop_group(browser, app_url: str) -> None:
+    """Leave no worker group behind, pass or fail: press Stop in a fresh page unless it is stopped."""
+    if _group_state(app_url) == "stopped":
+        return
+    page = browser.new_page()
+    try:
+        page.goto(app_url)
+        page.get_by_role("tab", name="System").click()
+        page.click("#tp-system-stop")
+        _wait_state(page, "tp-system-state", "stopped", timeout=60000)
+    finally:
+        page.close()

@@ -66,33 +66,134 @@ def test_backend_errors_become_gr_errors_and_stop_is_not_an_error(studio, fake):
     assert ("cancel",) in fake.calls
 
 
-def test_selecting_tensor_parallel_starts_the_group_and_leaving_it_stops_it(studio, fake):
-    studio.mode_changed("tp", 2)
-    assert ("start_tp", 2) in fake.calls
-    _engine, cost, _badges = studio.refresh_studio("tp", 64, 64, 4)
-    assert cost.startswith("**Starting**") and "loading" in cost
-    *_rest, tp_md, logs, _status = studio.refresh_system()
-    assert "| State | loading |" in tp_md and "0: 11, 1: 12" in tp_md and "rank 0/2 starting" in logs
-    studio.mode_changed("eager", 2)
-    deadline = __import__("time").monotonic() + 5
-    while ("stop_tp",) not in fake.calls:  # stopped in the background
-        assert __import__("time").monotonic() < deadline
-    with pytest.raises(gr.Error, match="does not divide"):
-        studio.mode_changed("tp", 3)
+def _tp_calls(fake):
+    return [c for c in fake.calls if c[0] in ("start_tp", "stop_tp")]
+
+
+def test_picking_a_mode_starts_and_stops_nothing(studio, fake):
+    from ui.app import build_ui
+
+    demo = build_ui(fake)
+    mode = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "mode")
+    wired = {f.fn.__name__ for f in demo.fns.values() if any(t[0] == mode._id for t in f.targets)}
+    assert wired == {"show_tp_controls", "refresh_studio"}  # the mode list only shows and refreshes
+    assert [u["visible"] for u in studio.show_tp_controls("tp")] == [True, True]
+    _engine, cost, _badges, tp_badge = studio.refresh_studio("tp", 64, 64, 4, 2)
+    assert 'data-state="stopped"' in tp_badge and cost.startswith("**Stopped**")
+    fake.set_tp("ready")
+    assert [u["visible"] for u in studio.show_tp_controls("eager")] == [False, False]
+    studio.refresh_all("eager", 64, 64, 4, 2)
+    assert not _tp_calls(fake) and fake.tp["state"] == "ready"  # leaving TP mode leaves the group running
+
+
+def test_start_and_stop_are_the_buttons(studio, fake):
+    studio.start_tp(4)
+    assert _tp_calls(fake) == [("start_tp", 4)] and fake.tp["world_size"] == 4
+    studio.start_tp(2.0)  # a running group of another degree is replaced
+    assert _tp_calls(fake)[-1] == ("start_tp", 2) and fake.tp["world_size"] == 2
+    studio.start_tp(None)  # an empty box: the default degree
+    assert _tp_calls(fake)[-1] == ("start_tp", None)
+    with pytest.raises(gr.Error, match="does not divide the model's 4 attention heads; use one of 1, 2, 4"):
+        studio.start_tp(3)
+    with pytest.raises(gr.Error, match="tp_degree: must be a whole number"):
+        studio.start_tp(2.5)
+    studio.stop_tp()
+    assert _tp_calls(fake)[-1] == ("stop_tp",) and fake.tp["state"] == "stopped"
+    calls = len(fake.calls)
+    studio.stop_tp()  # already stopped: nothing to do
+    assert len(fake.calls) == calls
+
+
+def test_a_new_page_takes_the_running_groups_degree(studio, fake):
+    assert all(isinstance(v, type(gr.skip())) for v in studio.page_opened())
+    fake.start_tp(4)
+    assert studio.page_opened() == (4, 4)
+
+
+def test_tp_cost_line_says_what_to_do_and_what_it_costs(studio, fake):
+    engine, cost, badges, tp_badge = studio.refresh_studio("tp", 64, 64, 4, 2)
+    assert cost.startswith("**Stopped**") and "press **Start group**" in cost
+    assert "launches 2 processes that each load the model" in cost and "no start measured yet" in cost
+    assert "tensor-parallel group **stopped**" in engine and badges == views.badges_html([])
+    assert "launches 4 processes" in studio.refresh_studio("tp", 64, 64, 4, 4)[1]
+
+    fake.start_tp(2)
+    engine, cost, _b, tp_badge = studio.refresh_studio("tp", 64, 64, 4, 2)
+    assert cost.startswith("**Starting**") and "(2 ranks) is launching" in cost and "served in process" in cost
+    assert 'data-state="launching"' in tp_badge and "group **launching** (2 ranks)" in engine
+    fake.set_tp("warming")
+    assert "is warming" in studio.refresh_studio("tp", 64, 64, 4, 2)[1]
+
+    fake.set_tp("ready")
+    engine, cost, badges, tp_badge = studio.refresh_studio("tp", 64, 64, 4, 2)
+    assert cost.startswith("**Cold**") and "ready group of 2 ranks" in cost and "data-state=\"cold\"" in badges
+    assert 'data-state="ready"' in tp_badge and "group **ready** (2 ranks)" in engine
+    cost = studio.refresh_studio("tp", 64, 64, 4, 4)[1]
+    assert "ready group of 2 ranks, not 4: **Start group** replaces it" in cost
+
+    fake.stop_tp()
+    cost = studio.refresh_studio("tp", 64, 64, 4, 2)[1]
+    assert cost.startswith("**Stopped**") and "its last start took 2.5 s to load and warm up" in cost
+    assert "its last start, with 2 ranks, took 2.5 s" in studio.refresh_studio("tp", 64, 64, 4, 4)[1]
+
+    fake.set_tp("dead", error="rank 1 exited with signal SIGKILL")
+    engine, cost, _b, tp_badge = studio.refresh_studio("tp", 64, 64, 4, 2)
+    assert cost.startswith("**Down**") and "rank 1 exited with signal SIGKILL" in cost
+    assert "Press **Start group**" in cost and 'served in process (eager, "degraded")' in cost
+    assert 'data-state="dead"' in tp_badge and "group **dead**" in engine and "degraded:" in engine
+
+
+def test_runs_served_in_process_while_the_group_is_down_say_so(studio, fake):
+    with pytest.raises(gr.Error, match="press|Start"):  # never started: nothing serves TP
+        studio.generate_from_page("a fox", 64, 64, "tp", 2, 1.0, 1, False, [])
+    fake.set_tp("dead", error="rank 1 exited with code 1")
+    with pytest.warns(UserWarning, match="degraded"):  # gr.Warning outside a request
+        _p, info, record, _s, gallery, _h = studio.generate_from_page("a fox", 64, 64, "tp", 2, 1.0, 1, False, [])
+    assert (record["mode"], record["requested_mode"]) == ("eager", "tp") and "dead" in record["degraded"]
+    assert ", served in process (eager) instead of tp, 2 steps" in info
+    assert info.endswith("**Degraded** — the tensor-parallel group is dead (rank 1 exited with code 1).")
+    assert ", tp" not in info and "eager in process (tp down)" in gallery[0][1]
+    fake.set_tp("ready")
+    _p, info, record, _s, gallery, _h = studio.generate_from_page("a fox", 64, 64, "tp", 2, 1.0, 1, False, [])
+    assert record["mode"] == "tp" and record["degraded"] is None
+    assert ", tp (2 ranks)," in info and "served in process" not in info and "tp ×2" in gallery[0][1]
+
+
+def test_the_timer_reads_no_logs_and_the_logs_button_does(studio, fake):
+    fake.set_tp("ready")
+    for _ in range(3):
+        studio.refresh_all("tp", 64, 64, 4, 2)
+    assert not [c for c in fake.calls if c[0] == "tp_logs"]
+    logs = studio.show_tp_logs()
+    assert fake.calls[-1] == ("tp_logs", 20) and "── rank 1 ──\nrank 1/2 starting" in logs
+    assert "torchrun" not in logs  # empty tails are left out
+
+
+def test_system_panel_shows_the_group_and_its_ranks(studio, fake):
+    *_rest, tp_badge, tp_md, status = studio.refresh_system()
+    assert 'data-state="stopped"' in tp_badge and "| State | stopped |" in tp_md and "| Rank |" not in tp_md
+    fake.start_tp(4)
+    *_rest, tp_badge, tp_md, status = studio.refresh_system()
+    assert "| State | launching |" in tp_md and "| Ranks | 4 |" in tp_md and "| Rank |" not in tp_md
+    fake.set_tp("ready")
+    *_rest, tp_badge, tp_md, status = studio.refresh_system()
+    assert "0: 11, 1: 12, 2: 13, 3: 14" in tp_md and "| Load / warm-up | 2.0 s / 0.5 s |" in tp_md
+    assert "| 3 | 14 | n/a | 3.00 | 2.00 | 1.00 | 6 weights sharded |" in tp_md
+    assert "logs" not in status["tp"]
 
 
 def test_cost_line_and_badges_follow_the_compile_state(studio, fake):
-    engine, cost, badges = studio.refresh_studio("compiled", 1024, 1024, 4)
+    engine, cost, badges, _tp = studio.refresh_studio("compiled", 1024, 1024, 4)
     assert "fake-model" in engine and "**Cold**" in cost and "estimated 2.0 s" in cost
     assert 'data-shape="1024x1024" data-state="cold"' in badges
     studio.generate_from_page("a fox", 1024, 1024, "compiled", 4, 1.0, 0, True, [])
-    _e, cost, badges = studio.refresh_studio("compiled", 1024, 1024, 4)
+    _e, cost, badges, _tp = studio.refresh_studio("compiled", 1024, 1024, 4)
     assert "**Ready**" in cost and "expected 500 ms" in cost and 'data-shape="1024x1024" data-state="warm"' in badges
     assert 'data-shape="1152x896" data-state="cold"' in badges
     fake.set_warm_only(True)
-    _e, cost, badges = studio.refresh_studio("compiled", 1152, 896, 4)
+    _e, cost, badges, _tp = studio.refresh_studio("compiled", 1152, 896, 4)
     assert "**Refused**" in cost and 'data-shape="1152x896" data-state="locked"' in badges
-    _e, cost, _b = studio.refresh_studio("compiled", 1000, 1024, 4)
+    _e, cost, _b, _tp = studio.refresh_studio("compiled", 1000, 1024, 4)
     assert cost.startswith("**Invalid** — size:") and "1008x1024" in cost
 
 
@@ -119,7 +220,7 @@ def test_load_parameters_from_png_fills_the_controls(studio, fake, tmp_path):
 
 def test_system_panel_table_warmup_lock_and_cache(studio, fake):
     studio.generate_from_page("a fox", 64, 64, "compiled", 4, 1.0, 0, True, [])
-    info, table, warm, _tp, _logs, status = studio.refresh_system()
+    info, table, warm, _tp_badge, _tp, status = studio.refresh_system()
     assert "fake-model" in info and "/tmp/x" in info and "2.0 KB" in info
     assert list(table.columns) == views.SHAPE_COLUMNS and table.iloc[0]["state"] == "warm"
     studio.start_warmup(["1:1 · 1024x1024", "16:9 · 1344x768"], "compiled")
