@@ -80,7 +80,9 @@ def main(argv: list[str] | None = None) -> int:
         return cli.generate(settings, args)
     if command == "doctor":
         return cli.doctor(settings, as_json=args.json)
-    return cli.serve(settings)
+    from ui.serve import serve
+
+    return serve(settings)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""The headless commands behind ``app.py``: generate, doctor, and serve's start-up.
+"""The headless commands behind ``app.py``: generate and doctor (serving the page is ``ui.serve``).
 
 Expected failures (bad input, missing model or device, refused shapes) print one line on stderr and
 exit 2; a generation that fails at run time exits 1. No tracebacks for either.
@@ -10,7 +10,6 @@ import argparse
 import json
 import os
 import platform
-import signal
 import sys
 from importlib import metadata
 from pathlib import Path
@@ -169,24 +168,4 @@ def doctor(settings: Settings, as_json: bool = False) -> int:
         print(f"cache         {var}={cache['dir']} ({cache['bytes'] / 1e6:.1f} MB)")
     model = report["model"]
     print(f"model         {model.get('label') or model['spec']}: {model.get('path') or model.get('error')}")
-    return 0
-
-
-def serve(settings: Settings) -> int:
-    from backend.manager import Manager
-    from ui.app import launch
-
-    manager = Manager(settings)
-    try:
-        demo = launch(manager, settings, block=False)  # the page first, within seconds
-    except ValueError as exc:  # a bad --auth
-        return _fail(str(exc), EXIT_BAD_INPUT)
-    manager.start(background=True)  # then the model stack, in the background; status shows it
-    # SIGTERM ends the app like Ctrl-C does, so the worker group is stopped on the way out.
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
-    try:
-        demo.block_thread()
-    finally:
-        manager.close()
-        demo.close()
     return 0

@@ -81,11 +81,6 @@ def prepared_environment() -> dict[str, str]:
     return dict(_prepared)
 
 
-def autoload_disabled() -> bool:
-    """True when torch will not autoload device backends, so torch_neuronx must be imported by us."""
-    return os.environ.get(AUTOLOAD_VAR, "1").strip().lower() in ("0", "false", "no", "off")
-
-
 def dir_size(path: str | Path) -> int:
     """Bytes under ``path`` (0 if it does not exist). Cheap enough for cache folders of NEFF files."""
     total = 0

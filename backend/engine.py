@@ -17,7 +17,6 @@ import time
 from typing import Callable
 
 import torch
-from PIL import Image
 
 from backend.device import COMPILE_EVENTS, Device, diff_counters
 from backend.errors import CompileFailure, GenerationCancelled, GenerationFailed, ShapeLocked

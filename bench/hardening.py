@@ -199,18 +199,27 @@ def alive(pids) -> list[int]:
 
 
 def run_faults() -> list[dict[str, Any]]:
-    """Inject each fault into a live manager; recovered = a clear error, then a working request."""
-    import torch
-
-    from backend.errors import GenerationFailed, StudioError
+    """Inject each fault into a live manager; recovered = a clear error, then a working request.
+    The manager (and any worker group) is closed whatever happens."""
     from backend.manager import Manager
     from backend.settings import Settings
 
-    rows: list[dict[str, Any]] = []
     tmp = Path(tempfile.mkdtemp(prefix="faults-"))
     manager = Manager(Settings(device="cpu", dtype="float32", compile_backend="aot_eager", tp_stall_timeout=3.0,
                                cache_dir=tmp / "c", output_dir=tmp / "o"))
-    manager.start()
+    try:
+        manager.start()
+        return _inject_faults(manager, tmp)
+    finally:
+        manager.close()
+
+
+def _inject_faults(manager, tmp: Path) -> list[dict[str, Any]]:
+    import torch
+
+    from backend.errors import GenerationFailed, StudioError
+
+    rows: list[dict[str, Any]] = []
 
     def works(mode: str = "eager") -> bool:
         try:
@@ -298,7 +307,7 @@ def run_sigterm(tmp: Path) -> dict[str, Any]:
     half-written PNG."""
     from gradio_client import Client
 
-    from tests.ui.browser import free_port
+    from tools.app_process import free_port
 
     port = free_port()
     out = tmp / "outputs"
@@ -344,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["HF_HUB_OFFLINE"] = "1"
     from gradio_client import Client
 
-    from tests.ui.browser import running_app
+    from tools.app_process import running_app
 
     report: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:

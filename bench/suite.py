@@ -196,7 +196,7 @@ def p5_regional_warmup(tmp: Path, quick: bool) -> list[dict]:
 
 # P6 -------------------------------------------------------------------------------------------
 def _time_to_ui(tmp: Path) -> tuple[float, float]:
-    from tests.ui.browser import free_port  # the launcher helpers the UI tests and bench.hardening use
+    from tools.app_process import free_port
 
     port = free_port()
     env = _clean_env()

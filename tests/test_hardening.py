@@ -11,7 +11,7 @@ import pytest
 from gradio_client import Client
 
 from bench import hardening
-from tests.ui.browser import running_app
+from tools.app_process import running_app
 
 
 @pytest.fixture(scope="module")

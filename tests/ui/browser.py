@@ -1,4 +1,5 @@
-"""Helpers for end-to-end UI checks: a real app process and Debian's Chromium driven by Playwright.
+"""Helpers for end-to-end UI checks: Debian's Chromium driven by Playwright (the app process itself
+comes from ``tools.app_process``).
 
 Used by the browser tests and by ``python -m tests.ui.screenshot`` (the README's screenshot).
 """
@@ -7,63 +8,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = os.environ.get("NEURON_STUDIO_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@contextlib.contextmanager
-def running_app(workdir: Path, *flags: str, ready: bool = True, timeout: float = 120):
-    """Start `python app.py` on a free port; yield its URL once the page (and model) are up."""
-    port = free_port()
-    env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1",
-           "NEURON_STUDIO_OUTPUT_DIR": str(workdir / "outputs")}
-    log = open(workdir / "app.log", "w")
-    proc = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--port", str(port), *flags],
-                            cwd=workdir, env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}/"
-    try:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                with urllib.request.urlopen(url, timeout=2):
-                    break
-            except OSError:
-                if proc.poll() is not None:
-                    raise RuntimeError((workdir / "app.log").read_text()) from None
-                if time.monotonic() > deadline:
-                    raise TimeoutError("the page was not served")
-                time.sleep(0.2)
-        if ready:
-            from gradio_client import Client
-
-            client = Client(url, verbose=False)
-            while client.predict(api_name="/status")["state"] not in ("ready", "failed"):
-                if time.monotonic() > deadline:
-                    raise TimeoutError("the model did not load")
-                time.sleep(0.2)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
 
 
 @contextlib.contextmanager

@@ -10,7 +10,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tests.ui.browser import ROOT, choose_mode, chromium, running_app
+from tests.ui.browser import ROOT, choose_mode, chromium
+from tools.app_process import running_app
 
 
 def _generate(page, preset: str, runs: int) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from gradio_client import Client
 
-from tests.ui.browser import running_app
+from tools.app_process import running_app
 
 pytestmark = pytest.mark.slow
 

@@ -5,7 +5,8 @@ import os
 import pytest
 from playwright.sync_api import expect
 
-from tests.ui.browser import CHROMIUM, badge_state, choose_mode, chromium, running_app
+from tests.ui.browser import CHROMIUM, badge_state, choose_mode, chromium
+from tools.app_process import running_app
 
 # .ci/run installs Debian's chromium, so in CI (CI=true) a missing browser fails instead of skipping.
 pytestmark = [pytest.mark.slow,

@@ -1,0 +1,33 @@
+"""The layout rules the architecture rests on: the backend never reaches gradio, the UI never torch."""
+
+import subprocess
+import sys
+
+from tests.conftest import ROOT
+
+IMPORT_ALL = """
+import importlib, pkgutil, sys
+import {package}
+for info in pkgutil.walk_packages({package}.__path__, "{package}."):
+    importlib.import_module(info.name)
+print(sorted(m for m in sys.modules if m.split(".")[0] in ("gradio", "torch")))
+"""
+
+
+def _imported(package: str) -> list[str]:
+    proc = subprocess.run([sys.executable, "-c", IMPORT_ALL.format(package=package)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    return eval(proc.stdout.strip().splitlines()[-1])  # a printed list of module names
+
+
+def test_importing_every_backend_module_imports_no_gradio():
+    modules = _imported("backend")
+    assert "torch" in modules  # the walk did reach the device layer
+    assert not [m for m in modules if m.split(".")[0] == "gradio"]
+
+
+def test_importing_every_ui_module_imports_no_torch():
+    modules = _imported("ui")
+    assert "gradio" in modules
+    assert not [m for m in modules if m.split(".")[0] == "torch"]
