@@ -99,6 +99,15 @@ class InProcessEngine:
             module._compiled_call_impl = None  # switched on by _activate
         return variant
 
+    def _drop_variant(self, mode: str) -> None:
+        """Forget a mode's compiled callables after a compile failed in it, so the next request in
+        that mode compiles afresh (with the compile backend then in force) instead of reusing a
+        callable that failed. Eager has nothing to drop."""
+        for module, _impl in self._variants.pop(mode, []) if mode != "eager" else []:
+            module._compiled_call_impl = None
+        if self.active_mode == mode:
+            self.active_mode = None
+
     def _activate(self, mode: str) -> None:
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}")
@@ -185,7 +194,10 @@ class InProcessEngine:
             exc.compile_seconds = float(counters["compile_seconds"])
             raise
         except Exception as exc:  # noqa: BLE001 - classified here, the one place that does
-            raise self._classify(exc, compiling["active"]) from exc
+            error = self._classify(exc, compiling["active"])
+            if isinstance(error, CompileFailure):
+                self._drop_variant(request.mode)
+            raise error from exc
         finally:
             hook.remove()
             remove_listener()

@@ -359,7 +359,6 @@ class TPWorkerGroup:
                 except proto.DeadlineExceeded:
                     raise TimeoutError(phase, quiet) from None
                 except proto.ProtocolError as exc:
-                    time.sleep(1.0)  # a dying rank 0 closes the socket just before torchrun exits
                     raise GroupDead(self.error or f"lost the worker group: {exc}") from None
                 last = self._clock()
                 if msg["type"] != "progress":
@@ -381,18 +380,25 @@ class TPWorkerGroup:
                       + " — a rank is hung or too slow; the group is being stopped")
             self._mark_dead(reason)
             raise GroupDead(reason + self._tails_note()) from None
+        except GroupDead as exc:  # rank 0 hung up: it died, and torchrun is ending the group
+            raise self._group_lost(str(exc)) from None
         if msg["type"] != "error":
             return msg, payload
         error = proto.error_from_message(msg)
         if isinstance(error, GroupDead):  # a rank died under a collective; torchrun is ending the group
-            deadline = self._clock() + 10
-            while self.state != "dead" and self._clock() < deadline:
-                time.sleep(0.05)
-            if self.state != "dead":
-                self._mark_dead(str(error))
-            raise GroupDead((self.error or str(error)) + self._tails_note())
+            raise self._group_lost(str(error))
         self.last_request_error = str(error)
         raise error
+
+    def _group_lost(self, reason: str) -> GroupDead:
+        """The group is going down: wait (bounded) for the monitor to see torchrun exit and say which
+        rank died; mark it dead here if it does not. Returns the error to raise."""
+        deadline = self._clock() + 10
+        while self.state != "dead" and self._clock() < deadline:
+            time.sleep(0.05)
+        if self.state != "dead":
+            self._mark_dead(reason)
+        return GroupDead((self.error or reason) + self._tails_note())
 
     def health(self, timeout: float = 2.0) -> dict[str, Any]:
         if self.state in ("stopped", "dead", "stopping") or not self.socket_path:

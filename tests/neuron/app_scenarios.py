@@ -51,24 +51,11 @@ def _cpu_pixels(size: int, steps: int, seed: int):
 
 
 def claims(state_dir: str) -> dict[str, int]:
-    """Which process holds which NeuronCore, as the stand-in's claim files say ({core: pid})."""
-    held = {}
-    for path in sorted(Path(state_dir).glob("nc*.lock")):
-        text = path.read_text().strip()
-        pid = int(text) if text.isdigit() else 0
-        if pid and _alive(pid):
-            held[path.stem[2:]] = pid
-    return held
+    """Which process holds which NeuronCore right now, as the stand-in's claim locks say ({core: pid})."""
+    from tests.neuron.standin import core_holder
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    held = {str(core): core_holder(state_dir, core) for core in range(4)}
+    return {core: pid for core, pid in held.items() if pid}
 
 
 def _run(mgr, size: int, mode: str, steps: int = 2, seed: int = 0):

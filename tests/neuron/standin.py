@@ -6,6 +6,7 @@ per process, so every check runs in a child started with ``standin_env``.
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -47,22 +48,18 @@ def run_py(code: str, env: dict[str, str], timeout: float = 120) -> subprocess.C
                           timeout=timeout)
 
 
-def core_holder(state_dir: os.PathLike | str, core: int) -> int | None:
-    """The pid holding NeuronCore ``core`` in ``state_dir`` right now, or None (checked with flock
-    from this process; torch is not imported)."""
-    import fcntl
+@functools.lru_cache(maxsize=1)
+def _runtime():
+    """The stand-in's runtime module, loaded from its file: no torch, no package import."""
+    import importlib.util
 
-    path = Path(state_dir) / f"nc{core}.lock"
-    if not path.exists():
-        return None
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            text = path.read_text().strip()
-            return int(text) if text.isdigit() else -1
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return None
-    finally:
-        os.close(fd)
+    spec = importlib.util.spec_from_file_location("_standin_runtime", STANDIN / "torch_neuronx" / "_runtime.py")
+    runtime = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(runtime)
+    return runtime
+
+
+def core_holder(state_dir: os.PathLike | str, core: int) -> int | None:
+    """The pid holding NeuronCore ``core`` in ``state_dir`` right now, or None (the stand-in's own
+    ``holder_of``; claims nothing)."""
+    return _runtime().holder_of(core, state_dir)

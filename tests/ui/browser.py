@@ -8,10 +8,15 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-CHROMIUM = os.environ.get("NEURON_STUDIO_CHROMIUM", "/usr/bin/chromium")
+# Debian's chromium, wherever PATH finds it (NEURON_STUDIO_CHROMIUM overrides).
+CHROMIUM = (os.environ.get("NEURON_STUDIO_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+            or "/usr/bin/chromium")
+# Under CI a missing browser is a failure, never a skip (.ci/run installs chromium and sets CI=true).
+IN_CI = os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 

@@ -68,3 +68,31 @@ def test_auth_protects_page_and_api(tmp_path):
         assert client.predict(api_name="/status")["model"]["spec"] == "embedded"
         with pytest.raises(urllib.error.HTTPError):
             urllib.request.urlopen(url + "config", timeout=5)
+
+
+def test_the_readme_api_example_runs_as_written(app_url):
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    block = next(b for b in readme.split("```python")[1:] if 'api_name="/generate"' in b).split("```")[0]
+    assert "from gradio_client import Client" in block
+    # As written, but pointed at this test's app instead of the default port.
+    namespace = {"Client": lambda _url: Client(app_url, verbose=False)}
+    exec(block.replace("from gradio_client import Client", ""), namespace)
+    assert namespace["record"]["width"] == 512 and namespace["record"]["seed"] == 42
+    assert Path(namespace["png_path"]).is_file() and namespace["status"]["state"] == "ready"
+
+
+def test_only_prompt_is_required_and_view_api_describes_every_parameter(app_url):
+    client = Client(app_url, verbose=False)
+    image, record = client.predict("a red fox", api_name="/generate")
+    assert (record["width"], record["height"], record["mode"], record["steps"], record["guidance"]) == (
+        1024, 1024, "eager", 4, 1.0)
+    assert Path(image).is_file() and 0 <= record["seed"] < 2**53
+    params = client.view_api(print_info=False, return_format="dict")["named_endpoints"]["/generate"]["parameters"]
+    described = {p["parameter_name"]: (p["python_type"]["type"], p["parameter_has_default"], p["parameter_default"])
+                 for p in params}
+    assert described == {"prompt": ("str", False, None), "width": ("int", True, 1024), "height": ("int", True, 1024),
+                         "mode": ("str", True, "eager"), "steps": ("int", True, 4), "seed": ("int", True, -1),
+                         "guidance": ("float", True, 1.0)}
+    assert all(p["python_type"]["description"] for p in params)
+    _image, exact = client.predict(prompt="x", width=64, height=64, steps=1, seed=2**63 - 1, api_name="/generate")
+    assert exact["seed"] == 2**63 - 1

@@ -188,9 +188,10 @@ def _read_holder(fd: int) -> str:
     return "(unknown pid)"
 
 
-def holder_of(core: int) -> int | None:
-    """The pid holding ``core`` now, or None (diagnostics and tests; does not claim anything)."""
-    path = state_dir() / f"nc{core}.lock"
+def holder_of(core: int, directory: str | os.PathLike | None = None) -> int | None:
+    """The pid holding ``core`` now, or None (diagnostics and tests; does not claim anything).
+    ``directory``: another state dir than this process's (tests read it without importing torch)."""
+    path = (Path(directory) if directory is not None else state_dir()) / f"nc{core}.lock"
     if not path.exists():
         return None
     fd = os.open(path, os.O_RDWR)
