@@ -12,6 +12,7 @@ when it loads.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from backend import device_env
@@ -82,7 +83,13 @@ def main(argv: list[str] | None = None) -> int:
         return cli.doctor(settings, as_json=args.json)
     from ui.serve import serve
 
-    return serve(settings)
+    code = serve(settings)
+    # Everything is closed and written by now (the worker group stopped, PNGs renamed into place);
+    # the interpreter's own teardown of the loaded model stack would take seconds more and do
+    # nothing for us, so a stopped server leaves at once (SIGTERM exits within a few seconds).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":

@@ -128,15 +128,24 @@ class Manager:
     def wait_ready(self, timeout: float | None = None) -> bool:
         return self._ready.wait(timeout) and self.state in ("ready", "warming")
 
-    def close(self) -> None:
+    def close(self, wait: float | None = None) -> bool:
+        """Cancel the running generation, stop the worker group, release the engine. A generation
+        stops at its next step boundary, but a compile cannot be interrupted: ``wait`` bounds how
+        long to wait for it (None: as long as it takes). False when it was still running."""
         self.cancel()
         if self.tp is not None:
             self.tp.close()
-        with self._device_lock:
+        if not self._device_lock.acquire(timeout=-1 if wait is None else wait):
+            log.warning("a generation is still running (a compile cannot be interrupted); not waiting for it")
+            return False
+        try:
             if self.engine is not None:
                 self.engine.close()
             self.engine = None
             self.state = "idle"
+        finally:
+            self._device_lock.release()
+        return True
 
     # tensor parallel ---------------------------------------------------------------------------
     def start_tp(self, degree: int | None = None, wait: bool = False) -> dict[str, Any]:

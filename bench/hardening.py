@@ -313,9 +313,8 @@ def _inject_faults(manager, tmp: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def run_sigterm(tmp: Path) -> dict[str, Any]:
-    """SIGTERM to a serving app in tensor-parallel mode mid-generation: clean exit, no orphans, no
-    half-written PNG."""
+def run_sigterm(tmp: Path, mode: str = "tp") -> dict[str, Any]:
+    """SIGTERM to a serving app mid-generation in ``mode``: clean exit, no orphans, no half-written PNG."""
     from gradio_client import Client
 
     from tools.app_process import free_port
@@ -324,8 +323,10 @@ def run_sigterm(tmp: Path) -> dict[str, Any]:
     out = tmp / "outputs"
     env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1"}
     env.pop("TORCHINDUCTOR_CACHE_DIR", None)
-    proc = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--port", str(port), "--mode", "tp",
-                             "--tp-degree", "2", "--output-dir", str(out)], cwd=tmp, env=env,
+    tmp.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--port", str(port), "--mode", mode,
+                             "--tp-degree", "2", "--compile-backend", "aot_eager", "--output-dir", str(out)],
+                            cwd=tmp, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}/"
     deadline = time.monotonic() + 120
@@ -339,7 +340,7 @@ def run_sigterm(tmp: Path) -> dict[str, Any]:
             pass
         time.sleep(0.3)
     family = {p.pid for p in psutil.Process(proc.pid).children(recursive=True)}
-    job = client.submit("long", 512, 512, "tp", 50, 1, 1.0, api_name="/generate")
+    job = client.submit("long", 512, 512, mode, 50, 1, 1.0, api_name="/generate")
     while client.predict(api_name="/status").get("busy") is None and time.monotonic() < deadline:
         time.sleep(0.1)
     began = time.monotonic()
@@ -352,7 +353,7 @@ def run_sigterm(tmp: Path) -> dict[str, Any]:
     del job
     time.sleep(1.0)
     partial = [p.name for p in out.glob(".partial-*")] if out.exists() else []
-    return {"exit_code": code, "seconds_to_exit": round(time.monotonic() - began, 2),
+    return {"mode": mode, "exit_code": code, "seconds_to_exit": round(time.monotonic() - began, 2),
             "orphans": len(alive(family)), "half_written_pngs": len(partial)}
 
 
@@ -376,7 +377,7 @@ def main(argv: list[str] | None = None) -> int:
         report["cli"] = run_cli_cases(tmp / "cli-out")
         report["memory"] = run_memory()
         report["faults"] = run_faults()
-        report["sigterm"] = run_sigterm(tmp)
+        report["sigterm"] = [run_sigterm(tmp / mode, mode) for mode in ("eager", "compiled", "regional", "tp")]
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
@@ -397,10 +398,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"faults injected / recovered: {len(faults) - 1} / {sum(r['recovered'] for r in faults[:-1])}")
     for r in faults:
         print(f"  {r['fault']}: {'recovered' if r['recovered'] else 'NOT RECOVERED'}; {r['error'][:120]}")
-    sig = report["sigterm"]
-    print(f"SIGTERM mid-generation (tensor-parallel): exit {sig['exit_code']} after {sig['seconds_to_exit']} s, "
-          f"half-written PNGs {sig['half_written_pngs']}")
-    orphans = sum(r["orphans"] for r in faults) + sig["orphans"]
+    for sig in report["sigterm"]:
+        print(f"SIGTERM mid-generation ({sig['mode']}): exit {sig['exit_code']} after {sig['seconds_to_exit']} s, "
+              f"half-written PNGs {sig['half_written_pngs']}, orphans {sig['orphans']}")
+    orphans = sum(r["orphans"] for r in faults) + sum(s["orphans"] for s in report["sigterm"])
     print(f"orphan processes found: {orphans}")
     return 0
 

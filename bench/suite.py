@@ -61,8 +61,8 @@ def _shape(text: str):
 def p1_app_overhead(tmp: Path, quick: bool) -> list[dict]:
     import torch
 
-    sizes = ["256x256", "512x512"] if quick else ["256x256", "1024x1024"]
-    reps = 3 if quick else 7
+    sizes = ["128x128", "256x256"] if quick else ["256x256", "1024x1024"]
+    reps = 2 if quick else 7
     manager = _manager(tmp)
     pipe = manager.engine.pipe
     rows = []
@@ -92,8 +92,8 @@ def p1_app_overhead(tmp: Path, quick: bool) -> list[dict]:
 
 # P2 -------------------------------------------------------------------------------------------
 def p2_warm_shape_reuse(tmp: Path, quick: bool) -> list[dict]:
-    shapes = ["256x256", "320x256", "384x256"] if quick else ["512x512", "640x512", "768x512"]
-    calls = 9 if quick else 20
+    shapes = ["128x128", "160x128", "192x128"] if quick else ["512x512", "640x512", "768x512"]
+    calls = 6 if quick else 20
     manager = _manager(tmp, compile_backend="aot_eager" if quick else "inductor")
     try:
         requests = {t: manager.validate("a red fox", _shape(t).height, _shape(t).width, steps=4, seed=0,
@@ -255,8 +255,8 @@ def p7_persistent_cache(tmp: Path, quick: bool) -> list[dict]:
 
 # P8 -------------------------------------------------------------------------------------------
 def p8_modes(tmp: Path, quick: bool) -> list[dict]:
-    sizes = ["256x256", "512x512"] if quick else ["512x512", "1024x1024"]
-    reps = 3 if quick else 5
+    sizes = ["128x128", "256x256"] if quick else ["512x512", "1024x1024"]
+    reps = 2 if quick else 5
     manager = _manager(tmp, compile_backend="aot_eager" if quick else "inductor")
     rows, points = [], []
     try:

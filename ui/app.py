@@ -5,7 +5,9 @@ through two or three modes), System (device, caches, per-shape table, warm-up, l
 tensor-parallel group) and Performance (latency and compile-time plots). Device work runs in one
 concurrency group, so the queue serialises it; status refreshes for every open browser on a timer.
 The mode is each page's own; the tensor-parallel group is shared, so only its Start/Stop buttons
-(or ``--mode tp`` at launch) start or stop it.
+(or ``--mode tp`` at launch) start or stop it. Every static word is an ``I18N(key)`` from
+``ui.i18n.MESSAGES``, which the browser translates (Turkish for ``tr``, else English); the handlers
+render what they return in the same language on the server.
 """
 
 from __future__ import annotations
@@ -18,6 +20,9 @@ import gradio as gr
 from backend.shapes import PRESETS
 from ui import views
 from ui.handlers import Studio
+from ui.i18n import MESSAGES
+
+I18N = gr.I18n(**MESSAGES)
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 DEVICE_QUEUE = "device"
@@ -37,7 +42,11 @@ CSS = """
 
 class RawNumber(gr.Number):
     """A number input for the API that hands its value to the backend as sent (int, float or text):
-    no float conversion (seeds above 2^53 stay exact) and no range check of its own."""
+    no float conversion (seeds above 2^53 stay exact) and no range check of its own — the backend's
+    validation answers every bad value, naming the field. ``api_type`` and ``api_text`` are what
+    ``view_api`` shows."""
+
+    api_type, api_text = "number", ""
 
     def get_block_name(self) -> str:
         return "number"
@@ -45,9 +54,37 @@ class RawNumber(gr.Number):
     def preprocess(self, payload):
         return payload
 
+    def api_info(self) -> dict:
+        return {"type": self.api_type, "additional_description": self.api_text}
 
-def mode_choices(manager) -> list[tuple[str, str]]:
-    return [(views.MODE_LABELS.get(m, m), m) for m in manager.modes]
+
+def _api_field(component, text: str, api_type: str | None = None):
+    """A hidden API input with a one-line description (and type) for view_api."""
+    component.api_text = text
+    if api_type:
+        component.api_type = api_type
+    return component
+
+
+class ApiText(gr.Textbox):
+    """A text input for the API whose view_api line carries a description."""
+
+    api_text = ""
+
+    def get_block_name(self) -> str:
+        return "textbox"
+
+    def api_info(self) -> dict:
+        return {"type": "string", "additional_description": self.api_text}
+
+
+def mode_choices(manager) -> list[tuple]:
+    return [(I18N(views.MODE_KEYS[m]) if m in views.MODE_KEYS else m, m) for m in manager.modes]
+
+
+def preset_choices() -> list[tuple]:
+    """The presets by their own names (sizes read the same in every language), then "Custom"."""
+    return [(label, label) for label in views.preset_choices()[:-1]] + [(I18N("custom"), views.CUSTOM)]
 
 
 def build_ui(manager) -> gr.Blocks:
@@ -57,116 +94,113 @@ def build_ui(manager) -> gr.Blocks:
     start_shape = PRESETS[0][1]
 
     with gr.Blocks(title="Neuron Studio") as demo:
-        gr.Markdown("# Neuron Studio\nFLUX.2-klein on AWS Trainium — see what is compiled, what a new "
-                    "shape will cost, and how the modes compare.")
-        engine_line = gr.Markdown("Starting…", elem_id="engine-line")
+        gr.Markdown(I18N("title"))
+        engine_line = gr.Markdown(I18N("starting"), elem_id="engine-line")
         history_state = gr.State([])
 
-        with gr.Tab("Studio", id="studio"):
+        with gr.Tab(I18N("tab_studio"), id="studio"):
             with gr.Row():
                 with gr.Column(scale=2):
-                    prompt = gr.Textbox(label="Prompt", lines=3, elem_id="prompt",
-                                        placeholder="Describe the image…")
+                    prompt = gr.Textbox(label=I18N("prompt"), lines=3, elem_id="prompt",
+                                        placeholder=I18N("prompt_placeholder"))
                     examples = views.load_example_prompts(ASSETS / "prompts.txt")
                     if examples:
-                        gr.Examples([[e] for e in examples], inputs=[prompt], label="Examples")
-                    preset = gr.Radio(views.preset_choices(), value=default_preset, label="Resolution",
+                        gr.Examples([[e] for e in examples], inputs=[prompt], label=I18N("examples"))
+                    preset = gr.Radio(preset_choices(), value=default_preset, label=I18N("resolution"),
                                       elem_id="preset")
                     badges = gr.HTML(views.badges_html([]), elem_id="badges")
                     with gr.Row():
                         # No min/max here: the backend's check answers with the nearest valid size.
-                        width = gr.Number(start_shape.width, label="Width", precision=0, step=16, elem_id="width")
-                        height = gr.Number(start_shape.height, label="Height", precision=0, step=16,
+                        width = gr.Number(start_shape.width, label=I18N("width"), precision=0, step=16, elem_id="width")
+                        height = gr.Number(start_shape.height, label=I18N("height"), precision=0, step=16,
                                            elem_id="height")
                     with gr.Row():
-                        mode = gr.Dropdown(mode_choices(manager), value=s.mode, label="Mode", elem_id="mode",
+                        mode = gr.Dropdown(mode_choices(manager), value=s.mode, label=I18N("mode"), elem_id="mode",
                                            allow_custom_value=True, scale=3)
-                        tp_degree = gr.Number(s.tp_degree, label="TP degree (ranks)", precision=0, minimum=1,
+                        tp_degree = gr.Number(s.tp_degree, label=I18N("tp_degree"), precision=0, minimum=1,
                                               maximum=64, elem_id="tp-degree", scale=1, visible=s.mode == "tp")
                     # The group is shared by every page: only these buttons (or the System tab's)
                     # start or stop it; picking a mode starts and stops nothing.
                     with gr.Row(visible=s.mode == "tp", elem_id="tp-controls") as tp_controls:
                         tp_state = gr.HTML(views.tp_state_html({}), elem_id="tp-state", scale=2)
-                        tp_start = gr.Button("Start group", elem_id="tp-start", scale=1, min_width=80)
-                        tp_stop = gr.Button("Stop group", variant="stop", elem_id="tp-stop", scale=1, min_width=80)
+                        tp_start = gr.Button(I18N("start_group"), elem_id="tp-start", scale=1, min_width=80)
+                        tp_stop = gr.Button(I18N("stop_group"), variant="stop", elem_id="tp-stop", scale=1,
+                                            min_width=80)
                     with gr.Row():
-                        steps = gr.Slider(1, s.max_steps, value=s.steps, step=1, label="Steps", elem_id="steps")
+                        steps = gr.Slider(1, s.max_steps, value=s.steps, step=1, label=I18N("steps"), elem_id="steps")
                         guidance = gr.Slider(0, s.max_guidance, value=s.guidance, step=0.1,
-                                             label="Guidance (ignored by distilled models)")
+                                             label=I18N("guidance"))
                     with gr.Row():
-                        seed = gr.Number(0, label="Seed", precision=0, elem_id="seed")
-                        randomize = gr.Checkbox(True, label="Randomize seed", elem_id="randomize")
+                        seed = gr.Number(0, label=I18N("seed"), precision=0, elem_id="seed")
+                        randomize = gr.Checkbox(True, label=I18N("randomize"), elem_id="randomize")
                     cost = gr.Markdown("", elem_id="cost")
                     with gr.Row():
-                        generate_btn = gr.Button("Generate", variant="primary", elem_id="generate")
-                        stop_btn = gr.Button("Stop", variant="stop", elem_id="stop")
-                    with gr.Accordion("Load parameters from a PNG", open=False):
-                        png_in = gr.File(label="PNG made by Neuron Studio (or A1111-style)",
+                        generate_btn = gr.Button(I18N("generate"), variant="primary", elem_id="generate")
+                        stop_btn = gr.Button(I18N("stop"), variant="stop", elem_id="stop")
+                    with gr.Accordion(I18N("png_accordion"), open=False):
+                        png_in = gr.File(label=I18N("png_file"),
                                          file_types=[".png"], type="filepath", elem_id="png-in")
                 with gr.Column(scale=3):
                     image = gr.Image(label="Image", type="filepath", format="png", interactive=False,
                                      elem_id="image")
                     run_info = gr.Markdown("", elem_id="run-info")
-                    with gr.Accordion("Record (JSON)", open=False):
-                        record = gr.JSON(label="Record")
-                    history = gr.Gallery(label="This session", columns=6, height=220, object_fit="contain",
+                    with gr.Accordion(I18N("record_accordion"), open=False):
+                        record = gr.JSON(label=I18N("record"))
+                    history = gr.Gallery(label=I18N("history"), columns=6, height=220, object_fit="contain",
                                          elem_id="history")
 
-        with gr.Tab("Compare", id="compare"):
-            gr.Markdown("Runs the Studio tab's prompt, size, steps and seed through each chosen mode and "
-                        "shows the images side by side, with their timings and the largest pixel "
-                        "difference from the first mode.")
+        with gr.Tab(I18N("tab_compare"), id="compare"):
+            gr.Markdown(I18N("compare_intro"))
             compare_modes = gr.CheckboxGroup(mode_choices(manager),
                                              value=[m for m in ("eager", "compiled", "regional") if m in manager.modes],
-                                             label="Modes (two or three)", elem_id="compare-modes")
-            compare_btn = gr.Button("Compare", variant="primary", elem_id="compare-run")
-            compare_gallery = gr.Gallery(label="Side by side", columns=3, height="auto", elem_id="compare-gallery")
-            compare_table = gr.Dataframe(label="Timings", interactive=False, elem_id="compare-table")
+                                             label=I18N("compare_modes"), elem_id="compare-modes")
+            compare_btn = gr.Button(I18N("compare"), variant="primary", elem_id="compare-run")
+            compare_gallery = gr.Gallery(label=I18N("side_by_side"), columns=3, height="auto",
+                                         elem_id="compare-gallery")
+            compare_table = gr.Dataframe(label=I18N("timings"), interactive=False, elem_id="compare-table")
 
-        with gr.Tab("System", id="system"):
+        with gr.Tab(I18N("tab_system"), id="system"):
             system_info = gr.Markdown("", elem_id="system-info")
             with gr.Row():
-                warm_only = gr.Checkbox(manager.warm_only, label="Lock to warm shapes (refuse new compiles)",
+                warm_only = gr.Checkbox(manager.warm_only, label=I18N("warm_only"),
                                         elem_id="warm-only")
-                clear_btn = gr.Button("Clear compile cache…", elem_id="clear-cache")
+                clear_btn = gr.Button(I18N("clear_cache"), elem_id="clear-cache")
             with gr.Row(visible=False) as confirm_row:
-                gr.Markdown("Delete every compiled artifact on disk? Warm shapes stay warm in this "
-                            "process; the next start compiles from scratch.")
-                confirm_btn = gr.Button("Yes, clear it", variant="stop", elem_id="confirm-clear")
-                cancel_btn = gr.Button("Keep it", elem_id="cancel-clear")
-            shapes_table = gr.Dataframe(views.shapes_frame({"shapes": []}), label="Shapes", interactive=False,
+                gr.Markdown(I18N("confirm_clear"))
+                confirm_btn = gr.Button(I18N("confirm_yes"), variant="stop", elem_id="confirm-clear")
+                cancel_btn = gr.Button(I18N("confirm_no"), elem_id="cancel-clear")
+            shapes_table = gr.Dataframe(views.shapes_frame({"shapes": []}), label=I18N("shapes"), interactive=False,
                                         elem_id="shapes-table")
             with gr.Group():
                 warm_shapes = gr.CheckboxGroup([views.preset_label(n, sh) for n, sh in PRESETS],
-                                               label="Warm up these presets", elem_id="warm-shapes")
+                                               label=I18N("warm_shapes"), elem_id="warm-shapes")
                 warm_mode = gr.Dropdown(mode_choices(manager),
                                         value="compiled" if "compiled" in manager.modes else s.mode,
-                                        label="in mode", elem_id="warm-mode")
-                warm_btn = gr.Button("Warm up in the background", elem_id="warm-up")
+                                        label=I18N("warm_mode"), elem_id="warm-mode")
+                warm_btn = gr.Button(I18N("warm_button"), elem_id="warm-up")
                 warm_info = gr.Markdown("", elem_id="warm-info")
             with gr.Group():
                 with gr.Row():
                     tp_system_state = gr.HTML(views.tp_state_html({}), elem_id="tp-system-state", scale=2)
-                    tp_system_degree = gr.Number(s.tp_degree, label="TP degree (ranks)", precision=0, minimum=1,
+                    tp_system_degree = gr.Number(s.tp_degree, label=I18N("tp_degree"), precision=0, minimum=1,
                                                  maximum=64, elem_id="tp-system-degree", scale=1)
-                    tp_system_start = gr.Button("Start group", elem_id="tp-system-start", scale=1)
-                    tp_system_stop = gr.Button("Stop group", variant="stop", elem_id="tp-system-stop", scale=1)
+                    tp_system_start = gr.Button(I18N("start_group"), elem_id="tp-system-start", scale=1)
+                    tp_system_stop = gr.Button(I18N("stop_group"), variant="stop", elem_id="tp-system-stop", scale=1)
                 tp_info = gr.Markdown("", elem_id="tp-info")
-                tp_logs_btn = gr.Button("Show rank logs", elem_id="tp-logs-show")
-                tp_log_box = gr.Textbox(label="Rank logs (tails, read when you press Show)", lines=8,
+                tp_logs_btn = gr.Button(I18N("show_logs"), elem_id="tp-logs-show")
+                tp_log_box = gr.Textbox(label=I18N("rank_logs"), lines=8,
                                         max_lines=20, interactive=False, elem_id="tp-logs")
-            with gr.Accordion("Raw status (JSON)", open=False):
-                status_json = gr.JSON(label="Status")
+            with gr.Accordion(I18N("raw_status"), open=False):
+                status_json = gr.JSON(label=I18N("status"))
 
-        with gr.Tab("Performance", id="performance"):
-            gr.Markdown("Measured in this process: steady-state seconds per image (median, runs that did "
-                        "not compile) against image size, and the compile time of each shape per mode.")
+        with gr.Tab(I18N("tab_performance"), id="performance"):
+            gr.Markdown(I18N("perf_intro"))
             latency_plot = gr.ScatterPlot(views.latency_frame([]), x="megapixels", y="seconds", color="mode",
-                                          title="Latency vs image size (steady state)", elem_id="latency-plot")
+                                          title=I18N("latency_title"), elem_id="latency-plot")
             compile_plot = gr.BarPlot(views.compile_frame({}), x="shape · mode", y="compile seconds",
-                                      color="mode", title="Compile time per shape and mode",
+                                      color="mode", title=I18N("compile_title"),
                                       elem_id="compile-plot")
-            plots_btn = gr.Button("Refresh plots")
+            plots_btn = gr.Button(I18N("refresh_plots"))
 
         # wiring ------------------------------------------------------------------------------
         private = {"api_visibility": "private"}
@@ -222,6 +256,7 @@ def build_ui(manager) -> gr.Blocks:
         plots_btn.click(studio.refresh_plots, None, [latency_plot, compile_plot], **light)
 
         demo.load(studio.page_opened, None, [tp_degree, tp_system_degree], **light)
+        demo.load(studio.page_labels, None, image, **light)  # set per language on the server
         demo.load(studio.refresh_all, studio_inputs, studio_outputs + system_outputs, **light)
         demo.load(studio.refresh_plots, None, [latency_plot, compile_plot], **light)
         gr.Timer(1.0).tick(studio.refresh_all, studio_inputs, studio_outputs + system_outputs,
@@ -232,10 +267,21 @@ def build_ui(manager) -> gr.Blocks:
         # Public API: the two named endpoints gradio_client users call. The generate endpoint has
         # inputs of its own that pass values through untouched, so every bad value is answered by
         # the backend's validation (naming the field and the fix), not by a widget's range check.
-        api_inputs = [gr.Textbox(visible=False, label="prompt"), RawNumber(visible=False, label="width"),
-                      RawNumber(visible=False, label="height"), gr.Textbox(visible=False, label="mode"),
-                      RawNumber(visible=False, label="steps"), RawNumber(visible=False, label="seed"),
-                      RawNumber(visible=False, label="guidance")]
+        modes = ", ".join(manager.modes)
+        api_inputs = [
+            _api_field(ApiText(visible=False, label="prompt"), "what to draw (required)"),
+            _api_field(RawNumber(1024, visible=False, label="width"),
+                       f"pixels, a multiple of 16 from {s.min_size} to {s.max_size}", "integer"),
+            _api_field(RawNumber(1024, visible=False, label="height"),
+                       f"pixels, a multiple of 16 from {s.min_size} to {s.max_size}", "integer"),
+            _api_field(ApiText(s.mode, visible=False, label="mode"), f"one of {modes}"),
+            _api_field(RawNumber(s.steps, visible=False, label="steps"),
+                       f"denoising steps, 1 to {s.max_steps}", "integer"),
+            _api_field(RawNumber(-1, visible=False, label="seed"), "0 to 2^63-1, or -1 for a random one",
+                       "integer"),
+            _api_field(RawNumber(s.guidance, visible=False, label="guidance"),
+                       f"guidance scale, 0 to {s.max_guidance:g} (ignored by distilled models)"),
+        ]
         api_image = gr.Image(type="filepath", format="png", visible=False)
         api_record = gr.JSON(visible=False)
         api_button = gr.Button(visible=False)  # never shown: the endpoint is for API clients
@@ -279,7 +325,7 @@ def launch(manager, settings, block: bool = True) -> gr.Blocks:
     demo = build_ui(manager)
     demo.queue(default_concurrency_limit=1)
     demo.launch(server_name=settings.host, server_port=settings.port, share=settings.share, auth=auth,
-                enable_monitoring=False, show_error=False, prevent_thread_lock=True, css=CSS,
+                enable_monitoring=False, show_error=False, prevent_thread_lock=True, css=CSS, i18n=I18N,
                 allowed_paths=[str(Path(settings.output_dir).resolve())], quiet=False)
     if block:
         demo.block_thread()

@@ -2,6 +2,10 @@
 
 Each handler turns the backend's StudioError into ``gr.Error`` (a message in the page, never a
 generic "Error") and returns plain values, so tests can drive them with a fake manager.
+
+Words follow the browser: a handler that says something takes the ``gr.Request`` Gradio passes
+in (None in tests: English), and renders in ``i18n.language(request)``. ``request`` always comes
+before ``progress``: Gradio inserts the request at its position among the inputs.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from backend.errors import GenerationCancelled, InvalidRequest, StudioError
 from backend.pngmeta import read_png_parameters
 from backend.shapes import PRESETS, validate_shape
 from ui import views
+from ui.i18n import error_message, language, text
 
 HISTORY_KEEP = 24
 
@@ -23,7 +28,21 @@ def _noop_progress(*_args, **_kwargs) -> None:
     return None
 
 
-def _whole(value, strict: bool = False) -> int | None:
+def _page_error(exc: StudioError, lang: str) -> gr.Error:
+    """The one place a backend error becomes a page error: the translated sentence for its code, then
+    the backend's own detail."""
+    return gr.Error(error_message(exc, lang), title=text(lang, "title_error"))
+
+
+def _info(lang: str, message: str) -> None:
+    gr.Info(message, title=text(lang, "title_info"))
+
+
+def _warning(lang: str, message: str) -> None:
+    gr.Warning(message, title=text(lang, "title_warning"))
+
+
+def _whole(value, strict: bool = False, lang: str = "en") -> int | None:
     """A TP degree from a Number box: a whole number, or None (the default degree). With ``strict``
     anything else is a page error naming the field; without, it is ignored (for the status views)."""
     if value is None or value == "":
@@ -34,7 +53,7 @@ def _whole(value, strict: bool = False) -> int | None:
         number = math.nan
     if not math.isfinite(number) or number != int(number):
         if strict:
-            raise gr.Error(f"tp_degree: must be a whole number, got {value!r}")
+            raise _page_error(InvalidRequest("tp_degree", f"must be a whole number, got {value!r}"), lang)
         return None
     return int(number)
 
@@ -46,54 +65,60 @@ class Studio:
         self.manager = manager
 
     # helpers ---------------------------------------------------------------------------------
-    def _validate(self, prompt, width, height, mode, steps, guidance, seed):
+    def _validate(self, prompt, width, height, mode, steps, guidance, seed, lang: str | None = None):
+        """A GenerationRequest, or a page error: translated when ``lang`` is given (the page), the
+        backend's own words when not (the API)."""
         try:
             return self.manager.validate(prompt, height, width, steps=steps, guidance=guidance,
                                          seed=seed, mode=mode)
         except StudioError as exc:
-            raise gr.Error(str(exc)) from None
+            raise (_page_error(exc, lang) if lang else gr.Error(str(exc))) from None
 
     @staticmethod
-    def _progress_adapter(progress: Callable) -> Callable:
+    def _progress_adapter(progress: Callable, lang: str = "en") -> Callable:
         def on_progress(event) -> None:
             if event.phase == "denoising":
-                progress((event.step, event.steps), desc=f"denoising step {event.step}/{event.steps}")
+                progress((event.step, event.steps),
+                         desc=text(lang, "progress_step", step=event.step, steps=event.steps))
             elif event.phase in ("encoding", "compiling", "decoding"):
                 progress(None if event.phase == "compiling" else 0.0 if event.phase == "encoding" else 1.0,
-                         desc=f"{event.phase}…")
+                         desc=text(lang, f"phase_{event.phase}") + "…")
         return on_progress
 
-    def _run(self, request, progress: Callable):
+    def _run(self, request, progress: Callable, lang: str | None = None):
         try:
-            image, result = self.manager.generate(request, self._progress_adapter(progress))
+            image, result = self.manager.generate(request, self._progress_adapter(progress, lang or "en"))
         except GenerationCancelled as exc:
-            gr.Info(f"Stopped: {exc}")
+            _info(lang or "en", text(lang or "en", "info_stopped", detail=exc))
             return None
         except StudioError as exc:
-            raise gr.Error(str(exc)) from None
+            raise (_page_error(exc, lang) if lang else gr.Error(str(exc))) from None
         self.manager.save_image(image, result)
         if result.degraded:
-            gr.Warning(result.degraded)
+            _warning(lang or "en", result.degraded)
         return result
 
     # generate / stop -------------------------------------------------------------------------
     def generate_from_page(self, prompt, width, height, mode, steps, guidance, seed, randomize, history,
-                 progress: Callable = _noop_progress):
+                           page: gr.Request | None = None, progress: Callable = _noop_progress):
         """The Generate button: returns image, run line, record, used seed, gallery, history state."""
-        request = self._validate(prompt, width, height, mode, steps, guidance, -1 if randomize else seed)
-        result = self._run(request, progress)
+        lang = language(page)
+        request = self._validate(prompt, width, height, mode, steps, guidance, -1 if randomize else seed, lang)
+        result = self._run(request, progress, lang)
         if result is None:
-            return (gr.skip(), f"**Stopped** before the image was finished (seed `{request.seed}`).", gr.skip(),
-                    gr.skip(), gr.skip(), gr.skip())
+            return (gr.skip(), text(lang, "run_stopped", seed=request.seed), gr.skip(), gr.skip(), gr.skip(),
+                    gr.skip())
         record = result.to_json()
         caption = (f"{result.width}x{result.height} · {views.mode_caption(record)} · "
                    f"{views._seconds(result.seconds)}")
         history = ([(result.path, caption)] + list(history or []))[:HISTORY_KEEP]
-        return result.path, views.run_markdown(record), record, result.seed, history, history
+        return result.path, views.run_markdown(record, lang), record, result.seed, history, history
 
     def api_generate(self, prompt, width, height, mode, steps, seed, guidance,
                      progress: Callable = _noop_progress):
-        """Public API: (prompt, width, height, mode, steps, seed, guidance) -> (PNG, JSON record)."""
+        """Generate one image; returns the PNG (with its parameters inside) and the run's record as JSON.
+        Every value is checked by the backend: a bad one is refused naming the field (and, for a
+        size, the nearest valid one)."""
         request = self._validate(prompt, width, height, mode, steps, guidance, seed)
         result = self._run(request, progress)
         if result is None:
@@ -104,11 +129,9 @@ class Studio:
         record.pop("path")
         return result.path, record
 
-    def stop(self) -> None:
-        if self.manager.cancel():
-            gr.Info("Stopping at the next denoising step…")
-        else:
-            gr.Info("Nothing is running.")
+    def stop(self, page: gr.Request | None = None) -> None:
+        lang = language(page)
+        _info(lang, text(lang, "info_stopping" if self.manager.cancel() else "info_nothing"))
 
     # controls --------------------------------------------------------------------------------
     @staticmethod
@@ -125,64 +148,66 @@ class Studio:
                 return views.preset_label(name, shape)
         return views.CUSTOM
 
-    def refresh_studio(self, mode, width, height, steps, degree=None):
+    def refresh_studio(self, mode, width, height, steps, degree=None, page: gr.Request | None = None):
         """Engine line, cost of the chosen (mode, shape), preset badges for that mode, TP group badge."""
-        return self._studio_views(self.manager.status(), mode, width, height, steps, degree)
+        return self._studio_views(self.manager.status(), mode, width, height, steps, degree, language(page))
 
-    def refresh_system(self):
-        return self._system_views(self.manager.status())
+    def refresh_system(self, page: gr.Request | None = None):
+        return self._system_views(self.manager.status(), language(page))
 
-    def refresh_all(self, mode, width, height, steps, degree=None):
+    def refresh_all(self, mode, width, height, steps, degree=None, page: gr.Request | None = None):
         """The timer's tick: one status read for both the studio line and the system panel. It reads
         no rank logs: those are read only when someone presses "Show rank logs"."""
-        status = self.manager.status()
-        return self._studio_views(status, mode, width, height, steps, degree) + self._system_views(status)
+        status, lang = self.manager.status(), language(page)
+        return (self._studio_views(status, mode, width, height, steps, degree, lang)
+                + self._system_views(status, lang))
 
-    def _studio_views(self, status, mode, width, height, steps, degree=None):
-        engine = views.engine_markdown(status)
+    def _studio_views(self, status, mode, width, height, steps, degree=None, lang: str = "en"):
+        engine = views.engine_markdown(status, lang)
         tp = status.get("tp") or {}
-        tp_badge = views.tp_state_html(tp)
+        tp_badge = views.tp_state_html(tp, lang)
         degree = _whole(degree)
         if mode == "tp" and tp.get("state") != "ready":
-            cost = views.tp_cost_markdown(tp, degree, status.get("degraded"))
+            cost = views.tp_cost_markdown(tp, degree, status.get("degraded"), lang)
             return engine, cost, views.badges_html([]), tp_badge
         try:
             bounds = self.manager.settings
             shape = validate_shape(height, width, bounds.min_size, bounds.max_size)
         except InvalidRequest as exc:
-            shape, error = None, str(exc)
+            shape, error = None, error_message(exc, lang)
         else:
             error = None
         steps = steps if isinstance(steps, (int, float)) and steps >= 1 else None
         ready = status["state"] not in ("idle", "loading", "failed")
         prediction = self.manager.predict(mode, shape, steps) if ready and shape else None
-        cost = views.cost_markdown(prediction, error)
+        cost = views.cost_markdown(prediction, error, lang)
         if mode == "tp" and prediction is not None and not prediction.get("refused"):
-            cost += views.tp_group_note(tp, degree)
+            cost += views.tp_group_note(tp, degree, lang)
         badges = views.badges_html([(views.preset_label(n, s), self.manager.predict(mode, s, steps))
-                                    for n, s in PRESETS]) if ready else views.badges_html([])
+                                    for n, s in PRESETS], lang) if ready else views.badges_html([])
         return engine, cost, badges, tp_badge
 
     @staticmethod
-    def _system_views(status):
+    def _system_views(status, lang: str = "en"):
         tp = status.get("tp") or {}
-        return (views.system_markdown(status), views.shapes_frame(status), views.warmup_markdown(status),
-                views.tp_state_html(tp), views.tp_markdown(tp), status)
+        return (views.system_markdown(status, lang), views.shapes_frame(status), views.warmup_markdown(status, lang),
+                views.tp_state_html(tp, lang), views.tp_markdown(tp, lang), status)
 
     def refresh_plots(self):
         return views.latency_frame(self.manager.records), views.compile_frame(self.manager.status())
 
     # PNG parameters --------------------------------------------------------------------------
-    def load_png(self, path):
+    def load_png(self, path, page: gr.Request | None = None):
         """Fill the controls from a PNG's parameters: prompt, size, steps, guidance, seed, mode."""
         if not path:
             return (gr.skip(),) * 9
+        lang = language(page)
         try:
             params = read_png_parameters(path)
         except Exception:  # noqa: BLE001 - not a PNG (or a broken one): say so, change nothing
-            raise gr.Error("That file is not a readable PNG.") from None
+            raise gr.Error(text(lang, "err_not_png"), title=text(lang, "title_error")) from None
         if not params:
-            gr.Warning("This PNG carries no generation parameters.")
+            _warning(lang, text(lang, "warn_no_params"))
             return (gr.skip(),) * 9
         width, height = params.get("width"), params.get("height")
         mode = params.get("mode")
@@ -214,70 +239,82 @@ class Studio:
             return tp["world_size"], tp["world_size"]
         return gr.skip(), gr.skip()
 
-    def start_tp(self, degree) -> None:
+    @staticmethod
+    def page_labels(page: gr.Request | None = None):
+        """Labels the browser's translation does not reach (gr.Image's block label shows "[object
+        Object]" for an ``I18N`` key in Gradio 6.31): set when the page opens, in its language."""
+        return gr.update(label=text(language(page), "image"))
+
+    def start_tp(self, degree, page: gr.Request | None = None) -> None:
         """Start the group with this page's degree (a running group of another degree is replaced)."""
-        wanted = _whole(degree, strict=True)
+        lang = language(page)
+        wanted = _whole(degree, strict=True, lang=lang)
         before = self.manager.status().get("tp") or {}
         try:
             group = self.manager.start_tp(wanted)
         except StudioError as exc:
-            raise gr.Error(str(exc)) from None
+            raise _page_error(exc, lang) from None
         ranks = group.get("world_size", wanted)
         if before.get("state") in views.TP_RUNNING and before.get("world_size") == ranks:
-            gr.Info(f"The tensor-parallel group is already {before['state']} with {ranks} ranks.")
+            _info(lang, text(lang, "info_tp_already", state=views._tp_state(before["state"], lang), ranks=ranks))
         elif before.get("state") in views.TP_RUNNING:
-            gr.Info(f"Replacing the {before.get('world_size')}-rank tensor-parallel group with {ranks} ranks…")
+            _info(lang, text(lang, "info_tp_replacing", old=before.get("world_size"), ranks=ranks))
         else:
-            gr.Info(f"Starting the tensor-parallel group ({ranks} ranks)…")
+            _info(lang, text(lang, "info_tp_starting", ranks=ranks))
 
-    def stop_tp(self) -> None:
+    def stop_tp(self, page: gr.Request | None = None) -> None:
         """Stop the group; returns once no process of it is left (the timer shows "stopping" meanwhile)."""
+        lang = language(page)
         if ((self.manager.status().get("tp") or {}).get("state") or "stopped") == "stopped":
-            gr.Info("The tensor-parallel group is not running.")
+            _info(lang, text(lang, "info_tp_not_running"))
             return
         try:
             self.manager.stop_tp()
         except StudioError as exc:
-            raise gr.Error(str(exc)) from None
-        gr.Info("The tensor-parallel group is stopped.")
+            raise _page_error(exc, lang) from None
+        _info(lang, text(lang, "info_tp_stopped"))
 
-    def show_tp_logs(self) -> str:
+    def show_tp_logs(self, page: gr.Request | None = None) -> str:
         """The "Show rank logs" button: the logs are read now, only because someone asked."""
-        return views.tp_logs_text(self.manager.tp_logs(lines=20))
+        return views.tp_logs_text(self.manager.tp_logs(lines=20), language(page))
 
     # system panel ----------------------------------------------------------------------------
-    def clear_cache(self) -> str:
+    def clear_cache(self, page: gr.Request | None = None) -> str:
+        lang = language(page)
         try:
             freed = self.manager.clear_compile_cache()
         except StudioError as exc:
-            raise gr.Error(str(exc)) from None
-        gr.Info(f"Compile cache cleared ({freed / 1e6:.1f} MB).")
-        return views.system_markdown(self.manager.status())
+            raise _page_error(exc, lang) from None
+        _info(lang, text(lang, "info_cache_cleared", mb=f"{freed / 1e6:.1f}"))
+        return views.system_markdown(self.manager.status(), lang)
 
-    def set_warm_only(self, locked: bool) -> None:
+    def set_warm_only(self, locked: bool, page: gr.Request | None = None) -> None:
         self.manager.set_warm_only(bool(locked))
-        gr.Info("Locked to warm shapes." if locked else "New shapes may compile again.")
+        lang = language(page)
+        _info(lang, text(lang, "info_locked" if locked else "info_unlocked"))
 
-    def start_warmup(self, labels: list[str], mode: str) -> str:
+    def start_warmup(self, labels: list[str], mode: str, page: gr.Request | None = None) -> str:
+        lang = language(page)
         shapes = [s for s in (views.preset_shape(label) for label in labels or []) if s is not None]
         try:
             self.manager.start_warmup(shapes, mode)
         except StudioError as exc:
-            raise gr.Error(str(exc)) from None
-        return views.warmup_markdown(self.manager.status())
+            raise _page_error(exc, lang) from None
+        return views.warmup_markdown(self.manager.status(), lang)
 
     # compare ---------------------------------------------------------------------------------
     def compare(self, prompt, width, height, steps, guidance, seed, randomize, modes,
-                progress: Callable = _noop_progress):
+                page: gr.Request | None = None, progress: Callable = _noop_progress):
+        lang = language(page)
         request = self._validate(prompt, width, height, (modes or ["eager"])[0], steps, guidance,
-                                 -1 if randomize else seed)
+                                 -1 if randomize else seed, lang)
         try:
-            entries = self.manager.compare(request, modes or [], self._progress_adapter(progress))
+            entries = self.manager.compare(request, modes or [], self._progress_adapter(progress, lang))
         except GenerationCancelled as exc:
-            gr.Info(f"Stopped: {exc}")
+            _info(lang, text(lang, "info_stopped", detail=exc))
             return gr.skip(), gr.skip()
         except StudioError as exc:
-            raise gr.Error(str(exc)) from None
+            raise _page_error(exc, lang) from None
         gallery, table = [], []
         for e in entries:
             self.manager.save_image(e["image"], e["result"])

@@ -1,6 +1,8 @@
 """Pure rendering: status snapshots and predictions in, Markdown, HTML and pandas frames out.
 
-No gradio and no torch here, so every view is unit-testable with plain dicts.
+No gradio and no torch here, so every view is unit-testable with plain dicts. Views that say words
+take ``lang`` ("en" or "tr", English by default) and take them from ``ui.i18n``; numbers, sizes,
+mode names and the backend's own texts are written the same in both languages.
 """
 
 from __future__ import annotations
@@ -13,15 +15,13 @@ import pandas as pd
 
 from backend.core_plan import plan_text as core_plan_text
 from backend.shapes import PRESETS, Shape
+from ui.i18n import DEFAULT, MESSAGES, text
+
+MESSAGES_EN = MESSAGES[DEFAULT]
 
 CUSTOM = "Custom"
-MODE_LABELS = {
-    "eager": "eager",
-    "compiled": "compiled (whole transformer)",
-    "regional": "regional (repeated blocks)",
-    "tp": "tensor-parallel (torchrun worker group)",
-}
-STATE_WORDS = {"warm": "Ready", "cold": "Cold", "compiling": "Compiling", "failed": "Failed", "locked": "Refused"}
+# The modes' display names are ui.i18n keys (the page shows them in its language).
+MODE_KEYS = {"eager": "mode_eager", "compiled": "mode_compiled", "regional": "mode_regional", "tp": "mode_tp"}
 
 
 def preset_choices() -> list[str]:
@@ -52,31 +52,32 @@ def _seconds(value: float | None) -> str:
     return f"{value * 1000:.0f} ms" if value < 1 else f"{value:.1f} s"
 
 
-def cost_markdown(prediction: dict[str, Any] | None, error: str | None = None) -> str:
-    """What the chosen (mode, shape) will cost, in one line."""
+def cost_markdown(prediction: dict[str, Any] | None, error: str | None = None, lang: str = DEFAULT) -> str:
+    """What the chosen (mode, shape) will cost, in one line. ``error`` is already in ``lang``."""
     if error:
-        return f"**Invalid** — {error}"
+        return text(lang, "cost_invalid", error=error)
     if prediction is None:
-        return "Waiting for the model to load…"
+        return text(lang, "cost_waiting")
     p = prediction
-    where = f"**{p['shape']}** in **{p['mode']}** mode"
+    where = text(lang, "cost_where", shape=p["shape"], mode=p["mode"])
     if p.get("refused"):
-        return f"**Refused** — {where}: {p['refused']}"
+        return text(lang, "cost_refused", where=where, reason=p["refused"])
     if p["state"] == "compiling":
         est = p.get("estimate_compile_seconds")
-        return (f"**Compiling** — {where} is compiling now "
-                f"({_seconds(p.get('elapsed_seconds'))} elapsed" + (f" of ~{_seconds(est)})" if est else ")"))
+        return (text(lang, "cost_compiling", where=where, elapsed=_seconds(p.get("elapsed_seconds")))
+                + (text(lang, "cost_compiling_of", estimate=_seconds(est)) if est else ")"))
     if p["will_compile"]:
         est = p.get("estimate_compile_seconds")
-        guess = (f"estimated {_seconds(est)} from past compiles" if est is not None
-                 else "no compile measured yet in this mode to estimate from")
-        prefix = "failed before; " if p["state"] == "failed" else ""
-        return f"**Cold** — {where}: {prefix}it will compile first ({guess})."
+        guess = (text(lang, "cost_estimate", estimate=_seconds(est)) if est is not None
+                 else text(lang, "cost_no_estimate"))
+        prefix = text(lang, "cost_failed_before") if p["state"] == "failed" else ""
+        return text(lang, "cost_cold", where=where, prefix=prefix, guess=guess)
     expected = p.get("expected_seconds")
-    tail = f"expected {_seconds(expected)}" if expected is not None else "no steady timing yet"
+    tail = (text(lang, "cost_expected", seconds=_seconds(expected)) if expected is not None
+            else text(lang, "cost_no_timing"))
     note = p.get("note") or ""
     extra = "" if note in ("warm", "") else f" ({note})"
-    return f"**Ready** — {where}: {tail}{extra}."
+    return text(lang, "cost_ready", where=where, tail=tail, extra=extra)
 
 
 def badge_state(prediction: dict[str, Any]) -> str:
@@ -87,45 +88,55 @@ def badge_state(prediction: dict[str, Any]) -> str:
     return "cold" if prediction["will_compile"] else "warm"
 
 
-def badges_html(predictions: list[tuple[str, dict[str, Any]]]) -> str:
+def badges_html(predictions: list[tuple[str, dict[str, Any]]], lang: str = DEFAULT) -> str:
     """One badge per preset: its state in the current mode."""
     spans = []
     for label, p in predictions:
         state = badge_state(p)
-        title = html.escape(cost_markdown(p).replace("**", ""), quote=True)
+        title = html.escape(cost_markdown(p, lang=lang).replace("**", ""), quote=True)
         spans.append(f'<span class="ns-badge ns-{state}" data-shape="{p["shape"]}" data-state="{state}" '
-                     f'title="{title}"><i></i>{html.escape(label)} · {state}</span>')
+                     f'title="{title}"><i></i>{html.escape(label)} · {text(lang, "badge_" + state)}</span>')
     return '<div class="ns-badges">' + "".join(spans) + "</div>"
 
 
-def engine_markdown(status: dict[str, Any]) -> str:
+def engine_markdown(status: dict[str, Any], lang: str = DEFAULT) -> str:
     """The line under the title: model, device, state, and what is running right now."""
     model = status["model"].get("label") or status["model"]["spec"]
     dev = status.get("device") or {}
     where = f"{dev.get('kind', '…')} ({status.get('dtype') or '…'})"
     state = status["state"]
     if state == "failed":
-        return f"**Model failed to load** — {model}: {status.get('load_error')}"
+        return text(lang, "engine_failed", model=model, error=status.get("load_error"))
     tp = status.get("tp")
     if state in ("idle", "loading"):
         starting = tp and tp.get("state", "stopped") != "stopped"  # --mode tp starts the group at launch
-        return f"Loading **{model}** on {where}…" + (f" · {tp_engine_text(tp)}" if starting else "")
-    line = f"**{model}** on **{where}** · {state}"
+        return (text(lang, "engine_loading", model=model, where=where)
+                + (f" · {tp_engine_text(tp, lang=lang)}" if starting else ""))
+    state_key = f"engine_state_{state}"
+    line = text(lang, "engine_ready", model=model, where=where,
+                state=text(lang, state_key) if state_key in MESSAGES_EN else state)
     if status.get("warm_only"):
-        line += " · locked to warm shapes"
+        line += text(lang, "engine_locked")
     busy = status.get("busy")
     if busy:
         phase = busy["phase"]
-        step = f" step {busy['step']}/{busy['steps']}" if phase == "denoising" else ""
-        line += f" · **busy**: {busy['mode']} {busy['shape']} {phase}{step} ({busy['elapsed']:.1f} s)"
+        step = text(lang, "engine_step", step=busy["step"], steps=busy["steps"]) if phase == "denoising" else ""
+        line += text(lang, "engine_busy", mode=busy["mode"], shape=busy["shape"], phase=_phase(phase, lang),
+                     step=step, elapsed=f"{busy['elapsed']:.1f} s")
     if tp:
-        line += " · " + tp_engine_text(tp, show_error=not status.get("degraded"))
+        line += " · " + tp_engine_text(tp, show_error=not status.get("degraded"), lang=lang)
     if status.get("degraded"):
         line += f" · **{status['degraded']}**"
     warmup = status.get("warmup")
     if warmup and warmup.get("running"):
-        line += f" · warming up {warmup['done']}/{warmup['total']} in {warmup['mode']}"
+        line += text(lang, "engine_warming", done=warmup["done"], total=warmup["total"], mode=warmup["mode"])
     return line
+
+
+def _phase(phase: str, lang: str) -> str:
+    """A pipeline phase's name (encoding, compiling, denoising, decoding) in ``lang``."""
+    key = f"phase_{phase}"
+    return text(lang, key) if key in MESSAGES_EN else phase
 
 
 def _bytes(n: int | None) -> str:
@@ -138,27 +149,31 @@ def _bytes(n: int | None) -> str:
     return f"{n:.1f} GB"
 
 
-def system_markdown(status: dict[str, Any]) -> str:
+def system_markdown(status: dict[str, Any], lang: str = DEFAULT) -> str:
     dev = status.get("device") or {}
     cache = status.get("cache") or {}
     mem = status.get("memory") or {}
     engine = status.get("engine") or {}
+    def t(key: str, **values: Any) -> str:
+        return text(lang, key, **values)
+
     rows = [
-        ("Device", f"{dev.get('kind', '…')} — {dev.get('reason', 'resolving')}"),
-        ("Model", status["model"].get("label") or status["model"]["spec"]),
-        ("Dtype", status.get("dtype") or "…"),
-        ("Default mode", status.get("default_mode")),
-        ("Engine", f"{engine.get('engine', '…')} · {status['state']}"
-                   + (f" · active mode {engine['active_mode']}" if engine.get("active_mode") else "")),
-        ("Compile backend", dev.get("compile_backend", "…")),
-        *[("Compile cache", f"`{c['dir']}` ({_bytes(c['bytes'])}, {c['variable']})")
+        (t("sys_device"), f"{dev.get('kind', '…')} — {dev.get('reason', t('resolving'))}"),
+        (t("sys_model"), status["model"].get("label") or status["model"]["spec"]),
+        (t("sys_dtype"), status.get("dtype") or "…"),
+        (t("sys_default_mode"), status.get("default_mode")),
+        (t("sys_engine"), f"{engine.get('engine', '…')} · {status['state']}"
+                          + (t("sys_active_mode", mode=engine["active_mode"]) if engine.get("active_mode") else "")),
+        (t("sys_compile_backend"), dev.get("compile_backend", "…")),
+        *[(t("sys_cache"), f"`{c['dir']}` ({_bytes(c['bytes'])}, {c['variable']})")
           for c in cache.get("caches") or [{"dir": "…", "bytes": None, "variable": ""}]],
-        *([("NeuronCores", core_plan_text(status["neuron_cores"]))] if status.get("neuron_cores") else []),
-        ("Memory", f"RSS {_bytes(mem.get('rss_bytes'))}, device {_bytes(mem.get('device_allocated_bytes'))}"),
-        ("Warm-only lock", "on" if status.get("warm_only") else "off"),
-        ("Last error", status.get("last_error") or "none"),
+        *([(t("sys_cores"), core_plan_text(status["neuron_cores"]))] if status.get("neuron_cores") else []),
+        (t("sys_memory"), t("sys_memory_value", rss=_bytes(mem.get("rss_bytes")),
+                            device=_bytes(mem.get("device_allocated_bytes")))),
+        (t("sys_lock"), t("on") if status.get("warm_only") else t("off")),
+        (t("sys_last_error"), status.get("last_error") or t("none")),
     ]
-    return "\n".join(["| System | |", "| --- | --- |"] + [f"| {k} | {v} |" for k, v in rows])
+    return "\n".join([f"| {t('sys_head')} | |", "| --- | --- |"] + [f"| {k} | {v} |" for k, v in rows])
 
 
 SHAPE_COLUMNS = ["mode", "shape", "state", "compile s", "steady s", "runs", "error"]
@@ -172,15 +187,16 @@ def shapes_frame(status: dict[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=SHAPE_COLUMNS)
 
 
-def warmup_markdown(status: dict[str, Any]) -> str:
+def warmup_markdown(status: dict[str, Any], lang: str = DEFAULT) -> str:
     w = status.get("warmup")
     if not w:
         return ""
     if w.get("running"):
-        return f"Warming up {w['mode']}: {w['done']}/{w['total']} done, now {w.get('current') or '…'}"
+        return text(lang, "warmup_running", mode=w["mode"], done=w["done"], total=w["total"],
+                    current=w.get("current") or "…")
     if w.get("error"):
-        return f"**Warm-up stopped** — {w['error']}"
-    return f"Warm-up finished: {w['total']} shape(s) in {w['mode']} mode"
+        return text(lang, "warmup_stopped", error=w["error"])
+    return text(lang, "warmup_done", total=w["total"], mode=w["mode"])
 
 
 def latency_frame(records: list[Any]) -> pd.DataFrame:
@@ -201,17 +217,17 @@ def compile_frame(status: dict[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["shape · mode", "mode", "compile seconds"])
 
 
-def compile_text(result: dict[str, Any]) -> str:
+def compile_text(result: dict[str, Any], lang: str = DEFAULT) -> str:
     """What a run compiled: torch.compile graphs and (on Neuron) NEFFs, counted apart — every graph
     is also at least one NEFF, and eager ops compile NEFFs of their own."""
     if not result["compiled"]:
-        return "no compile (warm)"
+        return text(lang, "run_warm")
     parts = []
     if result["compiles"]:
-        parts.append(f"{result['compiles']} graph(s) in {_seconds(result['compile_seconds'])}")
+        parts.append(text(lang, "run_graphs", count=result["compiles"], seconds=_seconds(result["compile_seconds"])))
     if result.get("neff_compiles"):
-        parts.append(f"{result['neff_compiles']} NEFF(s)")
-    return "compiled " + " and ".join(parts)
+        parts.append(text(lang, "run_neffs", count=result["neff_compiles"]))
+    return text(lang, "run_compiled", parts=text(lang, "run_and").join(parts))
 
 
 def _degraded_reason(result: dict[str, Any]) -> str:
@@ -219,13 +235,13 @@ def _degraded_reason(result: dict[str, Any]) -> str:
     return why.split("; tensor-parallel requests run in process")[0]  # the run line says that already
 
 
-def mode_text(result: dict[str, Any]) -> str:
+def mode_text(result: dict[str, Any], lang: str = DEFAULT) -> str:
     """Which mode served a run, as it was: a TP request served in process says so, never "tp"."""
     mode = result["mode"]
     if result.get("degraded"):
-        return f"served in process ({mode}) instead of {result.get('requested_mode') or 'tp'}"
+        return text(lang, "run_in_process", mode=mode, requested=result.get("requested_mode") or "tp")
     if mode == "tp":
-        return f"tp ({result.get('world_size', 1)} ranks)"
+        return text(lang, "run_tp", ranks=result.get("world_size", 1))
     return mode
 
 
@@ -238,14 +254,13 @@ def mode_caption(result: dict[str, Any]) -> str:
     return result["mode"]
 
 
-def run_markdown(result: dict[str, Any]) -> str:
-    compiled = compile_text(result)
-    line = (f"**{result['width']}x{result['height']}**, {mode_text(result)}, {result['steps']} steps, "
-            f"seed `{result['seed']}` — **{_seconds(result['seconds'])}** total: "
-            f"encode {_seconds(result['encode'])}, denoise {_seconds(result['denoise'])}, "
-            f"decode {_seconds(result['decode'])}; {compiled}.")
+def run_markdown(result: dict[str, Any], lang: str = DEFAULT) -> str:
+    line = text(lang, "run_line", size=f"{result['width']}x{result['height']}", mode=mode_text(result, lang),
+                steps=result["steps"], seed=result["seed"], total=_seconds(result["seconds"]),
+                encode=_seconds(result["encode"]), denoise=_seconds(result["denoise"]),
+                decode=_seconds(result["decode"]), compiled=compile_text(result, lang))
     if result.get("degraded"):
-        line += f" **Degraded** — {_degraded_reason(result)}."
+        line += text(lang, "run_degraded", reason=_degraded_reason(result))
     return line
 
 
@@ -274,63 +289,72 @@ def _short(text: Any, limit: int = 160) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
-def tp_engine_text(tp: dict[str, Any], show_error: bool = True) -> str:
+def _tp_state(state: str, lang: str) -> str:
+    key = f"tp_state_{state}"
+    return text(lang, key) if key in MESSAGES_EN else state
+
+
+def tp_engine_text(tp: dict[str, Any], show_error: bool = True, lang: str = DEFAULT) -> str:
     """The group's state for the engine line under the title (every page shows it)."""
     state, ranks = tp.get("state", "stopped"), tp.get("world_size")
-    text = f"tensor-parallel group **{state}**"
+    line = text(lang, "tp_engine", state=_tp_state(state, lang))
     if state in TP_RUNNING:
-        text += f" ({ranks} ranks)"
+        line += text(lang, "tp_engine_ranks", ranks=ranks)
     if state == "dead" and show_error and tp.get("error"):
-        text += f": {_short(tp['error'])}"
-    return text
+        line += f": {_short(tp['error'])}"
+    return line
 
 
-def tp_state_html(tp: dict[str, Any]) -> str:
+def tp_state_html(tp: dict[str, Any], lang: str = DEFAULT) -> str:
     """A badge with the group's state; ``data-state`` carries it for scripts and tests."""
     state, ranks = tp.get("state", "stopped"), tp.get("world_size")
-    text = {"ready": f"ready · {ranks} ranks", "stopping": "stopping…", "stopped": "stopped",
-            "dead": "dead"}.get(state, f"{state}… · {ranks} ranks")
+    if state == "ready":
+        words = text(lang, "tp_badge_ready", ranks=ranks)
+    elif state == "stopping":
+        words = _tp_state(state, lang) + "…"
+    elif state in ("stopped", "dead"):
+        words = _tp_state(state, lang)
+    else:
+        words = text(lang, "tp_badge_starting", state=_tp_state(state, lang), ranks=ranks)
     title = html.escape(str(tp.get("error") or ""), quote=True)
+    badge = html.escape(text(lang, "tp_badge", text=words))
     return (f'<span class="ns-tp ns-tp-{html.escape(state)}" data-state="{html.escape(state)}" '
-            f'data-ranks="{ranks}" title="{title}"><i></i>Tensor-parallel group: {html.escape(text)}</span>')
+            f'data-ranks="{ranks}" title="{title}"><i></i>{badge}</span>')
 
 
-def _start_cost(tp: dict[str, Any], degree: int) -> str:
+def _start_cost(tp: dict[str, Any], degree: int, lang: str = DEFAULT) -> str:
     """What pressing Start will cost, to follow "press **Start group**"."""
     seconds, last = _tp_start_seconds(tp), tp.get("world_size")
     if seconds is None:
-        return (f": it launches {degree} processes that each load the model (no start measured yet to "
-                "estimate the time)")
-    with_ranks = "" if last == degree else f", with {last} ranks,"
-    return f" ({degree} ranks; its last start{with_ranks} took {_seconds(seconds)} to load and warm up)"
+        return text(lang, "tp_start_unmeasured", degree=degree)
+    with_ranks = "" if last == degree else text(lang, "tp_with_ranks", ranks=last)
+    return text(lang, "tp_start_measured", degree=degree, with_ranks=with_ranks, seconds=_seconds(seconds))
 
 
-def tp_cost_markdown(tp: dict[str, Any], degree: int | None = None, degraded: str | None = None) -> str:
+def tp_cost_markdown(tp: dict[str, Any], degree: int | None = None, degraded: str | None = None,
+                     lang: str = DEFAULT) -> str:
     """The cost line while tensor-parallel mode is picked and its group is not ready: what to do
     before Generate and what it will cost. ``degree`` is this page's TP degree; ``degraded`` the
     status's sentence when TP requests are being served in process meanwhile."""
     state, ranks = tp.get("state", "stopped"), tp.get("world_size")
     degree = degree or ranks
-    meanwhile = (f' Meanwhile requests are served in process ({tp.get("compile_mode") or "in process"}, '
-                 '"degraded").' if degraded else "")
+    meanwhile = (text(lang, "tp_meanwhile", mode=tp.get("compile_mode") or "in process") if degraded else "")
     if state in TP_STARTING:
-        return f"**Starting** — the tensor-parallel group ({ranks} ranks) is {state}…{meanwhile}"
+        return text(lang, "tp_cost_starting", ranks=ranks, state=_tp_state(state, lang), meanwhile=meanwhile)
     if state == "stopping":
-        return "**Stopping** — the tensor-parallel group is stopping; press **Start group** once it has stopped."
+        return text(lang, "tp_cost_stopping")
     if state == "dead":
-        return (f"**Down** — the tensor-parallel group died: {_short(tp.get('error') or 'no reason given', 300)}. "
-                f"Press **Start group** to launch it again{_start_cost(tp, degree)}.{meanwhile}")
-    return (f"**Stopped** — the tensor-parallel group is stopped — press **Start group**{_start_cost(tp, degree)}. "
-            "Generate in this mode needs it.")
+        return text(lang, "tp_cost_dead", error=_short(tp.get("error") or text(lang, "tp_no_reason"), 300),
+                    cost=_start_cost(tp, degree, lang), meanwhile=meanwhile)
+    return text(lang, "tp_cost_stopped", cost=_start_cost(tp, degree, lang))
 
 
-def tp_group_note(tp: dict[str, Any], degree: int | None) -> str:
+def tp_group_note(tp: dict[str, Any], degree: int | None, lang: str = DEFAULT) -> str:
     """Appended to the cost line when the group is ready: which group Generate will run on."""
     ranks = tp.get("world_size")
     if degree and ranks and degree != ranks:
-        return (f" Runs on the ready group of {ranks} ranks, not {degree}: **Start group** replaces "
-                f"it{_start_cost(tp, degree)}.")
-    return f" Runs on the ready group of {ranks} ranks."
+        return text(lang, "tp_note_other", ranks=ranks, degree=degree, cost=_start_cost(tp, degree, lang))
+    return text(lang, "tp_note", ranks=ranks)
 
 
 def _mb(n: int | None) -> str:
@@ -349,30 +373,34 @@ def tp_ranks_markdown(ranks: list[dict[str, Any]]) -> str:
     return "\n".join(head + rows)
 
 
-def tp_markdown(tp: dict[str, Any]) -> str:
+def tp_markdown(tp: dict[str, Any], lang: str = DEFAULT) -> str:
     """The System tab's tensor-parallel panel: the group, its last start, its ranks."""
     if not tp:
         return ""
+    def t(key: str, **values: Any) -> str:
+        return text(lang, key, **values)
+
     state = tp.get("state", "stopped")
-    rows = [("State", state), ("Ranks", tp.get("world_size")),
-            ("Each rank runs", tp.get("compile_mode", "…")),
-            ("NeuronCores", ", ".join(map(str, tp["cores"])) if tp.get("cores") else "n/a on this device"),
-            ("Rank pids", ", ".join(f"{r}: {p}" for r, p in sorted((tp.get("rank_pids") or {}).items())) or "…"),
-            ("Group error", tp.get("error") or "none"),
-            ("Last failed request", tp.get("last_request_error") or "none")]
+    rows = [(t("tp_row_state"), state), (t("tp_row_ranks"), tp.get("world_size")),
+            (t("tp_row_each"), tp.get("compile_mode", "…")),
+            (t("tp_row_cores"), ", ".join(map(str, tp["cores"])) if tp.get("cores") else t("tp_no_cores")),
+            (t("tp_row_pids"), ", ".join(f"{r}: {p}" for r, p in sorted((tp.get("rank_pids") or {}).items()))
+             or "…"),
+            (t("tp_row_error"), tp.get("error") or t("none")),
+            (t("tp_row_request"), tp.get("last_request_error") or t("none"))]
     timings = tp.get("timings") or {}
     if "load" in timings:
-        rows.append(("Load / warm-up", f"{timings['load']:.1f} s / {timings.get('warm') or 0:.1f} s"))
+        rows.append((t("tp_row_load"), f"{timings['load']:.1f} s / {timings.get('warm') or 0:.1f} s"))
     if "last_round_trip" in timings and "last_worker_seconds" in timings:
         overhead = (timings["last_round_trip"] - timings["last_worker_seconds"]) * 1000
-        rows.append(("Last call", f"{timings['last_round_trip']:.3f} s round trip, {overhead:.1f} ms over the "
-                                  "workers' own time"))
-    table = "\n".join(["| Tensor parallel | |", "| --- | --- |"] + [f"| {k} | {v} |" for k, v in rows])
+        rows.append((t("tp_row_call"), t("tp_call_value", round_trip=f"{timings['last_round_trip']:.3f} s",
+                                         overhead=f"{overhead:.1f} ms")))
+    table = "\n".join([f"| {t('tp_head')} | |", "| --- | --- |"] + [f"| {k} | {v} |" for k, v in rows])
     ranks = tp_ranks_markdown(tp.get("ranks") or [])
     return table + ("\n\n" + ranks if ranks else "")
 
 
-def tp_logs_text(logs: dict[str, str]) -> str:
+def tp_logs_text(logs: dict[str, str], lang: str = DEFAULT) -> str:
     """``Manager.tp_logs`` rendered for the Rank logs box."""
-    shown = [f"── {name} ──\n{text.rstrip()}" for name, text in (logs or {}).items() if text and text.strip()]
-    return "\n".join(shown) or "No rank logs: the tensor-parallel group has not been started."
+    shown = [f"── {name} ──\n{tail.rstrip()}" for name, tail in (logs or {}).items() if tail and tail.strip()]
+    return "\n".join(shown) or text(lang, "tp_no_logs")

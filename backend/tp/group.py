@@ -116,7 +116,8 @@ class TPWorkerGroup:
             raise BackendNotReady(f"the tensor-parallel group did not start: {self.error or self.state}")
 
     def close(self) -> None:
-        self.stop()
+        """Stop at once (the app is leaving or replacing the group): SIGTERM, grace, SIGKILL."""
+        self.stop(polite=False)
         self._cleanup_dir()
 
     def describe(self) -> dict[str, Any]:
@@ -269,13 +270,14 @@ class TPWorkerGroup:
         self._teardown = threading.Thread(target=self.stop, kwargs={"final_state": "dead"}, daemon=True)
         self._teardown.start()
 
-    def stop(self, final_state: str = "stopped") -> None:
-        """Shut the group down: ask politely, then SIGTERM the group, then SIGKILL. Leaves no process."""
+    def stop(self, final_state: str = "stopped", polite: bool = True) -> None:
+        """Shut the group down: ask politely (a ready group; it cancels a running generation first),
+        then SIGTERM the group, then SIGKILL. Leaves no process."""
         with self._lock:
             proc = self.proc
             if proc is None or self.state == "stopped" or (self.state == "stopping" and final_state == "stopped"):
                 return
-            polite = self.state == "ready"
+            polite = polite and self.state == "ready"
             if final_state == "stopped":
                 self.state = "stopping"
             pids = self._pids | processes.children(proc.pid)
@@ -286,8 +288,8 @@ class TPWorkerGroup:
             except (StudioError, TimeoutError):
                 pass
         for sig in (signal.SIGTERM, signal.SIGKILL):
-            try:
-                proc.wait(timeout=self.grace if sig == signal.SIGTERM else 0)
+            try:  # after a polite shutdown the group leaves by itself: give it the grace period
+                proc.wait(timeout=self.grace if (sig == signal.SIGTERM and polite) else 0)
             except subprocess.TimeoutExpired:
                 pass
             alive = [p for p in pids if processes.alive(p)]
@@ -392,10 +394,13 @@ class TPWorkerGroup:
 
     def _group_lost(self, reason: str) -> GroupDead:
         """The group is going down: wait (bounded) for the monitor to see torchrun exit and say which
-        rank died; mark it dead here if it does not. Returns the error to raise."""
+        rank died; mark it dead here if it does not. A group being stopped on purpose is not waited
+        for. Returns the error to raise."""
         deadline = self._clock() + 10
-        while self.state != "dead" and self._clock() < deadline:
+        while self.state in STARTING + ("ready",) and self._clock() < deadline:
             time.sleep(0.05)
+        if self.state in ("stopping", "stopped"):
+            return GroupDead("the tensor-parallel group was stopped")
         if self.state != "dead":
             self._mark_dead(reason)
         return GroupDead((self.error or reason) + self._tails_note())

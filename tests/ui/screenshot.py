@@ -1,7 +1,8 @@
 """Make the README's screenshots with the browser-test tooling: `python -m tests.ui.screenshot`.
 
 Starts the app (embedded model, aot_eager), generates in compiled mode at two presets so badges,
-the shape table and the plots have something to show, and writes PNGs under assets/.
+the shape table and the plots have something to show, and writes PNGs under assets/ (the Studio
+tab once more as a Turkish browser sees it: studio-tr.png).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ def make_screenshots(out_dir: Path) -> list[Path]:
     written = []
     with tempfile.TemporaryDirectory() as tmp, running_app(Path(tmp), "--compile-backend", "aot_eager") as url, \
             chromium() as browser:
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page = browser.new_page(locale="en-US", viewport={"width": 1400, "height": 1000})
         page.goto(url)
         page.wait_for_selector("#badges .ns-badge", timeout=30000)
         page.fill("#prompt textarea", "a red fox in fresh snow, golden hour")
@@ -58,7 +59,22 @@ def make_screenshots(out_dir: Path) -> list[Path]:
             page.wait_for_timeout(2500)
             written.append(out_dir / name)
             page.screenshot(path=str(written[-1]), full_page=True)
+        written.append(_turkish_studio(browser, url, out_dir / "studio-tr.png"))
     return written
+
+
+def _turkish_studio(browser, url: str, path: Path) -> Path:
+    """The Studio tab as a Turkish browser sees it, after one run of a shape that is already warm."""
+    page = browser.new_page(locale="tr-TR", viewport={"width": 1400, "height": 1000})
+    page.goto(url)
+    page.wait_for_selector("#badges .ns-badge", timeout=30000)
+    page.fill("#prompt textarea", "taze karda kızıl bir tilki, altın saat")
+    choose_mode(page, "derlenmiş (tüm transformer)")
+    _generate(page, "3:2 · 1216x832", 1)
+    page.wait_for_function("document.querySelector('#cost').innerText.startsWith('Hazır')", timeout=30000)
+    page.screenshot(path=str(path), full_page=True)
+    page.close()
+    return path
 
 
 if __name__ == "__main__":

@@ -5,13 +5,18 @@ import os
 import pytest
 from playwright.sync_api import expect
 
-from tests.ui.browser import CHROMIUM, badge_state, choose_mode, chromium
+from tests.ui.browser import CHROMIUM, IN_CI, badge_state, choose_mode, chromium
 from tools.app_process import running_app
 
 # .ci/run installs Debian's chromium, so in CI (CI=true) a missing browser fails instead of skipping.
 pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not os.path.exists(CHROMIUM) and not os.environ.get("CI"),
+              pytest.mark.skipif(not os.path.exists(CHROMIUM) and not IN_CI,
                                  reason="needs Debian's chromium (apt-get install chromium)")]
+
+
+def test_the_browser_is_there_when_ci_needs_it():
+    if IN_CI:
+        assert os.path.exists(CHROMIUM), f"CI runs the browser tests: {CHROMIUM} is missing"
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +33,7 @@ def browser():
 
 @pytest.fixture
 def page(browser, app_url):
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    context = browser.new_context(locale="en-US", viewport={"width": 1400, "height": 1000})
     page = context.new_page()
     page.goto(app_url)
     page.wait_for_selector("#badges .ns-badge", timeout=30000)
@@ -94,6 +99,45 @@ def test_a_bad_custom_size_shows_a_clear_error(page):
     assert "Error" in page.locator(".toast-body").first.inner_text()
 
 
+# What a browser in each language sees: tab names, the Generate button, a label, the engine line's
+# state, and the page's answer to a custom width that is not a multiple of 16.
+LANGUAGES = {
+    "tr-TR": {"tabs": ["Stüdyo", "Karşılaştır", "Sistem", "Performans"], "generate": "Oluştur", "prompt": "İstem",
+              "width": "Genişlik", "image": "Görsel", "engine": "· hazır", "invalid": "Geçersiz",
+              "error": "Görsel boyutu geçerli değil: width 1000 is not a multiple of 16; "
+                       "nearest valid size is 1008x1024"},
+    "en-US": {"tabs": ["Studio", "Compare", "System", "Performance"], "generate": "Generate", "prompt": "Prompt",
+              "width": "Width", "image": "Image", "engine": "· ready", "invalid": "Invalid",
+              "error": "The image size is not valid: width 1000 is not a multiple of 16; "
+                       "nearest valid size is 1008x1024"},
+}
+
+
+@pytest.mark.parametrize("locale", LANGUAGES)
+def test_the_page_speaks_the_browsers_language(browser, app_url, locale):
+    words = LANGUAGES[locale]
+    context = browser.new_context(locale=locale, viewport={"width": 1400, "height": 1000})
+    try:
+        page = context.new_page()
+        page.goto(app_url)
+        page.wait_for_selector("#badges .ns-badge", timeout=30000)
+        expect(page.get_by_role("tab")).to_have_text(words["tabs"])
+        expect(page.locator("#generate")).to_have_text(words["generate"])
+        expect(page.get_by_label(words["prompt"], exact=True)).to_be_visible()
+        expect(page.get_by_label(words["width"], exact=True)).to_be_visible()
+        expect(page.locator("#image")).to_contain_text(words["image"])  # a label set by the server
+        expect(page.locator("#engine-line")).to_contain_text(words["engine"])  # the server's words too
+        page.fill("#prompt textarea", "a fox")
+        page.fill("#width input", "1000")
+        page.press("#width input", "Tab")
+        expect(page.locator("#cost")).to_contain_text(f"{words['invalid']} — {words['error']}", timeout=15000)
+        page.click("#generate")
+        toast = page.locator(".toast-body").filter(has_text=words["error"])
+        expect(toast).to_have_count(1, timeout=30000)
+    finally:
+        context.close()
+
+
 def _wait_state(page, element: str, state: str, timeout: float = 30000) -> None:
     page.wait_for_function(f"document.querySelector('#{element} .ns-tp')?.dataset.state === '{state}'",
                            timeout=timeout)
@@ -115,7 +159,7 @@ def test_the_tensor_parallel_group_is_started_and_stopped_only_by_its_buttons(br
     pages = []
     try:
         for _ in range(2):
-            context = browser.new_context(viewport={"width": 1400, "height": 1000})
+            context = browser.new_context(locale="en-US", viewport={"width": 1400, "height": 1000})
             pages.append(context.new_page())
             pages[-1].goto(app_url)
             pages[-1].wait_for_selector("#badges .ns-badge", timeout=30000)

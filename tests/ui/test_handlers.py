@@ -36,15 +36,15 @@ def test_generate_shows_image_timings_seed_and_history(studio, fake):
                             ProgressEvent("denoising", 2, 4), ProgressEvent("decoding", 4, 4)]
     calls, progress = recorder()
     path, info, record, seed, gallery, state = studio.generate_from_page(
-        "a fox", 256, 128, "compiled", 4, 1.0, 0, True, [], progress)
+        "a fox", 256, 128, "compiled", 4, 1.0, 0, True, [], progress=progress)
     assert Path(path).is_file() and read_png_parameters(path)["seed"] == seed == record["seed"]
     assert "**256x128**" in info and "compiled 1 graph(s)" in info and f"`{seed}`" in info
     assert gallery == state and gallery[0][0] == path and "compiled" in gallery[0][1]
     assert [desc for _v, desc in calls] == ["encoding…", "compiling…", "denoising step 2/4", "decoding…"]
     assert calls[2][0] == (2, 4)
     # the same seed again, not randomised; history grows newest first
-    path2, info2, record2, seed2, gallery2, _ = studio.generate_from_page("a fox", 256, 128, "compiled", 4, 1.0, 77, False,
-                                                                 state, progress)
+    path2, info2, record2, seed2, gallery2, _ = studio.generate_from_page("a fox", 256, 128, "compiled", 4, 1.0, 77,
+                                                                          False, state, progress=progress)
     assert seed2 == 77 and "no compile (warm)" in info2 and len(gallery2) == 2 and gallery2[0][0] == path2
 
 
@@ -95,7 +95,7 @@ def test_start_and_stop_are_the_buttons(studio, fake):
     assert _tp_calls(fake)[-1] == ("start_tp", None)
     with pytest.raises(gr.Error, match="does not divide the model's 4 attention heads; use one of 1, 2, 4"):
         studio.start_tp(3)
-    with pytest.raises(gr.Error, match="tp_degree: must be a whole number"):
+    with pytest.raises(gr.Error, match="The TP degree is not valid: must be a whole number, got 2.5"):
         studio.start_tp(2.5)
     studio.stop_tp()
     assert _tp_calls(fake)[-1] == ("stop_tp",) and fake.tp["state"] == "stopped"
@@ -194,7 +194,7 @@ def test_cost_line_and_badges_follow_the_compile_state(studio, fake):
     _e, cost, badges, _tp = studio.refresh_studio("compiled", 1152, 896, 4)
     assert "**Refused**" in cost and 'data-shape="1152x896" data-state="locked"' in badges
     _e, cost, _b, _tp = studio.refresh_studio("compiled", 1000, 1024, 4)
-    assert cost.startswith("**Invalid** — size:") and "1008x1024" in cost
+    assert cost.startswith("**Invalid** — The image size is not valid: width 1000") and "1008x1024" in cost
 
 
 def test_presets_and_custom_sizes_stay_in_step(studio):

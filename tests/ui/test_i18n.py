@@ -1,0 +1,132 @@
+"""The page's two languages: the tables, the language a request gets, error codes, and what the
+handlers say in Turkish."""
+
+import ast
+import string
+from pathlib import Path
+from types import SimpleNamespace
+
+import gradio as gr
+import pytest
+
+from backend.errors import (BackendBusy, BackendNotReady, CompileFailure, GenerationCancelled, GenerationFailed,
+                            GroupDead, InvalidRequest, ModelNotFound, ShapeLimitReached, ShapeLocked, StudioError)
+from tests.ui.fake_manager import FakeManager
+from ui import i18n, views
+from ui.handlers import Studio
+
+UI = Path(__file__).resolve().parents[2] / "ui"
+TR = SimpleNamespace(headers={"accept-language": "tr-TR,tr;q=0.9,en;q=0.8"})
+EN = SimpleNamespace(headers={"accept-language": "en-US,en;q=0.9"})
+
+
+def _fields(template: str) -> set[str]:
+    return {name for _lit, name, _spec, _conv in string.Formatter().parse(template) if name}
+
+
+def test_both_languages_have_every_key_no_empty_string_and_the_same_placeholders():
+    en, tr = i18n.MESSAGES["en"], i18n.MESSAGES["tr"]
+    assert set(i18n.MESSAGES) == set(i18n.LANGUAGES) == {"en", "tr"}
+    assert set(en) == set(tr)
+    for key in en:
+        assert en[key].strip() and tr[key].strip(), key
+        assert _fields(en[key]) == _fields(tr[key]), key
+    assert "." not in "".join(en)  # the browser's i18n would read a dot as a nested key
+
+
+def test_every_key_the_page_and_the_code_use_is_in_the_table():
+    used = set()
+    for file in UI.glob("*.py"):
+        for node in ast.walk(ast.parse(file.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+                position = {"I18N": 0, "text": 1, "t": 0}.get(node.func.id)
+                if position is not None and len(node.args) > position \
+                        and isinstance(node.args[position], ast.Constant):
+                    used.add(node.args[position].value)
+    used |= set(views.MODE_KEYS.values())
+    used |= {f"engine_state_{s}" for s in ("idle", "loading", "warming", "ready", "failed")}
+    used |= {f"tp_state_{s}" for s in views.TP_RUNNING + ("stopping", "stopped", "dead")}
+    used |= {f"phase_{p}" for p in ("encoding", "compiling", "denoising", "decoding")}
+    used |= {f"badge_{s}" for s in ("warm", "cold", "compiling", "failed", "locked")}
+    used |= {"err_" + i18n.error_code(InvalidRequest(f, "x")).replace(".", "_") for f in i18n.INVALID_FIELDS}
+    assert len(used) > 100 and used <= set(i18n.MESSAGES["en"]), used - set(i18n.MESSAGES["en"])
+
+
+@pytest.mark.parametrize("header, lang", [
+    ("tr-TR,tr;q=0.9,en;q=0.8", "tr"), ("tr", "tr"), ("TR-tr", "tr"), ("en-US,en;q=0.9", "en"),
+    ("de-DE,tr;q=0.9", "en"), ("", "en"), (None, "en")])
+def test_the_browsers_first_language_picks_turkish_or_english(header, lang):
+    request = SimpleNamespace(headers={"accept-language": header} if header is not None else {})
+    assert i18n.language(request) == lang
+    assert i18n.language(None) == "en"
+
+
+@pytest.mark.parametrize("exc, code", [
+    (InvalidRequest("prompt", "is empty; describe the image you want"), "invalid.prompt"),
+    (InvalidRequest("width", "must be a whole number of pixels, got 'x'"), "invalid.width"),
+    (InvalidRequest("size", "width 1000 is not a multiple of 16; nearest valid size is 1008x1024"), "invalid.size"),
+    (InvalidRequest("tp_degree", "3 does not divide 24"), "invalid.tp_degree"),
+    (InvalidRequest("something_new", "bad"), "invalid"),
+    (ShapeLocked("1024x1024 is not warm"), "locked"), (ShapeLimitReached("8 graphs"), "limit"),
+    (BackendNotReady("the model is still loading"), "not_ready"), (BackendBusy("a warm-up is running"), "busy"),
+    (GenerationCancelled("stopped after step 2"), "cancelled"), (CompileFailure("neuronx-cc failed"), "compile_failed"),
+    (GroupDead("rank 1 exited"), "group_dead"), (GenerationFailed("boom"), "failed"),
+    (ModelNotFound("no such model"), "model_not_found"), (StudioError("odd"), "error"),
+])
+def test_error_codes_and_messages_in_both_languages(exc, code):
+    assert i18n.error_code(exc) == code
+    key = "err_" + code.replace(".", "_")
+    detail = exc.message if isinstance(exc, InvalidRequest) else str(exc)
+    for lang in ("en", "tr"):
+        assert i18n.error_message(exc, lang) == f"{i18n.MESSAGES[lang][key]}: {detail}"
+    assert i18n.error_message(exc, "tr") != i18n.error_message(exc, "en")
+
+
+def test_every_field_the_backend_names_has_a_sentence():
+    for field in i18n.INVALID_FIELDS:
+        assert f"err_invalid_{field}" in i18n.MESSAGES["en"]
+    for _cls, code in i18n.ERROR_CODES:
+        assert f"err_{code}" in i18n.MESSAGES["en"]
+
+
+@pytest.fixture
+def fake(tmp_path):
+    return FakeManager(tmp_path)
+
+
+@pytest.fixture
+def studio(fake):
+    return Studio(fake)
+
+
+def test_a_turkish_page_gets_turkish_errors_that_still_name_the_nearest_size(studio):
+    with pytest.raises(gr.Error) as err:
+        studio.generate_from_page("a fox", 1000, 128, "eager", 4, 1.0, 0, True, [], TR)
+    assert str(err.value.message) == ("Görsel boyutu geçerli değil: width 1000 is not a multiple of 16; "
+                                      "nearest valid size is 1008x128")
+    with pytest.raises(gr.Error, match="The image size is not valid: width 1000 .* 1008x128"):
+        studio.generate_from_page("a fox", 1000, 128, "eager", 4, 1.0, 0, True, [], EN)
+    with pytest.raises(gr.Error, match="İstem geçerli değil: is empty"):
+        studio.generate_from_page("", 64, 64, "eager", 4, 1.0, 0, True, [], TR)
+    with pytest.raises(gr.Error, match="TP derecesi geçerli değil: must be a whole number, got 2.5"):
+        studio.start_tp(2.5, TR)
+
+
+def test_a_turkish_page_gets_turkish_status_lines_with_the_same_numbers(studio, fake):
+    engine, cost, badges, tp_badge = studio.refresh_studio("compiled", 1024, 1024, 4, None, TR)
+    assert cost == ("**Soğuk** — **compiled** modunda **1024x1024**: önce derlenecek "
+                    "(geçmiş derlemelere göre tahmini 2.0 s).")
+    assert studio.refresh_studio("compiled", 1024, 1024, 4, None, EN)[1] == (
+        "**Cold** — **1024x1024** in **compiled** mode: it will compile first (estimated 2.0 s from past compiles).")
+    assert '<span class="ns-badge ns-cold" data-shape="1024x1024" data-state="cold"' in badges
+    assert "1:1 · 1024x1024 · soğuk</span>" in badges
+    assert "Tensör paralel grup: durdu" in tp_badge and 'data-state="stopped"' in tp_badge
+    assert "**Geçersiz** — Görsel boyutu geçerli değil:" in studio.refresh_studio("eager", 1000, 1024, 4, None, TR)[1]
+    _p, info, *_ = studio.generate_from_page("a fox", 256, 128, "compiled", 4, 1.0, 7, False, [], TR)
+    assert info.startswith("**256x128**, compiled, 4 adım, tohum `7` — toplam **2.0 s**:")
+    assert "derlendi: 1.5 s içinde 1 graf" in info
+    system, _table, _warm, _badge, tp_md, _status = studio.refresh_system(TR)
+    assert "| Sistem | |" in system and "| Aygıt |" in system
+    assert "Rank günlüğü yok: tensör paralel grup başlatılmadı." == studio.show_tp_logs(TR)
+    assert studio.refresh_studio("tp", 64, 64, 4, 2, TR)[1].startswith("**Durdu** — tensör paralel grup durdu")
+    assert studio.page_labels(TR)["label"] == "Görsel" and studio.page_labels(None)["label"] == "Image"
