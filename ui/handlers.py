@@ -190,7 +190,7 @@ class Studio:
     @staticmethod
     def _system_views(status, lang: str = "en"):
         tp = status.get("tp") or {}
-        return (views.system_markdown(status, lang), views.shapes_frame(status), views.warmup_markdown(status, lang),
+        return (views.system_markdown(status, lang), views.shapes_frame(status, lang), views.warmup_markdown(status, lang),
                 views.tp_state_html(tp, lang), views.tp_markdown(tp, lang), status)
 
     def refresh_plots(self):
@@ -322,4 +322,4 @@ class Studio:
             gallery.append((r.path, f"{views.mode_caption(r.to_json())} · {views._seconds(r.seconds)} · "
                                     f"max |Δ| {e['max_diff']}"))
             table.append({**e, "result": r.to_json()})
-        return gallery, views.compare_frame(table)
+        return gallery, views.compare_frame(table, lang)

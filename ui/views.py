@@ -176,15 +176,20 @@ def system_markdown(status: dict[str, Any], lang: str = DEFAULT) -> str:
     return "\n".join([f"| {t('sys_head')} | |", "| --- | --- |"] + [f"| {k} | {v} |" for k, v in rows])
 
 
-SHAPE_COLUMNS = ["mode", "shape", "state", "compile s", "steady s", "runs", "error"]
+SHAPE_COLUMNS = ["col_mode", "col_shape", "col_state", "col_compile_s", "col_steady_s", "col_runs", "col_error"]
+COMPARE_COLUMNS = ["col_mode", "col_seconds", "col_compiled", "col_compile_s", "col_max_diff"]
 
 
-def shapes_frame(status: dict[str, Any]) -> pd.DataFrame:
-    rows = [[r["mode"], r["shape"], r["state"],
+def _columns(keys: list[str], lang: str) -> list[str]:
+    return [text(lang, key) for key in keys]
+
+
+def shapes_frame(status: dict[str, Any], lang: str = DEFAULT) -> pd.DataFrame:
+    rows = [[r["mode"], r["shape"], text(lang, f"badge_{r['state']}"),
              None if r["compile_seconds"] is None else round(r["compile_seconds"], 2),
              None if r["steady_seconds"] is None else round(r["steady_seconds"], 3),
              r["runs"], r["error"] or ""] for r in status.get("shapes", [])]
-    return pd.DataFrame(rows, columns=SHAPE_COLUMNS)
+    return pd.DataFrame(rows, columns=_columns(SHAPE_COLUMNS, lang))
 
 
 def warmup_markdown(status: dict[str, Any], lang: str = DEFAULT) -> str:
@@ -264,12 +269,11 @@ def run_markdown(result: dict[str, Any], lang: str = DEFAULT) -> str:
     return line
 
 
-def compare_frame(entries: list[dict[str, Any]]) -> pd.DataFrame:
-    rows = [{"mode": mode_caption(e["result"]) if e["result"].get("degraded") else e["mode"],
-             "seconds": round(e["result"]["seconds"], 3),
-             "compiled": e["result"]["compiled"], "compile s": round(e["result"]["compile_seconds"], 2),
-             "max |Δ| vs first (0-255)": e["max_diff"]} for e in entries]
-    return pd.DataFrame(rows, columns=["mode", "seconds", "compiled", "compile s", "max |Δ| vs first (0-255)"])
+def compare_frame(entries: list[dict[str, Any]], lang: str = DEFAULT) -> pd.DataFrame:
+    rows = [[mode_caption(e["result"]) if e["result"].get("degraded") else e["mode"],
+             round(e["result"]["seconds"], 3), e["result"]["compiled"], round(e["result"]["compile_seconds"], 2),
+             e["max_diff"]] for e in entries]
+    return pd.DataFrame(rows, columns=_columns(COMPARE_COLUMNS, lang))
 
 
 TP_STARTING = ("launching", "loading", "warming")

@@ -222,7 +222,10 @@ def test_system_panel_table_warmup_lock_and_cache(studio, fake):
     studio.generate_from_page("a fox", 64, 64, "compiled", 4, 1.0, 0, True, [])
     info, table, warm, _tp_badge, _tp, status = studio.refresh_system()
     assert "fake-model" in info and "/tmp/x" in info and "2.0 KB" in info
-    assert list(table.columns) == views.SHAPE_COLUMNS and table.iloc[0]["state"] == "warm"
+    assert list(table.columns) == ["mode", "shape", "state", "compile s", "steady s", "runs", "error"]
+    assert table.iloc[0]["state"] == "warm"
+    turkish = views.shapes_frame(status, "tr")
+    assert list(turkish.columns)[:3] == ["mod", "boyut", "durum"] and turkish.iloc[0]["durum"] == "sıcak"
     studio.start_warmup(["1:1 · 1024x1024", "16:9 · 1344x768"], "compiled")
     assert ("warmup", (Shape(1024, 1024), Shape(768, 1344)), "compiled") in fake.calls
     studio.set_warm_only(True)
