@@ -11,19 +11,7 @@ from backend.errors import GenerationCancelled, GenerationFailed
 from backend.pngmeta import read_png_parameters
 from backend.records import ProgressEvent
 from backend.shapes import Shape
-from tests.ui.fake_manager import FakeManager
 from ui import views
-from ui.handlers import Studio
-
-
-@pytest.fixture
-def fake(tmp_path):
-    return FakeManager(tmp_path)
-
-
-@pytest.fixture
-def studio(fake):
-    return Studio(fake)
 
 
 def recorder():

@@ -11,9 +11,7 @@ import pytest
 
 from backend.errors import (BackendBusy, BackendNotReady, CompileFailure, GenerationCancelled, GenerationFailed,
                             GroupDead, InvalidRequest, ModelNotFound, ShapeLimitReached, ShapeLocked, StudioError)
-from tests.ui.fake_manager import FakeManager
 from ui import i18n, views
-from ui.handlers import Studio
 
 UI = Path(__file__).resolve().parents[2] / "ui"
 TR = SimpleNamespace(headers={"accept-language": "tr-TR,tr;q=0.9,en;q=0.8"})
@@ -87,16 +85,6 @@ def test_every_field_the_backend_names_has_a_sentence():
         assert f"err_invalid_{field}" in i18n.MESSAGES["en"]
     for _cls, code in i18n.ERROR_CODES:
         assert f"err_{code}" in i18n.MESSAGES["en"]
-
-
-@pytest.fixture
-def fake(tmp_path):
-    return FakeManager(tmp_path)
-
-
-@pytest.fixture
-def studio(fake):
-    return Studio(fake)
 
 
 def test_a_turkish_page_gets_turkish_errors_that_still_name_the_nearest_size(studio):
