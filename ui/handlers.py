@@ -24,10 +24,6 @@ from ui.i18n import error_message, language, text
 HISTORY_KEEP = 24
 
 
-def _noop_progress(*_args, **_kwargs) -> None:
-    return None
-
-
 def _page_error(exc: StudioError, lang: str) -> gr.Error:
     """The one place a backend error becomes a page error: the translated sentence for its code, then
     the backend's own detail."""
@@ -100,7 +96,7 @@ class Studio:
 
     # generate / stop -------------------------------------------------------------------------
     def generate_from_page(self, prompt, width, height, mode, steps, guidance, seed, randomize, history,
-                           page: gr.Request | None = None, progress: Callable = _noop_progress):
+                           page: gr.Request | None = None, progress: Callable = gr.Progress()):
         """The Generate button: returns image, run line, record, used seed, gallery, history state."""
         lang = language(page)
         request = self._validate(prompt, width, height, mode, steps, guidance, -1 if randomize else seed, lang)
@@ -109,13 +105,13 @@ class Studio:
             return (gr.skip(), text(lang, "run_stopped", seed=request.seed), gr.skip(), gr.skip(), gr.skip(),
                     gr.skip())
         record = result.to_json()
-        caption = (f"{result.width}x{result.height} · {views.mode_caption(record)} · "
+        caption = (f"{result.width}x{result.height} · {views.mode_caption(record, lang)} · "
                    f"{views._seconds(result.seconds)}")
         history = ([(result.path, caption)] + list(history or []))[:HISTORY_KEEP]
         return result.path, views.run_markdown(record, lang), record, result.seed, history, history
 
     def api_generate(self, prompt, width, height, mode, steps, seed, guidance,
-                     progress: Callable = _noop_progress):
+                     progress: Callable = gr.Progress()):
         """Generate one image; returns the PNG (with its parameters inside) and the run's record as JSON.
         Every value is checked by the backend: a bad one is refused naming the field (and, for a
         size, the nearest valid one)."""
@@ -193,8 +189,10 @@ class Studio:
         return (views.system_markdown(status, lang), views.shapes_frame(status, lang), views.warmup_markdown(status, lang),
                 views.tp_state_html(tp, lang), views.tp_markdown(tp, lang), status)
 
-    def refresh_plots(self):
-        return views.latency_frame(self.manager.records), views.compile_frame(self.manager.status())
+    def refresh_plots(self, page: gr.Request | None = None):
+        latency_axes, compile_axes = views.plot_axes(language(page))
+        return (gr.ScatterPlot(views.latency_frame(self.manager.records), **latency_axes),
+                gr.BarPlot(views.compile_frame(self.manager.status()), **compile_axes))
 
     # PNG parameters --------------------------------------------------------------------------
     def load_png(self, path, page: gr.Request | None = None):
@@ -304,7 +302,7 @@ class Studio:
 
     # compare ---------------------------------------------------------------------------------
     def compare(self, prompt, width, height, steps, guidance, seed, randomize, modes,
-                page: gr.Request | None = None, progress: Callable = _noop_progress):
+                page: gr.Request | None = None, progress: Callable = gr.Progress()):
         lang = language(page)
         request = self._validate(prompt, width, height, (modes or ["eager"])[0], steps, guidance,
                                  -1 if randomize else seed, lang)
@@ -319,7 +317,7 @@ class Studio:
         for e in entries:
             self.manager.save_image(e["image"], e["result"])
             r = e["result"]
-            gallery.append((r.path, f"{views.mode_caption(r.to_json())} · {views._seconds(r.seconds)} · "
+            gallery.append((r.path, f"{views.mode_caption(r.to_json(), lang)} · {views._seconds(r.seconds)} · "
                                     f"max |Δ| {e['max_diff']}"))
             table.append({**e, "result": r.to_json()})
         return gallery, views.compare_frame(table, lang)

@@ -222,6 +222,16 @@ def compile_frame(status: dict[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["shape · mode", "mode", "compile seconds"])
 
 
+def plot_axes(lang: str = DEFAULT) -> tuple[dict[str, str], dict[str, str]]:
+    """Axis and legend titles of the latency and compile plots in ``lang`` (the frames' column names
+    stay the same in every language)."""
+    latency = {"x_title": text(lang, "axis_megapixels"), "y_title": text(lang, "axis_seconds"),
+               "color_title": text(lang, "axis_mode")}
+    compile_ = {"x_title": text(lang, "axis_shape_mode"), "y_title": text(lang, "axis_compile_seconds"),
+                "color_title": text(lang, "axis_mode")}
+    return latency, compile_
+
+
 def compile_text(result: dict[str, Any], lang: str = DEFAULT) -> str:
     """What a run compiled: torch.compile graphs and (on Neuron) NEFFs, counted apart — every graph
     is also at least one NEFF, and eager ops compile NEFFs of their own."""
@@ -250,10 +260,10 @@ def mode_text(result: dict[str, Any], lang: str = DEFAULT) -> str:
     return mode
 
 
-def mode_caption(result: dict[str, Any]) -> str:
-    """The short form of ``mode_text`` for gallery captions."""
+def mode_caption(result: dict[str, Any], lang: str = DEFAULT) -> str:
+    """The short form of ``mode_text`` for gallery captions and the compare table."""
     if result.get("degraded"):
-        return f"{result['mode']} in process ({result.get('requested_mode') or 'tp'} down)"
+        return text(lang, "caption_degraded", mode=result["mode"], requested=result.get("requested_mode") or "tp")
     if result["mode"] == "tp":
         return f"tp ×{result.get('world_size', 1)}"
     return result["mode"]
@@ -270,7 +280,7 @@ def run_markdown(result: dict[str, Any], lang: str = DEFAULT) -> str:
 
 
 def compare_frame(entries: list[dict[str, Any]], lang: str = DEFAULT) -> pd.DataFrame:
-    rows = [[mode_caption(e["result"]) if e["result"].get("degraded") else e["mode"],
+    rows = [[mode_caption(e["result"], lang) if e["result"].get("degraded") else e["mode"],
              round(e["result"]["seconds"], 3), e["result"]["compiled"], round(e["result"]["compile_seconds"], 2),
              e["max_diff"]] for e in entries]
     return pd.DataFrame(rows, columns=_columns(COMPARE_COLUMNS, lang))

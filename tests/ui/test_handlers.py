@@ -2,8 +2,10 @@
 
 import ast
 from pathlib import Path
+from types import SimpleNamespace
 
 import gradio as gr
+import pandas as pd
 import pytest
 from PIL import Image
 
@@ -226,8 +228,31 @@ def test_performance_frames_come_from_the_records(studio, fake):
     for mode in ("eager", "compiled", "compiled"):
         studio.generate_from_page("a fox", 64, 64, mode, 4, 1.0, 1, False, [])
     latency, compile_times = studio.refresh_plots()
+    latency, compile_times = (pd.DataFrame(p.value["data"], columns=p.value["columns"])
+                              for p in (latency, compile_times))
     assert set(latency["mode"]) == {"eager", "compiled"}  # compiling runs are left out of latency
     assert list(compile_times["shape · mode"]) == ["64x64 · compiled"]
+
+
+def _page(accept_language):
+    return SimpleNamespace(headers={"accept-language": accept_language})
+
+
+def test_plot_axes_follow_the_page_language(studio):
+    latency, compile_times = studio.refresh_plots(page=_page("tr-TR,tr;q=0.9"))
+    assert (latency.x_title, latency.y_title) == ("megapiksel", "görsel başına saniye")
+    assert compile_times.y_title == "derleme saniyesi"
+    latency, _ = studio.refresh_plots(page=_page("en-US"))
+    assert latency.y_title == "seconds per image"
+
+
+def test_gradio_tracks_progress_for_the_device_handlers(studio):
+    """Gradio injects its progress tracker only into a parameter whose default is ``gr.Progress()``;
+    with anything else the page's progress bar never follows the denoising steps."""
+    from gradio.helpers import special_args
+    for handler, n_inputs in ((studio.generate_from_page, 9), (studio.api_generate, 7), (studio.compare, 8)):
+        progress_index = special_args(handler, [None] * n_inputs)[1]
+        assert progress_index is not None, handler.__name__
 
 
 def test_compare_shows_side_by_side_with_max_difference(studio, fake):
