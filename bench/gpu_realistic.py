@@ -6,9 +6,10 @@
 Builds the real transformer and VAE geometry (``backend.tiny_model.KLEIN_4B_GEOMETRY``; the text
 encoder keeps the real output width but is a narrow stand-in, so its cost is not measured) directly
 on the device, runs it through the app's own manager and engine, and measures side by side:
-eager, compiled and regional latency and compile times, peak device memory, and P1 (manager vs a
-direct pipeline call), P2 (3 warm shapes alternating: compiles and latency) and P3 (device memory
-with 3 warm compiled shapes vs 1). Writes ``bench/results/<date>-<device>-realistic.json``.
+eager, compiled and regional latency (interleaved, median with a 95 % bootstrap interval) and
+compile times, peak device memory, and P1 (manager vs a direct pipeline call), P2 (a warm shape
+after another vs after itself: compiles and latency) and P3 (device memory with 3 warm compiled
+shapes vs 1), with the same method as ``python -m bench`` (``bench/stats.py``). Writes ``bench/results/<date>-<device>-realistic.json``.
 Published reference: FLUX.2-klein-4B ~0.57 s at 1024x1024, 4 steps, one H100.
 """
 
@@ -18,10 +19,8 @@ import argparse
 import datetime
 import json
 import platform
-import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -37,6 +36,8 @@ def run(device: str, quick: bool, reps: int) -> dict:
     from backend.settings import Settings
     from backend.shapes import parse_shape
     from backend.tiny_model import KLEIN_4B_GEOMETRY, TinyFluxConfig, build_pipeline
+    from bench import stats
+    from bench.suite import measure_app_overhead, measure_shape_switch
 
     # --quick checks the script itself: two blocks of each kind (still "repeated" for regional).
     geometry = TinyFluxConfig(num_layers=2, num_single_layers=2) if quick else KLEIN_4B_GEOMETRY
@@ -72,48 +73,37 @@ def run(device: str, quick: bool, reps: int) -> dict:
                  "modes": {}}
     if cuda:
         torch.cuda.reset_peak_memory_stats()
+    # Steady seconds per mode: each mode compiled first, then the three interleaved (random order).
+    runs, first = {}, {}
     for mode in ("eager", "compiled", "regional"):
-        _img, first = manager.generate(request(mode))
-        times = [manager.generate(request(mode))[1].seconds for _ in range(reps)]
-        out["modes"][mode] = {"first_call_s": first.seconds, "compile_s": first.compile_seconds,
-                              "compiles": first.compiles, "steady_s": statistics.median(times),
-                              "steady_min_s": min(times), "steady_max_s": max(times)}
+        req = request(mode)
+        first[mode] = manager.generate(req)[1]
+        runs[mode] = lambda req=req: (manager.generate(req), dev.synchronize())
+    measured = stats.interleaved(runs, reps, seed=0)
+    for mode in runs:
+        out["modes"][mode] = {"first_call_s": first[mode].seconds, "compile_s": first[mode].compile_seconds,
+                              "compiles": first[mode].compiles, "steady": stats.summarise(measured["wall"][mode]),
+                              "steady_s": stats.spread(measured["wall"][mode])["median"]}
     out["peak_device_bytes"] = torch.cuda.max_memory_allocated() if cuda else None
 
-    # P1: the app's generate vs a direct call of the same loaded pipeline, alternating.
-    pipe = manager.engine.pipe
-    req = request("eager")
-    direct, app = [], []
-    for _ in range(reps):
-        began = time.perf_counter()
-        pipe(prompt=req.prompt, height=req.height, width=req.width, num_inference_steps=steps,
-             guidance_scale=req.guidance, generator=torch.Generator("cpu").manual_seed(0))
-        dev.synchronize()
-        direct.append(time.perf_counter() - began)
-        began = time.perf_counter()
-        manager.generate(req)
-        app.append(time.perf_counter() - began)
-    out["P1_app_overhead_ratio"] = statistics.median(app) / statistics.median(direct)
+    # P1: the app's generate vs a direct call of the same loaded pipeline, interleaved.
+    p1 = measure_app_overhead(manager, request("eager"), reps, synchronize=dev.synchronize)
+    out["P1"] = stats.summarise(stats.ratios(p1["wall"]["app"], p1["wall"]["direct"]))
+    out["P1"]["verdict"] = stats.verdict(out["P1"], stats.Goal.parse("<= 1.02"))[0]
 
     # P2 and P3: three warm compiled shapes.
     mem_one = None
-    for i, text in enumerate(shapes):
-        manager.generate(request("compiled", text))
-        manager.generate(request("compiled", text))
+    requests = [request("compiled", text) for text in shapes]
+    for i, req in enumerate(requests):
+        manager.generate(req)
+        manager.generate(req)
         if i == 0:
             mem_one = mem()
     mem_three = mem()
-    alternating = {t: [] for t in shapes}
-    compiles = 0
-    for i in range(3 * reps):
-        text = shapes[i % 3]
-        result = manager.generate(request("compiled", text))[1]
-        compiles += result.compiles
-        alternating[text].append(result.seconds)
-    repeated = {t: [manager.generate(request("compiled", t))[1].seconds for _ in range(reps)] for t in shapes}
-    out["P2_compiles_alternating"] = compiles
-    out["P2_latency_ratio_worst"] = max(statistics.median(alternating[t]) / statistics.median(repeated[t])
-                                        for t in shapes)
+    p2, compiles, _calls = measure_shape_switch(manager, requests, reps)
+    out["P2_compiles"] = compiles
+    out["P2"] = stats.summarise(stats.ratios(p2["wall"]["after_other"], p2["wall"]["after_itself"]))
+    out["P2"]["verdict"] = stats.verdict(out["P2"], stats.Goal.parse("<= 1.05"))[0]
     out["P3_device_memory_ratio"] = (mem_three / mem_one) if cuda else None
     out["P3_device_bytes"] = {"one_warm": mem_one, "three_warm": mem_three}
     manager.close()
@@ -124,15 +114,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     parser.add_argument("--quick", action="store_true", help="small sizes: checks the script, not the GPU")
-    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--reps", type=int, default=15)
     parser.add_argument("--out", type=Path, default=None, help="result file (default bench/results/...)")
     args = parser.parse_args(argv)
-    result = run(args.device, args.quick, 2 if args.quick else args.reps)
+    result = run(args.device, args.quick, 3 if args.quick else args.reps)
     path = args.out or RESULTS / f"{result['date']}-{result['device']}-realistic{'-quick' if args.quick else ''}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps({k: result[k] for k in ("device", "gpu", "size", "modes", "P1_app_overhead_ratio",
-                                              "P2_compiles_alternating", "P2_latency_ratio_worst",
+    print(json.dumps({k: result[k] for k in ("device", "gpu", "size", "modes", "P1", "P2_compiles", "P2",
                                               "P3_device_memory_ratio")}, indent=2))
     print(f"wrote {path}", file=sys.stderr)
     return 0

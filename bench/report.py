@@ -5,8 +5,8 @@
 Reads the newest full run in ``bench/results/*-cpu.json`` (and a ``*-cuda-realistic.json`` if a GPU
 run was committed), draws ``assets/bench_latency.png`` (steady latency against image size per mode,
 plus compile time per shape), and rewrites the README between the ``bench:start``/``bench:end``
-markers. Nothing in that section is typed by hand: each row that falls short of its goal needs an
-explanation in ``SHORT_BECAUSE`` below, or this script stops and says which.
+markers. Nothing in that section is typed by hand, and nothing explains a verdict away: a row that
+fails or is inconclusive is listed as such, with its interval and the repetitions it would need.
 """
 
 from __future__ import annotations
@@ -20,19 +20,6 @@ RESULTS = ROOT / "bench" / "results"
 README = ROOT / "README.md"
 PLOT = ROOT / "assets" / "bench_latency.png"
 START, END = "<!-- bench:start -->", "<!-- bench:end -->"
-
-# Why a row can fall short on this 2-core CPU machine, and what would close it. Used only for rows
-# that are short in the results being reported.
-SHORT_BECAUSE = {
-    "P1": "at this size the tiny model's image takes tens of milliseconds, and the run-to-run spread on "
-          "2 shared cores is wider than the 2 % band (profiling the two paths side by side shows the same "
-          "pipeline work; the app adds callbacks and timing hooks of well under a millisecond); more "
-          "repetitions on an idle machine, or a realistic model size, close it.",
-    "P2": "with few calls at small shapes each image takes tens of milliseconds and the spread on 2 shared "
-          "cores exceeds the 5 % band; no compile happens (the count row says so); more calls, larger "
-          "shapes or an idle machine close it.",
-}
-
 
 def latest(pattern: str) -> Path | None:
     files = sorted(p for p in RESULTS.glob(pattern) if p.is_file())
@@ -78,32 +65,40 @@ def _fmt(value) -> str:
     return "—" if value is None else f"{value:.4g}"
 
 
+METHOD = (
+    "How to read it: each timed ratio (P1, P2, P8) runs its two sides interleaved, every repetition in a "
+    "random order, and the value is the median of the per-repetition ratios (wall clock; the process-CPU "
+    "ratio is given beside it). P3, P5, P6 and P7 repeat whole measurements in fresh processes, P4 repeats "
+    "calls. The interval is a 95 % percentile bootstrap interval of the median. A row passes only when "
+    "the whole interval meets its goal, fails when the whole interval misses it, and is inconclusive "
+    "otherwise or with fewer than 3 repetitions (with a rough count of the repetitions that would decide "
+    "it). Counts (compiles) are exact. Absolute seconds are this machine's.")
+
+
 def section(result: dict, source: Path, gpu: dict | None, gpu_source: Path | None) -> str:
+    from bench.suite import cpu_text, verdict_text
+
     m = result["machine"]
     lines = [START, "",
              f"From `{source.relative_to(ROOT)}` ({result['date']}; CPU {m['cpu']}, {m['cores']} cores, "
              f"torch {m['torch']}, embedded model unless a row says otherwise), made by `python -m bench` and "
-             "written here by `python -m bench.report`. Each figure is a median of repetitions measured side "
-             "by side in one run; the spread is min–max.", "",
-             "| id | measure | value | goal | verdict | spread |", "| --- | --- | --- | --- | --- | --- |"]
-    shorts = []
+             "written here by `python -m bench.report`.", "", METHOD, "",
+             "| id | measure | value | 95 % interval | n | goal | verdict | process CPU |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    undecided = []
     for row in result["rows"]:
-        spread = "" if not row["spread"] else f"{row['spread'][0]:.4g}–{row['spread'][1]:.4g}"
-        lines.append(f"| {row['id']} | {row['name']} | {_fmt(row['value'])} {row['unit']} | {row['goal'] or '—'} "
-                     f"| {row['verdict']} | {spread} |")
-        if row["verdict"] == "short":
-            shorts.append(row)
+        interval = "" if not row.get("ci") else f"{_fmt(row['ci'][0])}–{_fmt(row['ci'][1])}"
+        n = "" if row.get("n") is None else row["n"]
+        lines.append(f"| {row['id']} | {row['name']} | {_fmt(row['value'])} {row['unit']} | {interval} | {n} "
+                     f"| {row['goal'] or '—'} | {verdict_text(row)} | {cpu_text(row)} |")
+        if row["verdict"] in ("fail", "inconclusive"):
+            undecided.append(row)
     for pid, error in result.get("errors", {}).items():
-        lines.append(f"| {pid} | did not run: {error.splitlines()[0]} | | | error | |")
+        lines.append(f"| {pid} | did not run: {error.splitlines()[0]} | | | | | error | |")
     lines += ["", f"![Latency and compile time per mode]({PLOT.relative_to(ROOT).as_posix()})", ""]
-    if shorts:
-        lines.append("Rows short of their goal:")
-        lines.append("")
-        for row in shorts:
-            if row["id"] not in SHORT_BECAUSE:
-                raise SystemExit(f"{row['id']} is short of its goal and bench/report.py has no explanation for it")
-            lines.append(f"- **{row['id']}** ({row['name']}: {_fmt(row['value'])} {row['unit']}, goal "
-                         f"{row['goal']}): {SHORT_BECAUSE[row['id']]}")
+    if undecided:
+        lines.append("Not passed in this run: " + "; ".join(
+            f"**{row['id']}** {row['name']} — {verdict_text(row)}" for row in undecided) + ".")
         lines.append("")
     if gpu:
         modes = gpu["modes"]
@@ -112,10 +107,14 @@ def section(result: dict, source: Path, gpu: dict | None, gpu_source: Path | Non
                   f"{gpu['dtype']}); public reference {gpu['reference']['seconds']} s on one "
                   f"{gpu['reference']['gpu']}:", "",
                   "| mode | steady s/image | compile s |", "| --- | --- | --- |"]
-        lines += [f"| {mode} | {v['steady_s']:.3f} | {v['compile_s']:.1f} |" for mode, v in modes.items()]
-        lines += ["", f"P1 ratio {gpu['P1_app_overhead_ratio']:.3f}, P2 compiles {gpu['P2_compiles_alternating']} "
-                  f"(latency ratio {gpu['P2_latency_ratio_worst']:.3f}), P3 device memory ratio "
-                  f"{_fmt(gpu['P3_device_memory_ratio'])}, peak {gpu['peak_device_bytes'] / 2**30:.1f} GiB.", ""]
+        lines += [f"| {mode} | {v['steady_s']:.3f} (95 % interval {v['steady']['ci'][0]:.3f}–{v['steady']['ci'][1]:.3f}) "
+                  f"| {v['compile_s']:.1f} |" for mode, v in modes.items()]
+        p1, p2 = gpu["P1"], gpu["P2"]
+        lines += ["", f"P1 app / direct {p1['median']:.3f} (interval {p1['ci'][0]:.3f}–{p1['ci'][1]:.3f}, "
+                  f"{p1['verdict']}); P2 compiles {gpu['P2_compiles']}, after another shape / after itself "
+                  f"{p2['median']:.3f} (interval {p2['ci'][0]:.3f}–{p2['ci'][1]:.3f}, {p2['verdict']}); P3 device "
+                  f"memory ratio {_fmt(gpu['P3_device_memory_ratio'])}, peak "
+                  f"{gpu['peak_device_bytes'] / 2**30:.1f} GiB.", ""]
     else:
         lines += ["No GPU run is committed yet: no session of this project has had a GPU machine. "
                   "`python -m bench.gpu_realistic` is ready for one (FLUX.2-klein-4B geometry with random "

@@ -1,10 +1,12 @@
 """The benchmark suite behind ``python -m bench``: the numbers a stakeholder demo stands on.
 
-Every figure is a ratio or a count measured side by side in the same run, as the median of several
-repetitions with its spread (min-max); absolute seconds are printed too, labelled with the machine.
-``--quick`` shrinks sizes and repetitions (and uses the fast aot_eager backend where the compiler
-itself is not what is measured) so CI can check the suite runs; its figures are not the ones to
-quote. A full run writes ``bench/results/<date>-<device>.json``, from which ``python -m bench.report``
+How each row is measured and judged is in ``bench/stats.py``: the two sides of a timed ratio run
+interleaved in a random order per repetition; a row reports the median with a 95 % bootstrap
+interval and is *pass* only when the whole interval meets its goal, *fail* when the whole interval
+misses it, and *inconclusive* otherwise (with the repetitions that would decide it). Timed rows
+report wall-clock and process-CPU ratios. ``--quick`` shrinks sizes and repetitions (and uses the
+fast aot_eager backend where the compiler itself is not what is measured) so CI can check the suite
+runs; its figures are not the ones to quote, and most of its verdicts are inconclusive. A full run writes ``bench/results/<date>-<device>.json``, from which ``python -m bench.report``
 regenerates the README's performance section and its plot.
 """
 
@@ -15,7 +17,8 @@ import datetime
 import json
 import os
 import platform
-import statistics
+import random
+import resource
 import subprocess
 import sys
 import tempfile
@@ -24,20 +27,39 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Callable
 
+from bench import stats
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def _stats(values: list[float]) -> dict[str, float]:
-    return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
-
-
-def _row(pid: str, name: str, value: float | None, unit: str, goal: str | None, ok: bool | None,
-         spread: tuple[float, float] | None = None, absolute: dict[str, Any] | None = None,
-         note: str = "") -> dict[str, Any]:
-    verdict = "info" if ok is None else ("pass" if ok else "short")
+def _row(pid: str, name: str, summary: dict[str, Any] | None, unit: str, goal: str | None,
+         cpu: dict[str, Any] | None = None, absolute: dict[str, Any] | None = None, note: str = "",
+         count: float | None = None) -> dict[str, Any]:
+    """One row: ``summary`` from ``stats.summarise`` (a measured median with its interval), or a
+    ``count`` judged exactly (compiles: there is no noise in a count)."""
+    needed = None
+    if summary is None:
+        value, ci, spread_ = count, None, None
+        verdict = "info" if goal is None else ("pass" if _count_goal_met(goal, count) else "fail")
+    else:
+        value, ci, spread_ = summary["median"], summary["ci"], [summary["min"], summary["max"]]
+        verdict, needed = stats.verdict(summary, stats.Goal.parse(goal) if goal else None)
     return {"id": pid, "name": name, "value": value, "unit": unit, "goal": goal, "verdict": verdict,
-            "spread": list(spread) if spread else None, "absolute": absolute or {}, "note": note}
+            "ci": ci, "spread": spread_, "n": summary["n"] if summary else None, "needed_reps": needed,
+            "cpu": cpu, "absolute": absolute or {}, "note": note}
+
+
+def _count_goal_met(goal: str, count: float | None) -> bool:
+    op, value = goal.split()
+    return {"=": count == float(value), "<=": count <= float(value), ">=": count >= float(value)}[op]
+
+
+def _timed_ratio(measured: dict[str, Any], a: str, b: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Wall and CPU summaries of the per-repetition ratio a/b from ``stats.interleaved``."""
+    wall = stats.summarise(stats.ratios(measured["wall"][a], measured["wall"][b]))
+    cpu = stats.summarise(stats.ratios(measured["cpu"][a], measured["cpu"][b]))
+    return wall, cpu
 
 
 def _manager(tmp: Path, **overrides):
@@ -58,86 +80,125 @@ def _shape(text: str):
 
 
 # P1 -------------------------------------------------------------------------------------------
-def p1_app_overhead(tmp: Path, quick: bool) -> list[dict]:
+def measure_app_overhead(manager, request, reps: int, seed: int = 0,
+                         synchronize: Callable[[], None] = lambda: None) -> dict[str, Any]:
+    """manager.generate against a direct call of the pipeline it holds, same shape and seed,
+    interleaved; returns ``stats.interleaved``'s measurements (sides "app" and "direct")."""
     import torch
 
-    sizes = ["128x128", "256x256"] if quick else ["256x256", "1024x1024"]
-    reps = 2 if quick else 7
-    manager = _manager(tmp)
     pipe = manager.engine.pipe
+
+    def direct():
+        pipe(prompt=request.prompt, height=request.height, width=request.width,
+             num_inference_steps=request.steps, guidance_scale=request.guidance,
+             generator=torch.Generator("cpu").manual_seed(request.seed))
+        synchronize()
+
+    def app():
+        manager.generate(request)
+
+    direct(), app()  # warm both paths once
+    return stats.interleaved({"app": app, "direct": direct}, reps, seed=seed)
+
+
+def p1_app_overhead(tmp: Path, quick: bool) -> list[dict]:
+    """The app's manager.generate against the pipeline call it wraps, at the same shape and seed."""
+    sizes = ["128x128", "256x256"] if quick else ["256x256", "1024x1024"]
+    reps = 4 if quick else 25
+    manager = _manager(tmp)
     rows = []
     try:
-        for text in sizes:
+        for i, text in enumerate(sizes):
             shape = _shape(text)
             request = manager.validate("a red fox", shape.height, shape.width, steps=4, seed=0, mode="eager")
-            manager.generate(request)  # warm both paths once
-            direct, app = [], []
-            for _ in range(reps):  # alternate, so drift hits both sides alike
-                began = time.perf_counter()
-                pipe(prompt=request.prompt, height=shape.height, width=shape.width, num_inference_steps=4,
-                     guidance_scale=request.guidance, generator=torch.Generator("cpu").manual_seed(0))
-                direct.append(time.perf_counter() - began)
-                began = time.perf_counter()
-                manager.generate(request)
-                app.append(time.perf_counter() - began)
-            ratios = [a / d for a, d in zip(app, direct)]
-            ratio = statistics.median(app) / statistics.median(direct)
-            rows.append(_row("P1", f"app overhead at {text}: manager.generate / direct pipeline call", ratio, "x",
-                             "<= 1.02", ratio <= 1.02, (min(ratios), max(ratios)),
-                             {"direct_s": _stats(direct), "manager_s": _stats(app)}))
+            measured = measure_app_overhead(manager, request, reps, seed=i)
+            wall, cpu = _timed_ratio(measured, "app", "direct")
+            rows.append(_row("P1", f"app overhead at {text}: manager.generate / direct pipeline call", wall, "x",
+                             "<= 1.02", cpu, {"direct_s": stats.spread(measured["wall"]["direct"]),
+                                              "manager_s": stats.spread(measured["wall"]["app"])}))
     finally:
         manager.close()
     return rows
 
 
 # P2 -------------------------------------------------------------------------------------------
+def measure_shape_switch(manager, requests: list, reps: int) -> tuple[dict[str, Any], int, int]:
+    """Each repetition takes one warm shape in turn and times it called right after another warm shape
+    and right after itself, the two in a random order. Returns the measurements (sides "after_other"
+    and "after_itself"), the compiles counted over every call, and the number of calls."""
+    compiles = calls = 0
+
+    def second_call(first, second) -> tuple[float, float]:
+        """Wall and CPU seconds of ``second``, called right after ``first``."""
+        nonlocal compiles, calls
+        compiles += manager.generate(first)[1].compiles
+        began_wall, began_cpu = time.perf_counter(), time.process_time()
+        compiles += manager.generate(second)[1].compiles
+        calls += 2
+        return time.perf_counter() - began_wall, time.process_time() - began_cpu
+
+    measured: dict[str, Any] = {"wall": {"after_other": [], "after_itself": []},
+                                "cpu": {"after_other": [], "after_itself": []}}
+    for rep in range(reps):
+        this, other = requests[rep % len(requests)], requests[(rep + 1) % len(requests)]
+        one = stats.interleaved({"after_other": lambda: second_call(other, this),
+                                 "after_itself": lambda: second_call(this, this)}, 1, seed=rep,
+                                measure=lambda run: run())
+        for kind in ("wall", "cpu"):
+            for side, values in one[kind].items():
+                measured[kind][side] += values
+    return measured, compiles, calls
+
+
 def p2_warm_shape_reuse(tmp: Path, quick: bool) -> list[dict]:
+    """A warm shape called right after another warm shape, against the same shape called right after
+    itself: switching shapes must neither compile nor slow the call down."""
     shapes = ["128x128", "160x128", "192x128"] if quick else ["512x512", "640x512", "768x512"]
-    calls = 6 if quick else 20
+    reps = 6 if quick else 30
     manager = _manager(tmp, compile_backend="aot_eager" if quick else "inductor")
     try:
-        requests = {t: manager.validate("a red fox", _shape(t).height, _shape(t).width, steps=4, seed=0,
-                                        mode="compiled") for t in shapes}
-        for request in requests.values():
+        requests = [manager.validate("a red fox", _shape(t).height, _shape(t).width, steps=4, seed=0,
+                                     mode="compiled") for t in shapes]
+        for request in requests:
             manager.generate(request)  # warm
             manager.generate(request)
-        alternating: dict[str, list[float]] = {t: [] for t in shapes}
-        compiles = 0
-        for i in range(calls):
-            text = shapes[i % len(shapes)]
-            _img, result = manager.generate(requests[text])
-            compiles += result.compiles
-            alternating[text].append(result.seconds)
-        repeated: dict[str, list[float]] = {}
-        for text in shapes:
-            repeated[text] = [manager.generate(requests[text])[1].seconds
-                              for _ in range(max(3, calls // len(shapes)))]
-        ratios = {t: statistics.median(alternating[t]) / statistics.median(repeated[t]) for t in shapes}
-        worst = max(ratios.values())
+        measured, compiles, calls = measure_shape_switch(manager, requests, reps)
+        wall, cpu = _timed_ratio(measured, "after_other", "after_itself")
     finally:
         manager.close()
     return [
-        _row("P2", f"warm-shape reuse: compiles in {calls} calls alternating over 3 warm shapes", compiles,
-             "compiles", "= 0", compiles == 0),
-        _row("P2", "warm-shape reuse: latency alternating / repeating one shape (worst shape)", worst, "x",
-             "<= 1.05", worst <= 1.05, (min(ratios.values()), worst),
-             {t: {"alternating_s": _stats(alternating[t]), "repeated_s": _stats(repeated[t])} for t in shapes}),
+        _row("P2", f"warm-shape reuse: compiles in {calls} calls switching among 3 warm shapes", None, "compiles",
+             "= 0", count=compiles),
+        _row("P2", "warm-shape reuse: latency of a warm shape after another / after itself", wall, "x",
+             "<= 1.05", cpu, {"shapes": shapes, "after_other_s": stats.spread(measured["wall"]["after_other"]),
+                              "after_itself_s": stats.spread(measured["wall"]["after_itself"])}),
     ]
 
 
 # P3 -------------------------------------------------------------------------------------------
 def p3_memory(tmp: Path, quick: bool) -> list[dict]:
+    """RSS with one warm compiled shape, then with three, each repetition in a fresh process."""
     from bench.memory_shapes import SHAPES, run_isolated
 
     configs = ["tiny"] if quick else ["tiny", "bigger"]
     shapes = ("256x256", "320x256", "384x256") if quick else SHAPES
+    reps = 2 if quick else 3
     rows = []
-    for r in run_isolated(configs, "aot_eager" if quick else "inductor", 2, shapes):
-        rows.append(_row("P3", f"memory, {r['config']} model: RSS with 3 / 1 warm compiled shapes",
-                         r["ratio_three_to_one"], "x", "<= 1.10",
-                         r["ratio_three_to_one"] <= 1.10 and r["weights_shared"], None,
-                         {"rss_one_MiB": r["rss_one_warm_bytes"] / 2**20, "rss_three_MiB": r["rss_three_warm_bytes"] / 2**20,
-                          "weights_shared": r["weights_shared"], "shapes": list(shapes)}))
+    for config in configs:
+        runs = [run_isolated([config], "aot_eager" if quick else "inductor", 2, shapes)[0] for _ in range(reps)]
+        ratio = stats.summarise([r["ratio_three_to_one"] for r in runs])
+        growth = stats.summarise([(r["rss_three_warm_bytes"] - r["rss_one_warm_bytes"]) / 2 / 2**20 for r in runs])
+        shared = all(r["weights_shared"] for r in runs)
+        absolute = {"rss_one_MiB": stats.spread([r["rss_one_warm_bytes"] / 2**20 for r in runs]),
+                    "rss_three_MiB": stats.spread([r["rss_three_warm_bytes"] / 2**20 for r in runs]),
+                    "weights_shared": shared, "shapes": list(shapes)}
+        ratio_row = _row("P3", f"memory, {config} model: RSS with 3 / 1 warm compiled shapes", ratio, "x", "<= 1.10",
+                         None, absolute)
+        if not shared:  # a copied weight fails the row whatever the ratio
+            ratio_row.update(verdict="fail", note="weights were copied between compiled shapes")
+        rows += [ratio_row,
+                 _row("P3", f"memory, {config} model: RSS growth per extra warm compiled shape", growth, "MiB",
+                      None, None, {"rss_one_MiB": absolute["rss_one_MiB"]})]
     return rows
 
 
@@ -146,10 +207,10 @@ def p4_tp_transport(tmp: Path, quick: bool) -> list[dict]:
     from bench.tp_transport import measure
 
     size = "512x512" if quick else "1024x1024"
-    r = measure(size, 3 if quick else 9, 2, 1)
-    return [_row("P4", f"TP transport at {size}: socket round trip above the workers' own time",
-                 r["overhead_median_ms"], "ms", "<= 5", r["overhead_median_ms"] <= 5.0,
-                 (r["overhead_min_ms"], r["overhead_max_ms"]),
+    r = measure(size, 4 if quick else 15, 2, 1)
+    overhead = stats.summarise(r["overheads_ms"])
+    return [_row("P4", f"TP transport at {size}: socket round trip above the workers' own time", overhead,
+                 "ms", "<= 5", None,
                  {"round_trip_s": r["round_trip_median_s"], "worker_s": r["worker_median_s"],
                   "ratio": r["ratio_round_trip_to_worker"], "payload_bytes": r["payload_bytes"]})]
 
@@ -168,30 +229,42 @@ def _clean_env() -> dict[str, str]:
     return {**env, "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False"}
 
 
-def _compile_seconds_in_fresh_process(model: str, mode: str, backend: str, size: str, cache: Path) -> float:
+def _child_compile(model: str, mode: str, backend: str, size: str, cache: Path) -> tuple[float, float]:
+    """Compile seconds of one generation in a fresh app process (its record's ``compile_seconds``) and
+    that process's whole CPU time (user + system, from the kernel's accounting of the child)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     proc = subprocess.run(
         [sys.executable, str(ROOT / "app.py"), "generate", "warm-up", "--size", size, "--mode", mode, "--steps", "1",
          "--seed", "0", "--json", "--no-save", "--model", model, "--device", "cpu", "--dtype", "float32",
          "--compile-backend", backend, "--cache-dir", str(cache)],
         capture_output=True, text=True, cwd=cache.parent, env=_clean_env())
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode:
         raise RuntimeError(proc.stderr[-2000:])
-    return json.loads(proc.stdout.strip().splitlines()[-1])["compile_seconds"]
+    child_cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return json.loads(proc.stdout.strip().splitlines()[-1])["compile_seconds"], child_cpu
 
 
 def p5_regional_warmup(tmp: Path, quick: bool) -> list[dict]:
+    """Cold compile time of the whole transformer and of its repeated blocks, at FLUX.2-klein-4B's
+    block counts, each in a fresh process with a fresh cache; the pairs in a random order."""
     from backend.tiny_model import TinyFluxConfig, save_pipeline
 
     model = str(save_pipeline(tmp / "real-blocks", TinyFluxConfig(**REAL_BLOCKS)))
-    backend, reps = ("aot_eager", 1) if quick else ("inductor", 2)
-    whole, regional = [], []
-    for i in range(reps):  # fresh processes and fresh caches: cold compiles, side by side
-        whole.append(_compile_seconds_in_fresh_process(model, "compiled", backend, "256x256", tmp / f"c-whole-{i}"))
-        regional.append(_compile_seconds_in_fresh_process(model, "regional", backend, "256x256", tmp / f"c-reg-{i}"))
-    ratio = statistics.median(regional) / statistics.median(whole)
+    backend, reps = ("aot_eager", 3) if quick else ("inductor", 3)
+    seconds: dict[str, list[float]] = {"compiled": [], "regional": []}
+    cpu: dict[str, list[float]] = {"compiled": [], "regional": []}
+    for i in range(reps):
+        for mode in random.Random(i).sample(["compiled", "regional"], 2):
+            wall, child_cpu = _child_compile(model, mode, backend, "256x256", tmp / f"c-{mode}-{i}")
+            seconds[mode].append(wall)
+            cpu[mode].append(child_cpu)
+    ratio = stats.summarise(stats.ratios(seconds["regional"], seconds["compiled"]))
     return [_row("P5", f"warm-up, real block counts (5+20), {backend}: regional / whole-transformer compile time",
-                 ratio, "x", "<= 0.5", ratio <= 0.5, None,
-                 {"whole_s": _stats(whole), "regional_s": _stats(regional)})]
+                 ratio, "x", "<= 0.5", None,
+                 {"whole_s": stats.spread(seconds["compiled"]), "regional_s": stats.spread(seconds["regional"]),
+                  "whole_process_cpu_s": stats.spread(cpu["compiled"]),
+                  "regional_process_cpu_s": stats.spread(cpu["regional"])})]
 
 
 # P6 -------------------------------------------------------------------------------------------
@@ -228,53 +301,61 @@ def _time_to_ui(tmp: Path) -> tuple[float, float]:
 
 
 def p6_time_to_ui(tmp: Path, quick: bool) -> list[dict]:
-    runs = [_time_to_ui(tmp) for _ in range(1 if quick else 3)]
-    pages, readies = [r[0] for r in runs], [r[1] for r in runs]
-    page = statistics.median(pages)
+    runs = [_time_to_ui(tmp) for _ in range(2 if quick else 5)]
+    page = stats.summarise([r[0] for r in runs])
+    ready = stats.summarise([r[1] for r in runs])
     return [
-        _row("P6", "time to UI: process start -> HTTP 200 from the page", page, "s", "<= 3", page <= 3.0,
-             (min(pages), max(pages))),
-        _row("P6", "time to UI: process start -> model ready (embedded model)", statistics.median(readies), "s",
-             None, None, (min(readies), max(readies))),
+        _row("P6", "time to UI: process start -> HTTP 200 from the page", page, "s", "<= 3"),
+        _row("P6", "time to UI: process start -> model ready (embedded model)", ready, "s", None),
     ]
 
 
 # P7 -------------------------------------------------------------------------------------------
 def p7_persistent_cache(tmp: Path, quick: bool) -> list[dict]:
+    """A cold compile in a fresh process and cache, then the same shape in a second process that
+    finds the first one's cache; repeated with a new cache each time."""
     from backend.settings import EMBEDDED_MODEL
 
-    cache = tmp / "p7-cache"
-    cold = _compile_seconds_in_fresh_process(EMBEDDED_MODEL, "compiled", "inductor", "256x256", cache)
-    warm = [_compile_seconds_in_fresh_process(EMBEDDED_MODEL, "compiled", "inductor", "256x256", cache)
-            for _ in range(1 if quick else 3)]
-    speedup = cold / statistics.median(warm)
+    cold, warm, cold_cpu, warm_cpu = [], [], [], []
+    for i in range(2 if quick else 3):
+        cache = tmp / f"p7-cache-{i}"
+        for seconds, cpu in ((cold, cold_cpu), (warm, warm_cpu)):
+            wall, child_cpu = _child_compile(EMBEDDED_MODEL, "compiled", "inductor", "256x256", cache)
+            seconds.append(wall)
+            cpu.append(child_cpu)
+    speedup = stats.summarise(stats.ratios(cold, warm))
     return [_row("P7", "persistent cache: cold compile / second-process compile (inductor, same shape)", speedup,
-                 "x faster", ">= 3", speedup >= 3.0, (cold / max(warm), cold / min(warm)),
-                 {"cold_s": cold, "warm_s": _stats(warm)})]
+                 "x faster", ">= 3", None,
+                 {"cold_s": stats.spread(cold), "warm_s": stats.spread(warm),
+                  "cold_process_cpu_s": stats.spread(cold_cpu), "warm_process_cpu_s": stats.spread(warm_cpu)})]
 
 
 # P8 -------------------------------------------------------------------------------------------
 def p8_modes(tmp: Path, quick: bool) -> list[dict]:
+    """Steady seconds per image of eager, compiled and regional at the same shape, the three modes in
+    a random order in each repetition (every shape warm in every mode first)."""
     sizes = ["128x128", "256x256"] if quick else ["512x512", "1024x1024"]
-    reps = 2 if quick else 5
+    reps = 4 if quick else 12
     manager = _manager(tmp, compile_backend="aot_eager" if quick else "inductor")
     rows, points = [], []
     try:
-        for text in sizes:
+        for i, text in enumerate(sizes):
             shape = _shape(text)
-            medians = {}
+            runs, first = {}, {}
             for mode in ("eager", "compiled", "regional"):
                 request = manager.validate("a red fox", shape.height, shape.width, steps=4, seed=0, mode=mode)
-                _img, first = manager.generate(request)
-                times = [manager.generate(request)[1].seconds for _ in range(reps)]
-                medians[mode] = _stats(times)
-                points.append({"mode": mode, "shape": text, "pixels": shape.pixels, "seconds": medians[mode]["median"],
-                               "compile_seconds": first.compile_seconds})
-            base = medians["eager"]["median"]
-            text_row = ", ".join(f"{m} {v['median']:.3f} s" for m, v in medians.items())
-            rows.append(_row("P8", f"modes at {text}, 4 steps (steady s/image): {text_row}",
-                             medians["compiled"]["median"] / base, "x (compiled/eager)", None, None, None,
-                             {m: v for m, v in medians.items()} | {"regional_over_eager": medians["regional"]["median"] / base}))
+                first[mode] = manager.generate(request)[1]
+                runs[mode] = lambda request=request: manager.generate(request)
+            measured = stats.interleaved(runs, reps, seed=10 + i)
+            for mode in runs:
+                points.append({"mode": mode, "shape": text, "pixels": shape.pixels,
+                               "seconds": stats.spread(measured["wall"][mode])["median"],
+                               "compile_seconds": first[mode].compile_seconds})
+            text_row = ", ".join(f"{m} {stats.spread(v)['median']:.3f} s" for m, v in measured["wall"].items())
+            for mode in ("compiled", "regional"):
+                wall, cpu = _timed_ratio(measured, mode, "eager")
+                rows.append(_row("P8", f"modes at {text}, 4 steps (steady s/image: {text_row}): {mode} / eager",
+                                 wall, "x", None, cpu, {m: stats.spread(v) for m, v in measured["wall"].items()}))
     finally:
         manager.close()
     rows[-1]["points"] = points
@@ -319,16 +400,35 @@ def run(only: list[str] | None, quick: bool, progress: Callable[[str], None] = l
             "errors": errors}
 
 
+def _interval(row: dict[str, Any]) -> str:
+    return "" if not row.get("ci") else f"[{row['ci'][0]:.4g}, {row['ci'][1]:.4g}]"
+
+
+def verdict_text(row: dict[str, Any]) -> str:
+    """The verdict, with the repetitions an inconclusive row would need."""
+    if row["verdict"] == "inconclusive" and row.get("needed_reps"):
+        return f"inconclusive (n={row['n']}; ~{row['needed_reps']} reps would decide)"
+    return row["verdict"]
+
+
+def cpu_text(row: dict[str, Any]) -> str:
+    cpu = row.get("cpu")
+    return "" if not cpu else f"cpu {cpu['median']:.4g} [{cpu['ci'][0]:.4g}, {cpu['ci'][1]:.4g}]"
+
+
 def format_table(result: dict[str, Any]) -> str:
     m = result["machine"]
     lines = [f"Neuron Studio benchmarks — {result['date']} — {m['device']} ({m['cpu']}, {m['cores']} cores), "
              f"torch {m['torch']}" + (" — QUICK (sizes and repetitions reduced)" if result["quick"] else ""),
-             f"{'id':<4} {'value':>12} {'unit':<20} {'goal':<8} {'verdict':<7} {'spread':<19} what"]
+             "value: median (wall clock); 95 % CI: bootstrap interval of the median; pass/fail only when the "
+             "whole interval meets/misses the goal",
+             f"{'id':<4} {'value':>10} {'unit':<9} {'95 % CI':<21} {'n':>3} {'goal':<8} {'verdict':<13} what"]
     for r in result["rows"]:
         value = "—" if r["value"] is None else f"{r['value']:.4g}"
-        spread = "" if not r["spread"] else f"{r['spread'][0]:.4g}–{r['spread'][1]:.4g}"
-        lines.append(f"{r['id']:<4} {value:>12} {r['unit']:<20} {r['goal'] or '—':<8} {r['verdict']:<7} "
-                     f"{spread:<19} {r['name']}")
+        n = "" if r.get("n") is None else str(r["n"])
+        extra = "; ".join(x for x in (cpu_text(r), r.get("note") or "") if x)
+        lines.append(f"{r['id']:<4} {value:>10} {r['unit']:<9} {_interval(r):<21} {n:>3} {r['goal'] or '—':<8} "
+                     f"{verdict_text(r):<13} {r['name']}" + (f"  ({extra})" if extra else ""))
     for pid, error in result["errors"].items():
         lines.append(f"{pid:<4} ERROR: {error.splitlines()[0] if error else ''}")
     return "\n".join(lines)

@@ -49,6 +49,7 @@ def measure(size: str, reps: int, degree: int, steps: int) -> dict:
         "payload_bytes": shape.width * shape.height * 3,
         "round_trip_median_s": statistics.median(r["round_trip"] for r in rows),
         "worker_median_s": statistics.median(r["worker"] for r in rows),
+        "overheads_ms": [o * 1000 for o in overhead],
         "overhead_median_ms": statistics.median(overhead) * 1000,
         "overhead_min_ms": min(overhead) * 1000, "overhead_max_ms": max(overhead) * 1000,
         "ratio_round_trip_to_worker": statistics.median(r["round_trip"] / r["worker"] for r in rows),
@@ -68,13 +69,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(r, indent=2))
         return 0
-    verdict = "pass" if r["overhead_median_ms"] <= r["goal_ms"] else "short"
+    verdict = "within" if r["overhead_median_ms"] <= r["goal_ms"] else "above"
     print(f"TP transport at {r['size']} ({r['payload_bytes'] / 2**20:.1f} MiB of pixels), {r['ranks']} ranks, "
           f"{r['steps']} step(s), {r['reps']} reps, CPU ({r['machine']}):")
     print(f"  round trip {r['round_trip_median_s'] * 1000:.1f} ms, workers' own {r['worker_median_s'] * 1000:.1f} ms "
           f"(medians); ratio {r['ratio_round_trip_to_worker']:.4f}")
     print(f"  overhead {r['overhead_median_ms']:.2f} ms median (min {r['overhead_min_ms']:.2f}, "
-          f"max {r['overhead_max_ms']:.2f}); goal <= {r['goal_ms']:.0f} ms [{verdict}]")
+          f"max {r['overhead_max_ms']:.2f}); goal <= {r['goal_ms']:.0f} ms (median {verdict} it; "
+          f"`python -m bench --only P4` gives the interval and the verdict)")
     return 0
 
 
