@@ -1,0 +1,356 @@
+"""The procedural scene set the embedded model is trained on, and the statistics that judge it.
+
+A scene is one or two flat shapes in named colours, each at a named position, on a background; its
+caption comes from a small grammar::
+
+    a red circle on the left, on a sky gradient
+    a yellow star at the top and a blue ring at the bottom, on grey stripes
+    a white triangle in the centre, on a purple checkerboard
+
+Everything is drawn with numpy from a seed (no downloads), at any size whose sides are multiples of
+16. ``agrees(image, caption)`` decides from pixel statistics alone whether an image shows what its
+caption says: each named shape colour must be the dominant colour of a non-background region whose
+centroid lies in the named part of the image, and most of the image must match the named background.
+It checks colours, positions and background, not the outline of the shape.
+
+Held-out combinations: ``is_held_out(colour, shape, background)`` marks a fixed slice of
+(colour, shape, background) triples that training never draws (at any position), so the check can
+be run on prompts the model has not seen verbatim.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import re
+import zlib
+
+import numpy as np
+
+# Named colours (RGB, 0-255), far enough apart that the nearest-colour test is unambiguous.
+COLOURS: dict[str, tuple[int, int, int]] = {
+    "red": (220, 40, 40),
+    "green": (40, 170, 60),
+    "blue": (40, 80, 220),
+    "yellow": (245, 215, 40),
+    "orange": (250, 140, 20),
+    "purple": (140, 50, 180),
+    "pink": (245, 130, 200),
+    "cyan": (40, 210, 230),
+    "white": (250, 250, 250),
+    "black": (15, 15, 15),
+}
+GREY = (128, 128, 128)
+SHAPES = ("circle", "square", "triangle", "star", "ring")
+# name -> (phrase in the caption, centre as (x, y) fractions of width and height)
+POSITIONS: dict[str, tuple[str, tuple[float, float]]] = {
+    "left": ("on the left", (0.25, 0.5)),
+    "right": ("on the right", (0.75, 0.5)),
+    "top": ("at the top", (0.5, 0.25)),
+    "bottom": ("at the bottom", (0.5, 0.75)),
+    "centre": ("in the centre", (0.5, 0.5)),
+}
+# Vertical gradients: name -> (top colour, bottom colour).
+GRADIENTS: dict[str, tuple[tuple[int, int, int], tuple[int, int, int]]] = {
+    "sunset": ((250, 150, 60), (110, 30, 100)),
+    "sky": ((60, 120, 230), (190, 225, 250)),
+    "night": ((5, 5, 40), (40, 40, 110)),
+}
+# Flat backgrounds, and the first colour of stripes / checkerboards (the second one is white).
+FLAT_BACKGROUNDS = ("white", "black", "grey", "blue", "green", "yellow", "purple", "pink")
+PATTERN_COLOURS = ("grey", "blue", "green", "purple")
+# Two shapes go only where they cannot overlap.
+POSITION_PAIRS = (("left", "right"), ("top", "bottom"), ("left", "top"), ("right", "bottom"),
+                  ("left", "bottom"), ("right", "top"))
+SIZES = ((64, 64), (96, 96), (128, 128), (128, 96), (96, 128), (192, 192), (256, 256), (256, 128),
+         (128, 256), (192, 128), (128, 192), (160, 160))
+MIN_COLOUR_DISTANCE = 130.0  # a shape colour must be this far (RGB) from every background colour
+
+
+def _rgb(name: str) -> tuple[int, int, int]:
+    return GREY if name == "grey" else COLOURS[name]
+
+
+@dataclasses.dataclass(frozen=True)
+class Background:
+    kind: str  # "flat" | "gradient" | "stripes" | "checkerboard"
+    name: str  # a colour name, or a gradient name
+
+    @property
+    def phrase(self) -> str:
+        return {"flat": f"a {self.name} background", "gradient": f"a {self.name} gradient",
+                "stripes": f"{self.name} stripes", "checkerboard": f"a {self.name} checkerboard"}[self.kind]
+
+    def colours(self) -> list[tuple[int, int, int]]:
+        """Every colour this background contains (the gradient's two ends and its middle)."""
+        if self.kind == "flat":
+            return [_rgb(self.name)]
+        if self.kind == "gradient":
+            top, bottom = GRADIENTS[self.name]
+            mid = tuple((a + b) // 2 for a, b in zip(top, bottom))
+            return [top, mid, bottom]
+        return [_rgb(self.name), COLOURS["white"]]
+
+    def render(self, height: int, width: int) -> np.ndarray:
+        """float32 (H, W, 3) in 0..255. Patterns have a fixed phase so a caption fixes the background."""
+        if self.kind == "flat":
+            return np.broadcast_to(np.array(_rgb(self.name), np.float32), (height, width, 3)).copy()
+        if self.kind == "gradient":
+            return self.expected(height, width)
+        cell = max(8, min(height, width) // 8)
+        a, b = np.array(_rgb(self.name), np.float32), np.array(COLOURS["white"], np.float32)
+        xs = (np.arange(width) // cell) % 2
+        if self.kind == "stripes":
+            mask = np.broadcast_to(xs[None, :], (height, width))
+        else:
+            ys = (np.arange(height) // cell) % 2
+            mask = (ys[:, None] + xs[None, :]) % 2
+        return np.where(mask[..., None] == 0, a, b).astype(np.float32)
+
+    def expected(self, height: int, width: int) -> np.ndarray:
+        """Per-pixel background colour candidates, (H, W, 3) for one-colour rows (gradients, flat)."""
+        if self.kind == "gradient":
+            top, bottom = (np.array(c, np.float32) for c in GRADIENTS[self.name])
+            t = (np.arange(height, dtype=np.float32) + 0.5)[:, None, None] / height
+            return np.broadcast_to(top * (1 - t) + bottom * t, (height, width, 3)).copy()
+        return self.render(height, width)
+
+
+def all_backgrounds() -> list[Background]:
+    return ([Background("flat", c) for c in FLAT_BACKGROUNDS]
+            + [Background("gradient", g) for g in GRADIENTS]
+            + [Background("stripes", c) for c in PATTERN_COLOURS]
+            + [Background("checkerboard", c) for c in PATTERN_COLOURS])
+
+
+def colour_fits(colour: str, background: Background) -> bool:
+    rgb = np.array(COLOURS[colour], np.float32)
+    return all(np.linalg.norm(rgb - np.array(c, np.float32)) >= MIN_COLOUR_DISTANCE
+               for c in background.colours())
+
+
+@dataclasses.dataclass(frozen=True)
+class ShapeSpec:
+    colour: str
+    shape: str
+    position: str
+
+    @property
+    def phrase(self) -> str:
+        article = "an" if self.colour[0] in "aeiou" else "a"
+        return f"{article} {self.colour} {self.shape} {POSITIONS[self.position][0]}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Scene:
+    shapes: tuple[ShapeSpec, ...]
+    background: Background
+
+    @property
+    def caption(self) -> str:
+        return " and ".join(s.phrase for s in self.shapes) + ", on " + self.background.phrase
+
+
+def is_held_out(colour: str, shape: str, background: Background) -> bool:
+    """A fixed ~1/6 of (colour, shape, background) triples never appears in training."""
+    return zlib.crc32(f"{colour}|{shape}|{background.kind}|{background.name}".encode()) % 6 == 0
+
+
+# --- parsing -----------------------------------------------------------------------------------
+
+_COLOUR = "|".join(COLOURS)
+_SHAPE = "|".join(SHAPES)
+_POS = "|".join(re.escape(p) for p, _ in POSITIONS.values())
+_SHAPE_RE = re.compile(rf"an? ({_COLOUR}) ({_SHAPE}) ({_POS})")
+_BG_RE = re.compile(r"(?:an? )?(\w+) (background|gradient|stripes|checkerboard)")
+
+
+def parse_caption(caption: str) -> Scene:
+    """Caption -> Scene; ValueError naming the part that does not follow the grammar."""
+    text = caption.strip().lower()
+    if ", on " not in text:
+        raise ValueError(f"caption {caption!r}: expected '<shapes>, on <background>'")
+    head, bg_text = text.rsplit(", on ", 1)
+    shapes = []
+    for part in head.split(" and "):
+        m = _SHAPE_RE.fullmatch(part.strip())
+        if not m:
+            raise ValueError(f"caption {caption!r}: cannot read the shape {part.strip()!r}")
+        position = next(k for k, (p, _) in POSITIONS.items() if p == m.group(3))
+        shapes.append(ShapeSpec(m.group(1), m.group(2), position))
+    m = _BG_RE.fullmatch(bg_text.strip())
+    if not m:
+        raise ValueError(f"caption {caption!r}: cannot read the background {bg_text!r}")
+    name, word = m.groups()
+    kind = {"background": "flat", "gradient": "gradient", "stripes": "stripes",
+            "checkerboard": "checkerboard"}[word]
+    known = GRADIENTS if kind == "gradient" else (FLAT_BACKGROUNDS if kind == "flat" else PATTERN_COLOURS)
+    if name not in known:
+        raise ValueError(f"caption {caption!r}: unknown {word} {name!r}")
+    return Scene(tuple(shapes), Background(kind, name))
+
+
+# --- sampling and rendering ------------------------------------------------------------------------
+
+def sample_scene(rng: random.Random, held_out: bool | None = False, two_shapes: float = 0.3) -> Scene:
+    """A random scene. held_out=False draws only training combinations, True only held-out ones
+    (every shape's triple held out), None either."""
+    backgrounds = all_backgrounds()
+    while True:
+        bg = rng.choice(backgrounds)
+        if rng.random() < two_shapes:
+            positions = rng.choice(POSITION_PAIRS)
+            if rng.random() < 0.5:
+                positions = positions[::-1]
+        else:
+            positions = (rng.choice(list(POSITIONS)),)
+        specs, used = [], set()
+        for pos in positions:
+            colour = rng.choice([c for c in COLOURS if c not in used and colour_fits(c, bg)])
+            used.add(colour)
+            specs.append(ShapeSpec(colour, rng.choice(SHAPES), pos))
+        flags = [is_held_out(s.colour, s.shape, bg) for s in specs]
+        if held_out is None or (held_out and all(flags)) or (not held_out and not any(flags)):
+            return Scene(tuple(specs), bg)
+
+
+def _shape_mask(shape: str, height: int, width: int, cx: float, cy: float, r: float) -> np.ndarray:
+    ys, xs = np.mgrid[0:height, 0:width].astype(np.float32) + 0.5
+    dx, dy = xs - cx, ys - cy
+    if shape == "circle":
+        return dx * dx + dy * dy <= r * r
+    if shape == "ring":
+        d2 = dx * dx + dy * dy
+        return (d2 <= r * r) & (d2 >= (0.55 * r) ** 2)
+    if shape == "square":
+        s = 0.85 * r
+        return (np.abs(dx) <= s) & (np.abs(dy) <= s)
+    if shape == "triangle":  # apex up
+        t = (dy + r * 0.8) / (1.7 * r)  # 0 at the apex, 1 at the base
+        return (t >= 0) & (t <= 1) & (np.abs(dx) <= t * r)
+    if shape == "star":  # five points, apex up
+        ang = np.arctan2(dx, -dy)
+        rad = np.sqrt(dx * dx + dy * dy)
+        k = np.cos(5 * ang)  # 1 at the points
+        return rad <= r * (0.5 + 0.5 * (k + 1) / 2)
+    raise ValueError(f"unknown shape {shape!r}")
+
+
+def render(scene: Scene, height: int, width: int, rng: random.Random | None = None) -> np.ndarray:
+    """uint8 (H, W, 3). ``rng`` jitters each shape's centre and size a little; None draws the
+    canonical layout."""
+    image = scene.background.render(height, width)
+    side = min(height, width)
+    base_r = 0.15 if len(scene.shapes) == 1 else 0.12
+    for spec in scene.shapes:
+        fx, fy = POSITIONS[spec.position][1]
+        jx = jy = js = 0.0
+        if rng is not None:
+            jx, jy, js = rng.uniform(-0.03, 0.03), rng.uniform(-0.03, 0.03), rng.uniform(-0.02, 0.02)
+        mask = _shape_mask(spec.shape, height, width, (fx + jx) * width, (fy + jy) * height,
+                           (base_r + js) * side)
+        image[mask] = COLOURS[spec.colour]
+    return image.clip(0, 255).astype(np.uint8)
+
+
+def scene_seeded(seed: int, height: int, width: int, held_out: bool | None = False) -> tuple[str, np.ndarray]:
+    """(caption, uint8 image) drawn deterministically from ``seed``."""
+    rng = random.Random(seed)
+    scene = sample_scene(rng, held_out=held_out)
+    return scene.caption, render(scene, height, width, rng)
+
+
+# --- evaluation ------------------------------------------------------------------------------------
+
+BACKGROUND_TOLERANCE = 60.0  # RGB distance under which a pixel counts as background
+MIN_BACKGROUND_FRACTION = 0.45
+MIN_PATTERN_SHARE = 0.15  # each colour of stripes / a checkerboard covers ~half the background
+MIN_SHAPE_FRACTION = 0.006  # of the image; a shape of radius 0.12 covers >= 2 % (ring, star less)
+
+
+def _in_region(position: str, x: float, y: float) -> bool:
+    """(x, y) as fractions of width and height. Shapes are drawn at 0.25 / 0.5 / 0.75 +- 0.03."""
+    if position == "left":
+        return x < 0.4 and 0.3 < y < 0.7
+    if position == "right":
+        return x > 0.6 and 0.3 < y < 0.7
+    if position == "top":
+        return y < 0.4 and 0.3 < x < 0.7
+    if position == "bottom":
+        return y > 0.6 and 0.3 < x < 0.7
+    return abs(x - 0.5) < 0.15 and abs(y - 0.5) < 0.15
+
+
+@dataclasses.dataclass
+class Verdict:
+    agrees: bool
+    background_fraction: float
+    shapes: list[dict]  # per named shape: colour, position, fraction, centroid (x, y), ok
+    reason: str
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def judge(image, caption: str | Scene) -> Verdict:
+    """Do the image's statistics agree with the caption? ``image``: uint8 (H, W, 3) array or PIL."""
+    scene = parse_caption(caption) if isinstance(caption, str) else caption
+    pixels = np.asarray(image, dtype=np.float32)[..., :3]
+    height, width = pixels.shape[:2]
+    bg = scene.background
+    if bg.kind in ("flat", "gradient"):
+        bg_dist = np.linalg.norm(pixels - bg.expected(height, width), axis=-1)
+    else:
+        bg_dist = np.min([np.linalg.norm(pixels - np.array(c, np.float32), axis=-1) for c in bg.colours()], axis=0)
+    background = bg_dist < BACKGROUND_TOLERANCE
+    bg_fraction = float(background.mean())
+
+    # Foreground pixels take the nearest named colour; each named shape must own enough of them.
+    names = list(COLOURS)
+    palette = np.array([COLOURS[n] for n in names], np.float32)
+    nearest = np.argmin(np.linalg.norm(pixels[..., None, :] - palette, axis=-1), axis=-1)
+    foreground = ~background
+    ys, xs = np.mgrid[0:height, 0:width].astype(np.float32) + 0.5
+    results, reasons = [], []
+    if bg_fraction < MIN_BACKGROUND_FRACTION:
+        reasons.append(f"background {bg.phrase!r} covers only {bg_fraction:.0%}")
+    elif bg.kind in ("stripes", "checkerboard"):  # both pattern colours, not just one of them
+        for c in bg.colours():
+            share = float((np.linalg.norm(pixels - np.array(c, np.float32), axis=-1) < BACKGROUND_TOLERANCE).mean())
+            if share < MIN_PATTERN_SHARE:
+                reasons.append(f"{bg.phrase!r} has only {share:.0%} of {c}")
+    fg_counts = np.bincount(nearest[foreground], minlength=len(names))
+    for spec in scene.shapes:
+        own = foreground & (nearest == names.index(spec.colour))
+        frac = float(own.mean())
+        entry = {"colour": spec.colour, "position": spec.position, "fraction": round(frac, 4),
+                 "centroid": None, "ok": False}
+        if frac < MIN_SHAPE_FRACTION:
+            reasons.append(f"{spec.colour} covers only {frac:.1%}")
+        else:
+            cx, cy = float(xs[own].mean() / width), float(ys[own].mean() / height)
+            entry["centroid"] = (round(cx, 3), round(cy, 3))
+            # The named colours must be the dominant foreground colours.
+            rank = int((fg_counts > fg_counts[names.index(spec.colour)]).sum())
+            if rank >= len(scene.shapes):
+                reasons.append(f"{spec.colour} is not a dominant foreground colour")
+            elif not _in_region(spec.position, cx, cy):
+                reasons.append(f"{spec.colour} sits at ({cx:.2f}, {cy:.2f}), not {POSITIONS[spec.position][0]}")
+            else:
+                entry["ok"] = True
+        results.append(entry)
+    return Verdict(not reasons, round(bg_fraction, 4), results, "; ".join(reasons) or "ok")
+
+
+def agrees(image, caption: str | Scene) -> bool:
+    return judge(image, caption).agrees
+
+
+def held_out_prompts(count: int, seed: int = 1234) -> list[str]:
+    """``count`` distinct captions made only of held-out (colour, shape, background) triples."""
+    rng, out = random.Random(seed), []
+    while len(out) < count:
+        caption = sample_scene(rng, held_out=True).caption
+        if caption not in out:
+            out.append(caption)
+    return out

@@ -1,0 +1,73 @@
+"""The scene set, its caption grammar and the agreement statistics."""
+
+import dataclasses
+import random
+
+import numpy as np
+import pytest
+
+from backend import scenes
+
+
+def test_scenes_are_deterministic_from_a_seed_at_every_training_size():
+    for h, w in scenes.SIZES:
+        assert h % 16 == 0 and w % 16 == 0 and 64 <= min(h, w) and max(h, w) <= 256
+        caption, image = scenes.scene_seeded(3, h, w)
+        again = scenes.scene_seeded(3, h, w)
+        assert caption == again[0] and np.array_equal(image, again[1])
+        assert image.shape == (h, w, 3) and image.dtype == np.uint8
+
+
+def test_captions_parse_back_to_their_scene():
+    rng = random.Random(0)
+    for _ in range(200):
+        scene = scenes.sample_scene(rng, held_out=None, two_shapes=0.5)
+        assert scenes.parse_caption(scene.caption) == scene
+    with pytest.raises(ValueError, match="background"):
+        scenes.parse_caption("a red circle on the left, on a plaid background")
+    with pytest.raises(ValueError, match="shape"):
+        scenes.parse_caption("a red hexagon on the left, on a white background")
+
+
+def test_held_out_prompts_never_come_up_in_training_draws():
+    held = set(scenes.held_out_prompts(40))
+    rng = random.Random(1)
+    drawn = {scenes.sample_scene(rng).caption for _ in range(3000)}
+    assert not held & drawn
+    for caption in held:
+        for spec in scenes.parse_caption(caption).shapes:
+            assert scenes.is_held_out(spec.colour, spec.shape, scenes.parse_caption(caption).background)
+
+
+def test_the_evaluator_accepts_rendered_ground_truth():
+    for seed in range(60):
+        h, w = scenes.SIZES[seed % len(scenes.SIZES)]
+        caption, image = scenes.scene_seeded(seed, h, w, held_out=None)
+        verdict = scenes.judge(image, caption)
+        assert verdict.agrees, (caption, verdict.reason)
+
+
+def test_the_evaluator_rejects_wrong_colour_position_and_background():
+    rng = random.Random(2)
+    checked = 0
+    for _ in range(30):
+        scene = scenes.sample_scene(rng, held_out=None, two_shapes=0)
+        image = scenes.render(scene, 128, 128, rng)
+        spec = scene.shapes[0]
+        wrong = [dataclasses.replace(spec, position=p) for p in scenes.POSITIONS if p != spec.position]
+        wrong += [dataclasses.replace(spec, colour=c) for c in scenes.COLOURS
+                  if c != spec.colour and scenes.colour_fits(c, scene.background)]
+        for alt in wrong:
+            assert not scenes.agrees(image, scenes.Scene((alt,), scene.background)), alt
+            checked += 1
+        other_bg = next(b for b in scenes.all_backgrounds()
+                        if b.kind != scene.background.kind and scenes.colour_fits(spec.colour, b))
+        assert not scenes.agrees(image, scenes.Scene(scene.shapes, other_bg))
+    assert checked > 200
+    # Noise and a blank image agree with nothing.
+    caption = scenes.held_out_prompts(1)[0]
+    noise = np.random.default_rng(0).integers(0, 256, (128, 128, 3), dtype=np.uint8)
+    assert not scenes.agrees(noise, caption)
+    blank = scenes.parse_caption(caption).background.render(128, 128).astype(np.uint8)
+    assert not scenes.agrees(blank, caption)
+
