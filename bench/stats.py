@@ -99,16 +99,32 @@ def bootstrap_interval(ratios: list[float], confidence: float = CONFIDENCE,
 def summarise(ratios: list[float]) -> dict[str, Any]:
     """Median ratio, its 95 % bootstrap interval, the range and n."""
     low, high = bootstrap_interval(ratios)
-    return {"median": statistics.median(ratios), "ci": [low, high], "min": min(ratios), "max": max(ratios),
+    median = statistics.median(ratios)
+    return {"value": median, "median": median, "ci": [low, high], "min": min(ratios), "max": max(ratios),
             "n": len(ratios)}
+
+
+def proportion(outcomes: list[bool], confidence: float = CONFIDENCE) -> dict[str, Any]:
+    """The share of successes with its Wilson score interval (a median of 0/1 outcomes would say
+    nothing; the Wilson interval stays inside [0, 1] and is honest at small n)."""
+    n = len(outcomes)
+    if not n:
+        raise ValueError("no outcomes to summarise")
+    p = sum(bool(o) for o in outcomes) / n
+    z = statistics.NormalDist().inv_cdf(0.5 + confidence / 2)
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return {"value": p, "ci": [max(0.0, centre - half), min(1.0, centre + half)], "n": n,
+            "successes": sum(bool(o) for o in outcomes)}
 
 
 def needed_pairs(summary: dict[str, Any], goal: Goal) -> int | None:
     """Roughly how many repetitions would make the interval clear the goal (None: the median sits on
     the goal, so no number of repetitions is enough to promise a decision)."""
     low, high = summary["ci"]
-    distance = abs(summary["median"] - goal.threshold)
-    half_width = max(summary["median"] - low, high - summary["median"])
+    value = summary["value"]
+    distance = abs(value - goal.threshold)
+    half_width = max(value - low, high - value)
     if distance == 0:
         return None
     if half_width <= distance:

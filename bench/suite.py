@@ -43,7 +43,8 @@ def _row(pid: str, name: str, summary: dict[str, Any] | None, unit: str, goal: s
         value, ci, spread_ = count, None, None
         verdict = "info" if goal is None else ("pass" if _count_goal_met(goal, count) else "fail")
     else:
-        value, ci, spread_ = summary["median"], summary["ci"], [summary["min"], summary["max"]]
+        value, ci = summary["value"], summary["ci"]
+        spread_ = [summary["min"], summary["max"]] if "min" in summary else None
         verdict, needed = stats.verdict(summary, stats.Goal.parse(goal) if goal else None)
     return {"id": pid, "name": name, "value": value, "unit": unit, "goal": goal, "verdict": verdict,
             "ci": ci, "spread": spread_, "n": summary["n"] if summary else None, "needed_reps": needed,

@@ -68,3 +68,12 @@ def test_ratios_are_paired():
     with pytest.raises(ValueError):
         stats.ratios([1.0], [1.0, 2.0])
     assert list(itertools.islice(stats.spread([3.0, 1.0, 2.0]).values(), 4)) == [2.0, 1.0, 3.0, 3]
+
+
+def test_a_share_of_successes_has_a_wilson_interval():
+    high = stats.proportion([True] * 38 + [False] * 2)
+    assert high["value"] == 0.95 and 0.8 < high["ci"][0] < 0.95 < high["ci"][1] <= 1.0
+    assert stats.verdict(high, stats.Goal.parse(">= 0.8"))[0] == "pass"
+    assert stats.verdict(stats.proportion([True] * 5 + [False] * 5), stats.Goal.parse(">= 0.8"))[0] == "fail"
+    few = stats.proportion([True] * 4 + [False])
+    assert stats.verdict(few, stats.Goal.parse(">= 0.8"))[0] == "inconclusive"
