@@ -116,7 +116,9 @@ def test_tp_cost_line_says_what_to_do_and_what_it_costs(studio, fake):
 
     fake.set_tp("ready")
     engine, cost, badges, tp_badge = studio.refresh_studio("tp", 64, 64, 4, 2)
-    assert cost.startswith("**Cold**") and "ready group of 2 ranks" in cost and "data-state=\"cold\"" in badges
+    # each rank runs eager (--tp-compile), which compiles nothing on this device
+    assert cost.startswith("**Ready**") and "(tp mode does not compile on this device)" in cost
+    assert "ready group of 2 ranks" in cost and 'data-shape="1024x1024" data-state="warm"' in badges
     assert 'data-state="ready"' in tp_badge and "group **ready** (2 ranks)" in engine
     cost = studio.refresh_studio("tp", 64, 64, 4, 4)[1]
     assert "ready group of 2 ranks, not 4: **Start group** replaces it" in cost
@@ -162,6 +164,7 @@ def test_the_timer_reads_no_logs_and_the_logs_button_does(studio, fake):
 def test_system_panel_shows_the_group_and_its_ranks(studio, fake):
     *_rest, tp_badge, tp_md, status = studio.refresh_system()
     assert 'data-state="stopped"' in tp_badge and "| State | stopped |" in tp_md and "| Rank |" not in tp_md
+    assert "| Ranks | 2 |" in tp_md  # never started: the degree a Start would launch
     fake.start_tp(4)
     *_rest, tp_badge, tp_md, status = studio.refresh_system()
     assert "| State | launching |" in tp_md and "| Ranks | 4 |" in tp_md and "| Rank |" not in tp_md
@@ -174,12 +177,20 @@ def test_system_panel_shows_the_group_and_its_ranks(studio, fake):
 
 def test_cost_line_and_badges_follow_the_compile_state(studio, fake):
     engine, cost, badges, _tp = studio.refresh_studio("compiled", 1024, 1024, 4)
-    assert "fake-model" in engine and "**Cold**" in cost and "estimated 2.0 s" in cost
+    assert engine.startswith(f"**{fake.status()['model']['label']}** on **cpu (float32)** · ready")
+    assert cost == ("**Cold** — **1024x1024** in **compiled** mode: it will compile first "
+                    "(no compile measured yet in this mode to estimate from).")
     assert 'data-shape="1024x1024" data-state="cold"' in badges
-    studio.generate_from_page("a fox", 1024, 1024, "compiled", 4, 1.0, 0, True, [])
+    studio.generate_from_page("a fox", 1024, 1024, "compiled", 4, 1.0, 0, True, [])  # compiles in 1.5 s
     _e, cost, badges, _tp = studio.refresh_studio("compiled", 1024, 1024, 4)
-    assert "**Ready**" in cost and "expected 500 ms" in cost and 'data-shape="1024x1024" data-state="warm"' in badges
+    assert cost.startswith("**Ready**") and "no steady timing yet" in cost
+    assert 'data-shape="1024x1024" data-state="warm"' in badges
+    studio.generate_from_page("a fox", 1024, 1024, "compiled", 4, 1.0, 0, True, [])  # steady: 0.1 + 4 x 0.05 + 0.1 s
+    _e, cost, badges, _tp = studio.refresh_studio("compiled", 1024, 1024, 4)
+    assert "**Ready**" in cost and "expected 400 ms" in cost and 'data-shape="1024x1024" data-state="warm"' in badges
     assert 'data-shape="1152x896" data-state="cold"' in badges
+    assert "it will compile first (estimated 1.5 s from past compiles)" in studio.refresh_studio(
+        "compiled", 1152, 896, 4)[1]
     fake.set_warm_only(True)
     _e, cost, badges, _tp = studio.refresh_studio("compiled", 1152, 896, 4)
     assert "**Refused**" in cost and 'data-shape="1152x896" data-state="locked"' in badges
@@ -211,7 +222,9 @@ def test_load_parameters_from_png_fills_the_controls(studio, fake, tmp_path):
 def test_system_panel_table_warmup_lock_and_cache(studio, fake):
     studio.generate_from_page("a fox", 64, 64, "compiled", 4, 1.0, 0, True, [])
     info, table, warm, _tp_badge, _tp, status = studio.refresh_system()
-    assert "fake-model" in info and "/tmp/x" in info and "2.0 KB" in info
+    cache = status["cache"]["caches"][0]
+    assert f"| Model | {status['model']['label']} |" in info and "| Device | cpu — requested |" in info
+    assert f"| Compile cache | `{cache['dir']}` ({views._bytes(cache['bytes'])}, TORCHINDUCTOR_CACHE_DIR) |" in info
     assert list(table.columns) == ["mode", "shape", "state", "compile s", "steady s", "runs", "error"]
     assert table.iloc[0]["state"] == "warm"
     turkish = views.shapes_frame(status, "tr")
