@@ -1,6 +1,7 @@
 """UI handlers against a fake manager: what the page shows for each outcome."""
 
 import ast
+import inspect
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -278,6 +279,46 @@ def test_compare_shows_side_by_side_with_max_difference(studio, fake):
 def test_api_generate_returns_png_and_record(studio):
     path, record = studio.api_generate("a fox", 64, 64, "eager", 2, 5, 1.0)
     assert Path(path).is_file() and record["seed"] == 5 and record["steps"] == 2
+
+
+def _manager_names_the_ui_uses() -> set[str]:
+    """Every ``manager.X`` and ``self.manager.X`` in ui/handlers.py and ui/app.py."""
+    names = set()
+    for file in ("handlers.py", "app.py"):
+        tree = ast.parse((Path(__file__).resolve().parents[2] / "ui" / file).read_text())
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Attribute):
+                continue
+            owner = node.value
+            if (isinstance(owner, ast.Name) and owner.id == "manager") or (
+                    isinstance(owner, ast.Attribute) and owner.attr == "manager"
+                    and isinstance(owner.value, ast.Name) and owner.value.id == "self"):
+                names.add(node.attr)
+    return names
+
+
+def _public_parameters(method) -> list[tuple[str, object]]:
+    return [(p.name, p.default) for p in inspect.signature(method).parameters.values()
+            if not p.name.startswith("_")]
+
+
+def test_the_fake_manager_has_the_real_managers_surface(fake):
+    """What the page uses of the manager exists on both, with the same parameters (names, order,
+    defaults), so the handler tests drive the UI the way the real manager is driven."""
+    from backend.manager import Manager
+
+    real = Manager(fake.settings)
+    used = _manager_names_the_ui_uses()
+    assert {"generate", "status", "predict", "validate", "start_tp", "settings", "modes"} <= used, used
+    for name in sorted(used):
+        assert hasattr(real, name), f"the UI uses manager.{name}, which the real Manager does not have"
+        assert hasattr(fake, name), f"the UI uses manager.{name}, which the fake manager does not have"
+        real_value, fake_value = getattr(real, name), getattr(fake, name)
+        if callable(real_value):
+            assert callable(fake_value), name
+            assert _public_parameters(fake_value) == _public_parameters(real_value), name
+        else:
+            assert type(fake_value) is type(real_value), name
 
 
 def test_ui_imports_no_torch():
