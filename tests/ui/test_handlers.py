@@ -13,7 +13,7 @@ from PIL import Image
 from backend.errors import GenerationCancelled, GenerationFailed
 from backend.pngmeta import read_png_parameters
 from backend.records import ProgressEvent
-from backend.shapes import Shape
+from backend.shapes import PRESETS, Shape
 from ui import views
 
 
@@ -201,9 +201,14 @@ def test_cost_line_and_badges_follow_the_compile_state(studio, fake):
 
 def test_presets_and_custom_sizes_stay_in_step(studio):
     assert studio.preset_changed("16:9 · 1344x768", 0, 0) == (1344, 768)
-    assert studio.size_changed(1344, 768) == "16:9 · 1344x768"
+    for name, shape in PRESETS:  # every preset sets both boxes, and a size that is a preset names it
+        label = views.preset_label(name, shape)
+        assert studio.preset_changed(label, 1000, 768) == (shape.width, shape.height), label
+        assert studio.size_changed(shape.width, shape.height) == label
     assert studio.size_changed(1000, 768) == views.CUSTOM
-    assert all(v is not None for v in studio.preset_changed(views.CUSTOM, 1, 2))
+    # Custom leaves width and height as they are: an update with no value for each, not a size.
+    keep = {"__type__": "update"}
+    assert gr.skip() == keep and studio.preset_changed(views.CUSTOM, 1000, 768) == (keep, keep)
 
 
 def test_load_parameters_from_png_fills_the_controls(studio, fake, tmp_path):
