@@ -1,12 +1,14 @@
 """The public API of a launched app, through gradio_client: `generate` and `status`, and nothing else."""
 
 import json
+import re
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 import pytest
 from gradio_client import Client
+from gradio_client.exceptions import AuthenticationError
 
 from tools.app_process import running_app
 
@@ -62,8 +64,16 @@ def test_monitoring_endpoint_is_off(app_url):
 
 def test_auth_protects_page_and_api(tmp_path):
     with running_app(tmp_path, "--auth", "demo:s3cret", ready=False) as url:
-        with pytest.raises(Exception):
-            Client(url, verbose=False).predict(api_name="/status")
+        # No credentials: the client cannot even read the app's config (401).
+        with pytest.raises(AuthenticationError, match=re.escape(f"Could not load {url} as credentials were "
+                                                                "not provided. Please login.")):
+            Client(url, verbose=False)
+        # Wrong ones: Gradio's /login refuses them (not with a 401, so gradio_client raises a plain
+        # ValueError, not its AuthenticationError).
+        for wrong in (("demo", "wrong"), ("nobody", "s3cret")):
+            with pytest.raises(ValueError, match=f"^{re.escape(f'Could not login to {url}.')}$") as refused:
+                Client(url, auth=wrong, verbose=False)
+            assert type(refused.value) is ValueError, wrong
         client = Client(url, auth=("demo", "s3cret"), verbose=False)
         assert client.predict(api_name="/status")["model"]["spec"] == "embedded"
         with pytest.raises(urllib.error.HTTPError):
