@@ -119,11 +119,11 @@ def doctor_report(settings: Settings) -> dict[str, Any]:
     report["caches"] = {var: {"dir": prepared[var], "bytes": device_env.dir_size(prepared[var])}
                         for var in device_env.CACHE_VARS if var in prepared}
     if report["device"].get("kind") == "neuron":
-        from backend.core_plan import detect_instance_cores, make_plan
+        from backend.device import Device
         from backend.model_source import transformer_heads
 
-        plan = make_plan(device_env.claim_neuron_cores(settings.neuron_cores),
-                         settings.neuron_instance_cores or detect_instance_cores())
+        # The same plan the app would run with: the cores app.py claimed before torch loaded.
+        plan = Device(info, instance_cores=settings.neuron_instance_cores).core_plan
         heads = None
         try:
             heads = transformer_heads(resolve_model(settings.model, settings.cache_dir)[0])
