@@ -1,10 +1,16 @@
-"""The embedded default model: a tiny random-weight FLUX.2-klein pipeline, built offline.
+"""The embedded models: tiny FLUX.2-klein pipelines, built offline.
 
-No machine here reaches a model hub, so the app ships a pipeline made of the *same* classes as
+No machine here reaches a model hub, so the app ships pipelines made of the *same* classes as
 FLUX.2-klein-4B (``Flux2KleinPipeline`` with ``Flux2Transformer2DModel``, ``AutoencoderKLFlux2``,
-``Qwen3ForCausalLM``, ``Qwen2TokenizerFast``, ``FlowMatchEulerDiscreteScheduler``) with tiny widths and
-random weights. It is saved with ``save_pretrained`` and loaded back through the ordinary
-``Flux2KleinPipeline.from_pretrained`` path, exactly like the real model.
+``Qwen3ForCausalLM``, ``Qwen2TokenizerFast``, ``FlowMatchEulerDiscreteScheduler``) with tiny widths.
+They are saved with ``save_pretrained`` and loaded back through the ordinary
+``Flux2KleinPipeline.from_pretrained`` path, exactly like the real model:
+
+- ``assets/scenes-flux2-klein`` (``--model embedded``, the default): trained on the procedural scene
+  set of ``backend.scenes`` (``backend.scene_training``), so it draws what a prompt from that grammar
+  says, e.g. "a red circle on the left, on a sky gradient", in 4 steps.
+- ``assets/tiny-flux2-klein`` (``--model embedded-random``): random weights, smallest and fastest;
+  every image is noise. For tests and benchmarks that only need the shapes and the timings.
 
 Constraints that make it work with the pipeline's *default* call arguments (see DESIGN.md):
 - the text encoder has >= 27 layers (default ``text_encoder_out_layers=(9, 18, 27)``) and
@@ -16,7 +22,9 @@ Constraints that make it work with the pipeline's *default* call arguments (see 
 ``TinyFluxConfig`` also describes the larger random-weight configs the benchmarks build, up to the
 real block counts of FLUX.2-klein-4B.
 
-Rebuild the committed folder with: ``python -m backend.tiny_model assets/tiny-flux2-klein``.
+Rebuild the committed folders with ``python -m backend.tiny_model assets/tiny-flux2-klein`` (random)
+and ``python -m backend.tiny_model train`` (trained; a progress bar per phase, ~20 minutes on 2 CPU
+cores; ``--help`` lists the step counts and the seed).
 """
 
 from __future__ import annotations
@@ -28,7 +36,9 @@ from pathlib import Path
 
 import torch
 
-EMBEDDED_MODEL_DIR = Path(__file__).resolve().parent.parent / "assets" / "tiny-flux2-klein"
+_ASSETS = Path(__file__).resolve().parent.parent / "assets"
+EMBEDDED_MODEL_DIR = _ASSETS / "tiny-flux2-klein"  # random weights: --model embedded-random
+SCENES_MODEL_DIR = _ASSETS / "scenes-flux2-klein"  # trained on backend.scenes: --model embedded
 
 _SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"]
 
@@ -110,6 +120,13 @@ KLEIN_4B_GEOMETRY = TinyFluxConfig(
     timestep_guidance_channels=256, vae_block_out_channels=(128, 256, 512, 512), vae_layers_per_block=2,
     vae_norm_groups=32, latent_channels=32, vae_mid_attention=True,
 )
+
+
+# The trained embedded model: a little wider and deeper than the random one (quality), still 4 heads
+# (tensor-parallel tests shard them over 2 and 4 ranks). Its VAE normalises with one group: with a
+# group per channel or two, GroupNorm removes each channel's mean, which is the colour of a flat
+# region, and the autoencoder never learns colours.
+SCENES_GEOMETRY = TinyFluxConfig(num_layers=1, num_single_layers=2, attention_head_dim=24, vae_norm_groups=1)
 
 
 def build_pipeline(cfg: TinyFluxConfig = TinyFluxConfig(), device: str = "cpu", dtype=None):
@@ -195,8 +212,47 @@ def save_pipeline(dest: Path, cfg: TinyFluxConfig = TinyFluxConfig()) -> Path:
     return dest
 
 
+def train_and_save(dest: Path, train_cfg=None, cfg: TinyFluxConfig = SCENES_GEOMETRY) -> dict:
+    """Build ``cfg`` from its seed, train it on the scene set, save it at ``dest``; returns timings."""
+    from backend import scene_training
+
+    train_cfg = train_cfg or scene_training.TrainConfig()
+    dest = Path(dest)
+    pipe = build_pipeline(dataclasses.replace(cfg, seed=train_cfg.seed))
+    timings = scene_training.train(pipe, train_cfg)
+    pipe.save_pretrained(dest, safe_serialization=True)
+    (dest / "tiny_config.json").write_text(
+        json.dumps(dataclasses.asdict(dataclasses.replace(cfg, seed=train_cfg.seed)), indent=2, sort_keys=True) + "\n")
+    (dest / "training.json").write_text(json.dumps(
+        {"train_config": dataclasses.asdict(train_cfg), "minutes": {k: round(v / 60, 2) for k, v in timings.items()},
+         "torch_threads": torch.get_num_threads()}, indent=2, sort_keys=True) + "\n")
+    return timings
+
+
+def _train_main(argv: list[str]) -> None:
+    from backend.scene_training import TrainConfig
+
+    defaults = TrainConfig()
+    parser = argparse.ArgumentParser(prog="python -m backend.tiny_model train",
+                                     description="Train the embedded model on the procedural scene set.")
+    parser.add_argument("dest", type=Path, nargs="?", default=SCENES_MODEL_DIR)
+    for field in ("seed", "vae_steps", "steps", "finetune_steps", "captions", "batch"):
+        parser.add_argument("--" + field.replace("_", "-"), type=int, default=getattr(defaults, field))
+    args = parser.parse_args(argv)
+    overrides = {f: getattr(args, f) for f in ("seed", "vae_steps", "steps", "finetune_steps", "captions", "batch")}
+    train_and_save(args.dest, dataclasses.replace(defaults, **overrides))
+    print(args.dest)
+
+
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="Write the embedded tiny FLUX.2-klein pipeline.")
+    import sys
+
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["train"]:
+        return _train_main(argv[1:])
+    parser = argparse.ArgumentParser(
+        description="Write the random-weight embedded FLUX.2-klein pipeline "
+                    "(`python -m backend.tiny_model train` trains the scene model instead).")
     parser.add_argument("dest", type=Path, nargs="?", default=EMBEDDED_MODEL_DIR)
     args = parser.parse_args(argv)
     print(save_pipeline(args.dest))

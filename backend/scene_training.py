@@ -1,0 +1,384 @@
+"""Train the embedded FLUX.2-klein on the procedural scene set (``backend.scenes``), on the CPU.
+
+Run: ``python -m backend.tiny_model train`` (writes ``assets/scenes-flux2-klein``). Everything comes
+from one seed; the same seed on the same machine (and thread count) gives the same weights.
+
+What is trained, in order, and why:
+1. The VAE, as an autoencoder on rendered scenes (L1 + a small KL term). Afterwards the latent
+   batch-norm running stats (``vae.bn``), which Flux2KleinPipeline uses to normalise the 2x2-patchified
+   latents, are set to the trained encoder's latent mean and variance over the scene set.
+2. The transformer, with the flow-matching objective exactly as Flux2KleinPipeline calls it:
+   packed patchified bn-normalised latents, ``x_t = (1 - s) x0 + s noise``, target ``noise - x0``,
+   ``timestep = s`` (the pipeline passes ``t / 1000``), position ids from the pipeline's own helpers,
+   and ``s`` drawn half from the pipeline's 4-step schedule (with its dynamic shift ``mu`` for the
+   image's sequence length) and half uniformly under the same shift.
+   The text encoder stays frozen at random weights except its last two layers and final norm, which
+   learn along with the transformer: they produce hidden state 27 (one of the three the pipeline
+   concatenates) and give the model a trainable reader of the byte-level prompt. Layers 1-25 are
+   run once per caption, up front.
+3. A short final phase at the pipeline's full 512-token prompt length (the first phase uses prompts
+   padded only to the longest caption, which is ~5x cheaper), with the text encoder frozen.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from backend import scenes
+
+TRAINED_TEXT_LAYERS = 2  # the last layers of the text encoder that learn
+FULL_PROMPT_TOKENS = 512  # Flux2KleinPipeline's default max_sequence_length
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    seed: int = 0
+    vae_steps: int = 1000
+    vae_batch: int = 8
+    vae_lr: float = 1e-3
+    captions: int = 1200  # distinct training captions
+    images_per_caption: int = 4  # renders (sizes, jitter) per caption
+    steps: int = 1500  # transformer steps at the short prompt length
+    finetune_steps: int = 60  # transformer steps at the full 512-token prompt length
+    finetune_captions: int = 192
+    batch: int = 16
+    lr: float = 1.5e-3
+    text_lr: float = 5e-4
+    # size -> relative frequency in training (sides multiples of 16, 64..256)
+    sizes: tuple[tuple[int, int, float], ...] = (
+        (128, 128, 5), (256, 256, 3), (64, 64, 1), (96, 96, 1), (192, 192, 1), (160, 160, 1),
+        (128, 96, 1), (96, 128, 1), (256, 128, 1), (128, 256, 1), (192, 128, 1), (128, 192, 1),
+    )
+
+
+def _progress(total: int, desc: str):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, unit="step", dynamic_ncols=True)
+
+
+def _to_tensor(images: list[np.ndarray]) -> torch.Tensor:
+    x = torch.from_numpy(np.stack(images)).permute(0, 3, 1, 2).float()
+    return x / 127.5 - 1.0
+
+
+# --- 1. VAE -----------------------------------------------------------------------------------------
+
+def train_vae(vae, cfg: TrainConfig) -> None:
+    rng = random.Random(cfg.seed * 1000 + 1)
+    opt = torch.optim.Adam(vae.parameters(), lr=cfg.vae_lr)
+    vae.train()
+    small = [(64, 64), (64, 96), (96, 64), (96, 96)]
+    with _progress(cfg.vae_steps, "vae") as bar:
+        for step in range(cfg.vae_steps):
+            h, w = rng.choice(small)
+            batch = []
+            for _ in range(cfg.vae_batch):
+                scene = scenes.sample_scene(rng, held_out=None)
+                batch.append(scenes.render(scene, h, w, rng))
+            x = _to_tensor(batch)
+            for group in opt.param_groups:
+                group["lr"] = _lr_at(step, cfg.vae_steps, cfg.vae_lr, warmup=50)
+            # The posterior mean (not a sample: the posterior's unit initial variance drowns the signal
+            # and the decoder learns to ignore the latents), and a small pull of it towards zero
+            # instead of the KL term.
+            z = vae.encode(x).latent_dist.mode()
+            recon = vae.decode(z).sample
+            loss = F.l1_loss(recon, x) + F.mse_loss(recon, x) + 1e-4 * z.pow(2).mean()
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(vae.parameters(), 1.0)
+            opt.step()
+            bar.set_postfix(loss=f"{loss.item():.4f}")
+            bar.update()
+    vae.eval()
+    with torch.no_grad():
+        x = _to_tensor([scenes.render(scenes.sample_scene(rng, held_out=True), 128, 128) for _ in range(8)])
+        recon = vae.decode(vae.encode(x).latent_dist.mode()).sample
+    print(f"vae: held-out reconstruction L1 {F.l1_loss(recon, x).item():.3f} (images in -1..1)", flush=True)
+
+
+@torch.no_grad()
+def encode_patchified(pipe, x: torch.Tensor) -> torch.Tensor:
+    """Images in -1..1 -> the pipeline's patchified latents (B, 4C, H/16, W/16), before bn."""
+    return pipe._patchify_latents(pipe.vae.encode(x).latent_dist.mode())
+
+
+@torch.no_grad()
+def set_latent_stats(pipe, cfg: TrainConfig) -> None:
+    """Set vae.bn running stats from the trained encoder's patchified latents over the scene set."""
+    rng = random.Random(cfg.seed * 1000 + 2)
+    feats = []
+    for _ in range(16):
+        batch = [scenes.render(scenes.sample_scene(rng, held_out=None), 128, 128, rng) for _ in range(16)]
+        z = encode_patchified(pipe, _to_tensor(batch))
+        feats.append(z.permute(0, 2, 3, 1).reshape(-1, z.shape[1]))
+    feats = torch.cat(feats)
+    bn = pipe.vae.bn
+    bn.running_mean.copy_(feats.mean(0))
+    bn.running_var.copy_(feats.var(0))
+    bn.num_batches_tracked.fill_(1)
+
+
+def normalise(pipe, z: torch.Tensor) -> torch.Tensor:
+    bn = pipe.vae.bn
+    mean = bn.running_mean.view(1, -1, 1, 1)
+    std = torch.sqrt(bn.running_var.view(1, -1, 1, 1) + pipe.vae.config.batch_norm_eps)
+    return (z - mean) / std
+
+
+# --- 2. text --------------------------------------------------------------------------------------
+
+def _token_ids(pipe, captions: list[str], length: int) -> tuple[torch.Tensor, torch.Tensor]:
+    ids, masks = [], []
+    for caption in captions:
+        text = pipe.tokenizer.apply_chat_template([{"role": "user", "content": caption}], tokenize=False,
+                                                  add_generation_prompt=True, enable_thinking=False)
+        enc = pipe.tokenizer(text, return_tensors="pt", padding="max_length", truncation=True, max_length=length)
+        ids.append(enc["input_ids"])
+        masks.append(enc["attention_mask"])
+    return torch.cat(ids), torch.cat(masks)
+
+
+def prompt_length(pipe, captions: list[str]) -> int:
+    ids, mask = _token_ids(pipe, captions, FULL_PROMPT_TOKENS)
+    return int(mask.sum(1).max())
+
+
+@torch.no_grad()
+def frozen_text_states(pipe, captions: list[str], length: int) -> dict[str, torch.Tensor]:
+    """Hidden states 9 and 18 (frozen layers) and the input of the trained layers, per caption."""
+    te = pipe.text_encoder
+    n_layers = te.config.num_hidden_layers
+    h9, h18, h_in, masks = [], [], [], []
+    for start in range(0, len(captions), 32):
+        ids, mask = _token_ids(pipe, captions[start:start + 32], length)
+        out = te(input_ids=ids, attention_mask=mask, output_hidden_states=True, use_cache=False)
+        h9.append(out.hidden_states[9])
+        h18.append(out.hidden_states[18])
+        h_in.append(out.hidden_states[n_layers - TRAINED_TEXT_LAYERS])
+        masks.append(mask)
+    return {"h9": torch.cat(h9), "h18": torch.cat(h18), "h_in": torch.cat(h_in), "mask": torch.cat(masks)}
+
+
+class TrainedTextTail(torch.nn.Module):
+    """The text encoder's last layers + final norm, run on cached inputs: gives hidden state 27."""
+
+    def __init__(self, text_encoder):
+        super().__init__()
+        self.model = text_encoder.model
+        self.tail = torch.nn.ModuleList(list(self.model.layers)[-TRAINED_TEXT_LAYERS:])
+
+    def forward(self, h_in: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        from transformers.masking_utils import create_causal_mask
+
+        model = self.model
+        position_ids = torch.arange(h_in.shape[1]).unsqueeze(0)
+        causal = create_causal_mask(config=model.config, inputs_embeds=h_in, attention_mask=mask,
+                                    cache=None, position_ids=position_ids)
+        pos = model.rotary_emb(h_in, position_ids)
+        hidden = h_in
+        for layer in self.tail:
+            hidden = layer(hidden, attention_mask=causal, position_embeddings=pos, position_ids=position_ids)
+        return model.norm(hidden)
+
+
+def prompt_embeds(h9, h18, h27) -> torch.Tensor:
+    """The pipeline's layout: hidden states (9, 18, 27) stacked, then interleaved per token."""
+    out = torch.stack([h9, h18, h27], dim=1)
+    b, c, t, d = out.shape
+    return out.permute(0, 2, 1, 3).reshape(b, t, c * d)
+
+
+# --- 3. transformer ---------------------------------------------------------------------------------
+
+def _mu(pipe, image_seq_len: int, steps: int = 4) -> float:
+    from diffusers.pipelines.flux2.pipeline_flux2_klein import compute_empirical_mu
+
+    return compute_empirical_mu(image_seq_len=image_seq_len, num_steps=steps)
+
+
+def _shift(mu: float, s: torch.Tensor) -> torch.Tensor:
+    # FlowMatchEulerDiscreteScheduler.time_shift (exponential): exp(mu) / (exp(mu) + (1/s - 1))
+    return math.exp(mu) / (math.exp(mu) + (1 / s - 1))
+
+
+def sample_sigmas(pipe, batch: int, image_seq_len: int, gen: torch.Generator) -> torch.Tensor:
+    mu = _mu(pipe, image_seq_len)
+    grid = torch.tensor(np.linspace(1.0, 1 / 4, 4), dtype=torch.float32)
+    pick = grid[torch.randint(0, 4, (batch,), generator=gen)]
+    uniform = torch.rand(batch, generator=gen).clamp(1e-3, 1.0)
+    use_grid = torch.rand(batch, generator=gen) < 0.5
+    return _shift(mu, torch.where(use_grid, pick, uniform))
+
+
+@dataclasses.dataclass
+class LatentSet:
+    """Training latents grouped by size: size -> (x0 packed (N, L, C), caption index (N,))."""
+
+    by_size: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]]
+    ids: dict[tuple[int, int], torch.Tensor]
+
+
+@torch.no_grad()
+def build_latents(pipe, captions: list[str], cfg: TrainConfig) -> LatentSet:
+    rng = random.Random(cfg.seed * 1000 + 3)
+    sizes = [(h, w) for h, w, _ in cfg.sizes]
+    weights = [f for _, _, f in cfg.sizes]
+    jobs: dict[tuple[int, int], list[tuple[int, np.ndarray]]] = {s: [] for s in sizes}
+    for index, caption in enumerate(captions):
+        scene = scenes.parse_caption(caption)
+        for _ in range(cfg.images_per_caption):
+            h, w = rng.choices(sizes, weights)[0]
+            jobs[(h, w)].append((index, scenes.render(scene, h, w, rng)))
+    by_size, ids = {}, {}
+    total = sum(len(v) for v in jobs.values())
+    with _progress(total, "encode") as bar:
+        for size, items in jobs.items():
+            if not items:
+                continue
+            xs = []
+            for start in range(0, len(items), 32):
+                chunk = items[start:start + 32]
+                z = normalise(pipe, encode_patchified(pipe, _to_tensor([im for _, im in chunk])))
+                xs.append(z)
+                bar.update(len(chunk))
+            z = torch.cat(xs)
+            ids[size] = pipe._prepare_latent_ids(z[:1])[0]
+            by_size[size] = (pipe._pack_latents(z), torch.tensor([i for i, _ in items]))
+    return LatentSet(by_size, ids)
+
+
+def _flow_loss(pipe, x0, embeds, img_ids, gen) -> torch.Tensor:
+    b, seq, _ = x0.shape
+    sigma = sample_sigmas(pipe, b, seq, gen)
+    noise = torch.randn(x0.shape, generator=gen)
+    s = sigma.view(-1, 1, 1)
+    xt = (1 - s) * x0 + s * noise
+    txt_ids = pipe._prepare_text_ids(embeds)
+    pred = pipe.transformer(hidden_states=xt, timestep=sigma, guidance=None, encoder_hidden_states=embeds,
+                            txt_ids=txt_ids, img_ids=img_ids.unsqueeze(0).expand(b, -1, -1),
+                            return_dict=False)[0]
+    return F.mse_loss(pred, noise - x0)
+
+
+def _lr_at(step: int, total: int, peak: float, warmup: int = 40) -> float:
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, total - warmup))))
+
+
+def train_transformer(pipe, captions: list[str], latents: LatentSet, cfg: TrainConfig) -> None:
+    gen = torch.Generator().manual_seed(cfg.seed * 1000 + 4)
+    rng = random.Random(cfg.seed * 1000 + 5)
+    length = prompt_length(pipe, captions) + 8
+    cache = frozen_text_states(pipe, captions, length)
+    tail = TrainedTextTail(pipe.text_encoder)
+    te = pipe.text_encoder
+    te.requires_grad_(False)
+    tail.tail.requires_grad_(True)
+    te.model.norm.requires_grad_(True)
+    text_params = list(tail.tail.parameters()) + list(te.model.norm.parameters())
+    tr = pipe.transformer
+    tr.train()
+    opt = torch.optim.AdamW([{"params": tr.parameters(), "lr": cfg.lr, "peak": cfg.lr},
+                             {"params": text_params, "lr": cfg.text_lr, "peak": cfg.text_lr}],
+                            weight_decay=0.01)
+    sizes = list(latents.by_size)
+    weights = [dict(((h, w), f) for h, w, f in cfg.sizes)[s] * len(latents.by_size[s][1]) ** 0.5 for s in sizes]
+
+    def step_on(size, embeds_fn, step, total):
+        x0_all, cap_all = latents.by_size[size]
+        pick = torch.randint(0, len(cap_all), (cfg.batch,), generator=gen)
+        embeds = embeds_fn(cap_all[pick])
+        for group in opt.param_groups:
+            group["lr"] = _lr_at(step, total, group["peak"])
+        loss = _flow_loss(pipe, x0_all[pick], embeds, latents.ids[size], gen)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(tr.parameters(), 1.0)
+        opt.step()
+        return loss.item()
+
+    def short_embeds(idx):
+        h27 = tail(cache["h_in"][idx], cache["mask"][idx])
+        return prompt_embeds(cache["h9"][idx], cache["h18"][idx], h27)
+
+    te.train()
+    ema = None
+    with _progress(cfg.steps, "transformer") as bar:
+        for step in range(cfg.steps):
+            loss = step_on(rng.choices(sizes, weights)[0], short_embeds, step, cfg.steps)
+            ema = loss if ema is None else 0.98 * ema + 0.02 * loss
+            bar.set_postfix(loss=f"{ema:.4f}")
+            bar.update()
+    te.eval()
+    te.requires_grad_(False)
+    del cache
+
+    if cfg.finetune_steps:
+        # Full-length prompts: the image tokens now also attend to ~400 more padding tokens.
+        subset = sorted(rng.sample(range(len(captions)), min(cfg.finetune_captions, len(captions))))
+        with torch.no_grad():
+            full = []
+            for start in range(0, len(subset), 16):
+                chunk = [captions[i] for i in subset[start:start + 16]]
+                full.append(pipe._get_qwen3_prompt_embeds(te, pipe.tokenizer, chunk,
+                                                          max_sequence_length=FULL_PROMPT_TOKENS))
+            full = torch.cat(full)
+        row = torch.full((len(captions),), -1, dtype=torch.long)
+        row[torch.tensor(subset)] = torch.arange(len(subset))
+        ft_latents = LatentSet({}, latents.ids)
+        for size, (x0, cap) in latents.by_size.items():
+            keep = row[cap] >= 0
+            if keep.any():
+                ft_latents.by_size[size] = (x0[keep], row[cap[keep]])
+        latents_saved, latents.by_size = latents.by_size, ft_latents.by_size
+        sizes = list(latents.by_size)
+        weights = [dict(((h, w), f) for h, w, f in cfg.sizes)[s] for s in sizes]
+        for group in opt.param_groups:
+            group["peak"] *= 0.3
+        with _progress(cfg.finetune_steps, "transformer@512") as bar:
+            for step in range(cfg.finetune_steps):
+                loss = step_on(rng.choices(sizes, weights)[0], lambda idx: full[idx], step, cfg.finetune_steps)
+                ema = 0.9 * ema + 0.1 * loss
+                bar.set_postfix(loss=f"{ema:.4f}")
+                bar.update()
+        latents.by_size = latents_saved
+    tr.eval()
+
+
+def training_captions(cfg: TrainConfig) -> list[str]:
+    rng = random.Random(cfg.seed * 1000 + 6)
+    out: dict[str, None] = {}
+    while len(out) < cfg.captions:
+        out[scenes.sample_scene(rng, held_out=False).caption] = None
+    return list(out)
+
+
+def train(pipe, cfg: TrainConfig = TrainConfig(), log=print) -> dict:
+    """Train ``pipe`` (a freshly built tiny pipeline) in place; returns timings in seconds."""
+    torch.manual_seed(cfg.seed)
+    timings = {}
+    t0 = time.perf_counter()
+    train_vae(pipe.vae, cfg)
+    set_latent_stats(pipe, cfg)
+    timings["vae"] = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    captions = training_captions(cfg)
+    latents = build_latents(pipe, captions, cfg)
+    timings["data"] = time.perf_counter() - t1
+    t2 = time.perf_counter()
+    train_transformer(pipe, captions, latents, cfg)
+    timings["transformer"] = time.perf_counter() - t2
+    timings["total"] = time.perf_counter() - t0
+    log("training took " + ", ".join(f"{k} {v / 60:.1f} min" for k, v in timings.items()))
+    return timings

@@ -1,0 +1,104 @@
+"""Does the embedded model draw what it is told? Prompt agreement on held-out scene prompts.
+
+    python -m bench.agreement                      # 128, 256, 512, 1024; 24 prompts each
+    python -m bench.agreement --sizes 128x128 --prompts 8
+
+The prompts are captions from ``backend.scenes``'s grammar made only of (colour, shape, background)
+triples that training never drew (``scenes.is_held_out``). Each is generated the way the app does
+by default for this model (4 steps, guidance 1.0, a fixed seed per prompt) and judged by
+``scenes.judge``: shape colours dominant, centroids in the named places, background as named.
+Training used sizes 64..256 px, so 512 and 1024 measure extrapolation. Prints one row per size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+DEFAULT_SIZES = ((128, 128), (256, 256), (512, 512), (1024, 1024))
+STEPS = 4
+GUIDANCE = 1.0
+
+
+def load_pipeline(model_dir: str | Path | None = None):
+    from diffusers import Flux2KleinPipeline
+
+    from backend.tiny_model import SCENES_MODEL_DIR
+
+    pipe = Flux2KleinPipeline.from_pretrained(model_dir or SCENES_MODEL_DIR)
+    pipe.set_progress_bar_config(disable=True)
+    return pipe
+
+
+def generate(pipe, prompts: list[str], height: int, width: int, seed: int = 0, batch: int = 8) -> list:
+    """One PIL image per prompt; prompt i uses generator seed ``seed + i`` whatever the batching."""
+    import torch
+
+    images = []
+    for start in range(0, len(prompts), batch):
+        chunk = prompts[start:start + batch]
+        gens = [torch.Generator().manual_seed(seed + start + i) for i in range(len(chunk))]
+        with torch.no_grad():
+            images += pipe(prompt=chunk, height=height, width=width, num_inference_steps=STEPS,
+                           guidance_scale=GUIDANCE, generator=gens).images
+    return images
+
+
+def measure(sizes=DEFAULT_SIZES, prompts: int | list[str] = 24, seed: int = 0, pipe=None,
+            model_dir: str | Path | None = None, keep_images: bool = False) -> dict:
+    """Agreement per size: {"prompts": [...], "sizes": {"HxW": {"agree", "total", "fraction",
+    "seconds", "failures": [(prompt, reason)], "images"?}}}. ``prompts``: a count of held-out
+    prompts or the list itself."""
+    from backend import scenes
+
+    prompt_list = scenes.held_out_prompts(prompts) if isinstance(prompts, int) else list(prompts)
+    pipe = pipe or load_pipeline(model_dir)
+    out = {"prompts": prompt_list, "steps": STEPS, "guidance": GUIDANCE, "seed": seed, "sizes": {}}
+    for height, width in sizes:
+        t0 = time.perf_counter()
+        batch = max(1, min(8, (256 * 256 * 8) // (height * width)))
+        images = generate(pipe, prompt_list, height, width, seed=seed, batch=batch)
+        verdicts = [scenes.judge(image, prompt) for image, prompt in zip(images, prompt_list)]
+        agree = sum(v.agrees for v in verdicts)
+        row = {"agree": agree, "total": len(verdicts), "fraction": agree / len(verdicts),
+               "seconds": round(time.perf_counter() - t0, 1),
+               "failures": [(p, v.reason) for p, v in zip(prompt_list, verdicts) if not v.agrees]}
+        if keep_images:
+            row["images"] = images
+        out["sizes"][f"{height}x{width}"] = row
+    return out
+
+
+def _size(text: str) -> tuple[int, int]:
+    h, w = text.lower().split("x")
+    return int(h), int(w)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", nargs="+", type=_size, default=list(DEFAULT_SIZES), help="HxW ...")
+    parser.add_argument("--prompts", type=int, default=24)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--model", type=Path, default=None, help="pipeline folder (default: the embedded one)")
+    parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    parser.add_argument("--save-images", type=Path, default=None, help="write each image here as PNG")
+    args = parser.parse_args(argv)
+    result = measure(args.sizes, args.prompts, args.seed, model_dir=args.model,
+                     keep_images=args.save_images is not None)
+    print(f"{'size':>10}  {'agree':>9}  {'seconds':>8}")
+    for size, row in result["sizes"].items():
+        print(f"{size:>10}  {row['agree']:>3}/{row['total']:<3} {row['fraction']:>4.0%}  {row['seconds']:>8}")
+        for prompt, reason in row["failures"]:
+            print(f"{'':>12}x {prompt}: {reason}")
+        if args.save_images:
+            args.save_images.mkdir(parents=True, exist_ok=True)
+            for i, image in enumerate(row.pop("images")):
+                image.save(args.save_images / f"{size}-{i:02d}.png")
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
