@@ -81,7 +81,8 @@ def section(result: dict, source: Path, gpu: dict | None, gpu_source: Path | Non
     m = result["machine"]
     lines = [START, "",
              f"From `{source.relative_to(ROOT)}` ({result['date']}; CPU {m['cpu']}, {m['cores']} cores, "
-             f"torch {m['torch']}, embedded model unless a row says otherwise), made by `python -m bench` and "
+             f"torch {m['torch']}, the embedded model `{result.get('model', 'embedded')}` unless a row says "
+             "otherwise), made by `python -m bench` and "
              "written here by `python -m bench.report`.", "", METHOD, "",
              "| id | measure | value | 95 % interval | n | goal | verdict | process CPU |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]

@@ -397,8 +397,13 @@ def run(only: list[str] | None, quick: bool, progress: Callable[[str], None] = l
                 else:
                     os.environ["TORCHINDUCTOR_CACHE_DIR"] = saved
             progress(f"{pid} done in {time.monotonic() - began:.0f} s")
-    return {"date": datetime.date.today().isoformat(), "quick": quick, "machine": machine(), "rows": rows,
-            "errors": errors}
+    from backend.model_source import resolve_model
+    from backend.settings import EMBEDDED_MODEL
+
+    with tempfile.TemporaryDirectory() as tmp:
+        model = resolve_model(EMBEDDED_MODEL, Path(tmp))[1]
+    return {"date": datetime.date.today().isoformat(), "quick": quick, "machine": machine(), "model": model,
+            "rows": rows, "errors": errors}
 
 
 def _interval(row: dict[str, Any]) -> str:
