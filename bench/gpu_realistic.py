@@ -9,7 +9,8 @@ on the device, runs it through the app's own manager and engine, and measures si
 eager, compiled and regional latency (interleaved, median with a 95 % bootstrap interval) and
 compile times, peak device memory, and P1 (manager vs a direct pipeline call), P2 (a warm shape
 after another vs after itself: compiles and latency) and P3 (device memory with 3 warm compiled
-shapes vs 1), with the same method as ``python -m bench`` (``bench/stats.py``). Writes ``bench/results/<date>-<device>-realistic.json``.
+shapes vs 1), with the same method as ``python -m bench`` (``bench/stats.py``). Writes
+``bench/results/<date>-<device>-realistic.json``.
 Published reference: FLUX.2-klein-4B ~0.57 s at 1024x1024, 4 steps, one H100.
 """
 

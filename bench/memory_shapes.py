@@ -48,7 +48,9 @@ def measure(config: str, backend: str, steps: int, shapes: tuple[str, ...] = SHA
     from backend.tiny_model import TinyFluxConfig, save_pipeline
 
     with tempfile.TemporaryDirectory() as tmp:
-        model = "embedded"
+        from bench import BENCH_MODEL
+
+        model = BENCH_MODEL
         if CONFIGS[config]:
             model = str(save_pipeline(Path(tmp) / config, TinyFluxConfig(**CONFIGS[config])))
         settings = Settings(model=model, device="cpu", dtype="float32", compile_backend=backend,

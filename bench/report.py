@@ -81,7 +81,7 @@ def section(result: dict, source: Path, gpu: dict | None, gpu_source: Path | Non
     m = result["machine"]
     lines = [START, "",
              f"From `{source.relative_to(ROOT)}` ({result['date']}; CPU {m['cpu']}, {m['cores']} cores, "
-             f"torch {m['torch']}, the embedded model `{result.get('model', 'embedded')}` unless a row says "
+             f"torch {m['torch']}, {result.get('model', 'the embedded model')} unless a row says "
              "otherwise), made by `python -m bench` and "
              "written here by `python -m bench.report`.", "", METHOD, "",
              "| id | measure | value | 95 % interval | n | goal | verdict | process CPU |",
@@ -108,7 +108,8 @@ def section(result: dict, source: Path, gpu: dict | None, gpu_source: Path | Non
                   f"{gpu['dtype']}); public reference {gpu['reference']['seconds']} s on one "
                   f"{gpu['reference']['gpu']}:", "",
                   "| mode | steady s/image | compile s |", "| --- | --- | --- |"]
-        lines += [f"| {mode} | {v['steady_s']:.3f} (95 % interval {v['steady']['ci'][0]:.3f}–{v['steady']['ci'][1]:.3f}) "
+        lines += [f"| {mode} | {v['steady_s']:.3f} "
+                  f"(95 % interval {v['steady']['ci'][0]:.3f}–{v['steady']['ci'][1]:.3f}) "
                   f"| {v['compile_s']:.1f} |" for mode, v in modes.items()]
         p1, p2 = gpu["P1"], gpu["P2"]
         lines += ["", f"P1 app / direct {p1['median']:.3f} (interval {p1['ci'][0]:.3f}–{p1['ci'][1]:.3f}, "

@@ -6,15 +6,16 @@ repetition, in an order drawn at random for each repetition (ABAB with A or B fi
 drift and warm caches hit both sides alike and neither always goes first; each call is timed in
 wall-clock seconds and in this process's CPU seconds (all its threads).
 
-``summarise`` turns the repetitions into the median of the per-repetition ratios A/B and a 95 % percentile
-bootstrap interval for that median (repetitions resampled with replacement, a fixed seed, so the same
-figures give the same interval). ``verdict`` then says:
+``summarise`` turns the repetitions into the median of the per-repetition ratios A/B and a 95 %
+percentile bootstrap interval for that median (repetitions resampled with replacement, a fixed
+seed, so the same figures give the same interval); ``proportion`` gives a share of successes with
+its Wilson interval. ``verdict`` then says:
 
 - ``pass`` when the whole interval meets the goal,
 - ``fail`` when the whole interval misses it,
-- ``inconclusive`` otherwise, or with fewer than ``MIN_REPS`` repetitions, with a rough count of the repetitions that would decide it: an interval's
-  width shrinks about as 1/sqrt(n), so the width must fall below the median's distance from the
-  goal (``needed_pairs``).
+- ``inconclusive`` otherwise, or with fewer than ``MIN_REPS`` repetitions, with a rough count of
+  the repetitions that would decide it: an interval's width shrinks about as 1/sqrt(n), so the
+  width must fall below the value's distance from the goal (``needed_pairs``).
 
 Rows measured in separate processes (P3, P5, P7) use the same ``summarise`` and ``verdict`` over
 their repetitions. With few repetitions the interval is wide and the verdict is honest about it.

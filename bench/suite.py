@@ -6,7 +6,8 @@ interval and is *pass* only when the whole interval meets its goal, *fail* when 
 misses it, and *inconclusive* otherwise (with the repetitions that would decide it). Timed rows
 report wall-clock and process-CPU ratios. ``--quick`` shrinks sizes and repetitions (and uses the
 fast aot_eager backend where the compiler itself is not what is measured) so CI can check the suite
-runs; its figures are not the ones to quote, and most of its verdicts are inconclusive. A full run writes ``bench/results/<date>-<device>.json``, from which ``python -m bench.report``
+runs; its figures are not the ones to quote, and most of its verdicts are inconclusive. A full run
+writes ``bench/results/<date>-<device>.json``, from which ``python -m bench.report``
 regenerates the README's performance section and its plot.
 """
 
@@ -27,7 +28,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Callable
 
-from bench import stats
+from bench import BENCH_MODEL, stats
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -67,8 +68,9 @@ def _manager(tmp: Path, **overrides):
     from backend.manager import Manager
     from backend.settings import Settings
 
-    settings = Settings(**{"device": "cpu", "dtype": "float32", "compile_backend": "aot_eager",
-                           "cache_dir": tmp / "cache", "output_dir": tmp / "out", **overrides})
+    settings = Settings(**{"model": BENCH_MODEL, "device": "cpu", "dtype": "float32",
+                           "compile_backend": "aot_eager", "cache_dir": tmp / "cache", "output_dir": tmp / "out",
+                           **overrides})
     manager = Manager(settings)
     manager.start()
     return manager
@@ -275,8 +277,8 @@ def _time_to_ui(tmp: Path) -> tuple[float, float]:
     port = free_port()
     env = _clean_env()
     began = time.monotonic()
-    proc = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--port", str(port), "--cache-dir",
-                             str(tmp / "cache"), "--output-dir", str(tmp / "out")], cwd=tmp, env=env,
+    proc = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--model", BENCH_MODEL, "--port", str(port),
+                             "--cache-dir", str(tmp / "cache"), "--output-dir", str(tmp / "out")], cwd=tmp, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}/"
     try:
@@ -307,7 +309,7 @@ def p6_time_to_ui(tmp: Path, quick: bool) -> list[dict]:
     ready = stats.summarise([r[1] for r in runs])
     return [
         _row("P6", "time to UI: process start -> HTTP 200 from the page", page, "s", "<= 3"),
-        _row("P6", "time to UI: process start -> model ready (embedded model)", ready, "s", None),
+        _row("P6", "time to UI: process start -> model ready (tiny model)", ready, "s", None),
     ]
 
 
@@ -315,13 +317,11 @@ def p6_time_to_ui(tmp: Path, quick: bool) -> list[dict]:
 def p7_persistent_cache(tmp: Path, quick: bool) -> list[dict]:
     """A cold compile in a fresh process and cache, then the same shape in a second process that
     finds the first one's cache; repeated with a new cache each time."""
-    from backend.settings import EMBEDDED_MODEL
-
     cold, warm, cold_cpu, warm_cpu = [], [], [], []
     for i in range(2 if quick else 3):
         cache = tmp / f"p7-cache-{i}"
         for seconds, cpu in ((cold, cold_cpu), (warm, warm_cpu)):
-            wall, child_cpu = _child_compile(EMBEDDED_MODEL, "compiled", "inductor", "256x256", cache)
+            wall, child_cpu = _child_compile(BENCH_MODEL, "compiled", "inductor", "256x256", cache)
             seconds.append(wall)
             cpu.append(child_cpu)
     speedup = stats.summarise(stats.ratios(cold, warm))
@@ -397,11 +397,9 @@ def run(only: list[str] | None, quick: bool, progress: Callable[[str], None] = l
                 else:
                     os.environ["TORCHINDUCTOR_CACHE_DIR"] = saved
             progress(f"{pid} done in {time.monotonic() - began:.0f} s")
-    from backend.model_source import resolve_model
-    from backend.settings import EMBEDDED_MODEL
+    from backend.tiny_model import EMBEDDED_MODEL_DIR
 
-    with tempfile.TemporaryDirectory() as tmp:
-        model = resolve_model(EMBEDDED_MODEL, Path(tmp))[1]
+    model = f"the random-weight tiny model ({EMBEDDED_MODEL_DIR.relative_to(ROOT)})"
     return {"date": datetime.date.today().isoformat(), "quick": quick, "machine": machine(), "model": model,
             "rows": rows, "errors": errors}
 

@@ -27,7 +27,9 @@ def measure(size: str, reps: int, degree: int, steps: int) -> dict:
     from backend.shapes import parse_shape
 
     with tempfile.TemporaryDirectory() as tmp:
-        settings = Settings(device="cpu", dtype="float32", compile_backend="aot_eager", mode="tp",
+        from bench import BENCH_MODEL
+
+        settings = Settings(model=BENCH_MODEL, device="cpu", dtype="float32", compile_backend="aot_eager", mode="tp",
                             tp_degree=degree, cache_dir=Path(tmp) / "cache", output_dir=Path(tmp) / "out")
         prepare_environment(settings.cache_dir)
         manager = Manager(settings)
