@@ -65,6 +65,9 @@ POSITION_PAIRS = (("left", "right"), ("top", "bottom"), ("left", "top"), ("right
 SIZES = ((64, 64), (96, 96), (128, 128), (128, 96), (96, 128), (192, 192), (256, 256), (256, 128),
          (128, 256), (192, 128), (128, 192), (160, 160))
 MIN_COLOUR_DISTANCE = 130.0  # a shape colour must be this far (RGB) from every background colour
+# Shape radius as a fraction of the image's shorter side: one shape, two shapes (which must not meet).
+# Big enough that a shape spans ~3 latent tokens (16 px each) at 128 px.
+SHAPE_RADIUS = (0.2, 0.14)
 
 
 def _rgb(name: str) -> tuple[int, int, int]:
@@ -241,7 +244,7 @@ def render(scene: Scene, height: int, width: int, rng: random.Random | None = No
     canonical layout."""
     image = scene.background.render(height, width)
     side = min(height, width)
-    base_r = 0.15 if len(scene.shapes) == 1 else 0.12
+    base_r = SHAPE_RADIUS[len(scene.shapes) > 1]
     for spec in scene.shapes:
         fx, fy = POSITIONS[spec.position][1]
         jx = jy = js = 0.0
@@ -265,7 +268,7 @@ def scene_seeded(seed: int, height: int, width: int, held_out: bool | None = Fal
 BACKGROUND_TOLERANCE = 60.0  # RGB distance under which a pixel counts as background
 MIN_BACKGROUND_FRACTION = 0.45
 MIN_PATTERN_SHARE = 0.15  # each colour of stripes / a checkerboard covers ~half the background
-MIN_SHAPE_FRACTION = 0.006  # of the image; a shape of radius 0.12 covers >= 2 % (ring, star less)
+MIN_SHAPE_FRACTION = 0.006  # of the image; a shape of radius 0.14 covers >= 3 % (ring, star less)
 
 
 def _in_region(position: str, x: float, y: float) -> bool:

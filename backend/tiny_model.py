@@ -23,8 +23,8 @@ Constraints that make it work with the pipeline's *default* call arguments (see 
 real block counts of FLUX.2-klein-4B.
 
 Rebuild the committed folders with ``python -m backend.tiny_model assets/tiny-flux2-klein`` (random)
-and ``python -m backend.tiny_model train`` (trained; a progress bar per phase, ~20 minutes on 2 CPU
-cores; ``--help`` lists the step counts and the seed).
+and ``python -m backend.tiny_model train`` (trained; a progress bar per phase, ~35 minutes on one CPU
+core; ``--help`` lists the step counts and the seed).
 """
 
 from __future__ import annotations
@@ -236,10 +236,10 @@ def _train_main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(prog="python -m backend.tiny_model train",
                                      description="Train the embedded model on the procedural scene set.")
     parser.add_argument("dest", type=Path, nargs="?", default=SCENES_MODEL_DIR)
-    for field in ("seed", "vae_steps", "steps", "finetune_steps", "captions", "batch"):
+    for field in ("seed", "threads", "vae_steps", "steps", "finetune_steps", "captions", "batch"):
         parser.add_argument("--" + field.replace("_", "-"), type=int, default=getattr(defaults, field))
     args = parser.parse_args(argv)
-    overrides = {f: getattr(args, f) for f in ("seed", "vae_steps", "steps", "finetune_steps", "captions", "batch")}
+    overrides = {f: getattr(args, f) for f in ("seed", "threads", "vae_steps", "steps", "finetune_steps", "captions", "batch")}
     train_and_save(args.dest, dataclasses.replace(defaults, **overrides))
     print(args.dest)
 
