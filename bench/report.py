@@ -83,7 +83,8 @@ def section(result: dict, source: Path, gpu: dict | None, gpu_source: Path | Non
              f"From `{source.relative_to(ROOT)}` ({result['date']}; CPU {m['cpu']}, {m['cores']} cores, "
              f"torch {m['torch']}, {result.get('model', 'the embedded model')} unless a row says "
              "otherwise), made by `python -m bench` and "
-             "written here by `python -m bench.report`.", "", METHOD, "",
+             "written here by `python -m bench.report`." + (f" {result['note']}" if result.get("note") else ""),
+             "", METHOD, "",
              "| id | measure | value | 95 % interval | n | goal | verdict | process CPU |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     undecided = []
