@@ -38,7 +38,7 @@ def run(device: str, quick: bool, reps: int) -> dict:
     from backend.shapes import parse_shape
     from backend.tiny_model import KLEIN_4B_GEOMETRY, TinyFluxConfig, build_pipeline
     from bench import stats
-    from bench.suite import measure_app_overhead, measure_shape_switch
+    from bench.suite import measure_app_overhead, measure_shape_switch, timed_ratio
 
     # --quick checks the script itself: two blocks of each kind (still "repeated" for regional).
     geometry = TinyFluxConfig(num_layers=2, num_single_layers=2) if quick else KLEIN_4B_GEOMETRY
@@ -82,14 +82,14 @@ def run(device: str, quick: bool, reps: int) -> dict:
         runs[mode] = lambda req=req: (manager.generate(req), dev.synchronize())
     measured = stats.interleaved(runs, reps, seed=0)
     for mode in runs:
+        steady = stats.summarise(measured["wall"][mode])
         out["modes"][mode] = {"first_call_s": first[mode].seconds, "compile_s": first[mode].compile_seconds,
-                              "compiles": first[mode].compiles, "steady": stats.summarise(measured["wall"][mode]),
-                              "steady_s": stats.spread(measured["wall"][mode])["median"]}
+                              "compiles": first[mode].compiles, "steady": steady, "steady_s": steady["median"]}
     out["peak_device_bytes"] = torch.cuda.max_memory_allocated() if cuda else None
 
     # P1: the app's generate vs a direct call of the same loaded pipeline, interleaved.
     p1 = measure_app_overhead(manager, request("eager"), reps, synchronize=dev.synchronize)
-    out["P1"] = stats.summarise(stats.ratios(p1["wall"]["app"], p1["wall"]["direct"]))
+    out["P1"] = timed_ratio(p1, "app", "direct")[0]
     out["P1"]["verdict"] = stats.verdict(out["P1"], stats.Goal.parse("<= 1.02"))[0]
 
     # P2 and P3: three warm compiled shapes.
@@ -103,7 +103,7 @@ def run(device: str, quick: bool, reps: int) -> dict:
     mem_three = mem()
     p2, compiles, _calls = measure_shape_switch(manager, requests, reps)
     out["P2_compiles"] = compiles
-    out["P2"] = stats.summarise(stats.ratios(p2["wall"]["after_other"], p2["wall"]["after_itself"]))
+    out["P2"] = timed_ratio(p2, "after_other", "after_itself")[0]
     out["P2"]["verdict"] = stats.verdict(out["P2"], stats.Goal.parse("<= 1.05"))[0]
     out["P3_device_memory_ratio"] = (mem_three / mem_one) if cuda else None
     out["P3_device_bytes"] = {"one_warm": mem_one, "three_warm": mem_three}

@@ -38,7 +38,8 @@ BOOTSTRAP_RESAMPLES = 2000
 
 @dataclass(frozen=True)
 class Goal:
-    """``op`` is "<=" or ">=": the ratio must be at most / at least ``threshold``."""
+    """``op`` is "<=", ">=" or "=": the value must be at most / at least / exactly ``threshold``
+    ("=" is for counts, which have no noise)."""
 
     op: str
     threshold: float
@@ -46,11 +47,13 @@ class Goal:
     @classmethod
     def parse(cls, text: str) -> "Goal":
         op, value = text.split()
-        if op not in ("<=", ">="):
-            raise ValueError(f"a goal is '<= x' or '>= x', not {text!r}")
+        if op not in ("<=", ">=", "="):
+            raise ValueError(f"a goal is '<= x', '>= x' or '= x', not {text!r}")
         return cls(op, float(value))
 
     def met(self, value: float) -> bool:
+        if self.op == "=":
+            return value == self.threshold
         return value <= self.threshold if self.op == "<=" else value >= self.threshold
 
     def __str__(self) -> str:

@@ -42,7 +42,7 @@ def _row(pid: str, name: str, summary: dict[str, Any] | None, unit: str, goal: s
     needed = None
     if summary is None:
         value, ci, spread_ = count, None, None
-        verdict = "info" if goal is None else ("pass" if _count_goal_met(goal, count) else "fail")
+        verdict = "info" if goal is None else ("pass" if stats.Goal.parse(goal).met(count) else "fail")
     else:
         value, ci = summary["value"], summary["ci"]
         spread_ = [summary["min"], summary["max"]] if "min" in summary else None
@@ -52,12 +52,7 @@ def _row(pid: str, name: str, summary: dict[str, Any] | None, unit: str, goal: s
             "cpu": cpu, "absolute": absolute or {}, "note": note}
 
 
-def _count_goal_met(goal: str, count: float | None) -> bool:
-    op, value = goal.split()
-    return {"=": count == float(value), "<=": count <= float(value), ">=": count >= float(value)}[op]
-
-
-def _timed_ratio(measured: dict[str, Any], a: str, b: str) -> tuple[dict[str, Any], dict[str, Any]]:
+def timed_ratio(measured: dict[str, Any], a: str, b: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """Wall and CPU summaries of the per-repetition ratio a/b from ``stats.interleaved``."""
     wall = stats.summarise(stats.ratios(measured["wall"][a], measured["wall"][b]))
     cpu = stats.summarise(stats.ratios(measured["cpu"][a], measured["cpu"][b]))
@@ -115,7 +110,7 @@ def p1_app_overhead(tmp: Path, quick: bool) -> list[dict]:
             shape = _shape(text)
             request = manager.validate("a red fox", shape.height, shape.width, steps=4, seed=0, mode="eager")
             measured = measure_app_overhead(manager, request, reps, seed=i)
-            wall, cpu = _timed_ratio(measured, "app", "direct")
+            wall, cpu = timed_ratio(measured, "app", "direct")
             rows.append(_row("P1", f"app overhead at {text}: manager.generate / direct pipeline call", wall, "x",
                              "<= 1.02", cpu, {"direct_s": stats.spread(measured["wall"]["direct"]),
                                               "manager_s": stats.spread(measured["wall"]["app"])}))
@@ -144,12 +139,11 @@ def measure_shape_switch(manager, requests: list, reps: int) -> tuple[dict[str, 
                                 "cpu": {"after_other": [], "after_itself": []}}
     for rep in range(reps):
         this, other = requests[rep % len(requests)], requests[(rep + 1) % len(requests)]
-        one = stats.interleaved({"after_other": lambda: second_call(other, this),
-                                 "after_itself": lambda: second_call(this, this)}, 1, seed=rep,
-                                measure=lambda run: run())
-        for kind in ("wall", "cpu"):
-            for side, values in one[kind].items():
-                measured[kind][side] += values
+        before = {"after_other": other, "after_itself": this}
+        for side in random.Random(rep).sample(list(before), 2):
+            wall, cpu = second_call(before[side], this)
+            measured["wall"][side].append(wall)
+            measured["cpu"][side].append(cpu)
     return measured, compiles, calls
 
 
@@ -166,7 +160,7 @@ def p2_warm_shape_reuse(tmp: Path, quick: bool) -> list[dict]:
             manager.generate(request)  # warm
             manager.generate(request)
         measured, compiles, calls = measure_shape_switch(manager, requests, reps)
-        wall, cpu = _timed_ratio(measured, "after_other", "after_itself")
+        wall, cpu = timed_ratio(measured, "after_other", "after_itself")
     finally:
         manager.close()
     return [
@@ -254,13 +248,13 @@ def p5_regional_warmup(tmp: Path, quick: bool) -> list[dict]:
     from backend.tiny_model import TinyFluxConfig, save_pipeline
 
     model = str(save_pipeline(tmp / "real-blocks", TinyFluxConfig(**REAL_BLOCKS)))
-    backend, reps = ("aot_eager", 3) if quick else ("inductor", 3)
+    backend, reps = "aot_eager" if quick else "inductor", 3
     seconds: dict[str, list[float]] = {"compiled": [], "regional": []}
     cpu: dict[str, list[float]] = {"compiled": [], "regional": []}
     for i in range(reps):
         for mode in random.Random(i).sample(["compiled", "regional"], 2):
-            wall, child_cpu = _child_compile(model, mode, backend, "256x256", tmp / f"c-{mode}-{i}")
-            seconds[mode].append(wall)
+            compile_s, child_cpu = _child_compile(model, mode, backend, "256x256", tmp / f"c-{mode}-{i}")
+            seconds[mode].append(compile_s)
             cpu[mode].append(child_cpu)
     ratio = stats.summarise(stats.ratios(seconds["regional"], seconds["compiled"]))
     return [_row("P5", f"warm-up, real block counts (5+20), {backend}: regional / whole-transformer compile time",
@@ -321,8 +315,8 @@ def p7_persistent_cache(tmp: Path, quick: bool) -> list[dict]:
     for i in range(2 if quick else 3):
         cache = tmp / f"p7-cache-{i}"
         for seconds, cpu in ((cold, cold_cpu), (warm, warm_cpu)):
-            wall, child_cpu = _child_compile(BENCH_MODEL, "compiled", "inductor", "256x256", cache)
-            seconds.append(wall)
+            compile_s, child_cpu = _child_compile(BENCH_MODEL, "compiled", "inductor", "256x256", cache)
+            seconds.append(compile_s)
             cpu.append(child_cpu)
     speedup = stats.summarise(stats.ratios(cold, warm))
     return [_row("P7", "persistent cache: cold compile / second-process compile (inductor, same shape)", speedup,
@@ -348,15 +342,15 @@ def p8_modes(tmp: Path, quick: bool) -> list[dict]:
                 first[mode] = manager.generate(request)[1]
                 runs[mode] = lambda request=request: manager.generate(request)
             measured = stats.interleaved(runs, reps, seed=10 + i)
+            steady = {m: stats.spread(v) for m, v in measured["wall"].items()}
             for mode in runs:
                 points.append({"mode": mode, "shape": text, "pixels": shape.pixels,
-                               "seconds": stats.spread(measured["wall"][mode])["median"],
-                               "compile_seconds": first[mode].compile_seconds})
-            text_row = ", ".join(f"{m} {stats.spread(v)['median']:.3f} s" for m, v in measured["wall"].items())
+                               "seconds": steady[mode]["median"], "compile_seconds": first[mode].compile_seconds})
+            text_row = ", ".join(f"{m} {v['median']:.3f} s" for m, v in steady.items())
             for mode in ("compiled", "regional"):
-                wall, cpu = _timed_ratio(measured, mode, "eager")
+                wall, cpu = timed_ratio(measured, mode, "eager")
                 rows.append(_row("P8", f"modes at {text}, 4 steps (steady s/image: {text_row}): {mode} / eager",
-                                 wall, "x", None, cpu, {m: stats.spread(v) for m, v in measured["wall"].items()}))
+                                 wall, "x", None, cpu, steady))
     finally:
         manager.close()
     rows[-1]["points"] = points
@@ -397,9 +391,7 @@ def run(only: list[str] | None, quick: bool, progress: Callable[[str], None] = l
                 else:
                     os.environ["TORCHINDUCTOR_CACHE_DIR"] = saved
             progress(f"{pid} done in {time.monotonic() - began:.0f} s")
-    from backend.tiny_model import EMBEDDED_MODEL_DIR
-
-    model = f"the random-weight tiny model ({EMBEDDED_MODEL_DIR.relative_to(ROOT)})"
+    model = f"the random-weight tiny model ({Path(BENCH_MODEL).relative_to(ROOT)})"
     return {"date": datetime.date.today().isoformat(), "quick": quick, "machine": machine(), "model": model,
             "rows": rows, "errors": errors}
 

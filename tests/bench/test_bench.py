@@ -46,12 +46,6 @@ def test_in_process_rows_run_interleaved_and_judge_by_interval(tmp_path):
     assert "95 % CI" in table and all(r["name"] in table for r in rows)
 
 
-def _summary(values):
-    from bench import stats
-
-    return stats.summarise(values)
-
-
 def test_p3_repeats_in_fresh_processes_and_a_copied_weight_fails_the_row(monkeypatch, tmp_path):
     import bench.memory_shapes as memory
 
