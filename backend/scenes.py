@@ -70,6 +70,19 @@ MIN_COLOUR_DISTANCE = 130.0  # a shape colour must be this far (RGB) from every 
 SHAPE_RADIUS = (0.2, 0.14)
 
 
+# Every word the grammar uses (the trained model's tokenizer holds each as one token).
+WORDS: tuple[str, ...] = tuple(dict.fromkeys(
+    ["a", "an", "and", "on", "at", "in", "the", "background", "gradient", "stripes", "checkerboard", "grey"]
+    + list(COLOURS) + list(SHAPES) + list(POSITIONS) + list(GRADIENTS)))
+
+
+# Stripes and checkerboards have a fixed scale, like a texture: a cell is 16*pi ~ 50 px wide, so a
+# pattern repeats every 2*pi latent tokens (16 px each), the period of the highest frequency (1 rad
+# per token) of the transformer's rotary position embedding; the model can draw it in phase at any
+# image size. (Cells of one token would need a frequency of pi per token, which RoPE does not have.)
+PATTERN_CELL = 16 * np.pi
+
+
 def _rgb(name: str) -> tuple[int, int, int]:
     return GREY if name == "grey" else COLOURS[name]
 
@@ -100,13 +113,12 @@ class Background:
             return np.broadcast_to(np.array(_rgb(self.name), np.float32), (height, width, 3)).copy()
         if self.kind == "gradient":
             return self.expected(height, width)
-        cell = max(8, min(height, width) // 8)
         a, b = np.array(_rgb(self.name), np.float32), np.array(COLOURS["white"], np.float32)
-        xs = (np.arange(width) // cell) % 2
+        xs = (np.floor((np.arange(width) + 0.5) / PATTERN_CELL) % 2).astype(np.int64)
         if self.kind == "stripes":
             mask = np.broadcast_to(xs[None, :], (height, width))
         else:
-            ys = (np.arange(height) // cell) % 2
+            ys = (np.floor((np.arange(height) + 0.5) / PATTERN_CELL) % 2).astype(np.int64)
             mask = (ys[:, None] + xs[None, :]) % 2
         return np.where(mask[..., None] == 0, a, b).astype(np.float32)
 

@@ -71,3 +71,24 @@ def test_the_evaluator_rejects_wrong_colour_position_and_background():
     blank = scenes.parse_caption(caption).background.render(128, 128).astype(np.uint8)
     assert not scenes.agrees(blank, caption)
 
+
+
+def test_scene_tokenizer_holds_grammar_words_whole_and_the_reading_targets_sit_on_phrase_ends():
+    from backend import scene_training
+    from backend.tiny_model import SCENES_GEOMETRY, build_pipeline
+
+    pipe = build_pipeline(SCENES_GEOMETRY)
+    for word in scenes.WORDS:
+        assert len(pipe.tokenizer(" " + word)["input_ids"]) == 1, word
+    text = "a fox 🦊 in the triangle-shaped snow"
+    assert pipe.tokenizer.decode(pipe.tokenizer(text)["input_ids"]) == text
+    caption = "a red triangle at the bottom and a blue ring on the left, on green stripes"
+    targets = scene_training.reading_targets(pipe, [caption], 64)[0]
+    ids = scene_training._token_ids(pipe, [caption], 64)[0][0].tolist()
+    marked = {pipe.tokenizer.decode([ids[j]]): targets[j].tolist() for j in range(64) if targets[j].max() >= 0}
+    colours, shapes = list(scenes.COLOURS), list(scenes.SHAPES)
+    assert marked == {
+        " bottom": [colours.index("red"), shapes.index("triangle"), -1],
+        " left": [colours.index("blue"), shapes.index("ring"), -1],
+        " stripes": [-1, -1, scenes.all_backgrounds().index(scenes.Background("stripes", "green"))],
+    }
