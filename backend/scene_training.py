@@ -29,8 +29,8 @@ What is trained, in order, and why:
    words, so a word is one token. Prompts are padded to a random length between the longest
    caption and ``SHORT_PROMPT_TOKENS``, so that the transformer meets padding tokens at many
    positions.
-3. A short final phase at the pipeline's full 512-token prompt length (the first phase uses prompts
-   padded only to the longest caption, which is ~3x cheaper), with the text encoder frozen.
+3. A short final phase at the pipeline's full 512-token prompt length (the main phase pads prompts
+   to at most ``SHORT_PROMPT_TOKENS``, which is several times cheaper), with the text encoder frozen.
 """
 
 from __future__ import annotations
@@ -215,7 +215,7 @@ class TrainedTextTail(torch.nn.Module):
 _BACKGROUNDS = scenes.all_backgrounds()
 _COLOURS, _SHAPES = list(scenes.COLOURS), list(scenes.SHAPES)
 _POSITION_TOKENS = {" " + name for name in scenes.POSITIONS}
-_BACKGROUND_TOKENS = {" background", " gradient", " stripes", " checkerboard"}
+_BACKGROUND_TOKENS = {" " + b.phrase.split()[-1] for b in _BACKGROUNDS}
 
 
 def reading_targets(pipe, captions: list[str], length: int) -> torch.Tensor:

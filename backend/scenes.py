@@ -70,12 +70,6 @@ MIN_COLOUR_DISTANCE = 130.0  # a shape colour must be this far (RGB) from every 
 SHAPE_RADIUS = (0.2, 0.14)
 
 
-# Every word the grammar uses (the trained model's tokenizer holds each as one token).
-WORDS: tuple[str, ...] = tuple(dict.fromkeys(
-    ["a", "an", "and", "on", "at", "in", "the", "background", "gradient", "stripes", "checkerboard", "grey"]
-    + list(COLOURS) + list(SHAPES) + list(POSITIONS) + list(GRADIENTS)))
-
-
 # Stripes and checkerboards have a fixed scale, like a texture: a cell is 16*pi ~ 50 px wide, so a
 # pattern repeats every 2*pi latent tokens (16 px each), the period of the highest frequency (1 rad
 # per token) of the transformer's rotary position embedding; the model can draw it in phase at any
@@ -85,6 +79,11 @@ PATTERN_CELL = 16 * np.pi
 
 def _rgb(name: str) -> tuple[int, int, int]:
     return GREY if name == "grey" else COLOURS[name]
+
+
+def _cell_parity(pixels: int) -> np.ndarray:
+    """0/1 per pixel along one side: which pattern cell (of PATTERN_CELL px) its centre falls in."""
+    return (np.floor((np.arange(pixels) + 0.5) / PATTERN_CELL) % 2).astype(np.int64)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,11 +113,11 @@ class Background:
         if self.kind == "gradient":
             return self.expected(height, width)
         a, b = np.array(_rgb(self.name), np.float32), np.array(COLOURS["white"], np.float32)
-        xs = (np.floor((np.arange(width) + 0.5) / PATTERN_CELL) % 2).astype(np.int64)
+        xs = _cell_parity(width)
         if self.kind == "stripes":
             mask = np.broadcast_to(xs[None, :], (height, width))
         else:
-            ys = (np.floor((np.arange(height) + 0.5) / PATTERN_CELL) % 2).astype(np.int64)
+            ys = _cell_parity(height)
             mask = (ys[:, None] + xs[None, :]) % 2
         return np.where(mask[..., None] == 0, a, b).astype(np.float32)
 
@@ -136,6 +135,13 @@ def all_backgrounds() -> list[Background]:
             + [Background("gradient", g) for g in GRADIENTS]
             + [Background("stripes", c) for c in PATTERN_COLOURS]
             + [Background("checkerboard", c) for c in PATTERN_COLOURS])
+
+
+def _grammar_words() -> tuple[str, ...]:
+    """Every word a caption can contain, read off the phrases the captions are made of."""
+    phrases = ([ShapeSpec(c, sh, p).phrase for c in COLOURS for sh in SHAPES for p in POSITIONS]
+               + [b.phrase for b in all_backgrounds()] + ["and", "on"])
+    return tuple(dict.fromkeys(word for phrase in phrases for word in phrase.split()))
 
 
 def colour_fits(colour: str, background: Background) -> bool:
@@ -164,6 +170,10 @@ class Scene:
     @property
     def caption(self) -> str:
         return " and ".join(s.phrase for s in self.shapes) + ", on " + self.background.phrase
+
+
+# Every word the grammar uses (the trained model's tokenizer holds each as one token).
+WORDS: tuple[str, ...] = _grammar_words()
 
 
 def is_held_out(colour: str, shape: str, background: Background) -> bool:

@@ -72,7 +72,6 @@ def test_the_evaluator_rejects_wrong_colour_position_and_background():
     assert not scenes.agrees(blank, caption)
 
 
-
 def test_scene_tokenizer_holds_grammar_words_whole_and_the_reading_targets_sit_on_phrase_ends():
     from backend import scene_training
     from backend.tiny_model import SCENES_GEOMETRY, build_pipeline
