@@ -5,7 +5,10 @@ from one seed; the same seed on the same machine (and thread count) gives the sa
 
 What is trained, in order, and why:
 1. The VAE, as an autoencoder on rendered scenes (L1 + MSE of the decoded posterior mean, and a
-   small pull of the latents towards zero). Afterwards the latent
+   small pull of the latents towards zero). A pixel a shape covers weighs ``VAE_SHAPE_WEIGHT``
+   times more: with plain averages the shapes, a few percent of the pixels, came back in the wrong
+   colour (yellow as orange, cyan as teal), and no transformer can draw a colour its VAE cannot
+   decode. Afterwards the latent
    batch-norm running stats (``vae.bn``), which Flux2KleinPipeline uses to normalise the 2x2-patchified
    latents, are set to the trained encoder's latent mean and variance over the scene set.
 2. The transformer, with the flow-matching objective exactly as Flux2KleinPipeline calls it:
@@ -15,7 +18,8 @@ What is trained, in order, and why:
    dynamic shift ``mu`` for the image's sequence length), the rest uniformly under the same shift:
    the model only ever has to work for those 4 Euler steps. The loss of a latent token is weighted up
    by the share of it a shape covers (shapes are a small share of the pixels). Training is mostly at
-   128x128 (64 image tokens) and 256x256, with a warm-up and a cosine decay of the learning rate.
+   128x128 (64 image tokens) and 256x256, with a warm-up and a cosine decay of the learning rate;
+   what is saved is an exponential moving average of the weights (``EMA_DECAY``).
    The text encoder stays frozen at random weights except its last three layers and final norm:
    they produce hidden state 27 (one of the three the pipeline concatenates). Frozen random layers
    alone do not let the transformer tell "a red circle on the left" from "a red circle on the
@@ -53,18 +57,20 @@ FULL_PROMPT_TOKENS = 512  # Flux2KleinPipeline's default max_sequence_length
 SHORT_PROMPT_TOKENS = 96  # the main phase pads prompts to a random length up to this
 GRID_SHARE = 0.85  # share of training sigmas on the pipeline's 4-step schedule (the rest uniform)
 SHAPE_LOSS_WEIGHT = 4.0  # extra loss weight of a latent token, times the share of it a shape covers
+VAE_SHAPE_WEIGHT = 10.0  # extra VAE loss weight of a pixel a shape covers
+EMA_DECAY = 0.998  # the saved weights are this moving average of the main phase's weights
 
 
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
     seed: int = 0
     threads: int = 2  # torch threads; results are reproducible for a given seed and thread count
-    vae_steps: int = 900
+    vae_steps: int = 1800
     vae_batch: int = 8
     vae_lr: float = 1e-3
     captions: int = 1200  # distinct training captions
     images_per_caption: int = 4  # renders (sizes, jitter) per caption
-    steps: int = 3000  # transformer steps at the short prompt length
+    steps: int = 6000  # transformer steps at the short prompt length
     finetune_steps: int = 200  # transformer steps at the full 512-token prompt length
     finetune_captions: int = 192
     batch: int = 16
@@ -101,11 +107,14 @@ def train_vae(vae, cfg: TrainConfig) -> None:
     with _progress(cfg.vae_steps, "vae") as bar:
         for step in range(cfg.vae_steps):
             h, w = rng.choice(small)
-            batch = []
+            batch, masks = [], []
             for _ in range(cfg.vae_batch):
                 scene = scenes.sample_scene(rng, held_out=None)
                 batch.append(scenes.render(scene, h, w, rng))
+                masks.append(np.any(batch[-1] != scene.background.render(h, w).astype(np.uint8), axis=-1))
             x = _to_tensor(batch)
+            # Shapes are a small share of the pixels, but their colours are what a prompt names.
+            weight = 1.0 + VAE_SHAPE_WEIGHT * torch.from_numpy(np.stack(masks)).float().unsqueeze(1)
             for group in opt.param_groups:
                 group["lr"] = _lr_at(step, cfg.vae_steps, cfg.vae_lr, warmup=50)
             # The posterior mean (not a sample: the posterior's unit initial variance drowns the signal
@@ -113,7 +122,8 @@ def train_vae(vae, cfg: TrainConfig) -> None:
             # instead of the KL term.
             z = vae.encode(x).latent_dist.mode()
             recon = vae.decode(z).sample
-            loss = F.l1_loss(recon, x) + F.mse_loss(recon, x) + 1e-4 * z.pow(2).mean()
+            err = (recon - x).abs() + (recon - x).pow(2)
+            loss = (err * weight).sum() / (weight.sum() * 3) + 1e-4 * z.pow(2).mean()
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(vae.parameters(), 1.0)
@@ -407,13 +417,24 @@ def train_transformer(pipe, captions: list[str], latents: LatentSet, cfg: TrainC
             text_opt.step()
             bar.set_postfix(loss=f"{loss.item():.3f}")
             bar.update()
-    ema = None
+    # An exponential moving average of the weights (transformer and trained text layers together,
+    # since one reads the other's output) is what is kept: it smooths out the last steps' noise.
+    averaged = [p for group in opt.param_groups[:2] for p in group["params"]]
+    shadow = [p.detach().clone() for p in averaged]
+    smooth = None
     with _progress(cfg.steps, "transformer") as bar:
         for step in range(cfg.steps):
             loss, reading = step_on(rng.choices(sizes, weights)[0], short_embeds, step, cfg.steps)
-            ema = loss if ema is None else 0.98 * ema + 0.02 * loss
-            bar.set_postfix(loss=f"{ema:.4f}", text=f"{reading:.3f}")
+            with torch.no_grad():
+                decay = min(EMA_DECAY, (1 + step) / (10 + step))
+                torch._foreach_lerp_(shadow, [p.detach() for p in averaged], 1 - decay)
+            smooth = loss if smooth is None else 0.98 * smooth + 0.02 * loss
+            bar.set_postfix(loss=f"{smooth:.4f}", text=f"{reading:.3f}")
             bar.update()
+    with torch.no_grad():
+        for p, avg in zip(averaged, shadow):
+            p.copy_(avg)
+    del shadow
     te.eval()
     te.requires_grad_(False)
     del cache
@@ -444,8 +465,8 @@ def train_transformer(pipe, captions: list[str], latents: LatentSet, cfg: TrainC
             for step in range(cfg.finetune_steps):
                 loss, _ = step_on(rng.choices(sizes, weights)[0], lambda idx: (full[idx], 0.0), step,
                                   cfg.finetune_steps)
-                ema = 0.9 * ema + 0.1 * loss
-                bar.set_postfix(loss=f"{ema:.4f}")
+                smooth = 0.9 * smooth + 0.1 * loss
+                bar.set_postfix(loss=f"{smooth:.4f}")
                 bar.update()
         latents.by_size = latents_saved
     tr.eval()
