@@ -11,8 +11,8 @@ import functools
 from pathlib import Path
 
 from backend.errors import ModelNotFound
-from backend.settings import EMBEDDED_MODEL
-from backend.tiny_model import EMBEDDED_MODEL_DIR, save_pipeline
+from backend.settings import EMBEDDED_MODEL, EMBEDDED_RANDOM_MODEL
+from backend.tiny_model import EMBEDDED_MODEL_DIR, SCENES_MODEL_DIR, save_pipeline
 
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 
@@ -24,6 +24,14 @@ def _is_pipeline_folder(path: Path) -> bool:
 def resolve_model(spec: str, cache_root: Path) -> tuple[str, str]:
     """Return (what to pass to from_pretrained, a short label for status and PNG metadata)."""
     if spec == EMBEDDED_MODEL:
+        if _is_pipeline_folder(SCENES_MODEL_DIR):
+            return str(SCENES_MODEL_DIR), "embedded:scenes-flux2-klein"
+        # Its weights are committed; rebuilding them means training (~40 minutes), never done silently.
+        raise ModelNotFound(
+            f"--model embedded: {SCENES_MODEL_DIR} is missing; rebuild it with "
+            "`python -m backend.tiny_model train`, or pass --model embedded-random for the untrained tiny model"
+        )
+    if spec == EMBEDDED_RANDOM_MODEL:
         if _is_pipeline_folder(EMBEDDED_MODEL_DIR):
             return str(EMBEDDED_MODEL_DIR), "embedded:tiny-flux2-klein"
         # The committed folder is missing (e.g. a trimmed install): build it on first use.

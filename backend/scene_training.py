@@ -392,7 +392,7 @@ def train_transformer(pipe, captions: list[str], latents: LatentSet, cfg: TrainC
         (loss + READER_WEIGHT * reading).backward()
         torch.nn.utils.clip_grad_norm_(tr.parameters(), 1.0)
         opt.step()
-        return loss.item(), float(reading)
+        return loss.item(), float(reading.detach()) if torch.is_tensor(reading) else reading
 
     def short_embeds(idx):
         # Padding to a random length (causal attention: the prompt's own states do not change), so

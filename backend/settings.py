@@ -21,7 +21,8 @@ TP_MODE = "tp"
 MODES = IN_PROCESS_MODES + (TP_MODE,)
 DEVICES = ("auto", "neuron", "cuda", "cpu")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
-EMBEDDED_MODEL = "embedded"
+EMBEDDED_MODEL = "embedded"  # the tiny model trained on the scene grammar (backend.scenes)
+EMBEDDED_RANDOM_MODEL = "embedded-random"  # the same classes with random weights: fastest, draws noise
 
 
 def _default_cache_root() -> Path:
@@ -32,7 +33,8 @@ def _default_cache_root() -> Path:
 
 @dataclasses.dataclass
 class Settings:
-    # Model: "embedded" (the tiny offline pipeline), a hub id, or a local diffusers folder.
+    # Model: "embedded" (the tiny offline pipeline trained on the scene grammar), "embedded-random"
+    # (random weights), a hub id, or a local diffusers folder.
     model: str = EMBEDDED_MODEL
     # Device: auto = neuron if TorchNeuron is installed and a core is visible, else cuda, else cpu.
     device: str = "auto"
@@ -135,7 +137,8 @@ def _core_list(text: str) -> str:
 # field -> (flag, environment variable, parser, help). The one table of the app's knobs.
 OPTIONS: dict[str, tuple[str, str, Any, str]] = {
     "model": ("--model", "NEURON_STUDIO_MODEL", str,
-              "'embedded' (default, tiny offline model), a hub id such as "
+              "'embedded' (default: a tiny offline model trained to draw scene prompts), "
+              "'embedded-random' (tiny, random weights), a hub id such as "
               "black-forest-labs/FLUX.2-klein-4B, or a local diffusers folder"),
     "device": ("--device", "NEURON_STUDIO_DEVICE", _choice(DEVICES), "auto|neuron|cuda|cpu"),
     "dtype": ("--dtype", "NEURON_STUDIO_DTYPE", _choice(DTYPES),

@@ -45,6 +45,10 @@ PRESETS: tuple[tuple[str, Shape], ...] = (
     ("9:21", Shape(1536, 640)),
 )
 
+# The trained embedded model learnt at 64..256 px (larger sizes are extrapolation), so the page
+# starts it at 256x256 instead of the first preset.
+EMBEDDED_START = Shape(256, 256)
+
 
 def parse_shape(text: str) -> Shape:
     """Parse 'WIDTHxHEIGHT' (e.g. '768x1344'). Raises ValueError with the expected form."""

@@ -6,12 +6,11 @@ FLUX.2-klein-4B (``Flux2KleinPipeline`` with ``Flux2Transformer2DModel``, ``Auto
 They are saved with ``save_pretrained`` and loaded back through the ordinary
 ``Flux2KleinPipeline.from_pretrained`` path, exactly like the real model:
 
-- ``assets/scenes-flux2-klein`` (not shipped yet): trained on the procedural scene set of
-  ``backend.scenes`` (``backend.scene_training``) to draw what a prompt from that grammar says,
-  e.g. "a red circle on the left, on a sky gradient", in 4 steps. The best run so far agrees with
-  9 of 24 held-out prompts at 128 and at 256 px (``python -m bench.agreement``), short of the 80 %
-  it must reach before it becomes the default.
-- ``assets/tiny-flux2-klein`` (``--model embedded``, the default today): random weights, smallest and fastest;
+- ``assets/scenes-flux2-klein`` (``--model embedded``, the default): trained on the procedural scene
+  set of ``backend.scenes`` (``backend.scene_training``) to draw what a prompt from that grammar
+  says, e.g. "a red circle on the left, on a sky gradient", in 4 steps (agreement on held-out
+  prompts: ``python -m bench --only P9``).
+- ``assets/tiny-flux2-klein`` (``--model embedded-random``): random weights, smallest and fastest;
   every image is noise. For tests and benchmarks that only need the shapes and the timings.
 
 Constraints that make it work with the pipeline's *default* call arguments (see DESIGN.md):
@@ -25,7 +24,7 @@ Constraints that make it work with the pipeline's *default* call arguments (see 
 real block counts of FLUX.2-klein-4B.
 
 Rebuild the committed folders with ``python -m backend.tiny_model assets/tiny-flux2-klein`` (random)
-and ``python -m backend.tiny_model train`` (trained; a progress bar per phase, ~23 minutes on two CPU
+and ``python -m backend.tiny_model train`` (trained; a progress bar per phase, ~40 minutes on two CPU
 cores; ``--help`` lists the step counts and the seed).
 """
 
@@ -41,8 +40,8 @@ import torch
 from backend import scenes
 
 _ASSETS = Path(__file__).resolve().parent.parent / "assets"
-EMBEDDED_MODEL_DIR = _ASSETS / "tiny-flux2-klein"  # random weights: --model embedded (today)
-SCENES_MODEL_DIR = _ASSETS / "scenes-flux2-klein"  # trained on backend.scenes (not shipped yet)
+EMBEDDED_MODEL_DIR = _ASSETS / "tiny-flux2-klein"  # random weights: --model embedded-random
+SCENES_MODEL_DIR = _ASSETS / "scenes-flux2-klein"  # trained on backend.scenes: --model embedded (default)
 
 _SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"]
 

@@ -28,6 +28,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Callable
 
+from backend.tiny_model import SCENES_MODEL_DIR
 from bench import BENCH_MODEL, stats
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -357,9 +358,43 @@ def p8_modes(tmp: Path, quick: bool) -> list[dict]:
     return rows
 
 
+# P9 -------------------------------------------------------------------------------------------
+AGREEMENT_PROMPTS = {  # size -> held-out prompts (full run, quick run); training used 64..256 px
+    "128x128": (48, 16), "256x256": (48, 16), "512x512": (24, 0), "1024x1024": (12, 0),
+}
+TRAINED_SIZES = ("128x128", "256x256")
+
+
+def p9_prompt_agreement(tmp: Path, quick: bool) -> list[dict]:
+    """Does the trained embedded model (the app's default) draw what it is told? Held-out grammar
+    prompts, judged by image statistics (``bench.agreement``, ``backend.scenes.judge``); the share
+    that agrees, with its Wilson interval. 512 and 1024 are larger than anything in training:
+    reported, not judged."""
+    from bench import agreement
+
+    pipe = agreement.load_pipeline()
+    rows = []
+    for text, counts in AGREEMENT_PROMPTS.items():
+        count = counts[quick]
+        if not count:
+            continue
+        shape = _shape(text)
+        measured = agreement.measure([(shape.height, shape.width)], count, pipe=pipe)["sizes"][text]
+        outcomes = [True] * measured["agree"] + [False] * (measured["total"] - measured["agree"])
+        trained = text in TRAINED_SIZES
+        rows.append(_row("P9", f"prompt agreement of the trained embedded model at {text}, 4 steps "
+                         f"(held-out prompts{'' if trained else '; larger than training'})",
+                         stats.proportion(outcomes), "share", ">= 0.8" if trained else None,
+                         absolute={"agree": measured["agree"], "total": measured["total"],
+                                   "seconds": measured["seconds"],
+                                   "failures": [f"{p}: {why}" for p, why in measured["failures"]]}))
+    return rows
+
+
 BENCHMARKS: dict[str, Callable[[Path, bool], list[dict]]] = {
     "P1": p1_app_overhead, "P2": p2_warm_shape_reuse, "P3": p3_memory, "P4": p4_tp_transport,
     "P5": p5_regional_warmup, "P6": p6_time_to_ui, "P7": p7_persistent_cache, "P8": p8_modes,
+    "P9": p9_prompt_agreement,
 }
 
 
@@ -391,7 +426,8 @@ def run(only: list[str] | None, quick: bool, progress: Callable[[str], None] = l
                 else:
                     os.environ["TORCHINDUCTOR_CACHE_DIR"] = saved
             progress(f"{pid} done in {time.monotonic() - began:.0f} s")
-    model = f"the random-weight tiny model ({Path(BENCH_MODEL).relative_to(ROOT)})"
+    model = (f"the random-weight tiny model ({Path(BENCH_MODEL).relative_to(ROOT)}); P9: the trained "
+             f"embedded model ({SCENES_MODEL_DIR.relative_to(ROOT)})")
     return {"date": datetime.date.today().isoformat(), "quick": quick, "machine": machine(), "model": model,
             "rows": rows, "errors": errors}
 

@@ -15,6 +15,9 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["NEURON_STUDIO_CACHE_DIR"] = _CACHE
 os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(_CACHE, "inductor")
+# Most tests need the pipeline's shapes and timings, not its pictures: the random-weight model. The
+# tests of the trained default ("embedded") name it.
+os.environ["NEURON_STUDIO_MODEL"] = "embedded-random"
 
 import pytest  # noqa: E402
 
@@ -22,8 +25,9 @@ from backend.settings import Settings  # noqa: E402
 
 
 def make_settings(tmp_path: Path | None = None, **overrides) -> Settings:
-    """Test settings: CPU, fp32, the fast aot_eager compile backend, a private cache and output dir."""
-    base = dict(device="cpu", dtype="float32", compile_backend="aot_eager", cache_dir=Path(_CACHE),
+    """Test settings: the random-weight tiny model on the CPU, fp32, the fast aot_eager compile backend,
+    a private cache and output dir."""
+    base = dict(model="embedded-random", device="cpu", dtype="float32", compile_backend="aot_eager", cache_dir=Path(_CACHE),
                 output_dir=(tmp_path or Path(_CACHE)) / "outputs")
     base.update(overrides)
     return Settings(**base)

@@ -7,8 +7,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from PIL import Image
 
 import app
+from backend import scenes
 from backend.pngmeta import read_png_parameters
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -23,7 +25,9 @@ def _run(args, cwd, env_extra=None, timeout=240):  # under pytest.ini's 300 s pe
 
 @pytest.mark.slow
 def test_generate_works_offline_with_no_flags(tmp_path):
-    proc = _run(["generate", "a red fox", "--size", "256x256", "--json"], cwd=tmp_path)
+    # No --model: the trained embedded model, which draws what its grammar's prompt says.
+    prompt = "a red circle on the left, on a sky gradient"
+    proc = _run(["generate", prompt, "--size", "256x256", "--seed", "1", "--json"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.strip().splitlines()
     assert len(lines) == 1
@@ -36,7 +40,10 @@ def test_generate_works_offline_with_no_flags(tmp_path):
     path = Path(record["path"])
     assert path.parent == tmp_path / "outputs" and path.is_file()
     params = read_png_parameters(path)
-    assert params["seed"] == record["seed"] and params["prompt"] == "a red fox" and params["width"] == 256
+    assert params["seed"] == record["seed"] == 1 and params["prompt"] == prompt and params["width"] == 256
+    assert record["model"] == "embedded:scenes-flux2-klein"
+    verdict = scenes.judge(Image.open(path), prompt)
+    assert verdict.agrees, verdict.reason
 
 
 @pytest.mark.slow

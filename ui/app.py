@@ -17,7 +17,8 @@ from pathlib import Path
 
 import gradio as gr
 
-from backend.shapes import PRESETS
+from backend.settings import EMBEDDED_MODEL
+from backend.shapes import EMBEDDED_START, PRESETS
 from ui import views
 from ui.handlers import Studio
 from ui.i18n import MESSAGES
@@ -90,8 +91,11 @@ def preset_choices() -> list[tuple]:
 def build_ui(manager) -> gr.Blocks:
     studio = Studio(manager)
     s = manager.settings
-    default_preset = views.preset_label(*PRESETS[0])
-    start_shape = PRESETS[0][1]
+    if s.model == EMBEDDED_MODEL:  # the trained tiny model: its own size, and a prompt it knows
+        default_preset, start_shape = views.CUSTOM, EMBEDDED_START
+    else:
+        default_preset, start_shape = views.preset_label(*PRESETS[0]), PRESETS[0][1]
+    examples = views.load_example_prompts(ASSETS / "prompts.txt")
 
     with gr.Blocks(title="Neuron Studio") as demo:
         gr.Markdown(I18N("title"))
@@ -101,9 +105,9 @@ def build_ui(manager) -> gr.Blocks:
         with gr.Tab(I18N("tab_studio"), id="studio"):
             with gr.Row():
                 with gr.Column(scale=2):
-                    prompt = gr.Textbox(label=I18N("prompt"), lines=3, elem_id="prompt",
+                    prompt = gr.Textbox(examples[0] if examples and s.model == EMBEDDED_MODEL else "",
+                                        label=I18N("prompt"), lines=3, elem_id="prompt",
                                         placeholder=I18N("prompt_placeholder"))
-                    examples = views.load_example_prompts(ASSETS / "prompts.txt")
                     if examples:
                         gr.Examples([[e] for e in examples], inputs=[prompt], label=I18N("examples"))
                     preset = gr.Radio(preset_choices(), value=default_preset, label=I18N("resolution"),

@@ -59,12 +59,27 @@ def test_recipe_rebuilds_the_committed_folder(tmp_path):
             assert torch.equal(committed[key], rebuilt[key]), f"{part}:{key} differs"
 
 
-def test_embedded_model_is_built_on_first_use_when_the_folder_is_missing(tmp_path, monkeypatch):
+def test_random_model_is_built_on_first_use_when_the_folder_is_missing(tmp_path, monkeypatch):
     from backend import model_source
 
     monkeypatch.setattr(model_source, "EMBEDDED_MODEL_DIR", tmp_path / "absent")
-    path, label = model_source.resolve_model("embedded", tmp_path / "cache")
+    path, label = model_source.resolve_model("embedded-random", tmp_path / "cache")
     assert label == "embedded:tiny-flux2-klein"
     assert Path(path) == tmp_path / "cache" / "embedded" / "tiny-flux2-klein"
     assert (Path(path) / "model_index.json").is_file()
     assert Flux2KleinPipeline.from_pretrained(path).config.is_distilled is True
+
+
+def test_the_default_is_the_trained_model_and_a_missing_one_says_how_to_rebuild_it(tmp_path, monkeypatch):
+    from backend import model_source
+    from backend.errors import ModelNotFound
+    from backend.settings import Settings
+    from backend.tiny_model import SCENES_MODEL_DIR
+
+    assert Settings().model == "embedded"
+    path, label = model_source.resolve_model("embedded", tmp_path / "cache")
+    assert (Path(path), label) == (SCENES_MODEL_DIR, "embedded:scenes-flux2-klein")
+    monkeypatch.setattr(model_source, "SCENES_MODEL_DIR", tmp_path / "absent")
+    with pytest.raises(ModelNotFound, match="python -m backend.tiny_model train.*--model embedded-random"):
+        model_source.resolve_model("embedded", tmp_path / "cache")
+    assert not (tmp_path / "cache").exists()  # nothing is trained or built behind the user's back

@@ -1,4 +1,5 @@
-"""The tensor-parallel worker group with real torchrun and gloo on the CPU (2 ranks, embedded model)."""
+"""The tensor-parallel worker group with real torchrun and gloo on the CPU (2 ranks, the trained
+embedded model: its sharded image must match its one-process image)."""
 
 import json
 import os
@@ -26,7 +27,7 @@ STALL = 3.0  # seconds without progress before the group counts as hung (tests o
 
 @pytest.fixture(scope="module")
 def mgr(tmp_path_factory):
-    manager = Manager(make_settings(tmp_path_factory.mktemp("tp"), tp_stall_timeout=STALL))
+    manager = Manager(make_settings(tmp_path_factory.mktemp("tp"), model="embedded", tp_stall_timeout=STALL))
     manager.start()
     manager.start_tp(2, wait=True)
     assert manager.tp.state == "ready", manager.tp.describe()
@@ -37,7 +38,8 @@ def mgr(tmp_path_factory):
 
 
 def _req(mgr, mode, h=64, w=64, steps=3, seed=5):
-    return mgr.validate("a red fox", h, w, steps=steps, seed=seed, mode=mode)
+    return mgr.validate("a green square at the top, on a white background", h, w, steps=steps, seed=seed,
+                        mode=mode)
 
 
 def _ensure_ready(mgr):

@@ -31,12 +31,12 @@ from backend.engine import InProcessEngine
 from backend.manager import Manager
 from backend.model_source import resolve_model
 from backend.records import GenerationResult
-from backend.settings import EMBEDDED_MODEL, TP_MODE
+from backend.settings import EMBEDDED_RANDOM_MODEL, TP_MODE
 from backend.tp.group import STARTING, TPWorkerGroup
 from tests.conftest import make_settings
 
-# The tiny random-weight model (assets/tiny-flux2-klein), the app's embedded default.
-RANDOM_MODEL = EMBEDDED_MODEL
+# The tiny random-weight model (assets/tiny-flux2-klein).
+RANDOM_MODEL = EMBEDDED_RANDOM_MODEL
 # The fake's measured numbers: a run that compiles, and a steady one.
 COMPILING_RUN = dict(compile_seconds=1.5, seconds=2.0, encode=0.1, denoise=1.8, decode=0.1)
 STEADY_RUN = dict(compile_seconds=0.0, seconds=0.4, encode=0.1, denoise=0.2, decode=0.1)

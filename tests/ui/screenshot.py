@@ -1,8 +1,9 @@
 """Make the README's screenshots with the browser-test tooling: `python -m tests.ui.screenshot`.
 
-Starts the app (embedded model, aot_eager), generates in compiled mode at two presets so badges,
-the shape table and the plots have something to show, and writes PNGs under assets/ (the Studio
-tab once more as a Turkish browser sees it: studio-tr.png).
+Starts the app (the trained embedded model, aot_eager), generates a prompt from its grammar in
+compiled and eager mode at three sizes it was trained at so the shape table and the plots have
+something to show, and writes PNGs under assets/ (the Studio tab once more as a Turkish browser
+sees it: studio-tr.png).
 """
 
 from __future__ import annotations
@@ -15,8 +16,18 @@ from tests.ui.browser import ROOT, choose_mode, chromium
 from tools.app_process import running_app
 
 
-def _generate(page, preset: str, runs: int) -> None:
-    page.get_by_label(preset).check()
+# A prompt from the trained embedded model's grammar (assets/prompts.txt's first line).
+PROMPT = next(line for line in (ROOT / "assets" / "prompts.txt").read_text().splitlines()
+              if line.strip() and not line.startswith("#"))
+
+
+def _size(page, width: int, height: int) -> None:
+    page.fill("#width input", str(width))
+    page.fill("#height input", str(height))
+    page.press("#height input", "Tab")
+
+
+def _generate(page, runs: int) -> None:
     for _ in range(runs):
         count = page.locator("#history img").count()
         page.click("#generate")
@@ -31,26 +42,18 @@ def make_screenshots(out_dir: Path) -> list[Path]:
         page = browser.new_page(locale="en-US", viewport={"width": 1400, "height": 1000})
         page.goto(url)
         page.wait_for_selector("#badges .ns-badge", timeout=30000)
-        page.fill("#prompt textarea", "a red fox in fresh snow, golden hour")
-        choose_mode(page, "compiled (whole transformer)")
-        _generate(page, "3:2 · 1216x832", 2)
-        _generate(page, "1:1 · 1024x1024", 2)
-        choose_mode(page, "eager")
-        _generate(page, "1:1 · 1024x1024", 1)
-        _generate(page, "3:2 · 1216x832", 1)
-        for mode in ("eager", "compiled (whole transformer)"):  # a small custom size spreads the plot
+        page.fill("#prompt textarea", PROMPT)
+        # Sizes the trained model was trained at; compiled and eager at each, so the plots have points.
+        for mode in ("compiled (whole transformer)", "eager"):
             choose_mode(page, mode)
-            page.fill("#width input", "512")
-            page.fill("#height input", "512")
-            page.press("#height input", "Tab")
-            count = page.locator("#history img").count()
-            for _ in range(2):
-                page.click("#generate")
-                count += 1
-                page.wait_for_function(f"document.querySelectorAll('#history img').length >= {count}",
-                                       timeout=120000)
+            for side in (128, 192):
+                _size(page, side, side)
+                _generate(page, 2 if mode.startswith("compiled") else 1)
+        choose_mode(page, "eager")
+        _size(page, 256, 256)
+        _generate(page, 1)
         choose_mode(page, "compiled (whole transformer)")
-        page.get_by_label("16:9 · 1344x768").check()
+        _generate(page, 2)
         page.wait_for_timeout(1500)
         written.append(out_dir / "studio.png")
         page.screenshot(path=str(written[-1]), full_page=True)
@@ -64,13 +67,15 @@ def make_screenshots(out_dir: Path) -> list[Path]:
 
 
 def _turkish_studio(browser, url: str, path: Path) -> Path:
-    """The Studio tab as a Turkish browser sees it, after one run of a shape that is already warm."""
+    """The Studio tab as a Turkish browser sees it, after one run of a shape that is already warm
+    (the prompt stays English: the model knows only its English grammar)."""
     page = browser.new_page(locale="tr-TR", viewport={"width": 1400, "height": 1000})
     page.goto(url)
     page.wait_for_selector("#badges .ns-badge", timeout=30000)
-    page.fill("#prompt textarea", "taze karda kızıl bir tilki, altın saat")
+    page.fill("#prompt textarea", PROMPT)
     choose_mode(page, "derlenmiş (tüm transformer)")
-    _generate(page, "3:2 · 1216x832", 1)
+    _size(page, 256, 256)
+    _generate(page, 1)
     page.wait_for_function("document.querySelector('#cost').innerText.startsWith('Hazır')", timeout=30000)
     page.screenshot(path=str(path), full_page=True)
     page.close()

@@ -75,7 +75,7 @@ def test_auth_protects_page_and_api(tmp_path):
                 Client(url, auth=wrong, verbose=False)
             assert type(refused.value) is ValueError, wrong
         client = Client(url, auth=("demo", "s3cret"), verbose=False)
-        assert client.predict(api_name="/status")["model"]["spec"] == "embedded"
+        assert client.predict(api_name="/status")["model"]["spec"] == "embedded-random"
         with pytest.raises(urllib.error.HTTPError):
             urllib.request.urlopen(url + "config", timeout=5)
 

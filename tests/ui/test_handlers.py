@@ -334,3 +334,22 @@ def test_ui_imports_no_torch():
         names |= {node.module.split(".")[0] for node in ast.walk(tree)
                   if isinstance(node, ast.ImportFrom) and node.module}
         assert "torch" not in names and "diffusers" not in names, file
+
+
+@pytest.mark.parametrize("model", ["embedded", "embedded-random"])
+def test_the_first_page_fits_the_model(model, tmp_path):
+    # The trained embedded model starts at a size it was trained at with a prompt from its grammar;
+    # any other model at the first preset with an empty prompt.
+    from tests.ui.fake_manager import FakeManager
+    from ui.app import ASSETS, build_ui
+
+    demo = build_ui(FakeManager(tmp_path, model=model))
+    value = {b.elem_id: b.value for b in demo.blocks.values() if getattr(b, "elem_id", None) and hasattr(b, "value")}
+    examples = views.load_example_prompts(ASSETS / "prompts.txt")
+    if model == "embedded":
+        assert (value["width"], value["height"], value["preset"]) == (256, 256, views.CUSTOM)
+        assert value["prompt"] == examples[0]
+    else:
+        name, shape = PRESETS[0]
+        assert (value["width"], value["height"]) == (shape.width, shape.height)
+        assert value["preset"] == views.preset_label(name, shape) and value["prompt"] == ""

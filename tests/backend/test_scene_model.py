@@ -1,0 +1,74 @@
+"""The trained embedded model (assets/scenes-flux2-klein), the app's default: it draws what it is
+told on prompts it never saw, its modes give the same picture, and its recipe is deterministic."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from backend import scenes
+from backend.manager import Manager
+from tests.conftest import make_settings
+
+pytestmark = pytest.mark.slow
+PROMPT = "a cyan circle at the top and a black square at the bottom, on a white background"
+
+
+def test_it_draws_held_out_prompts_at_the_sizes_it_was_trained_at(tmp_path):
+    # The benchmark row itself (python -m bench --only P9), in its quick form: 16 held-out prompts
+    # (colour x shape x background triples that training never drew) at 128x128 and at 256x256.
+    from bench import suite
+
+    rows = suite.p9_prompt_agreement(tmp_path, quick=True)
+    assert [r["absolute"]["total"] for r in rows] == [16, 16]
+    for row in rows:
+        assert row["value"] >= 0.8, (row["name"], row["absolute"]["failures"])
+        assert row["ci"][0] <= row["value"] <= row["ci"][1] and row["goal"] == ">= 0.8"
+        assert row["verdict"] in ("pass", "inconclusive")  # inconclusive: 16 prompts leave a wide interval
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    manager = Manager(make_settings(tmp_path_factory.mktemp("scenes"), model="embedded"))
+    manager.start()
+    yield manager
+    manager.close()
+
+
+def test_eager_compiled_and_regional_draw_the_same_scene(trained):
+    assert trained.status()["model"]["label"] == "embedded:scenes-flux2-klein"
+    images = {}
+    for mode in ("eager", "compiled", "regional"):
+        request = trained.validate(PROMPT, 128, 128, steps=4, seed=3, mode=mode)
+        images[mode] = np.asarray(trained.generate(request)[0]).astype(int)
+    for mode in ("compiled", "regional"):
+        assert np.abs(images[mode] - images["eager"]).max() <= 1, mode
+    verdict = scenes.judge(images["eager"].astype(np.uint8), PROMPT)
+    assert verdict.agrees, verdict.reason
+
+
+def _weights(folder: Path) -> dict[str, torch.Tensor]:
+    out = {}
+    for part in ("transformer/diffusion_pytorch_model.safetensors", "vae/diffusion_pytorch_model.safetensors",
+                 "text_encoder/model.safetensors"):
+        out.update({f"{part}:{k}": v for k, v in load_file(folder / part).items()})
+    return out
+
+
+def test_training_is_deterministic_for_a_seed(tmp_path):
+    # Every phase of the recipe, a few steps each, twice: the same bits, and not the untrained ones.
+    from backend.scene_training import TrainConfig
+    from backend.tiny_model import SCENES_GEOMETRY, build_pipeline, train_and_save
+
+    tiny = dict(vae_steps=2, vae_batch=2, captions=12, images_per_caption=1, steps=3, finetune_steps=2,
+                finetune_captions=4, batch=2, reader_steps=2)
+    for name in "ab":
+        train_and_save(tmp_path / name, TrainConfig(seed=0, **tiny))
+    build_pipeline(SCENES_GEOMETRY).save_pretrained(tmp_path / "untrained")
+    a, b, untrained = (_weights(tmp_path / n) for n in ("a", "b", "untrained"))
+    assert a.keys() == b.keys() == untrained.keys()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    for part in ("transformer", "vae", "text_encoder"):
+        assert not all(torch.equal(a[k], untrained[k]) for k in a if k.startswith(part)), part
