@@ -28,7 +28,6 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Callable
 
-from backend.tiny_model import SCENES_MODEL_DIR
 from bench import BENCH_MODEL, stats
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -382,8 +381,8 @@ def p9_prompt_agreement(tmp: Path, quick: bool) -> list[dict]:
         measured = agreement.measure([(shape.height, shape.width)], count, pipe=pipe)["sizes"][text]
         outcomes = [True] * measured["agree"] + [False] * (measured["total"] - measured["agree"])
         trained = text in TRAINED_SIZES
-        rows.append(_row("P9", f"prompt agreement of the trained embedded model at {text}, 4 steps "
-                         f"(held-out prompts{'' if trained else '; larger than training'})",
+        rows.append(_row("P9", f"prompt agreement of the trained embedded model (assets/scenes-flux2-klein) at "
+                         f"{text}, 4 steps (held-out prompts{'' if trained else '; larger than training'})",
                          stats.proportion(outcomes), "share", ">= 0.8" if trained else None,
                          absolute={"agree": measured["agree"], "total": measured["total"],
                                    "seconds": measured["seconds"],
@@ -426,8 +425,7 @@ def run(only: list[str] | None, quick: bool, progress: Callable[[str], None] = l
                 else:
                     os.environ["TORCHINDUCTOR_CACHE_DIR"] = saved
             progress(f"{pid} done in {time.monotonic() - began:.0f} s")
-    model = (f"the random-weight tiny model ({Path(BENCH_MODEL).relative_to(ROOT)}); P9: the trained "
-             f"embedded model ({SCENES_MODEL_DIR.relative_to(ROOT)})")
+    model = f"the random-weight tiny model ({Path(BENCH_MODEL).relative_to(ROOT)})"
     return {"date": datetime.date.today().isoformat(), "quick": quick, "machine": machine(), "model": model,
             "rows": rows, "errors": errors}
 
