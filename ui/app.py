@@ -274,9 +274,9 @@ def build_ui(manager) -> gr.Blocks:
         modes = ", ".join(manager.modes)
         api_inputs = [
             _api_field(ApiText(visible=False, label="prompt"), "what to draw (required)"),
-            _api_field(RawNumber(1024, visible=False, label="width"),
+            _api_field(RawNumber(start_shape.width, visible=False, label="width"),
                        f"pixels, a multiple of 16 from {s.min_size} to {s.max_size}", "integer"),
-            _api_field(RawNumber(1024, visible=False, label="height"),
+            _api_field(RawNumber(start_shape.height, visible=False, label="height"),
                        f"pixels, a multiple of 16 from {s.min_size} to {s.max_size}", "integer"),
             _api_field(ApiText(s.mode, visible=False, label="mode"), f"one of {modes}"),
             _api_field(RawNumber(s.steps, visible=False, label="steps"),

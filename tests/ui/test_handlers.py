@@ -338,13 +338,15 @@ def test_ui_imports_no_torch():
 
 @pytest.mark.parametrize("model", ["embedded", "embedded-random"])
 def test_the_first_page_fits_the_model(model, tmp_path):
-    # The trained embedded model starts at a size it was trained at with a prompt from its grammar;
-    # any other model at the first preset with an empty prompt.
+    # The trained embedded model starts (page and API) at a size it was trained at, the page with a
+    # prompt from its grammar; any other model at the first preset with an empty prompt.
     from tests.ui.fake_manager import FakeManager
     from ui.app import ASSETS, build_ui
 
     demo = build_ui(FakeManager(tmp_path, model=model))
     value = {b.elem_id: b.value for b in demo.blocks.values() if getattr(b, "elem_id", None) and hasattr(b, "value")}
+    api = {b.label: b.value for b in demo.blocks.values() if type(b).__name__ == "RawNumber"}
+    assert (api["width"], api["height"]) == (value["width"], value["height"])  # the API's defaults too
     examples = views.load_example_prompts(ASSETS / "prompts.txt")
     if model == "embedded":
         assert (value["width"], value["height"], value["preset"]) == (256, 256, views.CUSTOM)
