@@ -99,6 +99,12 @@ def _to_tensor(images: list[np.ndarray]) -> torch.Tensor:
 
 # --- 1. VAE -----------------------------------------------------------------------------------------
 
+def _shape_pixels(scene: scenes.Scene, image: np.ndarray) -> np.ndarray:
+    """(H, W) bool: the pixels of a rendered scene that its shapes cover (not its background)."""
+    height, width = image.shape[:2]
+    return np.any(image != scene.background.render(height, width).astype(np.uint8), axis=-1)
+
+
 def train_vae(vae, cfg: TrainConfig) -> None:
     rng = random.Random(cfg.seed * 1000 + 1)
     opt = torch.optim.Adam(vae.parameters(), lr=cfg.vae_lr)
@@ -111,7 +117,7 @@ def train_vae(vae, cfg: TrainConfig) -> None:
             for _ in range(cfg.vae_batch):
                 scene = scenes.sample_scene(rng, held_out=None)
                 batch.append(scenes.render(scene, h, w, rng))
-                masks.append(np.any(batch[-1] != scene.background.render(h, w).astype(np.uint8), axis=-1))
+                masks.append(_shape_pixels(scene, batch[-1]))
             x = _to_tensor(batch)
             # Shapes are a small share of the pixels, but their colours are what a prompt names.
             weight = 1.0 + VAE_SHAPE_WEIGHT * torch.from_numpy(np.stack(masks)).float().unsqueeze(1)
@@ -315,7 +321,7 @@ def build_latents(pipe, captions: list[str], cfg: TrainConfig) -> LatentSet:
         for _ in range(cfg.images_per_caption):
             h, w = rng.choices(sizes, weights)[0]
             image = scenes.render(scene, h, w, rng)
-            shape = np.any(image != scene.background.render(h, w).astype(np.uint8), axis=-1)
+            shape = _shape_pixels(scene, image)
             cover = shape.reshape(h // 16, 16, w // 16, 16).mean(axis=(1, 3)).reshape(-1)
             jobs[(h, w)].append((index, image, 1.0 + SHAPE_LOSS_WEIGHT * cover))
     by_size, ids = {}, {}

@@ -21,13 +21,14 @@ os.environ["NEURON_STUDIO_MODEL"] = "embedded-random"
 
 import pytest  # noqa: E402
 
-from backend.settings import Settings  # noqa: E402
+from backend.settings import EMBEDDED_RANDOM_MODEL, Settings  # noqa: E402
 
 
 def make_settings(tmp_path: Path | None = None, **overrides) -> Settings:
     """Test settings: the random-weight tiny model on the CPU, fp32, the fast aot_eager compile backend,
     a private cache and output dir."""
-    base = dict(model="embedded-random", device="cpu", dtype="float32", compile_backend="aot_eager", cache_dir=Path(_CACHE),
+    base = dict(model=EMBEDDED_RANDOM_MODEL, device="cpu", dtype="float32", compile_backend="aot_eager",
+                cache_dir=Path(_CACHE),
                 output_dir=(tmp_path or Path(_CACHE)) / "outputs")
     base.update(overrides)
     return Settings(**base)

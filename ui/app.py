@@ -91,7 +91,8 @@ def preset_choices() -> list[tuple]:
 def build_ui(manager) -> gr.Blocks:
     studio = Studio(manager)
     s = manager.settings
-    if s.model == EMBEDDED_MODEL:  # the trained tiny model: its own size, and a prompt it knows
+    embedded = s.model == EMBEDDED_MODEL  # the trained tiny model: its own size, and a prompt it knows
+    if embedded:
         default_preset, start_shape = views.CUSTOM, EMBEDDED_START
     else:
         default_preset, start_shape = views.preset_label(*PRESETS[0]), PRESETS[0][1]
@@ -105,7 +106,7 @@ def build_ui(manager) -> gr.Blocks:
         with gr.Tab(I18N("tab_studio"), id="studio"):
             with gr.Row():
                 with gr.Column(scale=2):
-                    prompt = gr.Textbox(examples[0] if examples and s.model == EMBEDDED_MODEL else "",
+                    prompt = gr.Textbox(examples[0] if examples and embedded else "",
                                         label=I18N("prompt"), lines=3, elem_id="prompt",
                                         placeholder=I18N("prompt_placeholder"))
                     if examples:

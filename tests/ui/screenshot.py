@@ -14,11 +14,11 @@ from pathlib import Path
 
 from tests.ui.browser import ROOT, choose_mode, chromium
 from tools.app_process import running_app
+from ui.views import load_example_prompts
 
 
-# A prompt from the trained embedded model's grammar (assets/prompts.txt's first line).
-PROMPT = next(line for line in (ROOT / "assets" / "prompts.txt").read_text().splitlines()
-              if line.strip() and not line.startswith("#"))
+# The page's first example prompt, from the trained embedded model's grammar.
+PROMPT = load_example_prompts(ROOT / "assets" / "prompts.txt")[0]
 
 
 def _size(page, width: int, height: int) -> None:
