@@ -15,6 +15,17 @@ starts. So:
 - serving in process while the group is down uses the app's cores only, so a restarted group
   finds its cores free once the dead ranks have exited.
 
+How big the instance is, in the cores ``NEURON_RT_VISIBLE_CORES`` counts (``detect_instance_cores``):
+Trainium2 and Trainium3 devices have 8 *physical* NeuronCores, and by default the runtime groups two
+into one *logical* core (LNC=2, ``NEURON_LOGICAL_NC_CONFIG``; "Logical NeuronCore configuration" in
+the Neuron docs). Every core index a process sees is logical: a trn2.3xlarge shows 4, a trn2.48xlarge
+64. The driver's sysfs ``core_count`` is the physical count and readable by root only, so the app
+asks, in order: ``--neuron-instance-cores`` (logical); ``neuron-ls``, which any user may run and
+which prints both counts per device (its "NEURON CORES" and "LOGICAL NC" columns, Neuron-LS user
+guide); the sysfs count divided by the LNC in force, where it is readable. Unknown, tensor
+parallelism is refused up front with a message naming ``--neuron-instance-cores``, rather than a
+rank dying at runtime start on a core that does not exist.
+
 Pure Python, no torch: the app builds the plan before torch (and TorchNeuron) load.
 """
 
@@ -23,11 +34,17 @@ from __future__ import annotations
 import dataclasses
 import glob
 import os
-from typing import Any
+import re
+import shutil
+import subprocess
+from typing import Any, Callable, Mapping
 
 VISIBLE_CORES_VAR = "NEURON_RT_VISIBLE_CORES"
-# Neuron driver sysfs (Neuron Sysfs User Guide): one folder per Neuron device, with its core count.
+LNC_VAR = "NEURON_LOGICAL_NC_CONFIG"
+DEFAULT_LNC = 2  # Trn2/Trn3, the only instances TorchNeuron runs on
+# Neuron driver sysfs (Neuron Sysfs User Guide): one folder per Neuron device, with its physical core count.
 SYSFS_DEVICES = "/sys/devices/virtual/neuron_device"
+INSTANCE_FLAG = "--neuron-instance-cores"
 
 
 def parse_cores(text: str) -> list[int]:
@@ -60,16 +77,97 @@ def format_cores(cores: list[int]) -> str:
     return ",".join(map(str, cores))
 
 
-def detect_instance_cores(sysfs: str = SYSFS_DEVICES) -> int | None:
-    """NeuronCores on this instance from the Neuron driver's sysfs, or None where it is not there."""
-    total = 0
-    for path in glob.glob(os.path.join(sysfs, "neuron*", "core_count")):
+@dataclasses.dataclass(frozen=True)
+class InstanceCores:
+    """The instance's NeuronCores: ``logical`` (what core indices count; None: unknown), the
+    ``physical`` cores and the ``lnc`` behind them where known, and where the figures came from."""
+
+    logical: int | None
+    physical: int | None = None
+    lnc: int | None = None
+    source: str = "unknown"
+
+
+def _lnc_in_force(environ: Mapping[str, str]) -> int | None:
+    text = environ.get(LNC_VAR, "").strip()
+    if not text:
+        return DEFAULT_LNC
+    return int(text) if text in ("1", "2") else None
+
+
+def parse_neuron_ls(text: str) -> InstanceCores | None:
+    """Counts from ``neuron-ls``'s table: per device "NEURON CORES" (physical) and, on Trn2/Trn3,
+    "LOGICAL NC"; the ``logical-neuroncore-config:`` header line gives the LNC. None if no table."""
+    header_lnc = re.search(r"^logical-neuroncore-config:\s*(\d+)", text, re.M)
+    rows = [[cell.strip() for cell in line.strip().strip("|").split("|")]
+            for line in text.splitlines() if line.strip().startswith("|")]
+    names: list[str] = []
+    physical = logical = 0
+    for cells in rows:
+        if cells and cells[0].isdigit():
+            if not names:
+                return None
+            column = dict(zip(names, cells))
+            try:
+                physical += int(column["NEURON CORES"])
+                if "LOGICAL NC" in column:
+                    logical += int(column["LOGICAL NC"])
+            except (KeyError, ValueError):
+                return None
+        elif not any(cell.isdigit() for cell in cells):  # a header line: join it onto the column names
+            names = [f"{old} {new}".strip() for old, new in zip(names, cells)] if names else cells
+    if not physical:
+        return None
+    lnc = int(header_lnc.group(1)) if header_lnc else (physical // logical if logical else None)
+    if not logical:
+        logical = physical // lnc if lnc else None
+    return InstanceCores(logical, physical, lnc, "neuron-ls")
+
+
+def _read_sysfs(sysfs: str) -> tuple[int | None, str]:
+    total, paths = 0, glob.glob(os.path.join(sysfs, "neuron*", "core_count"))
+    for path in paths:
         try:
             with open(path, encoding="ascii") as fh:
                 total += int(fh.read().strip())
-        except (OSError, ValueError):
-            return None
-    return total or None
+        except PermissionError:
+            return None, f"{path} is readable by root only"
+        except (OSError, ValueError) as exc:
+            return None, f"{path}: {exc}"
+    return (total or None), ("" if paths else f"no Neuron driver sysfs at {sysfs}")
+
+
+def detect_instance_cores(override: int | None = None, *, sysfs: str = SYSFS_DEVICES,
+                          neuron_ls: str | None = "neuron-ls",
+                          environ: Mapping[str, str] | None = None,
+                          run: Callable[..., Any] = subprocess.run) -> InstanceCores:
+    """The instance's logical NeuronCores: the override (``--neuron-instance-cores``), else
+    ``neuron-ls``, else the driver's sysfs (physical) divided by the LNC in force. Never needs root."""
+    environ = os.environ if environ is None else environ
+    if override is not None:
+        return InstanceCores(int(override), source=INSTANCE_FLAG)
+    why = []
+    tool = shutil.which(neuron_ls, path=environ.get("PATH")) if neuron_ls else None
+    if tool:
+        try:
+            proc = run([tool], capture_output=True, text=True, timeout=20, env=dict(environ))
+            found = parse_neuron_ls(proc.stdout) if proc.returncode == 0 else None
+            if found is not None and found.logical:
+                return found
+            why.append(f"neuron-ls gave no device table (exit {proc.returncode}: "
+                       f"{(proc.stderr or proc.stdout).strip()[:200]})")
+        except (OSError, subprocess.SubprocessError) as exc:
+            why.append(f"neuron-ls failed: {exc}")
+    else:
+        why.append("neuron-ls is not on PATH")
+    physical, sysfs_why = _read_sysfs(sysfs)
+    if physical:
+        lnc = _lnc_in_force(environ)
+        if lnc is None:
+            return InstanceCores(None, physical, None, f"unknown: {LNC_VAR}={environ.get(LNC_VAR)!r} is not 1 or 2")
+        return InstanceCores(physical // lnc, physical, lnc, "sysfs")
+    why.append(sysfs_why)
+    return InstanceCores(None, source="unknown: " + "; ".join(w for w in why if w))
 
 
 class CoresDoNotFit(ValueError):
@@ -78,10 +176,15 @@ class CoresDoNotFit(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class CorePlan:
-    """Cores of the instance, the app's own, and those left for tensor-parallel ranks."""
+    """Cores of the instance (logical, as core indices count them), the app's own, and those left
+    for tensor-parallel ranks."""
 
-    instance_cores: int | None  # None: unknown (no driver sysfs and no --neuron-instance-cores)
+    instance: InstanceCores
     app_cores: tuple[int, ...]
+
+    @property
+    def instance_cores(self) -> int | None:
+        return self.instance.logical
 
     def free_cores(self) -> list[int] | None:
         if self.instance_cores is None:
@@ -89,29 +192,40 @@ class CorePlan:
         return [c for c in range(self.instance_cores) if c not in self.app_cores]
 
     def tp_cores(self, degree: int, heads: int | None = None) -> list[int]:
-        """Cores for ranks 0..degree-1 (one each). Raises CoresDoNotFit naming the degrees that fit."""
+        """Cores for ranks 0..degree-1 (one each). Raises CoresDoNotFit naming the degrees that fit,
+        or, when the instance size is unknown, the flag that gives it."""
         free = self.free_cores()
         if free is None:
-            # Unknown instance size: take the cores after the app's and let the runtime say no.
-            start = max(self.app_cores) + 1 if self.app_cores else 0
-            candidates = [c for c in range(start, start + degree + len(self.app_cores))
-                          if c not in self.app_cores]
-            return candidates[:degree]
+            raise CoresDoNotFit(
+                f"{degree} tensor-parallel ranks need {degree} free NeuronCores, but this instance's "
+                f"NeuronCore count is unknown ({self.instance.source.removeprefix('unknown: ')}); give it "
+                f"with {INSTANCE_FLAG} N: logical cores, as NEURON_RT_VISIBLE_CORES counts them "
+                f"(neuron-ls shows them as LOGICAL NC; 4 on a trn2.3xlarge, 64 on a trn2.48xlarge)")
         if degree > len(free):
             fits = [d for d in range(1, len(free) + 1) if heads is None or heads % d == 0]
             raise CoresDoNotFit(
                 f"{degree} tensor-parallel ranks need {degree} NeuronCores, but the instance has "
-                f"{self.instance_cores} and the app holds {format_cores(list(self.app_cores))}; "
-                f"{len(free)} are free ({format_cores(free) or 'none'}), so degrees that fit are "
-                f"{', '.join(map(str, fits)) or 'none'} (or give the app fewer cores with --neuron-cores)")
+                f"{self.instance_cores}{self._physical_note()} and the app holds "
+                f"{format_cores(list(self.app_cores))}; {len(free)} are free ({format_cores(free) or 'none'}), "
+                f"so degrees that fit are {', '.join(map(str, fits)) or 'none'} "
+                f"(or give the app fewer cores with --neuron-cores)")
         return free[:degree]
+
+    def _physical_note(self) -> str:
+        if self.instance.physical and self.instance.lnc:
+            return f" (logical; {self.instance.physical} physical at LNC {self.instance.lnc})"
+        return ""
 
     def describe(self, degree: int | None = None, heads: int | None = None) -> dict[str, Any]:
         """JSON-able view for doctor, the status and the System tab."""
+        free = self.free_cores()
         out: dict[str, Any] = {
             "instance_cores": self.instance_cores,
+            "physical_cores": self.instance.physical,
+            "lnc": self.instance.lnc,
+            "source": self.instance.source,
             "app_cores": format_cores(list(self.app_cores)),
-            "free_cores": None if self.free_cores() is None else format_cores(self.free_cores()),
+            "free_cores": None if free is None else format_cores(free),
             "tp_degree": degree, "tp_cores": None, "tp_error": None,
         }
         if degree:
@@ -122,21 +236,32 @@ class CorePlan:
         return out
 
 
-def make_plan(app_cores: str, instance_cores: int | None) -> CorePlan:
+def make_plan(app_cores: str, instance: InstanceCores | int | None) -> CorePlan:
     """The plan from the settings; raises ValueError for cores the instance does not have."""
+    if not isinstance(instance, InstanceCores):
+        instance = InstanceCores(instance, source=INSTANCE_FLAG) if instance is not None else InstanceCores(None)
     cores = parse_cores(app_cores)
-    if instance_cores is not None and max(cores) >= instance_cores:
-        raise ValueError(f"--neuron-cores {app_cores}: the instance has NeuronCores 0-{instance_cores - 1}")
-    return CorePlan(instance_cores, tuple(cores))
+    if instance.logical is not None and max(cores) >= instance.logical:
+        raise ValueError(f"--neuron-cores {app_cores}: the instance has NeuronCores 0-{instance.logical - 1}")
+    return CorePlan(instance, tuple(cores))
 
 
 def plan_text(plan: dict[str, Any]) -> str:
-    """One line for a described plan (doctor, the System tab): the app's cores, the group's, what is free."""
+    """One line for a described plan (doctor, the System tab): the app's cores, the group's, the
+    instance as logical / physical / LNC and where that came from, what is free."""
     instance = plan.get("instance_cores")
     text = f"app {plan['app_cores']}"
     if plan.get("tp_cores"):
         text += f" · tensor-parallel ranks {plan['tp_cores']}"
-    text += f" · instance {instance if instance is not None else 'size unknown'}"
+    if instance is None:
+        text += " · instance size unknown"
+        if not plan.get("tp_error"):
+            text += f" ({str(plan.get('source', '')).removeprefix('unknown: ')})"
+    else:
+        text += f" · instance {instance} logical"
+        if plan.get("physical_cores") and plan.get("lnc"):
+            text += f" = {plan['physical_cores']} physical / LNC {plan['lnc']}"
+        text += f" (from {plan.get('source')})"
     if plan.get("free_cores") is not None:
         text += f", free for the group {plan['free_cores'] or 'none'}"
     if plan.get("tp_error"):

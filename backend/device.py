@@ -223,7 +223,7 @@ class Device:
             from backend.core_plan import detect_instance_cores, make_plan
 
             own = os.environ.get(device_env.VISIBLE_CORES_VAR) or "0"
-            self._core_plan = make_plan(own, self._instance_cores or detect_instance_cores())
+            self._core_plan = make_plan(own, detect_instance_cores(self._instance_cores))
         return self._core_plan
 
     @property

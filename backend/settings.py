@@ -55,7 +55,8 @@ class Settings:
     # NeuronCores the app process claims (NEURON_RT_VISIBLE_CORES syntax); None: the inherited
     # NEURON_RT_VISIBLE_CORES if set, else "0". Tensor-parallel ranks get cores from the rest.
     neuron_cores: str | None = None
-    # NeuronCores on the instance; None: read from the Neuron driver's sysfs.
+    # Logical NeuronCores on the instance (as NEURON_RT_VISIBLE_CORES counts them: 4 on a
+    # trn2.3xlarge at the default LNC=2); None: ask neuron-ls, else the driver's sysfs.
     neuron_instance_cores: int | None = None
     # Request defaults and bounds. FLUX.2-klein is step-distilled: 4 steps, guidance ignored.
     steps: int = 4
@@ -161,7 +162,8 @@ OPTIONS: dict[str, tuple[str, str, Any, str]] = {
                      "NeuronCores the app process claims, e.g. 0 or 0-1 (default: inherited "
                      "NEURON_RT_VISIBLE_CORES, else 0); tensor-parallel ranks get cores from the rest"),
     "neuron_instance_cores": ("--neuron-instance-cores", "NEURON_STUDIO_NEURON_INSTANCE_CORES", _positive_int,
-                              "NeuronCores on this instance (default: read from the Neuron driver)"),
+                              "logical NeuronCores on this instance, as NEURON_RT_VISIBLE_CORES counts them "
+                              "(default: from neuron-ls, else the driver's sysfs / LNC); 4 on a trn2.3xlarge"),
     "tp_start_timeout": ("--tp-start-timeout", "NEURON_STUDIO_TP_START_TIMEOUT", float,
                          "seconds the group may take to load and warm up"),
     "steps": ("--steps", "NEURON_STUDIO_STEPS", _positive_int, "default denoising steps"),

@@ -26,7 +26,7 @@ def _settings(workdir: Path, **overrides):
     from backend.settings import Settings
 
     base = dict(model=MODEL, device="neuron", dtype="float32", compile_backend=None, cache_dir=workdir / "cache",
-                output_dir=workdir / "outputs", neuron_instance_cores=4, tp_stall_timeout=30.0,
+                output_dir=workdir / "outputs", tp_stall_timeout=30.0,
                 tp_start_timeout=240.0)
     base.update(overrides)
     return Settings(**base)

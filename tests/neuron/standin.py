@@ -17,12 +17,14 @@ STANDIN = REPO / "tests" / "standin"
 
 # Inherited settings that would change what the stand-in does; each test states its own.
 _CLEARED_PREFIXES = ("TORCH_NEURONX_", "NEURON_RT_", "NEURON_STANDIN_")
-_CLEARED = {"LOCAL_RANK", "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCH_DEVICE_BACKEND_AUTOLOAD",
+_CLEARED = {"NEURON_LOGICAL_NC_CONFIG", "LOCAL_RANK", "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCH_DEVICE_BACKEND_AUTOLOAD",
             "TORCHELASTIC_RUN_ID"}
 
 
-def standin_env(state_dir: os.PathLike | str, cores: int = 4, **extra: str | None) -> dict[str, str]:
-    """os.environ for a child that sees the stand-in: PYTHONPATH, state dir, instance cores.
+def standin_env(state_dir: os.PathLike | str, devices: int = 1, **extra: str | None) -> dict[str, str]:
+    """os.environ for a child that sees the stand-in: PYTHONPATH, the stand-in's ``neuron-ls`` on
+    PATH, the state dir, and a simulated instance of ``devices`` Trainium2 chips (8 physical cores
+    each; 4 logical each at the default ``NEURON_LOGICAL_NC_CONFIG=2``: one device is a trn2.3xlarge).
 
     ``extra`` sets more variables; a value of None removes one.
     """
@@ -31,7 +33,8 @@ def standin_env(state_dir: os.PathLike | str, cores: int = 4, **extra: str | Non
     paths = [str(REPO), str(STANDIN)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
     env["PYTHONPATH"] = os.pathsep.join(paths)
     env["NEURON_STANDIN_STATE_DIR"] = str(state_dir)
-    env["NEURON_STANDIN_CORES"] = str(cores)
+    env["NEURON_STANDIN_DEVICES"] = str(devices)
+    env["PATH"] = os.pathsep.join([str(STANDIN / "bin"), env.get("PATH", "")])
     env["HF_HUB_OFFLINE"] = "1"
     env.setdefault("OMP_NUM_THREADS", "1")
     for key, value in extra.items():

@@ -28,7 +28,7 @@ def _scenario(name: str, workdir, env, timeout: int = 280) -> dict:
 @pytest.fixture(scope="module")
 def neuron_env(tmp_path_factory):
     root = tmp_path_factory.mktemp("neuron-app")
-    env = standin_env(root / "state", cores=4, NEURON_STUDIO_NEURON_INSTANCE_CORES="4")
+    env = standin_env(root / "state")
     return root, env
 
 
@@ -41,14 +41,19 @@ def test_doctor_says_neuron_and_shows_the_core_plan(neuron_env):
     assert report["device"]["kind"] == "neuron" and report["device"]["compile_backend"] == "neuron"
     assert report["device"]["neuron_cores"] == 1 and report["device"]["neuron_visible_cores"] == "0"
     plan = report["torch_neuronx"]["core_plan"]
-    assert plan == {"instance_cores": 4, "app_cores": "0", "free_cores": "1-3", "tp_degree": 2,
-                    "tp_cores": "1-2", "tp_error": None}
+    # A trn2.3xlarge: 8 physical cores, 4 logical at the default LNC=2, found by neuron-ls (no root).
+    assert plan == {"instance_cores": 4, "physical_cores": 8, "lnc": 2, "source": "neuron-ls", "app_cores": "0",
+                    "free_cores": "1-3", "tp_degree": 2, "tp_cores": "1-2", "tp_error": None}
     assert report["torch_neuronx"]["fallback_execution_disabled"] == "1"
     assert {"TORCH_NEURONX_NEFF_CACHE_DIR", "TORCH_NEURONX_NEFF_LOCAL_CACHE_DIR"} <= set(report["caches"])
     text = subprocess.run([sys.executable, "app.py", "doctor", "--neuron-cores", "1",
                            "--cache-dir", str(root / "cache")],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=120).stdout
-    assert "NeuronCores   app 1 · tensor-parallel ranks 0,2 · instance 4" in text
+    assert "NeuronCores   app 1 · tensor-parallel ranks 0,2 · instance 4 logical = 8 physical / LNC 2" in text
+    four = subprocess.run([sys.executable, "app.py", "doctor", "--json", "--tp-degree", "4",
+                           "--cache-dir", str(root / "cache")],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert "3 are free (1-3), so degrees that fit are 1, 2 " in json.loads(four.stdout)["torch_neuronx"]["core_plan"]["tp_error"]
 
 
 @pytest.mark.slow

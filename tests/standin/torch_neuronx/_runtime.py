@@ -21,9 +21,26 @@ https://awsdocs-neuron.readthedocs-hosted.com/en/latest/neuron-runtime/api/nrt-e
 - The runtime cannot be re-initialised in a forked child: a child forked after its parent started
   the runtime fails on its first device use (use spawn or a fresh process).
 
-Stand-in-only knobs (the app never reads them): ``NEURON_STANDIN_CORES`` = cores of the simulated
-instance (default 4, like a trn2.3xlarge at LNC=2); ``NEURON_STANDIN_STATE_DIR`` = where the claim
-files live (default ``<tempdir>/neuron-standin-<uid>``).
+Logical NeuronCores ("Logical NeuronCore configuration",
+https://awsdocs-neuron.readthedocs-hosted.com/en/latest/general/arch/neuron-features/logical-neuroncore-config.html;
+the Neuron-LS user guide's Trn2 table, columns "NEURON CORES" and "LOGICAL NC",
+https://awsdocs-neuron.readthedocs-hosted.com/en/latest/tools/neuron-sys-tools/neuron-ls.html):
+
+- "Every Trainium2 device contains eight physical NeuronCore-v3" (Trainium3 likewise 8). The
+  runtime groups ``NEURON_LOGICAL_NC_CONFIG`` physical cores into one logical core; the SDK supports
+  a degree of 1 or 2 ("Using Logical NeuronCores (LNC) with NKI", 2.33), and 2 is the Trn2/Trn3
+  default. Any other value stops the runtime from starting.
+- Everything a process sees counts *logical* cores: ``NEURON_RT_VISIBLE_CORES`` indexes them and
+  ``torch.neuron.device_count()`` counts them. A trn2.3xlarge (one device) shows 4 at LNC=2, 8 at
+  LNC=1; a trn2.48xlarge (16 devices) 64 at LNC=2.
+- The driver's sysfs ``core_count`` holds the *physical* count and is readable by root only
+  (``write_sysfs`` builds such a tree, mode 0400, for tests); ``neuron-ls`` (``tests/standin/bin``)
+  prints both counts to any user.
+
+Stand-in-only knobs (the app never reads them): ``NEURON_STANDIN_DEVICES`` = Trainium devices
+(chips) of the simulated instance (default 1: a trn2.3xlarge, 8 physical cores, 4 logical at the
+default LNC=2); ``NEURON_STANDIN_STATE_DIR`` = where the claim files live (default
+``<tempdir>/neuron-standin-<uid>``).
 """
 
 from __future__ import annotations
@@ -36,10 +53,12 @@ import threading
 import time
 from pathlib import Path
 
-INSTANCE_CORES_VAR = "NEURON_STANDIN_CORES"
+DEVICES_VAR = "NEURON_STANDIN_DEVICES"
 STATE_DIR_VAR = "NEURON_STANDIN_STATE_DIR"
 VISIBLE_CORES_VAR = "NEURON_RT_VISIBLE_CORES"
-DEFAULT_INSTANCE_CORES = 4
+LNC_VAR = "NEURON_LOGICAL_NC_CONFIG"
+PHYSICAL_CORES_PER_DEVICE = 8  # Trainium2 and Trainium3
+DEFAULT_LNC = 2  # the Trn2/Trn3 default
 
 _TOKEN = re.compile(r"^(\d+)(?:-(\d+))?$")
 
@@ -55,15 +74,49 @@ _started_by_parent: int | None = None  # set in a child forked after its parent 
 _started_for_process_group = False  # the runtime was started by init_process_group, not by device use
 
 
-def instance_cores() -> int:
-    text = os.environ.get(INSTANCE_CORES_VAR, str(DEFAULT_INSTANCE_CORES))
+def devices() -> int:
+    text = os.environ.get(DEVICES_VAR, "1")
     try:
         count = int(text)
     except ValueError:
-        raise NeuronRuntimeError(f"{INSTANCE_CORES_VAR}={text!r} is not a number of NeuronCores") from None
+        raise NeuronRuntimeError(f"{DEVICES_VAR}={text!r} is not a number of Neuron devices") from None
     if count < 0:
-        raise NeuronRuntimeError(f"{INSTANCE_CORES_VAR}={text!r} must be >= 0")
+        raise NeuronRuntimeError(f"{DEVICES_VAR}={text!r} must be >= 0")
     return count
+
+
+def physical_cores() -> int:
+    """Physical NeuronCores of the instance (what the driver's sysfs ``core_count`` files add up to)."""
+    return devices() * PHYSICAL_CORES_PER_DEVICE
+
+
+def lnc() -> int:
+    """Physical cores per logical core: ``NEURON_LOGICAL_NC_CONFIG``, 1 or 2 (default 2)."""
+    text = os.environ.get(LNC_VAR, "").strip() or str(DEFAULT_LNC)
+    if text not in ("1", "2"):
+        raise NeuronRuntimeError(
+            f"{LNC_VAR}={text!r} is not a supported logical NeuronCore configuration: "
+            f"Trainium2/Trainium3 support 1 or 2 physical NeuronCores per logical NeuronCore")
+    return int(text)
+
+
+def instance_cores() -> int:
+    """Logical NeuronCores of the instance: the ones NEURON_RT_VISIBLE_CORES indexes."""
+    return physical_cores() // lnc()
+
+
+def write_sysfs(root: str | os.PathLike) -> Path:
+    """A copy of the driver's sysfs tree for this instance under ``root``: one
+    ``neuron_device/neuron<N>/core_count`` per device holding its *physical* core count, mode 0400
+    (root only), as the Neuron driver publishes it. Returns the ``neuron_device`` folder."""
+    base = Path(root) / "neuron_device"
+    for index in range(devices()):
+        folder = base / f"neuron{index}"
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / "core_count"
+        path.write_text(f"{PHYSICAL_CORES_PER_DEVICE}\n")
+        path.chmod(0o400)
+    return base
 
 
 def state_dir() -> Path:
@@ -95,9 +148,10 @@ def parse_visible_cores(text: str, instance: int) -> tuple[int, ...]:
         cores.update(range(first, last + 1))
     missing = sorted(core for core in cores if core >= instance)
     if missing:
-        have = f"NeuronCores 0-{instance - 1}" if instance else "no NeuronCores"
+        have = f"logical NeuronCores 0-{instance - 1}" if instance else "no NeuronCores"
         raise NeuronRuntimeError(
-            f"{VISIBLE_CORES_VAR}={text!r} asks for NeuronCore {missing[0]}, but this instance has {have}")
+            f"{VISIBLE_CORES_VAR}={text!r} asks for NeuronCore {missing[0]}, but this instance has {have} "
+            f"({physical_cores()} physical cores at {LNC_VAR}={lnc()}; the variable counts logical cores)")
     return tuple(sorted(cores))
 
 
