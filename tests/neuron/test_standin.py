@@ -489,3 +489,186 @@ def test_two_rank_tensor_parallel_klein_on_neuron_matches_one_process(tmp_path):
     neffs = [p for p in (tmp_path / "neff").rglob("*") if p.is_file()]
     assert all(p.suffix == ".neff" for p in neffs)  # no half-written temp files left
     assert sum(r["neff_compilations"] for r in ranks) == len(neffs)
+
+
+# --- the second reading: logical cores, asynchronous and slow compiles, rank binding, collectives -------
+
+SECOND = PRELUDE + textwrap.dedent("""
+    import time
+    import torch
+    import torch_neuronx.metrics as metrics
+    from torch._dynamo.backends.registry import lookup_backend
+    obs = {}
+
+    # Logical cores: one Trainium2 device = 8 physical cores, 4 logical at the default LNC=2.
+    os.environ.pop(VAR, None)
+    obs["lnc_default"] = torch.neuron.device_count()
+    os.environ["NEURON_LOGICAL_NC_CONFIG"] = "1"
+    obs["lnc_1"] = torch.neuron.device_count()
+    os.environ["NEURON_LOGICAL_NC_CONFIG"] = "3"
+    obs["lnc_3"] = error(torch.neuron.device_count)
+    os.environ.pop("NEURON_LOGICAL_NC_CONFIG")
+    os.environ[VAR] = "4"
+    obs["beyond_logical"] = error(torch.neuron.device_count)
+    os.environ[VAR] = "0"
+
+    def time_of(name):
+        data = metrics.get_metric_data(name)
+        return None if data is None else data[1]
+
+    TIME = "CompilationCache.CompilationTime"
+    obs["time_before"] = time_of(TIME)
+    # Eager ops compile silently and take the simulated time (0.3 s each here).
+    x = torch.ones(3, 5, device="neuron")
+    began = time.perf_counter()
+    x * 7
+    obs["eager_op_seconds"] = time.perf_counter() - began
+    obs["time_after_eager"] = time_of(TIME)
+
+    # The backend returns at once; the NEFF is built at the first execution (simulated 0.6 s).
+    gm = torch.fx.symbolic_trace(f)
+    backend = lookup_backend("neuron")
+    x49 = torch.randn(4, 9, device="neuron")
+    before = [counts(), time_of(TIME)]
+    run = backend(gm, [x49])
+    obs["after_backend"] = [counts(), before[0], time_of(TIME), before[1]]
+    began = time.perf_counter()
+    run(x49)
+    obs["first_run_seconds"] = time.perf_counter() - began
+    obs["after_first_run"] = [counts(), time_of(TIME)]
+
+    # ... or at synchronize, if that comes first.
+    def g(t):
+        return t.cos() + 3
+    run_g = backend(torch.fx.symbolic_trace(g), [x49])
+    total = counts()[COUNTERS[0]]
+    torch.neuron.synchronize()
+    obs["sync_compiled"] = counts()[COUNTERS[0]] - total
+
+    # A compiler error surfaces at the first execution, not when dynamo hands the graph over.
+    def h(t):
+        return t.tanh() + 1
+    os.environ["NEURON_STANDIN_FAIL_COMPILE_DIM"] = "7"
+    x72 = torch.randn(7, 2, device="neuron")
+    handed = error(lambda: backend(torch.fx.symbolic_trace(h), [x72]))
+    obs["fault_at_backend"] = handed
+    run_h = backend(torch.fx.symbolic_trace(h), [x72])
+    obs["fault_at_run"] = error(lambda: run_h(x72))
+    obs["fault_through_compile"] = error(lambda: torch.compile(h, backend="neuron", fullgraph=True, dynamic=False)(x72))
+    print("RESULT " + json.dumps(obs), flush=True)
+""")
+
+QUERY_FIRST = PRELUDE + textwrap.dedent("""
+    import torch
+    import torch.distributed as dist
+    obs = {"count": torch.neuron.device_count(), "started_by_query": torch.neuron.is_initialized()}
+    obs["init_after_query"] = error(lambda: dist.init_process_group("neuron", rank=0, world_size=1,
+                                                                    store=dist.HashStore()))
+    print("RESULT " + json.dumps(obs), flush=True)
+""")
+
+BOUND_RANK = PRELUDE + textwrap.dedent("""
+    import torch
+    import torch.distributed as dist
+    obs = {"started_before_init": torch.neuron.is_initialized()}
+    dist.init_process_group("neuron", rank=0, world_size=1, store=dist.HashStore())
+    obs["current_device"] = torch.neuron.current_device()
+    obs["device_count"] = torch.neuron.device_count()
+    obs["to_neuron"] = error(lambda: torch.ones(2).to("neuron"))
+    obs["own_index"] = [error(lambda: torch.ones(2).to("neuron:1")), error(lambda: torch.zeros(2, device="neuron:1")),
+                        error(lambda: torch.neuron.set_device(1))]
+    obs["hard_coded_0"] = [error(lambda: torch.ones(2).to("neuron:0")),
+                           error(lambda: torch.nn.Linear(2, 2).to(torch.device("neuron", 0))),
+                           error(lambda: torch.neuron.set_device(0))]
+    t = torch.full((3,), 2.0, device="neuron")
+    dist.all_reduce(t)
+    obs["all_reduce"] = t.cpu().tolist()
+    with open(os.environ["FAIL_FILE"], "w") as handle:
+        handle.write("0")
+    obs["injected"] = error(lambda: dist.all_reduce(t))
+    obs["file_left"] = os.path.exists(os.environ["FAIL_FILE"])
+    obs["after_injection"] = error(lambda: dist.all_reduce(t))
+    print("RESULT " + json.dumps(obs), flush=True)
+""")
+
+
+@pytest.fixture(scope="module")
+def second(tmp_path_factory):
+    root = tmp_path_factory.mktemp("standin-second")
+    common = dict(TORCH_NEURONX_NEFF_CACHE_DIR=str(root / "neff"), TORCH_NEURONX_NEFF_LOCAL_CACHE_DIR=str(root / "l"),
+                  TORCH_NEURONX_METRICS_ENABLED="1")
+    found = {}
+    proc = run_py(SECOND, standin_env(root / "s1", NEURON_STANDIN_COMPILE_SECONDS="0.6",
+                                      NEURON_STANDIN_EAGER_COMPILE_SECONDS="0.3", **common), timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    found["second"] = _result(proc.stdout)
+    torchrun = dict(LOCAL_RANK="1", LOCAL_WORLD_SIZE="2", RANK="1", TORCHELASTIC_RUN_ID="standin-test", **common)
+    proc = run_py(QUERY_FIRST, standin_env(root / "s2", **torchrun), timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    found["query_first"] = _result(proc.stdout)
+    proc = run_py(BOUND_RANK, standin_env(root / "s3", FAIL_FILE=str(root / "fail"),
+                                          NEURON_STANDIN_FAIL_COLLECTIVE=str(root / "fail"), **torchrun), timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    found["bound"] = _result(proc.stdout)
+    return found
+
+
+def test_core_indices_count_logical_cores_physical_over_lnc(second):
+    obs = second["second"]
+    assert obs["lnc_default"] == 4 and obs["lnc_1"] == 8  # one Trainium2 device: 8 physical cores
+    assert "1 or 2 physical NeuronCores per logical" in obs["lnc_3"]
+    assert "logical NeuronCores 0-3" in obs["beyond_logical"] and "8 physical cores" in obs["beyond_logical"]
+
+
+def test_neuron_ls_shows_physical_and_logical_cores_to_any_user(tmp_path):
+    env = standin_env(tmp_path, devices=2)
+    out = subprocess.run(["neuron-ls"], env=env, capture_output=True, text=True, timeout=60).stdout
+    rows = [line for line in out.splitlines() if line.startswith("| 0 ") or line.startswith("| 1 ")]
+    assert "logical-neuroncore-config: 2" in out and len(rows) == 2
+    assert all([c.strip() for c in row.split("|")[2:4]] == ["8", "4"] for row in rows)
+
+
+def test_eager_op_compiles_take_their_simulated_time_silently_and_are_timed(second):
+    obs = second["second"]
+    assert obs["time_before"] is None
+    assert obs["eager_op_seconds"] >= 0.3  # a sleep never ends early
+    assert obs["time_after_eager"] >= 0.3e6  # microseconds
+
+
+def test_the_backend_returns_before_compiling_and_the_first_run_pays_the_compile(second):
+    obs = second["second"]
+    after_backend, before, time_then, time_before = obs["after_backend"]
+    assert after_backend == before and time_then == time_before  # nothing compiled yet
+    counted, time_after = obs["after_first_run"]
+    assert counted["CompilationCache.TotalCompilations"] == before["CompilationCache.TotalCompilations"] + 1
+    assert obs["first_run_seconds"] >= 0.6 and time_after - time_then >= 0.6e6
+    assert obs["sync_compiled"] == 1  # a pending NEFF is built at synchronize at the latest
+
+
+def test_a_compiler_error_surfaces_at_the_first_execution_not_at_compile(second):
+    obs = second["second"]
+    assert obs["fault_at_backend"] is None
+    assert obs["fault_at_run"].startswith("NeuronCompileError: neuronx-cc failed")
+    assert obs["fault_through_compile"].startswith("NeuronCompileError")  # not dynamo's BackendCompilerFailed
+
+
+def test_under_torchrun_a_query_before_init_starts_the_runtime_and_init_then_fails(second):
+    obs = second["query_first"]
+    assert obs["count"] == 1 and obs["started_by_query"] is True
+    assert "before touching the device" in obs["init_after_query"]
+
+
+def test_after_init_a_rank_is_neuron_local_rank_and_a_hard_coded_index_fails(second):
+    obs = second["bound"]
+    assert obs["started_before_init"] is False
+    assert obs["current_device"] == 1 and obs["device_count"] == 2  # LOCAL_RANK, LOCAL_WORLD_SIZE
+    assert obs["to_neuron"] is None and obs["own_index"] == [None, None, None]
+    assert all("neuron:0 is not this rank's NeuronCore" in (e or "") for e in obs["hard_coded_0"]), obs["hard_coded_0"]
+    assert obs["all_reduce"] == [2.0, 2.0, 2.0]
+
+
+def test_an_injected_collective_failure_is_a_neuron_error_not_gloo_or_nccl(second):
+    obs = second["bound"]
+    assert obs["injected"].startswith("NeuronCollectiveError: NRT: collective allreduce failed")
+    assert "gloo" not in obs["injected"].lower() and "nccl" not in obs["injected"].lower()
+    assert obs["file_left"] is False and obs["after_injection"] is None  # one failure per file

@@ -16,14 +16,22 @@ Rules enforced, from "torch.compile backend reference"
   and dtypes), in the NEFF cache shared with eager mode (``_neff_cache``): a new signature counts
   ``TotalCompilations``, a repeat in the process ``InMemoryHits``, a NEFF a previous process wrote
   ``PersistentHits``.
+- Compilation is asynchronous to dynamo (DESIGN.md, "Hardware facts"; "How torch.compile works on
+  Neuron": the backend lowers the captured graph and neuronx-cc builds the NEFF for the first
+  execution): the backend returns at once; the NEFF is built at the graph's first execution, or at
+  ``torch.neuron.synchronize()`` if that comes first. So the compile time shows up in the first
+  run, not in dynamo's compile events, and is recorded in ``CompilationCache.CompilationTime``
+  (microseconds); a compiler error surfaces there, as a ``NeuronCompileError`` from the run, not
+  as dynamo's ``BackendCompilerFailed``.
 - Ops executed inside a compiled graph are part of its NEFF: no per-op eager compiles.
 - ``TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION``: 1 (the 2.33 default, also when unset) makes a failed
   compile raise; 0 warns and runs the original graph eagerly (op by op, which compiles per op).
   The ``fallback_execution`` compile option overrides it. Read once, when the package loads.
 
-Stand-in-only knob: ``NEURON_STANDIN_FAIL_COMPILE_DIM=<int>`` makes the "compiler" fail, with a
-neuronx-cc-like error, for any graph that has an input dimension equal to that int, so a test can
-make one shape fail. What this cannot show: real compile times, compiler limits, numerics of
+Stand-in-only knobs: ``NEURON_STANDIN_FAIL_COMPILE_DIM=<int>`` makes the "compiler" fail, with a
+neuronx-cc-like error, for any graph that has an input dimension equal to that int (decided when
+dynamo hands the graph over, raised at its first execution), so a test can make one shape fail;
+``NEURON_STANDIN_COMPILE_SECONDS`` is the simulated neuronx-cc time per graph NEFF (default 0). What this cannot show: real compile times, compiler limits, numerics of
 neuronx-cc (the graph runs on the CPU).
 """
 
@@ -39,6 +47,7 @@ from . import _device, _neff_cache
 
 FALLBACK_VAR = "TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION"
 FAIL_DIM_VAR = "NEURON_STANDIN_FAIL_COMPILE_DIM"
+COMPILE_SECONDS_VAR = "NEURON_STANDIN_COMPILE_SECONDS"
 
 FALLBACK_DISABLED = os.environ.get(FALLBACK_VAR, "1").strip().lower() not in ("0", "false", "no", "off")
 
@@ -93,22 +102,77 @@ def _reject_dynamic(gm: torch.fx.GraphModule, example_inputs) -> None:
             "shape then compiles its own graph.")
 
 
-def _inject_failure(signature: str, example_inputs) -> None:
+def _injected_failure(signature: str, example_inputs) -> NeuronCompileError | None:
     text = os.environ.get(FAIL_DIM_VAR)
     if not text:
-        return
+        return None
     dim = int(text)
     for value in example_inputs:
         if isinstance(value, torch.Tensor) and dim in tuple(value.shape):
             key = _neff_cache.key_for(signature)[:16]
-            raise NeuronCompileError(
+            return NeuronCompileError(
                 f"neuronx-cc failed with exit code 70 compiling graph {key}: ERROR [NCC_INLA001] "
                 f"Unhandled exception during lowering of input {_describe(value)} "
                 f"(stand-in fault injected by {FAIL_DIM_VAR}={dim})")
+    return None
+
+
+class _PendingNeff:
+    """A graph dynamo handed over whose NEFF is not built yet: built at first execution or synchronize."""
+
+    def __init__(self, gm: torch.fx.GraphModule, signature: str, failure: NeuronCompileError | None,
+                 fallback_disabled: bool):
+        self.gm, self.signature, self.failure = gm, signature, failure
+        self.fallback_disabled = fallback_disabled
+        self.ready = False  # the NEFF is loaded
+        self.eager = False  # the compile failed and fallback execution runs the graph eagerly
+        self.lock = threading.Lock()
+
+    def complete(self) -> None:
+        with self.lock:
+            if self.ready or self.eager:
+                return
+
+            def compile_fn():
+                if self.failure is not None:
+                    raise self.failure
+
+            try:
+                where = _neff_cache.lookup_or_compile(
+                    self.signature, compile_fn, seconds=_neff_cache.simulated_seconds(COMPILE_SECONDS_VAR))
+            except NeuronCompileError as exc:
+                _count("failures")
+                if self.fallback_disabled:
+                    raise
+                _count("fallbacks")
+                warnings.warn(f"{exc}. Fallback execution is on ({FALLBACK_VAR}=0 or the fallback_execution "
+                              f"option): running this graph eagerly instead.", RuntimeWarning, stacklevel=3)
+                self.eager = True
+                return
+            finally:
+                _pending.discard(self)
+            _count({"compiled": "compiled", "memory": "in_memory_hits", "disk": "persistent_hits"}[where])
+            self.ready = True
+
+    def __call__(self, *args):
+        self.complete()
+        if self.eager:
+            return self.gm.forward(*args)
+        with _device.compiled_graph_region():
+            return self.gm(*args)
+
+
+_pending: set[_PendingNeff] = set()
+
+
+def complete_pending() -> None:
+    """``torch.neuron.synchronize()``: every NEFF still pending is built now (its error raised here)."""
+    for neff in list(_pending):
+        neff.complete()
 
 
 def neuron_backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
-    """torch.compile(backend="neuron"): one NEFF per graph signature, run on the device."""
+    """torch.compile(backend="neuron"): returns at once; the NEFF is built when the graph first runs."""
     _count("graphs")
     _reject_dynamic(gm, example_inputs)
     signature = "graph\n" + gm.code + "\n" + "\n".join(_describe(v) for v in example_inputs)
@@ -117,21 +181,11 @@ def neuron_backend(gm: torch.fx.GraphModule, example_inputs, **kwargs):
                       stacklevel=2)
     options = kwargs.get("options") or {}
     fallback_disabled = not options["fallback_execution"] if "fallback_execution" in options else FALLBACK_DISABLED
-    try:
-        where = _neff_cache.lookup_or_compile(signature, lambda: _inject_failure(signature, example_inputs))
-    except NeuronCompileError as exc:
-        _count("failures")
-        if fallback_disabled:
-            raise
-        _count("fallbacks")
-        warnings.warn(f"{exc}. Fallback execution is on ({FALLBACK_VAR}=0 or the fallback_execution "
-                      f"option): running this graph eagerly instead.", RuntimeWarning, stacklevel=2)
-        return gm.forward
-    _count({"compiled": "compiled", "memory": "in_memory_hits", "disk": "persistent_hits"}[where])
+    neff = _PendingNeff(gm, signature, _injected_failure(signature, example_inputs), fallback_disabled)
+    _pending.add(neff)
 
     def run_neff(*args):
-        with _device.compiled_graph_region():
-            return gm(*args)
+        return neff(*args)
 
     return run_neff
 

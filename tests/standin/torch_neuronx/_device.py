@@ -22,7 +22,9 @@ Rules enforced here:
   "Best practices for TorchNeuron": "ATen op -> ... -> neuronx-cc -> NEFF (cached)",
   https://awsdocs-neuron.readthedocs-hosted.com/en/latest/torch/reference/best-practices-pytorch-neuron.html):
   each new (op, input shapes, dtypes) is one NEFF compile in the shared cache (``_neff_cache``);
-  a repeat is an in-memory hit. Metadata-only ops (views, allocation, host<->device copies) do not
+  a repeat is an in-memory hit. It is silent: no Python code of the caller runs meanwhile, so a
+  cold shape can go a long time without finishing a step (``NEURON_STANDIN_EAGER_COMPILE_SECONDS``
+  makes each such compile take that long). Metadata-only ops (views, allocation, host<->device copies) do not
   compile. Ops running inside a compiled graph belong to that graph's NEFF and do not compile.
 - float64 is refused on the device (creating or computing one raises ``TypeError`` naming
   float64): NeuronCores have no FP64 datapath (Neuron "Data Types",
@@ -33,6 +35,13 @@ Rules enforced here:
   (``diffusers/utils/torch_utils.py``, ``_FP64_UNSUPPORTED_DEVICES``). Consequence worth knowing:
   ``print(neuron_tensor)`` raises too, because torch's tensor formatter casts to float64 on the
   tensor's device (it special-cases only MPS and XPU); print ``tensor.cpu()`` instead.
+- Under torchrun, after ``init_process_group``, a rank's device is ``neuron:LOCAL_RANK``
+  (``_runtime``): ``tensor.to`` / ``module.to`` / ``set_device`` / a factory naming another index
+  fails, so a hard-coded ``neuron:0`` breaks rank 1 here as it would on Trainium; ``"neuron"``
+  without an index means the rank's own core. Limitation: PyTorch's Python device guard cannot
+  report a current device other than 0, so the stand-in's tensors *read* ``neuron:0`` on every
+  rank, and an index 0 that torch itself fills in below ``Tensor.to`` cannot be told from one the
+  caller wrote; the check therefore sits at ``Tensor.to`` (every ``Module.to`` goes through it).
 - One device per op, as on every PyTorch accelerator: a CPU tensor with dimensions next to a
   neuron tensor raises "Expected all tensors to be on the same device" (0-dim CPU scalars, index
   tensors and copies are allowed), so a component left on the CPU fails here as it would on Trainium.
@@ -71,6 +80,7 @@ _HOST_OP = {torch.ops.aten.convolution_overrideable.default: torch.ops.aten.conv
 _MIXED_DEVICES_OK = {"aten::_copy_from", "aten::_copy_from_and_resize", "aten::index", "aten::index_put_",
                      "aten::index_put", "aten::_index_put_impl_"}
 
+EAGER_COMPILE_SECONDS_VAR = "NEURON_STANDIN_EAGER_COMPILE_SECONDS"  # simulated neuronx-cc time per eager op
 _local = threading.local()
 
 
@@ -103,6 +113,17 @@ def _tensor_on(storage, dtype, offset, size, stride) -> torch.Tensor:
     tensor = torch._C._acc.create_empty_tensor([0], dtype)
     _SET_STORAGE._op_dk(_CPU_KEY, tensor, storage, offset, size, stride)
     return tensor
+
+
+def _check_index(device: torch.device, allow_zero: bool = False) -> None:
+    """A bound rank may name only its own index (``allow_zero``: below Tensor.to, where torch's
+    own guard writes 0 for an index-less device)."""
+    binding = _runtime.rank_binding()
+    if binding is not None and device.index is not None and device.index != binding[0] \
+            and not (allow_zero and device.index == 0):
+        raise _runtime.NeuronRuntimeError(
+            f"{device} is not this rank's NeuronCore: after init_process_group, rank LOCAL_RANK={binding[0]} "
+            f"owns neuron:{binding[0]} (torch.neuron.current_device()); use that index, or \"neuron\"")
 
 
 def adopt(cpu: torch.Tensor) -> torch.Tensor:
@@ -217,6 +238,7 @@ def _fallback(op, *args, **kwargs):
                 storages[pointer] = value.untyped_storage()
             return alias
         if isinstance(value, torch.device) and value.type == "neuron":
+            _check_index(value, allow_zero=True)
             targets_device = True
             return _CPU
         return value
@@ -234,7 +256,8 @@ def _fallback(op, *args, **kwargs):
         return args[1]
 
     if not in_compiled_graph() and name not in _NO_COMPILE and not op.is_view:
-        _neff_cache.lookup_or_compile(_signature(op, args, kwargs))
+        _neff_cache.lookup_or_compile(_signature(op, args, kwargs),
+                                      seconds=_neff_cache.simulated_seconds(EAGER_COMPILE_SECONDS_VAR))
 
     # out= arguments: the CPU kernel may resize them, which an alias of device memory cannot do.
     # Give it a fresh host tensor, then copy the result into the device tensor (resized to fit).
@@ -294,24 +317,34 @@ def _make_device_module() -> types.ModuleType:
         return device_count() > 0
 
     def device_count() -> int:
-        """NeuronCores this process sees (NEURON_RT_VISIBLE_CORES); does not start the runtime."""
-        return len(_runtime.visible_cores())
+        """NeuronCores this process sees (NEURON_RT_VISIBLE_CORES), or the local world size for a
+        bound torchrun rank. Outside torchrun it does not start the runtime; under torchrun before
+        init_process_group it does (``_runtime.query``)."""
+        _runtime.query()
+        binding = _runtime.rank_binding()
+        return binding[1] if binding else len(_runtime.visible_cores())
 
     def current_device() -> int:
-        return 0
+        _runtime.query()
+        return _runtime.current_index()
 
     def set_device(device) -> None:
+        _runtime.query()
         index = torch.device("neuron", device).index if isinstance(device, int) else torch.device(device).index
         count = device_count()
         if index is not None and not 0 <= index < count:
             raise _runtime.NeuronRuntimeError(
                 f"torch.neuron.set_device({device!r}): this process sees {count} NeuronCore(s) "
                 f"(indices 0-{count - 1}); NEURON_RT_VISIBLE_CORES decides which")
+        if index is not None:
+            _check_index(torch.device("neuron", index))
 
     def synchronize(device=None) -> None:
-        _runtime.ensure_started()  # host and device share memory here: nothing is ever in flight
+        _runtime.ensure_started()
+        _compile.complete_pending()  # an asynchronous compile finishes (or fails) here at the latest
 
     def memory_allocated(device=None) -> int:
+        _runtime.query()
         return _memory.allocated()
 
     def max_memory_allocated(device=None) -> int:
@@ -326,7 +359,7 @@ def _make_device_module() -> types.ModuleType:
     def get_dynamo_metrics() -> dict:
         return _compile.dynamo_metrics()
 
-    def is_initialized() -> bool:
+    def is_initialized() -> bool:  # a state check, not a device query: it starts nothing
         return _runtime.is_started()
 
     def get_device_name(device=None) -> str:
@@ -381,4 +414,20 @@ def register() -> None:
     for op in _HOST_OP:
         overrides.impl(op, functools.partial(kernel, op), "PrivateUse1")
     _libraries.extend([every_op, overrides])
+    _check_index_in_to()
     _registered = True
+
+
+def _check_index_in_to() -> None:
+    """``tensor.to("neuron:N")`` on a bound rank must name the rank's own index (see the docstring)."""
+    original = torch.Tensor.to
+
+    def to(self, *args, **kwargs):
+        if _runtime.rank_binding() is not None and not torch.compiler.is_compiling():
+            for value in (*args, *kwargs.values()):
+                if isinstance(value, (str, torch.device)) and str(value).startswith("neuron"):
+                    _check_index(torch.device(value))
+        return original(self, *args, **kwargs)
+
+    to.__doc__ = original.__doc__
+    torch.Tensor.to = to

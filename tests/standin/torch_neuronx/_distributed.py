@@ -17,7 +17,15 @@ Neuron Runtime configuration guide 2.33
 - Under torchrun, TorchNeuron sets ``NEURON_RT_VISIBLE_CORES=LOCAL_RANK`` when it is unset (done at
   package import, in ``__init__``), and each rank must see exactly one NeuronCore: more is an error.
 - Creating the world group starts the rank's runtime, which reserves its core (so a core another
-  process holds fails here, naming the holder).
+  process holds fails here, naming the holder), and binds the rank: afterwards
+  ``torch.neuron.current_device()`` is LOCAL_RANK and ``device_count()`` the local world size.
+- A collective can fail on the device (a NeuronLink/EFA or runtime error, reported by the Neuron
+  collectives library, not by gloo or NCCL): the communicator is then suspect and the rank must not
+  serve on. Stand-in knob ``NEURON_STANDIN_FAIL_COLLECTIVE=<path>``: when that file exists and holds
+  this process's rank, the next collective removes it and raises ``NeuronCollectiveError``.
+- Under torchrun, any ``torch.neuron`` query before ``init_process_group`` (``is_available``,
+  ``device_count``, ...) starts the runtime, so the init that follows fails (diffusers' own Neuron
+  TP example touches nothing before it).
 """
 
 from __future__ import annotations
@@ -29,6 +37,13 @@ import torch
 import torch.distributed as dist
 
 from . import _device, _runtime
+
+
+FAIL_COLLECTIVE_VAR = "NEURON_STANDIN_FAIL_COLLECTIVE"
+
+
+class NeuronCollectiveError(RuntimeError):
+    """A collective failed on the Neuron device (injected by NEURON_STANDIN_FAIL_COLLECTIVE)."""
 
 
 def _host(value):
@@ -50,9 +65,25 @@ class NeuronProcessGroup(dist.ProcessGroup):
         self._group_name = self._group_desc = ""
 
     def _run(self, name: str, *args):
+        self._maybe_fail(name)
         work = getattr(self._gloo, name)(*(_host(a) for a in args))
         work.wait()  # raises when a peer does not join within the group's timeout
         return work
+
+    def _maybe_fail(self, name: str) -> None:
+        path = os.environ.get(FAIL_COLLECTIVE_VAR)
+        if not path:
+            return
+        try:
+            with open(path, encoding="ascii") as handle:
+                target = handle.read().strip()
+        except OSError:
+            return
+        if target == str(self._rank):
+            os.unlink(path)
+            raise NeuronCollectiveError(
+                f"NRT: collective {name} failed on rank {self._rank} of {self._size}: NCCOM_ERR_TIMEOUT waiting "
+                f"for peers over NeuronLink (stand-in fault injected by {FAIL_COLLECTIVE_VAR})")
 
     # collectives (C++ passes the options object; the defaults serve direct Python calls)
     def allreduce(self, tensors, opts=None):
@@ -176,6 +207,7 @@ def _create(store, rank: int, size: int, timeout: datetime.timedelta) -> NeuronP
                 f"Give each rank its own core in {_runtime.VISIBLE_CORES_VAR} (TorchNeuron sets it to "
                 f"LOCAL_RANK under torchrun when it is unset).")
         _runtime.ensure_started(for_process_group=True)
+        _runtime.bind_rank(size)
     return NeuronProcessGroup(store, rank, size, timeout)
 
 

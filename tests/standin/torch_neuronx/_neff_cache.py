@@ -17,7 +17,11 @@ https://awsdocs-neuron.readthedocs-hosted.com/en/latest/torch/compile/reference-
 
 The stand-in reads both variables once, when the package loads (set them before importing
 ``torch_neuronx``). Its NEFF files hold the signature text, not a program: nothing is compiled for
-real, so compile *time* means nothing here.
+real. A compile takes a *simulated* time (``seconds``; the callers read the stand-in knobs
+``NEURON_STANDIN_COMPILE_SECONDS`` for graphs and ``NEURON_STANDIN_EAGER_COMPILE_SECONDS`` per
+eager op, default 0), spent while holding the key's lock, and recorded in the
+``CompilationCache.CompilationTime`` metric (microseconds), so the app's compile-time accounting and
+its stall detection are exercised; the figure says nothing about neuronx-cc.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import hashlib
 import os
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -51,7 +56,14 @@ def neff_path(key: str) -> Path:
     return CACHE_DIR / key[:2] / key[2:4] / f"{key}.neff"
 
 
-def lookup_or_compile(signature: str, compile_fn: Callable[[], None] | None = None) -> str:
+def simulated_seconds(var: str) -> float:
+    try:
+        return max(0.0, float(os.environ.get(var) or 0))
+    except ValueError:
+        return 0.0
+
+
+def lookup_or_compile(signature: str, compile_fn: Callable[[], None] | None = None, seconds: float = 0.0) -> str:
     """Make sure a NEFF for ``signature`` is loaded; return "memory", "disk" or "compiled".
 
     ``compile_fn`` runs only on a real miss, under the key's file lock; it may raise to fail the
@@ -70,8 +82,14 @@ def lookup_or_compile(signature: str, compile_fn: Callable[[], None] | None = No
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)  # another rank may be compiling this key right now
                 if not path.exists():
-                    if compile_fn is not None:
-                        compile_fn()
+                    began = time.perf_counter()
+                    if seconds:
+                        time.sleep(seconds)  # the simulated neuronx-cc run
+                    try:
+                        if compile_fn is not None:
+                            compile_fn()
+                    finally:
+                        _counters.record(_counters.COMPILATION_TIME, (time.perf_counter() - began) * 1e6)
                     _write_atomically(path, f"{_FORMAT}\n{signature}\n".encode())
                     _loaded_signatures.add(signature)
                     _counters.increment(_counters.TOTAL_COMPILATIONS)

@@ -180,6 +180,41 @@ def started_for_process_group() -> bool:
     return _started_for_process_group
 
 
+# Under torchrun ("How to use torch.distributed on Neuron"; DESIGN.md): TorchNeuron binds a rank to
+# its NeuronCore when the process group is created. Before that, any torch.neuron query starts the
+# runtime (and init_process_group then fails); after it, current_device() is LOCAL_RANK and
+# device_count() the local world size, so the rank's device is neuron:LOCAL_RANK.
+_rank_binding: tuple[int, int] | None = None  # (LOCAL_RANK, local world size) once the world group exists
+
+
+def under_torchrun() -> bool:
+    """A torchrun (torch elastic) worker: it sets LOCAL_RANK and TORCHELASTIC_RUN_ID for each rank."""
+    return "LOCAL_RANK" in os.environ and "TORCHELASTIC_RUN_ID" in os.environ
+
+
+def bind_rank(world_size: int) -> None:
+    """Called by the process group backend when the world group is created."""
+    global _rank_binding
+    if under_torchrun():
+        local = int(os.environ.get("LOCAL_WORLD_SIZE") or world_size)
+        _rank_binding = (int(os.environ["LOCAL_RANK"]), local)
+
+
+def rank_binding() -> tuple[int, int] | None:
+    return _rank_binding
+
+
+def current_index() -> int:
+    """The device index this process's tensors live on: LOCAL_RANK once bound, else 0."""
+    return _rank_binding[0] if _rank_binding else 0
+
+
+def query() -> None:
+    """A torch.neuron query: under torchrun, before the process group exists, it starts the runtime."""
+    if under_torchrun() and _rank_binding is None and not is_started():
+        ensure_started()
+
+
 def ensure_started(for_process_group: bool = False) -> tuple[int, ...]:
     """Start the runtime on first device use: reserve every visible core for this process."""
     global _claimed, _started_for_process_group

@@ -11,6 +11,10 @@ Rules enforced:
 - The counter names are TorchNeuron's: ``CompilationCache.TotalCompilations`` (a NEFF was compiled),
   ``CompilationCache.InMemoryHits`` (reused within the process), ``CompilationCache.PersistentHits``
   (found in ``TORCH_NEURONX_NEFF_CACHE_DIR`` on disk). Eager ops and torch.compile graphs count alike.
+- ``get_metric_data(name)``: timed metrics; ``CompilationCache.CompilationTime`` holds the compiler
+  time of each NEFF built, in microseconds (DESIGN.md's reading of TorchNeuron 2.33). The stand-in
+  returns ``(total_samples, accumulator, samples)``, the shape torch-xla's ``metric_data`` has; the
+  app's device layer reads that shape and a plain number alike, so check it on a Trainium instance.
 """
 
 from __future__ import annotations
@@ -26,3 +30,8 @@ def get_counter_value(name: str) -> int | None:
 def get_counter_names() -> list[str]:
     """Names of the counters incremented so far."""
     return _counters.names()
+
+
+def get_metric_data(name: str) -> tuple[int, float, list[float]] | None:
+    """``(total_samples, accumulator, samples)`` of a timed metric, or None before its first sample."""
+    return _counters.metric(name)
