@@ -110,9 +110,10 @@ class CompileTable:
                 rec.state, rec.compiling_since = COLD, None
 
     def forget(self, mode: str) -> None:
-        """Drop every record of ``mode`` (its worker group was replaced)."""
+        """Drop the records of ``mode`` (its worker group was replaced: its graphs are gone). A
+        failure stays: the same compiler fails the same graph in the new group too."""
         with self._lock:
-            for key in [k for k in self._records if k[0] == mode]:
+            for key in [k for k, rec in self._records.items() if k[0] == mode and rec.state != FAILED]:
                 del self._records[key]
 
     def reset(self) -> None:

@@ -41,6 +41,8 @@ NEFF_COUNTERS = {
     "neff_memory_hits": "CompilationCache.InMemoryHits",
     "neff_disk_hits": "CompilationCache.PersistentHits",
 }
+# neuronx-cc's time for every NEFF built, in microseconds (a metric, read with get_metric_data).
+NEFF_COMPILE_TIME = "CompilationCache.CompilationTime"
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -148,6 +150,49 @@ def resolve_device(settings: Settings) -> DeviceInfo:
     )
 
 
+def rank_device_info(settings: Settings) -> DeviceInfo:
+    """A tensor-parallel rank's device, as the app already resolved it (``settings.device`` is its
+    kind, ``dtype`` and ``compile_backend`` are set), built without asking the device anything.
+
+    Under torchrun, any ``torch.neuron`` query before ``init_process_group("neuron")`` starts the
+    Neuron runtime, and the init then fails (diffusers' own Neuron TP worker touches nothing
+    before it); the rank learns its device index after the init (``Device.bind_rank``)."""
+    device_env.prepare_environment(settings.cache_dir)
+    kind = settings.device
+    if kind not in ("neuron", "cuda", "cpu"):
+        raise DeviceUnavailable(f"a tensor-parallel rank needs the app's resolved device, got {kind!r}")
+    if kind == "neuron":
+        load_torch_neuronx()  # an import registers the backend; it starts nothing
+    return DeviceInfo(
+        kind=kind, reason="tensor-parallel rank: the device the app chose", torch_device=kind,
+        dtype=settings.dtype, compile_backend=settings.compile_backend or ("neuron" if kind == "neuron" else "inductor"),
+        process_group_backend={"neuron": "neuron", "cuda": "nccl", "cpu": "gloo"}[kind],
+        neuron_installed=kind == "neuron", neuron_cores=1 if kind == "neuron" else 0, cuda_devices=0,
+        neuron_visible_cores=os.environ.get(device_env.VISIBLE_CORES_VAR) if kind == "neuron" else None,
+        neuron_fallback=os.environ.get(device_env.FALLBACK_VAR) if kind == "neuron" else None,
+    )
+
+
+def is_compile_error(exc: BaseException) -> bool:
+    """True when ``exc`` (or what it wraps) is a compiler's failure rather than the model's.
+
+    dynamo reports a backend that fails while compiling as ``BackendCompilerFailed``. The neuron
+    backend compiles later, at the graph's first execution (or the next synchronize), so its errors
+    come from the run: TorchNeuron's own error types (``torch_neuronx``, a name with "Compil") or
+    neuronx-cc's words. This is the one place that knows those signs."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        cls = type(seen)
+        if isinstance(seen, torch._dynamo.exc.BackendCompilerFailed):
+            return True
+        if cls.__module__.startswith("torch_neuronx") and "compil" in cls.__name__.lower():
+            return True
+        if "neuronx-cc" in str(seen).lower():
+            return True
+        seen = getattr(seen, "inner_exception", None) or seen.__cause__
+    return False
+
+
 class CompileEvents:
     """Counts torch.compile (dynamo) compilations and their seconds, on every device.
 
@@ -226,6 +271,20 @@ class Device:
             self._core_plan = make_plan(own, detect_instance_cores(self._instance_cores))
         return self._core_plan
 
+    def bind_rank(self, local_rank: int) -> None:
+        """After ``init_process_group``: this rank's own device. On Neuron TorchNeuron has bound the
+        rank to NeuronCore LOCAL_RANK (``torch.neuron.current_device()``); the rank uses that index,
+        never a hard-coded 0."""
+        if self.kind == "neuron":
+            index = int(torch.neuron.current_device())
+            if index != local_rank:
+                raise DeviceUnavailable(
+                    f"rank with LOCAL_RANK {local_rank} is bound to neuron:{index} after init_process_group; "
+                    f"expected neuron:{local_rank}")
+            self.info.torch_device = f"neuron:{index}"
+        elif self.kind == "cuda":
+            self.info.torch_device = f"cuda:{local_rank}"
+
     @property
     def eager_compiles(self) -> bool:
         """On Neuron even eager mode compiles each new (op, shape, dtype) once; elsewhere it never does."""
@@ -274,18 +333,27 @@ class Device:
             allocated, peak = torch.neuron.memory_allocated(), torch.neuron.max_memory_allocated()
         return {"rss_bytes": rss, "device_allocated_bytes": allocated, "device_peak_bytes": peak}
 
-    def neff_counters(self) -> dict[str, int]:
-        """TorchNeuron's NEFF compile-cache counters (empty off Neuron)."""
+    def neff_counters(self) -> dict[str, float]:
+        """TorchNeuron's NEFF compile-cache counters and the compiler's accumulated seconds (empty off
+        Neuron)."""
         if self._neuronx is None:
             return {}
         metrics = importlib.import_module("torch_neuronx.metrics")
-        return {key: int(metrics.get_counter_value(name) or 0) for key, name in NEFF_COUNTERS.items()}
+        out: dict[str, float] = {key: int(metrics.get_counter_value(name) or 0) for key, name in NEFF_COUNTERS.items()}
+        out["neff_compile_seconds"] = _metric_total(getattr(metrics, "get_metric_data", None), NEFF_COMPILE_TIME) / 1e6
+        return out
 
     def compile_snapshot(self) -> dict[str, float]:
-        """Counters to diff around a region: dynamo graphs (+ their seconds) and NEFF compiles."""
+        """Counters to diff around a region: dynamo graphs (+ their seconds) and NEFF compiles.
+
+        ``compile_seconds`` is every second spent compiling: dynamo's (tracing, and the backend's
+        own work) plus, on Neuron, neuronx-cc's. The neuron backend hands the compile to the first
+        execution and returns at once, so dynamo's events leave the compiler out; TorchNeuron's
+        metric has it, and the two never overlap."""
         COMPILE_EVENTS.ensure_registered()
         count, seconds = COMPILE_EVENTS.snapshot()
-        return {"graphs": count, "compile_seconds": seconds, **self.neff_counters()}
+        neff = self.neff_counters()
+        return {"graphs": count, "compile_seconds": seconds + neff.get("neff_compile_seconds", 0.0), **neff}
 
     CACHE_SIZE_TTL = 10.0  # seconds; every open page asks for the status each second
 
@@ -329,6 +397,21 @@ class Device:
                     child.unlink(missing_ok=True)
         self.cache_info(fresh=True)  # the status shows the emptied folders at once
         return info["bytes"]
+
+
+def _metric_total(get_metric_data, name: str) -> float:
+    """The accumulated value of a TorchNeuron metric: ``get_metric_data`` may give None (no sample
+    yet), a number, a (samples, accumulator, ...) tuple as torch-xla's metrics do, or a dict."""
+    if get_metric_data is None:
+        return 0.0
+    data = get_metric_data(name)
+    if data is None:
+        return 0.0
+    if isinstance(data, (int, float)):
+        return float(data)
+    if isinstance(data, dict):
+        return float(data.get("accumulator", data.get("sum", data.get("total", 0.0))) or 0.0)
+    return float(data[1]) if len(data) > 1 else 0.0
 
 
 def diff_counters(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:

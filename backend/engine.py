@@ -18,7 +18,7 @@ from typing import Callable
 
 import torch
 
-from backend.device import COMPILE_EVENTS, Device, diff_counters
+from backend.device import COMPILE_EVENTS, Device, diff_counters, is_compile_error
 from backend.errors import CompileFailure, GenerationCancelled, GenerationFailed, ShapeLocked
 from backend.records import EngineOutput, GenerationRequest, ProgressEvent
 from backend.settings import IN_PROCESS_MODES as MODES
@@ -229,6 +229,9 @@ class InProcessEngine:
             )
         if "stance is 'fail_on_recompile'" in str(exc):
             return ShapeLocked("this shape would compile, and the app is locked to warm shapes")
-        cls = CompileFailure if during_compile else GenerationFailed
-        where = "while compiling" if during_compile else "in the pipeline"
+        # The neuron backend compiles at the graph's first execution, so its errors come from the run:
+        # the device layer knows them by type, whatever phase the progress reached.
+        compiler = during_compile or is_compile_error(exc)
+        cls = CompileFailure if compiler else GenerationFailed
+        where = "while compiling" if compiler else "in the pipeline"
         return cls(f"{type(root).__name__} {where}: {text}")

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from backend import compile_state as cs
 from backend.admission import Admission
-from backend.errors import BackendNotReady, GenerationCancelled, GenerationFailed, InvalidRequest, StudioError
+from backend.errors import (BackendBusy, BackendNotReady, GenerationCancelled, GenerationFailed, InvalidRequest,
+                            StudioError)
 from backend.records import GenerationRequest, GenerationResult, ProgressEvent
 from backend.settings import MODES, TP_MODE, Settings
 from backend.shapes import Shape
@@ -172,6 +173,21 @@ class Manager:
             running.wait_ready(self.settings.tp_start_timeout)
         return running.describe()
 
+    def _restart_tp(self, group) -> None:
+        """The ranks ended themselves after a failed request: start a new group of the same degree
+        in the background once the old one is down (its requests run in process meanwhile)."""
+        def restart() -> None:
+            deadline = time.monotonic() + 30
+            while group.state not in ("dead", "stopped") and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if self.tp is group and group.state == "dead":
+                try:
+                    self.start_tp(group.degree)
+                except StudioError as exc:
+                    self.last_error = f"restarting the tensor-parallel group: {exc}"
+
+        threading.Thread(target=restart, name="tp-restart", daemon=True).start()
+
     def tp_logs(self, lines: int = 20) -> dict[str, str]:
         """The tail of each rank's log (and torchrun's), read now: only when someone looks at them."""
         group = self.tp
@@ -238,6 +254,8 @@ class Manager:
                 self.table.failed_run(request.mode, shape, exc, keep_compiles=not self.admission.exact_shapes(self.device))
                 if not isinstance(exc, GenerationCancelled):
                     self.last_error = str(exc) if isinstance(exc, StudioError) else f"{type(exc).__name__}: {exc}"
+                if getattr(exc, "group_ending", False) and engine is self.tp:
+                    self._restart_tp(engine)
                 if isinstance(exc, StudioError):
                     raise
                 log.exception("engine error")  # an engine broke its contract: log the trace, answer plainly
@@ -325,9 +343,18 @@ class Manager:
 
     def clear_compile_cache(self) -> int:
         """Empty the on-disk compile caches between generations; returns bytes freed. Graphs already
-        in memory stay warm; only later processes lose the head start."""
+        in memory stay warm; only later processes lose the head start. Refused while a
+        tensor-parallel group runs: its ranks hold lock files in the local NEFF cache (and read the
+        caches while they compile)."""
         if self.device is None:
             raise BackendNotReady("the device is not ready yet")
+        from backend.tp.group import STARTING
+
+        group = self.tp
+        if group is not None and group.state in STARTING + ("ready", "stopping"):
+            raise BackendBusy(
+                f"the tensor-parallel group is {group.state}: its ranks hold lock files in the compile "
+                f"cache and compile into it; stop the group first (System tab), then clear the cache")
         with self._device_lock:
             return self.device.clear_caches()
 

@@ -379,9 +379,10 @@ def tp_ranks_markdown(ranks: list[dict[str, Any]]) -> str:
     """One row per rank (known once the group is ready): where it runs and what it holds."""
     if not ranks:
         return ""
-    head = ["| Rank | pid | NeuronCore | transformer MB | sharded MB | replicated MB | weights |",
-            "| --- | --- | --- | --- | --- | --- | --- |"]
+    head = ["| Rank | pid | NeuronCore | device | transformer MB | sharded MB | replicated MB | weights |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     rows = [f"| {r['rank']} | {r.get('pid') or '…'} | {'n/a' if r.get('core') is None else r['core']} | "
+            f"{r.get('device') or '…'} | "
             f"{_mb(r.get('transformer_bytes'))} | {_mb(r.get('sharded_bytes'))} | {_mb(r.get('replicated_bytes'))} | "
             f"{len(r.get('sharded') or [])} weights sharded |" for r in sorted(ranks, key=lambda r: r["rank"])]
     return "\n".join(head + rows)

@@ -14,6 +14,11 @@ sockets. What only this module knows:
   past its deadline, or when the start fails. Every background thread ends the group in a state
   (ready, dead, stopped) with its reason, whatever it dies of. A request that fails (bad input, a
   compiler error) is answered by the worker and leaves the group ``ready``;
+- stall detection: a request with no message for the stall timeout is hung, unless every rank's
+  heartbeat (a counter each rank's thread writes to ``<run dir>/rank<N>.heartbeat``) still moves:
+  on Neuron the compiler runs silently at a cold shape, eager mode included, often for longer than
+  the stall timeout. Such a silence may last up to the compile timeout; a rank that is stopped or
+  frozen stops beating and the group is declared dead within the stall timeout;
 - stop: a polite shutdown request, then SIGTERM to the whole process group, a grace period, then
   SIGKILL; every pid seen is checked afterwards. Workers also exit when the app's process is gone.
 
@@ -107,6 +112,7 @@ class TPWorkerGroup:
         self._log = None
         self._teardown: threading.Thread | None = None
         self._last_health = float("-inf")
+        self._beats: dict[int, tuple[str, float]] = {}  # rank -> (heartbeat text, when it last changed)
 
     # engine contract ---------------------------------------------------------------------------
     def load(self) -> None:
@@ -321,6 +327,25 @@ class TPWorkerGroup:
             shutil.rmtree(self.dir, ignore_errors=True)
 
     # calls -------------------------------------------------------------------------------------
+    def ranks_beating(self, within: float) -> bool:
+        """True while every rank's heartbeat counter has moved within the last ``within`` seconds
+        (of this group's clock). Read on every poll of a request, so a change is seen when it happens."""
+        if not self.dir:
+            return False
+        now, fresh = self._clock(), True
+        for rank in range(self.degree):
+            try:
+                with open(os.path.join(self.dir, f"rank{rank}.heartbeat"), encoding="ascii") as handle:
+                    text = handle.read()
+            except OSError:
+                return False
+            seen = self._beats.get(rank)
+            if seen is None or seen[0] != text:
+                self._beats[rank] = (text, now)
+            elif now - seen[1] > within:
+                fresh = False
+        return fresh
+
     def _connect(self, deadline: float) -> socket.socket:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.settimeout(max(0.01, min(30.0, deadline - self._clock())))
@@ -346,6 +371,10 @@ class TPWorkerGroup:
             phase, last = "", self._clock()
             while True:
                 quiet = stall or (self.compile_timeout if phase == "compiling" else self.stall_timeout)
+                # While every rank's heartbeat moves, silence is a compile (the Neuron compiler says
+                # nothing, eager mode included): allowed up to the compile timeout.
+                if stall is None and self.ranks_beating(self.stall_timeout):
+                    quiet = max(quiet, self.compile_timeout)
                 limit = min(deadline or float("inf"), last + quiet)
                 if should_stop and not cancelled and should_stop():
                     cancelled = True  # every rank stops at the next step (they vote on it)
@@ -388,8 +417,16 @@ class TPWorkerGroup:
             return msg, payload
         error = proto.error_from_message(msg)
         if isinstance(error, GroupDead):  # a rank died under a collective; torchrun is ending the group
-            raise self._group_lost(str(error))
+            lost = self._group_lost(str(error))
+            lost.group_ending = getattr(error, "group_ending", False)
+            raise lost
         self.last_request_error = str(error)
+        if getattr(error, "group_ending", False):
+            # The ranks leave after this failure (on Neuron a failed request may leave a collective
+            # half done); the error keeps its class, so a compile failure still marks its shape failed.
+            self._group_lost(f"the ranks ended after a failed request: {error}")
+            error.args = (f"{error} — the tensor-parallel group is restarting so that no rank serves on a "
+                          f"possibly broken communicator",)
         raise error
 
     def _group_lost(self, reason: str) -> GroupDead:

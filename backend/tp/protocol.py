@@ -153,8 +153,9 @@ ERROR_KINDS: dict[str, type[StudioError]] = {
     "unauthorized": Unauthorized,
     "failed": GenerationFailed,
 }
-# Counters a failed or cancelled run still reports (a compile it finished is kept).
-_CARRIED = ("compiles", "compile_seconds", "neff_compiles")
+# Counters a failed or cancelled run still reports (a compile it finished is kept), and
+# ``group_ending``: the ranks are leaving after this failure, so the group must be restarted.
+_CARRIED = ("compiles", "compile_seconds", "neff_compiles", "group_ending")
 
 
 def error_message(exc: BaseException) -> dict[str, Any]:

@@ -13,8 +13,11 @@ Phases, as vLLM's worker names them:
 
 1. ``init_distributed`` — before torch loads, (on Neuron) claim NeuronCore ``cores[LOCAL_RANK]`` from
    the app's core plan and set the app's cache variables; then initialise the process group
-   (neuron / nccl / gloo from the device layer, with the collective timeout from the settings)
-   before anything touches the device, a gloo control group, and ``DeviceMesh(device, range(N))``;
+   (neuron / nccl / gloo, the device the app chose, with the collective timeout from the settings)
+   before anything asks the device anything (under torchrun any ``torch.neuron`` query starts the
+   Neuron runtime, and the init would then fail); only then the rank's device index (on Neuron
+   ``torch.neuron.current_device()``, which TorchNeuron has made LOCAL_RANK), a gloo control
+   group, and ``DeviceMesh(device, range(N))``;
 2. ``load_sharded`` — the transformer with ``from_pretrained(..., parallel_config=
    TensorParallelConfig(mesh=mesh))``, the other components whole on the rank's device; each rank
    then reports what it holds (``shard_report``: parameter bytes, which weights are DTensor shards
@@ -28,7 +31,15 @@ Phases, as vLLM's worker names them:
    every step they agree (an all-reduce) on whether to stop, so a cancel never leaves a rank behind
    in a collective. Rank 0 streams step progress and returns the pixels.
 
-Each rank writes its output to ``<run_dir>/rank<N>.log`` and exits when the app's process is gone.
+Each rank writes its output to ``<run_dir>/rank<N>.log``, beats a heartbeat counter into
+``<run_dir>/rank<N>.heartbeat`` from a thread (so the app can tell a rank that is silent because it
+compiles from one that is stopped or frozen), and exits when the app's process is gone.
+
+A failed request is answered and the group serves on, except where the failure may have left a
+collective half done: a broken gloo/NCCL collective, and on Neuron any exception raised after the
+job reached every rank (a Neuron collective error does not say it is one). Then the rank answers
+with ``group_ending`` and exits; the app restarts the group. A cancel (agreed by every rank at a
+step boundary) and a warm-only refusal (the same graphs on every rank) are not such failures.
 """
 
 from __future__ import annotations
@@ -52,6 +63,29 @@ def _redirect_output(run_dir: str, rank: int) -> None:
     os.dup2(log.fileno(), 1)
     os.dup2(log.fileno(), 2)
     sys.stdout = sys.stderr = log
+
+
+RESTART_EXIT = 75  # a rank that ended itself after a failed request (the group should be restarted)
+
+
+def _heartbeat(run_dir: str, rank: int, interval: float) -> None:
+    """Count up in ``rank<N>.heartbeat`` every ``interval`` seconds, from a thread: a stopped or
+    frozen process stops counting; one busy in a compile (which releases the GIL) keeps on."""
+    path = os.path.join(run_dir, f"rank{rank}.heartbeat")
+
+    def beat() -> None:
+        count = 0
+        while True:
+            count += 1
+            try:
+                with open(path + ".tmp", "w", encoding="ascii") as handle:
+                    handle.write(str(count))
+                os.replace(path + ".tmp", path)
+            except OSError:
+                pass
+            time.sleep(interval)
+
+    threading.Thread(target=beat, name="heartbeat", daemon=True).start()
 
 
 def _watch_parent(pid: int) -> None:
@@ -171,22 +205,23 @@ def init_distributed(cfg: proto.WorkerConfig, rank: int, local_rank: int, world:
     import torch.distributed as dist
     from torch.distributed.device_mesh import DeviceMesh
 
-    from backend.device import Device, resolve_device
+    from backend.device import Device, rank_device_info
     from backend.settings import Settings
 
     settings = Settings.from_json(cfg.settings)
-    info = resolve_device(settings)
+    info = rank_device_info(settings)  # the app's choice; asks the device nothing
     if info.kind == "cuda":
         torch.cuda.set_device(local_rank)
     # Before anything touches the device (TorchNeuron refuses a process group after that), with a
     # timeout of minutes: a rank stuck in a collective fails the request, not the demo.
     dist.init_process_group(backend=info.process_group_backend,
                             timeout=timedelta(seconds=settings.tp_collective_timeout))
+    device = Device(info, max_compiled_shapes=settings.max_compiled_shapes)
+    device.bind_rank(local_rank)  # the index the runtime gave this rank (neuron:LOCAL_RANK)
     # Jobs and the per-step stop vote travel over gloo on CPU tensors; an idle group may wait for
     # days between requests.
     control = dist.new_group(backend="gloo", timeout=timedelta(days=3650))
     mesh = DeviceMesh(info.kind, list(range(world)))
-    device = Device(info, max_compiled_shapes=settings.max_compiled_shapes)
     return Rank(rank, local_rank, world, cores[local_rank] if cores else None, settings, device, mesh, control)
 
 
@@ -237,7 +272,8 @@ def shard_report(module, me: Rank) -> dict[str, Any]:
             replicated_bytes += nbytes
         else:
             replicated_bytes += param.numel() * param.element_size()
-    return {"rank": me.rank, "pid": os.getpid(), "core": me.core, "transformer_bytes": sharded_bytes + replicated_bytes,
+    return {"rank": me.rank, "pid": os.getpid(), "core": me.core, "device": me.device.info.torch_device,
+            "transformer_bytes": sharded_bytes + replicated_bytes,
             "sharded_bytes": sharded_bytes, "replicated_bytes": replicated_bytes, "sharded": sharded}
 
 
@@ -341,16 +377,25 @@ def serve(server: Rank0Server | None, run, me: Rank) -> None:
                 server.done += 1
         except Exception as exc:  # noqa: BLE001 - a failed request is not a dead group: answer and go on
             print(f"request failed: {type(exc).__name__}: {exc}", flush=True)
-            if _collective_broken(exc):
-                # A peer is gone: this group cannot run another collective. Say so and leave, so
-                # torchrun ends the group and the app sees it dead rather than half alive.
-                if server:
-                    from backend.errors import GroupDead
+            from backend.errors import GenerationCancelled, GroupDead, ShapeLocked
 
-                    _safe(proto.send_message, conn, proto.error_message(
-                        GroupDead(f"a collective failed: {str(exc).splitlines()[0][:300]}")))
+            broken = _collective_broken(exc)
+            # On Neuron a failed collective inside the model does not say it is one: after any
+            # failure the job reached, this rank may be out of step with its peers. Leave rather
+            # than serve on a possibly broken communicator (cancels and warm-only refusals happen
+            # on every rank alike, at a step boundary or before the first collective).
+            suspect = me.device.kind == "neuron" and not isinstance(exc, (GenerationCancelled, ShapeLocked))
+            if broken or suspect:
+                if server:
+                    answer = GroupDead(f"a collective failed: {str(exc).splitlines()[0][:300]}") if broken else exc
+                    msg = proto.error_message(answer)
+                    # On Neuron the app restarts the group at once; elsewhere a broken collective
+                    # leaves it dead for the operator, as a rank that died does.
+                    msg["group_ending"] = me.device.kind == "neuron"
+                    _safe(proto.send_message, conn, msg)
                     finished.set()
-                os._exit(1)
+                print("ending this rank: the group must be restarted", flush=True)
+                os._exit(1 if broken else RESTART_EXIT)
             if server:
                 server.error = f"{type(exc).__name__}: {exc}"
                 _safe(proto.send_message, conn, proto.error_message(exc))
@@ -367,6 +412,8 @@ def main() -> None:
     _redirect_output(cfg.run_dir, rank)
     print(f"rank {rank}/{world} starting (pid {os.getpid()})", flush=True)
     _watch_parent(cfg.parent_pid)
+    stall = float(cfg.settings.get("tp_stall_timeout") or 60.0)
+    _heartbeat(cfg.run_dir, rank, max(0.1, min(5.0, stall / 5)))
     server = Rank0Server(cfg.socket, token, world) if rank == 0 else None
     try:
         began = time.perf_counter()

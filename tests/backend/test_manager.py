@@ -273,6 +273,20 @@ def test_clear_compile_cache_empties_the_folder(manager):
     assert folder.is_dir() and not any(folder.iterdir())
 
 
+def test_clear_compile_cache_is_refused_while_a_group_runs(manager, monkeypatch):
+    """Its ranks hold lock files in the local NEFF cache and compile into the caches."""
+    import types
+
+    folder = Path(manager.device.cache_info()["dir"])
+    (folder / "kept.bin").write_bytes(b"0" * 10)
+    monkeypatch.setattr(manager, "tp", types.SimpleNamespace(state="ready"))
+    with pytest.raises(BackendBusy, match="stop the group first"):
+        manager.clear_compile_cache()
+    assert (folder / "kept.bin").exists()
+    manager.tp.state = "dead"
+    assert manager.clear_compile_cache() >= 10
+
+
 def test_save_image_writes_a_png_with_parameters(manager):
     from backend.pngmeta import read_png_parameters
 

@@ -83,6 +83,36 @@ def test_a_silent_group_is_declared_hung_after_the_stall_timeout(group):
     assert peer.requests == [{"type": "generate", "payload_bytes": 0}]
 
 
+@pytest.mark.parametrize("beating", [True, False])
+def test_silence_while_every_rank_beats_lasts_up_to_the_compile_timeout(group, tmp_path, beating):
+    """A rank busy in a silent compile keeps beating: the call waits past the stall timeout (up to
+    the compile timeout); a stopped rank's heartbeat stands still: dead at the stall timeout."""
+    group.dir, group.compile_timeout = str(tmp_path), 120.0
+    group._clock = FakeClock(step=5.0)
+    stop = threading.Event()
+
+    def beat(rank: int) -> None:
+        count = 0
+        while not stop.is_set():
+            count += 1
+            (tmp_path / f"rank{rank}.heartbeat").write_text(str(count))
+            if not beating and rank == 1:
+                return  # rank 1 stopped after one beat
+            stop.wait(0.01)
+
+    beaters = [threading.Thread(target=beat, args=(r,), daemon=True) for r in range(2)]
+    for thread in beaters:
+        thread.start()
+    peer = FakeRank0(group.socket_path)
+    group.state = "ready"
+    try:
+        with pytest.raises(GroupDead, match=f"no progress for {120 if beating else 30} s"):
+            group.call({"type": "generate"})
+    finally:
+        stop.set()
+        peer.close()
+
+
 def test_an_error_reply_to_wait_ready_leaves_the_group_dead_with_the_reason(group):
     peer = FakeRank0(group.socket_path, {"type": "error", "kind": "not_ready",
                                          "error": "rank 1: NeuronCore 2 is already reserved by process 42"})

@@ -20,6 +20,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = str(ROOT / "assets" / "tiny-flux2-klein")
 PROMPT = "a red circle on a blue background"
+STALL = 2.0  # the group's stall timeout in the tensor-parallel scenario (seconds)
+EAGER_COMPILE_SECONDS = 0.1  # simulated neuronx-cc time per new eager op signature on the ranks
 
 
 def _settings(workdir: Path, **overrides):
@@ -116,42 +118,76 @@ def second(workdir: Path) -> dict:
     return out
 
 
+def _gaps(mgr, request) -> tuple:
+    """Generate and return (image, record, longest silence between progress messages in seconds)."""
+    stamps = [time.monotonic()]
+    image, result = mgr.generate(request, progress=lambda event: stamps.append(time.monotonic()))
+    stamps.append(time.monotonic())
+    return image, result.to_json(), max(b - a for a, b in zip(stamps, stamps[1:]))
+
+
+def _wait_state(mgr, wanted: tuple, seconds: float = 120) -> None:
+    deadline = time.monotonic() + seconds
+    while (mgr.tp is None or mgr.tp.state not in wanted) and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
 def tp(workdir: Path) -> dict:
-    """In process, then the group, then back; a killed rank; a restart — cores disjoint throughout."""
+    """In process, then the group (silent cold compiles longer than the stall timeout), then back;
+    a SIGSTOPped rank; a restart; a Neuron collective failure and the automatic restart — cores
+    disjoint throughout."""
     from backend.manager import Manager
 
     state_dir = os.environ["NEURON_STANDIN_STATE_DIR"]
-    mgr = Manager(_settings(workdir, tp_degree=2))
+    mgr = Manager(_settings(workdir, tp_degree=2, tp_stall_timeout=STALL))
     mgr.start()
-    out: dict = {"app_pid": os.getpid()}
+    out: dict = {"app_pid": os.getpid(), "stall_timeout": STALL}
     steps: list[dict] = []
 
     def note(name: str, **extra) -> None:
         group = mgr.tp.describe() if mgr.tp is not None else {}
         steps.append({"step": name, "claims": claims(state_dir), "tp_state": group.get("state"),
-                      "tp_cores": group.get("cores"), "rank_pids": group.get("rank_pids"), **extra})
+                      "tp_cores": group.get("cores"), "rank_pids": group.get("rank_pids"),
+                      "rank_devices": [r.get("device") for r in group.get("ranks") or []], **extra})
 
     image, record = _run(mgr, 64, "eager")
     eager_pixels = _pixels(image)
     note("in process", record=record)
     out["too_many_ranks"] = _error(lambda: mgr.start_tp(4))
+    # From here on every new eager op signature costs the ranks simulated compiler time: the cold
+    # shape's sharded ops go silent for longer than the stall timeout.
+    os.environ["NEURON_STANDIN_EAGER_COMPILE_SECONDS"] = str(EAGER_COMPILE_SECONDS)
     mgr.start_tp(2, wait=True)
+    os.environ.pop("NEURON_STANDIN_EAGER_COMPILE_SECONDS")
     note("group started")
-    image, record = _run(mgr, 64, "tp")
-    note("tp generate", record=record, max_diff_vs_eager=int(abs(_pixels(image) - eager_pixels).max()))
+    image, record, silence = _gaps(mgr, mgr.validate(PROMPT, 64, 64, steps=2, seed=0, mode="tp"))
+    note("tp generate", record=record, longest_silence=silence,
+         max_diff_vs_eager=int(abs(_pixels(image) - eager_pixels).max()))
     _img, record = _run(mgr, 64, "eager")
     note("back in process", record=record)
     victim = int(mgr.tp.rank_pids()[1])
-    os.kill(victim, signal.SIGKILL)
-    deadline = time.monotonic() + 60
-    while mgr.tp.state != "dead" and time.monotonic() < deadline:
-        time.sleep(0.1)
-    note("rank 1 killed", error=mgr.tp.error)
+    os.kill(victim, signal.SIGSTOP)  # hung, not dead: its process stays, its heartbeat stops
+    began = time.monotonic()
+    stopped = _error(lambda: _run(mgr, 64, "tp"))
+    note("rank 1 stopped", error=mgr.tp.error, request=stopped, dead_after=time.monotonic() - began)
+    _wait_state(mgr, ("dead",))
     _img, record = _run(mgr, 64, "tp")  # served in process (degraded) while the group is down
     note("degraded", record=record)
     mgr.start_tp(2, wait=True)
     image, record = _run(mgr, 64, "tp")
     note("group restarted", record=record, max_diff_vs_eager=int(abs(_pixels(image) - eager_pixels).max()))
+    old_group = mgr.tp
+    Path(os.environ["NEURON_STANDIN_FAIL_COLLECTIVE"]).write_text("1")  # rank 1's next collective fails
+    failed = _error(lambda: _run(mgr, 64, "tp"))
+    deadline = time.monotonic() + 120
+    while (mgr.tp is old_group or mgr.tp.state != "ready") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    note("collective failed", request=failed, restarted=mgr.tp is not old_group,
+         old_error=old_group.error)
+    image, record = _run(mgr, 64, "tp")
+    note("after automatic restart", record=record,
+         max_diff_vs_eager=int(abs(_pixels(image) - eager_pixels).max()))
+    out["cleared_while_running"] = _error(mgr.clear_compile_cache)
     out["steps"] = steps
     out["neuron_cores"] = mgr.status()["neuron_cores"]
     mgr.close()

@@ -59,7 +59,7 @@ def test_doctor_says_neuron_and_shows_the_core_plan(neuron_env):
 @pytest.mark.slow
 def test_modes_run_on_neuron_match_the_cpu_and_count_compiles_apart(neuron_env):
     root, env = neuron_env
-    out = _scenario("inprocess", root, env)
+    out = _scenario("inprocess", root, dict(env, NEURON_STANDIN_COMPILE_SECONDS="0.5"))
     assert out["status_device"]["kind"] == "neuron"
     assert all(diff <= 2 for diff in out["max_diff_vs_cpu"].values()), out["max_diff_vs_cpu"]
     assert set(out["max_diff_vs_cpu"]) == {"eager", "compiled", "regional"}
@@ -69,6 +69,9 @@ def test_modes_run_on_neuron_match_the_cpu_and_count_compiles_apart(neuron_env):
     assert eager["compiles"] == 0 and eager["neff_compiles"] > 0 and eager["compiled"]
     assert [c64["compiled"], c128["compiled"], c64_again["compiled"]] == [True, True, False]
     assert c64["compiles"] == 1 and c128["compiles"] == 1
+    # The neuron backend compiles at the first execution: the record's compile time has the
+    # compiler's (simulated, 0.5 s a NEFF) seconds from TorchNeuron's metric, not just dynamo's.
+    assert c64["compile_seconds"] >= 0.5 and c128["compile_seconds"] >= 0.5 and regional["compile_seconds"] >= 0.5
     # Graphs and NEFFs are counted apart: never summed into one number.
     assert c64["neff_compiles"] >= 1 and c64_again["neff_compiles"] == 0
     assert regional["compiles"] >= 1
@@ -102,26 +105,40 @@ def test_a_second_process_hits_the_neff_cache_and_warm_only_refuses_what_would_c
 @pytest.mark.slow
 def test_tensor_parallel_on_neuron_keeps_cores_disjoint_and_restarts(neuron_env):
     root, env = neuron_env
-    out = _scenario("tp", root, env)
+    out = _scenario("tp", root, dict(env, NEURON_STANDIN_FAIL_COLLECTIVE=str(root / "fail-collective")))
     app = out["app_pid"]
-    too_many = out["too_many_ranks"]
+    too_many = out["too_many_ranks"]  # a trn2.3xlarge (4 logical cores, found by neuron-ls), refused up front
     assert too_many["class"] == "InvalidRequest" and "degrees that fit are 1, 2" in too_many["message"]
+    assert "8 physical at LNC 2" in too_many["message"]
     steps = {s["step"]: s for s in out["steps"]}
     assert steps["in process"]["claims"] == {"0": app}
-    for name in ("group started", "tp generate", "back in process", "group restarted"):
+    for name in ("group started", "tp generate", "back in process", "group restarted", "after automatic restart"):
         step = steps[name]
         ranks = {str(p) for p in step["rank_pids"].values()}
         assert step["tp_cores"] == [1, 2]
         assert step["claims"]["0"] == app
         assert {str(step["claims"][c]) for c in ("1", "2")} == ranks and str(app) not in ranks, step
-    assert steps["tp generate"]["record"]["world_size"] == 2
-    assert steps["tp generate"]["max_diff_vs_eager"] <= 2
-    killed = steps["rank 1 killed"]
-    assert killed["tp_state"] == "dead" and "rank" in (killed["error"] or "")
+        # Each rank used the index TorchNeuron bound it to after init (the stand-in refuses neuron:0 on rank 1).
+        assert step["rank_devices"] == ["neuron:0", "neuron:1"]
+    cold = steps["tp generate"]
+    assert cold["record"]["world_size"] == 2 and cold["max_diff_vs_eager"] <= 2
+    # The cold shape's compiles were silent for longer than the stall timeout, and it succeeded.
+    assert cold["longest_silence"] > out["stall_timeout"], cold
+    stopped = steps["rank 1 stopped"]  # SIGSTOP: alive but hung; its heartbeat stopped
+    assert stopped["request"]["class"] == "GroupDead" and "no progress" in stopped["request"]["message"]
+    assert stopped["tp_state"] == "dead" and "rank" in (stopped["error"] or "")
     degraded = steps["degraded"]["record"]
     assert degraded["degraded"] and degraded["world_size"] == 1 and steps["degraded"]["claims"].get("0") == app
     assert set(steps["degraded"]["claims"]) <= {"0", "1", "2"}
     restarted = steps["group restarted"]
     assert restarted["tp_state"] == "ready" and restarted["record"]["world_size"] == 2
     assert restarted["max_diff_vs_eager"] <= 2
+    # A failed Neuron collective ends the ranks (no serving on a suspect communicator); the app restarts them.
+    failed = steps["collective failed"]
+    assert failed["request"]["class"] == "GroupDead" and "status 75" in failed["old_error"], failed
+    assert failed["restarted"] and failed["tp_state"] == "ready"
+    after = steps["after automatic restart"]
+    assert after["record"]["world_size"] == 2 and after["max_diff_vs_eager"] <= 2
+    assert out["cleared_while_running"]["class"] == "BackendBusy"
+    assert "stop the group first" in out["cleared_while_running"]["message"]
     assert out["neuron_cores"]["app_cores"] == "0" and out["neuron_cores"]["tp_cores"] == "1-2"

@@ -481,8 +481,10 @@ def test_two_rank_tensor_parallel_klein_on_neuron_matches_one_process(tmp_path):
     ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert [r["visible_cores"] for r in ranks] == ["0", "1"]  # LOCAL_RANK, set by TorchNeuron
     for report in ranks:
-        assert report["runtime_started_before_init"] is False and report["device_count"] == 1
-        assert report["sharded_params"] > 0 and report["param_devices"] == ["neuron:0"]
+        # After init TorchNeuron reports the local world size (the rank's own core is LOCAL_RANK).
+        assert report["runtime_started_before_init"] is False and report["device_count"] == 2
+        assert report["sharded_params"] > 0
+        assert report["param_devices"] == ["neuron:0"]  # the stand-in's tensors read index 0 (see _device)
     images = np.load(out / "images.npz")
     assert np.abs(images["tp"] - images["single"]).max() <= 2 / 255
     # Both ranks compiled into one cache at once: every signature was compiled by exactly one rank.
@@ -578,7 +580,7 @@ BOUND_RANK = PRELUDE + textwrap.dedent("""
     obs["own_index"] = [error(lambda: torch.ones(2).to("neuron:1")), error(lambda: torch.zeros(2, device="neuron:1")),
                         error(lambda: torch.neuron.set_device(1))]
     obs["hard_coded_0"] = [error(lambda: torch.ones(2).to("neuron:0")),
-                           error(lambda: torch.nn.Linear(2, 2).to(torch.device("neuron", 0))),
+                           error(lambda: torch.nn.Linear(2, 2).to("neuron:0")),
                            error(lambda: torch.neuron.set_device(0))]
     t = torch.full((3,), 2.0, device="neuron")
     dist.all_reduce(t)

@@ -200,7 +200,7 @@ class FakeManager:
         if state == "ready":
             n = group.degree
             group.timings = {"load": LOAD_SECONDS, "warm": WARM_SECONDS, "warm_shapes": []}
-            group.ranks = [{"rank": r, "pid": RANK_PID + r, "core": None, "transformer_bytes": 3 * 2**20,
+            group.ranks = [{"rank": r, "pid": RANK_PID + r, "core": None, "device": "cpu", "transformer_bytes": 3 * 2**20,
                             "sharded_bytes": 2 * 2**20, "replicated_bytes": 2**20,
                             "sharded": [{"name": "blocks.0.attn.to_q.weight", "global_shape": [64, 64],
                                          "local_shape": [64 // n, 64], "dim": 0}] * 6} for r in range(n)]

@@ -172,7 +172,7 @@ def test_system_panel_shows_the_group_and_its_ranks(studio, fake):
     fake.set_tp("ready")
     *_rest, tp_badge, tp_md, status = studio.refresh_system()
     assert "0: 11, 1: 12, 2: 13, 3: 14" in tp_md and "| Load / warm-up | 2.0 s / 0.5 s |" in tp_md
-    assert "| 3 | 14 | n/a | 3.00 | 2.00 | 1.00 | 6 weights sharded |" in tp_md
+    assert "| 3 | 14 | n/a | cpu | 3.00 | 2.00 | 1.00 | 6 weights sharded |" in tp_md
     assert "logs" not in status["tp"]
 
 

@@ -40,8 +40,10 @@ Rules enforced here:
   fails, so a hard-coded ``neuron:0`` breaks rank 1 here as it would on Trainium; ``"neuron"``
   without an index means the rank's own core. Limitation: PyTorch's Python device guard cannot
   report a current device other than 0, so the stand-in's tensors *read* ``neuron:0`` on every
-  rank, and an index 0 that torch itself fills in below ``Tensor.to`` cannot be told from one the
-  caller wrote; the check therefore sits at ``Tensor.to`` (every ``Module.to`` goes through it).
+  rank, and an index 0 that torch fills in (below ``Tensor.to``, or in a ``torch.device`` read off
+  such a tensor, as diffusers' ``pipe.device`` is) cannot be told from one the caller wrote. So
+  index 0 is refused where it is written as text (``"neuron:0"`` given to ``Tensor.to`` or
+  ``Module.to``) or given to ``set_device``, any other foreign index everywhere.
 - One device per op, as on every PyTorch accelerator: a CPU tensor with dimensions next to a
   neuron tensor raises "Expected all tensors to be on the same device" (0-dim CPU scalars, index
   tensors and copies are allowed), so a component left on the CPU fails here as it would on Trainium.
@@ -314,7 +316,12 @@ def _make_device_module() -> types.ModuleType:
     module = types.ModuleType("torch.neuron", "TorchNeuron device module (torch_neuronx stand-in).")
 
     def is_available() -> bool:
-        return device_count() > 0
+        """Whether the instance has NeuronCores for this process. Never starts the runtime, even under
+        torchrun: importing diffusers calls ``torch.accelerator.is_available()``, and diffusers' own
+        Neuron TP example imports it before ``init_process_group``, which would fail otherwise."""
+        if _runtime.rank_binding() is not None:
+            return True
+        return len(_runtime.visible_cores()) > 0
 
     def device_count() -> int:
         """NeuronCores this process sees (NEURON_RT_VISIBLE_CORES), or the local world size for a
@@ -426,8 +433,19 @@ def _check_index_in_to() -> None:
         if _runtime.rank_binding() is not None and not torch.compiler.is_compiling():
             for value in (*args, *kwargs.values()):
                 if isinstance(value, (str, torch.device)) and str(value).startswith("neuron"):
-                    _check_index(torch.device(value))
+                    _check_index(torch.device(value), allow_zero=not isinstance(value, str))
         return original(self, *args, **kwargs)
 
     to.__doc__ = original.__doc__
     torch.Tensor.to = to
+    module_to = torch.nn.Module.to
+
+    def to_module(self, *args, **kwargs):  # Module.to parses a string to a torch.device first
+        if _runtime.rank_binding() is not None:
+            for value in (*args, *kwargs.values()):
+                if isinstance(value, str) and value.startswith("neuron"):
+                    _check_index(torch.device(value))
+        return module_to(self, *args, **kwargs)
+
+    to_module.__doc__ = module_to.__doc__
+    torch.nn.Module.to = to_module

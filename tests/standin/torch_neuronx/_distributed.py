@@ -23,9 +23,11 @@ Neuron Runtime configuration guide 2.33
   collectives library, not by gloo or NCCL): the communicator is then suspect and the rank must not
   serve on. Stand-in knob ``NEURON_STANDIN_FAIL_COLLECTIVE=<path>``: when that file exists and holds
   this process's rank, the next collective removes it and raises ``NeuronCollectiveError``.
-- Under torchrun, any ``torch.neuron`` query before ``init_process_group`` (``is_available``,
-  ``device_count``, ...) starts the runtime, so the init that follows fails (diffusers' own Neuron
-  TP example touches nothing before it).
+- Under torchrun, a ``torch.neuron`` query before ``init_process_group`` (``device_count``,
+  ``current_device``, ``set_device``, ``synchronize``, memory) starts the runtime, so the init that
+  follows fails (diffusers' own Neuron TP example touches nothing before it). ``is_available`` is
+  the exception: diffusers' import calls it (``torch.accelerator.is_available()``) before that
+  example's init, so it cannot start anything.
 """
 
 from __future__ import annotations
