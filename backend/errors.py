@@ -54,3 +54,8 @@ class CompileFailure(GenerationFailed):
 
 class GroupDead(GenerationFailed):
     """The tensor-parallel worker group died (a rank exited, or a call stalled and it was stopped)."""
+
+
+class NotAllowed(StudioError):
+    """The caller's role may not do this (a viewer asked for an operator's action, or to stop
+    another viewer's run)."""

@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 from backend import compile_state as cs
 from backend.admission import Admission
 from backend.errors import (BackendBusy, BackendNotReady, GenerationCancelled, GenerationFailed, InvalidRequest,
-                            StudioError)
+                            NotAllowed, StudioError)
 from backend.records import GenerationRequest, GenerationResult, ProgressEvent
+from backend.roles import LOCAL_OPERATOR, Caller
 from backend.settings import MODES, TP_MODE, Settings
 from backend.shapes import Shape
 from backend.validation import validate_request
@@ -133,7 +134,7 @@ class Manager:
         """Cancel the running generation, stop the worker group, release the engine. A generation
         stops at its next step boundary, but a compile cannot be interrupted: ``wait`` bounds how
         long to wait for it (None: as long as it takes). False when it was still running."""
-        self.cancel()
+        self._cancel.set()
         if self.tp is not None:
             self.tp.close()
         if not self._device_lock.acquire(timeout=-1 if wait is None else wait):
@@ -149,12 +150,15 @@ class Manager:
         return True
 
     # tensor parallel ---------------------------------------------------------------------------
-    def start_tp(self, degree: int | None = None, wait: bool = False) -> dict[str, Any]:
+    def start_tp(self, degree: int | None = None, wait: bool = False, *,
+                 caller: Caller = LOCAL_OPERATOR) -> dict[str, Any]:
         """Launch the tensor-parallel engine (replacing one of another degree). Returns its status.
+        The operator's (``caller``).
 
         The group checks the degree (and on Neuron its cores) before anything starts."""
         from backend.tp.group import STARTING, TPWorkerGroup
 
+        caller.require_operator("Starting the tensor-parallel group")
         if self.device is None or self.model_path is None:
             raise BackendNotReady("the device is not ready yet")
         with self._tp_lock:
@@ -188,13 +192,16 @@ class Manager:
 
         threading.Thread(target=restart, name="tp-restart", daemon=True).start()
 
-    def tp_logs(self, lines: int = 20) -> dict[str, str]:
-        """The tail of each rank's log (and torchrun's), read now: only when someone looks at them."""
+    def tp_logs(self, lines: int = 20, *, caller: Caller = LOCAL_OPERATOR) -> dict[str, str]:
+        """The tail of each rank's log (and torchrun's), read now: only when someone looks at them
+        (the operator: logs carry paths and the environment's traces)."""
+        caller.require_operator("Reading the rank logs")
         group = self.tp
         return group.rank_logs(lines) if group is not None else {}
 
-    def stop_tp(self) -> None:
-        """Stop the worker group (no process of it survives)."""
+    def stop_tp(self, *, caller: Caller = LOCAL_OPERATOR) -> None:
+        """Stop the worker group (no process of it survives). The operator's."""
+        caller.require_operator("Stopping the tensor-parallel group")
         with self._tp_lock:
             if self.tp is not None:
                 self.tp.stop()
@@ -217,8 +224,12 @@ class Manager:
 
     # generation --------------------------------------------------------------------------------
     def generate(self, request: GenerationRequest | dict[str, Any], progress: ProgressFn | None = None,
-                 _warming: bool = False):
-        """Run one request; returns (PIL image, GenerationResult). Raises StudioError subclasses."""
+                 _warming: bool = False, owner: str | None = None, still_wanted: Callable[[], bool] | None = None):
+        """Run one request; returns (PIL image, GenerationResult). Raises StudioError subclasses.
+
+        ``owner``: the page session it runs for (a viewer may stop only its own run). ``still_wanted``:
+        False once nobody waits for the image any more (the page closed); the run stops at its next
+        step as if cancelled."""
         if isinstance(request, dict):
             request = self.validate(**request)
         if self.state == "failed":
@@ -232,7 +243,7 @@ class Manager:
             prediction = self.admission.predict(self.device, request.mode, shape, request.steps, False)
             self.admission.check(prediction, locked=self.warm_only and not _warming)
             self._cancel.clear()
-            job = {"mode": request.mode, "shape": str(shape), "phase": "starting", "step": 0,
+            job = {"mode": request.mode, "shape": str(shape), "phase": "starting", "step": 0, "owner": owner,
                    "steps": request.steps, "started": self._clock()}
             with self._state_lock:
                 self._current = job
@@ -246,7 +257,10 @@ class Manager:
 
             started_at = time.time()
             try:
-                out = engine.run(request, on_progress, self._cancel.is_set,
+                def should_stop() -> bool:
+                    return self._cancel.is_set() or (still_wanted is not None and not still_wanted())
+
+                out = engine.run(request, on_progress, should_stop,
                                  forbid_compile=self.warm_only and not _warming)
             except Exception as exc:
                 # On Neuron the components a cancel skipped (the eager VAE) compile too: a shape is
@@ -298,20 +312,26 @@ class Manager:
             self._load_engine()
         return self.engine, dataclasses.replace(request, mode=self.settings.tp_compile), degraded
 
-    def cancel(self) -> bool:
-        """Ask the running generation to stop at its next step. True if one was running."""
+    def cancel(self, *, caller: Caller = LOCAL_OPERATOR) -> bool:
+        """Ask the running generation to stop at its next step. True if one was running. A viewer
+        may stop only its own run (``owner`` of ``generate`` is its page session)."""
         with self._state_lock:
-            running = self._current is not None
-        self._cancel.set()
-        return running
+            current = self._current
+            if current is not None and not caller.is_operator and current.get("owner") != caller.session:
+                raise NotAllowed("the running generation is another viewer's; you can stop only your own")
+            if current is not None or caller.is_operator:
+                self._cancel.set()
+        return current is not None
 
     def warmup(self, shapes: Iterable[Shape], mode: str | None = None,
                progress: Callable[[int, int, Shape], None] | None = None) -> list[GenerationResult]:
         """Compile (mode, shape) for each shape and measure one steady run; bypasses the warm-only lock."""
         return self._warmups.run(list(shapes), mode or self.settings.mode, progress)
 
-    def start_warmup(self, shapes: Iterable[Shape], mode: str | None = None) -> None:
-        """Warm shapes in a background thread; ``status()["warmup"]`` shows its progress."""
+    def start_warmup(self, shapes: Iterable[Shape], mode: str | None = None, *,
+                     caller: Caller = LOCAL_OPERATOR) -> None:
+        """Warm shapes in a background thread; ``status()["warmup"]`` shows its progress. The operator's."""
+        caller.require_operator("Warming up shapes")
         self._warmups.start(list(shapes), mode or self.settings.mode)
 
     def compare(self, request: GenerationRequest, modes: Iterable[str],
@@ -335,17 +355,21 @@ class Manager:
         return entries
 
     def save_image(self, image, result: GenerationResult) -> str:
-        """Write the PNG (with its parameters) to the output folder; sets and returns result.path."""
+        """Write the PNG (with its parameters) to the output folder; sets and returns result.path.
+        The folder keeps the app's newest ``--keep-outputs`` images (``backend.outputs``)."""
+        from backend.outputs import prune
         from backend.pngmeta import save_png, unique_output_path
 
         result.path = str(save_png(image, result, unique_output_path(self.settings.output_dir, result)).resolve())
+        prune(self.settings.output_dir, self.settings.keep_outputs)
         return result.path
 
-    def clear_compile_cache(self) -> int:
+    def clear_compile_cache(self, *, caller: Caller = LOCAL_OPERATOR) -> int:
         """Empty the on-disk compile caches between generations; returns bytes freed. Graphs already
         in memory stay warm; only later processes lose the head start. Refused while a
         tensor-parallel group runs: its ranks hold lock files in the local NEFF cache (and read the
         caches while they compile)."""
+        caller.require_operator("Clearing the compile cache")
         if self.device is None:
             raise BackendNotReady("the device is not ready yet")
         from backend.tp.group import STARTING
@@ -358,7 +382,16 @@ class Manager:
         with self._device_lock:
             return self.device.clear_caches()
 
-    def set_warm_only(self, locked: bool) -> None:
+    def cache_plan(self, *, caller: Caller = LOCAL_OPERATOR) -> list[dict[str, Any]]:
+        """What clearing the compile cache would remove (per folder: entries and bytes). The operator's."""
+        caller.require_operator("Clearing the compile cache")
+        if self.device is None:
+            raise BackendNotReady("the device is not ready yet")
+        return self.device.cache_plan()
+
+    def set_warm_only(self, locked: bool, *, caller: Caller = LOCAL_OPERATOR) -> None:
+        """Lock to warm shapes (or unlock). The operator's."""
+        caller.require_operator("Locking to warm shapes")
         self.warm_only = bool(locked)
 
     def _degraded(self) -> str | None:
@@ -391,6 +424,7 @@ class Manager:
             current = dict(self._current) if self._current else None
         if current:
             current["elapsed"] = round(self._clock() - current.pop("started"), 3)
+            current.pop("owner", None)  # a page session is its own business, not the room's
         device = self.device
         return {
             "state": self.state,

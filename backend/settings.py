@@ -84,6 +84,11 @@ class Settings:
     # Gradio share link (needs the internet) and login: "user:pass" or a file of user:pass lines.
     share: bool = False
     auth: str | None = None
+    # The operator's credential: "user:pass" or a file of user:pass lines, logged in at /operator;
+    # None: a random token printed at start as an operator link. Everyone else is a viewer.
+    operator_auth: str | None = None
+    # Generated PNGs kept in the output dir (the oldest of the app's own are removed past it).
+    keep_outputs: int = 200
 
     def to_json(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
@@ -91,6 +96,7 @@ class Settings:
         out["cache_dir"] = str(self.cache_dir)
         out["output_dir"] = str(self.output_dir)
         out["auth"] = "set" if self.auth else None  # never echo credentials
+        out["operator_auth"] = "set" if self.operator_auth else None
         return out
 
     @classmethod
@@ -100,7 +106,7 @@ class Settings:
         values["prewarm"] = parse_shape_list(",".join(values.get("prewarm") or []))
         values["cache_dir"] = Path(values["cache_dir"]).expanduser()
         values["output_dir"] = Path(values["output_dir"])
-        values["auth"] = None
+        values["auth"] = values["operator_auth"] = None
         return cls(**values)
 
 
@@ -183,7 +189,13 @@ OPTIONS: dict[str, tuple[str, str, Any, str]] = {
     "port": ("--port", "NEURON_STUDIO_PORT", _positive_int, "web UI port"),
     "share": ("--share", "NEURON_STUDIO_SHARE", _bool, "also open a public Gradio share link (1/0)"),
     "auth": ("--auth", "NEURON_STUDIO_AUTH", str,
-             "require a login: user:pass, or a file with one user:pass per line"),
+             "require a login: a file with one user:pass per line (or user:pass, which ps shows: "
+             "prefer the file or the environment variable)"),
+    "operator_auth": ("--operator-auth", "NEURON_STUDIO_OPERATOR_AUTH", str,
+                      "the operator's login at /operator: a file of user:pass lines (or user:pass); "
+                      "default: a random operator link printed at start"),
+    "keep_outputs": ("--keep-outputs", "NEURON_STUDIO_KEEP_OUTPUTS", _positive_int,
+                     "generated PNGs kept in the output dir; the app's oldest are removed past it"),
 }
 
 

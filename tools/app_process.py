@@ -20,6 +20,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def operator_token(workdir: Path) -> str:
+    """The operator token the app printed at start (its link's ``token=``), from its log."""
+    for line in (Path(workdir) / "app.log").read_text().splitlines():
+        if line.startswith("operator link"):
+            return line.rsplit("token=", 1)[1].strip()
+    raise LookupError("the app printed no operator link")
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -88,8 +88,14 @@ def preset_choices() -> list[tuple]:
     return [(label, label) for label in views.preset_choices()[:-1]] + [(I18N("custom"), views.CUSTOM)]
 
 
-def build_ui(manager) -> gr.Blocks:
-    studio = Studio(manager)
+MAX_UPLOAD = "20mb"  # a parameters PNG is kilobytes; nothing bigger is read, or kept
+UPLOAD_QUEUE = "uploads"  # events that parse an upload run one at a time, apart from the device
+
+
+def build_ui(manager, operator_key=None) -> gr.Blocks:
+    """The page. ``operator_key`` (``backend.roles.OperatorKey``) tells each event's caller: the
+    operator's controls show only on the operator's page, and the manager refuses them for viewers."""
+    studio = Studio(manager, operator_key)
     s = manager.settings
     embedded = s.model == EMBEDDED_MODEL  # the trained tiny model: its own size, and a prompt it knows
     if embedded:
@@ -98,8 +104,10 @@ def build_ui(manager) -> gr.Blocks:
         default_preset, start_shape = views.preset_label(*PRESETS[0]), PRESETS[0][1]
     examples = views.load_example_prompts(ASSETS / "prompts.txt")
 
-    with gr.Blocks(title="Neuron Studio") as demo:
+    # Gradio's temporary copies (images, uploads) older than an hour are deleted every 10 minutes.
+    with gr.Blocks(title="Neuron Studio", delete_cache=(600, 3600)) as demo:
         gr.Markdown(I18N("title"))
+        role_line = gr.Markdown("", elem_id="role-line")
         engine_line = gr.Markdown(I18N("starting"), elem_id="engine-line")
         history_state = gr.State([])
 
@@ -128,9 +136,10 @@ def build_ui(manager) -> gr.Blocks:
                     # start or stop it; picking a mode starts and stops nothing.
                     with gr.Row(visible=s.mode == "tp", elem_id="tp-controls") as tp_controls:
                         tp_state = gr.HTML(views.tp_state_html({}), elem_id="tp-state", scale=2)
-                        tp_start = gr.Button(I18N("start_group"), elem_id="tp-start", scale=1, min_width=80)
+                        tp_start = gr.Button(I18N("start_group"), elem_id="tp-start", scale=1, min_width=80,
+                                             visible=False)
                         tp_stop = gr.Button(I18N("stop_group"), variant="stop", elem_id="tp-stop", scale=1,
-                                            min_width=80)
+                                            min_width=80, visible=False)
                     with gr.Row():
                         steps = gr.Slider(1, s.max_steps, value=s.steps, step=1, label=I18N("steps"), elem_id="steps")
                         guidance = gr.Slider(0, s.max_guidance, value=s.guidance, step=0.1,
@@ -166,17 +175,17 @@ def build_ui(manager) -> gr.Blocks:
 
         with gr.Tab(I18N("tab_system"), id="system"):
             system_info = gr.Markdown("", elem_id="system-info")
-            with gr.Row():
+            with gr.Row(visible=False) as system_ops:
                 warm_only = gr.Checkbox(manager.warm_only, label=I18N("warm_only"),
                                         elem_id="warm-only")
                 clear_btn = gr.Button(I18N("clear_cache"), elem_id="clear-cache")
             with gr.Row(visible=False) as confirm_row:
-                gr.Markdown(I18N("confirm_clear"))
+                clear_plan = gr.Markdown(I18N("confirm_clear"), elem_id="clear-plan")
                 confirm_btn = gr.Button(I18N("confirm_yes"), variant="stop", elem_id="confirm-clear")
                 cancel_btn = gr.Button(I18N("confirm_no"), elem_id="cancel-clear")
             shapes_table = gr.Dataframe(views.shapes_frame({"shapes": []}), label=I18N("shapes"), interactive=False,
                                         elem_id="shapes-table")
-            with gr.Group():
+            with gr.Group(visible=False) as warm_group:
                 warm_shapes = gr.CheckboxGroup([views.preset_label(n, sh) for n, sh in PRESETS],
                                                label=I18N("warm_shapes"), elem_id="warm-shapes")
                 warm_mode = gr.Dropdown(mode_choices(manager),
@@ -189,12 +198,15 @@ def build_ui(manager) -> gr.Blocks:
                     tp_system_state = gr.HTML(views.tp_state_html({}), elem_id="tp-system-state", scale=2)
                     tp_system_degree = gr.Number(s.tp_degree, label=I18N("tp_degree"), precision=0, minimum=1,
                                                  maximum=64, elem_id="tp-system-degree", scale=1)
-                    tp_system_start = gr.Button(I18N("start_group"), elem_id="tp-system-start", scale=1)
-                    tp_system_stop = gr.Button(I18N("stop_group"), variant="stop", elem_id="tp-system-stop", scale=1)
+                    tp_system_start = gr.Button(I18N("start_group"), elem_id="tp-system-start", scale=1,
+                                                visible=False)
+                    tp_system_stop = gr.Button(I18N("stop_group"), variant="stop", elem_id="tp-system-stop", scale=1,
+                                               visible=False)
                 tp_info = gr.Markdown("", elem_id="tp-info")
-                tp_logs_btn = gr.Button(I18N("show_logs"), elem_id="tp-logs-show")
-                tp_log_box = gr.Textbox(label=I18N("rank_logs"), lines=8,
-                                        max_lines=20, interactive=False, elem_id="tp-logs")
+                with gr.Column(visible=False) as tp_log_panel:
+                    tp_logs_btn = gr.Button(I18N("show_logs"), elem_id="tp-logs-show")
+                    tp_log_box = gr.Textbox(label=I18N("rank_logs"), lines=8,
+                                            max_lines=20, interactive=False, elem_id="tp-logs")
             with gr.Accordion(I18N("raw_status"), open=False):
                 status_json = gr.JSON(label=I18N("status"))
 
@@ -245,15 +257,18 @@ def build_ui(manager) -> gr.Blocks:
         # Stop must not queue behind the generation it stops.
         stop_btn.click(studio.stop, None, None, queue=False, **private)
 
+        # Parsing an upload is bounded (backend.pngmeta) and runs one at a time, apart from the
+        # device queue and the status events, so no file can hold the server.
         png_in.upload(studio.load_png, png_in,
-                      [prompt, width, height, preset, steps, guidance, seed, randomize, mode], **light)
+                      [prompt, width, height, preset, steps, guidance, seed, randomize, mode],
+                      concurrency_id=UPLOAD_QUEUE, concurrency_limit=1, **private)
 
         compare_btn.click(studio.compare, [prompt, width, height, steps, guidance, seed, randomize, compare_modes],
                           [compare_gallery, compare_table], concurrency_id=DEVICE_QUEUE, concurrency_limit=1,
                           **private)
 
         warm_only.input(studio.set_warm_only, warm_only, None, **light)
-        clear_btn.click(lambda: gr.update(visible=True), None, confirm_row, **light)
+        clear_btn.click(studio.clear_plan, None, [clear_plan, confirm_row], **light)
         cancel_btn.click(lambda: gr.update(visible=False), None, confirm_row, **light)
         confirm_btn.click(studio.clear_cache, None, system_info, **light).then(
             lambda: gr.update(visible=False), None, confirm_row, **light)
@@ -261,6 +276,10 @@ def build_ui(manager) -> gr.Blocks:
         plots_btn.click(studio.refresh_plots, None, [latency_plot, compile_plot], **light)
 
         demo.load(studio.page_opened, None, [tp_degree, tp_system_degree], **light)
+        operator_controls = [system_ops, warm_group, tp_start, tp_stop, tp_system_start, tp_system_stop, tp_log_panel]
+        studio.operator_controls = len(operator_controls)
+        studio.blocks = demo
+        demo.load(studio.page_role, None, [role_line, *operator_controls], **light)
         demo.load(studio.page_labels, None, image, **light)  # set per language on the server
         demo.load(studio.refresh_all, studio_inputs, studio_outputs + system_outputs, **light)
         demo.load(studio.refresh_plots, None, [latency_plot, compile_plot], **light)
@@ -303,35 +322,44 @@ def build_ui(manager) -> gr.Blocks:
 
 def parse_auth(spec: str | None) -> list[tuple[str, str]] | None:
     """'user:pass', or a file with one user:pass per line (# comments allowed) -> Gradio auth list."""
-    if not spec:
-        return None
-    path = Path(spec).expanduser()
-    lines = path.read_text(encoding="utf-8").splitlines() if path.is_file() else [spec]
-    pairs = []
-    for line in lines:
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        user, sep, password = line.partition(":")
-        if not sep or not user or not password:
-            raise ValueError("--auth: expected user:pass (or a file of user:pass lines)")
-        pairs.append((user, password))
-    if not pairs:
-        raise ValueError(f"--auth: {spec} holds no user:pass line")
-    return pairs
+    from backend.roles import parse_pairs
+
+    return parse_pairs(spec, "--auth") if spec else None
 
 
 def launch(manager, settings, block: bool = True) -> gr.Blocks:
     """Serve the page now; the caller starts the model load after this returns (page first)."""
+    import os
+    import tempfile
+
+    from starlette.middleware import Middleware
+
+    from backend.roles import OperatorKey, parse_pairs
+    from ui.guard import RoomGuard, allowed_hosts
+
     auth = parse_auth(settings.auth)
+    for flag, spec in (("--auth", settings.auth), ("--operator-auth", settings.operator_auth)):
+        if spec and not Path(spec).expanduser().is_file() and any(a.startswith(flag) for a in sys.argv):
+            print(f"warning: {flag} user:pass on the command line is visible to every local user (ps); "
+                  f"give a file of user:pass lines or the environment variable instead", file=sys.stderr)
+    key = OperatorKey(parse_pairs(settings.operator_auth, "--operator-auth") if settings.operator_auth else None)
     if settings.host not in ("127.0.0.1", "localhost", "::1") and not auth:
         print(f"warning: serving on {settings.host} without --auth: anyone who can reach this address "
               "can use the app", file=sys.stderr)
-    demo = build_ui(manager)
+    # Gradio's copies of images and uploads: a private folder (0700), emptied of old files.
+    if not os.environ.get("GRADIO_TEMP_DIR"):
+        os.environ["GRADIO_TEMP_DIR"] = tempfile.mkdtemp(prefix="neuron-studio-gradio-")
+    demo = build_ui(manager, key)
     demo.queue(default_concurrency_limit=1)
+    guard = Middleware(RoomGuard, key=key, hosts=allowed_hosts(settings.host))
     demo.launch(server_name=settings.host, server_port=settings.port, share=settings.share, auth=auth,
                 enable_monitoring=False, show_error=False, prevent_thread_lock=True, css=CSS, i18n=I18N,
-                allowed_paths=[str(Path(settings.output_dir).resolve())], quiet=False)
+                allowed_paths=[str(Path(settings.output_dir).resolve())], quiet=False,
+                max_file_size=MAX_UPLOAD, app_kwargs={"middleware": [guard]})
+    shown = "127.0.0.1" if settings.host in ("0.0.0.0", "::", "") else settings.host
+    link = key.link(f"http://{'[' + shown + ']' if ':' in shown else shown}:{demo.server_port}")
+    print(f"operator link (keep it to yourself; other pages are viewers): {link}" if link else
+          "operator: log in at /operator with the --operator-auth credentials", flush=True)
     if block:
         demo.block_thread()
     return demo

@@ -17,11 +17,13 @@ import gradio as gr
 
 from backend.errors import GenerationCancelled, InvalidRequest, StudioError
 from backend.pngmeta import read_png_parameters
+from backend.roles import COOKIE, LOCAL_OPERATOR, Caller
 from backend.shapes import PRESETS, validate_shape
 from ui import views
 from ui.i18n import error_message, language, text
 
 HISTORY_KEEP = 24
+OPERATOR_CONTROLS = 4  # the groups ui.app shows only to the operator (page_role's visibility updates)
 
 
 def _page_error(exc: StudioError, lang: str) -> gr.Error:
@@ -54,11 +56,51 @@ def _whole(value, strict: bool = False, lang: str = "en") -> int | None:
     return int(number)
 
 
-class Studio:
-    """Handlers bound to one manager (real or fake)."""
+def _cookie(page, name: str) -> str | None:
+    cookies = getattr(page, "cookies", None)
+    if cookies is not None and hasattr(cookies, "get"):
+        return cookies.get(name)
+    header = (getattr(page, "headers", None) or {}).get("cookie") or ""
+    for part in header.split(";"):
+        key, _, value = part.strip().partition("=")
+        if key == name:
+            return value
+    return None
 
-    def __init__(self, manager):
+
+class Studio:
+    """Handlers bound to one manager (real or fake).
+
+    ``operator_key`` (``backend.roles.OperatorKey``) decides each event's caller from the page's
+    cookie: the operator or a viewer; the manager refuses a viewer's operator actions. Without a
+    key (handlers driven directly, as the handler tests do) there is no room: the caller is the
+    local operator."""
+
+    def __init__(self, manager, operator_key=None):
         self.manager = manager
+        self.key = operator_key
+        self.blocks = None  # set by ui.app once the page exists: its queue says who still waits
+        self.operator_controls = OPERATOR_CONTROLS
+
+    def _still_wanted(self, page: gr.Request | None) -> Callable[[], bool] | None:
+        """False once the page that asked has gone: Gradio marks that session's jobs not alive when
+        its event stream closes (``Queue.clean_events``; a private structure, read only here)."""
+        session, blocks = getattr(page, "session_hash", None), self.blocks
+        if not session or blocks is None or getattr(blocks, "_queue", None) is None:
+            return None
+
+        def alive() -> bool:
+            jobs = [job for job_set in list(blocks._queue.active_jobs) if job_set for job in list(job_set)
+                    if getattr(job, "session_hash", None) == session]
+            return not jobs or any(getattr(job, "alive", True) for job in jobs)
+
+        return alive
+
+    def _caller(self, page: gr.Request | None) -> Caller:
+        if self.key is None:
+            return LOCAL_OPERATOR
+        return self.key.caller(_cookie(page, COOKIE) if page is not None else None,
+                               getattr(page, "session_hash", None))
 
     # helpers ---------------------------------------------------------------------------------
     def _validate(self, prompt, width, height, mode, steps, guidance, seed, lang: str | None = None):
@@ -81,9 +123,11 @@ class Studio:
                          desc=text(lang, f"phase_{event.phase}") + "…")
         return on_progress
 
-    def _run(self, request, progress: Callable, lang: str | None = None):
+    def _run(self, request, progress: Callable, lang: str | None = None, page: gr.Request | None = None):
         try:
-            image, result = self.manager.generate(request, self._progress_adapter(progress, lang or "en"))
+            image, result = self.manager.generate(request, self._progress_adapter(progress, lang or "en"),
+                                                  owner=getattr(page, "session_hash", None),
+                                                  still_wanted=self._still_wanted(page))
         except GenerationCancelled as exc:
             _info(lang or "en", text(lang or "en", "info_stopped", detail=exc))
             return None
@@ -100,7 +144,7 @@ class Studio:
         """The Generate button: returns image, run line, record, used seed, gallery, history state."""
         lang = language(page)
         request = self._validate(prompt, width, height, mode, steps, guidance, -1 if randomize else seed, lang)
-        result = self._run(request, progress, lang)
+        result = self._run(request, progress, lang, page)
         if result is None:
             return (gr.skip(), text(lang, "run_stopped", seed=request.seed), gr.skip(), gr.skip(), gr.skip(),
                     gr.skip())
@@ -127,7 +171,11 @@ class Studio:
 
     def stop(self, page: gr.Request | None = None) -> None:
         lang = language(page)
-        _info(lang, text(lang, "info_stopping" if self.manager.cancel() else "info_nothing"))
+        try:
+            running = self.manager.cancel(caller=self._caller(page))
+        except StudioError as exc:
+            raise _page_error(exc, lang) from None
+        _info(lang, text(lang, "info_stopping" if running else "info_nothing"))
 
     # controls --------------------------------------------------------------------------------
     @staticmethod
@@ -237,6 +285,15 @@ class Studio:
             return tp["world_size"], tp["world_size"]
         return gr.skip(), gr.skip()
 
+    def page_role(self, page: gr.Request | None = None):
+        """This page's role line, and whether its operator controls show (the backend refuses a
+        viewer's operator events whatever the page shows). Returns the line, then one visibility
+        update per operator control."""
+        lang = language(page)
+        operator = self._caller(page).is_operator
+        line = text(lang, "role_operator" if operator else "role_viewer")
+        return (line, *[gr.update(visible=operator) for _ in range(self.operator_controls)])
+
     @staticmethod
     def page_labels(page: gr.Request | None = None):
         """Labels the browser's translation does not reach (gr.Image's block label shows "[object
@@ -249,7 +306,7 @@ class Studio:
         wanted = _whole(degree, strict=True, lang=lang)
         before = self.manager.status().get("tp") or {}
         try:
-            group = self.manager.start_tp(wanted)
+            group = self.manager.start_tp(wanted, caller=self._caller(page))
         except StudioError as exc:
             raise _page_error(exc, lang) from None
         ranks = group.get("world_size", wanted)
@@ -263,39 +320,64 @@ class Studio:
     def stop_tp(self, page: gr.Request | None = None) -> None:
         """Stop the group; returns once no process of it is left (the timer shows "stopping" meanwhile)."""
         lang = language(page)
+        caller = self._caller(page)
+        try:
+            caller.require_operator("Stopping the tensor-parallel group")
+        except StudioError as exc:
+            raise _page_error(exc, lang) from None
         if ((self.manager.status().get("tp") or {}).get("state") or "stopped") == "stopped":
             _info(lang, text(lang, "info_tp_not_running"))
             return
         try:
-            self.manager.stop_tp()
+            self.manager.stop_tp(caller=caller)
         except StudioError as exc:
             raise _page_error(exc, lang) from None
         _info(lang, text(lang, "info_tp_stopped"))
 
     def show_tp_logs(self, page: gr.Request | None = None) -> str:
         """The "Show rank logs" button: the logs are read now, only because someone asked."""
-        return views.tp_logs_text(self.manager.tp_logs(lines=20), language(page))
+        lang = language(page)
+        try:
+            logs = self.manager.tp_logs(lines=20, caller=self._caller(page))
+        except StudioError as exc:
+            raise _page_error(exc, lang) from None
+        return views.tp_logs_text(logs, lang)
 
     # system panel ----------------------------------------------------------------------------
+    def clear_plan(self, page: gr.Request | None = None):
+        """The clear button: what will be removed, and its size, before the operator confirms."""
+        lang = language(page)
+        try:
+            plan = self.manager.cache_plan(caller=self._caller(page))
+        except StudioError as exc:
+            raise _page_error(exc, lang) from None
+        lines = [text(lang, "confirm_clear")] + [
+            text(lang, "clear_plan_line", entries=c["entries"], mb=f"{c['remove_bytes'] / 1e6:.1f}", dir=c["dir"])
+            for c in plan]
+        return "\n".join(lines), gr.update(visible=True)
+
     def clear_cache(self, page: gr.Request | None = None) -> str:
         lang = language(page)
         try:
-            freed = self.manager.clear_compile_cache()
+            freed = self.manager.clear_compile_cache(caller=self._caller(page))
         except StudioError as exc:
             raise _page_error(exc, lang) from None
         _info(lang, text(lang, "info_cache_cleared", mb=f"{freed / 1e6:.1f}"))
         return views.system_markdown(self.manager.status(), lang)
 
     def set_warm_only(self, locked: bool, page: gr.Request | None = None) -> None:
-        self.manager.set_warm_only(bool(locked))
         lang = language(page)
+        try:
+            self.manager.set_warm_only(bool(locked), caller=self._caller(page))
+        except StudioError as exc:
+            raise _page_error(exc, lang) from None
         _info(lang, text(lang, "info_locked" if locked else "info_unlocked"))
 
     def start_warmup(self, labels: list[str], mode: str, page: gr.Request | None = None) -> str:
         lang = language(page)
         shapes = [s for s in (views.preset_shape(label) for label in labels or []) if s is not None]
         try:
-            self.manager.start_warmup(shapes, mode)
+            self.manager.start_warmup(shapes, mode, caller=self._caller(page))
         except StudioError as exc:
             raise _page_error(exc, lang) from None
         return views.warmup_markdown(self.manager.status(), lang)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from backend.errors import (BackendBusy, BackendNotReady, CompileFailure, GenerationCancelled, GenerationFailed,
-                            GroupDead, InvalidRequest, ModelNotFound, ShapeLimitReached, ShapeLocked)
+                            GroupDead, InvalidRequest, ModelNotFound, NotAllowed, ShapeLimitReached, ShapeLocked)
 
 LANGUAGES = ("en", "tr")
 DEFAULT = "en"
@@ -29,6 +29,7 @@ ERROR_CODES: tuple[tuple[type, str], ...] = (
     (ShapeLimitReached, "limit"),
     (BackendNotReady, "not_ready"),
     (BackendBusy, "busy"),
+    (NotAllowed, "not_allowed"),
     (GenerationCancelled, "cancelled"),
     (CompileFailure, "compile_failed"),
     (GroupDead, "group_dead"),
@@ -81,6 +82,11 @@ MESSAGES: dict[str, dict[str, str]] = {
         "err_locked": "Refused: the app is locked to warm shapes",
         "err_limit": "Refused: this mode holds as many compiled shapes as allowed",
         "err_not_ready": "Not ready", "err_busy": "Busy", "err_cancelled": "Stopped",
+        "err_not_allowed": "Not allowed for a viewer",
+        "clear_plan_line": "- {entries} compile-cache entries, {mb} MB, in `{dir}` (other files there stay)",
+        "role_operator": "You are the **operator**: the System tab's controls are yours.",
+        "role_viewer": "You are a **viewer**: generate, compare and watch. Starting and stopping engines, "
+                       "caches, the warm-shape lock and warm-ups belong to the operator.",
         "err_compile_failed": "The compile failed", "err_group_dead": "The tensor-parallel group died",
         "err_failed": "The generation failed", "err_model_not_found": "The model was not found",
         "err_error": "Something went wrong", "err_not_png": "That file is not a readable PNG.",
@@ -205,6 +211,11 @@ MESSAGES: dict[str, dict[str, str]] = {
         "latency_title": "Gecikme ve görsel boyutu (kararlı durum)",
         "compile_title": "Boyut ve mod başına derleme süresi",
         "refresh_plots": "Grafikleri yenile",
+        "err_not_allowed": "İzleyici için izin yok",
+        "clear_plan_line": "- `{dir}` içinde {entries} derleme önbelleği girdisi, {mb} MB (oradaki diğer dosyalar kalır)",
+        "role_operator": "**Operatörsünüz**: Sistem sekmesinin denetimleri sizin.",
+        "role_viewer": "**İzleyicisiniz**: üretin, karşılaştırın ve izleyin. Motorları başlatıp durdurmak, "
+                       "önbellekler, sıcak boyut kilidi ve ısıtmalar operatörün işidir.",
         "err_invalid": "Bir değer geçerli değil", "err_invalid_prompt": "İstem geçerli değil",
         "err_invalid_width": "Genişlik geçerli değil", "err_invalid_height": "Yükseklik geçerli değil",
         "err_invalid_size": "Görsel boyutu geçerli değil", "err_invalid_steps": "Adım sayısı geçerli değil",

@@ -31,6 +31,7 @@ from backend.engine import InProcessEngine
 from backend.manager import Manager
 from backend.model_source import resolve_model
 from backend.records import GenerationResult
+from backend.roles import LOCAL_OPERATOR
 from backend.settings import EMBEDDED_RANDOM_MODEL, TP_MODE
 from backend.tp.group import STARTING, TPWorkerGroup
 from tests.conftest import make_settings
@@ -102,15 +103,15 @@ class FakeManager:
     def save_image(self, image, result):
         return self._real.save_image(image, result)
 
-    def set_warm_only(self, locked):
-        self._real.set_warm_only(locked)
+    def set_warm_only(self, locked, *, caller=LOCAL_OPERATOR):
+        self._real.set_warm_only(locked, caller=caller)
 
-    def cancel(self):
+    def cancel(self, *, caller=LOCAL_OPERATOR):
         self.calls.append(("cancel",))
-        return self._real.cancel()
+        return self._real.cancel(caller=caller)
 
     # generation: the real routing, admission, compile table and records; a fake image ----------
-    def generate(self, request, progress=None):
+    def generate(self, request, progress=None, owner=None, still_wanted=None):
         self.calls.append(("generate", request))
         if self.raise_on_generate:
             raise self.raise_on_generate
@@ -146,16 +147,22 @@ class FakeManager:
             entries.append({"mode": mode, "image": image, "result": result, "max_diff": abs(value - first)})
         return entries
 
-    def start_warmup(self, shapes, mode=None):
+    def start_warmup(self, shapes, mode=None, *, caller=LOCAL_OPERATOR):
+        caller.require_operator("Warming up shapes")
         self.calls.append(("warmup", tuple(shapes), mode))
 
-    def clear_compile_cache(self):
+    def cache_plan(self, *, caller=LOCAL_OPERATOR):
+        return self._real.cache_plan(caller=caller)
+
+    def clear_compile_cache(self, *, caller=LOCAL_OPERATOR):
+        caller.require_operator("Clearing the compile cache")
         self.calls.append(("clear",))
         return 5_000_000
 
     # tensor-parallel group: a real TPWorkerGroup, never launched --------------------------------
-    def start_tp(self, degree=None, wait=False):
+    def start_tp(self, degree=None, wait=False, *, caller=LOCAL_OPERATOR):
         """Manager.start_tp, with the launch replaced by what TPWorkerGroup.start sets."""
+        caller.require_operator("Starting the tensor-parallel group")
         self.calls.append(("start_tp", degree))
         real = self._real
         group = real.tp
@@ -181,7 +188,8 @@ class FakeManager:
         for r in range(group.degree):
             Path(group.dir, f"rank{r}.log").write_text(f"rank {r}/{group.degree} starting (pid {RANK_PID + r})\n")
 
-    def stop_tp(self):
+    def stop_tp(self, *, caller=LOCAL_OPERATOR):
+        caller.require_operator("Stopping the tensor-parallel group")
         """Manager.stop_tp: the group ends ``stopped``, keeping what it last reported (as stop() does)."""
         self.calls.append(("stop_tp",))
         if self._real.tp is not None:
@@ -206,6 +214,7 @@ class FakeManager:
                                          "local_shape": [64 // n, 64], "dim": 0}] * 6} for r in range(n)]
             group._pids = {int(r["pid"]) for r in group.ranks}
 
-    def tp_logs(self, lines=20):
+    def tp_logs(self, lines=20, *, caller=LOCAL_OPERATOR):
+        logs = self._real.tp_logs(lines, caller=caller)
         self.calls.append(("tp_logs", lines))
-        return self._real.tp_logs(lines)
+        return logs

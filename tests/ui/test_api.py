@@ -16,9 +16,15 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def app_url(tmp_path_factory):
-    with running_app(tmp_path_factory.mktemp("api"), "--compile-backend", "aot_eager") as url:
-        yield url
+def app(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("api")
+    with running_app(workdir, "--compile-backend", "aot_eager") as url:
+        yield url, workdir
+
+
+@pytest.fixture(scope="module")
+def app_url(app):
+    return app[0]
 
 
 def test_generate_and_status_endpoints(app_url):
@@ -106,3 +112,62 @@ def test_only_prompt_is_required_and_view_api_describes_every_parameter(app_url)
     assert all(p["python_type"]["description"] for p in params)
     _image, exact = client.predict(prompt="x", width=64, height=64, steps=1, seed=2**63 - 1, api_name="/generate")
     assert exact["seed"] == 2**63 - 1
+
+
+# --- the room: roles, the Host header -------------------------------------------------------------
+
+# Every operator event of the page, posted by fn_index as an outside caller would: (elem_id, trigger, data).
+OPERATOR_EVENTS = [
+    ("tp-start", "click", [2]), ("tp-system-start", "click", [2]), ("tp-stop", "click", []),
+    ("tp-system-stop", "click", []), ("tp-logs-show", "click", []), ("clear-cache", "click", []),
+    ("confirm-clear", "click", []), ("warm-only", "input", [True]),
+    ("warm-up", "click", [["1:1 · 1024x1024"], "compiled"]),
+]
+
+
+def _room_state(url):
+    status = Client(url, verbose=False).predict(api_name="/status")
+    return status["warm_only"], status["tp"]["state"], status["warmup"], status["cache"]["bytes"]
+
+
+def test_every_operator_event_is_refused_for_an_anonymous_or_forged_caller(app_url):
+    from tests.ui.room_client import config, event_index, post_event
+
+    cfg = config(app_url)
+    before = _room_state(app_url)
+    for elem_id, trigger, data in OPERATOR_EVENTS:
+        for cookie in (None, "forged-key"):
+            answer = post_event(app_url, event_index(cfg, elem_id, trigger), data, cookie=cookie)
+            assert answer["success"] is False, (elem_id, answer)
+            assert "Not allowed for a viewer" in answer["output"]["error"], (elem_id, answer)
+    assert _room_state(app_url) == before
+
+
+def test_the_operator_link_makes_an_operator(app):
+    from tests.ui.room_client import config, event_index, operator_cookie, post_event
+
+    url, workdir = app
+    line = next(l for l in (workdir / "app.log").read_text().splitlines() if l.startswith("operator link"))
+    token = line.rsplit("token=", 1)[1].strip()
+    with pytest.raises(urllib.error.HTTPError) as wrong:
+        urllib.request.urlopen(url + "operator?token=guess", timeout=10)
+    assert wrong.value.code == 403
+    cookie = operator_cookie(url, token)
+    index = event_index(config(url), "warm-only", "input")
+    assert post_event(url, index, [True], cookie=cookie)["success"] is True
+    assert _room_state(url)[0] is True
+    assert post_event(url, index, [False], cookie=cookie)["success"] is True
+    assert _room_state(url)[0] is False
+
+
+@pytest.mark.parametrize("host", ["evil.example", "evil.example:7860", "127.0.0.1.nip.io", "[fe80::1]"])
+def test_a_loopback_app_refuses_other_host_names(app_url, host):
+    """DNS rebinding: a page elsewhere can point a name at 127.0.0.1, but it cannot fake the Host."""
+    request = urllib.request.Request(app_url + "gradio_api/info", headers={"Host": host})
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=10)
+    assert refused.value.code == 421
+    port = app_url.rsplit(":", 1)[1].strip("/")
+    for good in (f"127.0.0.1:{port}", f"localhost:{port}"):
+        with urllib.request.urlopen(urllib.request.Request(app_url, headers={"Host": good}), timeout=10) as page:
+            assert page.status == 200

@@ -6,7 +6,7 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.ui.browser import CHROMIUM, IN_CI, badge_state, choose_mode, chromium
-from tools.app_process import running_app
+from tools.app_process import operator_token, running_app
 
 # .ci/run installs Debian's chromium, so in CI (CI=true) a missing browser fails instead of skipping.
 pytestmark = [pytest.mark.slow,
@@ -20,9 +20,21 @@ def test_the_browser_is_there_when_ci_needs_it():
 
 
 @pytest.fixture(scope="module")
-def app_url(tmp_path_factory):
-    with running_app(tmp_path_factory.mktemp("app"), "--compile-backend", "aot_eager") as url:
-        yield url
+def app(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("app")
+    with running_app(workdir, "--compile-backend", "aot_eager") as url:
+        yield url, url + "operator?token=" + operator_token(workdir)
+
+
+@pytest.fixture(scope="module")
+def app_url(app):
+    return app[0]
+
+
+@pytest.fixture(scope="module")
+def operator_url(app):
+    """Opening it logs the page in as the operator (a cookie) and lands on the page."""
+    return app[1]
 
 
 @pytest.fixture(scope="module")
@@ -153,17 +165,24 @@ def _generate_small(page, prompt: str) -> None:
     page.click("#generate")
 
 
-def test_the_tensor_parallel_group_is_started_and_stopped_only_by_its_buttons(browser, app_url):
-    """Two pages share one group: picking TP starts nothing; Start/Stop on one page show on both;
-    the other page keeps its own mode."""
+def test_the_tensor_parallel_group_is_started_and_stopped_only_by_its_buttons(browser, app_url, operator_url):
+    """Two operator pages share one group: picking TP starts nothing; Start/Stop on one page show on
+    both; the other page keeps its own mode. A viewer's page shows no operator control."""
     pages = []
     try:
-        for _ in range(2):
+        for url in (operator_url, operator_url, app_url):
             context = browser.new_context(locale="en-US", viewport={"width": 1400, "height": 1000})
             pages.append(context.new_page())
-            pages[-1].goto(app_url)
+            pages[-1].goto(url)
             pages[-1].wait_for_selector("#badges .ns-badge", timeout=30000)
-        a, b = pages
+        a, b, viewer = pages
+        for page, role in ((a, "operator"), (viewer, "viewer")):
+            page.wait_for_function(f"document.querySelector('#role-line').innerText.includes('{role}')",
+                                   timeout=15000)
+        viewer.get_by_role("tab", name="System").click()
+        _wait_state(viewer, "tp-system-state", "stopped")
+        for control in ("#tp-system-start", "#clear-cache", "#warm-up", "#tp-logs-show"):
+            assert not viewer.is_visible(control), control
         b.get_by_role("tab", name="System").click()
         _wait_state(b, "tp-system-state", "stopped")
 
@@ -204,7 +223,7 @@ def test_the_tensor_parallel_group_is_started_and_stopped_only_by_its_buttons(br
     finally:
         for page in pages:
             page.context.close()
-        _stop_group(browser, app_url)
+        _stop_group(browser, app_url, operator_url)
 
 
 def _group_state(app_url: str) -> str:
@@ -213,13 +232,13 @@ def _group_state(app_url: str) -> str:
     return Client(app_url, verbose=False).predict(api_name="/status")["tp"]["state"]
 
 
-def _stop_group(browser, app_url: str) -> None:
-    """Leave no worker group behind, pass or fail: press Stop in a fresh page unless it is stopped."""
+def _stop_group(browser, app_url: str, operator_url: str) -> None:
+    """Leave no worker group behind, pass or fail: press Stop in a fresh operator page unless it is stopped."""
     if _group_state(app_url) == "stopped":
         return
     page = browser.new_page()
     try:
-        page.goto(app_url)
+        page.goto(operator_url)
         page.get_by_role("tab", name="System").click()
         page.click("#tp-system-stop")
         _wait_state(page, "tp-system-state", "stopped", timeout=60000)

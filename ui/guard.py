@@ -1,0 +1,91 @@
+"""The web server's door, below Gradio: which Host names it answers, and the operator's login.
+
+- **DNS rebinding.** A page on another site can make the operator's browser send requests to a
+  loopback-only app under a name the attacker controls. So while the app listens on a loopback
+  address, a request whose ``Host`` is not a loopback name (``127.0.0.1``, ``localhost``, ``::1``)
+  is refused (421). With ``--host`` set to another address, the names in ``allowed_hosts`` (that
+  address, and any when it is ``0.0.0.0`` or ``::``) are answered.
+- **The operator's login** (``backend.roles``): ``GET /operator?token=T`` with the token the app
+  printed, or ``/operator`` with HTTP Basic credentials from ``--operator-auth``, sets this run's
+  operator session key as an HttpOnly, SameSite=Strict cookie and redirects to the page. A wrong
+  token or login changes nothing and says so.
+
+Pure ASGI (no Gradio), so it runs before any of Gradio's routes, the API and the queue included.
+"""
+
+from __future__ import annotations
+
+import base64
+from urllib.parse import parse_qs
+
+from backend.roles import COOKIE, OperatorKey
+
+LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1"})
+ANY_ADDRESS = frozenset({"0.0.0.0", "::", ""})
+
+
+def host_name(value: str) -> str:
+    """The name part of a Host header: "[::1]:7860" -> "::1", "localhost:7860" -> "localhost"."""
+    value = value.strip().lower()
+    if value.startswith("["):
+        return value[1:value.find("]")] if "]" in value else value
+    return value.rsplit(":", 1)[0] if value.count(":") == 1 else value
+
+
+def allowed_hosts(bind: str) -> frozenset[str] | None:
+    """The Host names to answer when listening on ``bind`` (None: any)."""
+    bind = bind.strip().lower().strip("[]")
+    if bind in ANY_ADDRESS:
+        return None
+    if bind in LOOPBACK_NAMES or bind.startswith("127."):
+        return LOOPBACK_NAMES | {bind}
+    return LOOPBACK_NAMES | {bind}
+
+
+class RoomGuard:
+    def __init__(self, app, key: OperatorKey, hosts: frozenset[str] | None):
+        self.app, self.key, self.hosts = app, key, hosts
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] not in ("http", "websocket"):
+            return await self.app(scope, receive, send)
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        if self.hosts is not None and host_name(headers.get("host", "")) not in self.hosts:
+            if scope["type"] == "websocket":
+                return await send({"type": "websocket.close", "code": 1008})
+            return await _reply(send, 421, "This server answers only for its own address "
+                                           f"({', '.join(sorted(self.hosts))}); Host {headers.get('host')!r} "
+                                           "is refused (DNS rebinding protection).")
+        if scope["type"] == "http" and scope.get("path") == "/operator":
+            return await self._login(scope, headers, send)
+        return await self.app(scope, receive, send)
+
+    async def _login(self, scope, headers, send):
+        query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+        ok = self.key.check_token((query.get("token") or [None])[0])
+        if not ok and self.key.pairs:
+            auth = headers.get("authorization", "")
+            if auth.lower().startswith("basic "):
+                try:
+                    user, _, password = base64.b64decode(auth[6:]).decode("utf-8").partition(":")
+                except (ValueError, UnicodeDecodeError):
+                    user = password = None
+                ok = self.key.check_login(user, password)
+            if not ok:
+                return await _reply(send, 401, "Operator login required.",
+                                    [(b"www-authenticate", b'Basic realm="Neuron Studio operator"')])
+        if not ok:
+            return await _reply(send, 403, "That is not this run's operator token: the page stays a viewer's.")
+        cookie = f"{COOKIE}={self.key.session_key}; Path=/; HttpOnly; SameSite=Strict"
+        await send({"type": "http.response.start", "status": 303,
+                    "headers": [(b"location", b"/"), (b"set-cookie", cookie.encode()),
+                                (b"cache-control", b"no-store"), (b"content-length", b"0")]})
+        await send({"type": "http.response.body", "body": b""})
+
+
+async def _reply(send, status: int, message: str, extra: list | None = None) -> None:
+    body = (message + "\n").encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"text/plain; charset=utf-8"),
+                            (b"content-length", str(len(body)).encode()), *(extra or [])]})
+    await send({"type": "http.response.body", "body": body})
