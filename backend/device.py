@@ -26,6 +26,7 @@ import importlib.util
 import os
 import threading
 import time
+from pathlib import Path
 from typing import Any, Callable
 
 import psutil
@@ -379,24 +380,33 @@ class Device:
                 "bytes": sum(c["bytes"] for c in caches), "caches": caches}
 
 
+    def cache_plan(self) -> list[dict[str, Any]]:
+        """What "clear compile cache" would remove, per cache: its folder, how many entries the
+        compile stack wrote there (``backend.cache_layout``) and their bytes. Nothing else is touched."""
+        from backend import cache_layout
+
+        plan = []
+        for cache in self.cache_info(fresh=True)["caches"]:
+            found = cache_layout.entries(cache_layout.KIND_BY_VARIABLE[cache["variable"]], cache["dir"]) \
+                if cache["dir"] else []
+            plan.append({**cache, "entries": len(found), "remove_bytes": cache_layout.size(found)})
+        return plan
+
     def clear_caches(self) -> int:
-        """Delete what is in this device's compile cache folders; returns the bytes freed."""
-        import shutil
-        from pathlib import Path
+        """Delete what the compile stack wrote in this device's cache folders (its own layout, never
+        other files a user keeps there); returns the bytes it removed."""
+        from backend import cache_layout
 
         info = self.cache_info(fresh=True)
-        folders = [Path(c["dir"]).resolve() for c in info["caches"]]
-        for folder in folders:
-            if folder == Path(folder.anchor) or folder == Path.home().resolve():
-                raise StudioError(f"refusing to clear {folder}")
-        for folder in folders:
-            for child in folder.iterdir() if folder.is_dir() else []:
-                if child.is_dir() and not child.is_symlink():
-                    shutil.rmtree(child, ignore_errors=True)
-                else:
-                    child.unlink(missing_ok=True)
+        removed = 0
+        for cache in info["caches"]:
+            folder = Path(cache["dir"]).resolve() if cache["dir"] else None
+            if folder is None or not folder.is_dir():
+                continue
+            kind = cache_layout.KIND_BY_VARIABLE[cache["variable"]]
+            removed += cache_layout.remove(folder, cache_layout.entries(kind, folder))
         self.cache_info(fresh=True)  # the status shows the emptied folders at once
-        return info["bytes"]
+        return removed
 
 
 def _metric_total(get_metric_data, name: str) -> float:

@@ -1,7 +1,9 @@
 """Warm-up: compile shapes ahead of a demo (at start with --prewarm, or from the System tab).
 
 Each shape runs once through the manager's normal door (the warm-only lock does not apply), and
-once more when that run compiled, so the shape shows its steady seconds too.
+once more when that run compiled, so the shape shows its steady seconds too. A list is
+deduplicated and capped: at most as many shapes as there are presets (a warm-up holds the device
+for everyone, and a shape warms once per mode).
 """
 
 from __future__ import annotations
@@ -11,7 +13,9 @@ import threading
 from typing import Any, Callable
 
 from backend.errors import BackendBusy, InvalidRequest, StudioError
-from backend.shapes import Shape
+from backend.shapes import PRESETS, Shape
+
+MAX_SHAPES = len(PRESETS)  # one warm-up covers at most the presets of one mode
 
 log = logging.getLogger(__name__)
 WARMUP_PROMPT = "warm-up"
@@ -40,8 +44,12 @@ class Warmups:
 
     def start(self, shapes: list[Shape], mode: str) -> None:
         """Warm ``shapes`` in a background thread; ``status()`` shows its progress."""
+        shapes = list(dict.fromkeys(shapes))  # the same shape twice warms it once
         if not shapes:
             raise InvalidRequest("shapes", "choose at least one shape to warm up")
+        if len(shapes) > MAX_SHAPES:
+            raise InvalidRequest("shapes", f"at most {MAX_SHAPES} different shapes per warm-up "
+                                           f"(as many as there are presets), got {len(shapes)}")
         if mode not in self.manager.modes:
             raise InvalidRequest("mode", f"must be one of {', '.join(self.manager.modes)}, got {mode!r}")
         with self._lock:

@@ -265,12 +265,27 @@ def test_background_warmup_reports_progress_and_refuses_a_second(manager):
     assert _row(manager, "compiled", "96x96")["state"] == "warm"
 
 
+def test_a_warm_up_list_is_deduplicated_and_capped(manager):
+    from backend.shapes import PRESETS
+    from backend.warmup import MAX_SHAPES
+
+    assert MAX_SHAPES == len(PRESETS)
+    with pytest.raises(InvalidRequest, match=f"at most {MAX_SHAPES} different shapes"):
+        manager.start_warmup([Shape(64 + 16 * i, 64) for i in range(MAX_SHAPES + 1)], "eager")
+    manager.start_warmup([Shape(64, 64)] * 20, "eager")  # the probe's 20 copies: one shape
+    assert manager.status()["warmup"]["total"] == 1
+    deadline = __import__("time").monotonic() + 120
+    while manager.status()["warmup"]["running"] and __import__("time").monotonic() < deadline:
+        __import__("time").sleep(0.05)
+
+
 def test_clear_compile_cache_empties_the_folder(manager):
     folder = Path(manager.device.cache_info()["dir"])
-    (folder / "ab").mkdir(parents=True, exist_ok=True)
-    (folder / "ab" / "x.bin").write_bytes(b"0" * 1000)
+    (folder / "fxgraph" / "ab").mkdir(parents=True, exist_ok=True)
+    (folder / "fxgraph" / "ab" / "x.bin").write_bytes(b"0" * 1000)
+    (folder / "mine.txt").write_text("a user's file")
     assert manager.clear_compile_cache() >= 1000
-    assert folder.is_dir() and not any(folder.iterdir())
+    assert folder.is_dir() and sorted(p.name for p in folder.iterdir()) == ["mine.txt"]
 
 
 def test_clear_compile_cache_is_refused_while_a_group_runs(manager, monkeypatch):
@@ -278,11 +293,12 @@ def test_clear_compile_cache_is_refused_while_a_group_runs(manager, monkeypatch)
     import types
 
     folder = Path(manager.device.cache_info()["dir"])
-    (folder / "kept.bin").write_bytes(b"0" * 10)
+    (folder / "locks").mkdir(parents=True, exist_ok=True)
+    (folder / "locks" / "held.lock").write_bytes(b"0" * 10)
     monkeypatch.setattr(manager, "tp", types.SimpleNamespace(state="ready"))
     with pytest.raises(BackendBusy, match="stop the group first"):
         manager.clear_compile_cache()
-    assert (folder / "kept.bin").exists()
+    assert (folder / "locks" / "held.lock").exists()
     manager.tp.state = "dead"
     assert manager.clear_compile_cache() >= 10
 

@@ -1,0 +1,28 @@
+"""The output folder's retention: the app keeps its newest ``--keep-outputs`` PNGs and removes older
+ones it wrote itself (names ``unique_output_path`` makes: ``YYYYMMDD-HHMMSS-WxH-mode-seed[-n].png``).
+Anything else in the folder is the user's and stays."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+APP_PNG = re.compile(r"^\d{8}-\d{6}-\d{1,5}x\d{1,5}-[a-z]+-\d{1,20}(-\d{1,6})?\.png$")
+
+
+def prune(folder: str | Path, keep: int) -> list[Path]:
+    """Remove the app's own PNGs beyond the newest ``keep``; returns what was removed."""
+    folder = Path(folder)
+    try:
+        mine = [p for p in folder.iterdir() if APP_PNG.match(p.name) and p.is_file() and not p.is_symlink()]
+    except OSError:
+        return []
+    mine.sort(key=lambda p: (p.stat().st_mtime, p.name), reverse=True)
+    removed = []
+    for path in mine[max(0, keep):]:
+        try:
+            path.unlink()
+            removed.append(path)
+        except FileNotFoundError:
+            pass
+    return removed

@@ -1,0 +1,68 @@
+"""Clearing a compile cache removes what the compile stack wrote there, and nothing a user keeps beside it."""
+
+from pathlib import Path
+
+import pytest
+
+from backend import cache_layout
+from backend.outputs import prune
+
+NEFF = "0a1b" + "c" * 60
+
+
+def _plant(root: Path, relative: str, data: bytes = b"x" * 10) -> Path:
+    path = root / relative
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    return path
+
+
+FOREIGN = ["notes.txt", "0a/keep.txt", "0a/1b/photo.jpg", "fx/cfx123.py", "project/fxgraph.txt",
+           "0a/1b/" + "ff" * 32 + ".neff"]  # a NEFF name whose hash does not start with its folders
+
+
+@pytest.mark.parametrize("kind, written", [
+    ("neff", [f"0a/1b/{NEFF}.neff", f"0a/1b/.{NEFF}.neff.123.456.tmp"]),
+    ("neff-locks", [f"0a/1b/{NEFF}.lock"]),
+    ("inductor", ["fxgraph/vp/abc", "aotautograd/acs6/entry", "locks/cth.lock", "triton/0/k.cubin",
+                  "th/cthddkr6tqpvvx2keoyfjfaz3e5tmldioaoosvrbpzssty5wzlrd.so",
+                  "j6/cj6za2bike3u7tduddk6hzww7rezwfxjykobuwzmevoumg5c2rey.py"]),
+])
+def test_only_the_writers_entries_go_and_the_size_is_what_went(tmp_path, kind, written):
+    ours = [_plant(tmp_path, r, b"y" * 100) for r in written]
+    theirs = [_plant(tmp_path, r) for r in FOREIGN]
+    found = cache_layout.entries(kind, tmp_path)
+    assert cache_layout.size(found) == 100 * len(written)
+    assert cache_layout.remove(tmp_path, found) == 100 * len(written)
+    assert not any(p.exists() for p in ours) and all(p.exists() for p in theirs)
+    assert tmp_path.is_dir()
+
+
+def test_the_device_clears_by_layout_and_reports_what_it_removed(tmp_path, monkeypatch):
+    from backend import device_env
+    from backend.device import Device, resolve_device
+    from tests.conftest import make_settings
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "shared"))  # a folder the user named
+    device = Device(resolve_device(make_settings(tmp_path)))
+    assert device_env.prepared_environment()["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "shared")
+    mine = _plant(tmp_path / "shared", "fxgraph/ab/entry", b"z" * 1000)
+    keep = _plant(tmp_path / "shared", "thesis.tex")
+    plan = device.cache_plan()
+    assert plan[0]["entries"] == 1 and plan[0]["remove_bytes"] == 1000
+    assert device.clear_caches() == 1000
+    assert not mine.exists() and keep.read_bytes() == b"x" * 10
+
+
+def test_outputs_keep_the_newest_of_the_apps_own_pngs(tmp_path):
+    import os
+
+    names = [f"20261201-10000{i}-64x64-eager-{i}.png" for i in range(5)]
+    for i, name in enumerate(names):
+        path = _plant(tmp_path, name)
+        os.utime(path, (1000 + i, 1000 + i))
+    user = _plant(tmp_path, "holiday.png")
+    removed = prune(tmp_path, keep=2)
+    assert sorted(p.name for p in removed) == names[:3]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names[3:] + ["holiday.png"])
+    assert user.exists()
