@@ -1,14 +1,25 @@
 """An outside caller of a running app, as the room's probe was: it posts a page event by its
 ``fn_index`` to ``/gradio_api/queue/join`` (hidden events included: hiding an event from the API
-docs hides nothing) and reads the answer from the event stream. Test tooling only."""
+docs hides nothing) and reads the answer from the event stream. Used by the room tests
+(tests/ui/test_api.py) and ``python -m bench.hardening``."""
 
 from __future__ import annotations
 
 import json
 import secrets
+import urllib.error
 import urllib.request
 
 from backend.roles import COOKIE
+
+
+# Every operator event of the page, as an outside caller would post it: (elem_id, trigger, data).
+OPERATOR_EVENTS = [
+    ("tp-start", "click", [2]), ("tp-system-start", "click", [2]), ("tp-stop", "click", []),
+    ("tp-system-stop", "click", []), ("tp-logs-show", "click", []), ("clear-cache", "click", []),
+    ("confirm-clear", "click", []), ("warm-only", "input", [True]),
+    ("warm-up", "click", [["1:1 · 1024x1024"], "compiled"]),
+]
 
 
 def config(url: str) -> dict:
@@ -58,3 +69,34 @@ def operator_cookie(url: str, token: str) -> str:
         assert answer.code == 303 and "HttpOnly" in cookie and "SameSite=Strict" in cookie, (answer.code, cookie)
         return cookie.split(";")[0].split("=", 1)[1]
     raise AssertionError("no redirect from /operator")
+
+
+def upload(url: str, path: str) -> dict:
+    """Upload a file as the page's file box does; returns the FileData an event takes."""
+    import mimetypes
+    import os
+
+    boundary = secrets.token_hex(12)
+    name = os.path.basename(path)
+    with open(path, "rb") as handle:
+        data = handle.read()
+    body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"files\"; filename=\"{name}\"\r\n"
+            f"Content-Type: {mimetypes.guess_type(name)[0] or 'application/octet-stream'}\r\n\r\n").encode() + \
+        data + f"\r\n--{boundary}--\r\n".encode()
+    request = urllib.request.Request(url + "gradio_api/upload", body,
+                                     {"Content-Type": f"multipart/form-data; boundary={boundary}"})
+    with urllib.request.urlopen(request, timeout=60) as response:
+        stored = json.load(response)[0]
+    return {"path": stored, "orig_name": name, "meta": {"_type": "gradio.FileData"}}
+
+
+def refused_operator_events(url: str, cookie: str | None = None) -> list[tuple[str, bool, str]]:
+    """Post every operator event as a caller with ``cookie``; (event, refused as not allowed, answer)."""
+    cfg = config(url)
+    rows = []
+    for elem_id, trigger, data in OPERATOR_EVENTS:
+        answer = post_event(url, event_index(cfg, elem_id, trigger), data, cookie=cookie)
+        error = str((answer.get("output") or {}).get("error") or "")
+        rows.append((f"{elem_id} {trigger}", answer.get("success") is False and "Not allowed for a viewer" in error,
+                     error[:160]))
+    return rows
