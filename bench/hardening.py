@@ -27,6 +27,7 @@ import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
 OK = "ok"  # a case that must succeed
+KEEP_OUTPUTS = 5  # the app under test keeps this many PNGs (--keep-outputs)
 
 # (name, (prompt, width, height, mode, steps, seed, guidance), words the refusal must contain | OK).
 # NaN and infinity cannot travel in JSON at all: the client library refuses to send them (the CLI
@@ -160,6 +161,93 @@ def run_load(url: str, clients: int = 5, per_client: int = 4) -> dict[str, Any]:
                    for rs in results.values())
     return {"sent": clients * per_client, "answered": len(records), "lost_or_duplicated": seeds != expected,
             "each_client_in_order": in_order, "queue_position_seen": saw_queue.is_set(), "errors": errors}
+
+
+def png_with_text(path: Path, text: str, key: str = "parameters", compressed: bool = False) -> Path:
+    """A 1x1 PNG whose ``key`` text chunk holds ``text`` (the probe's 201-byte file and its variants)."""
+    from PIL import Image, PngImagePlugin
+
+    info = PngImagePlugin.PngInfo()
+    info.add_text(key, text, zip=compressed)
+    Image.new("RGB", (1, 1)).save(path, pnginfo=info)
+    return path
+
+
+# The probe's freezing PNG and variants: (name, text of the parameters chunk, zTXt?).
+PNG_CASES = [
+    ("Steps: 1, + 60,000 letters", "Steps: 1, " + "a" * 60_000, False),
+    ("60,000 letters, compressed", "Steps: 1, " + "a" * 60_000, True),
+    ("20,000 'a: ' pairs", "Steps: 1, " + "a: " * 20_000, False),
+    ("30,000 commas", "Steps: 1" + "," * 30_000, False),
+    ("64 kB prompt line", "x" * 65_000 + "\nSteps: 4, Seed: 1", False),
+]
+NORMAL_INFOTEXT = ("a red circle on the left, on a sky gradient\nSteps: 4, Sampler: FlowMatchEuler, CFG scale: 1.0, "
+                   "Seed: 42, Size: 256x256, Model: embedded:scenes-flux2-klein, Mode: compiled, Device: cpu")
+
+
+def run_png_cases(url: str, tmp: Path) -> list[dict[str, Any]]:
+    """Each hostile PNG through the page's "load parameters" event, with /status called meanwhile:
+    the parse's time against a normal PNG's (measured side by side), and the slowest /status answer."""
+    from gradio_client import Client
+
+    from tools.room_client import config, event_index, post_event, upload
+
+    index = event_index(config(url), "png-in", "upload")
+    client = Client(url, verbose=False)
+
+    def through_page(path: Path) -> tuple[float, dict]:
+        data = upload(url, str(path))
+        began = time.perf_counter()
+        answer = post_event(url, index, [data])
+        return time.perf_counter() - began, answer
+
+    normal = png_with_text(tmp / "normal.png", NORMAL_INFOTEXT)
+    rows = []
+    for name, text, compressed in PNG_CASES:
+        path = png_with_text(tmp / "hostile.png", text, compressed=compressed)
+        status_seconds: list[float] = []
+        stop = threading.Event()
+
+        def poll() -> None:
+            while not stop.is_set():
+                began = time.perf_counter()
+                client.predict(api_name="/status")
+                status_seconds.append(time.perf_counter() - began)
+
+        poller = threading.Thread(target=poll)
+        poller.start()
+        try:
+            normal_seconds = min(through_page(normal)[0] for _ in range(3))
+            hostile_seconds, answer = min((through_page(path) for _ in range(3)), key=lambda r: r[0])
+        finally:
+            stop.set()
+            poller.join(60)
+        rows.append({"case": name, "bytes": path.stat().st_size, "answered": "output" in answer,
+                     "normal_s": round(normal_seconds, 4), "ratio_to_normal": round(hostile_seconds / normal_seconds, 2),
+                     "slowest_status_s": round(max(status_seconds or [0.0]), 3)})
+    return rows
+
+
+def run_foreign_files(tmp: Path) -> dict[str, int]:
+    """Each compile cache layout with the compile stack's entries and a user's files beside them:
+    clearing must remove the former and keep every one of the latter."""
+    from backend import cache_layout
+
+    written = {"neff": ["0a/1b/0a1b" + "c" * 60 + ".neff"], "neff-locks": ["0a/1b/0a1b" + "c" * 60 + ".lock"],
+               "inductor": ["fxgraph/ab/entry", "j6/cj6za2bike3u7tduddk6hzww7rezwfxjykobuwzmevoumg5c2rey.py"]}
+    foreign = ["notes.txt", "0a/keep.txt", "0a/1b/photo.jpg", "fx/cfx123.py", "results/model.safetensors"]
+    planted = kept = removed = 0
+    for kind, ours in written.items():
+        root = tmp / kind
+        for relative in ours + foreign:
+            (root / relative).parent.mkdir(parents=True, exist_ok=True)
+            (root / relative).write_bytes(b"x")
+        cache_layout.remove(root, cache_layout.entries(kind, root))
+        planted += len(foreign)
+        kept += sum((root / r).exists() for r in foreign)
+        removed += sum(not (root / r).exists() for r in ours)
+    return {"foreign_planted": planted, "foreign_kept": kept,
+            "entries_written": sum(map(len, written.values())), "entries_removed": removed}
 
 
 def run_memory(requests: int = 100) -> dict[str, Any]:
@@ -370,10 +458,18 @@ def main(argv: list[str] | None = None) -> int:
     report: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        with running_app(tmp, "--compile-backend", "aot_eager") as url:
+        with running_app(tmp, "--compile-backend", "aot_eager", "--keep-outputs", str(KEEP_OUTPUTS)) as url:
+            from tools.room_client import refused_operator_events
+
             client = Client(url, verbose=False)
             report["api"] = run_api_cases(client, lambda: client.predict(api_name="/status"))
             report["load"] = run_load(url)
+            report["operator_events"] = [{"event": e, "refused": r, "caller": who} for who, cookie in
+                                         (("anonymous", None), ("forged key", "forged")) for e, r, _m in
+                                         refused_operator_events(url, cookie)]
+            report["png"] = run_png_cases(url, tmp)
+            report["outputs_kept"] = len(list((tmp / "outputs").glob("*.png")))
+        report["foreign_files"] = run_foreign_files(tmp / "caches")
         report["cli"] = run_cli_cases(tmp / "cli-out")
         report["memory"] = run_memory()
         report["faults"] = run_faults()
@@ -403,6 +499,17 @@ def main(argv: list[str] | None = None) -> int:
               f"half-written PNGs {sig['half_written_pngs']}, orphans {sig['orphans']}")
     orphans = sum(r["orphans"] for r in faults) + sum(s["orphans"] for s in report["sigterm"])
     print(f"orphan processes found: {orphans}")
+    events = report["operator_events"]
+    print(f"operator events posted by fn_index as a viewer / refused: {len(events)} / "
+          f"{sum(e['refused'] for e in events)} (anonymous and forged key)")
+    for row in report["png"]:
+        print(f"hostile PNG '{row['case']}' ({row['bytes']} bytes): answered {row['answered']}, "
+              f"{row['ratio_to_normal']}x a normal PNG's time, slowest /status meanwhile {row['slowest_status_s']} s")
+    ff = report["foreign_files"]
+    print(f"foreign files in cache folders kept / planted: {ff['foreign_kept']} / {ff['foreign_planted']} "
+          f"(compile entries removed {ff['entries_removed']} / {ff['entries_written']})")
+    print(f"output PNGs kept after {len(report['api']) + report['load']['sent']} requests: "
+          f"{report['outputs_kept']} (limit --keep-outputs {KEEP_OUTPUTS})")
     return 0
 
 

@@ -14,10 +14,19 @@ from bench import hardening
 from tools.app_process import running_app
 
 
+KEEP = 3  # --keep-outputs of the app under test
+
+
 @pytest.fixture(scope="module")
-def app_url(tmp_path_factory):
-    with running_app(tmp_path_factory.mktemp("hardening"), "--compile-backend", "aot_eager") as url:
-        yield url
+def app(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("hardening")
+    with running_app(workdir, "--compile-backend", "aot_eager", "--keep-outputs", str(KEEP)) as url:
+        yield url, workdir
+
+
+@pytest.fixture(scope="module")
+def app_url(app):
+    return app[0]
 
 
 @pytest.mark.slow
@@ -91,3 +100,34 @@ def test_a_public_address_without_auth_prints_a_warning(tmp_path):
     with running_app(tmp_path, "--host", "0.0.0.0", ready=False):
         pass
     assert "without --auth" in (tmp_path / "app.log").read_text()
+
+
+@pytest.mark.slow
+def test_hostile_pngs_are_answered_like_a_normal_one_and_hold_no_other_call(app_url, tmp_path):
+    """The probe's 201-byte PNG (Steps: 1, + 60,000 letters) held the server for 26 s; now each
+    hostile file's parse is within a small factor of a normal one's, measured side by side, and
+    /status is answered meanwhile."""
+    rows = hardening.run_png_cases(app_url, tmp_path)
+    assert len(rows) == len(hardening.PNG_CASES)
+    for row in rows:
+        assert row["answered"] and row["ratio_to_normal"] < 10, row
+        assert row["slowest_status_s"] < 20 * row["normal_s"] + 1.0, row
+
+
+@pytest.mark.slow
+def test_the_output_folder_keeps_only_its_newest_pngs(app):
+    url, workdir = app
+    client = Client(url, verbose=False)
+    (workdir / "outputs").mkdir(exist_ok=True)
+    (workdir / "outputs" / "mine.png").write_bytes(b"a user's file")
+    for seed in range(KEEP + 2):
+        client.predict("keep", 64, 64, "eager", 1, seed, 1.0, api_name="/generate")
+    made = [p for p in (workdir / "outputs").glob("*.png") if p.name != "mine.png"]
+    assert len(made) == KEEP and (workdir / "outputs" / "mine.png").exists()
+    assert all(p.stat().st_mode & 0o077 == 0 for p in made)  # not readable by other users
+
+
+def test_clearing_caches_keeps_every_foreign_file(tmp_path):
+    figures = hardening.run_foreign_files(tmp_path)
+    assert figures["foreign_kept"] == figures["foreign_planted"] > 0
+    assert figures["entries_removed"] == figures["entries_written"]
