@@ -39,6 +39,7 @@ class ShapeRecord:
     steady_seconds: list[float] = dataclasses.field(default_factory=list)
     per_step: float | None = None  # denoise seconds per step, from the latest steady run
     overhead: float | None = None  # encode + decode seconds, from the latest steady run
+    bundle_compile_seconds: float | None = None  # warmed from a bundle: its compile seconds, made elsewhere
 
 
 class CompileTable:
@@ -73,6 +74,7 @@ class CompileTable:
             rec = self._get(mode, shape)
             was_warm = rec.state == WARM
             rec.state, rec.compiling_since, rec.error = WARM, None, None
+            rec.bundle_compile_seconds = None  # it has run here now
             if compiles or neff_compiles or not was_warm:
                 rec.compiles, rec.compile_seconds, rec.neff_compiles = compiles, compile_seconds, neff_compiles
             if seconds is None:
@@ -108,6 +110,14 @@ class CompileTable:
             rec = self._records.get((mode, shape))
             if rec and rec.state == COMPILING:
                 rec.state, rec.compiling_since = COLD, None
+
+    def mark_bundled(self, mode: str, shape: Shape, compile_seconds: float | None) -> None:
+        """A warm shape whose compile came from a bundle: its compile seconds are the bundle's
+        (measured where the bundle was made), labelled so, until the shape runs here again."""
+        with self._lock:
+            rec = self._records.get((mode, shape))
+            if rec is not None and rec.state == WARM:
+                rec.bundle_compile_seconds = compile_seconds
 
     def forget(self, mode: str) -> None:
         """Drop the records of ``mode`` (its worker group was replaced: its graphs are gone). A
@@ -200,5 +210,6 @@ class CompileTable:
                     "runs": rec.runs,
                     "compiling_elapsed": now - rec.compiling_since if rec.compiling_since else None,
                     "error": rec.error,
+                    "bundle_compile_seconds": rec.bundle_compile_seconds,
                 })
             return rows

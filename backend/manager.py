@@ -94,6 +94,7 @@ class Manager:
             self.device = Device(info, self.settings.max_compiled_shapes, self.settings.neuron_instance_cores)
             self.model_path, self.model_label = resolve_model(self.settings.model, self.settings.cache_dir)
             self._count_tokens = prompt_token_counter(self.model_path)
+            bundled = self._import_at_start() if self.settings.cache_from else None
             if self.settings.mode == TP_MODE:
                 # The app process keeps off the device; the in-process engine loads on first use.
                 self.start_tp(wait=True)
@@ -109,6 +110,15 @@ class Manager:
             raise
         self.state = "ready"
         self._ready.set()
+        if bundled is not None:
+            self.state = "warming"
+            try:
+                self.warm_from_bundle(bundled)
+            except StudioError as exc:
+                self.last_error = f"warming the bundle's shapes: {exc}"
+                log.error("%s", self.last_error)
+            finally:
+                self.state = "ready"
         if self.settings.prewarm:
             self.state = "warming"
             try:
@@ -118,6 +128,75 @@ class Manager:
                 log.error("%s", self.last_error)
             finally:
                 self.state = "ready"
+
+    # warm-start bundles ----------------------------------------------------------------------
+    def bundle_manifest(self, entries: list[dict[str, Any]] | None = None):
+        """This install's manifest fields (``backend.bundles``): what a bundle must match to apply."""
+        from backend import bundles
+
+        if self.device is None or self.model_path is None:
+            raise BackendNotReady("the device is not ready yet")
+        return bundles.describe_install(self.device, self.settings, self.model_path, self.model_label or "",
+                                        entries)
+
+    def export_bundle(self, path, pairs: Iterable[tuple[str, Shape]] | None = None, *,
+                      caller: Caller = LOCAL_OPERATOR):
+        """Write a bundle of the compile caches that warms ``pairs`` ((mode, shape); None: every warm
+        in-process shape). Each pair runs first if it is not warm yet. Returns the manifest."""
+        from backend import bundles
+        from backend.settings import IN_PROCESS_MODES
+
+        caller.require_operator("Exporting a warm-start bundle")
+        if pairs is None:
+            pairs = [(r["mode"], Shape(r["height"], r["width"])) for r in self.table.snapshot()
+                     if r["state"] == "warm" and r["mode"] in IN_PROCESS_MODES]
+        pairs = list(dict.fromkeys(pairs))
+        if not pairs:
+            raise InvalidRequest("shapes", "no warm shape to export: warm some first (System tab) or name them")
+        for mode in dict.fromkeys(m for m, _s in pairs):
+            cold = [s for m, s in pairs if m == mode and self.table.state(m, s) != "warm"]
+            if cold:
+                self.warmup(cold, mode)
+        rows = {(r["mode"], r["shape"]): r for r in self.table.snapshot()}
+        entries = []
+        for mode, shape in pairs:
+            row = rows.get((mode, str(shape))) or {}
+            seconds = row.get("bundle_compile_seconds") or row.get("compile_seconds")
+            entries.append({"mode": mode, "shape": str(shape), "compile_seconds": seconds})
+        with self._device_lock:
+            return bundles.export(path, self.bundle_manifest(entries), self.device)
+
+    def import_bundle(self, path, *, caller: Caller = LOCAL_OPERATOR) -> dict[str, Any]:
+        """Check a bundle against this install and put its files in the compile caches (nothing on a
+        mismatch: ``bundles.BundleRefused`` names the field). Returns the manifest and counts."""
+        from backend import bundles
+
+        caller.require_operator("Importing a warm-start bundle")
+        with self._device_lock:
+            return bundles.import_bundle(path, self.device, self.bundle_manifest())
+
+    def _import_at_start(self):
+        result = self.import_bundle(self.settings.cache_from)
+        log.info("imported %s: %d files (%d already there)", self.settings.cache_from, result["written"],
+                 result["already_there"])
+        return result["manifest"]
+
+    def warm_from_bundle(self, manifest) -> None:
+        """Run a bundle's shapes once (each mode the engines here serve), so they are warm and the
+        table says their compile came from the bundle."""
+        from backend.shapes import parse_shape
+
+        by_mode: dict[str, list[Shape]] = {}
+        for entry in manifest.entries:
+            if entry.get("mode") in self.modes:
+                by_mode.setdefault(entry["mode"], []).append(parse_shape(str(entry["shape"])))
+        for mode, shapes in by_mode.items():
+            if mode == TP_MODE and (self.tp is None or self.tp.state != "ready"):
+                continue
+            self.warmup(shapes, mode)
+        for entry in manifest.entries:
+            if entry.get("mode") in by_mode:
+                self.table.mark_bundled(entry["mode"], parse_shape(str(entry["shape"])), entry.get("compile_seconds"))
 
     def _load_engine(self) -> None:
         from backend.engine import InProcessEngine

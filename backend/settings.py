@@ -87,6 +87,9 @@ class Settings:
     # The operator's credential: "user:pass" or a file of user:pass lines, logged in at /operator;
     # None: a random token printed at start as an operator link. Everyone else is a viewer.
     operator_auth: str | None = None
+    # A warm-start bundle (``python app.py cache export``) to import at start; its shapes are then
+    # run once, so they are warm before the first viewer.
+    cache_from: Path | None = None
     # Generated PNGs kept in the output dir (the oldest of the app's own are removed past it).
     keep_outputs: int = 200
 
@@ -95,6 +98,7 @@ class Settings:
         out["prewarm"] = [str(s) for s in self.prewarm]
         out["cache_dir"] = str(self.cache_dir)
         out["output_dir"] = str(self.output_dir)
+        out["cache_from"] = str(self.cache_from) if self.cache_from else None
         out["auth"] = "set" if self.auth else None  # never echo credentials
         out["operator_auth"] = "set" if self.operator_auth else None
         return out
@@ -106,6 +110,7 @@ class Settings:
         values["prewarm"] = parse_shape_list(",".join(values.get("prewarm") or []))
         values["cache_dir"] = Path(values["cache_dir"]).expanduser()
         values["output_dir"] = Path(values["output_dir"])
+        values["cache_from"] = Path(values["cache_from"]) if values.get("cache_from") else None
         values["auth"] = values["operator_auth"] = None
         return cls(**values)
 
@@ -194,6 +199,9 @@ OPTIONS: dict[str, tuple[str, str, Any, str]] = {
     "operator_auth": ("--operator-auth", "NEURON_STUDIO_OPERATOR_AUTH", str,
                       "the operator's login at /operator: a file of user:pass lines (or user:pass); "
                       "default: a random operator link printed at start"),
+    "cache_from": ("--cache-from", "NEURON_STUDIO_CACHE_FROM", Path,
+                   "a warm-start bundle to import at start (its shapes then run once, so they are warm); "
+                   "importing a bundle runs its author's code: use only bundles you trust"),
     "keep_outputs": ("--keep-outputs", "NEURON_STUDIO_KEEP_OUTPUTS", _positive_int,
                      "generated PNGs kept in the output dir; the app's oldest are removed past it"),
 }

@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 
 from tests.ui.browser import ROOT, choose_mode, chromium
-from tools.app_process import running_app
+from tools.app_process import operator_token, running_app
 from ui.views import load_example_prompts
 
 
@@ -40,7 +40,7 @@ def make_screenshots(out_dir: Path) -> list[Path]:
     with tempfile.TemporaryDirectory() as tmp, running_app(Path(tmp), "--compile-backend", "aot_eager") as url, \
             chromium() as browser:
         page = browser.new_page(locale="en-US", viewport={"width": 1400, "height": 1000})
-        page.goto(url)
+        page.goto(url + "operator?token=" + operator_token(Path(tmp)))  # the operator's page: every control
         page.wait_for_selector("#badges .ns-badge", timeout=30000)
         page.fill("#prompt textarea", PROMPT)
         # Sizes the trained model was trained at; compiled and eager at each, so the plots have points.

@@ -1,0 +1,148 @@
+"""Warm-start bundles: export -> import round trip, and every refusal leaves the caches as they were."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from backend import bundles, device_env
+
+CODE = "j6/cj6za2bike3u7tduddk6hzww7rezwfxjykobuwzmevoumg5c2rey.py"
+
+
+@pytest.fixture
+def caches(tmp_path, monkeypatch):
+    """A CPU device whose inductor cache can be switched between two folders (made here, then 'elsewhere')."""
+    from backend.device import Device, resolve_device
+    from tests.conftest import make_settings
+
+    def use(name: str):
+        monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / name))
+        device = Device(resolve_device(make_settings(tmp_path)))
+        assert device_env.prepared_environment()["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / name)
+        return device
+
+    return use
+
+
+def _here(dev, model=None, **changes):
+    from backend.model_source import resolve_model
+    from tests.conftest import make_settings
+
+    path, label = resolve_model("embedded-random", Path(device_env.prepared_environment()["TORCHINDUCTOR_CACHE_DIR"]))
+    manifest = bundles.describe_install(dev, make_settings(), model or path, label,
+                                        [{"mode": "compiled", "shape": "64x64", "compile_seconds": 1.5}])
+    return dataclasses.replace(manifest, **changes)
+
+
+def _made(tmp_path, caches):
+    device = caches("made")
+    root = tmp_path / "made"
+    for relative, data in (("fxgraph/ab/entry", b"graph"), (CODE, b"print('kernel')"), ("notes.txt", b"mine")):
+        (root / relative).parent.mkdir(parents=True, exist_ok=True)
+        (root / relative).write_bytes(data)
+    manifest = bundles.export(tmp_path / "warm.bundle", _here(device), device)
+    return manifest, tmp_path / "warm.bundle"
+
+
+def test_export_then_import_elsewhere_brings_exactly_the_compile_entries(tmp_path, caches):
+    manifest, bundle = _made(tmp_path, caches)
+    assert sorted(f["path"] for f in manifest.files) == sorted(["fxgraph/ab/entry", CODE])  # not notes.txt
+    assert bundles.read_manifest(bundle).entries == [{"mode": "compiled", "shape": "64x64", "compile_seconds": 1.5}]
+    device = caches("elsewhere")
+    result = bundles.import_bundle(bundle, device, _here(device))
+    assert result["written"] == 2 and result["already_there"] == 0
+    assert (tmp_path / "elsewhere" / CODE).read_bytes() == b"print('kernel')"
+    assert not (tmp_path / "elsewhere" / "notes.txt").exists()
+    again = bundles.import_bundle(bundle, device, _here(device))  # idempotent: same files are no change
+    assert again["written"] == 0 and again["already_there"] == 2
+
+
+def _rewrite(bundle: Path, out: Path, change) -> Path:
+    """Copy a bundle member by member, letting ``change(name, data, manifest)`` alter it."""
+    with tarfile.open(bundle) as tar:
+        members = [(m, tar.extractfile(m).read() if m.isfile() else b"") for m in tar]
+    manifest = json.loads(members[0][1])
+    with tarfile.open(out, "w") as tar:
+        for member, data in change(members, manifest):
+            member.size = len(data)
+            tar.addfile(member, io.BytesIO(data) if member.isfile() else None)
+    return out
+
+
+def _snapshot(root: Path) -> dict:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()} \
+        if root.exists() else {}
+
+
+def _tampered(members, manifest):
+    return [(m, d[:-1] + b"!" if m.name.endswith("entry") else d) for m, d in members]  # same size
+
+
+def _dotdot(members, manifest):
+    manifest["files"][0]["path"] = "../../escape.py"
+    first = members[0][0]
+    evil = tarfile.TarInfo("files/inductor/../../escape.py")
+    return [(first, json.dumps(manifest).encode()), (evil, b"x")]
+
+
+def _link(members, manifest):
+    link = tarfile.TarInfo(f"files/inductor/{manifest['files'][0]['path']}")
+    link.type, link.linkname = tarfile.SYMTYPE, "/etc/passwd"
+    return [members[0], (link, b"")]
+
+
+def _unlisted(members, manifest):
+    return members + [(tarfile.TarInfo("files/inductor/fxgraph/zz/extra"), b"x")]
+
+
+@pytest.mark.parametrize("change, words", [
+    (_tampered, "SHA-256 is not the manifest's"), (_dotdot, "'..'"), (_link, "only regular files"),
+    (_unlisted, "not in the manifest"),
+])
+def test_a_tampered_or_hostile_bundle_is_refused_with_one_line_and_changes_nothing(tmp_path, caches, change, words):
+    _manifest, bundle = _made(tmp_path, caches)
+    bad = _rewrite(bundle, tmp_path / "bad.bundle", change)
+    device = caches("elsewhere")
+    before = _snapshot(tmp_path / "elsewhere")
+    with pytest.raises(bundles.BundleRefused, match=words) as refused:
+        bundles.import_bundle(bad, device, _here(device))
+    assert "\n" not in str(refused.value)
+    assert _snapshot(tmp_path / "elsewhere") == before and not (tmp_path / "escape.py").exists()
+
+
+def test_a_bundle_for_another_model_or_install_is_refused_naming_the_field(tmp_path, caches):
+    _manifest, bundle = _made(tmp_path, caches)
+    device = caches("elsewhere")
+    other_model = tmp_path / "other-model"
+    other_model.mkdir()
+    (other_model / "model_index.json").write_text("{}")
+    for here, words in ((_here(device, model=other_model), "the model's contents"),
+                        (_here(device, torch="9.9.9"), "torch: the bundle was made with"),
+                        (_here(device, device="neuron"), "device: the bundle was made with 'cpu'"),
+                        (_here(device, compile_backend="inductor"), "compile_backend")):
+        with pytest.raises(bundles.BundleRefused, match=words):
+            bundles.import_bundle(bundle, device, here)
+    assert _snapshot(tmp_path / "elsewhere") == {}
+
+
+def test_an_existing_cache_file_with_other_contents_is_never_overwritten(tmp_path, caches):
+    _manifest, bundle = _made(tmp_path, caches)
+    device = caches("elsewhere")
+    (tmp_path / "elsewhere" / "fxgraph" / "ab").mkdir(parents=True)
+    (tmp_path / "elsewhere" / "fxgraph" / "ab" / "entry").write_bytes(b"local compile")
+    with pytest.raises(bundles.BundleRefused, match="exists with other contents"):
+        bundles.import_bundle(bundle, device, _here(device))
+    assert _snapshot(tmp_path / "elsewhere") == {"fxgraph/ab/entry": b"local compile"}
+
+
+def test_not_a_bundle_is_a_clear_refusal(tmp_path):
+    junk = tmp_path / "junk.bundle"
+    junk.write_bytes(b"\x89PNG not a tar")
+    with pytest.raises(bundles.BundleRefused, match="not a readable bundle"):
+        bundles.read_manifest(junk)
