@@ -354,7 +354,18 @@ class Device:
         COMPILE_EVENTS.ensure_registered()
         count, seconds = COMPILE_EVENTS.snapshot()
         neff = self.neff_counters()
-        return {"graphs": count, "compile_seconds": seconds + neff.get("neff_compile_seconds", 0.0), **neff}
+        return {"graphs": count, "compile_seconds": seconds + neff.get("neff_compile_seconds", 0.0), **neff,
+                **self.fxgraph_counters()}
+
+    @staticmethod
+    def fxgraph_counters() -> dict[str, int]:
+        """Inductor's FX-graph cache lookups so far in this process: a hit skips inductor's compile
+        (dynamo still traces the graph); a miss compiles afresh. Empty where none happened."""
+        from torch._dynamo.utils import counters
+
+        inductor = counters.get("inductor", {})
+        return {"fxgraph_hits": int(inductor.get("fxgraph_cache_hit", 0)),
+                "fxgraph_misses": int(inductor.get("fxgraph_cache_miss", 0))}
 
     CACHE_SIZE_TTL = 10.0  # seconds; every open page asks for the status each second
 

@@ -63,6 +63,7 @@ class Manager:
         self.model_path: str | None = None
         self._count_tokens: Callable[[str], int] | None = None  # set once the model's tokenizer loads
         self.tp = None  # TPWorkerGroup, when tensor-parallel mode has been used
+        self.bundle: dict[str, Any] | None = None  # what --cache-from imported and warmed
         self._tp_lock = threading.Lock()
 
     # lifecycle ---------------------------------------------------------------------------------
@@ -190,10 +191,20 @@ class Manager:
         for entry in manifest.entries:
             if entry.get("mode") in self.modes:
                 by_mode.setdefault(entry["mode"], []).append(parse_shape(str(entry["shape"])))
+        from backend.device import diff_counters
+
+        before = self.device.compile_snapshot()
         for mode, shapes in by_mode.items():
             if mode == TP_MODE and (self.tp is None or self.tp.state != "ready"):
                 continue
             self.warmup(shapes, mode)
+        done = diff_counters(before, self.device.compile_snapshot())
+        # What the warm pass still compiled afresh: inductor graphs that missed its cache (CPU/CUDA),
+        # NEFFs the Neuron compiler built (Neuron); dynamo traces every graph either way.
+        self.bundle = {"source": str(self.settings.cache_from), "model": manifest.model, "entries": manifest.entries,
+                       "graphs_traced": int(done.get("graphs", 0)), "fxgraph_hits": int(done.get("fxgraph_hits", 0)),
+                       "fresh_compiles": int(done.get("fxgraph_misses", 0) + done.get("neff_compiles", 0)),
+                       "neff_disk_hits": int(done.get("neff_disk_hits", 0))}
         for entry in manifest.entries:
             if entry.get("mode") in by_mode:
                 self.table.mark_bundled(entry["mode"], parse_shape(str(entry["shape"])), entry.get("compile_seconds"))
@@ -526,4 +537,5 @@ class Manager:
             "tp": self._tp_status(),
             "neuron_cores": self._core_plan_status(),
             "degraded": self._degraded(),
+            "bundle": self.bundle,
         }

@@ -146,3 +146,50 @@ def test_not_a_bundle_is_a_clear_refusal(tmp_path):
     junk.write_bytes(b"\x89PNG not a tar")
     with pytest.raises(bundles.BundleRefused, match="not a readable bundle"):
         bundles.read_manifest(junk)
+
+
+@pytest.mark.slow
+def test_a_fresh_install_serves_the_bundled_shapes_warm_without_a_fresh_compile(tmp_path):
+    """Issue 21's 'done when': made in one cache, served from another folder's empty cache with
+    --cache-from --mode compiled --warm-only: the bundled shape is warm with no fresh inductor
+    compile, others are refused; a bundle for another model is refused by the CLI in one line."""
+    import os
+    import subprocess
+    import sys
+
+    from gradio_client import Client
+
+    from tools.app_process import running_app
+
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    common = ["--model", "embedded-random", "--device", "cpu", "--compile-backend", "inductor"]
+    bundle = tmp_path / "warm.bundle"
+    made = subprocess.run([sys.executable, str(root / "app.py"), "cache", "export", str(bundle), *common,
+                           "--mode", "compiled", "--sizes", "64x64", "--cache-dir", str(tmp_path / "made")],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=280)
+    assert made.returncode == 0 and "1 (mode, shape) entries" in made.stdout, made.stderr[-2000:]
+    other = tmp_path / "other-model"
+    other.mkdir()
+    for name in ("model_index.json",):
+        (other / name).write_text("{}")
+    refused = subprocess.run([sys.executable, str(root / "app.py"), "cache", "import", str(bundle),
+                              "--model", "embedded", "--device", "cpu", "--compile-backend", "inductor",
+                              "--cache-dir", str(tmp_path / "wrong")],
+                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    errors = [line for line in refused.stderr.splitlines() if line.startswith("app.py: error")]
+    assert refused.returncode == 2 and len(errors) == 1 and "the model's contents" in errors[0], refused.stderr
+    assert not any((tmp_path / "wrong" / "inductor").rglob("*.py"))
+    serve = tmp_path / "second-clone"
+    serve.mkdir()
+    with running_app(serve, *common, "--cache-from", str(bundle), "--mode", "compiled", "--warm-only",
+                     "--cache-dir", str(serve / "cache"), timeout=240) as url:
+        client = Client(url, verbose=False)
+        status = client.predict(api_name="/status")
+        assert status["bundle"]["fresh_compiles"] == 0 and status["bundle"]["fxgraph_hits"] >= 1, status["bundle"]
+        row = next(r for r in status["shapes"] if (r["mode"], r["shape"]) == ("compiled", "64x64"))
+        assert row["state"] == "warm" and row["bundle_compile_seconds"] > 0
+        _image, record = client.predict("a fox", 64, 64, "compiled", 2, 1, 1.0, api_name="/generate")
+        assert record["compiled"] is False
+        with pytest.raises(Exception, match="locked to warm shapes"):
+            client.predict("a fox", 96, 96, "compiled", 2, 1, 1.0, api_name="/generate")
