@@ -3,6 +3,7 @@
     python app.py                                   # serve the studio on http://127.0.0.1:7860
     python app.py generate "a red fox" --size 512x512 [--size 768x1344 ...] [--mode compiled] [--json]
     python app.py doctor                            # versions, chosen device and why, caches
+    python app.py cache export|import|show BUNDLE   # warm-start bundles (backend.cache_cli)
 
 Flags for every command come from ``backend.settings`` (flag > NEURON_STUDIO_* env > default).
 This file imports no torch before the device layer has set the cache variables TorchNeuron reads
@@ -58,6 +59,20 @@ def build_parser() -> argparse.ArgumentParser:
     doctor = sub.add_parser("doctor", help="print versions, the chosen device and why, cache dirs")
     add_setting_flags(doctor)
     doctor.add_argument("--json", action="store_true")
+
+    cache = sub.add_parser("cache", help="warm-start bundles: export, import or show one (backend.cache_cli)")
+    cache_sub = cache.add_subparsers(dest="cache_command", required=True, parser_class=_Parser)
+    for name, what in (("export", "write a bundle that warms --modes x --sizes"),
+                       ("import", "put a bundle's compile entries in this install's caches"),
+                       ("show", "print a bundle's manifest and whether it applies here")):
+        verb = cache_sub.add_parser(name, help=what)
+        add_setting_flags(verb)
+        verb.add_argument("bundle", help="the bundle file")
+        if name == "export":
+            verb.add_argument("--modes", default=None, help="comma-separated modes (default: --mode)")
+            verb.add_argument("--sizes", default=None, help="comma-separated WIDTHxHEIGHT (default: --prewarm)")
+        if name == "show":
+            verb.add_argument("--json", action="store_true")
     return parser
 
 
@@ -81,6 +96,14 @@ def main(argv: list[str] | None = None) -> int:
         return cli.generate(settings, args)
     if command == "doctor":
         return cli.doctor(settings, as_json=args.json)
+    if command == "cache":
+        from backend import cache_cli
+
+        if args.cache_command == "export":
+            return cache_cli.export(settings, args.bundle, args.modes, args.sizes)
+        if args.cache_command == "import":
+            return cache_cli.import_(settings, args.bundle)
+        return cache_cli.show(settings, args.bundle, as_json=args.json)
     from ui.serve import serve
 
     code = serve(settings)

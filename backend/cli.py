@@ -11,11 +11,12 @@ import json
 import os
 import platform
 import sys
+import tempfile
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from backend.errors import GenerationCancelled, GenerationFailed, StudioError
+from backend.errors import GenerationCancelled, GenerationFailed, InvalidRequest, StudioError
 from backend.settings import Settings
 
 EXIT_BAD_INPUT = 2
@@ -25,6 +26,52 @@ EXIT_FAILED = 1
 def _fail(message: str, code: int) -> int:
     print(f"app.py: error: {message}", file=sys.stderr)
     return code
+
+
+# The flag (or argument) of ``generate`` behind each request field, so an error names what to change.
+FIELD_FLAGS = {"prompt": "prompt", "size": "--size", "width": "--size", "height": "--size", "steps": "--steps",
+               "guidance": "--guidance", "seed": "--seed", "mode": "--mode"}
+
+
+def _refusal(exc: StudioError) -> str:
+    """One line for an expected failure; a field error names its flag ('--seed: must be ...')."""
+    if isinstance(exc, InvalidRequest):
+        return f"{FIELD_FLAGS.get(exc.field, exc.field)}: {exc.message}"
+    return str(exc)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _unwritable(out: str | None, default_dir: Path) -> str | None:
+    """Why PNGs cannot be written where ``--out`` (or the output dir) points, or None. Checked
+    before the model loads; leaves nothing behind (a missing folder is not created here)."""
+    target = Path(out) if out else default_dir
+    flag = "--out" if out else "--output-dir"
+    if target.suffix.lower() == ".png":
+        if target.is_dir():
+            return f"{flag}: {target} is a folder, not a .png file name"
+        folder = target.parent
+    else:
+        folder = target
+    probe_in = folder
+    while not probe_in.exists():  # the nearest folder that exists: the rest is created on save
+        if probe_in.parent == probe_in:
+            break
+        probe_in = probe_in.parent
+    if not probe_in.is_dir():
+        return f"{flag}: {probe_in} is not a folder"
+    try:
+        if probe_in == folder:  # a file can be created in it
+            fd, probe = tempfile.mkstemp(prefix=".write-test-", suffix=".png", dir=folder)
+            os.close(fd)
+            os.unlink(probe)
+        else:  # the missing folders can be created under it
+            os.rmdir(tempfile.mkdtemp(prefix=".write-test-", dir=probe_in))
+    except OSError as exc:
+        return f"{flag}: cannot write PNGs in {folder}: {exc.strerror or exc}"
+    return None
 
 
 def _out_paths(out: str | None, default_dir: Path, n: int):
@@ -53,13 +100,17 @@ def generate(settings: Settings, args: argparse.Namespace) -> int:
         # One seed for the whole batch (a random one if none was given), reported per image.
         requests = [first] + [manager.validate(args.prompt, s.height, s.width, seed=first.seed)
                               for s in sizes[1:]]
+        unwritable = None if args.no_save else _unwritable(args.out, settings.output_dir)
+        if unwritable:
+            manager.close()
+            return _fail(unwritable, EXIT_BAD_INPUT)
         manager.start()
         # Once the model's tokenizer is loaded, prompts are also held to the text encoder's limit.
         requests = [manager.validate(r.prompt, r.height, r.width, r.steps, r.guidance, r.seed, r.mode)
                     for r in requests]
     except StudioError as exc:
         manager.close()
-        return _fail(str(exc), EXIT_BAD_INPUT)
+        return _fail(_one_line(_refusal(exc)), EXIT_BAD_INPUT)
     name = _out_paths(args.out, settings.output_dir, len(requests))
     try:
         for request in requests:
@@ -68,9 +119,13 @@ def generate(settings: Settings, args: argparse.Namespace) -> int:
             except (GenerationFailed, GenerationCancelled) as exc:
                 return _fail(str(exc), EXIT_FAILED)
             except StudioError as exc:
-                return _fail(str(exc), EXIT_BAD_INPUT)
+                return _fail(_one_line(_refusal(exc)), EXIT_BAD_INPUT)
             if not args.no_save:
-                result.path = str(save_png(image, result, name(result)).resolve())
+                try:
+                    result.path = str(save_png(image, result, name(result)).resolve())
+                except OSError as exc:
+                    flag = "--out" if args.out else "--output-dir"
+                    return _fail(f"{flag}: cannot write {name(result)}: {exc.strerror or exc}", EXIT_FAILED)
             if args.json:
                 print(json.dumps(result.to_json(), ensure_ascii=False), flush=True)
             else:

@@ -7,13 +7,14 @@ trusts nothing it is sent).
 from __future__ import annotations
 
 import math
+import re
 import secrets
 from typing import Any, Callable, Iterable
 
 from backend.errors import InvalidRequest
 from backend.records import GenerationRequest
 from backend.settings import Settings
-from backend.shapes import validate_shape
+from backend.shapes import show_value, validate_shape, whole_number
 
 MAX_SEED = 2**63 - 1
 RANDOM_SEED_BOUND = 2**53  # random seeds stay exact as JavaScript numbers in the browser
@@ -21,20 +22,25 @@ _ALLOWED_CONTROL = {"\n", "\t", "\r"}
 
 
 def _whole(field: str, value: Any) -> int:
+    return whole_number(field, value)
+
+
+_GUIDANCE_TEXT = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]{1,4})?")
+
+
+def _number(field: str, value: Any) -> float:
+    """A float from a number or plain ASCII decimal text ('1', '3.5', '2e0'), or InvalidRequest."""
     if isinstance(value, bool):
-        raise InvalidRequest(field, f"must be a whole number, got {value!r}")
+        raise InvalidRequest(field, f"must be a number, got {value!r}")
     if isinstance(value, str):
-        value = value.strip()
-        if not value.lstrip("-").isdigit():
-            raise InvalidRequest(field, f"must be a whole number, got {value!r}")
-        return int(value)
-    if isinstance(value, float):
-        if not math.isfinite(value) or value != int(value):
-            raise InvalidRequest(field, f"must be a whole number, got {value!r}")
-        return int(value)
-    if isinstance(value, int):
-        return value
-    raise InvalidRequest(field, f"must be a whole number, got {value!r}")
+        text = value.strip()
+        if len(text) > 64 or not _GUIDANCE_TEXT.fullmatch(text):
+            raise InvalidRequest(field, f"must be a number, got {show_value(value)}")
+        value = text
+    try:
+        return float(value)
+    except (TypeError, ValueError, OverflowError):
+        raise InvalidRequest(field, f"must be a number, got {show_value(value)}") from None
 
 
 def validate_request(s: Settings, modes: Iterable[str], prompt: Any, height: Any, width: Any, steps: Any = None,
@@ -55,6 +61,8 @@ def validate_request(s: Settings, modes: Iterable[str], prompt: Any, height: Any
     for pos, ch in enumerate(text):
         if (ord(ch) < 32 or 0x7F <= ord(ch) < 0xA0) and ch not in _ALLOWED_CONTROL:
             raise InvalidRequest("prompt", f"contains control character U+{ord(ch):04X} at position {pos}")
+        if 0xD800 <= ord(ch) <= 0xDFFF:  # not text: it cannot be encoded (tokenizer, PNG, JSON)
+            raise InvalidRequest("prompt", f"contains an unpaired surrogate U+{ord(ch):04X} at position {pos}")
     shape = validate_shape(height, width, s.min_size, s.max_size)
     long_side, short_side = max(shape.height, shape.width), min(shape.height, shape.width)
     if long_side > s.max_aspect * short_side:
@@ -70,16 +78,11 @@ def validate_request(s: Settings, modes: Iterable[str], prompt: Any, height: Any
 
     steps = s.steps if steps is None else _whole("steps", steps)
     if not 1 <= steps <= s.max_steps:
-        raise InvalidRequest("steps", f"must be between 1 and {s.max_steps}, got {steps}")
+        raise InvalidRequest("steps", f"must be between 1 and {s.max_steps}, got {show_value(steps)}")
 
     if guidance is None:
         guidance = s.guidance
-    if isinstance(guidance, bool):
-        raise InvalidRequest("guidance", f"must be a number, got {guidance!r}")
-    try:
-        guidance = float(guidance)
-    except (TypeError, ValueError):
-        raise InvalidRequest("guidance", f"must be a number, got {guidance!r}") from None
+    guidance = _number("guidance", guidance)
     if not math.isfinite(guidance) or not 0.0 <= guidance <= s.max_guidance:
         raise InvalidRequest("guidance", f"must be between 0 and {s.max_guidance}, got {guidance!r}")
 
@@ -88,9 +91,10 @@ def validate_request(s: Settings, modes: Iterable[str], prompt: Any, height: Any
     else:
         seed = _whole("seed", seed)
         if not 0 <= seed <= MAX_SEED:
-            raise InvalidRequest("seed", f"must be between 0 and 2^63-1 (or -1 for random), got {seed}")
+            raise InvalidRequest("seed", "must be between 0 and 2^63-1 (or -1 for random), "
+                                         f"got {show_value(seed)}")
 
     mode = s.mode if mode in (None, "") else mode
     if mode not in modes:
-        raise InvalidRequest("mode", f"must be one of {', '.join(modes)}, got {mode!r}")
+        raise InvalidRequest("mode", f"must be one of {', '.join(modes)}, got {show_value(mode)}")
     return GenerationRequest(text, shape.height, shape.width, steps, guidance, seed, mode)

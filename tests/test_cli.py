@@ -62,7 +62,7 @@ def test_compiled_sizes_in_one_process_report_measured_compiles(tmp_path):
 def test_bad_input_in_a_real_process_is_one_line_without_traceback(tmp_path):
     proc = _run(["generate", "fox", "--size", "250x256"], cwd=tmp_path)
     assert proc.returncode == 2
-    assert proc.stderr.strip() == ("app.py: error: size: width 250 is not a multiple of 16; "
+    assert proc.stderr.strip() == ("app.py: error: --size: width 250 is not a multiple of 16; "
                                    "nearest valid size is 256x256")
     assert not (tmp_path / "outputs").exists()
 
@@ -86,6 +86,51 @@ def test_bad_input_exits_2_with_one_line(argv, message, capsys, tmp_path):
     assert exit_info.value.code == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and message in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--seed=²"], "app.py: error: --seed: must be a whole number (digits 0-9), got '²'"),
+    (["--seed=--1"], "app.py: error: --seed: must be a whole number (digits 0-9), got '--1'"),
+    (["--seed=99999999999999999999999"], "app.py: error: --seed: must be between 0 and 2^63-1"),
+    (["--size", "10x10"], "app.py: error: --size: width 10 is outside 64..2048"),
+    (["--out", "/proc/x.png"], "app.py: error: --out: cannot write PNGs in /proc"),
+])
+def test_bad_flags_in_a_real_process_exit_2_naming_the_flag(flags, message, tmp_path):
+    """Each refused while the arguments are checked: no model is loaded (the process would print
+    'loading' lines and take seconds), nothing is written."""
+    size = [] if "--size" in flags else ["--size", "64x64"]
+    proc = _run(["generate", "x", *size, *flags, "--output-dir", str(tmp_path / "out")], cwd=tmp_path, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and proc.stderr.startswith(message), proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stdout == ""
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("out, message", [
+    ("/proc/x.png", "--out: cannot write PNGs in /proc"),
+    ("/proc/sub/folder", "--out: cannot write PNGs in /proc/sub/folder"),
+    ("{file}/x.png", "--out: {file} is not a folder"),
+    ("{folder}.png", "--out: {folder}.png is a folder, not a .png file name"),
+])
+def test_an_unwritable_out_is_refused_before_the_model_loads(out, message, tmp_path, capsys, monkeypatch):
+    from backend.manager import Manager
+
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "folder.png").mkdir()
+    fill = {"file": str(tmp_path / "file"), "folder": str(tmp_path / "folder")}
+    monkeypatch.setattr(Manager, "start", lambda self: pytest.fail("the model was loaded"))
+    code = app.main(["generate", "x", "--size", "64x64", "--out", out.format(**fill),
+                     "--output-dir", str(tmp_path / "out")])
+    assert code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("app.py: error: " + message.format(**fill)) and len(err.splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "folder.png"]  # nothing left behind
+
+
+def test_a_missing_out_folder_is_fine_and_made_on_save(tmp_path, capsys):
+    out = tmp_path / "new" / "deeper"
+    assert app.main(["generate", "a fox", "--size", "64x64", "--steps", "1", "--seed", "2", "--out", str(out)]) == 0
+    assert len(list(out.glob("*.png"))) == 1
 
 
 def test_generate_in_process_writes_pngs_and_text(capsys, tmp_path):

@@ -33,7 +33,6 @@ import os
 import re
 import secrets
 import shlex
-import shutil
 import signal
 import socket
 import subprocess
@@ -308,23 +307,34 @@ class TPWorkerGroup:
                 processes.wait_gone([proc.pid, *alive], self.grace)
         proc.wait()
         processes.wait_gone(list(pids), self.grace)
+        run_dir = None
         with self._lock:
             if self.proc is proc:  # a restart may already have begun
                 if final_state == "stopped" or self.state != "dead":
                     self.state = final_state
                 self._pids = pids
+                # A stopped group leaves nothing behind; a dead one keeps its logs (the page shows
+                # their tails) until the next start or close.
+                run_dir = self.dir if self.state == "stopped" else None
         self._ready.set()
         if self._log and final_state == "stopped":
             self._log.close()
+        if run_dir:
+            self._cleanup_dir(run_dir)
 
     def survivors(self) -> list[int]:
         """Rank or launcher pids of this group still alive (empty after a stop)."""
         pids = set(self._pids) | ({self.proc.pid} if self.proc else set())
         return sorted(p for p in pids if processes.alive(p))
 
-    def _cleanup_dir(self) -> None:
-        if self.dir and os.path.isdir(self.dir):
-            shutil.rmtree(self.dir, ignore_errors=True)
+    def _cleanup_dir(self, path: str | None = None) -> None:
+        """Remove the group's private run dir (``path``, default the current one) with its socket
+        and logs. Only a dir named like one (``protocol.RUN_DIR_PREFIX``) is ever removed."""
+        path = path or self.dir
+        if path is None or path == self.dir:
+            if self._log and not self._log.closed:
+                self._log.close()  # torchrun's log lives in it
+        proto.remove_run_dir(path, require_contents=False)
 
     # calls -------------------------------------------------------------------------------------
     def ranks_beating(self, within: float) -> bool:

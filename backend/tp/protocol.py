@@ -7,7 +7,10 @@ A message is a 4-byte big-endian header length, a UTF-8 JSON header (an object w
 then ``header["payload_bytes"]`` raw bytes (only image pixels use a payload). Nothing is pickled
 or evaluated: JSON and raw bytes only, with bounded sizes. The first message on every connection is
 ``{"type": "hello", "token": ...}``; a wrong or missing token is answered with an error and the
-connection is closed before anything else is read.
+connection is closed before anything else is read. The hello is read with ``recv_hello``: a header
+of at most ``HELLO_MAX_HEADER`` bytes and no payload, so a stranger on the socket makes rank 0
+allocate at most that much (the limits of other messages apply only after the token is checked).
+Requests carry no payload either; only the worker's ``result`` does.
 
 Request types: ``wait_ready``, ``generate``, ``health``, ``cancel``, ``shutdown``.
 Answers: ``progress`` (zero or more, for generate), then one ``ready``, ``result``, ``ok`` or
@@ -22,13 +25,16 @@ token travels in ``TOKEN_VAR`` and the worker removes it from its environment at
 
 from __future__ import annotations
 
+import dataclasses
 import hmac
 import json
+import os
 import select
+import shutil
 import socket
+import stat
 import struct
 import time
-import dataclasses
 from typing import Any, Callable
 
 from backend.errors import (BackendNotReady, CompileFailure, GenerationCancelled, GenerationFailed, GroupDead,
@@ -39,6 +45,7 @@ TOKEN_VAR = "NEURON_STUDIO_TP_TOKEN"
 
 MAX_HEADER = 1 << 20  # 1 MiB of JSON is far more than any request needs
 MAX_PAYLOAD = 256 << 20  # a 2048x2048 RGB image is 12 MiB
+HELLO_MAX_HEADER = 4096  # {"type": "hello", "token": <64 hex digits>} is under 100 bytes
 _LEN = struct.Struct(">I")
 
 
@@ -48,6 +55,10 @@ class ProtocolError(Exception):
 
 class DeadlineExceeded(ProtocolError):
     """No complete message arrived before the deadline."""
+
+
+class ConnectionLost(ProtocolError):
+    """The peer hung up, or the connection failed, before a whole message arrived."""
 
 
 def _recv_exact(sock: socket.socket, n: int, deadline: float | None,
@@ -67,9 +78,9 @@ def _recv_exact(sock: socket.socket, n: int, deadline: float | None,
         except socket.timeout:
             raise DeadlineExceeded(f"no answer within the deadline ({got}/{n} bytes read)") from None
         except OSError as exc:
-            raise ProtocolError(f"connection failed: {exc}") from None
+            raise ConnectionLost(f"connection failed: {exc}") from None
         if not k:
-            raise ProtocolError("connection closed by the peer")
+            raise ConnectionLost("connection closed by the peer")
         got += k
     return buf
 
@@ -92,21 +103,34 @@ def send_message(sock: socket.socket, header: dict[str, Any], payload: bytes | m
 
 
 def recv_message(sock: socket.socket, deadline: float | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> tuple[dict[str, Any], bytearray]:
-    """Read one message; ``deadline`` is a ``clock()`` value (None waits forever)."""
+                 clock: Callable[[], float] = time.monotonic, *, max_header: int = MAX_HEADER,
+                 max_payload: int = MAX_PAYLOAD) -> tuple[dict[str, Any], bytearray]:
+    """Read one message; ``deadline`` is a ``clock()`` value (None waits forever). A header longer
+    than ``max_header`` or a payload longer than ``max_payload`` is refused when announced, before
+    anything more is read or allocated."""
     (size,) = _LEN.unpack(_recv_exact(sock, _LEN.size, deadline, clock))
-    if size > MAX_HEADER:
-        raise ProtocolError(f"header of {size} bytes refused (limit {MAX_HEADER})")
+    if size > max_header:
+        raise ProtocolError(f"header of {size} bytes refused (limit {max_header})")
     try:
         header = json.loads(_recv_exact(sock, size, deadline, clock).decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise ProtocolError(f"header is not JSON: {exc}") from None
     if not isinstance(header, dict) or not isinstance(header.get("type"), str):
         raise ProtocolError("header must be a JSON object with a 'type'")
     n = header.get("payload_bytes", 0)
-    if not isinstance(n, int) or not 0 <= n <= MAX_PAYLOAD:
-        raise ProtocolError(f"payload of {n!r} bytes refused (limit {MAX_PAYLOAD})")
+    if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= max_payload:
+        raise ProtocolError(f"payload of {str(n)[:40]} bytes refused (limit {max_payload})")
     return header, _recv_exact(sock, n, deadline, clock) if n else bytearray()
+
+
+def recv_hello(sock: socket.socket, deadline: float | None,
+               clock: Callable[[], float] = time.monotonic) -> dict[str, Any]:
+    """Read the first message of a connection, from a peer not yet trusted: a header of at most
+    ``HELLO_MAX_HEADER`` bytes with no payload (its type and token are ``token_ok``'s to check).
+    Anything larger raises ProtocolError having read (and allocated) at most ``HELLO_MAX_HEADER``
+    + 4 bytes."""
+    header, _ = recv_message(sock, deadline, clock, max_header=HELLO_MAX_HEADER, max_payload=0)
+    return header
 
 
 def token_ok(expected: str, header: dict[str, Any]) -> bool:
@@ -114,6 +138,47 @@ def token_ok(expected: str, header: dict[str, Any]) -> bool:
     token = header.get("token")
     return (header.get("type") == "hello" and isinstance(token, str)
             and hmac.compare_digest(token.encode(), expected.encode()))
+
+
+RUN_DIR_PREFIX = "neuron-studio-tp-"  # the group's private run dir: tempfile.mkdtemp(prefix=...)
+
+
+def is_run_dir(path: str | None, require_contents: bool = True) -> bool:
+    """True only for a group's run dir: a real directory (not a link) owned by this user, named
+    ``RUN_DIR_PREFIX...``, holding (with ``require_contents``) a ``tp.sock`` or rank logs. Guards
+    every removal of a path that came from a config or environment."""
+    if not path:
+        return False
+    path = os.path.normpath(os.path.abspath(path))
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return False
+    if not stat.S_ISDIR(info.st_mode) or not os.path.basename(path).startswith(RUN_DIR_PREFIX):
+        return False
+    if hasattr(os, "getuid") and info.st_uid != os.getuid():
+        return False
+    if not require_contents:
+        return True
+    try:
+        names = os.listdir(path)
+    except OSError:
+        return False
+    return "tp.sock" in names or any(n.startswith("rank") and n.endswith(".log") for n in names)
+
+
+def remove_run_dir(path: str | None, require_contents: bool = True, attempts: int = 5) -> bool:
+    """Remove a group's run dir (see ``is_run_dir``; anything else is left alone). Retries a few
+    times: another rank may still be writing its heartbeat into it. True when it is gone."""
+    if not is_run_dir(path, require_contents):
+        return False
+    path = os.path.normpath(os.path.abspath(path))
+    for attempt in range(attempts):
+        shutil.rmtree(path, ignore_errors=True)
+        if not os.path.lexists(path):
+            return True
+        time.sleep(0.05 * (attempt + 1))
+    return False
 
 
 @dataclasses.dataclass

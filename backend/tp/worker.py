@@ -88,10 +88,14 @@ def _heartbeat(run_dir: str, rank: int, interval: float) -> None:
     threading.Thread(target=beat, name="heartbeat", daemon=True).start()
 
 
-def _watch_parent(pid: int) -> None:
-    """Exit when the app is gone (the 'death pipe' of vLLM, by polling the parent's pid)."""
+def _watch_parent(pid: int, run_dir: str = "", rank: int = 0, interval: float = 1.0,
+                  exit_process=os._exit) -> threading.Thread | None:
+    """Exit when the app is gone (the 'death pipe' of vLLM, by polling the parent's pid). The app
+    cannot clean up after a SIGKILL, so the ranks do: before exiting, they remove the group's
+    private run dir (socket, logs, heartbeats), rank 0 first of all; ``protocol.remove_run_dir``
+    removes nothing but such a dir."""
     if not pid:
-        return
+        return None
 
     def watch() -> None:
         while True:
@@ -99,18 +103,30 @@ def _watch_parent(pid: int) -> None:
                 os.kill(pid, 0)
             except ProcessLookupError:
                 print(f"app process {pid} is gone; exiting", flush=True)
-                os._exit(3)
+                if run_dir:
+                    removed = proto.remove_run_dir(run_dir, attempts=10 if rank == 0 else 2)
+                    print(f"run dir {run_dir} {'removed' if removed else 'not removed'}", flush=True)
+                exit_process(3)
+                return
             except PermissionError:
                 pass
-            time.sleep(1.0)
+            time.sleep(interval)
 
-    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+    thread = threading.Thread(target=watch, name="parent-watch", daemon=True)
+    thread.start()
+    return thread
 
 
 class Rank0Server:
-    """Rank 0's socket: authenticates, answers quick requests, queues device work."""
+    """Rank 0's socket: authenticates, answers quick requests, queues device work.
 
-    def __init__(self, path: str, token: str, world: int):
+    Bounded against whoever can reach the socket: at most ``max_connections`` connections at once
+    (one more is closed as soon as it is accepted), each with ``read_timeout`` seconds to send each
+    message, and a first message (the hello) of at most ``protocol.HELLO_MAX_HEADER`` bytes with
+    no payload, refused before anything larger is read or allocated."""
+
+    def __init__(self, path: str, token: str, world: int, *, max_connections: int = 16,
+                 read_timeout: float = 10.0):
         self.token, self.world = token, world
         self.jobs: queue.Queue = queue.Queue()
         self.cancel = threading.Event()
@@ -120,7 +136,13 @@ class Rank0Server:
         self.error: str | None = None
         self.busy: dict[str, Any] | None = None
         self.done = 0  # requests answered with a result
-        self.refused = 0  # connections refused for a wrong token
+        self.refused = 0  # connections refused for a wrong token or a malformed hello
+        self.turned_away = 0  # connections closed at once: max_connections were already open
+        self.max_connections, self.read_timeout = max_connections, read_timeout
+        self._slots = threading.BoundedSemaphore(max_connections)
+        self._count_lock = threading.Lock()
+        self.open_connections = 0
+        self._closed = False
         self.ready = threading.Event()
         old = os.umask(0o177)  # the socket file is created 0600
         try:
@@ -129,27 +151,70 @@ class Rank0Server:
         finally:
             os.umask(old)
         os.chmod(path, 0o600)
-        self.sock.listen(16)
+        self.sock.listen(max_connections)
         threading.Thread(target=self._accept, name="tp-accept", daemon=True).start()
 
     def describe(self) -> dict[str, Any]:
         return {"type": "ok", "state": self.state, "world_size": self.world, "timings": self.timings,
                 "busy": self.busy, "error": self.error, "requests_done": self.done, "refused": self.refused}
 
+    def close(self) -> None:
+        """Stop accepting (the accept thread ends); open connections finish on their own."""
+        self._closed = True
+        for end in (lambda: self.sock.shutdown(socket.SHUT_RDWR), self.sock.close):
+            try:
+                end()  # shutdown wakes a blocked accept() on Linux; close alone does not
+            except OSError:
+                pass
+
     def _accept(self) -> None:
-        while True:
-            conn, _ = self.sock.accept()
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+        while not self._closed:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                if self._closed:
+                    return
+                time.sleep(0.05)  # e.g. out of file descriptors: do not spin
+                continue
+            if not self._slots.acquire(blocking=False):
+                self.turned_away += 1
+                conn.close()
+                continue
+            with self._count_lock:
+                self.open_connections += 1
+            try:
+                threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+            except RuntimeError:  # can't start a thread: refuse this one, keep serving
+                self._release(conn)
+
+    def _release(self, conn: socket.socket) -> None:
+        conn.close()
+        with self._count_lock:
+            self.open_connections -= 1
+        self._slots.release()
+
+    def _refuse(self, conn: socket.socket, why: str) -> None:
+        self.refused += 1
+        print(f"refused a connection: {why}", flush=True)
+        try:
+            proto.send_message(conn, proto.error_message(proto.Unauthorized("bad token")))
+        except OSError:
+            pass
 
     def _serve(self, conn: socket.socket) -> None:
         try:
-            hello, _ = proto.recv_message(conn, deadline=time.monotonic() + 10)
-            if not proto.token_ok(self.token, hello):
-                self.refused += 1
-                print("refused a connection with a missing or wrong token", flush=True)
-                proto.send_message(conn, proto.error_message(proto.Unauthorized("bad token")))
+            try:
+                hello = proto.recv_hello(conn, deadline=time.monotonic() + self.read_timeout)
+            except (proto.DeadlineExceeded, proto.ConnectionLost):
+                raise  # silent or gone: dropped below, not counted as refused
+            except proto.ProtocolError as exc:
+                self._refuse(conn, f"malformed hello ({exc})")
                 return
-            request, _ = proto.recv_message(conn, deadline=time.monotonic() + 10)
+            if not proto.token_ok(self.token, hello):
+                self._refuse(conn, "missing or wrong token")
+                return
+            # Requests carry no payload (only results do).
+            request, _ = proto.recv_message(conn, deadline=time.monotonic() + self.read_timeout, max_payload=0)
             kind = request["type"]
             if kind == "health":
                 proto.send_message(conn, self.describe())
@@ -171,11 +236,11 @@ class Rank0Server:
                 finished.wait()  # the main loop answers on this connection
             else:
                 proto.send_message(conn, {"type": "error", "kind": "invalid", "field": "type",
-                                          "error": f"unknown request {kind!r}"})
+                                          "error": f"unknown request {kind[:40]!r}"})
         except (proto.ProtocolError, OSError, KeyError) as exc:
             print(f"connection dropped: {exc}", flush=True)
         finally:
-            conn.close()
+            self._release(conn)
 
 
 @dataclasses.dataclass
@@ -411,7 +476,7 @@ def main() -> None:
     rank, local_rank, world = (int(os.environ[k]) for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE"))
     _redirect_output(cfg.run_dir, rank)
     print(f"rank {rank}/{world} starting (pid {os.getpid()})", flush=True)
-    _watch_parent(cfg.parent_pid)
+    _watch_parent(cfg.parent_pid, cfg.run_dir, rank)
     stall = float(cfg.settings.get("tp_stall_timeout") or 60.0)
     _heartbeat(cfg.run_dir, rank, max(0.1, min(5.0, stall / 5)))
     server = Rank0Server(cfg.socket, token, world) if rank == 0 else None

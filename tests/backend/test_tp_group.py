@@ -3,11 +3,14 @@ no torchrun, no sleeps to wait out a deadline. (Real torchrun groups: tests/back
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import types
+from pathlib import Path
 
 import pytest
 
@@ -155,3 +158,103 @@ def test_degrees_are_checked_before_anything_starts():
     assert check_degree(2, 4, make_plan("0", 4)) == [1, 2]
     with pytest.raises(InvalidRequest, match="degrees that fit are 1, 2"):
         check_degree(4, 4, make_plan("0", 4))
+
+
+# --- the private run dir: removed on stop, kept while dead, removed by the ranks if the app dies --
+
+def _run_dir(parent, *names) -> str:
+    made = tempfile.mkdtemp(prefix="neuron-studio-tp-", dir=parent)
+    for name in names:
+        (Path(made) / name).write_text("x")
+    return made
+
+
+def test_a_stop_removes_the_run_dir_and_its_logs(group, tmp_path):
+    group.dir = _run_dir(tmp_path, "rank0.log", "rank1.log", "torchrun.log", "rank0.heartbeat")
+    group.proc, group.state = _sleeper(), "launching"
+    group.stop()
+    assert group.state == "stopped" and group.survivors() == []
+    assert not os.path.exists(group.dir) and group.rank_logs() == {"rank 0": "", "rank 1": "", "torchrun": ""}
+
+
+def test_a_dead_group_keeps_its_logs_until_it_is_stopped_or_closed(group, tmp_path):
+    group.dir = _run_dir(tmp_path, "rank0.log", "torchrun.log")
+    Path(group.dir, "rank1.log").write_text("rank 1 exited with signal SIGKILL\n")
+    group.proc, group.state = _sleeper(), "launching"
+    group.stop(final_state="dead")  # as the monitor and a stalled call end it
+    assert group.state == "dead" and "SIGKILL" in group.rank_logs()["rank 1"]
+    group.stop()  # Manager.stop_tp on the dead group
+    assert group.state == "stopped" and not os.path.exists(group.dir)
+
+    group.dir = _run_dir(tmp_path, "rank0.log")
+    group.proc, group.state = _sleeper(), "launching"
+    group.stop(final_state="dead")
+    group.close()
+    assert not os.path.exists(group.dir)
+
+
+def test_cleanup_removes_nothing_but_a_run_dir(group, tmp_path):
+    other = tmp_path / "not-a-run-dir"
+    other.mkdir()
+    (other / "rank0.log").write_text("keep me")
+    group.dir = str(other)
+    group.close()
+    assert (other / "rank0.log").read_text() == "keep me"
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_a_rank_removes_the_run_dir_when_the_app_is_gone(tmp_path):
+    from backend.tp.worker import _watch_parent
+
+    run_dir = _run_dir(tmp_path, "tp.sock", "rank0.log", "rank0.heartbeat")
+    exits = []
+    thread = _watch_parent(_dead_pid(), run_dir, rank=0, interval=0.01, exit_process=exits.append)
+    thread.join(10)
+    assert exits == [3] and not os.path.exists(run_dir)
+
+
+@pytest.mark.parametrize("layout", ["no prefix", "no socket or logs", "a link", "missing"])
+def test_a_rank_removes_only_a_run_dir(tmp_path, layout):
+    from backend.tp.worker import _watch_parent
+
+    target = tmp_path / "target"
+    target.mkdir()
+    (target / "rank0.log").write_text("keep me")
+    if layout == "no prefix":
+        path = str(target)
+    elif layout == "no socket or logs":
+        path = _run_dir(tmp_path, "notes.txt")
+    elif layout == "a link":
+        path = str(tmp_path / "neuron-studio-tp-link")
+        os.symlink(target, path)
+    else:
+        path = str(tmp_path / "neuron-studio-tp-gone")
+    exits = []
+    _watch_parent(_dead_pid(), path, rank=0, interval=0.01, exit_process=exits.append).join(10)
+    assert exits == [3]  # the rank still leaves
+    assert (target / "rank0.log").read_text() == "keep me"
+    if layout == "no socket or logs":
+        assert os.path.isdir(path)
+
+
+def test_a_rank_process_cleans_up_after_its_app_is_killed(tmp_path):
+    """The real thing without torchrun: a 'rank' watches an 'app' process, which is SIGKILLed."""
+    run_dir = _run_dir(tmp_path, "tp.sock", "rank0.log", "torchrun.log")
+    app = _sleeper()
+    script = ("import sys, time; sys.path.insert(0, sys.argv[3]); from backend.tp.worker import _watch_parent; "
+              "_watch_parent(int(sys.argv[1]), sys.argv[2], 0, interval=0.05); time.sleep(60)")
+    rank = subprocess.Popen([sys.executable, "-c", script, str(app.pid), run_dir, str(ROOT)],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        app.kill()
+        app.wait()
+        assert rank.wait(timeout=30) == 3
+        assert not os.path.exists(run_dir)
+        assert "removed" in rank.stdout.read()
+    finally:
+        rank.kill()

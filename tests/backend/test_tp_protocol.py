@@ -1,7 +1,12 @@
 """The TP wire format on a socket pair: framing, limits, tokens, deadlines."""
 
+import json
+import os
+import re
+import shutil
 import socket
 import struct
+import tempfile
 import time
 
 import pytest
@@ -105,3 +110,126 @@ def test_the_worker_config_carries_the_whole_settings():
     rebuilt = Settings.from_json(back.settings)
     assert rebuilt == Settings(**{**vars(settings), "auth": None})  # everything but the credentials
     assert "secret" not in config.to_json()
+
+
+# --- a stranger on the socket: the hello is bounded, and so are connections --------------------
+
+class _RecordingSocket:
+    """One end of a socket pair that records how many bytes each recv was asked for."""
+
+    def __init__(self, sock):
+        self.sock, self.asked = sock, []
+
+    def settimeout(self, t):
+        self.sock.settimeout(t)
+
+    def recv_into(self, view, n):
+        self.asked.append(n)
+        return self.sock.recv_into(view, n)
+
+
+def _raw(header: dict) -> bytes:
+    data = json.dumps(header).encode()
+    return struct.pack(">I", len(data)) + data
+
+
+@pytest.mark.parametrize("raw, message", [
+    (_raw({"type": "hello", "token": "t", "payload_bytes": 256 << 20}), "payload of 268435456 bytes refused"),
+    (_raw({"type": "hello", "token": "t", "payload_bytes": 1}), "limit 0"),
+    (struct.pack(">I", proto.MAX_HEADER), f"header of {proto.MAX_HEADER} bytes refused (limit 4096)"),
+    (struct.pack(">I", 2**32 - 1), "refused"),
+    (_raw({"type": "hello", "token": "t" * 5000}), "refused (limit 4096)"),
+])
+def test_a_hello_is_refused_before_anything_large_is_read(pair, raw, message):
+    a, b = pair
+    a.sendall(raw)
+    spy = _RecordingSocket(b)
+    with pytest.raises(proto.ProtocolError, match=re.escape(message)):
+        proto.recv_hello(spy, deadline=time.monotonic() + 5)
+    assert max(spy.asked) <= proto.HELLO_MAX_HEADER and sum(spy.asked) <= proto.HELLO_MAX_HEADER + 4
+
+
+def test_a_small_hello_is_read_whole(pair):
+    a, b = pair
+    proto.send_message(a, {"type": "hello", "token": "t" * 64})
+    assert proto.recv_hello(b, deadline=time.monotonic() + 5) == {"type": "hello", "token": "t" * 64,
+                                                                   "payload_bytes": 0}
+
+
+@pytest.fixture
+def server():
+    from backend.tp.worker import Rank0Server
+
+    folder = tempfile.mkdtemp(prefix="ns-")  # short: a Unix socket path has about 100 bytes
+    made = Rank0Server(os.path.join(folder, "tp.sock"), "s" * 64, 2)
+    made.state = "ready"
+    yield made
+    made.close()
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _connect(server):
+    sock = socket.socket(socket.AF_UNIX)
+    sock.settimeout(10)
+    sock.connect(server.sock.getsockname())
+    return sock
+
+
+def _wait(predicate, what):
+    deadline = time.monotonic() + 10
+    while not predicate():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.01)
+
+
+def _closed(sock) -> bool:
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+
+
+def test_rank0_refuses_an_oversized_hello_and_serves_on(server):
+    sock = _connect(server)
+    sock.sendall(_raw({"type": "hello", "token": "s" * 64, "payload_bytes": 256 << 20}))
+    header, _ = proto.recv_message(sock, deadline=time.monotonic() + 10)
+    assert header["kind"] == "unauthorized" and _closed(sock)
+    sock.close()
+    assert server.refused == 1
+    sock = _connect(server)  # the right hello still works
+    proto.send_message(sock, {"type": "hello", "token": "s" * 64})
+    proto.send_message(sock, {"type": "health"})
+    assert proto.recv_message(sock, deadline=time.monotonic() + 10)[0]["refused"] == 1
+    sock.close()
+
+
+def test_rank0_holds_16_connections_and_closes_the_17th_at_once(server):
+    held = [_connect(server) for _ in range(16)]
+    try:
+        _wait(lambda: server.open_connections == 16, "16 connections accepted")
+        extra = _connect(server)
+        assert _closed(extra)  # closed without a word, while the 16 stay open
+        extra.close()
+        assert server.turned_away == 1 and server.open_connections == 16
+        proto.send_message(held[0], {"type": "hello", "token": "s" * 64})  # a held one is served
+        proto.send_message(held[0], {"type": "health"})
+        assert proto.recv_message(held[0], deadline=time.monotonic() + 10)[0]["state"] == "ready"
+        held.pop(0).close()
+        _wait(lambda: server.open_connections == 15, "the served connection released its slot")
+        again = _connect(server)  # a slot is free again
+        proto.send_message(again, {"type": "hello", "token": "x" * 64})
+        assert proto.recv_message(again, deadline=time.monotonic() + 10)[0]["kind"] == "unauthorized"
+        again.close()
+    finally:
+        for sock in held:
+            sock.close()
+    _wait(lambda: server.open_connections == 0, "every slot released")
+
+
+def test_a_silent_connection_is_dropped_at_the_read_deadline(server):
+    server.read_timeout = 0.2
+    sock = _connect(server)
+    assert _closed(sock)  # nothing sent: dropped after the deadline, not counted as refused
+    sock.close()
+    _wait(lambda: server.open_connections == 0, "slot released")
+    assert server.refused == 0

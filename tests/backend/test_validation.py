@@ -59,3 +59,44 @@ def test_bad_fields_are_named(mgr, kwargs, field):
 def test_unicode_prompts_are_accepted(mgr):
     assert mgr.validate("a fox 🦊 ثعلب", 64, 64).prompt == "a fox 🦊 ثعلب"
     assert mgr.validate("line one\nline two\tend", 64, 64).prompt.startswith("line one")
+
+
+@pytest.mark.parametrize("kwargs, field, words", [
+    ({"steps": "--4"}, "steps", "digits 0-9"),
+    ({"steps": "²"}, "steps", "digits 0-9"),
+    ({"steps": "٣"}, "steps", "digits 0-9"),  # Arabic-Indic three: int() would take it
+    ({"steps": "+4"}, "steps", "digits 0-9"),
+    ({"steps": "4_0"}, "steps", "digits 0-9"),
+    ({"steps": "9" * 5000}, "steps", "at most 24 digits, got 5000 digits"),
+    ({"steps": 10**5000}, "steps", "about 5001 digits"),  # too long for int -> str
+    ({"seed": "9" * 5000}, "seed", "at most 24 digits"),
+    ({"seed": "²"}, "seed", "digits 0-9"),
+    ({"seed": "--1"}, "seed", "digits 0-9"),
+    ({"seed": "99999999999999999999999"}, "seed", "2^63-1 (or -1 for random), got 99999999999999999999999"),
+    ({"seed": 10**400}, "seed", "got a number of 401 digits"),
+    ({"width": "9" * 5000}, "width", "at most 24 digits"),
+    ({"width": 10**400}, "size", "width (a number of 401 digits) is outside 64..2048"),
+    ({"width": float("inf")}, "width", "whole number of pixels"),
+    ({"width": "1e400"}, "width", "whole number of pixels"),
+    ({"width": "٦٤"}, "width", "digits 0-9"),
+    ({"height": "6_4"}, "height", "digits 0-9"),
+    ({"guidance": 10**400}, "guidance", "must be a number"),
+    ({"guidance": "٣"}, "guidance", "must be a number"),
+    ({"guidance": "1e400"}, "guidance", "must be between 0 and 20"),
+    ({"prompt": "a fox \ud800 in snow"}, "prompt", "unpaired surrogate U+D800 at position 6"),
+    ({"prompt": "a fox\x00"}, "prompt", "control character U+0000"),
+    ({"mode": "m" * 10_000}, "mode", "(10000 characters)"),
+])
+def test_malformed_numbers_and_text_are_refused_naming_the_field(mgr, kwargs, field, words):
+    args = {"prompt": "fox", "height": 64, "width": 64, **kwargs}
+    with pytest.raises(InvalidRequest) as err:
+        mgr.validate(**args)
+    assert err.value.field == field and str(err.value).startswith(f"{field}: ")
+    assert words in err.value.message
+    assert len(str(err.value)) < 300  # a 5000-digit input is not echoed back whole
+
+
+def test_ascii_numbers_in_text_are_still_accepted(mgr):
+    r = mgr.validate("fox", " 64 ", "128.0", steps=" 7 ", guidance="2.5", seed="0012")
+    assert (r.height, r.width, r.steps, r.guidance, r.seed) == (64, 128, 7, 2.5, 12)
+    assert mgr.validate("fox", 64.0, 64, steps=4.0, seed=2**63 - 1).seed == 2**63 - 1

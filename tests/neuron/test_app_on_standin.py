@@ -142,3 +142,29 @@ def test_tensor_parallel_on_neuron_keeps_cores_disjoint_and_restarts(neuron_env)
     assert out["cleared_while_running"]["class"] == "BackendBusy"
     assert "stop the group first" in out["cleared_while_running"]["message"]
     assert out["neuron_cores"]["app_cores"] == "0" and out["neuron_cores"]["tp_cores"] == "1-2"
+
+
+@pytest.mark.slow
+def test_a_bundle_makes_every_neff_a_persistent_hit_in_a_fresh_cache(neuron_env):
+    """Exported where the shape compiled, imported into an empty NEFF cache: the first run there
+    compiles no NEFF (the text encoder's and VAE's eager ops included); without the bundle it does."""
+    root, env = neuron_env
+
+    def app(*argv, cache):
+        proc = subprocess.run([sys.executable, "app.py", *argv, "--device", "neuron", "--dtype", "float32",
+                               "--cache-dir", str(root / cache)], cwd=ROOT, env=env, capture_output=True,
+                              text=True, timeout=240)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return proc.stdout
+
+    bundle = str(root / "neuron.bundle")
+    app("cache", "export", bundle, "--mode", "compiled", "--sizes", "80x80", cache="bundle-made")
+    shown = json.loads(app("cache", "show", bundle, "--json", cache="bundle-fresh"))
+    assert shown["device"] == "neuron" and shown["lnc"] == 2 and shown["applies_here"] is True
+    assert shown["file_count"] > 0 and shown["entries"][0]["shape"] == "80x80"
+    app("cache", "import", bundle, cache="bundle-fresh")
+    generate = ("generate", "a fox", "--mode", "compiled", "--size", "80x80", "--json", "--no-save")
+    with_bundle = json.loads(app(*generate, cache="bundle-fresh").strip().splitlines()[-1])
+    without = json.loads(app(*generate, cache="bundle-none").strip().splitlines()[-1])
+    assert with_bundle["neff_compiles"] == 0 and with_bundle["compiles"] == 1, with_bundle  # dynamo still traces
+    assert without["neff_compiles"] > 0
