@@ -325,6 +325,66 @@ def p7_persistent_cache(tmp: Path, quick: bool) -> list[dict]:
                   "cold_process_cpu_s": stats.spread(cold_cpu), "warm_process_cpu_s": stats.spread(warm_cpu)})]
 
 
+# P10 ------------------------------------------------------------------------------------------
+def _app_cli(*argv: str, cwd: Path) -> str:
+    proc = subprocess.run([sys.executable, str(ROOT / "app.py"), *argv], capture_output=True, text=True, cwd=cwd,
+                          env=_clean_env())
+    if proc.returncode:
+        raise RuntimeError(proc.stderr[-2000:])
+    return proc.stdout
+
+
+def _child_first_image(mode: str, size: str, cache: Path) -> float:
+    """Seconds of the first image in a fresh app process (its record's ``seconds``: compile included)."""
+    out = _app_cli("generate", "warm-up", "--size", size, "--mode", mode, "--seed", "0", "--json", "--no-save",
+                   "--model", BENCH_MODEL, "--device", "cpu", "--dtype", "float32", "--compile-backend", "inductor",
+                   "--cache-dir", str(cache), cwd=cache.parent)
+    return json.loads(out.strip().splitlines()[-1])["seconds"]
+
+
+def _fxgraph_entries(cache: Path) -> set[str]:
+    root = cache / "inductor" / "fxgraph"
+    return {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()} if root.exists() else set()
+
+
+def p10_bundle_start(tmp: Path, quick: bool) -> list[dict]:
+    """A fresh process with an empty cache dir and an imported bundle against one with no bundle, in a
+    random order per repetition: seconds to the first image at the bundled shape, per mode, and the
+    inductor graphs the bundled side still compiled afresh (new FX-graph cache entries)."""
+    size, reps = ("128x128", 2) if quick else ("256x256", 3)
+    made = tmp / "p10-made"
+    made.mkdir(parents=True, exist_ok=True)
+    bundle = tmp / "p10.bundle"
+    _app_cli("cache", "export", str(bundle), "--modes", "compiled,regional", "--sizes", size, "--model", BENCH_MODEL,
+             "--device", "cpu", "--dtype", "float32", "--compile-backend", "inductor", "--cache-dir", str(made / "c"),
+             cwd=made)
+    rows = []
+    for mode in ("compiled", "regional"):
+        seconds: dict[str, list[float]] = {"bundle": [], "none": []}
+        fresh: list[int] = []
+        for i in range(reps):
+            for side in random.Random(i).sample(["bundle", "none"], 2):
+                cache = tmp / f"p10-{mode}-{side}-{i}" / "cache"
+                cache.parent.mkdir(parents=True, exist_ok=True)
+                if side == "bundle":
+                    _app_cli("cache", "import", str(bundle), "--model", BENCH_MODEL, "--device", "cpu", "--dtype",
+                             "float32", "--compile-backend", "inductor", "--cache-dir", str(cache), cwd=cache.parent)
+                before = _fxgraph_entries(cache)
+                seconds[side].append(_child_first_image(mode, size, cache))
+                if side == "bundle":
+                    fresh.append(len(_fxgraph_entries(cache) - before))
+        speedup = stats.summarise(stats.ratios(seconds["none"], seconds["bundle"]))
+        rows.append(_row("P10", f"warm start from a bundle, {mode} at {size} (inductor): first image in a fresh "
+                                f"process, no bundle / imported bundle", speedup, "x faster",
+                         ">= 5" if mode == "compiled" else None, None,
+                         {"no_bundle_s": stats.spread(seconds["none"]), "bundle_s": stats.spread(seconds["bundle"])},
+                         note="dynamo still traces every graph and the pipeline loads in both"))
+        rows.append(_row("P10", f"warm start from a bundle, {mode}: inductor graphs compiled afresh at the bundled "
+                                "shape (new FX-graph cache entries, most over the repetitions)", None, "graphs",
+                         "<= 0", count=max(fresh)))
+    return rows
+
+
 # P8 -------------------------------------------------------------------------------------------
 def p8_modes(tmp: Path, quick: bool) -> list[dict]:
     """Steady seconds per image of eager, compiled and regional at the same shape, the three modes in
@@ -393,7 +453,7 @@ def p9_prompt_agreement(tmp: Path, quick: bool) -> list[dict]:
 BENCHMARKS: dict[str, Callable[[Path, bool], list[dict]]] = {
     "P1": p1_app_overhead, "P2": p2_warm_shape_reuse, "P3": p3_memory, "P4": p4_tp_transport,
     "P5": p5_regional_warmup, "P6": p6_time_to_ui, "P7": p7_persistent_cache, "P8": p8_modes,
-    "P9": p9_prompt_agreement,
+    "P9": p9_prompt_agreement, "P10": p10_bundle_start,
 }
 
 

@@ -18,7 +18,8 @@ OPERATOR_EVENTS = [
     ("tp-start", "click", [2]), ("tp-system-start", "click", [2]), ("tp-stop", "click", []),
     ("tp-system-stop", "click", []), ("tp-logs-show", "click", []), ("clear-cache", "click", []),
     ("confirm-clear", "click", []), ("warm-only", "input", [True]),
-    ("warm-up", "click", [["1:1 · 1024x1024"], "compiled"]),
+    ("warm-up", "click", [["1:1 · 1024x1024"], "compiled"]), ("bundle-export", "click", []),
+    ("bundle-in", "upload", [None]), ("bundle-import", "click", [None]),
 ]
 
 

@@ -207,6 +207,14 @@ def build_ui(manager, operator_key=None) -> gr.Blocks:
                     tp_logs_btn = gr.Button(I18N("show_logs"), elem_id="tp-logs-show")
                     tp_log_box = gr.Textbox(label=I18N("rank_logs"), lines=8,
                                             max_lines=20, interactive=False, elem_id="tp-logs")
+            with gr.Accordion(I18N("bundle_accordion"), open=False, visible=False) as bundle_panel:
+                bundle_export = gr.Button(I18N("bundle_export"), elem_id="bundle-export")
+                bundle_out = gr.File(label=I18N("bundle_file"), interactive=False, elem_id="bundle-out")
+                bundle_in = gr.File(label=I18N("bundle_upload"), file_types=[".bundle", ".tar"], type="filepath",
+                                    elem_id="bundle-in")
+                bundle_info = gr.Markdown("", elem_id="bundle-info")
+                bundle_confirm = gr.Button(I18N("bundle_import"), variant="stop", visible=False,
+                                           elem_id="bundle-import")
             with gr.Accordion(I18N("raw_status"), open=False):
                 status_json = gr.JSON(label=I18N("status"))
 
@@ -276,7 +284,16 @@ def build_ui(manager, operator_key=None) -> gr.Blocks:
         plots_btn.click(studio.refresh_plots, None, [latency_plot, compile_plot], **light)
 
         demo.load(studio.page_opened, None, [tp_degree, tp_system_degree], **light)
-        operator_controls = [system_ops, warm_group, tp_start, tp_stop, tp_system_start, tp_system_stop, tp_log_panel]
+        # Bundles: the export and the import hold the device (the cache must not change under them).
+        bundle_export.click(studio.export_bundle, None, bundle_out, concurrency_id=DEVICE_QUEUE,
+                            concurrency_limit=1, **private)
+        bundle_in.upload(studio.show_bundle, bundle_in, [bundle_info, bundle_confirm],
+                         concurrency_id=UPLOAD_QUEUE, concurrency_limit=1, **private)
+        bundle_confirm.click(studio.import_bundle, bundle_in, system_info, concurrency_id=DEVICE_QUEUE,
+                             concurrency_limit=1, **private).then(
+            lambda: gr.update(visible=False), None, bundle_confirm, **light)
+        operator_controls = [system_ops, warm_group, tp_start, tp_stop, tp_system_start, tp_system_stop, tp_log_panel,
+                             bundle_panel]
         studio.operator_controls = len(operator_controls)
         studio.blocks = demo
         demo.load(studio.page_role, None, [role_line, *operator_controls], **light)

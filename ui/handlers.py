@@ -356,6 +356,45 @@ class Studio:
             for c in plan]
         return "\n".join(lines), gr.update(visible=True)
 
+    # warm-start bundles ------------------------------------------------------------------------
+    def export_bundle(self, page: gr.Request | None = None):
+        """Export the warm in-process shapes as a bundle to download (the operator's)."""
+        import os
+        import tempfile
+        import time as _time
+
+        lang = language(page)
+        folder = tempfile.mkdtemp(prefix="bundle-", dir=os.environ.get("GRADIO_TEMP_DIR") or None)
+        path = os.path.join(folder, f"neuron-studio-{_time.strftime('%Y%m%d-%H%M%S')}.bundle")
+        try:
+            manifest = self.manager.export_bundle(path, caller=self._caller(page))
+        except StudioError as exc:
+            raise _page_error(exc, lang) from None
+        _info(lang, text(lang, "info_bundle_exported", entries=len(manifest.entries), files=len(manifest.files)))
+        return path
+
+    def show_bundle(self, path, page: gr.Request | None = None):
+        """An uploaded bundle: its manifest and whether it applies here, then the confirm row."""
+        from backend import bundles
+
+        lang = language(page)
+        try:
+            self._caller(page).require_operator("Importing a warm-start bundle")
+            manifest = bundles.read_manifest(path)
+            mismatch = bundles.check(manifest, self.manager.bundle_manifest())
+        except StudioError as exc:
+            raise _page_error(exc, lang) from None
+        return views.bundle_markdown(manifest.to_json(), mismatch, lang), gr.update(visible=mismatch is None)
+
+    def import_bundle(self, path, page: gr.Request | None = None) -> str:
+        lang = language(page)
+        try:
+            result = self.manager.import_bundle(path, caller=self._caller(page))
+        except StudioError as exc:
+            raise _page_error(exc, lang) from None
+        _info(lang, text(lang, "info_bundle_imported", written=result["written"], already=result["already_there"]))
+        return views.system_markdown(self.manager.status(), lang)
+
     def clear_cache(self, page: gr.Request | None = None) -> str:
         lang = language(page)
         try:

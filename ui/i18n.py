@@ -83,6 +83,15 @@ MESSAGES: dict[str, dict[str, str]] = {
         "err_limit": "Refused: this mode holds as many compiled shapes as allowed",
         "err_not_ready": "Not ready", "err_busy": "Busy", "err_cancelled": "Stopped",
         "err_not_allowed": "Not allowed for a viewer",
+        "bundle_accordion": "Warm-start bundle", "bundle_export": "Export warm shapes as a bundle",
+        "bundle_file": "Bundle to download", "bundle_upload": "Bundle to import (up to 20 MB here; larger: "
+        "`python app.py cache import`)", "bundle_import": "Import this bundle",
+        "bundle_entries": "Warms", "bundle_applies": "It applies to this install.",
+        "bundle_mismatch": "It does not apply here: {why}",
+        "bundle_trust": "Importing a bundle runs its author's code (device programs, pickled cache entries): "
+                        "import only bundles you trust.",
+        "info_bundle_exported": "Bundle written: {entries} (mode, shape) entries, {files} files.",
+        "info_bundle_imported": "Bundle imported: {written} files written, {already} already there.",
         "clear_plan_line": "- {entries} compile-cache entries, {mb} MB, in `{dir}` (other files there stay)",
         "role_operator": "You are the **operator**: the System tab's controls are yours.",
         "role_viewer": "You are a **viewer**: generate, compare and watch. Starting and stopping engines, "
@@ -212,6 +221,15 @@ MESSAGES: dict[str, dict[str, str]] = {
         "compile_title": "Boyut ve mod başına derleme süresi",
         "refresh_plots": "Grafikleri yenile",
         "err_not_allowed": "İzleyici için izin yok",
+        "bundle_accordion": "Sıcak başlangıç paketi", "bundle_export": "Sıcak boyutları paket olarak dışa aktar",
+        "bundle_file": "İndirilecek paket", "bundle_upload": "İçe aktarılacak paket (burada en çok 20 MB; daha "
+        "büyüğü: `python app.py cache import`)", "bundle_import": "Bu paketi içe aktar",
+        "bundle_entries": "Isıttıkları", "bundle_applies": "Bu kuruluma uyuyor.",
+        "bundle_mismatch": "Burada uymuyor: {why}",
+        "bundle_trust": "Bir paketi içe aktarmak, yazarının kodunu çalıştırır (aygıt programları, pickle önbellek "
+                        "girdileri): yalnızca güvendiğiniz paketleri içe aktarın.",
+        "info_bundle_exported": "Paket yazıldı: {entries} (mod, boyut) girdisi, {files} dosya.",
+        "info_bundle_imported": "Paket içe aktarıldı: {written} dosya yazıldı, {already} zaten vardı.",
         "clear_plan_line": "- `{dir}` içinde {entries} derleme önbelleği girdisi, {mb} MB (oradaki diğer dosyalar kalır)",
         "role_operator": "**Operatörsünüz**: Sistem sekmesinin denetimleri sizin.",
         "role_viewer": "**İzleyicisiniz**: üretin, karşılaştırın ve izleyin. Motorları başlatıp durdurmak, "

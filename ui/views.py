@@ -419,3 +419,16 @@ def tp_logs_text(logs: dict[str, str], lang: str = DEFAULT) -> str:
     """``Manager.tp_logs`` rendered for the Rank logs box."""
     shown = [f"── {name} ──\n{tail.rstrip()}" for name, tail in (logs or {}).items() if tail and tail.strip()]
     return "\n".join(shown) or text(lang, "tp_no_logs")
+
+
+def bundle_markdown(manifest: dict[str, Any], mismatch: str | None, lang: str = DEFAULT) -> str:
+    """An uploaded bundle before it is imported: what it warms, what it was made with, whether it
+    applies here, and that importing runs its author's code."""
+    rows = [f"| {key} | {manifest.get(key)} |" for key in ("created", "model", "device", "lnc", "dtype",
+                                                            "compile_backend", "torch", "torch_neuronx", "tp_degree")]
+    entries = ", ".join(f"{e.get('mode')} {e.get('shape')}" for e in manifest.get("entries") or []) or "—"
+    size = sum(f.get("bytes", 0) for f in manifest.get("files") or [])
+    verdict = text(lang, "bundle_applies") if mismatch is None else text(lang, "bundle_mismatch", why=mismatch)
+    return "\n".join([f"**{text(lang, 'bundle_entries')}:** {entries} · {len(manifest.get('files') or [])} "
+                      f"files, {size / 1e6:.1f} MB", "", "| | |", "| --- | --- |", *rows, "", verdict, "",
+                      text(lang, "bundle_trust")])

@@ -90,6 +90,30 @@ def test_p5_and_p7_pair_fresh_processes_in_random_orders(monkeypatch, tmp_path):
     assert len({c for _m, c in calls[6:]}) == 3  # a new cache for every repetition
 
 
+def test_p10_pairs_a_bundled_and_a_bare_fresh_process_per_repetition(monkeypatch, tmp_path):
+    calls = []
+
+    def fake_cli(*argv, cwd):
+        calls.append(argv[:2])
+        return ""
+
+    def fake_first_image(mode, size, cache):
+        calls.append(("generate", mode, cache.parent.name))
+        bundled = "bundle" in cache.parent.name
+        return (2.0 if bundled else 12.0) if mode == "compiled" else (1.5 if bundled else 6.0)
+
+    monkeypatch.setattr(suite, "_app_cli", fake_cli)
+    monkeypatch.setattr(suite, "_child_first_image", fake_first_image)
+    compiled, compiled_fresh, regional, _regional_fresh = suite.p10_bundle_start(tmp_path, quick=False)
+    assert calls[0] == ("cache", "export")
+    assert compiled["value"] == pytest.approx(6.0) and compiled["verdict"] == "pass" and compiled["n"] == 3
+    assert compiled_fresh["value"] == 0 and compiled_fresh["verdict"] == "pass"
+    assert regional["goal"] is None and regional["value"] == pytest.approx(4.0)
+    generates = [c for c in calls if c[0] == "generate"]
+    assert {g[2].split("-")[2] for g in generates[0:6:2]} == {"bundle", "none"}  # neither side always first
+    assert sum(c == ("cache", "import") for c in calls) == 6  # a bundle imported into every bundled side
+
+
 def test_child_compile_reports_the_childs_cpu_time(tmp_path):
     """The child's CPU time comes from the kernel's accounting, not from this process's clock."""
     import resource

@@ -151,6 +151,15 @@ class FakeManager:
         caller.require_operator("Warming up shapes")
         self.calls.append(("warmup", tuple(shapes), mode))
 
+    def export_bundle(self, path, pairs=None, *, caller=LOCAL_OPERATOR):
+        return self._real.export_bundle(path, pairs, caller=caller)
+
+    def import_bundle(self, path, *, caller=LOCAL_OPERATOR):
+        return self._real.import_bundle(path, caller=caller)
+
+    def bundle_manifest(self, entries=None):
+        return self._real.bundle_manifest(entries)
+
     def cache_plan(self, *, caller=LOCAL_OPERATOR):
         return self._real.cache_plan(caller=caller)
 

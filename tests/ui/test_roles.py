@@ -23,7 +23,8 @@ def room(fake):
 
 OPERATOR_EVENTS = [
     ("start_tp", (2,)), ("stop_tp", ()), ("show_tp_logs", ()), ("clear_plan", ()), ("clear_cache", ()),
-    ("set_warm_only", (True,)), ("start_warmup", (["1:1 · 1024x1024"], "compiled")),
+    ("set_warm_only", (True,)), ("start_warmup", (["1:1 · 1024x1024"], "compiled")), ("export_bundle", ()),
+    ("show_bundle", ("/nonexistent.bundle",)), ("import_bundle", ("/nonexistent.bundle",)),
 ]
 
 
@@ -65,3 +66,31 @@ def test_a_viewer_stops_only_its_own_run(room, fake):
     studio.stop(page=page(cookie=key.session_key, session="s-op"))  # the operator stops anyone's
     assert real._cancel.is_set()
     assert "owner" not in (real.status()["busy"] or {})  # sessions are not published
+
+
+def test_the_operator_sees_an_uploaded_bundles_manifest_before_importing_it(room, fake, tmp_path):
+    import dataclasses
+    import io
+    import json
+    import tarfile
+
+    studio, key = room
+    operator = page(cookie=key.session_key, session="s-op")
+
+    def bundle(**changes):
+        manifest = dataclasses.replace(fake._real.bundle_manifest([{"mode": "compiled", "shape": "64x64",
+                                                                     "compile_seconds": 2.0}]), **changes)
+        path = tmp_path / f"b{len(list(tmp_path.glob('*.bundle')))}.bundle"
+        data = json.dumps(manifest.to_json()).encode()
+        with tarfile.open(path, "w") as tar:
+            info = tarfile.TarInfo("manifest.json")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        return str(path)
+
+    shown, confirm = studio.show_bundle(bundle(), page=operator)
+    assert "compiled 64x64" in shown and "It applies to this install." in shown and "runs its author's code" in shown
+    assert confirm["visible"] is True
+    shown, confirm = studio.show_bundle(bundle(dtype="bfloat16"), page=operator)
+    assert "does not apply here: dtype" in shown and confirm["visible"] is False
+    studio.import_bundle(bundle(), page=operator)  # no files: nothing to write, and nothing refused
