@@ -20,7 +20,6 @@ stays).
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 from pathlib import Path
@@ -86,15 +85,13 @@ def entries(kind: str, root: str | Path) -> list[Path]:
 
 
 def size(paths: list[Path]) -> int:
+    """Bytes in ``paths`` (files, and folders with everything below them)."""
+    from backend.device_env import dir_size
+
     total = 0
     for path in paths:
         if path.is_dir():
-            for base, _dirs_, names in os.walk(path):
-                for name in names:
-                    try:
-                        total += os.lstat(os.path.join(base, name)).st_size
-                    except OSError:
-                        pass
+            total += dir_size(path)
         else:
             try:
                 total += path.lstat().st_size
