@@ -310,3 +310,19 @@ def test_save_image_writes_a_png_with_parameters(manager):
     path = manager.save_image(image, result)
     assert result.path == path and Path(path).parent == manager.settings.output_dir.resolve()
     assert read_png_parameters(path)["seed"] == 31
+
+
+def test_a_run_nobody_waits_for_stops_at_its_next_step(manager):
+    """The page that asked has gone (Gradio marked its job not alive): the run ends at a step boundary."""
+    asked = []
+
+    def still_wanted():
+        asked.append(True)
+        return len(asked) < 2  # the page goes away during the first step
+
+    with pytest.raises(GenerationCancelled):
+        manager.generate(_req(manager, "eager", 64, 64, steps=4), still_wanted=still_wanted)
+    assert manager.status()["state"] == "ready"
+    _img, result = manager.generate(_req(manager, "eager", 64, 64, steps=1))  # the next one runs
+    assert result.steps == 1
+

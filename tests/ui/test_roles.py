@@ -94,3 +94,14 @@ def test_the_operator_sees_an_uploaded_bundles_manifest_before_importing_it(room
     shown, confirm = studio.show_bundle(bundle(dtype="bfloat16"), page=operator)
     assert "does not apply here: dtype" in shown and confirm["visible"] is False
     studio.import_bundle(bundle(), page=operator)  # no files: nothing to write, and nothing refused
+
+
+def test_the_page_handler_asks_gradios_queue_whether_its_session_still_waits():
+    studio = Studio(manager=None)
+    job = types.SimpleNamespace(session_hash="s-1", alive=True)
+    studio.blocks = types.SimpleNamespace(_queue=types.SimpleNamespace(active_jobs=[[job], None]))
+    alive = studio._still_wanted(types.SimpleNamespace(session_hash="s-1"))
+    assert alive() is True
+    job.alive = False  # Gradio's clean_events when the page's event stream closed
+    assert alive() is False
+    assert studio._still_wanted(types.SimpleNamespace(session_hash=None)) is None
