@@ -83,7 +83,7 @@ MESSAGES: dict[str, dict[str, str]] = {
         "err_limit": "Refused: this mode holds as many compiled shapes as allowed",
         "err_not_ready": "Not ready", "err_busy": "Busy", "err_cancelled": "Stopped",
         "err_not_allowed": "Not allowed for a viewer",
-        "bundle_accordion": "Warm-start bundle", "bundle_export": "Export warm shapes as a bundle",
+        "from_bundle": "from a bundle", "bundle_accordion": "Warm-start bundle", "bundle_export": "Export warm shapes as a bundle",
         "bundle_file": "Bundle to download", "bundle_upload": "Bundle to import (up to 20 MB here; larger: "
         "`python app.py cache import`)", "bundle_import": "Import this bundle",
         "bundle_entries": "Warms", "bundle_applies": "It applies to this install.",
@@ -221,7 +221,7 @@ MESSAGES: dict[str, dict[str, str]] = {
         "compile_title": "Boyut ve mod başına derleme süresi",
         "refresh_plots": "Grafikleri yenile",
         "err_not_allowed": "İzleyici için izin yok",
-        "bundle_accordion": "Sıcak başlangıç paketi", "bundle_export": "Sıcak boyutları paket olarak dışa aktar",
+        "from_bundle": "paketten", "bundle_accordion": "Sıcak başlangıç paketi", "bundle_export": "Sıcak boyutları paket olarak dışa aktar",
         "bundle_file": "İndirilecek paket", "bundle_upload": "İçe aktarılacak paket (burada en çok 20 MB; daha "
         "büyüğü: `python app.py cache import`)", "bundle_import": "Bu paketi içe aktar",
         "bundle_entries": "Isıttıkları", "bundle_applies": "Bu kuruluma uyuyor.",

@@ -105,3 +105,13 @@ def test_the_page_handler_asks_gradios_queue_whether_its_session_still_waits():
     job.alive = False  # Gradio's clean_events when the page's event stream closed
     assert alive() is False
     assert studio._still_wanted(types.SimpleNamespace(session_hash=None)) is None
+
+
+def test_a_shape_warmed_from_a_bundle_is_labelled_so_in_the_shapes_table():
+    from ui import views
+
+    row = {"mode": "compiled", "shape": "64x64", "state": "warm", "compile_seconds": 0.4, "steady_seconds": 0.1,
+           "runs": 1, "error": None, "bundle_compile_seconds": 21.5}
+    frame = views.shapes_frame({"shapes": [row, {**row, "shape": "80x80", "bundle_compile_seconds": None}]})
+    assert frame.iloc[0, 2].endswith("(from a bundle)") and frame.iloc[0, 3] == "21.50 (from a bundle)"
+    assert frame.iloc[1, 3] == 0.4
