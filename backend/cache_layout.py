@@ -28,6 +28,7 @@ _HEX2 = re.compile(r"^[0-9a-f]{2}$")
 _NEFF = re.compile(r"^([0-9a-f]{4,})\.neff$|^\.([0-9a-f]{4,})\.neff\.\d+\.\d+\.tmp$")
 _LOCK = re.compile(r"^([0-9a-f]{4,})\.lock$")
 _INDUCTOR_DIRS = ("fxgraph", "aotautograd", "triton", "locks", "cache", "precompiled_headers")
+_CODE_DIR = re.compile(r"^[a-z0-9]{2}$")  # "j6", "35": the code hash's second and third characters
 _INDUCTOR_CODE = re.compile(r"^c([a-z0-9]{2})[a-z0-9]{30,}(\.[A-Za-z0-9_.]+)?$")
 
 KIND_BY_VARIABLE = {
@@ -76,7 +77,7 @@ def entries(kind: str, root: str | Path) -> list[Path]:
         raise ValueError(f"unknown cache kind {kind!r}")
     found: list[Path] = [root / name for name in _INDUCTOR_DIRS if (root / name).is_dir()
                          and not (root / name).is_symlink()]
-    for folder in (p for p in _dirs(root) if len(p.name) == 2 and p.name.isalnum() and p.name.islower()):
+    for folder in (p for p in _dirs(root) if _CODE_DIR.match(p.name)):
         for file in _files(folder):
             match = _INDUCTOR_CODE.match(file.name)
             if match and match.group(1) == folder.name:

@@ -26,7 +26,8 @@ FOREIGN = ["notes.txt", "0a/keep.txt", "0a/1b/photo.jpg", "fx/cfx123.py", "proje
     ("neff-locks", [f"0a/1b/{NEFF}.lock"]),
     ("inductor", ["fxgraph/vp/abc", "aotautograd/acs6/entry", "locks/cth.lock", "triton/0/k.cubin",
                   "th/cthddkr6tqpvvx2keoyfjfaz3e5tmldioaoosvrbpzssty5wzlrd.so",
-                  "j6/cj6za2bike3u7tduddk6hzww7rezwfxjykobuwzmevoumg5c2rey.py"]),
+                  "j6/cj6za2bike3u7tduddk6hzww7rezwfxjykobuwzmevoumg5c2rey.py",
+                  "35/c35lk3x4hf2wmgwvk7qbfdxoj6jpaqyx6vwuqqy5exl6gmqjiamw.main.cpp"]),
 ])
 def test_only_the_writers_entries_go_and_the_size_is_what_went(tmp_path, kind, written):
     ours = [_plant(tmp_path, r, b"y" * 100) for r in written]
