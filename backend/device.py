@@ -44,6 +44,7 @@ NEFF_COUNTERS = {
 }
 # neuronx-cc's time for every NEFF built, in microseconds (a metric, read with get_metric_data).
 NEFF_COMPILE_TIME = "CompilationCache.CompilationTime"
+PROCESS_GROUP_BACKENDS = {"neuron": "neuron", "cuda": "nccl", "cpu": "gloo"}
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -142,7 +143,7 @@ def resolve_device(settings: Settings) -> DeviceInfo:
         torch_device=kind,
         dtype=dtype,
         compile_backend=backend,
-        process_group_backend={"neuron": "neuron", "cuda": "nccl", "cpu": "gloo"}[kind],
+        process_group_backend=PROCESS_GROUP_BACKENDS[kind],
         neuron_installed=installed,
         neuron_cores=cores,
         cuda_devices=cuda,
@@ -167,7 +168,7 @@ def rank_device_info(settings: Settings) -> DeviceInfo:
     return DeviceInfo(
         kind=kind, reason="tensor-parallel rank: the device the app chose", torch_device=kind,
         dtype=settings.dtype, compile_backend=settings.compile_backend or ("neuron" if kind == "neuron" else "inductor"),
-        process_group_backend={"neuron": "neuron", "cuda": "nccl", "cpu": "gloo"}[kind],
+        process_group_backend=PROCESS_GROUP_BACKENDS[kind],
         neuron_installed=kind == "neuron", neuron_cores=1 if kind == "neuron" else 0, cuda_devices=0,
         neuron_visible_cores=os.environ.get(device_env.VISIBLE_CORES_VAR) if kind == "neuron" else None,
         neuron_fallback=os.environ.get(device_env.FALLBACK_VAR) if kind == "neuron" else None,

@@ -35,11 +35,7 @@ def host_name(value: str) -> str:
 def allowed_hosts(bind: str) -> frozenset[str] | None:
     """The Host names to answer when listening on ``bind`` (None: any)."""
     bind = bind.strip().lower().strip("[]")
-    if bind in ANY_ADDRESS:
-        return None
-    if bind in LOOPBACK_NAMES or bind.startswith("127."):
-        return LOOPBACK_NAMES | {bind}
-    return LOOPBACK_NAMES | {bind}
+    return None if bind in ANY_ADDRESS else LOOPBACK_NAMES | {bind}
 
 
 class RoomGuard:
