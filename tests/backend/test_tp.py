@@ -122,7 +122,9 @@ def test_cancel_stops_every_rank_at_the_same_step(mgr):
         if event.phase == "denoising" and event.step == 2:
             mgr.cancel()
 
-    with pytest.raises(GenerationCancelled, match="stopped after step [345] of 30"):
+    # Rank 0 sends step 2's progress, then votes; on a busy machine it can be descheduled in between
+    # long enough for the cancel to reach it, so step 2's own vote may already stop (seen in a dry run).
+    with pytest.raises(GenerationCancelled, match="stopped after step [2345] of 30"):
         mgr.generate(_req(mgr, "tp", 256, 256, steps=30), progress)
     assert mgr.tp.state == "ready"
     assert mgr.generate(_req(mgr, "tp"))[1].world_size == 2
