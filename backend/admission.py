@@ -8,12 +8,13 @@ eager mode (TorchNeuron compiles each new eager op signature), and per exact (he
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from backend import compile_state as cs
 from backend.errors import ShapeLimitReached, ShapeLocked, StudioError
 from backend.settings import TP_MODE, Settings
-from backend.shapes import Shape, parse_shape
+from backend.shapes import Shape
 
 
 class Admission:
@@ -32,30 +33,41 @@ class Admission:
         how = self.settings.tp_compile if mode == TP_MODE else mode
         return how in cs.COMPILED_MODES
 
-    def predict(self, device, mode: str, shape: Shape, steps: int | None, locked: bool) -> dict[str, Any]:
-        """The table's prediction plus ``refused``: why a run would be refused now (None: it would run)."""
+    def decide(self, device, mode: str, shape: Shape, steps: int | None, locked: bool,
+               places: list[str] | None = None) -> "Decision":
+        """The prediction for a run at (mode, shape) served in ``places``, and whether it may start:
+        decided once per request; the prediction's ``refused`` says why not (None: it may run)."""
         out = self.table.predict(mode, shape, steps or self.settings.steps, self.compiles_here(device, mode),
-                                 self.exact_shapes(device))
-        out["refused"] = None
-        try:
-            self.check(out, locked)
-        except StudioError as exc:
-            out["refused"] = str(exc)
-        return out
+                                 self.exact_shapes(device), places)
+        refusal = self._refusal(mode, shape, out["will_compile"], locked, places)
+        out["refused"] = str(refusal) if refusal else None
+        return Decision(out, refusal)
 
-    def check(self, prediction: dict[str, Any], locked: bool) -> None:
-        """Raise ShapeLocked or ShapeLimitReached for a run that must not start."""
-        if not prediction["will_compile"]:
-            return
-        mode, shape = prediction["mode"], parse_shape(prediction["shape"])
+    def _refusal(self, mode: str, shape: Shape, will_compile: bool, locked: bool,
+                 places: list[str] | None) -> StudioError | None:
+        if not will_compile:
+            return None
         if locked:
-            warm = ", ".join(str(s) for s in self.table.warm_shapes(mode)) or "none"
-            raise ShapeLocked(f"{shape} is not warm in {mode} mode and the app is locked to warm shapes "
-                              f"(warm: {warm}); unlock it or warm the shape first")
+            warm = ", ".join(str(s) for s in self.table.warm_shapes(mode, places)) or "none"
+            return ShapeLocked(f"{shape} is not warm in {mode} mode and the app is locked to warm shapes "
+                               f"(warm: {warm}); unlock it or warm the shape first")
         if mode in cs.COMPILED_MODES:
-            graphs = self.table.graph_tokens(mode)
+            graphs = self.table.graph_tokens(mode, places)
             if shape.tokens not in graphs and len(graphs) >= self.settings.max_compiled_shapes:
-                raise ShapeLimitReached(
+                return ShapeLimitReached(
                     f"{mode} mode already holds {len(graphs)} compiled shapes, the limit "
                     f"(--max-compiled-shapes {self.settings.max_compiled_shapes}); use a warm shape, "
                     "raise the limit, or restart to drop old graphs")
+        return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    """Admission's answer for one request: the prediction (JSON-able) and the refusal, if any."""
+
+    prediction: dict[str, Any]
+    refusal: StudioError | None
+
+    def enforce(self) -> None:
+        if self.refusal is not None:
+            raise self.refusal

@@ -36,7 +36,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from backend import cache_layout, device_env
-from backend.errors import StudioError
+from backend.errors import BundleRefused
 
 FORMAT = "neuron-studio-bundle/1"
 APP_VERSION = "2026.12"
@@ -47,10 +47,6 @@ MAX_MANIFEST_BYTES = 8 * 2**20
 # Fields that must match this install for a bundle to apply, in the order they are checked.
 MATCH_FIELDS = ("format", "app_version", "torch", "diffusers", "torch_neuronx", "neuronx_cc", "device", "lnc",
                 "dtype", "compile_backend", "model_hash", "tp_degree")
-
-
-class BundleRefused(StudioError):
-    """The bundle does not apply here, or is malformed, or would overwrite the cache: nothing changed."""
 
 
 @dataclasses.dataclass

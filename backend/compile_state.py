@@ -40,6 +40,7 @@ class ShapeRecord:
     per_step: float | None = None  # denoise seconds per step, from the latest steady run
     overhead: float | None = None  # encode + decode seconds, from the latest steady run
     bundle_compile_seconds: float | None = None  # warmed from a bundle: its compile seconds, made elsewhere
+    warm_at: set[str] = dataclasses.field(default_factory=set)  # the places (engines' processes) it is warm in
 
 
 class CompileTable:
@@ -66,14 +67,22 @@ class CompileTable:
             rec = self._get(mode, shape)
             rec.state, rec.compiling_since, rec.error = COMPILING, self._clock(), None
 
+    def record(self, result) -> None:
+        """Record a finished run from its ``GenerationResult`` (the one record of a run)."""
+        self.finish(result.mode, result.shape, compiles=result.compiles, compile_seconds=result.compile_seconds,
+                    seconds=result.seconds, encode=result.encode, denoise=result.denoise, decode=result.decode,
+                    steps=result.steps, neff_compiles=result.neff_compiles, place=result.place)
+
     def finish(self, mode: str, shape: Shape, *, compiles: int, compile_seconds: float,
                seconds: float | None, encode: float = 0.0, denoise: float = 0.0,
-               decode: float = 0.0, steps: int = 0, neff_compiles: int = 0) -> None:
-        """Record a run that completed (``seconds`` None: cancelled after its compile, if any)."""
+               decode: float = 0.0, steps: int = 0, neff_compiles: int = 0, place: str = "app") -> None:
+        """Record a run that completed (``seconds`` None: cancelled after its compile, if any) in
+        ``place`` (the process that ran it: ``app``, ``tp``, ``replica 1``)."""
         with self._lock:
             rec = self._get(mode, shape)
-            was_warm = rec.state == WARM
+            was_warm = place in rec.warm_at
             rec.state, rec.compiling_since, rec.error = WARM, None, None
+            rec.warm_at.add(place)
             rec.bundle_compile_seconds = None  # it has run here now
             if compiles or neff_compiles or not was_warm:
                 rec.compiles, rec.compile_seconds, rec.neff_compiles = compiles, compile_seconds, neff_compiles
@@ -85,7 +94,8 @@ class CompileTable:
                 rec.per_step = denoise / steps if steps else None
                 rec.overhead = encode + decode
 
-    def failed_run(self, mode: str, shape: Shape, exc: BaseException, keep_compiles: bool = True) -> None:
+    def failed_run(self, mode: str, shape: Shape, exc: BaseException, keep_compiles: bool = True,
+                   place: str = "app") -> None:
         """Record a run that raised: a compiler error marks the shape failed; a cancel that came
         after a finished compile keeps it (a cancel lands at a step boundary) when
         ``keep_compiles``; anything else leaves a 'compiling' shape cold again."""
@@ -93,9 +103,9 @@ class CompileTable:
 
         if isinstance(exc, CompileFailure):
             self.fail(mode, shape, str(exc))
-        elif isinstance(exc, GenerationCancelled) and getattr(exc, "compiles", 0) and keep_compiles:
-            self.finish(mode, shape, compiles=exc.compiles, compile_seconds=exc.compile_seconds, seconds=None,
-                        neff_compiles=getattr(exc, "neff_compiles", 0))
+        elif isinstance(exc, GenerationCancelled) and exc.compiles and keep_compiles:
+            self.finish(mode, shape, compiles=exc.compiles, compile_seconds=exc.compile_seconds or 0.0, seconds=None,
+                        neff_compiles=exc.neff_compiles or 0, place=place)
         else:
             self.abandon(mode, shape)
 
@@ -103,13 +113,22 @@ class CompileTable:
         with self._lock:
             rec = self._get(mode, shape)
             rec.state, rec.compiling_since, rec.error = FAILED, None, error
+            rec.warm_at.clear()
 
     def abandon(self, mode: str, shape: Shape) -> None:
         """A run stopped before anything was learned: a 'compiling' shape goes back to cold."""
         with self._lock:
             rec = self._records.get((mode, shape))
             if rec and rec.state == COMPILING:
-                rec.state, rec.compiling_since = COLD, None
+                rec.state, rec.compiling_since = (WARM if rec.warm_at else COLD), None
+
+    def forget_place(self, place: str) -> None:
+        """A process that held graphs is gone (a replica restarted): nothing is warm there any more."""
+        with self._lock:
+            for rec in self._records.values():
+                rec.warm_at.discard(place)
+                if rec.state == WARM and not rec.warm_at:
+                    rec.state = COLD
 
     def mark_bundled(self, mode: str, shape: Shape, compile_seconds: float | None) -> None:
         """A warm shape whose compile came from a bundle: its compile seconds are the bundle's
@@ -133,14 +152,24 @@ class CompileTable:
                 if mode in COMPILED_MODES:
                     self._records[(mode, rec.shape)] = ShapeRecord(mode, rec.shape)
 
-    def graph_tokens(self, mode: str) -> set[int]:
-        """Image-token counts that have a warm graph in ``mode``."""
-        with self._lock:
-            return {s.tokens for (m, s), r in self._records.items() if m == mode and r.state == WARM}
+    @staticmethod
+    def _warm(rec: ShapeRecord, places: list[str] | None) -> bool:
+        return rec.state == WARM and (places is None or bool(rec.warm_at.intersection(places)))
 
-    def warm_shapes(self, mode: str) -> list[Shape]:
+    def graph_tokens(self, mode: str, places: list[str] | None = None) -> set[int]:
+        """Image-token counts that have a warm graph in ``mode`` (in one of ``places``; None: anywhere)."""
         with self._lock:
-            return sorted(s for (m, s), r in self._records.items() if m == mode and r.state == WARM)
+            return {s.tokens for (m, s), r in self._records.items() if m == mode and self._warm(r, places)}
+
+    def warm_shapes(self, mode: str, places: list[str] | None = None) -> list[Shape]:
+        with self._lock:
+            return sorted(s for (m, s), r in self._records.items() if m == mode and self._warm(r, places))
+
+    def warm_places(self, mode: str, shape: Shape) -> set[str]:
+        """Where (mode, shape) is warm now."""
+        with self._lock:
+            rec = self._records.get((mode, shape))
+            return set(rec.warm_at) if rec and rec.state == WARM else set()
 
     def _estimate_compile(self, mode: str, shape: Shape) -> float | None:
         """Compile seconds of the measured compile in ``mode`` nearest in token count."""
@@ -157,17 +186,23 @@ class CompileTable:
         return rec.overhead + rec.per_step * steps
 
     def predict(self, mode: str, shape: Shape, steps: int, compiles_here: bool,
-                exact_shapes: bool = False) -> dict[str, Any]:
+                exact_shapes: bool = False, places: list[str] | None = None) -> dict[str, Any]:
         """What a run at (mode, shape) will cost, from what was measured so far. ``compiles_here``:
         whether a new shape in this mode compiles at all on this device; ``exact_shapes``: whether
-        it compiles per exact (height, width), as Neuron's eager ops do (the manager knows both)."""
+        it compiles per exact (height, width), as Neuron's eager ops do (the manager knows both);
+        ``places``: the processes that may serve it (a replica pool's; None: anywhere). Warm in
+        some of several places, ``warm_on`` says how many: [2, 4] is "warm on 2 of 4"."""
         with self._lock:
             rec = self._records.get((mode, shape))
             state = rec.state if rec else COLD
+            if state == WARM and not self._warm(rec, places):
+                state = COLD  # warm elsewhere (in process, or on replicas since restarted)
             out: dict[str, Any] = {"mode": mode, "shape": str(shape), "state": state,
                                    "will_compile": False, "estimate_compile_seconds": None,
                                    "expected_seconds": self._expected_seconds(rec, steps),
-                                   "note": ""}
+                                   "note": "", "warm_on": None}
+            if places is not None and len(places) > 1:
+                out["warm_on"] = [len(rec.warm_at.intersection(places)) if rec else 0, len(places)]
             if state == WARM:
                 out["note"] = "warm"
             elif state == COMPILING:
@@ -180,7 +215,7 @@ class CompileTable:
             else:
                 sharing = [] if exact_shapes else [
                     s for (m, s), r in self._records.items()
-                    if m == mode and r.state == WARM and s.tokens == shape.tokens]
+                    if m == mode and self._warm(r, places) and s.tokens == shape.tokens]
                 if sharing:
                     out["note"] = f"probably reuses the graph of {sharing[0]} (same token count)"
                     out["expected_seconds"] = self._expected_seconds(self._records[(mode, sharing[0])], steps)
@@ -211,5 +246,6 @@ class CompileTable:
                     "compiling_elapsed": now - rec.compiling_since if rec.compiling_since else None,
                     "error": rec.error,
                     "bundle_compile_seconds": rec.bundle_compile_seconds,
+                    "warm_at": sorted(rec.warm_at),
                 })
             return rows

@@ -1,4 +1,5 @@
-"""The NeuronCore plan: which cores the app process claims and which the tensor-parallel ranks get.
+"""The NeuronCore plan: which cores the app process claims, which the tensor-parallel ranks get,
+and which each replica gets.
 
 Why a plan (Neuron Runtime configuration guide, 2.33, "NeuronCore allocation"): "By default, Neuron
 Runtime initializes all the cores present in the system and reserves them for the current
@@ -11,7 +12,10 @@ starts. So:
 - tensor-parallel rank r gets one core, the r-th core the app does not hold, in its own
   ``NEURON_RT_VISIBLE_CORES`` (TorchNeuron would default a rank to core LOCAL_RANK, which may be
   the app's);
-- a degree that does not fit the instance is refused before anything starts, naming what fits;
+- replica i (``--replicas N``) gets one core, after the app's and the group's: app, ranks and
+  replicas never share a core (``claim``; each engine holds its claim until its processes exit);
+- a degree or a replica count that does not fit the instance is refused before anything starts,
+  naming what fits;
 - serving in process while the group is down uses the app's cores only, so a restarted group
   finds its cores free once the dead ranks have exited.
 
@@ -171,69 +175,110 @@ def detect_instance_cores(override: int | None = None, *, sysfs: str = SYSFS_DEV
 
 
 class CoresDoNotFit(ValueError):
-    """The tensor-parallel degree asks for more NeuronCores than the app leaves free."""
+    """An engine asks for more NeuronCores than the app and the other engines leave free."""
+
+
+# What each engine's cores are called in messages: (one, many, how a count that fits is named).
+_OWNER_WORDS = {"tensor-parallel": ("tensor-parallel rank", "tensor-parallel ranks", "degrees"),
+                "replicas": ("replica", "replicas", "replica counts")}
 
 
 @dataclasses.dataclass(frozen=True)
 class CorePlan:
-    """Cores of the instance (logical, as core indices count them), the app's own, and those left
-    for tensor-parallel ranks."""
+    """Cores of the instance (logical, as core indices count them), the app's own, and what each
+    launched engine holds (``claims``: owner -> cores; the tensor-parallel group's ranks, the
+    replicas). Every claim is disjoint from the app's cores and from every other claim."""
 
     instance: InstanceCores
     app_cores: tuple[int, ...]
+    claims: dict[str, tuple[int, ...]] = dataclasses.field(default_factory=dict, compare=False)
 
     @property
     def instance_cores(self) -> int | None:
         return self.instance.logical
 
-    def free_cores(self) -> list[int] | None:
+    def free_cores(self, ignoring: str | None = None) -> list[int] | None:
+        """Cores neither the app nor any engine holds (``ignoring`` one owner's own claim)."""
         if self.instance_cores is None:
             return None
-        return [c for c in range(self.instance_cores) if c not in self.app_cores]
+        held = {c for owner, cores in self.claims.items() if owner != ignoring for c in cores}
+        return [c for c in range(self.instance_cores) if c not in self.app_cores and c not in held]
 
-    def tp_cores(self, degree: int, heads: int | None = None) -> list[int]:
-        """Cores for ranks 0..degree-1 (one each). Raises CoresDoNotFit naming the degrees that fit,
-        or, when the instance size is unknown, the flag that gives it."""
-        free = self.free_cores()
+    def cores_for(self, owner: str, count: int, heads: int | None = None) -> list[int]:
+        """The cores ``owner`` would get for ``count`` processes (one core each), without claiming
+        them. Raises CoresDoNotFit naming the counts that fit, or, when the instance size is
+        unknown, the flag that gives it."""
+        one, many, counts = _OWNER_WORDS.get(owner, (owner, owner, "counts"))
+        free = self.free_cores(ignoring=owner)
+        what = f"{count} {one if count == 1 else many}"
         if free is None:
             raise CoresDoNotFit(
-                f"{degree} tensor-parallel ranks need {degree} free NeuronCores, but this instance's "
+                f"{what} need {count} free NeuronCores, but this instance's "
                 f"NeuronCore count is unknown ({self.instance.source.removeprefix('unknown: ')}); give it "
                 f"with {INSTANCE_FLAG} N: logical cores, as NEURON_RT_VISIBLE_CORES counts them "
                 f"(neuron-ls shows them as LOGICAL NC; 4 on a trn2.3xlarge, 64 on a trn2.48xlarge)")
-        if degree > len(free):
+        if count > len(free):
             fits = [d for d in range(1, len(free) + 1) if heads is None or heads % d == 0]
+            others = "".join(f", the {_OWNER_WORDS.get(o, (o, o))[1]} hold {format_cores(list(c))}"
+                             for o, c in sorted(self.claims.items()) if o != owner and c)
             raise CoresDoNotFit(
-                f"{degree} tensor-parallel ranks need {degree} NeuronCores, but the instance has "
+                f"{what} need {count} NeuronCores, but the instance has "
                 f"{self.instance_cores}{self._physical_note()} and the app holds "
-                f"{format_cores(list(self.app_cores))}; {len(free)} are free ({format_cores(free) or 'none'}), "
-                f"so degrees that fit are {', '.join(map(str, fits)) or 'none'} "
+                f"{format_cores(list(self.app_cores))}{others}; {len(free)} are free "
+                f"({format_cores(free) or 'none'}), so {counts} that fit are {', '.join(map(str, fits)) or 'none'} "
                 f"(or give the app fewer cores with --neuron-cores)")
-        return free[:degree]
+        return free[:count]
+
+    def claim(self, owner: str, count: int, heads: int | None = None) -> list[int]:
+        """Claim cores for ``owner`` (replacing its earlier claim); CoresDoNotFit as ``cores_for``."""
+        cores = self.cores_for(owner, count, heads)
+        self.claims[owner] = tuple(cores)
+        return cores
+
+    def release(self, owner: str) -> None:
+        """``owner``'s processes are gone: its cores are free again."""
+        self.claims.pop(owner, None)
+
+    def tp_cores(self, degree: int, heads: int | None = None) -> list[int]:
+        """Cores for tensor-parallel ranks 0..degree-1 (``cores_for`` the tensor-parallel owner)."""
+        return self.cores_for("tensor-parallel", degree, heads)
 
     def _physical_note(self) -> str:
         if self.instance.physical and self.instance.lnc:
             return f" (logical; {self.instance.physical} physical at LNC {self.instance.lnc})"
         return ""
 
-    def describe(self, degree: int | None = None, heads: int | None = None) -> dict[str, Any]:
-        """JSON-able view for doctor, the status and the System tab."""
+    def describe(self, degree: int | None = None, heads: int | None = None,
+                 wanted: dict[str, tuple[int, int | None]] | None = None) -> dict[str, Any]:
+        """JSON-able view for doctor, the status and the System tab. ``wanted``: owner -> (count,
+        heads) that each engine would start with (``degree``/``heads``: the tensor-parallel one's);
+        ``engines`` says per owner which cores it holds or would get, or why it does not fit."""
         free = self.free_cores()
-        out: dict[str, Any] = {
+        wanted = dict(wanted or {})
+        if degree and "tensor-parallel" not in wanted:
+            wanted["tensor-parallel"] = (degree, heads)
+        engines: dict[str, dict[str, Any]] = {}
+        for owner, (count, owner_heads) in wanted.items():
+            entry: dict[str, Any] = {"count": count, "cores": None, "error": None,
+                                     "held": owner in self.claims}
+            try:
+                held = self.claims.get(owner)
+                cores = list(held) if held and len(held) == count else self.cores_for(owner, count, owner_heads)
+                entry["cores"] = format_cores(cores)
+            except CoresDoNotFit as exc:
+                entry["error"] = str(exc)
+            engines[owner] = entry
+        tp = engines.get("tensor-parallel") or {}
+        return {
             "instance_cores": self.instance_cores,
             "physical_cores": self.instance.physical,
             "lnc": self.instance.lnc,
             "source": self.instance.source,
             "app_cores": format_cores(list(self.app_cores)),
             "free_cores": None if free is None else format_cores(free),
-            "tp_degree": degree, "tp_cores": None, "tp_error": None,
+            "tp_degree": tp.get("count"), "tp_cores": tp.get("cores"), "tp_error": tp.get("error"),
+            "engines": engines,
         }
-        if degree:
-            try:
-                out["tp_cores"] = format_cores(self.tp_cores(degree, heads))
-            except CoresDoNotFit as exc:
-                out["tp_error"] = str(exc)
-        return out
 
 
 def make_plan(app_cores: str, instance: InstanceCores | int | None) -> CorePlan:
@@ -251,8 +296,11 @@ def plan_text(plan: dict[str, Any]) -> str:
     instance as logical / physical / LNC and where that came from, what is free."""
     instance = plan.get("instance_cores")
     text = f"app {plan['app_cores']}"
-    if plan.get("tp_cores"):
-        text += f" · tensor-parallel ranks {plan['tp_cores']}"
+    engines = plan.get("engines") or ({"tensor-parallel": {"cores": plan.get("tp_cores"), "error": plan.get("tp_error")}}
+                                      if plan.get("tp_cores") or plan.get("tp_error") else {})
+    for owner, entry in engines.items():
+        if entry.get("cores"):
+            text += f" · {_OWNER_WORDS.get(owner, (owner, owner))[1]} {entry['cores']}"
     if instance is None:
         text += " · instance size unknown"
         if not plan.get("tp_error"):
@@ -263,7 +311,8 @@ def plan_text(plan: dict[str, Any]) -> str:
             text += f" = {plan['physical_cores']} physical / LNC {plan['lnc']}"
         text += f" (from {plan.get('source')})"
     if plan.get("free_cores") is not None:
-        text += f", free for the group {plan['free_cores'] or 'none'}"
-    if plan.get("tp_error"):
-        text += f" · {plan['tp_error']}"
+        text += f", free {plan['free_cores'] or 'none'}"
+    for entry in engines.values():
+        if entry.get("error"):
+            text += f" · {entry['error']}"
     return text

@@ -34,7 +34,7 @@ import torch
 import torch._dynamo
 
 from backend import device_env
-from backend.errors import StudioError
+from backend.errors import DeviceUnavailable
 from backend.settings import Settings
 
 NEFF_COUNTERS = {
@@ -46,10 +46,6 @@ NEFF_COUNTERS = {
 NEFF_COMPILE_TIME = "CompilationCache.CompilationTime"
 PROCESS_GROUP_BACKENDS = {"neuron": "neuron", "cuda": "nccl", "cpu": "gloo"}
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-class DeviceUnavailable(StudioError):
-    """The requested device cannot be used on this machine."""
 
 
 def neuron_installed() -> bool:

@@ -1,17 +1,23 @@
 """The manager: the one door through which the UI, the CLI and the tests reach the device.
 
-Importing this module does not import torch: the device layer and the engine load in ``start``
+Importing this module does not import torch: the device layer and the engines load in ``start``
 (in the background for the web app), so the page is served before the model stack has loaded.
 
-It owns the active engine, validates requests up front, serialises device work, reports progress,
-cancels cooperatively, keeps the per (mode, shape) compile table from measured compile events,
-refuses shapes past the recompile limit or outside the warm set when locked, and publishes a
-JSON-able status snapshot.
+It validates requests up front, routes each to an engine by one rule, admits it once (the
+warm-only lock, the recompile limit), reports progress, cancels cooperatively, keeps the per
+(mode, shape) compile table from what each run measured, and publishes a JSON-able status
+snapshot. The engines (``backend.engines``) are held by name and all look alike here: the manager
+knows no group, replica, degree, process or core.
+
+The routing rule: the launched engines (a worker group, a replica pool) are asked in order whether
+a request is theirs (``Engine.route``); the first that answers serves it, or sends it to the
+in-process engine with the reason (degraded: its engine is starting or down); a request no
+launched engine takes runs in process.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import itertools
 import logging
 import threading
 import time
@@ -19,17 +25,18 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from backend import compile_state as cs
 from backend.admission import Admission
-from backend.errors import (BackendBusy, BackendNotReady, GenerationCancelled, GenerationFailed, InvalidRequest,
-                            NotAllowed, StudioError)
+from backend.errors import BackendBusy, BackendNotReady, GenerationCancelled, GenerationFailed, InvalidRequest, \
+    NotAllowed, StudioError
 from backend.records import GenerationRequest, GenerationResult, ProgressEvent
 from backend.roles import LOCAL_OPERATOR, Caller
-from backend.settings import MODES, TP_MODE, Settings
+from backend.settings import MODES, Settings
 from backend.shapes import Shape
 from backend.validation import validate_request
 from backend.warmup import Warmups
 
 if TYPE_CHECKING:
     from backend.device import Device
+    from backend.engines import Engine, Route
 
 log = logging.getLogger(__name__)
 _KEEP_RECORDS = 1000
@@ -40,31 +47,31 @@ ProgressFn = Callable[[ProgressEvent], None]
 class Manager:
     def __init__(self, settings: Settings, engine_factory: Callable[[Device, str], Any] | None = None,
                  clock: Callable[[], float] = time.monotonic):
+        """``engine_factory(device, model_path)`` replaces the in-process engine (tests give a fake)."""
         self.settings = settings
         self._engine_factory = engine_factory
         self._clock = clock
         self.table = cs.CompileTable(clock)
         self.admission = Admission(settings, self.table)
         self.device: Device | None = None
-        self.engine = None
+        self.engines: dict[str, Engine] = {}  # by name, in routing order; the in-process engine last
         self.model_label: str | None = None
         self.state = "idle"  # idle | loading | warming | ready | failed
         self.load_error: str | None = None
         self.last_error: str | None = None
         self.warm_only = settings.warm_only
         self.records: list[GenerationResult] = []
-        self._device_lock = threading.Lock()  # one generation on the device at a time
         self._state_lock = threading.Lock()
-        self._cancel = threading.Event()
-        self._current: dict[str, Any] | None = None
+        self._jobs: dict[int, dict[str, Any]] = {}  # running generations, by id
+        self._job_ids = itertools.count(1)
+        self._closing = threading.Event()
         self._ready = threading.Event()
         self._loader: threading.Thread | None = None
         self._warmups = Warmups(self)
+        self._life = threading.Lock()  # engines start and stop one at a time (they claim cores)
         self.model_path: str | None = None
         self._count_tokens: Callable[[str], int] | None = None  # set once the model's tokenizer loads
-        self.tp = None  # TPWorkerGroup, when tensor-parallel mode has been used
         self.bundle: dict[str, Any] | None = None  # what --cache-from imported and warmed
-        self._tp_lock = threading.Lock()
 
     # lifecycle ---------------------------------------------------------------------------------
     def start(self, background: bool = False) -> None:
@@ -89,6 +96,7 @@ class Manager:
             # Before the device layer loads torch (and TorchNeuron): this process's own NeuronCores.
             device_env.claim_neuron_cores(self.settings.neuron_cores)
             from backend.device import Device, resolve_device
+            from backend.engines import build_engines
             from backend.model_source import prompt_token_counter, resolve_model
 
             info = resolve_device(self.settings)
@@ -96,13 +104,13 @@ class Manager:
             self.model_path, self.model_label = resolve_model(self.settings.model, self.settings.cache_dir)
             self._count_tokens = prompt_token_counter(self.model_path)
             bundled = self._import_at_start() if self.settings.cache_from else None
-            if self.settings.mode == TP_MODE:
-                # The app process keeps off the device; the in-process engine loads on first use.
-                self.start_tp(wait=True)
-                if self.tp.state != "ready":
-                    raise BackendNotReady(f"the tensor-parallel group did not start: {self.tp.error}")
-            else:
-                self._load_engine()
+            self.engines = build_engines(self.settings, self.device, self.model_path, self.table,
+                                         self._engine_factory)
+            launched = [e for e in self._launched if e.configured]
+            for engine in launched:  # each starts and waits for READY, or raises with the reason
+                engine.load()
+            if not any(self.settings.mode in e.modes for e in launched):
+                self._local.load()  # on Neuron this claims only the app's own cores (backend.core_plan)
         except Exception as exc:
             self.state = "failed"
             self.load_error = str(exc) if isinstance(exc, StudioError) else f"{type(exc).__name__}: {exc}"
@@ -120,8 +128,8 @@ class Manager:
                 log.error("%s", self.last_error)
             finally:
                 self.state = "ready"
-        if self.settings.prewarm:
-            self.state = "warming"
+        if self.settings.prewarm and not any(self.settings.mode in e.modes for e in launched):
+            self.state = "warming"  # (a launched engine warms its own before READY)
             try:
                 self.warmup(self.settings.prewarm, self.settings.mode)
             except StudioError as exc:  # a shape that fails to warm leaves the app usable
@@ -129,6 +137,22 @@ class Manager:
                 log.error("%s", self.last_error)
             finally:
                 self.state = "ready"
+
+    @property
+    def _local(self) -> "Engine":
+        """The in-process engine: last in routing order, it serves what no launched engine takes."""
+        if not self.engines:
+            raise BackendNotReady("the device is not ready yet")
+        return list(self.engines.values())[-1]
+
+    @property
+    def _launched(self) -> list["Engine"]:
+        return list(self.engines.values())[:-1]
+
+    @property
+    def engine(self):
+        """The in-process engine once it is loaded (None before)."""
+        return self._local if self.engines and self._local.state == "ready" else None
 
     # warm-start bundles ----------------------------------------------------------------------
     def bundle_manifest(self, entries: list[dict[str, Any]] | None = None):
@@ -145,12 +169,11 @@ class Manager:
         """Write a bundle of the compile caches that warms ``pairs`` ((mode, shape); None: every warm
         in-process shape). Each pair runs first if it is not warm yet. Returns the manifest."""
         from backend import bundles
-        from backend.settings import IN_PROCESS_MODES
 
         caller.require_operator("Exporting a warm-start bundle")
         if pairs is None:
             pairs = [(r["mode"], Shape(r["height"], r["width"])) for r in self.table.snapshot()
-                     if r["state"] == "warm" and r["mode"] in IN_PROCESS_MODES]
+                     if r["state"] == "warm" and r["mode"] in self._local.modes]
         pairs = list(dict.fromkeys(pairs))
         if not pairs:
             raise InvalidRequest("shapes", "no warm shape to export: warm some first (System tab) or name them")
@@ -158,13 +181,13 @@ class Manager:
             cold = [s for m, s in pairs if m == mode and self.table.state(m, s) != "warm"]
             if cold:
                 self.warmup(cold, mode)
-        rows = {(r["mode"], r["shape"]): r for r in self.table.snapshot()}
+        rows = {(r["mode"], Shape(r["height"], r["width"])): r for r in self.table.snapshot()}
         entries = []
         for mode, shape in pairs:
-            row = rows.get((mode, str(shape))) or {}
+            row = rows.get((mode, shape)) or {}
             seconds = row.get("bundle_compile_seconds") or row.get("compile_seconds")
             entries.append({"mode": mode, "shape": str(shape), "compile_seconds": seconds})
-        with self._device_lock:
+        with self._local.exclusive():
             return bundles.export(path, self.bundle_manifest(entries), self.device)
 
     def import_bundle(self, path, *, caller: Caller = LOCAL_OPERATOR) -> dict[str, Any]:
@@ -173,7 +196,7 @@ class Manager:
         from backend import bundles
 
         caller.require_operator("Importing a warm-start bundle")
-        with self._device_lock:
+        with self._local.exclusive():
             return bundles.import_bundle(path, self.device, self.bundle_manifest())
 
     def _import_at_start(self):
@@ -194,10 +217,11 @@ class Manager:
         from backend.device import diff_counters
 
         before = self.device.compile_snapshot()
-        for mode, shapes in by_mode.items():
-            if mode == TP_MODE and (self.tp is None or self.tp.state != "ready"):
-                continue
-            self.warmup(shapes, mode)
+        for mode, shapes in list(by_mode.items()):
+            try:
+                self.warmup(shapes, mode)
+            except BackendNotReady:  # its engine is not running here (a tensor-parallel group)
+                del by_mode[mode]
         done = diff_counters(before, self.device.compile_snapshot())
         # What the warm pass still compiled afresh: inductor graphs that missed its cache (CPU/CUDA),
         # NEFFs the Neuron compiler built (Neuron); dynamo traces every graph either way.
@@ -209,92 +233,61 @@ class Manager:
             if entry.get("mode") in by_mode:
                 self.table.mark_bundled(entry["mode"], parse_shape(str(entry["shape"])), entry.get("compile_seconds"))
 
-    def _load_engine(self) -> None:
-        from backend.engine import InProcessEngine
-
-        # On Neuron this claims only the app's own cores (backend.core_plan): never the group's.
-        engine = (self._engine_factory or InProcessEngine)(self.device, self.model_path)
-        engine.load()
-        self.engine = engine
-
     def wait_ready(self, timeout: float | None = None) -> bool:
         return self._ready.wait(timeout) and self.state in ("ready", "warming")
 
     def close(self, wait: float | None = None) -> bool:
-        """Cancel the running generation, stop the worker group, release the engine. A generation
-        stops at its next step boundary, but a compile cannot be interrupted: ``wait`` bounds how
-        long to wait for it (None: as long as it takes). False when it was still running."""
-        self._cancel.set()
-        if self.tp is not None:
-            self.tp.close()
-        if not self._device_lock.acquire(timeout=-1 if wait is None else wait):
+        """Cancel the running generations, stop the launched engines, release the in-process one.
+        A generation stops at its next step boundary, but a compile cannot be interrupted: ``wait``
+        bounds how long to wait for it (None: as long as it takes). False when it was still running."""
+        self._closing.set()
+        if not self.engines:
+            return True
+        for engine in self._launched:
+            engine.close()
+        local = self._local
+        if not local.exclusive().acquire(timeout=-1 if wait is None else wait):
             log.warning("a generation is still running (a compile cannot be interrupted); not waiting for it")
             return False
         try:
-            if self.engine is not None:
-                self.engine.close()
-            self.engine = None
+            local.close()
             self.state = "idle"
         finally:
-            self._device_lock.release()
+            local.exclusive().release()
         return True
 
-    # tensor parallel ---------------------------------------------------------------------------
-    def start_tp(self, degree: int | None = None, wait: bool = False, *,
-                 caller: Caller = LOCAL_OPERATOR) -> dict[str, Any]:
-        """Launch the tensor-parallel engine (replacing one of another degree). Returns its status.
-        The operator's (``caller``).
+    # engines: started and stopped by name, the same way whatever they are ----------------------
+    def _named(self, name: str) -> "Engine":
+        engine = self.engines.get(name)
+        if engine is None or engine is self._local:
+            raise InvalidRequest("engine", f"must be one of {', '.join(e.name for e in self._launched)}, "
+                                           f"got {name!r}")
+        return engine
 
-        The group checks the degree (and on Neuron its cores) before anything starts."""
-        from backend.tp.group import STARTING, TPWorkerGroup
-
-        caller.require_operator("Starting the tensor-parallel group")
+    def start_engine(self, name: str, size: int | None = None, wait: bool = False, *,
+                     caller: Caller = LOCAL_OPERATOR) -> dict[str, Any]:
+        """Start (or resize) a launched engine: ``size`` its processes (the group's degree, the
+        pool's replicas; None: its setting). Checked, cores included, before anything starts;
+        returns its status. The operator's."""
+        caller.require_operator(f"Starting the {name} engine")
         if self.device is None or self.model_path is None:
             raise BackendNotReady("the device is not ready yet")
-        with self._tp_lock:
-            group = self.tp
-            if group is not None and group.degree == (degree or self.settings.tp_degree) \
-                    and group.state in STARTING + ("ready",):
-                running = group
-            else:
-                running = TPWorkerGroup(self.settings, self.model_path, self.device, degree)
-                if group is not None:
-                    group.close()
-                self.tp = running
-                self.table.forget(TP_MODE)  # a new group has none of the old one's graphs
-                running.start()
-        if wait:
-            running.wait_ready(self.settings.tp_start_timeout)
-        return running.describe()
+        engine = self._named(name)
+        with self._life:
+            return engine.start(size, wait=wait)
 
-    def _restart_tp(self, group) -> None:
-        """The ranks ended themselves after a failed request: start a new group of the same degree
-        in the background once the old one is down (its requests run in process meanwhile)."""
-        def restart() -> None:
-            deadline = time.monotonic() + 30
-            while group.state not in ("dead", "stopped") and time.monotonic() < deadline:
-                time.sleep(0.1)
-            if self.tp is group and group.state == "dead":
-                try:
-                    self.start_tp(group.degree)
-                except StudioError as exc:
-                    self.last_error = f"restarting the tensor-parallel group: {exc}"
+    def stop_engine(self, name: str, *, caller: Caller = LOCAL_OPERATOR) -> None:
+        """Stop a launched engine (no process of it survives). The operator's."""
+        caller.require_operator(f"Stopping the {name} engine")
+        engine = self._named(name)
+        with self._life:
+            engine.stop()
 
-        threading.Thread(target=restart, name="tp-restart", daemon=True).start()
-
-    def tp_logs(self, lines: int = 20, *, caller: Caller = LOCAL_OPERATOR) -> dict[str, str]:
-        """The tail of each rank's log (and torchrun's), read now: only when someone looks at them
-        (the operator: logs carry paths and the environment's traces)."""
-        caller.require_operator("Reading the rank logs")
-        group = self.tp
-        return group.rank_logs(lines) if group is not None else {}
-
-    def stop_tp(self, *, caller: Caller = LOCAL_OPERATOR) -> None:
-        """Stop the worker group (no process of it survives). The operator's."""
-        caller.require_operator("Stopping the tensor-parallel group")
-        with self._tp_lock:
-            if self.tp is not None:
-                self.tp.stop()
+    def engine_logs(self, name: str, lines: int = 20, *, caller: Caller = LOCAL_OPERATOR) -> dict[str, str]:
+        """The tail of each worker's log, read now: only when someone looks at them (the operator:
+        logs carry paths and the environment's traces)."""
+        caller.require_operator("Reading the worker logs")
+        return self._named(name).logs(lines)
 
     @property
     def modes(self) -> tuple[str, ...]:
@@ -307,115 +300,115 @@ class Manager:
         return validate_request(self.settings, self.modes, prompt, height, width, steps, guidance, seed, mode,
                                 count_tokens=self._count_tokens)
 
-    # admission ---------------------------------------------------------------------------------
+    # routing and admission ---------------------------------------------------------------------
+    def _route(self, request: GenerationRequest) -> "Route":
+        """The one routing rule (see the module's docstring); the Route's engine is set."""
+        from backend.engines import Route
+
+        for engine in self._launched:
+            route = engine.route(request)
+            if route is not None:
+                return route if route.engine is not None else Route(self._local, route.request, route.degraded)
+        route = self._local.route(request)
+        if route is None:
+            raise InvalidRequest("mode", f"must be one of {', '.join(self.modes)}, got {request.mode!r}")
+        return route
+
     def predict(self, mode: str, shape: Shape, steps: int | None = None) -> dict[str, Any]:
         """What a run at (mode, shape) will cost now, including whether it would be refused."""
-        return self.admission.predict(self.device, mode, shape, steps, self.warm_only)
+        places = None
+        if self.engines:
+            try:
+                route = self._route(GenerationRequest("", shape.height, shape.width, steps or self.settings.steps,
+                                                      self.settings.guidance, 0, mode))
+                mode, places = route.request.mode, route.engine.places(route.request.mode)
+            except StudioError:
+                pass
+        return self.admission.decide(self.device, mode, shape, steps, self.warm_only, places).prediction
 
     # generation --------------------------------------------------------------------------------
+    def _check_ready(self) -> None:
+        if self.state == "failed":
+            raise BackendNotReady(f"the model failed to load: {self.load_error}")
+        if self.device is None or self.model_path is None or self.state == "loading" or not self.engines:
+            raise BackendNotReady("the model is still loading; try again in a moment")
+        if self._closing.is_set():
+            raise BackendNotReady("the app is shutting down")
+
     def generate(self, request: GenerationRequest | dict[str, Any], progress: ProgressFn | None = None,
                  _warming: bool = False, owner: str | None = None, still_wanted: Callable[[], bool] | None = None):
         """Run one request; returns (PIL image, GenerationResult). Raises StudioError subclasses.
 
         ``owner``: the page session it runs for (a viewer may stop only its own run). ``still_wanted``:
         False once nobody waits for the image any more (the page closed); the run stops at its next
-        step as if cancelled."""
+        step as if cancelled. Requests run side by side as far as their engines can (a replica pool
+        runs one per free replica); the rest wait in their engine."""
         if isinstance(request, dict):
             request = self.validate(**request)
-        if self.state == "failed":
-            raise BackendNotReady(f"the model failed to load: {self.load_error}")
-        if self.device is None or self.model_path is None or self.state == "loading":
-            raise BackendNotReady("the model is still loading; try again in a moment")
-        shape = request.shape
-        with self._device_lock:
-            engine, run_request, degraded = self._route(request)
-            requested_mode, request = request.mode, run_request
-            prediction = self.admission.predict(self.device, request.mode, shape, request.steps, False)
-            self.admission.check(prediction, locked=self.warm_only and not _warming)
-            self._cancel.clear()
-            job = {"mode": request.mode, "shape": str(shape), "phase": "starting", "step": 0, "owner": owner,
-                   "steps": request.steps, "started": self._clock()}
+        self._check_ready()
+        route = self._route(request)
+        engine, run = route.engine, route.request
+        places = engine.places(run.mode)
+        locked = self.warm_only and not _warming
+        self.admission.decide(self.device, run.mode, run.shape, run.steps, locked, places).enforce()
+        cancel = threading.Event()
+        job = {"mode": run.mode, "shape": run.shape, "phase": "starting", "step": 0, "owner": owner,
+               "steps": run.steps, "started": self._clock(), "engine": engine.name, "cancel": cancel}
+        with self._state_lock:
+            job_id = next(self._job_ids)
+            self._jobs[job_id] = job
+
+        def on_progress(event: ProgressEvent) -> None:
+            job["phase"], job["step"] = event.phase, event.step
+            if event.phase == "compiling":
+                self.table.mark_compiling(run.mode, run.shape)
+            if progress is not None:
+                progress(event)
+
+        def should_stop() -> bool:
+            return cancel.is_set() or self._closing.is_set() or (still_wanted is not None and not still_wanted())
+
+        started_at = time.time()
+        try:
+            out = engine.run(run, on_progress, should_stop, forbid_compile=locked, warming=_warming)
+        except Exception as exc:
+            # On Neuron the components a cancel skipped (the eager VAE) compile too: a shape is
+            # warm there only after a whole run, so a cancelled run keeps no compile.
+            self.table.failed_run(run.mode, run.shape, exc, place=places[0] if len(places) == 1 else None,
+                                  keep_compiles=len(places) == 1 and not self.admission.exact_shapes(self.device))
+            if not isinstance(exc, GenerationCancelled):
+                self.last_error = str(exc) if isinstance(exc, StudioError) else f"{type(exc).__name__}: {exc}"
+            if isinstance(exc, StudioError):
+                raise
+            log.exception("engine error")  # an engine broke its contract: log the trace, answer plainly
+            raise GenerationFailed(self.last_error) from exc
+        finally:
             with self._state_lock:
-                self._current = job
-
-            def on_progress(event: ProgressEvent) -> None:
-                job["phase"], job["step"] = event.phase, event.step
-                if event.phase == "compiling":
-                    self.table.mark_compiling(request.mode, shape)
-                if progress is not None:
-                    progress(event)
-
-            started_at = time.time()
-            try:
-                def should_stop() -> bool:
-                    return self._cancel.is_set() or (still_wanted is not None and not still_wanted())
-
-                out = engine.run(request, on_progress, should_stop,
-                                 forbid_compile=self.warm_only and not _warming)
-            except Exception as exc:
-                # On Neuron the components a cancel skipped (the eager VAE) compile too: a shape is
-                # warm there only after a whole run, so a cancelled run keeps no compile.
-                self.table.failed_run(request.mode, shape, exc, keep_compiles=not self.admission.exact_shapes(self.device))
-                if not isinstance(exc, GenerationCancelled):
-                    self.last_error = str(exc) if isinstance(exc, StudioError) else f"{type(exc).__name__}: {exc}"
-                if getattr(exc, "group_ending", False) and engine is self.tp:
-                    self._restart_tp(engine)
-                if isinstance(exc, StudioError):
-                    raise
-                log.exception("engine error")  # an engine broke its contract: log the trace, answer plainly
-                raise GenerationFailed(self.last_error) from exc
-            finally:
-                with self._state_lock:
-                    self._current = None
-            self.table.finish(request.mode, shape, compiles=out.compiles, neff_compiles=out.neff_compiles,
-                              compile_seconds=out.compile_seconds, seconds=out.seconds,
-                              encode=out.encode, denoise=out.denoise, decode=out.decode,
-                              steps=request.steps)
-        result = GenerationResult(
-            prompt=request.prompt, width=request.width, height=request.height, mode=request.mode,
-            steps=request.steps, guidance=request.guidance, seed=request.seed,
-            device=self.device.kind, model=self.model_label or "", compiled=bool(out.compiles or out.neff_compiles),
-            compiles=out.compiles, compile_seconds=out.compile_seconds, seconds=out.seconds,
-            encode=out.encode, denoise=out.denoise, decode=out.decode, neff_compiles=out.neff_compiles,
-            started_at=started_at, world_size=out.world_size,
-            requested_mode=requested_mode if degraded else None, degraded=degraded,
-        )
-        self.records = (self.records + [result])[-_KEEP_RECORDS:]
+                self._jobs.pop(job_id, None)
+        result = GenerationResult.of(run, out, device=self.device.kind, model=self.model_label or "",
+                                     engine=engine.name, started_at=started_at, requested_mode=request.mode,
+                                     degraded=route.degraded)
+        self.table.record(result)
+        with self._state_lock:
+            self.records = (self.records + [result])[-_KEEP_RECORDS:]
         return out.image, result
 
-    def _route(self, request: GenerationRequest):
-        """The engine for a request's mode: (engine, the request it runs, why it is degraded or None).
-
-        While the tensor-parallel engine is down or restarting, its requests run in process the way
-        each rank would run (``--tp-compile``), and the record says so."""
-        if request.mode != TP_MODE:
-            if self.engine is None:
-                self._load_engine()  # first in-process request after starting in tensor-parallel mode
-            return self.engine, request, None
-        if self.tp is None:
-            raise BackendNotReady("the tensor-parallel group is not running; start it (the Start button "
-                                  "beside the mode, the System tab, or --mode tp at launch)")
-        degraded = self._degraded()
-        if not degraded:
-            return self.tp, request, None
-        if self.engine is None:
-            self._load_engine()
-        return self.engine, dataclasses.replace(request, mode=self.settings.tp_compile), degraded
-
     def cancel(self, *, caller: Caller = LOCAL_OPERATOR) -> bool:
-        """Ask the running generation to stop at its next step. True if one was running. A viewer
-        may stop only its own run (``owner`` of ``generate`` is its page session)."""
+        """Ask running generations to stop at their next step: the operator's, every one; a
+        viewer's, its own (``owner`` of ``generate`` is its page session). True if one was asked."""
         with self._state_lock:
-            current = self._current
-            if current is not None and not caller.is_operator and current.get("owner") != caller.session:
+            jobs = list(self._jobs.values())
+            mine = jobs if caller.is_operator else [j for j in jobs if j.get("owner") == caller.session]
+            if jobs and not mine:
                 raise NotAllowed("the running generation is another viewer's; you can stop only your own")
-            if current is not None or caller.is_operator:
-                self._cancel.set()
-        return current is not None
+            for job in mine:
+                job["cancel"].set()
+        return bool(mine)
 
     def warmup(self, shapes: Iterable[Shape], mode: str | None = None,
                progress: Callable[[int, int, Shape], None] | None = None) -> list[GenerationResult]:
-        """Compile (mode, shape) for each shape and measure one steady run; bypasses the warm-only lock."""
+        """Compile (mode, shape) for each shape wherever that mode is served, and measure one steady
+        run; bypasses the warm-only lock."""
         return self._warmups.run(list(shapes), mode or self.settings.mode, progress)
 
     def start_warmup(self, shapes: Iterable[Shape], mode: str | None = None, *,
@@ -428,6 +421,8 @@ class Manager:
                 progress: ProgressFn | None = None) -> list[dict[str, Any]]:
         """Run one request through several modes; each entry has image, result, and the max pixel
         difference (0-255) from the first mode's image."""
+        import dataclasses
+
         import numpy as np
 
         modes = list(dict.fromkeys(modes))
@@ -456,20 +451,17 @@ class Manager:
 
     def clear_compile_cache(self, *, caller: Caller = LOCAL_OPERATOR) -> int:
         """Empty the on-disk compile caches between generations; returns bytes freed. Graphs already
-        in memory stay warm; only later processes lose the head start. Refused while a
-        tensor-parallel group runs: its ranks hold lock files in the local NEFF cache (and read the
-        caches while they compile)."""
+        in memory stay warm; only later processes lose the head start. Refused while a launched
+        engine runs: its workers hold lock files in the local NEFF cache (and read the caches while
+        they compile)."""
         caller.require_operator("Clearing the compile cache")
         if self.device is None:
             raise BackendNotReady("the device is not ready yet")
-        from backend.tp.group import STARTING
-
-        group = self.tp
-        if group is not None and group.state in STARTING + ("ready", "stopping"):
-            raise BackendBusy(
-                f"the tensor-parallel group is {group.state}: its ranks hold lock files in the compile "
-                f"cache and compile into it; stop the group first (System tab), then clear the cache")
-        with self._device_lock:
+        for engine in self._launched:
+            why = engine.busy_with_cache()
+            if why:
+                raise BackendBusy(why)
+        with self._local.exclusive():
             return self.device.clear_caches()
 
     def cache_plan(self, *, caller: Caller = LOCAL_OPERATOR) -> list[dict[str, Any]]:
@@ -484,38 +476,21 @@ class Manager:
         caller.require_operator("Locking to warm shapes")
         self.warm_only = bool(locked)
 
-    def _degraded(self) -> str | None:
-        """Why tensor-parallel requests are being served in process right now (None: they are not)."""
-        group = self.tp
-        if group is None or group.state not in ("dead", "launching", "loading", "warming"):
-            return None
-        why = f"the tensor-parallel group is {group.state}" + (f" ({group.error})" if group.state == "dead" else "")
-        return f"degraded: {why}; tensor-parallel requests run in process ({self.settings.tp_compile}) meanwhile"
-
     # status ------------------------------------------------------------------------------------
-    def _tp_status(self) -> dict[str, Any]:
-        group = self.tp
-        if group is None:
-            return {"state": "stopped", "world_size": self.settings.tp_degree, "ranks": [], "error": None}
-        return group.describe()
-
     def _core_plan_status(self) -> dict[str, Any] | None:
         plan = self.device.core_plan if self.device is not None else None
         if plan is None:
             return None
-        from backend.model_source import transformer_heads
-
-        group = self.tp
-        degree = group.degree if group is not None else self.settings.tp_degree
-        return plan.describe(degree, transformer_heads(self.model_path) if self.model_path else None)
+        return plan.describe(wanted={e.name: e.cores_wanted() for e in self._launched})
 
     def status(self) -> dict[str, Any]:
+        now = self._clock()
         with self._state_lock:
-            current = dict(self._current) if self._current else None
-        if current:
-            current["elapsed"] = round(self._clock() - current.pop("started"), 3)
-            current.pop("owner", None)  # a page session is its own business, not the room's
-        device = self.device
+            running = [{k: (str(v) if k == "shape" else v) for k, v in job.items() if k not in ("owner", "cancel")}
+                       for job in self._jobs.values()]  # a page session is its own business, not the room's
+        for job in running:
+            job["elapsed"] = round(now - job.pop("started"), 3)
+        device, engines = self.device, list(self.engines.values())
         return {
             "state": self.state,
             "model": {"spec": self.settings.model, "label": self.model_label},
@@ -523,10 +498,13 @@ class Manager:
             "dtype": device.info.dtype if device else None,
             "default_mode": self.settings.mode,
             "modes": list(self.modes),
+            **{e.status_key: e.describe() for e in self._launched},
             "engine": self.engine.describe() if self.engine else None,
+            "engines": {e.name: {"state": e.state, "modes": list(e.modes), "capacity": e.capacity()} for e in engines},
             "warm_only": self.warm_only,
             "max_compiled_shapes": self.settings.max_compiled_shapes,
-            "busy": current,
+            "busy": running[0] if running else None,
+            "running": running,
             "shapes": self.table.snapshot(),
             "cache": device.cache_info() if device else None,
             "memory": device.memory() if device else None,
@@ -534,8 +512,7 @@ class Manager:
             "last_error": self.last_error,
             "generations": len(self.records),
             "warmup": self._warmups.status(),
-            "tp": self._tp_status(),
             "neuron_cores": self._core_plan_status(),
-            "degraded": self._degraded(),
+            "degraded": next((why for why in (e.degraded() for e in self._launched) if why), None),
             "bundle": self.bundle,
         }

@@ -51,9 +51,21 @@ class GenerationResult:
     neff_compiles: int = 0  # Neuron only: NEFF compilations during this call
     world_size: int = 1  # ranks that computed it (tensor-parallel mode: the group's size)
     requested_mode: str | None = None  # set when another mode served the request (degraded)
-    degraded: str | None = None  # why, when it was served in process instead of by the TP group
+    degraded: str | None = None  # why, when it was served in process instead of by its engine
     path: str | None = None
     started_at: float = 0.0
+    engine: str = "in-process"  # the engine that served it (its name)
+    place: str = "app"  # the process that ran it: app, tp, replica N (the compile table's places)
+
+    @classmethod
+    def of(cls, request: GenerationRequest, out: "EngineOutput", *, device: str, model: str, engine: str,
+           started_at: float, requested_mode: str | None = None, degraded: str | None = None) -> "GenerationResult":
+        """The record of a run: the request, what the engine measured, where it ran. Built here only."""
+        fields = {f.name: getattr(out, f.name) for f in dataclasses.fields(EngineOutput) if f.name != "image"}
+        return cls(prompt=request.prompt, width=request.width, height=request.height, mode=request.mode,
+                   steps=request.steps, guidance=request.guidance, seed=request.seed, device=device, model=model,
+                   compiled=bool(out.compiles or out.neff_compiles), engine=engine, started_at=started_at,
+                   requested_mode=requested_mode if degraded else None, degraded=degraded, **fields)
 
     @property
     def shape(self) -> Shape:
@@ -68,7 +80,8 @@ class GenerationResult:
 
 @dataclasses.dataclass
 class EngineOutput:
-    """What an engine's ``run`` returns (in process or from the tensor-parallel group)."""
+    """What an engine's ``run`` returns (in process, from a worker group, from a replica). A worker
+    sends it as its result header (``to_json``) and the app reads it back (``from_json``)."""
 
     image: Any  # PIL.Image.Image, or None when the caller asked for latents only
     compiles: int  # torch.compile graphs built during the run
@@ -79,6 +92,15 @@ class EngineOutput:
     denoise: float
     decode: float
     world_size: int = 1  # ranks that computed it
+    place: str = "app"  # the process that ran it
+
+    def to_json(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "image"}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any], image: Any, **overrides: Any) -> "EngineOutput":
+        fields = {f.name: data[f.name] for f in dataclasses.fields(cls) if f.name != "image" and f.name in data}
+        return cls(image=image, **{**fields, **overrides})
 
 
 @dataclasses.dataclass(frozen=True)

@@ -52,6 +52,9 @@ class Settings:
     tp_torchrun_args: str = ""  # extra torchrun options, e.g. "--rdzv-endpoint localhost:29500"
     # A collective that waits longer than this ends the request (the process group's timeout).
     tp_collective_timeout: float = 300.0
+    # Replicas: worker processes, each a whole copy of the pipeline on its own device (NeuronCore,
+    # CUDA device, share of the CPU), serving the in-process modes side by side; 0: none at start.
+    replicas: int = 0
     # NeuronCores the app process claims (NEURON_RT_VISIBLE_CORES syntax); None: the inherited
     # NEURON_RT_VISIBLE_CORES if set, else "0". Tensor-parallel ranks get cores from the rest.
     neuron_cores: str | None = None
@@ -140,6 +143,16 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _whole(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"expected a whole number of 0 or more, got {text!r}") from None
+    if value < 0:
+        raise ValueError(f"expected a whole number of 0 or more, got {text!r}")
+    return value
+
+
 def _core_list(text: str) -> str:
     from backend.core_plan import format_cores, parse_cores
 
@@ -169,6 +182,10 @@ OPTIONS: dict[str, tuple[str, str, Any, str]] = {
                          "extra torchrun options for the worker group (quoted, shell-style)"),
     "tp_collective_timeout": ("--tp-collective-timeout", "NEURON_STUDIO_TP_COLLECTIVE_TIMEOUT", float,
                               "seconds a collective of the worker group may wait before it fails"),
+    "replicas": ("--replicas", "NEURON_STUDIO_REPLICAS", _whole,
+                 "replicas started at launch: worker processes, each a whole pipeline on its own "
+                 "NeuronCore (CUDA device; share of the CPU) serving eager/compiled/regional requests "
+                 "side by side (0: none; the System tab starts and stops them)"),
     "neuron_cores": ("--neuron-cores", "NEURON_STUDIO_NEURON_CORES", _core_list,
                      "NeuronCores the app process claims, e.g. 0 or 0-1 (default: inherited "
                      "NEURON_RT_VISIBLE_CORES, else 0); tensor-parallel ranks get cores from the rest"),

@@ -1,7 +1,8 @@
 """Warm-up: compile shapes ahead of a demo (at start with --prewarm, or from the System tab).
 
-Each shape runs once through the manager's normal door (the warm-only lock does not apply), and
-once more when that run compiled, so the shape shows its steady seconds too. A list is
+Each shape runs once through the manager's normal door (the warm-only lock does not apply), once
+on every other process that serves the mode (replicas), and once more when the first run compiled,
+so the shape shows its steady seconds too. A list is
 deduplicated and capped: at most as many shapes as there are presets (a warm-up holds the device
 for everyone, and a shape warms once per mode).
 """
@@ -36,6 +37,13 @@ class Warmups:
             request = manager.validate(WARMUP_PROMPT, shape.height, shape.width, seed=0, mode=mode)
             _img, first = manager.generate(request, _warming=True)
             results.append(first)
+            # Served by several processes (replicas), it runs until it is warm on each of them.
+            places = (manager.predict(mode, shape).get("warm_on") or [1, 1])[1]
+            for _ in range(places - 1):  # at most once more per other process (a dead one never warms)
+                warm_on = manager.predict(mode, shape).get("warm_on")
+                if not warm_on or warm_on[0] >= warm_on[1]:
+                    break
+                results.append(manager.generate(request, _warming=True)[1])
             if first.compiled:  # measure the steady latency too, so the shape shows expected seconds
                 results.append(manager.generate(request, _warming=True)[1])
         if progress:

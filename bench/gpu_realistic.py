@@ -32,7 +32,7 @@ def run(device: str, quick: bool, reps: int) -> dict:
     import torch
 
     from backend.device_env import prepare_environment
-    from backend.engine import InProcessEngine
+    from backend.engines.in_process import InProcessEngine
     from backend.manager import Manager
     from backend.settings import Settings
     from backend.shapes import parse_shape

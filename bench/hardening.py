@@ -358,9 +358,9 @@ def _inject_faults(manager, tmp: Path) -> list[dict[str, Any]]:
     # 3-4. a tensor-parallel rank killed, then hung, mid-generation
     for name, sig, rank in (("TP rank 0 killed", signal.SIGKILL, 0), ("TP rank 1 killed", signal.SIGKILL, 1),
                             ("TP rank 1 hung", signal.SIGSTOP, 1)):
-        manager.start_tp(2, wait=True)
-        pids = set(manager.tp.rank_pids().values()) | {manager.tp.proc.pid}
-        victim = manager.tp.rank_pids()[rank]
+        manager.start_engine("tensor-parallel", 2, wait=True)
+        pids = set(manager.engines["tensor-parallel"].group.rank_pids().values()) | {manager.engines["tensor-parallel"].group.proc.pid}
+        victim = manager.engines["tensor-parallel"].group.rank_pids()[rank]
         started = threading.Event()
         outcome: dict[str, str] = {}
 
@@ -378,21 +378,21 @@ def _inject_faults(manager, tmp: Path) -> list[dict[str, Any]]:
         thread.join(30)
         notice = manager.status()["degraded"] or ""
         degraded_ok = "degraded" in notice and works("tp")  # served in process while the group is down
-        manager.start_tp(2, wait=True)
+        manager.start_engine("tensor-parallel", 2, wait=True)
         with contextlib.suppress(ProcessLookupError):
             os.kill(victim, signal.SIGCONT)
         record(name, outcome.get("error"), degraded_ok and works("tp"), len(alive(pids)))  # old group gone?
 
     # 5. the group fails to start (bad torchrun arguments)
-    manager.stop_tp()
+    manager.stop_engine("tensor-parallel")
     manager.settings.tp_torchrun_args = "--no-such-torchrun-flag"
-    manager.start_tp(2, wait=True)
-    error = manager.tp.error if manager.tp.state == "dead" else None
+    manager.start_engine("tensor-parallel", 2, wait=True)
+    error = manager.engines["tensor-parallel"].group.error if manager.engines["tensor-parallel"].group.state == "dead" else None
     manager.settings.tp_torchrun_args = ""
-    manager.start_tp(2, wait=True)
-    record("TP group fails to start (bad torchrun arguments)", error, manager.tp.state == "ready" and works("tp"))
+    manager.start_engine("tensor-parallel", 2, wait=True)
+    record("TP group fails to start (bad torchrun arguments)", error, manager.engines["tensor-parallel"].group.state == "ready" and works("tp"))
 
-    group = manager.tp
+    group = manager.engines["tensor-parallel"].group
     pids = set(group.rank_pids().values()) | {group.proc.pid}
     manager.close()
     left = len(alive(pids))

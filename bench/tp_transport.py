@@ -41,7 +41,7 @@ def measure(size: str, reps: int, degree: int, steps: int) -> dict:
             rows = []
             for _ in range(reps):
                 manager.generate(request)
-                t = manager.tp.timings
+                t = manager.engines["tensor-parallel"].group.timings
                 rows.append({"round_trip": t["last_round_trip"], "worker": t["last_worker_seconds"]})
         finally:
             manager.close()

@@ -7,8 +7,8 @@ Markdown and messages on the server with ``text(lang, key)``, ``lang`` coming fr
 ``Accept-Language`` header by the same rule. Numbers and sizes are written the same way in both
 languages (``1024x1024``, ``2.3 s``, dot decimals): only words are translated.
 
-Backend errors carry no translation of their own: ``error_code`` derives a stable code from the
-exception class (and, for ``InvalidRequest``, its field), ``error_message`` puts the translated
+Backend errors carry no translation of their own: ``error_code`` is the exception class's own code
+(``backend.errors``, the one table of errors; for ``InvalidRequest``, with its field), ``error_message`` puts the translated
 sentence for that code before the backend's own English detail, which names the specifics (such as
 the nearest valid size). No gradio and no torch here.
 """
@@ -17,28 +17,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from backend.errors import (BackendBusy, BackendNotReady, CompileFailure, GenerationCancelled, GenerationFailed,
-                            GroupDead, InvalidRequest, ModelNotFound, NotAllowed, ShapeLimitReached, ShapeLocked)
+from backend.errors import InvalidRequest, StudioError
 
 LANGUAGES = ("en", "tr")
 DEFAULT = "en"
 
-# The exception classes the backend raises, most specific first, and their codes.
-ERROR_CODES: tuple[tuple[type, str], ...] = (
-    (ShapeLocked, "locked"),
-    (ShapeLimitReached, "limit"),
-    (BackendNotReady, "not_ready"),
-    (BackendBusy, "busy"),
-    (NotAllowed, "not_allowed"),
-    (GenerationCancelled, "cancelled"),
-    (CompileFailure, "compile_failed"),
-    (GroupDead, "group_dead"),
-    (GenerationFailed, "failed"),
-    (ModelNotFound, "model_not_found"),
-)
 # InvalidRequest fields the backend names (validation, shapes, the TP degree, compare, warm-up).
 INVALID_FIELDS = ("prompt", "width", "height", "size", "steps", "guidance", "seed", "mode", "modes", "shapes",
-                  "tp_degree")
+                  "tp_degree", "replicas")
 
 MESSAGES: dict[str, dict[str, str]] = {
     "en": {
@@ -79,6 +65,7 @@ MESSAGES: dict[str, dict[str, str]] = {
         "err_invalid_guidance": "The guidance is not valid", "err_invalid_seed": "The seed is not valid",
         "err_invalid_mode": "The mode is not valid", "err_invalid_modes": "Choose two or three modes",
         "err_invalid_shapes": "Choose at least one preset", "err_invalid_tp_degree": "The TP degree is not valid",
+        "err_invalid_replicas": "The number of replicas is not valid",
         "err_locked": "Refused: the app is locked to warm shapes",
         "err_limit": "Refused: this mode holds as many compiled shapes as allowed",
         "err_not_ready": "Not ready", "err_busy": "Busy", "err_cancelled": "Stopped",
@@ -98,6 +85,8 @@ MESSAGES: dict[str, dict[str, str]] = {
                        "caches, the warm-shape lock and warm-ups belong to the operator.",
         "err_compile_failed": "The compile failed", "err_group_dead": "The tensor-parallel group died",
         "err_failed": "The generation failed", "err_model_not_found": "The model was not found",
+        "err_unauthorized": "Refused: not this launch's worker token", "err_bundle_refused": "The bundle was refused",
+        "err_device_unavailable": "The device cannot be used",
         "err_error": "Something went wrong", "err_not_png": "That file is not a readable PNG.",
         "title_error": "Error", "title_info": "Info", "title_warning": "Warning",
         # messages and progress
@@ -240,11 +229,14 @@ MESSAGES: dict[str, dict[str, str]] = {
         "err_invalid_guidance": "Yönlendirme değeri geçerli değil", "err_invalid_seed": "Tohum geçerli değil",
         "err_invalid_mode": "Mod geçerli değil", "err_invalid_modes": "İki ya da üç mod seçin",
         "err_invalid_shapes": "En az bir hazır boyut seçin", "err_invalid_tp_degree": "TP derecesi geçerli değil",
+        "err_invalid_replicas": "Kopya sayısı geçerli değil",
         "err_locked": "Reddedildi: uygulama sıcak boyutlarla sınırlı",
         "err_limit": "Reddedildi: bu mod izin verilen sayıda derlenmiş boyut tutuyor",
         "err_not_ready": "Hazır değil", "err_busy": "Meşgul", "err_cancelled": "Durduruldu",
         "err_compile_failed": "Derleme başarısız oldu", "err_group_dead": "Tensör paralel grup çöktü",
         "err_failed": "Üretim başarısız oldu", "err_model_not_found": "Model bulunamadı",
+        "err_unauthorized": "Reddedildi: bu başlatmanın işçi belirteci değil", "err_bundle_refused": "Paket reddedildi",
+        "err_device_unavailable": "Aygıt kullanılamıyor",
         "err_error": "Bir şeyler ters gitti", "err_not_png": "Bu dosya okunabilir bir PNG değil.",
         "title_error": "Hata", "title_info": "Bilgi", "title_warning": "Uyarı",
         "info_stopping": "Bir sonraki gürültü giderme adımında duruluyor…", "info_nothing": "Çalışan bir şey yok.",
@@ -344,15 +336,11 @@ def text(lang: str, key: str, **values: Any) -> str:
 
 
 def error_code(exc: BaseException) -> str:
-    """A stable code for a backend error: ``invalid.<field>`` for InvalidRequest, ``locked``, ``limit``,
-    ``not_ready``, ``busy``, ``cancelled``, ``compile_failed``, ``group_dead``, ``failed``,
-    ``model_not_found``; ``error`` for anything else."""
+    """The error class's own code (``backend.errors``: ``locked``, ``not_ready``, ``group_dead``, ...),
+    ``invalid.<field>`` for InvalidRequest naming a field the page knows; ``error`` for anything else."""
     if isinstance(exc, InvalidRequest):
         return f"invalid.{exc.field}" if exc.field in INVALID_FIELDS else "invalid"
-    for cls, code in ERROR_CODES:
-        if isinstance(exc, cls):
-            return code
-    return "error"
+    return exc.code if isinstance(exc, StudioError) else "error"
 
 
 def error_detail(exc: BaseException) -> str:

@@ -14,9 +14,9 @@ Requests carry no payload either; only the worker's ``result`` does.
 
 Request types: ``wait_ready``, ``generate``, ``health``, ``cancel``, ``shutdown``.
 Answers: ``progress`` (zero or more, for generate), then one ``ready``, ``result``, ``ok`` or
-``error``. An error's ``kind`` comes from ``ERROR_KINDS``, the one table both sides use: the worker
-turns an exception into a message with ``error_message`` and the app turns it back into the same
-exception class, with its field, with ``error_from_message``.
+``error``. An error's ``kind`` is its class's code in ``backend.errors``, the one table of errors:
+the worker turns an exception into a message with ``error_message`` and the app turns it back into
+the same exception class, with the fields it carries, with ``error_from_message``.
 
 The worker's whole configuration travels once, as one JSON object (``WorkerConfig``) in the
 ``CONFIG_VAR`` environment variable, with the app's ``Settings`` inside it whole; the per-launch
@@ -37,8 +37,8 @@ import struct
 import time
 from typing import Any, Callable
 
-from backend.errors import (BackendNotReady, CompileFailure, GenerationCancelled, GenerationFailed, GroupDead,
-                            InvalidRequest, ShapeLimitReached, ShapeLocked, StudioError)
+from backend import errors
+from backend.errors import GenerationFailed, InvalidRequest, StudioError
 
 CONFIG_VAR = "NEURON_STUDIO_TP_CONFIG"
 TOKEN_VAR = "NEURON_STUDIO_TP_TOKEN"
@@ -193,6 +193,8 @@ class WorkerConfig:
     socket: str = ""
     run_dir: str = ""
     parent_pid: int = 0
+    role: str = "tp"  # tp: the transformer sharded over the ranks; replica: one rank, the whole pipeline
+    threads: int = 0  # CPU threads per rank (0: torch's default)
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))
@@ -202,45 +204,20 @@ class WorkerConfig:
         return cls(**json.loads(text))
 
 
-class Unauthorized(StudioError):
-    """A connection without the launch's token (refused before its request is read)."""
-
-
-# kind -> exception class; the order matters: a subclass before its base class.
-ERROR_KINDS: dict[str, type[StudioError]] = {
-    "invalid": InvalidRequest,
-    "cancelled": GenerationCancelled,
-    "compile_failed": CompileFailure,
-    "group_broken": GroupDead,
-    "locked": ShapeLocked,
-    "limit": ShapeLimitReached,
-    "not_ready": BackendNotReady,
-    "unauthorized": Unauthorized,
-    "failed": GenerationFailed,
-}
-# Counters a failed or cancelled run still reports (a compile it finished is kept), and
-# ``group_ending``: the ranks are leaving after this failure, so the group must be restarted.
-_CARRIED = ("compiles", "compile_seconds", "neff_compiles", "group_ending")
-
-
 def error_message(exc: BaseException) -> dict[str, Any]:
-    """The ``error`` message for an exception: its kind, its text, its field, its counters."""
-    kind = next((k for k, cls in ERROR_KINDS.items() if isinstance(exc, cls)), "failed")
-    if isinstance(exc, InvalidRequest):
-        msg: dict[str, Any] = {"type": "error", "kind": kind, "field": exc.field, "error": exc.message}
-    else:
-        text = str(exc) if isinstance(exc, StudioError) else f"{type(exc).__name__}: {exc}"
-        msg = {"type": "error", "kind": kind, "error": text}
-    msg.update({attr: getattr(exc, attr) for attr in _CARRIED if hasattr(exc, attr)})
-    return msg
+    """The ``error`` message for an exception: its code (``backend.errors``), its text, the fields it
+    carries (the invalid field, the counters a failed run still reports, ``group_ending``)."""
+    if not isinstance(exc, StudioError):
+        return {"type": "error", "kind": GenerationFailed.code, "error": f"{type(exc).__name__}: {exc}"}
+    text = exc.message if isinstance(exc, InvalidRequest) else str(exc)
+    return {"type": "error", "kind": exc.code, "error": text, **exc.fields()}
 
 
 def error_from_message(msg: dict[str, Any]) -> StudioError:
-    """The exception an ``error`` message stands for (unknown kinds are plain failures)."""
-    cls = ERROR_KINDS.get(msg.get("kind", "failed"), GenerationFailed)
-    text = str(msg.get("error") or msg.get("kind", "failed"))
-    exc = cls(str(msg.get("field") or "request"), text) if cls is InvalidRequest else cls(text)
-    for attr in _CARRIED:
-        if attr in msg:
-            setattr(exc, attr, msg[attr])
-    return exc
+    """The exception an ``error`` message stands for, with its fields (unknown kinds are plain
+    failures; fields a class does not carry are dropped)."""
+    cls = errors.by_code(str(msg.get("kind") or GenerationFailed.code))
+    text = str(msg.get("error") or msg.get("kind") or "failed")
+    if issubclass(cls, InvalidRequest):
+        return cls(str(msg.get("field") or "request"), text)
+    return cls(text, **{name: msg[name] for name in cls.carries if name in msg})

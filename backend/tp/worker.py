@@ -1,6 +1,7 @@
 """Tensor-parallel worker: one process per rank, launched by torchrun, driven over a socket.
 
-The app starts it for you (``TPWorkerGroup``); by hand it is::
+The app starts it for you (``backend.engines.worker_group.WorkerGroup``: a tensor-parallel group,
+or with ``role`` replica one rank of the replica pool that loads the whole pipeline); by hand it is::
 
     NEURON_STUDIO_TP_CONFIG="$(python -c 'from backend.settings import Settings; \\
       from backend.tp.protocol import WorkerConfig; import json; print(WorkerConfig( \\
@@ -55,6 +56,7 @@ import time
 from datetime import timedelta
 from typing import Any
 
+from backend.errors import BackendNotReady, InvalidRequest, Unauthorized
 from backend.tp import protocol as proto
 
 
@@ -197,7 +199,7 @@ class Rank0Server:
         self.refused += 1
         print(f"refused a connection: {why}", flush=True)
         try:
-            proto.send_message(conn, proto.error_message(proto.Unauthorized("bad token")))
+            proto.send_message(conn, proto.error_message(Unauthorized("bad token")))
         except OSError:
             pass
 
@@ -224,19 +226,19 @@ class Rank0Server:
             elif kind == "wait_ready":
                 self.ready.wait()
                 reply = ({**self.describe(), "type": "ready", "ranks": self.ranks} if self.state == "ready"
-                         else {"type": "error", "kind": "not_ready", "error": self.error or self.state})
+                         else proto.error_message(BackendNotReady(self.error or self.state)))
                 proto.send_message(conn, reply)
             elif kind in ("generate", "shutdown"):
                 if self.state != "ready":
-                    proto.send_message(conn, {"type": "error", "kind": "not_ready",
-                                              "error": f"the worker group is {self.state}"})
+                    proto.send_message(conn, proto.error_message(
+                        BackendNotReady(f"the worker group is {self.state}")))
                     return
                 finished = threading.Event()
                 self.jobs.put((request, conn, finished))
                 finished.wait()  # the main loop answers on this connection
             else:
-                proto.send_message(conn, {"type": "error", "kind": "invalid", "field": "type",
-                                          "error": f"unknown request {kind[:40]!r}"})
+                proto.send_message(conn, proto.error_message(
+                    InvalidRequest("type", f"unknown request {kind[:40]!r}")))
         except (proto.ProtocolError, OSError, KeyError) as exc:
             print(f"connection dropped: {exc}", flush=True)
         finally:
@@ -273,6 +275,9 @@ def init_distributed(cfg: proto.WorkerConfig, rank: int, local_rank: int, world:
     from backend.device import Device, rank_device_info
     from backend.settings import Settings
 
+    if cfg.threads:
+        torch.set_num_threads(int(cfg.threads))  # replicas on one CPU share its cores
+
     settings = Settings.from_json(cfg.settings)
     info = rank_device_info(settings)  # the app's choice; asks the device nothing
     if info.kind == "cuda":
@@ -291,8 +296,14 @@ def init_distributed(cfg: proto.WorkerConfig, rank: int, local_rank: int, world:
 
 
 def load_sharded(cfg: proto.WorkerConfig, me: Rank):
-    """The pipeline with its transformer sharded across the mesh (an in-process engine, loaded)."""
-    from backend.engine import InProcessEngine
+    """The pipeline with its transformer sharded across the mesh (an in-process engine, loaded); a
+    replica (``role`` replica, one rank) loads it whole, as the app would in process."""
+    from backend.engines.in_process import InProcessEngine
+
+    if cfg.role == "replica":
+        engine = InProcessEngine(me.device, cfg.model_path)
+        engine.load()
+        return engine
 
     def loader(device, model_path: str):
         import contextlib
@@ -390,7 +401,7 @@ def warm_up(cfg: proto.WorkerConfig, run, me: Rank) -> list[dict[str, Any]]:
     return stats
 
 
-def serve(server: Rank0Server | None, run, me: Rank) -> None:
+def serve(server: Rank0Server | None, run, me: Rank, replica: bool = False) -> None:
     """The job loop: rank 0 takes a job from its socket, every rank runs it, rank 0 answers."""
     from backend.errors import StudioError
     from backend.records import GenerationRequest
@@ -405,8 +416,9 @@ def serve(server: Rank0Server | None, run, me: Rank) -> None:
             if request["type"] == "generate":
                 try:  # validate before anything reaches the other ranks
                     fields = {k: request.get(k) for k in ("prompt", "height", "width", "steps", "guidance", "seed")}
-                    valid = validate_request(me.settings, IN_PROCESS_MODES,
-                                             mode=me.settings.tp_compile, **fields)
+                    # A tensor-parallel group runs its one mode; a replica, the mode asked for.
+                    mode = request.get("mode") if replica else me.settings.tp_compile
+                    valid = validate_request(me.settings, IN_PROCESS_MODES, mode=mode, **fields)
                 except StudioError as exc:
                     _safe(proto.send_message, conn, proto.error_message(exc))
                     finished.set()
@@ -434,15 +446,13 @@ def serve(server: Rank0Server | None, run, me: Rank) -> None:
             out = run(request, progress, forbid_compile=bool(job.get("forbid_compile")))
             if server:
                 image = out.image if out.image.mode == "RGB" else out.image.convert("RGB")
-                header = {"type": "result", "width": image.width, "height": image.height, "world_size": me.world,
-                          "compiles": out.compiles, "compile_seconds": out.compile_seconds,
-                          "neff_compiles": out.neff_compiles, "seconds": out.seconds, "encode": out.encode,
-                          "denoise": out.denoise, "decode": out.decode}
+                header = {"type": "result", "width": image.width, "height": image.height,
+                          **out.to_json(), "world_size": me.world}
                 _safe(proto.send_message, conn, header, image.tobytes())
                 server.done += 1
         except Exception as exc:  # noqa: BLE001 - a failed request is not a dead group: answer and go on
             print(f"request failed: {type(exc).__name__}: {exc}", flush=True)
-            from backend.errors import GenerationCancelled, GroupDead, ShapeLocked
+            from backend.errors import GenerationCancelled, GenerationFailed, GroupDead, ShapeLocked
 
             broken = _collective_broken(exc)
             # On Neuron a failed collective inside the model does not say it is one: after any
@@ -452,12 +462,17 @@ def serve(server: Rank0Server | None, run, me: Rank) -> None:
             suspect = me.device.kind == "neuron" and not isinstance(exc, (GenerationCancelled, ShapeLocked))
             if broken or suspect:
                 if server:
-                    answer = GroupDead(f"a collective failed: {str(exc).splitlines()[0][:300]}") if broken else exc
-                    msg = proto.error_message(answer)
                     # On Neuron the app restarts the group at once; elsewhere a broken collective
                     # leaves it dead for the operator, as a rank that died does.
-                    msg["group_ending"] = me.device.kind == "neuron"
-                    _safe(proto.send_message, conn, msg)
+                    ending = me.device.kind == "neuron"
+                    if broken:
+                        answer = GroupDead(f"a collective failed: {str(exc).splitlines()[0][:300]}",
+                                           group_ending=ending)
+                    else:
+                        failed = exc if isinstance(exc, GenerationFailed) else GenerationFailed(
+                            f"{type(exc).__name__}: {exc}")
+                        answer = failed.evolve(group_ending=ending)
+                    _safe(proto.send_message, conn, proto.error_message(answer))
                     finished.set()
                 print("ending this rank: the group must be restarted", flush=True)
                 os._exit(1 if broken else RESTART_EXIT)
@@ -518,7 +533,7 @@ def main() -> None:
             server.ready.set()
             time.sleep(1.0)  # let a waiting wait_ready read the error before the process ends
         raise
-    serve(server, run, me)
+    serve(server, run, me, replica=cfg.role == "replica")
     print(f"rank {rank} shutting down", flush=True)
     import torch.distributed as dist
 

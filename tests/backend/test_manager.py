@@ -295,11 +295,12 @@ def test_clear_compile_cache_is_refused_while_a_group_runs(manager, monkeypatch)
     folder = Path(manager.device.cache_info()["dir"])
     (folder / "locks").mkdir(parents=True, exist_ok=True)
     (folder / "locks" / "held.lock").write_bytes(b"0" * 10)
-    monkeypatch.setattr(manager, "tp", types.SimpleNamespace(state="ready"))
+    group = types.SimpleNamespace(state="ready")
+    monkeypatch.setattr(manager.engines["tensor-parallel"], "group", group)
     with pytest.raises(BackendBusy, match="stop the group first"):
         manager.clear_compile_cache()
     assert (folder / "locks" / "held.lock").exists()
-    manager.tp.state = "dead"
+    group.state = "dead"
     assert manager.clear_compile_cache() >= 10
 
 

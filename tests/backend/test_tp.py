@@ -29,10 +29,10 @@ STALL = 3.0  # seconds without progress before the group counts as hung (tests o
 def mgr(tmp_path_factory):
     manager = Manager(make_settings(tmp_path_factory.mktemp("tp"), model="embedded", tp_stall_timeout=STALL))
     manager.start()
-    manager.start_tp(2, wait=True)
-    assert manager.tp.state == "ready", manager.tp.describe()
+    manager.start_engine("tensor-parallel", 2, wait=True)
+    assert manager.engines["tensor-parallel"].group.state == "ready", manager.engines["tensor-parallel"].group.describe()
     yield manager
-    group = manager.tp
+    group = manager.engines["tensor-parallel"].group
     manager.close()
     assert group.survivors() == []
 
@@ -43,14 +43,14 @@ def _req(mgr, mode, h=64, w=64, steps=3, seed=5):
 
 
 def _ensure_ready(mgr):
-    if mgr.tp.state != "ready":
-        mgr.start_tp(2, wait=True)
-    assert mgr.tp.state == "ready", mgr.tp.describe()
+    if mgr.engines["tensor-parallel"].group.state != "ready":
+        mgr.start_engine("tensor-parallel", 2, wait=True)
+    assert mgr.engines["tensor-parallel"].group.state == "ready", mgr.engines["tensor-parallel"].group.describe()
 
 
 def _raw_call(mgr, token, request):
     sock = socket.socket(socket.AF_UNIX)
-    sock.connect(mgr.tp.socket_path)
+    sock.connect(mgr.engines["tensor-parallel"].group.socket_path)
     try:
         send_message(sock, {"type": "hello", "token": token})
         send_message(sock, request)
@@ -84,9 +84,9 @@ class _Buffer(bytearray):
 
 def test_wrong_token_is_refused_and_nothing_runs(mgr):
     _ensure_ready(mgr)
-    before = mgr.tp.health()
+    before = mgr.engines["tensor-parallel"].group.health()
     sock = socket.socket(socket.AF_UNIX)
-    sock.connect(mgr.tp.socket_path)
+    sock.connect(mgr.engines["tensor-parallel"].group.socket_path)
     # The request follows the bad hello in the same write: the server must not act on it.
     wire = _Buffer()
     send_message(wire, {"type": "hello", "token": "0" * 64})
@@ -100,18 +100,18 @@ def test_wrong_token_is_refused_and_nothing_runs(mgr):
     except ConnectionResetError:
         pass
     sock.close()
-    after = mgr.tp.health()
+    after = mgr.engines["tensor-parallel"].group.health()
     assert after["refused"] == before["refused"] + 1 and after["requests_done"] == before["requests_done"]
-    assert stat.S_IMODE(os.stat(mgr.tp.socket_path).st_mode) == 0o600
-    assert stat.S_IMODE(os.stat(mgr.tp.dir).st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(mgr.engines["tensor-parallel"].group.socket_path).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(mgr.engines["tensor-parallel"].group.dir).st_mode) == 0o700
 
 
 def test_a_bad_request_is_a_failed_request_not_a_dead_group(mgr):
     _ensure_ready(mgr)
-    header, _ = _raw_call(mgr, mgr.tp._token, {"type": "generate", "prompt": "", "height": 64, "width": 60,
+    header, _ = _raw_call(mgr, mgr.engines["tensor-parallel"].group._token, {"type": "generate", "prompt": "", "height": 64, "width": 60,
                                                 "steps": 1, "guidance": 1.0, "seed": 1})
     assert header["kind"] == "invalid" and header["field"] == "prompt" and header["error"].startswith("is empty")
-    assert mgr.tp.health()["state"] == "ready"
+    assert mgr.engines["tensor-parallel"].group.health()["state"] == "ready"
     assert mgr.generate(_req(mgr, "tp"))[1].world_size == 2
 
 
@@ -126,7 +126,7 @@ def test_cancel_stops_every_rank_at_the_same_step(mgr):
     # long enough for the cancel to reach it, so step 2's own vote may already stop (seen in a dry run).
     with pytest.raises(GenerationCancelled, match="stopped after step [2345] of 30"):
         mgr.generate(_req(mgr, "tp", 256, 256, steps=30), progress)
-    assert mgr.tp.state == "ready"
+    assert mgr.engines["tensor-parallel"].group.state == "ready"
     assert mgr.generate(_req(mgr, "tp"))[1].world_size == 2
 
 
@@ -147,13 +147,13 @@ def _run_long_in_thread(mgr):
 
     thread = threading.Thread(target=run)
     thread.start()
-    assert started.wait(60), mgr.tp.describe()
+    assert started.wait(60), mgr.engines["tensor-parallel"].group.describe()
     return thread, outcome
 
 
 def test_a_killed_rank_is_reported_dead_with_its_log_and_restart_works(mgr):
     _ensure_ready(mgr)
-    pids = mgr.tp.rank_pids()
+    pids = mgr.engines["tensor-parallel"].group.rank_pids()
     thread, outcome = _run_long_in_thread(mgr)
     killed_at = time.monotonic()
     os.kill(pids[1], signal.SIGKILL)
@@ -162,16 +162,16 @@ def test_a_killed_rank_is_reported_dead_with_its_log_and_restart_works(mgr):
     assert isinstance(outcome["error"], GroupDead)
     tp = mgr.status()["tp"]
     assert tp["state"] == "dead" and "rank 1 exited with signal SIGKILL" in tp["error"]
-    assert "rank 1/2 starting" in mgr.tp_logs()["rank 1"]
-    old = mgr.tp
-    mgr.start_tp(2, wait=True)
+    assert "rank 1/2 starting" in mgr.engine_logs("tensor-parallel")["rank 1"]
+    old = mgr.engines["tensor-parallel"].group
+    mgr.start_engine("tensor-parallel", 2, wait=True)
     assert old.survivors() == []
     assert mgr.generate(_req(mgr, "tp"))[1].world_size == 2
 
 
 def test_a_hung_rank_times_the_call_out_and_the_group_is_stopped(mgr):
     _ensure_ready(mgr)
-    pids = mgr.tp.rank_pids()
+    pids = mgr.engines["tensor-parallel"].group.rank_pids()
     thread, outcome = _run_long_in_thread(mgr)
     hung_at = time.monotonic()
     os.kill(pids[1], signal.SIGSTOP)
@@ -180,8 +180,8 @@ def test_a_hung_rank_times_the_call_out_and_the_group_is_stopped(mgr):
         assert time.monotonic() - hung_at < 10
         assert isinstance(outcome["error"], GroupDead) and f"no progress for {STALL:g} s" in str(outcome["error"])
         assert mgr.status()["tp"]["state"] == "dead"
-        old = mgr.tp
-        mgr.start_tp(2, wait=True)  # joins the teardown of the hung group first
+        old = mgr.engines["tensor-parallel"].group
+        mgr.start_engine("tensor-parallel", 2, wait=True)  # joins the teardown of the hung group first
         assert old.survivors() == []
     finally:
         try:
@@ -193,9 +193,9 @@ def test_a_hung_rank_times_the_call_out_and_the_group_is_stopped(mgr):
 
 def test_stop_leaves_no_process(mgr):
     _ensure_ready(mgr)
-    pids = set(mgr.tp.rank_pids().values()) | {mgr.tp.proc.pid}
-    mgr.stop_tp()
-    assert mgr.tp.state == "stopped" and mgr.tp.survivors() == []
+    pids = set(mgr.engines["tensor-parallel"].group.rank_pids().values()) | {mgr.engines["tensor-parallel"].group.proc.pid}
+    mgr.stop_engine("tensor-parallel")
+    assert mgr.engines["tensor-parallel"].group.state == "stopped" and mgr.engines["tensor-parallel"].group.survivors() == []
     assert not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
     with pytest.raises(BackendNotReady, match="group is stopped; start it again"):
         mgr.generate(_req(mgr, "tp"))
@@ -209,8 +209,8 @@ def test_workers_exit_when_the_app_dies(tmp_path):
         from backend.manager import Manager
         m = Manager(make_settings())
         m.start()
-        m.start_tp(2, wait=True)
-        print(json.dumps(sorted(m.tp.rank_pids().values()) + [m.tp.proc.pid]), flush=True)
+        m.start_engine("tensor-parallel", 2, wait=True)
+        print(json.dumps(sorted(m.engines["tensor-parallel"].group.rank_pids().values()) + [m.engines["tensor-parallel"].group.proc.pid]), flush=True)
         time.sleep(600)
     """)
     app = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=tmp_path)

@@ -16,7 +16,7 @@ import pytest
 
 from backend.errors import GroupDead, InvalidRequest
 from backend.tp import protocol as proto
-from backend.tp.group import TPWorkerGroup, check_degree
+from backend.engines.worker_group import WorkerGroup, check_degree
 from tests.conftest import ROOT, make_settings
 
 MODEL = str(ROOT / "assets" / "tiny-flux2-klein")
@@ -62,8 +62,8 @@ class FakeRank0:
 
 @pytest.fixture
 def group(tmp_path):
-    made = TPWorkerGroup(make_settings(tmp_path, tp_stall_timeout=30.0, tp_start_timeout=100.0), MODEL, CPU, 2,
-                         clock=FakeClock(), grace=0.5)
+    made = WorkerGroup(make_settings(tmp_path, tp_stall_timeout=30.0, tp_start_timeout=100.0), MODEL, CPU, 2, [],
+                      clock=FakeClock(), grace=0.5)
     made.socket_path = str(tmp_path / "tp.sock")
     made._token = "t" * 64
     yield made

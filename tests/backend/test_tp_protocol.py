@@ -80,17 +80,33 @@ def test_wait_readable(pair):
     errors.InvalidRequest("prompt", "is empty"), errors.GenerationCancelled("stopped after step 2 of 4"),
     errors.CompileFailure("NeuronCompileError while compiling: boom"), errors.GroupDead("a collective failed"),
     errors.ShapeLocked("64x64 is not warm"), errors.ShapeLimitReached("too many graphs"),
-    errors.BackendNotReady("the worker group is loading"), proto.Unauthorized("bad token"),
-    errors.GenerationFailed("RuntimeError in the pipeline: x"),
+    errors.BackendNotReady("the worker group is loading"), errors.Unauthorized("bad token"),
+    errors.GenerationFailed("RuntimeError in the pipeline: x", compiles=1, group_ending=True),
+    errors.GenerationCancelled("stopped after step 1", compiles=2, compile_seconds=0.5, neff_compiles=3),
 ])
 def test_every_error_crosses_the_socket_as_itself(pair, exc):
-    exc.compiles = 1  # counters a failed run still reports travel with it
     a, b = pair
     proto.send_message(a, proto.error_message(exc))
     back = proto.error_from_message(proto.recv_message(b, deadline=time.monotonic() + 5)[0])
-    assert type(back) is type(exc) and str(back) == str(exc) and back.compiles == 1
+    assert type(back) is type(exc) and str(back) == str(exc)
+    assert back.fields() == exc.fields()  # the counters a failed run still reports travel with it
     if isinstance(exc, errors.InvalidRequest):
         assert back.field == "prompt" and back.message == "is empty"
+
+
+def test_the_socket_kinds_and_the_page_codes_are_the_error_classes_own():
+    """One table: every backend error class has its own code, the wire uses it, and the page has a
+    sentence for it (ui.i18n derives its codes from the same classes)."""
+    from ui import i18n
+
+    table = errors.codes()
+    assert len(set(table.values())) == len(table)
+    for code, cls in table.items():
+        message = proto.error_message(cls("f", "x") if cls is errors.InvalidRequest else cls("x"))
+        assert message["kind"] == code and errors.by_code(code) is cls
+        assert f"err_{code}" in i18n.MESSAGES["en"] and f"err_{code}" in i18n.MESSAGES["tr"]
+    with pytest.raises(TypeError, match="carries no compiles"):
+        errors.ShapeLocked("x", compiles=1)  # a field a class does not carry is refused when made
 
 
 def test_an_unexpected_exception_is_a_failure_with_its_class_name():

@@ -58,8 +58,8 @@ def _request(mgr, mode):
 def test_a_degree_that_does_not_divide_24_heads_is_refused_naming_the_valid_ones(mgr):
     with pytest.raises(InvalidRequest, match="5 does not divide the model's 24 attention heads; "
                                              "use one of 1, 2, 3, 4, 6, 8, 12, 24"):
-        mgr.start_tp(5)
-    assert mgr.tp is None  # nothing was started
+        mgr.start_engine("tensor-parallel", 5)
+    assert mgr.engines["tensor-parallel"].group is None  # nothing was started
 
 
 def test_each_rank_holds_one_nth_of_every_sharded_weight_and_the_image_matches_one_rank(mgr):
@@ -68,7 +68,7 @@ def test_each_rank_holds_one_nth_of_every_sharded_weight_and_the_image_matches_o
     whole_bytes = sum(p.numel() * p.element_size() for p in mgr.engine.pipe.transformer.parameters())
     try:
         for degree in (2, 3, 4):
-            mgr.start_tp(degree, wait=True)
+            mgr.start_engine("tensor-parallel", degree, wait=True)
             tp = mgr.status()["tp"]
             assert tp["state"] == "ready", tp
             image, record = mgr.generate(_request(mgr, "tp"))
@@ -101,4 +101,4 @@ def test_each_rank_holds_one_nth_of_every_sharded_weight_and_the_image_matches_o
                 per_rank = ranks[0]["transformer_bytes"] / whole_bytes
                 assert per_rank < 1 / degree + ranks[0]["replicated_bytes"] / whole_bytes + 0.01
     finally:
-        mgr.stop_tp()
+        mgr.stop_engine("tensor-parallel")

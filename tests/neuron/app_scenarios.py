@@ -128,7 +128,7 @@ def _gaps(mgr, request) -> tuple:
 
 def _wait_state(mgr, wanted: tuple, seconds: float = 120) -> None:
     deadline = time.monotonic() + seconds
-    while (mgr.tp is None or mgr.tp.state not in wanted) and time.monotonic() < deadline:
+    while (mgr.engines["tensor-parallel"].group is None or mgr.engines["tensor-parallel"].group.state not in wanted) and time.monotonic() < deadline:
         time.sleep(0.1)
 
 
@@ -145,7 +145,7 @@ def tp(workdir: Path) -> dict:
     steps: list[dict] = []
 
     def note(name: str, **extra) -> None:
-        group = mgr.tp.describe() if mgr.tp is not None else {}
+        group = mgr.engines["tensor-parallel"].group.describe() if mgr.engines["tensor-parallel"].group is not None else {}
         steps.append({"step": name, "claims": claims(state_dir), "tp_state": group.get("state"),
                       "tp_cores": group.get("cores"), "rank_pids": group.get("rank_pids"),
                       "rank_devices": [r.get("device") for r in group.get("ranks") or []], **extra})
@@ -153,11 +153,11 @@ def tp(workdir: Path) -> dict:
     image, record = _run(mgr, 64, "eager")
     eager_pixels = _pixels(image)
     note("in process", record=record)
-    out["too_many_ranks"] = _error(lambda: mgr.start_tp(4))
+    out["too_many_ranks"] = _error(lambda: mgr.start_engine("tensor-parallel", 4))
     # From here on every new eager op signature costs the ranks simulated compiler time: the cold
     # shape's sharded ops go silent for longer than the stall timeout.
     os.environ["NEURON_STANDIN_EAGER_COMPILE_SECONDS"] = str(EAGER_COMPILE_SECONDS)
-    mgr.start_tp(2, wait=True)
+    mgr.start_engine("tensor-parallel", 2, wait=True)
     os.environ.pop("NEURON_STANDIN_EAGER_COMPILE_SECONDS")
     note("group started")
     image, record, silence = _gaps(mgr, mgr.validate(PROMPT, 64, 64, steps=2, seed=0, mode="tp"))
@@ -165,24 +165,24 @@ def tp(workdir: Path) -> dict:
          max_diff_vs_eager=int(abs(_pixels(image) - eager_pixels).max()))
     _img, record = _run(mgr, 64, "eager")
     note("back in process", record=record)
-    victim = int(mgr.tp.rank_pids()[1])
+    victim = int(mgr.engines["tensor-parallel"].group.rank_pids()[1])
     os.kill(victim, signal.SIGSTOP)  # hung, not dead: its process stays, its heartbeat stops
     began = time.monotonic()
     stopped = _error(lambda: _run(mgr, 64, "tp"))
-    note("rank 1 stopped", error=mgr.tp.error, request=stopped, dead_after=time.monotonic() - began)
+    note("rank 1 stopped", error=mgr.engines["tensor-parallel"].group.error, request=stopped, dead_after=time.monotonic() - began)
     _wait_state(mgr, ("dead",))
     _img, record = _run(mgr, 64, "tp")  # served in process (degraded) while the group is down
     note("degraded", record=record)
-    mgr.start_tp(2, wait=True)
+    mgr.start_engine("tensor-parallel", 2, wait=True)
     image, record = _run(mgr, 64, "tp")
     note("group restarted", record=record, max_diff_vs_eager=int(abs(_pixels(image) - eager_pixels).max()))
-    old_group = mgr.tp
+    old_group = mgr.engines["tensor-parallel"].group
     Path(os.environ["NEURON_STANDIN_FAIL_COLLECTIVE"]).write_text("1")  # rank 1's next collective fails
     failed = _error(lambda: _run(mgr, 64, "tp"))
     deadline = time.monotonic() + 120
-    while (mgr.tp is old_group or mgr.tp.state != "ready") and time.monotonic() < deadline:
+    while (mgr.engines["tensor-parallel"].group is old_group or mgr.engines["tensor-parallel"].group.state != "ready") and time.monotonic() < deadline:
         time.sleep(0.1)
-    note("collective failed", request=failed, restarted=mgr.tp is not old_group,
+    note("collective failed", request=failed, restarted=mgr.engines["tensor-parallel"].group is not old_group,
          old_error=old_group.error)
     image, record = _run(mgr, 64, "tp")
     note("after automatic restart", record=record,

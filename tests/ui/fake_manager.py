@@ -9,7 +9,7 @@ structures:
 - a fake generation is routed by the real ``_route`` (tensor-parallel group, degraded, "not running"),
   admitted by the real admission check (warm-only lock, graph limit), finished in the real compile
   table (``CompileTable.finish``, as ``Manager.generate`` calls it) and appended to the real records;
-- the tensor-parallel group is a real ``backend.tp.group.TPWorkerGroup`` (its constructor does the real
+- the tensor-parallel group is a real ``backend.engines.worker_group.TPWorkerGroup`` (its constructor does the real
   degree check) that is never launched: its fields are set the way a launch, READY, a death and a stop
   set them, and its rank logs are files in its folder, read by the real ``rank_logs``.
 
@@ -27,13 +27,13 @@ from pathlib import Path
 from PIL import Image
 
 from backend.device import Device, resolve_device
-from backend.engine import InProcessEngine
+from backend.engines.in_process import InProcessEngine
 from backend.manager import Manager
 from backend.model_source import resolve_model
 from backend.records import GenerationResult
 from backend.roles import LOCAL_OPERATOR
 from backend.settings import EMBEDDED_RANDOM_MODEL, TP_MODE
-from backend.tp.group import STARTING, TPWorkerGroup
+from backend.engines.worker_group import STARTING, TPWorkerGroup
 from tests.conftest import make_settings
 
 # The tiny random-weight model (assets/tiny-flux2-klein).

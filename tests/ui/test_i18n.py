@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import gradio as gr
 import pytest
 
+from backend import errors
 from backend.errors import (BackendBusy, BackendNotReady, CompileFailure, GenerationCancelled, GenerationFailed,
                             GroupDead, InvalidRequest, ModelNotFound, ShapeLimitReached, ShapeLocked, StudioError)
 from ui import i18n, views
@@ -83,7 +84,7 @@ def test_error_codes_and_messages_in_both_languages(exc, code):
 def test_every_field_the_backend_names_has_a_sentence():
     for field in i18n.INVALID_FIELDS:
         assert f"err_invalid_{field}" in i18n.MESSAGES["en"]
-    for _cls, code in i18n.ERROR_CODES:
+    for code in errors.codes():
         assert f"err_{code}" in i18n.MESSAGES["en"]
 
 

@@ -1,19 +1,15 @@
-"""The tensor-parallel engine: a torchrun worker group, launched, watched, called and stopped here.
+"""A worker group: torchrun worker processes, launched, watched, called and stopped here.
 
-It implements the same engine contract as the in-process engine (``load``, ``run``, ``describe``,
-``close``), so the manager picks an engine by mode and knows nothing of processes, ranks, cores or
-sockets. What only this module knows:
+The tensor-parallel engine holds one group of N ranks (the transformer sharded over them); the
+replica pool holds N groups of one rank each (a whole pipeline per replica). What a group knows:
 
-- the degree check (it must divide the transformer's attention heads) and, on Neuron, the ranks'
-  cores from the device's core plan (``backend.core_plan``); a degree that does not fit is refused
-  before anything starts, naming the ones that do;
 - the lifecycle (as TGI and vLLM do it): ``launching`` (torchrun started) -> ``loading`` ->
   ``warming`` -> ``ready`` (rank 0 answered ``wait_ready`` with READY: timings, and per rank its pid,
-  core and which transformer weights it holds sharded) ... ``stopping`` -> ``stopped``; ``dead`` when
-  any rank exits (torchrun ends the group; the monitor thread sees it at once), when a call stalls
-  past its deadline, or when the start fails. Every background thread ends the group in a state
-  (ready, dead, stopped) with its reason, whatever it dies of. A request that fails (bad input, a
-  compiler error) is answered by the worker and leaves the group ``ready``;
+  core and which transformer weights it holds) ... ``stopping`` -> ``stopped``; ``dead`` when any
+  rank exits (torchrun ends the group; the monitor thread sees it at once), when a call stalls past
+  its deadline, or when the start fails. Every background thread ends the group in a state (ready,
+  dead, stopped) with its reason, whatever it dies of. A request that fails (bad input, a compiler
+  error) is answered by the worker and leaves the group ``ready``;
 - stall detection: a request with no message for the stall timeout is hung, unless every rank's
   heartbeat (a counter each rank's thread writes to ``<run dir>/rank<N>.heartbeat``) still moves:
   on Neuron the compiler runs silently at a cold shape, eager mode included, often for longer than
@@ -22,8 +18,9 @@ sockets. What only this module knows:
 - stop: a polite shutdown request, then SIGTERM to the whole process group, a grace period, then
   SIGKILL; every pid seen is checked afterwards. Workers also exit when the app's process is gone.
 
-One clock (``clock``, injectable) serves every deadline, so the stall timeout is tested with a fake
-clock.
+Which cores its ranks get and what it may run are its engine's business (the core plan is checked
+there, before a group is made). One clock (``clock``, injectable) serves every deadline, so the
+stall timeout is tested with a fake clock.
 """
 
 from __future__ import annotations
@@ -45,7 +42,7 @@ from typing import Any, Callable
 
 from backend.errors import BackendNotReady, GroupDead, InvalidRequest, StudioError
 from backend.records import EngineOutput, GenerationRequest, ProgressEvent
-from backend.settings import TP_MODE, Settings
+from backend.settings import Settings
 from backend.tp import processes
 from backend.tp import protocol as proto
 
@@ -53,7 +50,7 @@ ROOT = Path(__file__).resolve().parents[2]
 STARTING = ("launching", "loading", "warming")
 
 
-def check_degree(degree: Any, heads: int, core_plan=None) -> list[int]:
+def check_degree(degree: Any, heads: int, core_plan=None, owner: str = "tensor-parallel") -> list[int]:
     """Refuse a degree that cannot work, naming what can; return each rank's NeuronCore ([] off Neuron)."""
     if isinstance(degree, bool) or not isinstance(degree, int) or not 1 <= degree <= 64:
         raise InvalidRequest("tp_degree", f"must be a whole number from 1 to 64, got {degree!r}")
@@ -66,26 +63,30 @@ def check_degree(degree: Any, heads: int, core_plan=None) -> list[int]:
     from backend.core_plan import CoresDoNotFit
 
     try:
-        return core_plan.tp_cores(degree, heads)
+        return core_plan.claim(owner, degree, heads)
     except CoresDoNotFit as exc:
         raise InvalidRequest("tp_degree", str(exc)) from None
 
 
-class TPWorkerGroup:
-    name = "tensor-parallel"
-
-    def __init__(self, settings: Settings, model_path: str, device, degree: int | None = None, *,
+class WorkerGroup:
+    def __init__(self, settings: Settings, model_path: str, device, degree: int, cores: list[int], *,
+                 role: str = "tp", place: str = "tp", warm: list[str] | None = None,
+                 env: dict[str, str] | None = None, threads: int = 0,
+                 on_dead: Callable[["WorkerGroup"], None] | None = None,
                  clock: Callable[[], float] = time.monotonic, grace: float = 5.0,
                  compile_timeout: float = 1800.0):
         """``device`` is the app's ``backend.device.Device``: its kind, dtype and compile backend go
-        to the ranks, its core plan says which NeuronCores they get."""
-        from backend.model_source import transformer_heads
-
-        self.degree = settings.tp_degree if degree is None else degree
-        self.cores = check_degree(self.degree, transformer_heads(model_path), device.core_plan)
+        to the ranks. ``degree`` ranks, rank r on NeuronCore ``cores[r]`` ([] off Neuron); ``role``
+        ``tp`` shards the transformer over the ranks, ``replica`` (one rank) loads it whole. ``place``
+        names the group in the compile table; ``warm`` are shapes compiled before READY; ``env`` is
+        added to the ranks' environment; ``threads`` caps each rank's CPU threads (0: torch's);
+        ``on_dead(group)`` is called (from a background thread) once a group that was ready has
+        died and its processes are gone."""
+        self.degree, self.cores, self.role, self.place = degree, list(cores), role, place
+        self.name = "tensor-parallel group" if role == "tp" else place
         info = device.info
         self.device_kind = info.kind
-        self.compile_mode = settings.tp_compile
+        self.compile_mode = settings.tp_compile if role == "tp" else None
         self.start_timeout, self.stall_timeout = settings.tp_start_timeout, settings.tp_stall_timeout
         self.compile_timeout, self.grace = compile_timeout, grace
         self.torchrun_args = shlex.split(settings.tp_torchrun_args)
@@ -94,8 +95,9 @@ class TPWorkerGroup:
                                               compile_backend=info.compile_backend, tp_degree=self.degree)
         self._config = proto.WorkerConfig(
             settings=worker_settings.to_json(), model_path=model_path, cores=self.cores,
-            warm=[str(s) for s in settings.prewarm] if settings.mode == TP_MODE else [],
-            parent_pid=os.getpid())
+            warm=list(warm or []), parent_pid=os.getpid(), role=role, threads=threads)
+        self.env, self.threads, self._on_dead = dict(env or {}), threads, on_dead
+        self.was_ready = False
         self.state = "stopped"
         self.error: str | None = None
         self.last_request_error: str | None = None
@@ -113,13 +115,6 @@ class TPWorkerGroup:
         self._last_health = float("-inf")
         self._beats: dict[int, tuple[str, float]] = {}  # rank -> (heartbeat text, when it last changed)
 
-    # engine contract ---------------------------------------------------------------------------
-    def load(self) -> None:
-        """Start the group and wait for READY; raises BackendNotReady with the reason if it does not come."""
-        self.start()
-        if not self.wait_ready(self.start_timeout):
-            raise BackendNotReady(f"the tensor-parallel group did not start: {self.error or self.state}")
-
     def close(self) -> None:
         """Stop at once (the app is leaving or replacing the group): SIGTERM, grace, SIGKILL."""
         self.stop(polite=False)
@@ -132,6 +127,7 @@ class TPWorkerGroup:
             self.health(timeout=0.5)  # refreshes the phase
         return {
             "state": self.state,
+            "place": self.place,
             "world_size": self.degree,
             "compile_mode": self.compile_mode,
             "device": self.device_kind,
@@ -147,16 +143,16 @@ class TPWorkerGroup:
 
     def run(self, request: GenerationRequest, on_progress: Callable[[ProgressEvent], None],
             should_stop: Callable[[], bool], forbid_compile: bool = False) -> EngineOutput:
-        """Generate through the group; the same contract as InProcessEngine.run."""
+        """Generate through the group (one request at a time: the caller's engine queues them)."""
         from PIL import Image
 
         if self.state != "ready":
-            raise BackendNotReady(f"the tensor-parallel group is {self.state}"
+            raise BackendNotReady(f"the {self.name} is {self.state}"
                                   + (f" ({self.error})" if self.error else "")
                                   + "; start it again (Start beside the mode, or the System tab)")
 
         def relay(msg: dict[str, Any]) -> None:
-            on_progress(ProgressEvent(msg["phase"], msg.get("step", 0), msg.get("steps", 0), TP_MODE,
+            on_progress(ProgressEvent(msg["phase"], msg.get("step", 0), msg.get("steps", 0), request.mode,
                                       msg.get("shape", "")))
 
         header = {"type": "generate", **request.to_json(), "forbid_compile": forbid_compile}
@@ -166,10 +162,7 @@ class TPWorkerGroup:
         image = Image.frombuffer("RGB", (msg["width"], msg["height"]), payload, "raw", "RGB", 0, 1)
         self.timings["last_round_trip"] = self._clock() - began
         self.timings["last_worker_seconds"] = msg["seconds"]
-        return EngineOutput(image=image, compiles=msg["compiles"], compile_seconds=msg["compile_seconds"],
-                            neff_compiles=msg.get("neff_compiles", 0), seconds=msg["seconds"],
-                            encode=msg["encode"], denoise=msg["denoise"], decode=msg["decode"],
-                            world_size=msg["world_size"])
+        return EngineOutput.from_json(msg, image, place=self.place)
 
     # lifecycle ---------------------------------------------------------------------------------
     def start(self) -> None:
@@ -177,7 +170,7 @@ class TPWorkerGroup:
             self._teardown.join()  # the previous group is fully gone before a new one starts
         with self._lock:
             if self.state not in ("stopped", "dead"):
-                raise BackendNotReady(f"the tensor-parallel group is already {self.state}")
+                raise BackendNotReady(f"the {self.name} is already {self.state}")
             self._cleanup_dir()
             self.dir = tempfile.mkdtemp(prefix="neuron-studio-tp-")  # 0700: ours alone
             self.socket_path = os.path.join(self.dir, "tp.sock")
@@ -186,6 +179,7 @@ class TPWorkerGroup:
             env = dict(os.environ, **{proto.CONFIG_VAR: config.to_json(), proto.TOKEN_VAR: self._token})
             # The app's own NeuronCores are not the ranks': each rank sets its core before torch loads.
             env.pop("NEURON_RT_VISIBLE_CORES", None)
+            env.update(self.env)
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
             cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                    f"--nproc-per-node={self.degree}", "--monitor-interval=0.5", *self.torchrun_args,
@@ -217,6 +211,16 @@ class TPWorkerGroup:
             self.state, self.error = "dead", reason
         self._ready.set()
         self.stop(final_state="dead")  # torchrun is gone; make sure no rank outlives it
+        self._report_death(proc)
+
+    def _report_death(self, proc: subprocess.Popen) -> None:
+        if self._on_dead is not None and self.was_ready and proc is self.proc and self.state == "dead":
+            try:
+                self._on_dead(self)
+            except Exception:  # noqa: BLE001 - a failed restart must not hide the death
+                import logging
+
+                logging.getLogger(__name__).exception("on_dead of %s", self.name)
 
     def _death_reason(self, code: int) -> str:
         text = self._tail("torchrun.log", 200)
@@ -251,7 +255,7 @@ class TPWorkerGroup:
                 raise proto.error_from_message(msg)
             with self._lock:
                 if proc is self.proc and self.state in STARTING:
-                    self.state, self.timings = "ready", dict(msg.get("timings") or {})
+                    self.state, self.timings, self.was_ready = "ready", dict(msg.get("timings") or {}), True
                     self.ranks = list(msg.get("ranks") or [])
                     self._pids = {int(r["pid"]) for r in self.ranks if r.get("pid")}
         except TimeoutError as exc:
@@ -272,7 +276,13 @@ class TPWorkerGroup:
         with self._lock:
             self.state, self.error = "dead", reason
         self._ready.set()
-        self._teardown = threading.Thread(target=self.stop, kwargs={"final_state": "dead"}, daemon=True)
+        proc = self.proc
+
+        def teardown() -> None:
+            self.stop(final_state="dead")
+            self._report_death(proc)
+
+        self._teardown = threading.Thread(target=teardown, daemon=True)
         self._teardown.start()
 
     def stop(self, final_state: str = "stopped", polite: bool = True) -> None:
@@ -412,7 +422,7 @@ class TPWorkerGroup:
 
     def call(self, header: dict[str, Any], **kwargs) -> tuple[dict[str, Any], bytes]:
         """A request whose stall kills the group (a hung rank cannot be told apart from a dead one);
-        an error reply becomes the exception it stands for (``protocol.ERROR_KINDS``)."""
+        an error reply becomes the exception it stands for (its code in ``backend.errors``)."""
         try:
             msg, payload = self._request(header, **kwargs)
         except TimeoutError as exc:
@@ -426,17 +436,16 @@ class TPWorkerGroup:
         if msg["type"] != "error":
             return msg, payload
         error = proto.error_from_message(msg)
+        ending = bool(getattr(error, "group_ending", False))
         if isinstance(error, GroupDead):  # a rank died under a collective; torchrun is ending the group
-            lost = self._group_lost(str(error))
-            lost.group_ending = getattr(error, "group_ending", False)
-            raise lost
+            raise self._group_lost(str(error)).evolve(group_ending=ending)
         self.last_request_error = str(error)
-        if getattr(error, "group_ending", False):
+        if ending:
             # The ranks leave after this failure (on Neuron a failed request may leave a collective
             # half done); the error keeps its class, so a compile failure still marks its shape failed.
             self._group_lost(f"the ranks ended after a failed request: {error}")
-            error.args = (f"{error} — the tensor-parallel group is restarting so that no rank serves on a "
-                          f"possibly broken communicator",)
+            error = error.evolve(f"{error} — the {self.name} is restarting so that no rank serves on a "
+                                 f"possibly broken communicator")
         raise error
 
     def _group_lost(self, reason: str) -> GroupDead:
@@ -447,7 +456,7 @@ class TPWorkerGroup:
         while self.state in STARTING + ("ready",) and self._clock() < deadline:
             time.sleep(0.05)
         if self.state in ("stopping", "stopped"):
-            return GroupDead("the tensor-parallel group was stopped")
+            return GroupDead(f"the {self.name} was stopped")
         if self.state != "dead":
             self._mark_dead(reason)
         return GroupDead((self.error or reason) + self._tails_note())

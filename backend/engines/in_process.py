@@ -13,6 +13,7 @@ to this engine alone.
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from typing import Callable
 
@@ -45,8 +46,14 @@ def load_pipeline(device: Device, model_path: str):
 
 
 class InProcessEngine:
+    """The engine contract (``backend.engines``) in the app's own process: one request at a time
+    (``run`` queues on a lock, which ``exclusive`` also takes for work that must not overlap a run),
+    loaded on first use when the app started with another engine."""
+
     name = "in-process"
+    status_key = "engine"
     modes = MODES
+    place = "app"
 
     def __init__(self, device: Device, model_path: str, loader: Callable | None = None):
         """``loader(device, model_path)`` builds the pipeline already placed on the device; the default
@@ -58,9 +65,37 @@ class InProcessEngine:
         self.load_seconds: float | None = None
         self._variants: dict[str, list[tuple[torch.nn.Module, Callable]]] = {}
         self.active_mode: str | None = None
+        self._lock = threading.RLock()
+
+    @property
+    def state(self) -> str:
+        return "ready" if self.pipe is not None else "idle"
+
+    def route(self, request: GenerationRequest):
+        from backend.engines import Route
+
+        return Route(self, request) if request.mode in self.modes else None
+
+    def places(self, mode: str) -> list[str]:
+        return [self.place]
+
+    def capacity(self) -> int:
+        return 1
+
+    def degraded(self) -> None:
+        return None
+
+    def exclusive(self):
+        """Hold the engine (no run starts meanwhile): for clearing caches and bundles."""
+        return self._lock
 
     # lifecycle -------------------------------------------------------------------------------
     def load(self) -> None:
+        with self._lock:
+            if self.pipe is None:
+                self._load()
+
+    def _load(self) -> None:
         began = time.perf_counter()
         quiet_libraries()
         pipe = self._loader(self.device, self.model_path)
@@ -72,12 +107,14 @@ class InProcessEngine:
         self.load_seconds = time.perf_counter() - began
 
     def close(self) -> None:
-        self.pipe = None
-        self._variants = {}
+        with self._lock:
+            self.pipe = None
+            self._variants = {}
 
     def describe(self) -> dict:
         return {
             "engine": self.name,
+            "state": self.state,
             "active_mode": self.active_mode,
             "compiled_modes": sorted(m for m in self._variants if m != "eager"),
             "load_seconds": self.load_seconds,
@@ -127,14 +164,21 @@ class InProcessEngine:
         on_progress: Callable[[ProgressEvent], None] = lambda e: None,
         should_stop: Callable[[], bool] = lambda: False,
         forbid_compile: bool = False,
+        warming: bool = False,
         decode: bool = True,
     ) -> EngineOutput:
         """Generate one image. Raises GenerationCancelled, ShapeLocked, CompileFailure or GenerationFailed.
+        Loads the pipeline first if it is not loaded yet; one run at a time (others wait).
 
         ``decode=False`` stops at the latents (image None): tensor-parallel ranks other than 0 have
         no use for pixels, and skipping their VAE decode frees their device for rank 0."""
-        if self.pipe is None:
-            raise GenerationFailed("the model is not loaded")
+        with self._lock:
+            if self.pipe is None:
+                on_progress(ProgressEvent("loading", 0, request.steps, request.mode, str(request.shape)))
+                self._load()
+            return self._run(request, on_progress, should_stop, forbid_compile, decode)
+
+    def _run(self, request, on_progress, should_stop, forbid_compile, decode) -> EngineOutput:
         pipe, device = self.pipe, self.device
         shape = str(request.shape)
 
@@ -189,10 +233,8 @@ class InProcessEngine:
             device.synchronize()
         except GenerationCancelled as exc:
             counters = diff_counters(before, device.compile_snapshot())
-            exc.compiles = int(counters["graphs"])
-            exc.neff_compiles = int(counters.get("neff_compiles", 0))
-            exc.compile_seconds = float(counters["compile_seconds"])
-            raise
+            raise exc.evolve(compiles=int(counters["graphs"]), neff_compiles=int(counters.get("neff_compiles", 0)),
+                             compile_seconds=float(counters["compile_seconds"])) from None
         except Exception as exc:  # noqa: BLE001 - classified here, the one place that does
             error = self._classify(exc, compiling["active"])
             if isinstance(error, CompileFailure):
@@ -227,6 +269,8 @@ class InProcessEngine:
                 "dynamo's recompile limit was hit; the shape was refused rather than run eagerly "
                 f"({text})"
             )
+        # torch raises a plain RuntimeError for a compile its fail_on_recompile stance forbids: no
+        # type says it, so its own words do (the one classification by text; torch/_dynamo/eval_frame).
         if "stance is 'fail_on_recompile'" in str(exc):
             return ShapeLocked("this shape would compile, and the app is locked to warm shapes")
         # The neuron backend compiles at the graph's first execution, so its errors come from the run:

@@ -1,0 +1,285 @@
+"""The replica pool: N worker groups of one rank each, every one a whole copy of the pipeline.
+
+FLUX.2-klein-4B fits on one NeuronCore, so a room is served best by as many copies as there are
+cores to spare: requests run side by side, one per replica (data parallelism, as vLLM's engine
+replicas and SwarmUI's backends do it). Each replica is a ``WorkerGroup`` with ``role`` replica:
+the same launch, READY, monitor, heartbeats, stall detection, authenticated socket and stop as
+the tensor-parallel group, with one rank that loads the pipeline whole. Its device:
+
+- on Neuron, one NeuronCore from the core plan (``claim``: after the app's cores, beside the
+  tensor-parallel ranks'; a count that does not fit is refused up front, naming what fits);
+- on CUDA, one device each (``CUDA_VISIBLE_DEVICES``; more replicas than devices is refused);
+- on CPU, a share of the threads (``cpu_count // N`` each), so replicas do not fight over cores.
+
+Dispatch (``run``): a free ready replica, preferring one where (mode, shape) is already warm. Where
+a new shape compiles (compiled modes; every mode on Neuron), a request at a shape that is warm on
+some replica waits for one of those rather than compile again elsewhere, so the cost line's "warm
+on 2 of 4" is what the request gets; a warm-up prefers the replicas where it is cold, and runs until
+it is warm on all. A replica that dies fails its own request with a clear message and is restarted
+in the background; the others keep serving. While none is ready (all starting, or all dead), the
+in-process engine serves the pool's requests and the record says so.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from typing import Any, Callable
+
+from backend.engines import Route
+from backend.engines.worker_group import STARTING, WorkerGroup
+from backend.errors import BackendNotReady, GenerationCancelled, GroupDead, InvalidRequest, StudioError
+from backend.records import EngineOutput, GenerationRequest, ProgressEvent
+from backend.settings import IN_PROCESS_MODES, Settings
+
+log = logging.getLogger(__name__)
+MAX_REPLICAS = 64  # a trn2.48xlarge's NeuronCores at LNC 2
+
+
+def place(index: int) -> str:
+    return f"replica {index}"
+
+
+class ReplicaPool:
+    name = "replicas"
+    status_key = "replicas"
+    modes = IN_PROCESS_MODES
+
+    def __init__(self, settings: Settings, device, model_path: str, table, *,
+                 group_factory: Callable[..., WorkerGroup] = WorkerGroup, poll: float = 0.1):
+        from backend.admission import Admission
+
+        self.settings, self.device, self.model_path, self.table = settings, device, model_path, table
+        self._group_factory = group_factory
+        self._compiles = lambda mode: Admission(settings, table).compiles_here(device, mode)
+        self.replicas: list[WorkerGroup] = []
+        self._busy: set[int] = set()
+        self._free = threading.Condition()
+        self._life = threading.Lock()
+        self._poll = poll
+        self.restarts = 0
+        self.served: list[int] = []  # requests each replica has answered
+        self.last_error: str | None = None
+        self._closing = False
+
+    # what the manager asks ------------------------------------------------------------------------
+    @property
+    def state(self) -> str:
+        states = [r.state for r in self.replicas]
+        if not states:
+            return "stopped"
+        for state in ("ready", "launching", "loading", "warming", "stopping", "dead"):
+            if state in states:
+                return state
+        return "stopped"
+
+    @property
+    def configured(self) -> bool:
+        """Started at launch (``--replicas N``)."""
+        return self.settings.replicas > 0
+
+    def route(self, request: GenerationRequest) -> Route | None:
+        if request.mode not in self.modes or not self.replicas or self.state in ("stopped", "stopping"):
+            return None  # not started: the in-process engine serves, as without replicas
+        why = self.degraded()
+        return Route(self, request) if why is None else Route(None, request, why)
+
+    def degraded(self) -> str | None:
+        if not self.replicas or self.state in ("ready", "stopped", "stopping"):
+            return None
+        errors = "; ".join(r.error for r in self.replicas if r.error)
+        return (f"degraded: no replica is ready (the pool is {self.state}{f': {errors}' if errors else ''}); "
+                f"its requests run in process meanwhile")
+
+    def places(self, mode: str) -> list[str]:
+        return [r.place for r in self.replicas]
+
+    def capacity(self) -> int:
+        return sum(r.state == "ready" for r in self.replicas)
+
+    def cores_wanted(self) -> tuple[int, None]:
+        return (len(self.replicas) or self.settings.replicas), None
+
+    def busy_with_cache(self) -> str | None:
+        running = [r for r in self.replicas if r.state in STARTING + ("ready", "stopping")]
+        if running:
+            return (f"{len(running)} replica(s) are running: they hold lock files in the compile cache and "
+                    f"compile into it; stop the replicas first (System tab), then clear the cache")
+        return None
+
+    def describe(self) -> dict[str, Any]:
+        replicas = []
+        for i, group in enumerate(self.replicas):
+            info = group.describe()
+            pids = info.get("rank_pids") or {}
+            replicas.append({"index": i, "place": group.place, "state": info["state"],
+                             "core": group.cores[0] if group.cores else None,
+                             "pid": pids.get("0"), "busy": i in self._busy, "error": info.get("error"),
+                             "served": self.served[i] if i < len(self.served) else 0,
+                             "warm": [f"{row['mode']} {row['shape']}" for row in self.table.snapshot()
+                                      if group.place in row.get("warm_at", ())],
+                             "timings": info.get("timings") or {}})
+        return {"state": self.state, "size": len(self.replicas), "configured": self.settings.replicas,
+                "ready": self.capacity(), "busy": len(self._busy), "restarts": self.restarts,
+                "device": self.device.info.kind, "replicas": replicas, "error": self.last_error}
+
+    # lifecycle ------------------------------------------------------------------------------------
+    def load(self) -> None:
+        """Start ``--replicas`` replicas and wait until every one is ready."""
+        self.start(wait=True)
+        if self.capacity() < len(self.replicas):
+            raise BackendNotReady("the replicas did not all start: "
+                                  + "; ".join(f"{r.place}: {r.error or r.state}" for r in self.replicas
+                                              if r.state != "ready"))
+
+    def _plan(self, count: int) -> tuple[list[list[int]], list[dict[str, str]], int]:
+        """Per replica: its NeuronCores, its environment, and the CPU threads each gets. Refuses a
+        count that does not fit the device (before anything starts)."""
+        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_REPLICAS:
+            raise InvalidRequest("replicas", f"must be a whole number from 1 to {MAX_REPLICAS}, got {count!r}")
+        kind = self.device.info.kind
+        if kind == "neuron":
+            from backend.core_plan import CoresDoNotFit
+
+            try:
+                cores = self.device.core_plan.cores_for(self.name, count)
+            except CoresDoNotFit as exc:
+                raise InvalidRequest("replicas", str(exc)) from None
+            return [[c] for c in cores], [{} for _ in cores], 0
+        if kind == "cuda":
+            visible = self.device.info.cuda_devices
+            if count > visible:
+                raise InvalidRequest("replicas", f"{count} replicas need {count} CUDA devices, this machine "
+                                                 f"has {visible}; use at most {visible}")
+            return [[] for _ in range(count)], [{"CUDA_VISIBLE_DEVICES": str(i)} for i in range(count)], 0
+        threads = max(1, (os.cpu_count() or 1) // count)
+        return [[] for _ in range(count)], [{} for _ in range(count)], threads
+
+    def start(self, size: int | None = None, wait: bool = False) -> dict[str, Any]:
+        """Start ``size`` replicas (default ``--replicas``), replacing a pool of another size."""
+        count = size or self.settings.replicas
+        with self._life:
+            if len(self.replicas) == count and all(r.state in STARTING + ("ready",) for r in self.replicas):
+                pass  # already running at this size
+            else:
+                cores, envs, threads = self._plan(count)  # refused here, before the old pool is touched
+                self._close_replicas()
+                if self.device.info.kind == "neuron":
+                    self.device.core_plan.claim(self.name, count)
+                self._closing = False
+                self.replicas = [self._group(i, cores[i], envs[i], threads) for i in range(count)]
+                self.served = [0] * count
+                for group in self.replicas:
+                    group.start()
+        if wait:
+            for group in list(self.replicas):
+                group.wait_ready(self.settings.tp_start_timeout)
+        return self.describe()
+
+    def _group(self, index: int, cores: list[int], env: dict[str, str], threads: int) -> WorkerGroup:
+        warm = [str(s) for s in self.settings.prewarm] if self.settings.mode in self.modes else []
+        return self._group_factory(self.settings, self.model_path, self.device, 1, cores, role="replica",
+                                   place=place(index), warm=warm, env=env, threads=threads,
+                                   on_dead=lambda group: self._replace(index, group))
+
+    def stop(self) -> None:
+        with self._life:
+            for group in self.replicas:
+                group.stop()
+            self._forget_all()
+
+    def close(self) -> None:
+        with self._life:
+            self._close_replicas()
+
+    def _close_replicas(self) -> None:
+        self._closing = True
+        for group in self.replicas:
+            group.close()
+        self._forget_all()
+        self.replicas = []
+        with self._free:
+            self._free.notify_all()
+
+    def _forget_all(self) -> None:
+        for group in self.replicas:
+            self.table.forget_place(group.place)
+        if self.device.core_plan is not None:
+            self.device.core_plan.release(self.name)
+
+    def logs(self, lines: int = 20) -> dict[str, str]:
+        logs = {}
+        for group in self.replicas:
+            for name, text in group.rank_logs(lines).items():
+                logs[f"{group.place} · {'worker' if name == 'rank 0' else name}"] = text
+        return logs
+
+    # requests -------------------------------------------------------------------------------------
+    def _pick(self, request: GenerationRequest, warming: bool) -> int | None:
+        """The replica to run ``request`` on now (None: wait for one to be free)."""
+        ready = [i for i, r in enumerate(self.replicas) if r.state == "ready"]
+        if not ready:
+            raise BackendNotReady("no replica is ready: " + "; ".join(
+                f"{r.place} {r.state}" + (f" ({r.error})" if r.error else "") for r in self.replicas))
+        warm_at = self.table.warm_places(request.mode, request.shape)
+        warm = [i for i in ready if self.replicas[i].place in warm_at]
+        free = [i for i in ready if i not in self._busy]
+        if warming:  # a warm-up goes where the shape is still cold
+            cold = [i for i in free if i not in warm]
+            return (cold or free or [None])[0]
+        free_warm = [i for i in free if i in warm]
+        if free_warm:
+            return free_warm[0]
+        if warm and self._compiles(request.mode):
+            return None  # a warm replica frees up sooner than a cold one compiles
+        return free[0] if free else None
+
+    def run(self, request: GenerationRequest, on_progress: Callable[[ProgressEvent], None],
+            should_stop: Callable[[], bool], forbid_compile: bool = False,
+            warming: bool = False) -> EngineOutput:
+        with self._free:
+            while True:
+                if should_stop():
+                    raise GenerationCancelled("stopped while waiting for a free replica")
+                if self._closing:
+                    raise BackendNotReady("the replicas are stopping")
+                index = self._pick(request, warming)
+                if index is not None:
+                    self._busy.add(index)
+                    group = self.replicas[index]
+                    break
+                self._free.wait(self._poll)
+        try:
+            out = group.run(request, on_progress, should_stop, forbid_compile)
+            if index < len(self.served) and self.replicas[index] is group:
+                self.served[index] += 1
+            return out
+        except GroupDead as exc:  # its restart is under way (on_dead)
+            raise exc.evolve(f"{group.place} died while serving this request ({exc}); it is restarting, and the "
+                             f"other replicas keep serving — try again") from None
+        finally:
+            with self._free:
+                self._busy.discard(index)
+                self._free.notify_all()
+
+    def _replace(self, index: int, group: WorkerGroup) -> None:
+        """A replica that was ready died (its processes are gone: ``WorkerGroup.on_dead``): nothing is
+        warm there any more; start a fresh one on the same core. A replica that never became ready
+        is not restarted (it would fail the same way): its error stays in the status."""
+        self.table.forget_place(group.place)
+        with self._life:
+            if self._closing or index >= len(self.replicas) or self.replicas[index] is not group:
+                return
+            try:
+                group.close()  # its run dir, kept for the logs until now
+                fresh = self._group(index, group.cores, group.env, group.threads)
+                self.replicas[index] = fresh
+                self.restarts += 1
+                log.warning("%s died (%s); restarting it", group.place, group.error)
+                fresh.start()
+            except StudioError as exc:
+                self.last_error = f"restarting {group.place}: {exc}"
+                log.error("%s", self.last_error)
+        with self._free:
+            self._free.notify_all()

@@ -1,0 +1,188 @@
+"""The tensor-parallel engine: one torchrun worker group, the transformer sharded over its ranks.
+
+It serves mode ``tp``. What only this module knows:
+
+- the degree (``--tp-degree``, or the one given to ``start``): it must divide the transformer's
+  attention heads, and on Neuron its ranks get cores from the core plan (``claim``, after the
+  app's and beside the replicas'); a degree that does not fit is refused before anything starts,
+  naming the ones that do;
+- a start with another degree replaces the running group (its graphs go with it: the compile
+  table forgets the place ``tp``); the same degree leaves a starting or ready group as it is;
+- while the group is launching, loading, warming or dead, its requests are served in process the
+  way each rank would run them (``--tp-compile``), and the record says so (``Route.degraded``);
+  stopped, they are refused with a message that says how to start it;
+- when the ranks end themselves after a failed request (on Neuron: ``group_ending``), a new group
+  of the same degree starts once the old one is down.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from typing import Any, Callable
+
+from backend.engines import Route
+from backend.engines.worker_group import STARTING, WorkerGroup, check_degree
+from backend.errors import BackendNotReady, GenerationFailed, StudioError
+from backend.records import EngineOutput, GenerationRequest, ProgressEvent
+from backend.settings import TP_MODE, Settings
+
+log = logging.getLogger(__name__)
+PLACE = "tp"
+
+
+class TensorParallelEngine:
+    name = "tensor-parallel"
+    status_key = "tp"
+    modes = (TP_MODE,)
+
+    def __init__(self, settings: Settings, device, model_path: str, table, *,
+                 group_factory: Callable[..., WorkerGroup] = WorkerGroup):
+        self.settings, self.device, self.model_path, self.table = settings, device, model_path, table
+        self._group_factory = group_factory
+        self.group: WorkerGroup | None = None
+        self._lock = threading.Lock()  # one request at a time: rank 0 serves its jobs in order
+        self._life = threading.Lock()  # start, stop and restart, one at a time
+        self.last_error: str | None = None
+
+    # what the manager asks ------------------------------------------------------------------------
+    @property
+    def state(self) -> str:
+        return self.group.state if self.group is not None else "stopped"
+
+    @property
+    def configured(self) -> bool:
+        """Started at launch (``--mode tp``)."""
+        return self.settings.mode == TP_MODE
+
+    @property
+    def degree(self) -> int:
+        return self.group.degree if self.group is not None else self.settings.tp_degree
+
+    def route(self, request: GenerationRequest) -> Route | None:
+        if request.mode not in self.modes:
+            return None
+        if self.group is None or self.state in ("stopped", "stopping"):
+            raise BackendNotReady("the tensor-parallel group is not running; start it (the Start button "
+                                  "beside the mode, the System tab, or --mode tp at launch)")
+        why = self.degraded()
+        if why is None:
+            return Route(self, request)
+        return Route(None, dataclasses.replace(request, mode=self.settings.tp_compile), why)
+
+    def degraded(self) -> str | None:
+        group = self.group
+        if group is None or group.state not in ("dead",) + STARTING:
+            return None
+        why = f"the tensor-parallel group is {group.state}" + (f" ({group.error})" if group.state == "dead" else "")
+        return f"degraded: {why}; tensor-parallel requests run in process ({self.settings.tp_compile}) meanwhile"
+
+    def places(self, mode: str) -> list[str]:
+        return [PLACE]
+
+    def capacity(self) -> int:
+        return 1 if self.state == "ready" else 0
+
+    def cores_wanted(self) -> tuple[int, int | None]:
+        """(cores, attention heads) this engine starts with: the core plan's view of it."""
+        from backend.model_source import transformer_heads
+
+        return self.degree, transformer_heads(self.model_path)
+
+    def busy_with_cache(self) -> str | None:
+        """Why the compile cache must not be cleared now (None: it may be)."""
+        group = self.group
+        if group is not None and group.state in STARTING + ("ready", "stopping"):
+            return (f"the tensor-parallel group is {group.state}: its ranks hold lock files in the compile "
+                    f"cache and compile into it; stop the group first (System tab), then clear the cache")
+        return None
+
+    def describe(self) -> dict[str, Any]:
+        group = self.group
+        if group is None:
+            return {"state": "stopped", "world_size": self.settings.tp_degree, "ranks": [], "error": None}
+        return group.describe()
+
+    # lifecycle ------------------------------------------------------------------------------------
+    def load(self) -> None:
+        """Start the group of the configured degree and wait for READY."""
+        self.start(wait=True)
+        if self.state != "ready":
+            raise BackendNotReady(f"the tensor-parallel group did not start: {self.group.error or self.state}")
+
+    def start(self, size: int | None = None, wait: bool = False) -> dict[str, Any]:
+        """Launch a group of ``size`` ranks (default ``--tp-degree``), replacing one of another degree."""
+        degree = size or self.settings.tp_degree
+        with self._life:
+            group = self.group
+            if group is not None and group.degree == degree and group.state in STARTING + ("ready",):
+                running = group
+            else:
+                from backend.model_source import transformer_heads
+
+                # Checked (and on Neuron its cores claimed) before the old group is touched; the old
+                # group's own cores count as free: it is closed before the new one launches.
+                cores = check_degree(degree, transformer_heads(self.model_path), self.device.core_plan,
+                                     owner=self.name)
+                if group is not None:
+                    group.close()
+                warm = [str(s) for s in self.settings.prewarm] if self.settings.mode == TP_MODE else []
+                running = self._group_factory(self.settings, self.model_path, self.device, degree, cores,
+                                              role="tp", place=PLACE, warm=warm)
+                self.group = running
+                self.table.forget(TP_MODE)  # a new group has none of the old one's graphs
+                running.start()
+        if wait:
+            running.wait_ready(self.settings.tp_start_timeout)
+        return running.describe()
+
+    def stop(self) -> None:
+        with self._life:
+            if self.group is not None:
+                self.group.stop()
+            self._release_cores()
+
+    def close(self) -> None:
+        with self._life:
+            if self.group is not None:
+                self.group.close()
+            self._release_cores()
+
+    def _release_cores(self) -> None:
+        if self.device.core_plan is not None:
+            self.device.core_plan.release(self.name)
+
+    def logs(self, lines: int = 20) -> dict[str, str]:
+        return self.group.rank_logs(lines) if self.group is not None else {}
+
+    # requests -------------------------------------------------------------------------------------
+    def run(self, request: GenerationRequest, on_progress: Callable[[ProgressEvent], None],
+            should_stop: Callable[[], bool], forbid_compile: bool = False, warming: bool = False) -> EngineOutput:
+        group = self.group
+        if group is None:
+            raise BackendNotReady("the tensor-parallel group is not running")
+        with self._lock:
+            try:
+                return group.run(request, on_progress, should_stop, forbid_compile)
+            except GenerationFailed as exc:
+                if exc.group_ending:
+                    self._restart(group)
+                raise
+
+    def _restart(self, group: WorkerGroup) -> None:
+        """The ranks ended themselves after a failed request: start a new group of the same degree
+        in the background once the old one is down (its requests run in process meanwhile)."""
+        def restart() -> None:
+            deadline = time.monotonic() + 30
+            while group.state not in ("dead", "stopped") and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if self.group is group and group.state == "dead":
+                try:
+                    self.start(group.degree)
+                except StudioError as exc:
+                    self.last_error = f"restarting the tensor-parallel group: {exc}"
+                    log.error("%s", self.last_error)
+
+        threading.Thread(target=restart, name="tp-restart", daemon=True).start()
