@@ -103,9 +103,9 @@ class Manager:
             self.device = Device(info, self.settings.max_compiled_shapes, self.settings.neuron_instance_cores)
             self.model_path, self.model_label = resolve_model(self.settings.model, self.settings.cache_dir)
             self._count_tokens = prompt_token_counter(self.model_path)
-            bundled = self._import_at_start() if self.settings.cache_from else None
             self.engines = build_engines(self.settings, self.device, self.model_path, self.table,
                                          self._engine_factory)
+            bundled = self._import_at_start() if self.settings.cache_from else None
             launched = [e for e in self._launched if e.configured]
             for engine in launched:  # each starts and waits for READY, or raises with the reason
                 engine.load()
@@ -475,6 +475,11 @@ class Manager:
         """Lock to warm shapes (or unlock). The operator's."""
         caller.require_operator("Locking to warm shapes")
         self.warm_only = bool(locked)
+
+    def capacity(self) -> int:
+        """How many requests can run at once now: the launched engines' capacity (a pool: its ready
+        replicas; a group: one), at least one (the in-process engine). Cheap: read often."""
+        return max(1, sum(e.capacity() for e in self._launched)) if self.engines else 1
 
     # status ------------------------------------------------------------------------------------
     def _core_plan_status(self) -> dict[str, Any] | None:

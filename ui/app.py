@@ -12,7 +12,9 @@ render what they return in the same language on the server.
 
 from __future__ import annotations
 
+import logging
 import sys
+import time
 from pathlib import Path
 
 import gradio as gr
@@ -90,6 +92,31 @@ def preset_choices() -> list[tuple]:
 
 MAX_UPLOAD = "20mb"  # a parameters PNG is kilobytes; nothing bigger is read, or kept
 UPLOAD_QUEUE = "uploads"  # events that parse an upload run one at a time, apart from the device
+
+
+def _follow_capacity(studio, period: float = 0.5) -> None:
+    """Keep the device queue's width at the engines' capacity (``Studio.follow_capacity``), from a
+    thread that ends with the page's Blocks (it holds only a weak reference to them)."""
+    import threading
+    import weakref
+
+    blocks, manager = weakref.ref(studio.blocks), studio.manager
+
+    def follow() -> None:
+        while True:
+            demo = blocks()
+            if demo is None:
+                return
+            probe = Studio(manager)
+            probe.blocks = demo
+            try:
+                probe.follow_capacity()
+            except Exception:  # noqa: BLE001 - a status read must not end the follower; the log says why
+                logging.getLogger(__name__).exception("following the engines' capacity")
+            del demo, probe
+            time.sleep(period)
+
+    threading.Thread(target=follow, name="queue-width", daemon=True).start()
 
 
 def build_ui(manager, operator_key=None) -> gr.Blocks:
@@ -203,6 +230,13 @@ def build_ui(manager, operator_key=None) -> gr.Blocks:
                     tp_system_stop = gr.Button(I18N("stop_group"), variant="stop", elem_id="tp-system-stop", scale=1,
                                                visible=False)
                 tp_info = gr.Markdown("", elem_id="tp-info")
+            with gr.Group():
+                with gr.Row(visible=False) as replica_controls:
+                    replica_count = gr.Number(max(s.replicas, 2), label=I18N("replicas_count"), precision=0,
+                                              minimum=1, maximum=64, elem_id="replica-count", scale=1)
+                    replica_start = gr.Button(I18N("start_replicas"), elem_id="replica-start", scale=1)
+                    replica_stop = gr.Button(I18N("stop_replicas"), variant="stop", elem_id="replica-stop", scale=1)
+                replica_info = gr.Markdown("", elem_id="replica-info")
                 with gr.Column(visible=False) as tp_log_panel:
                     tp_logs_btn = gr.Button(I18N("show_logs"), elem_id="tp-logs-show")
                     tp_log_box = gr.Textbox(label=I18N("rank_logs"), lines=8,
@@ -231,7 +265,7 @@ def build_ui(manager, operator_key=None) -> gr.Blocks:
         private = {"api_visibility": "private"}
         studio_inputs = [mode, width, height, steps, tp_degree]
         studio_outputs = [engine_line, cost, badges, tp_state]
-        system_outputs = [system_info, shapes_table, warm_info, tp_system_state, tp_info, status_json]
+        system_outputs = [system_info, shapes_table, warm_info, tp_system_state, tp_info, replica_info, status_json]
         light = {"concurrency_limit": None, **private}  # reads status only: never waits for the device
 
         preset.input(studio.preset_changed, [preset, width, height], [width, height], **light)
@@ -252,6 +286,10 @@ def build_ui(manager, operator_key=None) -> gr.Blocks:
             button.click(studio.stop_tp, None, None, **light).then(
                 studio.refresh_all, studio_inputs, studio_outputs + system_outputs, **light)
         tp_logs_btn.click(studio.show_tp_logs, None, tp_log_box, **light)
+        replica_start.click(studio.start_replicas, replica_count, replica_info, **light).then(
+            studio.refresh_all, studio_inputs, studio_outputs + system_outputs, **light)
+        replica_stop.click(studio.stop_replicas, None, replica_info, **light).then(
+            studio.refresh_all, studio_inputs, studio_outputs + system_outputs, **light)
 
         gen_event = generate_btn.click(
             studio.generate_from_page, [prompt, width, height, mode, steps, guidance, seed, randomize, history_state],
@@ -293,9 +331,10 @@ def build_ui(manager, operator_key=None) -> gr.Blocks:
                              concurrency_limit=1, **private).then(
             lambda: gr.update(visible=False), None, bundle_confirm, **light)
         operator_controls = [system_ops, warm_group, tp_start, tp_stop, tp_system_start, tp_system_stop, tp_log_panel,
-                             bundle_panel]
+                             bundle_panel, replica_controls]
         studio.operator_controls = len(operator_controls)
         studio.blocks = demo
+        _follow_capacity(studio)
         demo.load(studio.page_role, None, [role_line, *operator_controls], **light)
         demo.load(studio.page_labels, None, image, **light)  # set per language on the server
         demo.load(studio.refresh_all, studio_inputs, studio_outputs + system_outputs, **light)

@@ -24,6 +24,7 @@ from ui.i18n import error_message, language, text
 
 HISTORY_KEEP = 24
 OPERATOR_CONTROLS = 4  # the groups ui.app shows only to the operator (page_role's visibility updates)
+TP_ENGINE, REPLICA_ENGINE = "tensor-parallel", "replicas"  # the manager's names for them
 
 
 def _page_error(exc: StudioError, lang: str) -> gr.Error:
@@ -40,9 +41,10 @@ def _warning(lang: str, message: str) -> None:
     gr.Warning(message, title=text(lang, "title_warning"))
 
 
-def _whole(value, strict: bool = False, lang: str = "en") -> int | None:
-    """A TP degree from a Number box: a whole number, or None (the default degree). With ``strict``
-    anything else is a page error naming the field; without, it is ignored (for the status views)."""
+def _whole(value, strict: bool = False, lang: str = "en", field: str = "tp_degree") -> int | None:
+    """A TP degree (or a replica count: ``field``) from a Number box: a whole number, or None (the
+    default). With ``strict`` anything else is a page error naming the field; without, it is
+    ignored (for the status views)."""
     if value is None or value == "":
         return None
     try:
@@ -51,7 +53,7 @@ def _whole(value, strict: bool = False, lang: str = "en") -> int | None:
         number = math.nan
     if not math.isfinite(number) or number != int(number):
         if strict:
-            raise _page_error(InvalidRequest("tp_degree", f"must be a whole number, got {value!r}"), lang)
+            raise _page_error(InvalidRequest(field, f"must be a whole number, got {value!r}"), lang)
         return None
     return int(number)
 
@@ -206,6 +208,22 @@ class Studio:
         return (self._studio_views(status, mode, width, height, steps, degree, lang)
                 + self._system_views(status, lang))
 
+    def follow_capacity(self) -> bool:
+        """Let the page's device queue through as many requests at once as the engines can run now
+        (``Manager.capacity``: a replica pool runs one per ready replica; each engine still queues
+        what it cannot run, so this keeps Gradio's queue positions honest, nothing more). Gradio
+        reads an event queue's ``concurrency_limit`` at every dispatch; the queue objects are
+        private (``Queue.event_queue_per_concurrency_id``), read only here. False when there is no
+        queue to follow (yet)."""
+        from ui.app import DEVICE_QUEUE
+
+        queue = getattr(self.blocks, "_queue", None)
+        event_queue = (getattr(queue, "event_queue_per_concurrency_id", None) or {}).get(DEVICE_QUEUE)
+        if event_queue is None:
+            return False
+        event_queue.concurrency_limit = self.manager.capacity()
+        return True
+
     def _studio_views(self, status, mode, width, height, steps, degree=None, lang: str = "en"):
         engine = views.engine_markdown(status, lang)
         tp = status.get("tp") or {}
@@ -235,7 +253,8 @@ class Studio:
     def _system_views(status, lang: str = "en"):
         tp = status.get("tp") or {}
         return (views.system_markdown(status, lang), views.shapes_frame(status, lang), views.warmup_markdown(status, lang),
-                views.tp_state_html(tp, lang), views.tp_markdown(tp, lang), status)
+                views.tp_state_html(tp, lang), views.tp_markdown(tp, lang), views.replicas_markdown(status, lang),
+                status)
 
     def refresh_plots(self, page: gr.Request | None = None):
         latency_axes, compile_axes = views.plot_axes(language(page))
@@ -306,7 +325,7 @@ class Studio:
         wanted = _whole(degree, strict=True, lang=lang)
         before = self.manager.status().get("tp") or {}
         try:
-            group = self.manager.start_tp(wanted, caller=self._caller(page))
+            group = self.manager.start_engine(TP_ENGINE, wanted, caller=self._caller(page))
         except StudioError as exc:
             raise _page_error(exc, lang) from None
         ranks = group.get("world_size", wanted)
@@ -329,7 +348,7 @@ class Studio:
             _info(lang, text(lang, "info_tp_not_running"))
             return
         try:
-            self.manager.stop_tp(caller=caller)
+            self.manager.stop_engine(TP_ENGINE, caller=caller)
         except StudioError as exc:
             raise _page_error(exc, lang) from None
         _info(lang, text(lang, "info_tp_stopped"))
@@ -338,10 +357,33 @@ class Studio:
         """The "Show rank logs" button: the logs are read now, only because someone asked."""
         lang = language(page)
         try:
-            logs = self.manager.tp_logs(lines=20, caller=self._caller(page))
+            logs = self.manager.engine_logs(TP_ENGINE, lines=20, caller=self._caller(page))
         except StudioError as exc:
             raise _page_error(exc, lang) from None
         return views.tp_logs_text(logs, lang)
+
+    # replicas: started, resized and stopped only by their buttons (System tab) ---------------
+    def start_replicas(self, count, page: gr.Request | None = None) -> str:
+        """Start ``count`` replicas (a running pool of another size is replaced); checked, cores
+        included, before anything starts."""
+        lang = language(page)
+        wanted = _whole(count, strict=True, lang=lang, field="replicas")
+        try:
+            pool = self.manager.start_engine(REPLICA_ENGINE, wanted, caller=self._caller(page))
+        except StudioError as exc:
+            raise _page_error(exc, lang) from None
+        _info(lang, text(lang, "info_replicas_starting", count=pool.get("size", wanted)))
+        return views.replicas_markdown(self.manager.status(), lang)
+
+    def stop_replicas(self, page: gr.Request | None = None) -> str:
+        lang = language(page)
+        try:
+            running = (self.manager.status().get("replicas") or {}).get("size")
+            self.manager.stop_engine(REPLICA_ENGINE, caller=self._caller(page))
+        except StudioError as exc:
+            raise _page_error(exc, lang) from None
+        _info(lang, text(lang, "info_replicas_stopped" if running else "info_replicas_not_running"))
+        return views.replicas_markdown(self.manager.status(), lang)
 
     # system panel ----------------------------------------------------------------------------
     def clear_plan(self, page: gr.Request | None = None):

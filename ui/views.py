@@ -71,13 +71,19 @@ def cost_markdown(prediction: dict[str, Any] | None, error: str | None = None, l
         guess = (text(lang, "cost_estimate", estimate=_seconds(est)) if est is not None
                  else text(lang, "cost_no_estimate"))
         prefix = text(lang, "cost_failed_before") if p["state"] == "failed" else ""
-        return text(lang, "cost_cold", where=where, prefix=prefix, guess=guess)
+        return text(lang, "cost_cold", where=where, prefix=prefix, guess=guess) + warm_on_text(p, lang)
     expected = p.get("expected_seconds")
     tail = (text(lang, "cost_expected", seconds=_seconds(expected)) if expected is not None
             else text(lang, "cost_no_timing"))
     note = p.get("note") or ""
     extra = "" if note in ("warm", "") else f" ({note})"
-    return text(lang, "cost_ready", where=where, tail=tail, extra=extra)
+    return text(lang, "cost_ready", where=where, tail=tail, extra=extra) + warm_on_text(p, lang)
+
+
+def warm_on_text(prediction: dict[str, Any], lang: str = DEFAULT) -> str:
+    """" · warm on 2 of 4 replicas" where several processes serve the mode (nothing otherwise)."""
+    warm_on = prediction.get("warm_on")
+    return text(lang, "cost_warm_on", warm=warm_on[0], of=warm_on[1]) if warm_on else ""
 
 
 def badge_state(prediction: dict[str, Any]) -> str:
@@ -94,8 +100,10 @@ def badges_html(predictions: list[tuple[str, dict[str, Any]]], lang: str = DEFAU
     for label, p in predictions:
         state = badge_state(p)
         title = html.escape(cost_markdown(p, lang=lang).replace("**", ""), quote=True)
+        warm_on = p.get("warm_on")
+        count = f" {warm_on[0]}/{warm_on[1]}" if warm_on else ""
         spans.append(f'<span class="ns-badge ns-{state}" data-shape="{p["shape"]}" data-state="{state}" '
-                     f'title="{title}"><i></i>{html.escape(label)} · {text(lang, "badge_" + state)}</span>')
+                     f'title="{title}"><i></i>{html.escape(label)} · {text(lang, "badge_" + state)}{count}</span>')
     return '<div class="ns-badges">' + "".join(spans) + "</div>"
 
 
@@ -125,6 +133,9 @@ def engine_markdown(status: dict[str, Any], lang: str = DEFAULT) -> str:
                      step=step, elapsed=f"{busy['elapsed']:.1f} s")
     if tp:
         line += " · " + tp_engine_text(tp, show_error=not status.get("degraded"), lang=lang)
+    pool = status.get("replicas") or {}
+    if pool.get("size"):
+        line += text(lang, "engine_replicas", ready=pool["ready"], size=pool["size"], busy=pool["busy"])
     if status.get("degraded"):
         line += f" · **{status['degraded']}**"
     warmup = status.get("warmup")
@@ -436,3 +447,24 @@ def bundle_markdown(manifest: dict[str, Any], mismatch: str | None, lang: str = 
     return "\n".join([f"**{text(lang, 'bundle_entries')}:** {entries} · {len(manifest.get('files') or [])} "
                       f"files, {size / 1e6:.1f} MB", "", "| | |", "| --- | --- |", *rows, "", verdict, "",
                       text(lang, "bundle_trust")])
+
+
+def replicas_markdown(status: dict[str, Any], lang: str = DEFAULT) -> str:
+    """The System tab's replica table: per replica its state, core, pid, whether it is busy, the
+    requests it served and the shapes warm on it."""
+    pool = status.get("replicas") or {}
+    if not pool.get("size"):
+        return text(lang, "replicas_none")
+    head = text(lang, "replicas_head", ready=pool["ready"], size=pool["size"], busy=pool["busy"],
+                restarts=pool.get("restarts", 0))
+    rows = [f"| {text(lang, 'col_replica')} | {text(lang, 'col_state')} | {text(lang, 'col_core')} | pid | "
+            f"{text(lang, 'col_served')} | {text(lang, 'col_warm')} |", "| --- | --- | --- | --- | --- | --- |"]
+    for r in pool["replicas"]:
+        state = _tp_state(r["state"], lang) + (f" · {text(lang, 'replica_busy')}" if r.get("busy") else "")
+        if r.get("error") and r["state"] == "dead":
+            state += f" ({_short(r['error'], 80)})"
+        core = r["core"] if r.get("core") is not None else "—"
+        rows.append(f"| {r['index']} | {state} | {core} | {r.get('pid') or '—'} | {r.get('served', 0)} | "
+                    f"{', '.join(r.get('warm') or []) or '—'} |")
+    error = f"\n\n{pool['error']}" if pool.get("error") else ""
+    return head + "\n\n" + "\n".join(rows) + error

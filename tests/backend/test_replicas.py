@@ -1,0 +1,148 @@
+"""The replica pool with real worker processes on the CPU (2 replicas of the tiny random model):
+requests run side by side, dispatch prefers warm replicas, a killed replica loses nothing and comes
+back. No test here waits for a number of seconds: each waits for a state, with a generous bound."""
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from backend.errors import GroupDead, InvalidRequest, NotAllowed
+from backend.manager import Manager
+from backend.roles import Caller
+from tests.conftest import make_settings
+
+pytestmark = pytest.mark.slow
+BOUND = 120.0  # seconds any wait below may take on a loaded machine before it counts as a failure
+
+
+def _req(mgr, mode="eager", size=64, steps=2, seed=3):
+    return mgr.validate("a red circle on a blue background", size, size, steps=steps, seed=seed, mode=mode)
+
+
+def _until(predicate, what: str, bound: float = BOUND) -> None:
+    deadline = time.monotonic() + bound
+    while not predicate():
+        assert time.monotonic() < deadline, f"still waiting for {what}"
+        time.sleep(0.05)
+
+
+@pytest.fixture(scope="module")
+def mgr(tmp_path_factory):
+    manager = Manager(make_settings(tmp_path_factory.mktemp("replicas"), replicas=2, tp_stall_timeout=30.0))
+    manager.start()  # --replicas 2: the pool starts with the app and is ready before start returns
+    yield manager
+    pool = manager.engines["replicas"]
+    groups = list(pool.replicas)
+    manager.close()
+    assert all(g.survivors() == [] for g in groups)
+
+
+def test_two_replicas_serve_two_requests_at_once(mgr):
+    """Request A holds its first step until request B has made progress: were they served one after
+    the other, A would wait for ever (bounded here) and the test fails."""
+    status = mgr.status()
+    pool = status["replicas"]
+    assert pool["size"] == 2 and pool["ready"] == 2 and mgr.capacity() == 2
+    assert len({r["pid"] for r in pool["replicas"]}) == 2 and status["engine"] is None  # the app loaded no model
+    b_started, results, errors = threading.Event(), {}, []
+
+    def a_progress(event):
+        if event.phase == "denoising" and event.step == 1:
+            assert b_started.wait(BOUND), "request B never ran while A was running"
+
+    def b_progress(event):
+        if event.phase == "denoising":
+            b_started.set()
+
+    def run(name, progress, seed):
+        try:
+            results[name] = mgr.generate(_req(mgr, seed=seed), progress)[1]
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    a = threading.Thread(target=run, args=("a", a_progress, 1))
+    a.start()
+    _until(lambda: mgr.status()["running"], "request A to start")
+    b = threading.Thread(target=run, args=("b", b_progress, 2))
+    b.start()
+    _until(lambda: len(mgr.status()["running"]) == 2 or results, "two requests running")
+    a.join(BOUND)
+    b.join(BOUND)
+    assert not errors, errors
+    assert {results["a"].place, results["b"].place} == {"replica 0", "replica 1"}
+    assert results["a"].engine == results["b"].engine == "replicas"
+
+
+def test_a_warm_shape_goes_to_its_warm_replica_and_the_cost_line_says_where(mgr):
+    mgr.generate(_req(mgr, "compiled", 64, seed=4))
+    warm_at = set(mgr.table.warm_places("compiled", _req(mgr, "compiled").shape))
+    assert len(warm_at) == 1
+    prediction = mgr.predict("compiled", _req(mgr).shape)
+    assert prediction["warm_on"] == [1, 2] and not prediction["will_compile"]
+    for seed in (5, 6):  # not compiled again elsewhere: they wait for the warm replica
+        result = mgr.generate(_req(mgr, "compiled", 64, seed=seed))[1]
+        assert result.place in warm_at and result.compiles == 0
+    mgr.warmup([_req(mgr).shape], "compiled")  # a warm-up warms every replica
+    assert mgr.predict("compiled", _req(mgr).shape)["warm_on"] == [2, 2]
+    replicas = mgr.status()["replicas"]["replicas"]
+    assert all("compiled 64x64" in r["warm"] for r in replicas)
+
+
+def test_starting_replicas_is_the_operators_and_a_bad_count_is_refused_naming_the_field(mgr):
+    viewer = Caller("viewer", "page-1")
+    with pytest.raises(NotAllowed):
+        mgr.start_engine("replicas", 3, caller=viewer)
+    with pytest.raises(NotAllowed):
+        mgr.stop_engine("replicas", caller=viewer)
+    with pytest.raises(InvalidRequest) as err:
+        mgr.start_engine("replicas", 65)
+    assert err.value.field == "replicas"
+    with pytest.raises(InvalidRequest, match="must be one of tensor-parallel, replicas"):
+        mgr.start_engine("in-process")
+    assert mgr.status()["replicas"]["size"] == 2  # nothing changed
+
+
+def test_a_killed_replica_fails_only_its_request_and_comes_back(mgr):
+    pool = mgr.engines["replicas"]
+    started, outcome = threading.Event(), {}
+
+    def progress(event):
+        if event.phase == "denoising":
+            started.set()
+
+    def run():
+        try:
+            outcome["result"] = mgr.generate(_req(mgr, steps=40, seed=9), progress)[1]
+        except Exception as exc:  # noqa: BLE001 - checked below
+            outcome["error"] = exc
+
+    # One replica is kept busy first, so the long request lands on the other: the victim.
+    hold = threading.Event()
+    blocker = threading.Thread(target=lambda: mgr.generate(
+        _req(mgr, steps=40, seed=8), lambda e: hold.wait(BOUND) if e.phase == "denoising" else None))
+    blocker.start()
+    _until(lambda: 1 in pool._busy or 0 in pool._busy, "the first request to take a replica")
+    busy_first = next(iter(pool._busy))
+    victim = pool.replicas[1 - busy_first]
+    pid = int(victim.rank_pids()[0])
+    thread = threading.Thread(target=run)
+    thread.start()
+    assert started.wait(BOUND)
+    os.kill(pid, signal.SIGKILL)
+    thread.join(BOUND)
+    hold.set()
+    blocker.join(BOUND)
+    error = outcome.get("error")
+    assert isinstance(error, GroupDead), outcome
+    assert f"{victim.place} died while serving this request" in str(error) and "other replicas keep serving" in str(error)
+    _until(lambda: pool.replicas[1 - busy_first] is not victim and pool.replicas[1 - busy_first].state == "ready",
+           "the killed replica to come back")
+    status = mgr.status()["replicas"]
+    assert status["restarts"] >= 1 and status["ready"] == 2
+    assert int(pool.replicas[1 - busy_first].rank_pids()[0]) != pid
+    assert victim.survivors() == []
+    for seed in (10, 11):  # both serve again
+        mgr.generate(_req(mgr, seed=seed))
