@@ -184,7 +184,10 @@ def doctor_report(settings: Settings) -> dict[str, Any]:
             heads = transformer_heads(resolve_model(settings.model, settings.cache_dir)[0])
         except (StudioError, OSError, KeyError, ValueError):
             pass
-        neuron["core_plan"] = plan.describe(settings.tp_degree, heads)
+        wanted = {"tensor-parallel": (settings.tp_degree, heads)}
+        if settings.replicas:
+            wanted["replicas"] = (settings.replicas, None)
+        neuron["core_plan"] = plan.describe(wanted=wanted)
         neuron["fallback_execution_disabled"] = os.environ.get(device_env.FALLBACK_VAR)
     try:
         path, label = resolve_model(settings.model, settings.cache_dir)

@@ -25,6 +25,11 @@ from typing import Any
 
 import psutil
 
+
+def _group(manager):
+    """The tensor-parallel engine's worker group (None before its first start)."""
+    return manager.engines["tensor-parallel"].group
+
 ROOT = Path(__file__).resolve().parent.parent
 OK = "ok"  # a case that must succeed
 KEEP_OUTPUTS = 5  # the app under test keeps this many PNGs (--keep-outputs)
@@ -359,8 +364,8 @@ def _inject_faults(manager, tmp: Path) -> list[dict[str, Any]]:
     for name, sig, rank in (("TP rank 0 killed", signal.SIGKILL, 0), ("TP rank 1 killed", signal.SIGKILL, 1),
                             ("TP rank 1 hung", signal.SIGSTOP, 1)):
         manager.start_engine("tensor-parallel", 2, wait=True)
-        pids = set(manager.engines["tensor-parallel"].group.rank_pids().values()) | {manager.engines["tensor-parallel"].group.proc.pid}
-        victim = manager.engines["tensor-parallel"].group.rank_pids()[rank]
+        pids = set(_group(manager).rank_pids().values()) | {_group(manager).proc.pid}
+        victim = _group(manager).rank_pids()[rank]
         started = threading.Event()
         outcome: dict[str, str] = {}
 
@@ -387,12 +392,12 @@ def _inject_faults(manager, tmp: Path) -> list[dict[str, Any]]:
     manager.stop_engine("tensor-parallel")
     manager.settings.tp_torchrun_args = "--no-such-torchrun-flag"
     manager.start_engine("tensor-parallel", 2, wait=True)
-    error = manager.engines["tensor-parallel"].group.error if manager.engines["tensor-parallel"].group.state == "dead" else None
+    error = _group(manager).error if _group(manager).state == "dead" else None
     manager.settings.tp_torchrun_args = ""
     manager.start_engine("tensor-parallel", 2, wait=True)
-    record("TP group fails to start (bad torchrun arguments)", error, manager.engines["tensor-parallel"].group.state == "ready" and works("tp"))
+    record("TP group fails to start (bad torchrun arguments)", error, _group(manager).state == "ready" and works("tp"))
 
-    group = manager.engines["tensor-parallel"].group
+    group = _group(manager)
     pids = set(group.rank_pids().values()) | {group.proc.pid}
     manager.close()
     left = len(alive(pids))
@@ -474,6 +479,9 @@ def main(argv: list[str] | None = None) -> int:
         report["memory"] = run_memory()
         report["faults"] = run_faults()
         report["sigterm"] = [run_sigterm(tmp / mode, mode) for mode in ("eager", "compiled", "regional", "tp")]
+        from bench.room import replica_killed
+
+        report["replica_killed"] = replica_killed(tmp)
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
@@ -497,6 +505,10 @@ def main(argv: list[str] | None = None) -> int:
     for sig in report["sigterm"]:
         print(f"SIGTERM mid-generation ({sig['mode']}): exit {sig['exit_code']} after {sig['seconds_to_exit']} s, "
               f"half-written PNGs {sig['half_written_pngs']}, orphans {sig['orphans']}")
+    rk = report["replica_killed"]
+    print(f"a replica killed under {rk['sent']} requests from 5 clients (2 replicas): answered {rk['answered']} / "
+          f"{rk['sent']} (served {rk['served']}, clear errors {rk['clear_errors']} of {rk['errors']}), lost "
+          f"{rk['lost']}, duplicated {rk['duplicated']}, replica back: {rk['restarted']}")
     orphans = sum(r["orphans"] for r in faults) + sum(s["orphans"] for s in report["sigterm"])
     print(f"orphan processes found: {orphans}")
     events = report["operator_events"]

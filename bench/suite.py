@@ -453,8 +453,14 @@ def p9_prompt_agreement(tmp: Path, quick: bool) -> list[dict]:
 BENCHMARKS: dict[str, Callable[[Path, bool], list[dict]]] = {
     "P1": p1_app_overhead, "P2": p2_warm_shape_reuse, "P3": p3_memory, "P4": p4_tp_transport,
     "P5": p5_regional_warmup, "P6": p6_time_to_ui, "P7": p7_persistent_cache, "P8": p8_modes,
-    "P9": p9_prompt_agreement, "P10": p10_bundle_start,
+    "P9": p9_prompt_agreement, "P10": p10_bundle_start, "P11": lambda tmp, quick: _p11(tmp, quick),
 }
+
+
+def _p11(tmp: Path, quick: bool) -> list[dict]:
+    from bench.room import p11_replicas
+
+    return p11_replicas(tmp, quick)
 
 
 def machine() -> dict[str, Any]:

@@ -20,6 +20,7 @@ OPERATOR_EVENTS = [
     ("confirm-clear", "click", []), ("warm-only", "input", [True]),
     ("warm-up", "click", [["1:1 · 1024x1024"], "compiled"]), ("bundle-export", "click", []),
     ("bundle-in", "upload", [None]), ("bundle-import", "click", [None]),
+    ("replica-start", "click", [2]), ("replica-stop", "click", []),
 ]
 
 

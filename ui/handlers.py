@@ -1,7 +1,8 @@
 """The page's event handlers. They talk to the backend only through the manager's public methods.
 
 Each handler turns the backend's StudioError into ``gr.Error`` (a message in the page, never a
-generic "Error") and returns plain values, so tests can drive them with a fake manager.
+generic "Error") and returns plain values, so tests can drive them against the real manager with a
+fake engine behind it (``tests/ui/fake_engines.py``).
 
 Words follow the browser: a handler that says something takes the ``gr.Request`` Gradio passes
 in (None in tests: English), and renders in ``i18n.language(request)``. ``request`` always comes
@@ -23,7 +24,7 @@ from ui import views
 from ui.i18n import error_message, language, text
 
 HISTORY_KEEP = 24
-OPERATOR_CONTROLS = 4  # the groups ui.app shows only to the operator (page_role's visibility updates)
+OPERATOR_CONTROLS = 9  # the groups ui.app shows only to the operator (page_role's visibility updates)
 TP_ENGINE, REPLICA_ENGINE = "tensor-parallel", "replicas"  # the manager's names for them
 
 

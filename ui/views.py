@@ -431,7 +431,7 @@ def tp_markdown(tp: dict[str, Any], lang: str = DEFAULT) -> str:
 
 
 def tp_logs_text(logs: dict[str, str], lang: str = DEFAULT) -> str:
-    """``Manager.tp_logs`` rendered for the Rank logs box."""
+    """``Manager.engine_logs("tensor-parallel")`` rendered for the Rank logs box."""
     shown = [f"── {name} ──\n{tail.rstrip()}" for name, tail in (logs or {}).items() if tail and tail.strip()]
     return "\n".join(shown) or text(lang, "tp_no_logs")
 

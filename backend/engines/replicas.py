@@ -158,12 +158,12 @@ class ReplicaPool:
 
     def start(self, size: int | None = None, wait: bool = False) -> dict[str, Any]:
         """Start ``size`` replicas (default ``--replicas``), replacing a pool of another size."""
-        count = size or self.settings.replicas
+        count = self.settings.replicas if size is None else size
         with self._life:
+            cores, envs, threads = self._plan(count)  # refused here, before the old pool is touched
             if len(self.replicas) == count and all(r.state in STARTING + ("ready",) for r in self.replicas):
                 pass  # already running at this size
             else:
-                cores, envs, threads = self._plan(count)  # refused here, before the old pool is touched
                 self._close_replicas()
                 if self.device.info.kind == "neuron":
                     self.device.core_plan.claim(self.name, count)
@@ -184,10 +184,15 @@ class ReplicaPool:
                                    on_dead=lambda group: self._replace(index, group))
 
     def stop(self) -> None:
+        """Stop every replica (no process of the pool survives); the pool is then empty."""
         with self._life:
+            self._closing = True
             for group in self.replicas:
                 group.stop()
             self._forget_all()
+            self.replicas = []
+        with self._free:
+            self._free.notify_all()
 
     def close(self) -> None:
         with self._life:

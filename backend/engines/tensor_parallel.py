@@ -64,9 +64,12 @@ class TensorParallelEngine:
     def route(self, request: GenerationRequest) -> Route | None:
         if request.mode not in self.modes:
             return None
-        if self.group is None or self.state in ("stopped", "stopping"):
+        if self.group is None:
             raise BackendNotReady("the tensor-parallel group is not running; start it (the Start button "
                                   "beside the mode, the System tab, or --mode tp at launch)")
+        if self.state in ("stopped", "stopping"):
+            raise BackendNotReady(f"the tensor-parallel group is {self.state}; start it again (Start beside "
+                                  f"the mode, or the System tab)")
         why = self.degraded()
         if why is None:
             return Route(self, request)
@@ -114,7 +117,7 @@ class TensorParallelEngine:
 
     def start(self, size: int | None = None, wait: bool = False) -> dict[str, Any]:
         """Launch a group of ``size`` ranks (default ``--tp-degree``), replacing one of another degree."""
-        degree = size or self.settings.tp_degree
+        degree = self.settings.tp_degree if size is None else size
         with self._life:
             group = self.group
             if group is not None and group.degree == degree and group.state in STARTING + ("ready",):

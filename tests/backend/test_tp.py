@@ -21,6 +21,11 @@ from backend.manager import Manager
 from backend.tp.protocol import recv_message, send_message
 from tests.conftest import ROOT, make_settings
 
+
+def _group(manager):
+    """The tensor-parallel engine's worker group (None before its first start)."""
+    return manager.engines["tensor-parallel"].group
+
 pytestmark = pytest.mark.slow
 STALL = 3.0  # seconds without progress before the group counts as hung (tests only)
 
@@ -30,9 +35,9 @@ def mgr(tmp_path_factory):
     manager = Manager(make_settings(tmp_path_factory.mktemp("tp"), model="embedded", tp_stall_timeout=STALL))
     manager.start()
     manager.start_engine("tensor-parallel", 2, wait=True)
-    assert manager.engines["tensor-parallel"].group.state == "ready", manager.engines["tensor-parallel"].group.describe()
+    assert _group(manager).state == "ready", _group(manager).describe()
     yield manager
-    group = manager.engines["tensor-parallel"].group
+    group = _group(manager)
     manager.close()
     assert group.survivors() == []
 
@@ -43,14 +48,14 @@ def _req(mgr, mode, h=64, w=64, steps=3, seed=5):
 
 
 def _ensure_ready(mgr):
-    if mgr.engines["tensor-parallel"].group.state != "ready":
+    if _group(mgr).state != "ready":
         mgr.start_engine("tensor-parallel", 2, wait=True)
-    assert mgr.engines["tensor-parallel"].group.state == "ready", mgr.engines["tensor-parallel"].group.describe()
+    assert _group(mgr).state == "ready", _group(mgr).describe()
 
 
 def _raw_call(mgr, token, request):
     sock = socket.socket(socket.AF_UNIX)
-    sock.connect(mgr.engines["tensor-parallel"].group.socket_path)
+    sock.connect(_group(mgr).socket_path)
     try:
         send_message(sock, {"type": "hello", "token": token})
         send_message(sock, request)
@@ -84,9 +89,9 @@ class _Buffer(bytearray):
 
 def test_wrong_token_is_refused_and_nothing_runs(mgr):
     _ensure_ready(mgr)
-    before = mgr.engines["tensor-parallel"].group.health()
+    before = _group(mgr).health()
     sock = socket.socket(socket.AF_UNIX)
-    sock.connect(mgr.engines["tensor-parallel"].group.socket_path)
+    sock.connect(_group(mgr).socket_path)
     # The request follows the bad hello in the same write: the server must not act on it.
     wire = _Buffer()
     send_message(wire, {"type": "hello", "token": "0" * 64})
@@ -100,18 +105,18 @@ def test_wrong_token_is_refused_and_nothing_runs(mgr):
     except ConnectionResetError:
         pass
     sock.close()
-    after = mgr.engines["tensor-parallel"].group.health()
+    after = _group(mgr).health()
     assert after["refused"] == before["refused"] + 1 and after["requests_done"] == before["requests_done"]
-    assert stat.S_IMODE(os.stat(mgr.engines["tensor-parallel"].group.socket_path).st_mode) == 0o600
-    assert stat.S_IMODE(os.stat(mgr.engines["tensor-parallel"].group.dir).st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(_group(mgr).socket_path).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(_group(mgr).dir).st_mode) == 0o700
 
 
 def test_a_bad_request_is_a_failed_request_not_a_dead_group(mgr):
     _ensure_ready(mgr)
-    header, _ = _raw_call(mgr, mgr.engines["tensor-parallel"].group._token, {"type": "generate", "prompt": "", "height": 64, "width": 60,
+    header, _ = _raw_call(mgr, _group(mgr)._token, {"type": "generate", "prompt": "", "height": 64, "width": 60,
                                                 "steps": 1, "guidance": 1.0, "seed": 1})
     assert header["kind"] == "invalid" and header["field"] == "prompt" and header["error"].startswith("is empty")
-    assert mgr.engines["tensor-parallel"].group.health()["state"] == "ready"
+    assert _group(mgr).health()["state"] == "ready"
     assert mgr.generate(_req(mgr, "tp"))[1].world_size == 2
 
 
@@ -126,7 +131,7 @@ def test_cancel_stops_every_rank_at_the_same_step(mgr):
     # long enough for the cancel to reach it, so step 2's own vote may already stop (seen in a dry run).
     with pytest.raises(GenerationCancelled, match="stopped after step [2345] of 30"):
         mgr.generate(_req(mgr, "tp", 256, 256, steps=30), progress)
-    assert mgr.engines["tensor-parallel"].group.state == "ready"
+    assert _group(mgr).state == "ready"
     assert mgr.generate(_req(mgr, "tp"))[1].world_size == 2
 
 
@@ -147,13 +152,13 @@ def _run_long_in_thread(mgr):
 
     thread = threading.Thread(target=run)
     thread.start()
-    assert started.wait(60), mgr.engines["tensor-parallel"].group.describe()
+    assert started.wait(60), _group(mgr).describe()
     return thread, outcome
 
 
 def test_a_killed_rank_is_reported_dead_with_its_log_and_restart_works(mgr):
     _ensure_ready(mgr)
-    pids = mgr.engines["tensor-parallel"].group.rank_pids()
+    pids = _group(mgr).rank_pids()
     thread, outcome = _run_long_in_thread(mgr)
     killed_at = time.monotonic()
     os.kill(pids[1], signal.SIGKILL)
@@ -163,7 +168,7 @@ def test_a_killed_rank_is_reported_dead_with_its_log_and_restart_works(mgr):
     tp = mgr.status()["tp"]
     assert tp["state"] == "dead" and "rank 1 exited with signal SIGKILL" in tp["error"]
     assert "rank 1/2 starting" in mgr.engine_logs("tensor-parallel")["rank 1"]
-    old = mgr.engines["tensor-parallel"].group
+    old = _group(mgr)
     mgr.start_engine("tensor-parallel", 2, wait=True)
     assert old.survivors() == []
     assert mgr.generate(_req(mgr, "tp"))[1].world_size == 2
@@ -171,7 +176,7 @@ def test_a_killed_rank_is_reported_dead_with_its_log_and_restart_works(mgr):
 
 def test_a_hung_rank_times_the_call_out_and_the_group_is_stopped(mgr):
     _ensure_ready(mgr)
-    pids = mgr.engines["tensor-parallel"].group.rank_pids()
+    pids = _group(mgr).rank_pids()
     thread, outcome = _run_long_in_thread(mgr)
     hung_at = time.monotonic()
     os.kill(pids[1], signal.SIGSTOP)
@@ -180,7 +185,7 @@ def test_a_hung_rank_times_the_call_out_and_the_group_is_stopped(mgr):
         assert time.monotonic() - hung_at < 10
         assert isinstance(outcome["error"], GroupDead) and f"no progress for {STALL:g} s" in str(outcome["error"])
         assert mgr.status()["tp"]["state"] == "dead"
-        old = mgr.engines["tensor-parallel"].group
+        old = _group(mgr)
         mgr.start_engine("tensor-parallel", 2, wait=True)  # joins the teardown of the hung group first
         assert old.survivors() == []
     finally:
@@ -193,9 +198,9 @@ def test_a_hung_rank_times_the_call_out_and_the_group_is_stopped(mgr):
 
 def test_stop_leaves_no_process(mgr):
     _ensure_ready(mgr)
-    pids = set(mgr.engines["tensor-parallel"].group.rank_pids().values()) | {mgr.engines["tensor-parallel"].group.proc.pid}
+    pids = set(_group(mgr).rank_pids().values()) | {_group(mgr).proc.pid}
     mgr.stop_engine("tensor-parallel")
-    assert mgr.engines["tensor-parallel"].group.state == "stopped" and mgr.engines["tensor-parallel"].group.survivors() == []
+    assert _group(mgr).state == "stopped" and _group(mgr).survivors() == []
     assert not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
     with pytest.raises(BackendNotReady, match="group is stopped; start it again"):
         mgr.generate(_req(mgr, "tp"))
@@ -210,7 +215,8 @@ def test_workers_exit_when_the_app_dies(tmp_path):
         m = Manager(make_settings())
         m.start()
         m.start_engine("tensor-parallel", 2, wait=True)
-        print(json.dumps(sorted(m.engines["tensor-parallel"].group.rank_pids().values()) + [m.engines["tensor-parallel"].group.proc.pid]), flush=True)
+        group = m.engines["tensor-parallel"].group
+        print(json.dumps(sorted(group.rank_pids().values()) + [group.proc.pid]), flush=True)
         time.sleep(600)
     """)
     app = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=tmp_path)

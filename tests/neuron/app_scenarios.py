@@ -5,7 +5,7 @@ Run by ``tests/neuron/test_app_on_standin.py`` with ``tests/standin`` on PYTHONP
 the unit here because the Neuron runtime is: cores are claimed per process until it exits, and the
 NEFF cache's persistent hits are only visible to a later process.
 
-    python -m tests.neuron.app_scenarios inprocess|second|tp WORKDIR
+    python -m tests.neuron.app_scenarios inprocess|second|tp|replicas WORKDIR
 """
 
 from __future__ import annotations
@@ -16,6 +16,11 @@ import signal
 import sys
 import time
 from pathlib import Path
+
+
+def _group(manager):
+    """The tensor-parallel engine's worker group (None before its first start)."""
+    return manager.engines["tensor-parallel"].group
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = str(ROOT / "assets" / "tiny-flux2-klein")
@@ -56,7 +61,7 @@ def claims(state_dir: str) -> dict[str, int]:
     """Which process holds which NeuronCore right now, as the stand-in's claim locks say ({core: pid})."""
     from tests.neuron.standin import core_holder
 
-    held = {str(core): core_holder(state_dir, core) for core in range(4)}
+    held = {str(core): core_holder(state_dir, core) for core in range(8)}
     return {core: pid for core, pid in held.items() if pid}
 
 
@@ -128,7 +133,7 @@ def _gaps(mgr, request) -> tuple:
 
 def _wait_state(mgr, wanted: tuple, seconds: float = 120) -> None:
     deadline = time.monotonic() + seconds
-    while (mgr.engines["tensor-parallel"].group is None or mgr.engines["tensor-parallel"].group.state not in wanted) and time.monotonic() < deadline:
+    while (_group(mgr) is None or _group(mgr).state not in wanted) and time.monotonic() < deadline:
         time.sleep(0.1)
 
 
@@ -145,7 +150,7 @@ def tp(workdir: Path) -> dict:
     steps: list[dict] = []
 
     def note(name: str, **extra) -> None:
-        group = mgr.engines["tensor-parallel"].group.describe() if mgr.engines["tensor-parallel"].group is not None else {}
+        group = _group(mgr).describe() if _group(mgr) is not None else {}
         steps.append({"step": name, "claims": claims(state_dir), "tp_state": group.get("state"),
                       "tp_cores": group.get("cores"), "rank_pids": group.get("rank_pids"),
                       "rank_devices": [r.get("device") for r in group.get("ranks") or []], **extra})
@@ -165,24 +170,24 @@ def tp(workdir: Path) -> dict:
          max_diff_vs_eager=int(abs(_pixels(image) - eager_pixels).max()))
     _img, record = _run(mgr, 64, "eager")
     note("back in process", record=record)
-    victim = int(mgr.engines["tensor-parallel"].group.rank_pids()[1])
+    victim = int(_group(mgr).rank_pids()[1])
     os.kill(victim, signal.SIGSTOP)  # hung, not dead: its process stays, its heartbeat stops
     began = time.monotonic()
     stopped = _error(lambda: _run(mgr, 64, "tp"))
-    note("rank 1 stopped", error=mgr.engines["tensor-parallel"].group.error, request=stopped, dead_after=time.monotonic() - began)
+    note("rank 1 stopped", error=_group(mgr).error, request=stopped, dead_after=time.monotonic() - began)
     _wait_state(mgr, ("dead",))
     _img, record = _run(mgr, 64, "tp")  # served in process (degraded) while the group is down
     note("degraded", record=record)
     mgr.start_engine("tensor-parallel", 2, wait=True)
     image, record = _run(mgr, 64, "tp")
     note("group restarted", record=record, max_diff_vs_eager=int(abs(_pixels(image) - eager_pixels).max()))
-    old_group = mgr.engines["tensor-parallel"].group
+    old_group = _group(mgr)
     Path(os.environ["NEURON_STANDIN_FAIL_COLLECTIVE"]).write_text("1")  # rank 1's next collective fails
     failed = _error(lambda: _run(mgr, 64, "tp"))
     deadline = time.monotonic() + 120
-    while (mgr.engines["tensor-parallel"].group is old_group or mgr.engines["tensor-parallel"].group.state != "ready") and time.monotonic() < deadline:
+    while (_group(mgr) is old_group or _group(mgr).state != "ready") and time.monotonic() < deadline:
         time.sleep(0.1)
-    note("collective failed", request=failed, restarted=mgr.engines["tensor-parallel"].group is not old_group,
+    note("collective failed", request=failed, restarted=_group(mgr) is not old_group,
          old_error=old_group.error)
     image, record = _run(mgr, 64, "tp")
     note("after automatic restart", record=record,
@@ -194,13 +199,62 @@ def tp(workdir: Path) -> dict:
     return out
 
 
+def replicas(workdir: Path) -> dict:
+    """Two replicas and a tensor-parallel group beside the app on an 8-core instance (two Trainium2
+    devices at LNC 2): who holds which core, two requests at once, a killed replica's return."""
+    import threading
+
+    from backend.manager import Manager
+
+    state_dir = os.environ["NEURON_STANDIN_STATE_DIR"]
+    mgr = Manager(_settings(workdir, replicas=2, tp_degree=2))
+    mgr.start()  # --replicas 2: the app claims its core, then the pool claims the next two
+    pool, tp = mgr.engines["replicas"], mgr.engines["tensor-parallel"]
+    out: dict = {"app_pid": os.getpid()}
+    out["too_many_replicas"] = _error(lambda: mgr.start_engine("replicas", 8))
+    mgr.start_engine("tensor-parallel", 2, wait=True)
+
+    def holders() -> dict:
+        return {"claims": claims(state_dir),
+                "replicas": [{"core": g.cores[0], "pid": g.rank_pids().get(0), "state": g.state}
+                             for g in pool.replicas],
+                "tp_cores": tp.group.cores, "tp_pids": sorted(tp.group.rank_pids().values())}
+
+    out["started"] = holders()
+    results, errors = [], []
+
+    def run(seed: int) -> None:
+        try:
+            results.append(_run(mgr, 64, "eager", seed=seed)[1])
+        except Exception as exc:  # noqa: BLE001 - reported in the output
+            errors.append(repr(exc))
+
+    threads = [threading.Thread(target=run, args=(seed,)) for seed in (1, 2, 3, 4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(240)
+    out["served"] = sorted(r["place"] for r in results)
+    out["errors"] = errors
+    victim = pool.replicas[0]
+    os.kill(int(victim.rank_pids()[0]), signal.SIGKILL)
+    deadline = time.monotonic() + 240
+    while (pool.replicas[0] is victim or pool.replicas[0].state != "ready") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    out["after_restart"] = holders()
+    out["after_restart_record"] = _run(mgr, 64, "eager", seed=5)[1]
+    out["neuron_cores"] = mgr.status()["neuron_cores"]
+    mgr.close()
+    return out
+
+
 def main() -> None:
     scenario, workdir = sys.argv[1], Path(sys.argv[2])
     sys.path.insert(0, str(ROOT))
     from backend import device_env
 
     device_env.prepare_environment(workdir / "cache")
-    result = {"inprocess": inprocess, "second": second, "tp": tp}[scenario](workdir)
+    result = {"inprocess": inprocess, "second": second, "tp": tp, "replicas": replicas}[scenario](workdir)
     print(json.dumps(result, default=str))
     sys.stdout.flush()
     os._exit(0)  # after DTensor collectives a normal exit may abort (DESIGN.md)

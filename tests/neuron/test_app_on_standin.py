@@ -43,7 +43,8 @@ def test_doctor_says_neuron_and_shows_the_core_plan(neuron_env):
     plan = report["torch_neuronx"]["core_plan"]
     # A trn2.3xlarge: 8 physical cores, 4 logical at the default LNC=2, found by neuron-ls (no root).
     assert plan == {"instance_cores": 4, "physical_cores": 8, "lnc": 2, "source": "neuron-ls", "app_cores": "0",
-                    "free_cores": "1-3", "tp_degree": 2, "tp_cores": "1-2", "tp_error": None}
+                    "free_cores": "1-3", "tp_degree": 2, "tp_cores": "1-2", "tp_error": None,
+                    "engines": {"tensor-parallel": {"count": 2, "cores": "1-2", "error": None, "held": False}}}
     assert report["torch_neuronx"]["fallback_execution_disabled"] == "1"
     assert {"TORCH_NEURONX_NEFF_CACHE_DIR", "TORCH_NEURONX_NEFF_LOCAL_CACHE_DIR"} <= set(report["caches"])
     text = subprocess.run([sys.executable, "app.py", "doctor", "--neuron-cores", "1",
@@ -168,3 +169,28 @@ def test_a_bundle_makes_every_neff_a_persistent_hit_in_a_fresh_cache(neuron_env)
     without = json.loads(app(*generate, cache="bundle-none").strip().splitlines()[-1])
     assert with_bundle["neff_compiles"] == 0 and with_bundle["compiles"] == 1, with_bundle  # dynamo still traces
     assert without["neff_compiles"] > 0
+
+
+@pytest.mark.slow
+def test_replicas_hold_disjoint_cores_beside_the_app_and_a_group(tmp_path):
+    """Two Trainium2 devices (8 logical cores): app 0, replicas 1-2, tensor-parallel ranks 3-4; a
+    killed replica comes back on its own core."""
+    out = _scenario("replicas", tmp_path, standin_env(tmp_path / "state", devices=2))
+    app = out["app_pid"]
+    started = out["started"]
+    assert [r["core"] for r in started["replicas"]] == [1, 2] and started["tp_cores"] == [3, 4]
+    holders = {str(r["core"]): r["pid"] for r in started["replicas"]}
+    holders.update({str(core): pid for core, pid in zip((3, 4), started["tp_pids"])})
+    # The app reserves core 0 for itself (NEURON_RT_VISIBLE_CORES=0 before torch loads); it holds it
+    # once its runtime starts, which a pool-served app never needs.
+    assert started["claims"].pop("0", app) == app and started["claims"] == holders, started
+    assert len(set(holders.values())) == 4  # four worker processes, one core each
+    too_many = out["too_many_replicas"]
+    assert too_many["class"] == "InvalidRequest" and "replica counts that fit are" in too_many["message"], too_many
+    assert not out["errors"] and set(out["served"]) == {"replica 0", "replica 1"} and len(out["served"]) == 4
+    after = out["after_restart"]
+    assert after["replicas"][0]["core"] == 1 and after["replicas"][0]["pid"] != started["replicas"][0]["pid"]
+    assert after["claims"]["1"] == after["replicas"][0]["pid"] and after["claims"].get("0", app) == app
+    assert out["after_restart_record"]["engine"] == "replicas"
+    engines = out["neuron_cores"]["engines"]
+    assert engines["replicas"]["cores"] == "1-2" and engines["tensor-parallel"]["cores"] == "3-4"

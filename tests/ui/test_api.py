@@ -118,7 +118,8 @@ def test_only_prompt_is_required_and_view_api_describes_every_parameter(app_url)
 
 def _room_state(url):
     status = Client(url, verbose=False).predict(api_name="/status")
-    return status["warm_only"], status["tp"]["state"], status["warmup"], status["cache"]["bytes"]
+    return (status["warm_only"], status["tp"]["state"], status["replicas"]["size"], status["warmup"],
+            status["cache"]["bytes"])
 
 
 def test_every_operator_event_is_refused_for_an_anonymous_or_forged_caller(app_url):
@@ -128,6 +129,19 @@ def test_every_operator_event_is_refused_for_an_anonymous_or_forged_caller(app_u
     for cookie in (None, "forged-key"):
         rows = refused_operator_events(app_url, cookie)
         assert len(rows) == len(OPERATOR_EVENTS) and all(refused for _event, refused, _error in rows), rows
+    assert _room_state(app_url) == before
+
+
+def test_the_replica_buttons_are_refused_for_an_anonymous_or_forged_caller(app_url):
+    # (tools/room_client.OPERATOR_EVENTS predates the replica controls.)
+    from tools.room_client import config, event_index, post_event
+
+    before, cfg = _room_state(app_url), config(app_url)
+    for cookie in (None, "forged-key"):
+        for elem_id, data in (("replica-start", [2]), ("replica-stop", [])):
+            answer = post_event(app_url, event_index(cfg, elem_id, "click"), data, cookie=cookie)
+            error = str((answer.get("output") or {}).get("error") or "")
+            assert answer.get("success") is False and "Not allowed for a viewer" in error, (elem_id, answer)
     assert _room_state(app_url) == before
 
 

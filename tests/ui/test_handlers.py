@@ -1,7 +1,7 @@
-"""UI handlers against a fake manager: what the page shows for each outcome."""
+"""UI handlers against the real manager (fake engines behind its seam): what the page shows for each
+outcome."""
 
 import ast
-import inspect
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -10,10 +10,10 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from backend.errors import GenerationCancelled, GenerationFailed
+from backend.errors import GenerationFailed
 from backend.pngmeta import read_png_parameters
-from backend.records import ProgressEvent
 from backend.shapes import PRESETS, Shape
+from tests.ui.fake_engines import until
 from ui import views
 
 
@@ -22,17 +22,23 @@ def recorder():
     return calls, lambda value=None, desc="", **kw: calls.append((value, desc))
 
 
-def test_generate_shows_image_timings_seed_and_history(studio, fake):
-    fake.progress_events = [ProgressEvent("encoding", 0, 4), ProgressEvent("compiling", 0, 4),
-                            ProgressEvent("denoising", 2, 4), ProgressEvent("decoding", 4, 4)]
+def tp_group(manager):
+    """The tensor-parallel engine's current group (a FakeWorkerGroup), None before the first start."""
+    return manager.engines["tensor-parallel"].group
+
+
+def test_generate_shows_image_timings_seed_and_history(studio, manager):
     calls, progress = recorder()
     path, info, record, seed, gallery, state = studio.generate_from_page(
         "a fox", 256, 128, "compiled", 4, 1.0, 0, True, [], progress=progress)
     assert Path(path).is_file() and read_png_parameters(path)["seed"] == seed == record["seed"]
     assert "**256x128**" in info and "compiled 1 graph(s)" in info and f"`{seed}`" in info
     assert gallery == state and gallery[0][0] == path and "compiled" in gallery[0][1]
-    assert [desc for _v, desc in calls] == ["encoding…", "compiling…", "denoising step 2/4", "decoding…"]
-    assert calls[2][0] == (2, 4)
+    assert [desc for _v, desc in calls] == ["encoding…", "denoising step 0/4", "compiling…", "denoising step 1/4",
+                                            "denoising step 2/4", "denoising step 3/4", "denoising step 4/4",
+                                            "decoding…"]
+    assert calls[3][0] == (1, 4) and calls[2][0] is None  # a compile has no fraction to show
+    assert manager.records[-1].engine == "in-process" and manager.records[-1].place == "app"
     # the same seed again, not randomised; history grows newest first
     path2, info2, record2, seed2, gallery2, _ = studio.generate_from_page("a fox", 256, 128, "compiled", 4, 1.0, 77,
                                                                           False, state, progress=progress)
@@ -40,82 +46,93 @@ def test_generate_shows_image_timings_seed_and_history(studio, fake):
 
 
 @pytest.mark.parametrize("width, message", [(1000, "nearest valid size is 1008x128"), ("x", "whole number")])
-def test_bad_sizes_are_page_errors_with_the_fix(studio, fake, width, message):
+def test_bad_sizes_are_page_errors_with_the_fix(studio, manager, width, message):
     with pytest.raises(gr.Error, match=message):
         studio.generate_from_page("a fox", width, 128, "eager", 4, 1.0, 0, True, [])
-    assert not [c for c in fake.calls if c[0] == "generate"]
+    assert not manager.records and not manager.status()["shapes"]  # refused before anything ran
 
 
-def test_backend_errors_become_gr_errors_and_stop_is_not_an_error(studio, fake):
-    fake.raise_on_generate = GenerationFailed("RuntimeError in the pipeline: boom")
+def test_backend_errors_become_gr_errors_and_stop_is_not_an_error(studio, manager, engine, capsys):
+    engine.fail_with = GenerationFailed("RuntimeError in the pipeline: boom")
     with pytest.raises(gr.Error, match="boom"):
         studio.generate_from_page("a fox", 64, 64, "eager", 4, 1.0, 0, True, [])
-    fake.raise_on_generate = GenerationCancelled("stopped after step 2 of 50")
-    out = studio.generate_from_page("a fox", 64, 64, "eager", 4, 1.0, 0, True, [])
-    assert "Stopped" in out[1]
+    assert "boom" in manager.status()["last_error"] and not manager.records
+    engine.fail_with = None
     studio.stop()
-    assert ("cancel",) in fake.calls
+    assert "Nothing is running." in capsys.readouterr().out
+    page_run = lambda: studio.generate_from_page("a fox", 64, 64, "eager", 4, 1.0, 0, True, [])  # noqa: E731
+    with engine.hold(page_run, after_step=2) as outcome:
+        assert manager.status()["busy"]["phase"] == "denoising"
+        studio.stop()  # the real cancel: the run stops at its next step boundary
+        assert "Stopping at the next denoising step" in capsys.readouterr().out
+    assert "Stopped: stopped after step 2 of 4" in capsys.readouterr().out
+    assert "Stopped" in outcome["result"][1] and not manager.records and manager.status()["busy"] is None
 
 
-def _tp_calls(fake):
-    return [c for c in fake.calls if c[0] in ("start_tp", "stop_tp")]
-
-
-def test_picking_a_mode_starts_and_stops_nothing(studio, fake):
+def test_picking_a_mode_starts_and_stops_nothing(studio, manager, launches):
     from ui.app import build_ui
 
-    demo = build_ui(fake)
+    demo = build_ui(manager)
     mode = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "mode")
     wired = {f.fn.__name__ for f in demo.fns.values() if any(t[0] == mode._id for t in f.targets)}
     assert wired == {"show_tp_controls", "refresh_studio"}  # the mode list only shows and refreshes
     assert [u["visible"] for u in studio.show_tp_controls("tp")] == [True, True]
     _engine, cost, _badges, tp_badge = studio.refresh_studio("tp", 64, 64, 4, 2)
     assert 'data-state="stopped"' in tp_badge and cost.startswith("**Stopped**")
-    fake.set_tp("ready")
+    assert not launches.made  # looking at tp mode launched nothing
+    studio.start_tp(2)
     assert [u["visible"] for u in studio.show_tp_controls("eager")] == [False, False]
     studio.refresh_all("eager", 64, 64, 4, 2)
-    assert not _tp_calls(fake) and fake.tp["state"] == "ready"  # leaving TP mode leaves the group running
+    assert len(launches.made) == 1 and tp_group(manager).state == "ready"  # leaving TP mode leaves it running
 
 
-def test_start_and_stop_are_the_buttons(studio, fake):
+def test_start_and_stop_are_the_buttons(studio, manager, launches, capsys):
     studio.start_tp(4)
-    assert _tp_calls(fake) == [("start_tp", 4)] and fake.tp["world_size"] == 4
+    first = tp_group(manager)
+    assert launches.made == [first] and manager.status()["tp"]["world_size"] == 4
+    assert "Starting the tensor-parallel group (4 ranks)" in capsys.readouterr().out
     studio.start_tp(2.0)  # a running group of another degree is replaced
-    assert _tp_calls(fake)[-1] == ("start_tp", 2) and fake.tp["world_size"] == 2
-    studio.start_tp(None)  # an empty box: the default degree
-    assert _tp_calls(fake)[-1] == ("start_tp", None)
+    second = tp_group(manager)
+    assert launches.made == [first, second] and first.state == "stopped" and first.dir and not Path(first.dir).exists()
+    assert manager.status()["tp"]["world_size"] == 2 and second.state == "ready"
+    assert "Replacing the 4-rank tensor-parallel group with 2 ranks" in capsys.readouterr().out
+    studio.start_tp(None)  # an empty box: the default degree (2), which is running: left as it is
+    assert launches.made == [first, second]
+    assert "already ready with 2 ranks" in capsys.readouterr().out
     with pytest.raises(gr.Error, match="does not divide the model's 4 attention heads; use one of 1, 2, 4"):
         studio.start_tp(3)
     with pytest.raises(gr.Error, match="The TP degree is not valid: must be a whole number, got 2.5"):
         studio.start_tp(2.5)
+    assert launches.made == [first, second] and second.state == "ready"  # refused before anything started
     studio.stop_tp()
-    assert _tp_calls(fake)[-1] == ("stop_tp",) and fake.tp["state"] == "stopped"
-    calls = len(fake.calls)
+    assert second.state == "stopped" and manager.status()["tp"]["state"] == "stopped"
+    assert "The tensor-parallel group is stopped." in capsys.readouterr().out
     studio.stop_tp()  # already stopped: nothing to do
-    assert len(fake.calls) == calls
+    assert "The tensor-parallel group is not running." in capsys.readouterr().out
 
 
-def test_a_new_page_takes_the_running_groups_degree(studio, fake):
+def test_a_new_page_takes_the_running_groups_degree(studio, manager):
     assert all(isinstance(v, type(gr.skip())) for v in studio.page_opened())
-    fake.start_tp(4)
+    manager.start_engine("tensor-parallel", 4)
     assert studio.page_opened() == (4, 4)
 
 
-def test_tp_cost_line_says_what_to_do_and_what_it_costs(studio, fake):
+def test_tp_cost_line_says_what_to_do_and_what_it_costs(studio, manager, launches):
     engine, cost, badges, tp_badge = studio.refresh_studio("tp", 64, 64, 4, 2)
     assert cost.startswith("**Stopped**") and "press **Start group**" in cost
     assert "launches 2 processes that each load the model" in cost and "no start measured yet" in cost
     assert "tensor-parallel group **stopped**" in engine and badges == views.badges_html([])
     assert "launches 4 processes" in studio.refresh_studio("tp", 64, 64, 4, 4)[1]
 
-    fake.start_tp(2)
+    launches.hold = True  # the start stays "launching" until READY
+    manager.start_engine("tensor-parallel", 2)
     engine, cost, _b, tp_badge = studio.refresh_studio("tp", 64, 64, 4, 2)
     assert cost.startswith("**Starting**") and "(2 ranks) is launching" in cost and "served in process" in cost
     assert 'data-state="launching"' in tp_badge and "group **launching** (2 ranks)" in engine
-    fake.set_tp("warming")
+    tp_group(manager).phase("warming")
     assert "is warming" in studio.refresh_studio("tp", 64, 64, 4, 2)[1]
 
-    fake.set_tp("ready")
+    tp_group(manager).ready()
     engine, cost, badges, tp_badge = studio.refresh_studio("tp", 64, 64, 4, 2)
     # each rank runs eager (--tp-compile), which compiles nothing on this device
     assert cost.startswith("**Ready**") and "(tp mode does not compile on this device)" in cost
@@ -124,61 +141,133 @@ def test_tp_cost_line_says_what_to_do_and_what_it_costs(studio, fake):
     cost = studio.refresh_studio("tp", 64, 64, 4, 4)[1]
     assert "ready group of 2 ranks, not 4: **Start group** replaces it" in cost
 
-    fake.stop_tp()
+    manager.stop_engine("tensor-parallel")
     cost = studio.refresh_studio("tp", 64, 64, 4, 2)[1]
     assert cost.startswith("**Stopped**") and "its last start took 2.5 s to load and warm up" in cost
     assert "its last start, with 2 ranks, took 2.5 s" in studio.refresh_studio("tp", 64, 64, 4, 4)[1]
 
-    fake.set_tp("dead", error="rank 1 exited with signal SIGKILL")
+    launches.hold = False
+    manager.start_engine("tensor-parallel", 2)
+    tp_group(manager).die("rank 1 exited with signal SIGKILL — the group is down")
     engine, cost, _b, tp_badge = studio.refresh_studio("tp", 64, 64, 4, 2)
     assert cost.startswith("**Down**") and "rank 1 exited with signal SIGKILL" in cost
     assert "Press **Start group**" in cost and 'served in process (eager, "degraded")' in cost
     assert 'data-state="dead"' in tp_badge and "group **dead**" in engine and "degraded:" in engine
 
 
-def test_runs_served_in_process_while_the_group_is_down_say_so(studio, fake):
+def test_runs_served_in_process_while_the_group_is_down_say_so(studio, manager):
     with pytest.raises(gr.Error, match="press|Start"):  # never started: nothing serves TP
         studio.generate_from_page("a fox", 64, 64, "tp", 2, 1.0, 1, False, [])
-    fake.set_tp("dead", error="rank 1 exited with code 1")
+    studio.start_tp(2)
+    tp_group(manager).die("rank 1 exited with code 1")
     with pytest.warns(UserWarning, match="degraded"):  # gr.Warning outside a request
         _p, info, record, _s, gallery, _h = studio.generate_from_page("a fox", 64, 64, "tp", 2, 1.0, 1, False, [])
     assert (record["mode"], record["requested_mode"]) == ("eager", "tp") and "dead" in record["degraded"]
+    assert (record["engine"], record["place"]) == ("in-process", "app")
     assert ", served in process (eager) instead of tp, 2 steps" in info
     assert info.endswith("**Degraded** — the tensor-parallel group is dead (rank 1 exited with code 1).")
     assert ", tp" not in info and "eager in process (tp down)" in gallery[0][1]
-    fake.set_tp("ready")
+    studio.start_tp(2)  # a dead group is replaced by a fresh one
     _p, info, record, _s, gallery, _h = studio.generate_from_page("a fox", 64, 64, "tp", 2, 1.0, 1, False, [])
-    assert record["mode"] == "tp" and record["degraded"] is None
+    assert record["mode"] == "tp" and record["degraded"] is None and record["world_size"] == 2
+    assert (record["engine"], record["place"]) == ("tensor-parallel", "tp")
     assert ", tp (2 ranks)," in info and "served in process" not in info and "tp ×2" in gallery[0][1]
+    studio.stop_tp()
+    with pytest.raises(gr.Error, match="start it"):  # stopped on purpose: refused, not degraded
+        studio.generate_from_page("a fox", 64, 64, "tp", 2, 1.0, 1, False, [])
 
 
-def test_the_timer_reads_no_logs_and_the_logs_button_does(studio, fake):
-    fake.set_tp("ready")
+def test_the_timer_reads_no_logs_and_the_logs_button_does(studio, manager):
+    studio.start_tp(2)
     for _ in range(3):
         studio.refresh_all("tp", 64, 64, 4, 2)
-    assert not [c for c in fake.calls if c[0] == "tp_logs"]
+    assert tp_group(manager).log_reads == 0
     logs = studio.show_tp_logs()
-    assert fake.calls[-1] == ("tp_logs", 20) and "── rank 1 ──\nrank 1/2 starting" in logs
+    assert tp_group(manager).log_reads == 1 and "── rank 1 ──\nrank 1/2 starting (pid 12)" in logs
     assert "torchrun" not in logs  # empty tails are left out
 
 
-def test_system_panel_shows_the_group_and_its_ranks(studio, fake):
-    *_rest, tp_badge, tp_md, status = studio.refresh_system()
+def test_system_panel_shows_the_group_and_its_ranks(studio, manager, launches):
+    *_rest, tp_badge, tp_md, _replicas, status = studio.refresh_system()
     assert 'data-state="stopped"' in tp_badge and "| State | stopped |" in tp_md and "| Rank |" not in tp_md
     assert "| Ranks | 2 |" in tp_md  # never started: the degree a Start would launch
-    fake.start_tp(4)
-    *_rest, tp_badge, tp_md, status = studio.refresh_system()
+    launches.hold = True
+    manager.start_engine("tensor-parallel", 4)
+    *_rest, tp_badge, tp_md, _replicas, status = studio.refresh_system()
     assert "| State | launching |" in tp_md and "| Ranks | 4 |" in tp_md and "| Rank |" not in tp_md
-    fake.set_tp("ready")
-    *_rest, tp_badge, tp_md, status = studio.refresh_system()
+    tp_group(manager).ready()
+    *_rest, tp_badge, tp_md, _replicas, status = studio.refresh_system()
     assert "0: 11, 1: 12, 2: 13, 3: 14" in tp_md and "| Load / warm-up | 2.0 s / 0.5 s |" in tp_md
     assert "| 3 | 14 | n/a | cpu | 3.00 | 2.00 | 1.00 | 6 weights sharded |" in tp_md
     assert "logs" not in status["tp"]
+    studio.generate_from_page("a fox", 64, 64, "tp", 2, 1.0, 1, False, [])
+    tp_md = studio.refresh_system()[4]
+    assert "0.405 s" in tp_md and "5.0 ms" in tp_md  # the last call's round trip and its overhead
 
 
-def test_cost_line_and_badges_follow_the_compile_state(studio, fake):
+def test_replicas_start_with_a_count_serve_and_stop(studio, manager, launches, capsys):
+    assert studio.refresh_system()[5].startswith("No replicas running. Start some to serve several requests")
+    shown = studio.start_replicas(2.0)
+    assert "Starting 2 replicas" in capsys.readouterr().out
+    assert [(g.role, g.place, g.degree, g.state) for g in launches.made] == [
+        ("replica", "replica 0", 1, "ready"), ("replica", "replica 1", 1, "ready")]
+    assert shown.startswith("**Replicas**: 2 of 2 ready, 0 busy, 0 restarted")
+    assert "| 0 | ready | — | 31 | 0 | — |" in shown and "| 1 | ready | — | 32 | 0 | — |" in shown
+    assert manager.capacity() == 2 and "replicas 2/2 ready, 0 busy" in studio.refresh_studio("eager", 64, 64, 4)[0]
+
+    # the pool serves the in-process modes now; each replica keeps its own graphs
+    _p, _info, record, *_ = studio.generate_from_page("a fox", 64, 64, "compiled", 4, 1.0, 1, False, [])
+    assert (record["engine"], record["place"], record["compiled"]) == ("replicas", "replica 0", True)
+    assert "warm on 1 of 2 replicas" in studio.refresh_studio("compiled", 64, 64, 4)[1]
+    shown = studio.refresh_system()[5]
+    assert "| 0 | ready | — | 31 | 1 | compiled 64x64 |" in shown and "| 1 | ready | — | 32 | 0 | — |" in shown
+
+    launches.made[1].die("rank 0 exited with signal SIGKILL — the group is down")  # restarted on its own
+    shown = studio.refresh_system()[5]
+    assert "1 restarted" in shown and "| 1 | ready | — | 42 | 0 | — |" in shown and len(launches.made) == 3
+
+    shown = studio.stop_replicas()
+    assert "The replicas are stopped." in capsys.readouterr().out
+    assert "No replicas running" in shown and manager.capacity() == 1
+    studio.stop_replicas()  # already stopped: nothing to do
+    assert "No replicas are running." in capsys.readouterr().out
+    assert all(g.state == "stopped" for g in launches.made)
+    _p, _info, record, *_ = studio.generate_from_page("a fox", 64, 64, "eager", 4, 1.0, 1, False, [])
+    assert (record["engine"], record["place"]) == ("in-process", "app")  # stopped: served in process again
+
+
+@pytest.mark.parametrize("count, message", [
+    (2.5, "The number of replicas is not valid: must be a whole number, got 2.5"),
+    ("two", "The number of replicas is not valid: must be a whole number, got 'two'"),
+    (0, "The number of replicas is not valid: must be a whole number from 1 to 64, got 0"),
+    (65, "The number of replicas is not valid: must be a whole number from 1 to 64, got 65")])
+def test_a_replica_count_that_cannot_work_is_refused_naming_the_field(studio, launches, count, message):
+    with pytest.raises(gr.Error, match=message):
+        studio.start_replicas(count)
+    assert not launches.made  # refused before anything started
+
+
+def test_stopping_replicas_that_never_started_says_so(studio, launches, capsys):
+    shown = studio.stop_replicas()
+    assert "No replicas are running." in capsys.readouterr().out and shown.startswith("No replicas running.")
+    assert not launches.made
+
+
+def test_the_device_queue_follows_the_engines_capacity(studio, manager):
+    from ui.app import DEVICE_QUEUE
+
+    assert studio.follow_capacity() is False  # no page, no queue yet
+    device_queue = SimpleNamespace(concurrency_limit=1)
+    studio.blocks = SimpleNamespace(_queue=SimpleNamespace(event_queue_per_concurrency_id={DEVICE_QUEUE: device_queue}))
+    studio.start_replicas(3)
+    assert studio.follow_capacity() is True and device_queue.concurrency_limit == 3
+    studio.stop_replicas()
+    assert studio.follow_capacity() is True and device_queue.concurrency_limit == 1
+
+
+def test_cost_line_and_badges_follow_the_compile_state(studio, manager):
     engine, cost, badges, _tp = studio.refresh_studio("compiled", 1024, 1024, 4)
-    assert engine.startswith(f"**{fake.status()['model']['label']}** on **cpu (float32)** · ready")
+    assert engine.startswith(f"**{manager.status()['model']['label']}** on **cpu (float32)** · ready")
     assert cost == ("**Cold** — **1024x1024** in **compiled** mode: it will compile first "
                     "(no compile measured yet in this mode to estimate from).")
     assert 'data-shape="1024x1024" data-state="cold"' in badges
@@ -192,9 +281,12 @@ def test_cost_line_and_badges_follow_the_compile_state(studio, fake):
     assert 'data-shape="1152x896" data-state="cold"' in badges
     assert "it will compile first (estimated 1.5 s from past compiles)" in studio.refresh_studio(
         "compiled", 1152, 896, 4)[1]
-    fake.set_warm_only(True)
+    manager.set_warm_only(True)
     _e, cost, badges, _tp = studio.refresh_studio("compiled", 1152, 896, 4)
     assert "**Refused**" in cost and 'data-shape="1152x896" data-state="locked"' in badges
+    with pytest.raises(gr.Error, match="1152x896 is not warm in compiled mode"):  # and the run is refused
+        studio.generate_from_page("a fox", 1152, 896, "compiled", 4, 1.0, 0, True, [])
+    studio.generate_from_page("a fox", 1024, 1024, "compiled", 4, 1.0, 0, True, [])  # a warm one runs
     _e, cost, _b, _tp = studio.refresh_studio("compiled", 1000, 1024, 4)
     assert cost.startswith("**Invalid** — The image size is not valid: width 1000") and "1008x1024" in cost
 
@@ -211,7 +303,7 @@ def test_presets_and_custom_sizes_stay_in_step(studio):
     assert gr.skip() == keep and studio.preset_changed(views.CUSTOM, 1000, 768) == (keep, keep)
 
 
-def test_load_parameters_from_png_fills_the_controls(studio, fake, tmp_path):
+def test_load_parameters_from_png_fills_the_controls(studio, tmp_path):
     path, *_ = studio.generate_from_page("a lighthouse", 256, 128, "regional", 7, 1.0, 4242, False, [])
     prompt, width, height, preset, steps, guidance, seed, randomize, mode = studio.load_png(path)
     assert (prompt, width, height, preset, steps, seed, randomize, mode) == (
@@ -225,25 +317,63 @@ def test_load_parameters_from_png_fills_the_controls(studio, fake, tmp_path):
         studio.load_png(str(tmp_path / "not.png"))
 
 
-def test_system_panel_table_warmup_lock_and_cache(studio, fake):
+def test_system_panel_table_warmup_lock_and_cache(studio, manager, engine, cache_dir, capsys):
     studio.generate_from_page("a fox", 64, 64, "compiled", 4, 1.0, 0, True, [])
-    info, table, warm, _tp_badge, _tp, status = studio.refresh_system()
+    info, table, warm, _tp_badge, _tp, _replicas, status = studio.refresh_system()
     cache = status["cache"]["caches"][0]
     assert f"| Model | {status['model']['label']} |" in info and "| Device | cpu — requested |" in info
     assert f"| Compile cache | `{cache['dir']}` ({views._bytes(cache['bytes'])}, TORCHINDUCTOR_CACHE_DIR) |" in info
+    assert "| Engine | in-process · ready · active mode compiled |" in info
     assert list(table.columns) == ["mode", "shape", "state", "compile s", "steady s", "runs", "error"]
     assert table.iloc[0]["state"] == "warm"
     turkish = views.shapes_frame(status, "tr")
     assert list(turkish.columns)[:3] == ["mod", "boyut", "durum"] and turkish.iloc[0]["durum"] == "sıcak"
-    studio.start_warmup(["1:1 · 1024x1024", "16:9 · 1344x768"], "compiled")
-    assert ("warmup", (Shape(1024, 1024), Shape(768, 1344)), "compiled") in fake.calls
+
+    # warm-up: the real one, in the background, through the real generate (compile, then a steady run)
+    with engine.hold(lambda: studio.start_warmup(["1:1 · 1024x1024", "16:9 · 1344x768"], "compiled")) as started:
+        assert studio.refresh_system()[2] == "Warming up compiled: 0/2 done, now 1024x1024"
+        line = studio.refresh_studio("eager", 64, 64, 4)[0]
+        assert "**busy**: compiled 1024x1024 denoising step 1/4 (0.0 s)" in line and "warming up 0/2 in compiled" in line
+        with pytest.raises(gr.Error, match="a warm-up is already running"):
+            studio.start_warmup(["1:1 · 1024x1024"], "compiled")
+    assert started["result"] == "Warming up compiled: 0/2 done, now 1024x1024"  # what the button showed
+    until(lambda: not manager.status()["warmup"]["running"], "the warm-up finished")
+    assert manager.status()["warmup"] == {"running": False, "mode": "compiled", "done": 2, "total": 2,
+                                          "current": None, "error": None}
+    assert studio.refresh_system()[2] == "Warm-up finished: 2 shape(s) in compiled mode"
+    warmed = [(r.mode, r.shape, r.compiled) for r in manager.records if r.prompt == "warm-up"]
+    assert warmed == [("compiled", Shape(1024, 1024), True), ("compiled", Shape(1024, 1024), False),
+                      ("compiled", Shape(768, 1344), True), ("compiled", Shape(768, 1344), False)]
+    assert set(manager.table.warm_shapes("compiled")) == {Shape(64, 64), Shape(1024, 1024), Shape(768, 1344)}
+
     studio.set_warm_only(True)
-    assert fake.warm_only is True
+    assert manager.warm_only is True and manager.status()["warm_only"] is True
+
+    # clearing the cache: the real one, on this test's cache folder; the user's own files stay
+    (cache_dir / "fxgraph").mkdir()
+    (cache_dir / "fxgraph" / "entry").write_bytes(b"x" * 1_500_000)
+    (cache_dir / "notes.txt").write_text("mine")
+    plan, confirm = studio.clear_plan()
+    assert f"- 1 compile-cache entries, 1.5 MB, in `{cache_dir}`" in plan and confirm["visible"] is True
     studio.clear_cache()
-    assert ("clear",) in fake.calls
+    assert "Compile cache cleared (1.5 MB)." in capsys.readouterr().out
+    assert not (cache_dir / "fxgraph").exists() and (cache_dir / "notes.txt").read_text() == "mine"
+    assert manager.status()["cache"]["bytes"] == 4
 
 
-def test_performance_frames_come_from_the_records(studio, fake):
+def test_the_cache_is_not_cleared_while_a_group_holds_it(studio, manager, cache_dir):
+    (cache_dir / "fxgraph").mkdir()
+    (cache_dir / "fxgraph" / "entry").write_bytes(b"x" * 1000)
+    studio.start_tp(2)
+    with pytest.raises(gr.Error, match="stop the group first"):
+        studio.clear_cache()
+    assert (cache_dir / "fxgraph" / "entry").is_file()
+    studio.stop_tp()
+    studio.clear_cache()
+    assert not (cache_dir / "fxgraph").exists()
+
+
+def test_performance_frames_come_from_the_records(studio):
     for mode in ("eager", "compiled", "compiled"):
         studio.generate_from_page("a fox", 64, 64, mode, 4, 1.0, 1, False, [])
     latency, compile_times = studio.refresh_plots()
@@ -274,11 +404,12 @@ def test_gradio_tracks_progress_for_the_device_handlers(studio):
         assert progress_index is not None, handler.__name__
 
 
-def test_compare_shows_side_by_side_with_max_difference(studio, fake):
+def test_compare_shows_side_by_side_with_max_difference(studio, manager):
     gallery, table = studio.compare("a fox", 64, 64, 4, 1.0, 3, False, ["eager", "compiled", "regional"])
     assert [row["mode"] for _i, row in table.iterrows()] == ["eager", "compiled", "regional"]
     assert list(table["max |Δ| vs first (0-255)"]) == [0, 1, 5]
-    assert len(gallery) == 3 and all(Path(p).is_file() for p, _c in gallery)
+    assert [(r.mode, r.seed, r.compiled) for r in manager.records] == [
+        ("eager", 3, False), ("compiled", 3, True), ("regional", 3, True)]  # one request, each mode    assert len(gallery) == 3 and all(Path(p).is_file() for p, _c in gallery)
 
 
 def test_api_generate_returns_png_and_record(studio):
@@ -302,28 +433,14 @@ def _manager_names_the_ui_uses() -> set[str]:
     return names
 
 
-def _public_parameters(method) -> list[tuple[str, object]]:
-    return [(p.name, p.default) for p in inspect.signature(method).parameters.values()
-            if not p.name.startswith("_")]
-
-
-def test_the_fake_manager_has_the_real_managers_surface(fake):
-    """What the page uses of the manager exists on both, with the same parameters (names, order,
-    defaults), so the handler tests drive the UI the way the real manager is driven."""
-    from backend.manager import Manager
-
-    real = Manager(fake.settings)
+def test_the_ui_uses_only_what_the_manager_has(manager):
+    """What the page uses of the manager exists on the real one (the handler tests drive it, so a
+    handler calling something it lacks fails there too; this names the missing one)."""
     used = _manager_names_the_ui_uses()
-    assert {"generate", "status", "predict", "validate", "start_tp", "settings", "modes"} <= used, used
+    assert {"generate", "status", "predict", "validate", "start_engine", "stop_engine", "engine_logs",
+            "capacity", "settings", "modes"} <= used, used
     for name in sorted(used):
-        assert hasattr(real, name), f"the UI uses manager.{name}, which the real Manager does not have"
-        assert hasattr(fake, name), f"the UI uses manager.{name}, which the fake manager does not have"
-        real_value, fake_value = getattr(real, name), getattr(fake, name)
-        if callable(real_value):
-            assert callable(fake_value), name
-            assert _public_parameters(fake_value) == _public_parameters(real_value), name
-        else:
-            assert type(fake_value) is type(real_value), name
+        assert hasattr(manager, name), f"the UI uses manager.{name}, which the real Manager does not have"
 
 
 def test_ui_imports_no_torch():
@@ -340,10 +457,14 @@ def test_ui_imports_no_torch():
 def test_the_first_page_fits_the_model(model, tmp_path):
     # The trained embedded model starts (page and API) at a size it was trained at, the page with a
     # prompt from its grammar; any other model at the first preset with an empty prompt.
-    from tests.ui.fake_manager import FakeManager
+    from tests.ui.fake_engines import start_manager
     from ui.app import ASSETS, build_ui
 
-    demo = build_ui(FakeManager(tmp_path, model=model))
+    manager, _launches = start_manager(tmp_path, model=model)
+    try:
+        demo = build_ui(manager)
+    finally:
+        manager.close()
     value = {b.elem_id: b.value for b in demo.blocks.values() if getattr(b, "elem_id", None) and hasattr(b, "value")}
     api = {b.label: b.value for b in demo.blocks.values() if type(b).__name__ == "RawNumber"}
     assert (api["width"], api["height"]) == (value["width"], value["height"])  # the API's defaults too

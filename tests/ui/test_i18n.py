@@ -101,7 +101,7 @@ def test_a_turkish_page_gets_turkish_errors_that_still_name_the_nearest_size(stu
         studio.start_tp(2.5, TR)
 
 
-def test_a_turkish_page_gets_turkish_status_lines_with_the_same_numbers(studio, fake):
+def test_a_turkish_page_gets_turkish_status_lines_with_the_same_numbers(studio):
     _p, info, *_ = studio.generate_from_page("a fox", 256, 128, "compiled", 4, 1.0, 7, False, [], TR)
     assert info.startswith("**256x128**, compiled, 4 adım, tohum `7` — toplam **2.0 s**:")
     assert "derlendi: 1.5 s içinde 1 graf" in info
@@ -115,8 +115,13 @@ def test_a_turkish_page_gets_turkish_status_lines_with_the_same_numbers(studio, 
     assert "1:1 · 1024x1024 · soğuk</span>" in badges
     assert "Tensör paralel grup: durdu" in tp_badge and 'data-state="stopped"' in tp_badge
     assert "**Geçersiz** — Görsel boyutu geçerli değil:" in studio.refresh_studio("eager", 1000, 1024, 4, None, TR)[1]
-    system, _table, _warm, _badge, tp_md, _status = studio.refresh_system(TR)
+    system, _table, _warm, _badge, tp_md, replicas, _status = studio.refresh_system(TR)
     assert "| Sistem | |" in system and "| Aygıt |" in system
+    assert replicas.startswith("Çalışan kopya yok.")
     assert "Rank günlüğü yok: tensör paralel grup başlatılmadı." == studio.show_tp_logs(TR)
     assert studio.refresh_studio("tp", 64, 64, 4, 2, TR)[1].startswith("**Durdu** — tensör paralel grup durdu")
     assert studio.page_labels(TR)["label"] == "Görsel" and studio.page_labels(None)["label"] == "Image"
+    with pytest.raises(gr.Error, match="Kopya sayısı geçerli değil: must be a whole number, got 1.5"):
+        studio.start_replicas(1.5, TR)
+    assert "**Kopyalar**: 2 kopyanın 2 tanesi hazır, 0 meşgul, 0 yeniden başlatıldı" in studio.start_replicas(2, TR)
+    assert "| Kopya | durum | NeuronCore | pid | Sunulan | Sıcak boyutlar |" in studio.refresh_system(TR)[5]

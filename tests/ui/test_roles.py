@@ -1,13 +1,17 @@
 """Who may do what: every operator handler refused for a viewer (state unchanged), allowed for the
 operator; a viewer stops only its own run. Driven through the handlers with an OperatorKey, as the
-page's events call them (``tests/ui/test_room.py`` posts the same events to a running app)."""
+page's events call them, over the real manager (``tests/ui/test_api.py`` posts the same events to a
+running app)."""
 
 import types
 
 import gradio as gr
 import pytest
 
+from backend.errors import GenerationCancelled
 from backend.roles import COOKIE, OperatorKey
+from backend.shapes import Shape
+from tests.ui.fake_engines import until
 from ui.handlers import Studio
 
 
@@ -16,59 +20,112 @@ def page(cookie=None, session="s-viewer"):
 
 
 @pytest.fixture
-def room(fake):
+def room(manager):
     key = OperatorKey()
-    return Studio(fake, key), key
+    return Studio(manager, key), key
 
 
 OPERATOR_EVENTS = [
-    ("start_tp", (2,)), ("stop_tp", ()), ("show_tp_logs", ()), ("clear_plan", ()), ("clear_cache", ()),
-    ("set_warm_only", (True,)), ("start_warmup", (["1:1 · 1024x1024"], "compiled")), ("export_bundle", ()),
+    ("start_tp", (2,)), ("stop_tp", ()), ("show_tp_logs", ()), ("start_replicas", (2,)), ("stop_replicas", ()),
+    ("clear_plan", ()), ("clear_cache", ()), ("set_warm_only", (True,)),
+    ("start_warmup", (["1:1 · 1024x1024"], "compiled")), ("export_bundle", ()),
     ("show_bundle", ("/nonexistent.bundle",)), ("import_bundle", ("/nonexistent.bundle",)),
 ]
 
 
+def _room_state(manager, launches, cache_dir):
+    """Everything an operator event could change: the engines, the lock, warm-ups, the shapes, the
+    worker groups made and their log reads, the compile cache's files."""
+    status = manager.status()
+    return (status["engines"], status["tp"]["state"], status["tp"]["world_size"], status["replicas"]["size"],
+            status["warm_only"], status["warmup"], status["shapes"], [(g.state, g.log_reads) for g in launches.made],
+            sorted(p.name for p in cache_dir.rglob("*")))
+
+
 @pytest.mark.parametrize("name, args", OPERATOR_EVENTS)
-def test_a_viewer_is_refused_every_operator_event_and_nothing_changes(room, fake, name, args):
+def test_a_viewer_is_refused_every_operator_event_and_nothing_changes(room, manager, launches, cache_dir, name, args):
     studio, key = room
-    fake.set_tp("ready")
-    before = (fake.status()["tp"]["state"], fake.status()["warm_only"], list(fake.calls))
+    manager.start_engine("tensor-parallel", 2)
+    (cache_dir / "fxgraph").mkdir()
+    (cache_dir / "fxgraph" / "entry").write_bytes(b"x" * 100)
+    before = _room_state(manager, launches, cache_dir)
     for who in (page(), page(cookie="forged"), page(cookie=key.token)):  # the link token is not the session key
         with pytest.raises(gr.Error, match="Not allowed for a viewer"):
             getattr(studio, name)(*args, page=who)
-    assert (fake.status()["tp"]["state"], fake.status()["warm_only"], list(fake.calls)) == before
+    assert _room_state(manager, launches, cache_dir) == before
 
 
-def test_the_operator_may_and_the_page_says_which_role(room, fake):
+def test_every_handler_that_asks_for_the_caller_is_in_the_list():
+    """A handler that decides by the caller's role is an operator event above, except the two that
+    answer a viewer too (stop: its own run; page_role: which controls show)."""
+    import ast
+    from pathlib import Path
+
+    tree = ast.parse((Path(__file__).resolve().parents[2] / "ui" / "handlers.py").read_text())
+    studio = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Studio")
+    asking = {f.name for f in studio.body if isinstance(f, ast.FunctionDef) and f.name != "_caller"
+              and any(isinstance(n, ast.Attribute) and n.attr == "_caller" for n in ast.walk(f))}
+    assert asking - {"stop", "page_role"} == {name for name, _args in OPERATOR_EVENTS}
+
+
+def test_the_operator_may_and_the_page_says_which_role(room, manager):
     studio, key = room
     operator = page(cookie=key.session_key, session="s-op")
     studio.set_warm_only(True, page=operator)
-    assert fake.status()["warm_only"] is True
+    assert manager.status()["warm_only"] is True
     studio.start_warmup(["1:1 · 1024x1024"], "compiled", page=operator)
-    assert fake.calls[-1][0] == "warmup"
+    until(lambda: not manager.status()["warmup"]["running"], "the warm-up finished")
+    assert manager.status()["warmup"]["error"] is None and manager.table.warm_shapes("compiled") == [Shape(1024, 1024)]
+    studio.start_replicas(2, page=operator)
+    assert manager.status()["replicas"]["ready"] == 2
+    studio.stop_replicas(page=operator)
     line, *shown = studio.page_role(page=operator)
     assert "operator" in line and all(u["visible"] is True for u in shown)
     line, *shown = studio.page_role(page=page())
     assert "viewer" in line and all(u["visible"] is False for u in shown)
 
 
-def test_a_viewer_stops_only_its_own_run(room, fake):
+def test_a_viewers_page_hides_every_operator_control(manager):
+    """``page_role`` answers one visibility update per operator control the page has (ui.app lists
+    them): all hidden for a viewer, all shown for the operator."""
+    from ui.app import build_ui
+
+    key = OperatorKey()
+    demo = build_ui(manager, key)
+    event = next(f for f in demo.fns.values() if f.fn.__name__ == "page_role")
+    studio = event.fn.__self__
+    controls = {block.elem_id or type(block).__name__ for block in event.outputs[1:]}
+    assert len(event.outputs) - 1 == studio.operator_controls == 9
+    assert {"tp-start", "tp-stop", "tp-system-start", "tp-system-stop"} <= controls, controls
+    line, *shown = studio.page_role(page=page())
+    assert "viewer" in line and len(shown) == 9 and all(u["visible"] is False for u in shown)
+    line, *shown = studio.page_role(page=page(cookie=key.session_key, session="s-op"))
+    assert "operator" in line and len(shown) == 9 and all(u["visible"] is True for u in shown)
+
+
+def test_a_viewer_stops_only_its_own_run(room, manager, engine):
     studio, key = room
-    real = fake._real
-    with real._state_lock:
-        real._current = {"mode": "eager", "shape": "64x64", "owner": "s-alice", "started": 0.0}
-    with pytest.raises(gr.Error, match="another viewer's"):
-        studio.stop(page=page(session="s-bob"))
-    assert not real._cancel.is_set()
-    studio.stop(page=page(session="s-alice"))
-    assert real._cancel.is_set()
-    real._cancel.clear()
-    studio.stop(page=page(cookie=key.session_key, session="s-op"))  # the operator stops anyone's
-    assert real._cancel.is_set()
-    assert "owner" not in (real.status()["busy"] or {})  # sessions are not published
+    request = manager.validate("a fox", 64, 64, steps=4, seed=0, mode="eager")
+    alices_run = lambda: manager.generate(request, owner="s-alice")  # noqa: E731
+
+    with engine.hold(alices_run) as outcome:
+        busy = manager.status()["busy"]
+        assert busy["mode"] == "eager" and "owner" not in busy  # sessions are not published
+        with pytest.raises(gr.Error, match="another viewer's"):
+            studio.stop(page=page(session="s-bob"))
+    assert "result" in outcome  # bob's stop changed nothing: alice's run finished
+
+    with engine.hold(alices_run) as outcome:
+        studio.stop(page=page(session="s-alice"))
+    assert isinstance(outcome.get("error"), GenerationCancelled)
+
+    with engine.hold(alices_run) as outcome:
+        studio.stop(page=page(cookie=key.session_key, session="s-op"))  # the operator stops anyone's
+    assert isinstance(outcome.get("error"), GenerationCancelled)
+    assert len(manager.records) == 1 and manager.status()["running"] == []
 
 
-def test_the_operator_sees_an_uploaded_bundles_manifest_before_importing_it(room, fake, tmp_path):
+def test_the_operator_sees_an_uploaded_bundles_manifest_before_importing_it(room, manager, tmp_path):
     import dataclasses
     import io
     import json
@@ -78,7 +135,7 @@ def test_the_operator_sees_an_uploaded_bundles_manifest_before_importing_it(room
     operator = page(cookie=key.session_key, session="s-op")
 
     def bundle(**changes):
-        manifest = dataclasses.replace(fake._real.bundle_manifest([{"mode": "compiled", "shape": "64x64",
+        manifest = dataclasses.replace(manager.bundle_manifest([{"mode": "compiled", "shape": "64x64",
                                                                      "compile_seconds": 2.0}]), **changes)
         path = tmp_path / f"b{len(list(tmp_path.glob('*.bundle')))}.bundle"
         data = json.dumps(manifest.to_json()).encode()
