@@ -261,7 +261,8 @@ class ReplicaPool:
                 self.served[index] += 1
             return out
         except GroupDead as exc:  # its restart is under way (on_dead)
-            raise exc.evolve(f"{group.place} died while serving this request ({exc}); it is restarting, and the "
+            why = str(exc).splitlines()[0]  # the rank's log tail stays in the System tab's logs
+            raise exc.evolve(f"{group.place} died while serving this request ({why}); it is restarting, and the "
                              f"other replicas keep serving — try again") from None
         finally:
             with self._free:

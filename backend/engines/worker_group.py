@@ -116,8 +116,9 @@ class WorkerGroup:
         self._beats: dict[int, tuple[str, float]] = {}  # rank -> (heartbeat text, when it last changed)
 
     def close(self) -> None:
-        """Stop at once (the app is leaving or replacing the group): SIGTERM, grace, SIGKILL."""
-        self.stop(polite=False)
+        """Stop at once (the app is leaving or replacing the group): SIGTERM, grace, SIGKILL. A dead
+        group stays dead (its reason is what a request that ran into it reports)."""
+        self.stop(final_state="dead" if self.state == "dead" else "stopped", polite=False)
         self._cleanup_dir()
 
     def describe(self) -> dict[str, Any]:
