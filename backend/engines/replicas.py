@@ -186,22 +186,20 @@ class ReplicaPool:
     def stop(self) -> None:
         """Stop every replica (no process of the pool survives); the pool is then empty."""
         with self._life:
-            self._closing = True
-            for group in self.replicas:
-                group.stop()
-            self._forget_all()
-            self.replicas = []
-        with self._free:
-            self._free.notify_all()
+            self._end(lambda group: group.stop())
 
     def close(self) -> None:
         with self._life:
             self._close_replicas()
 
     def _close_replicas(self) -> None:
+        self._end(lambda group: group.close())
+
+    def _end(self, how: Callable[[WorkerGroup], None]) -> None:
+        """End every replica ``how`` (stop, or close: at once); requests waiting for one are told."""
         self._closing = True
         for group in self.replicas:
-            group.close()
+            how(group)
         self._forget_all()
         self.replicas = []
         with self._free:

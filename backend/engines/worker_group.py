@@ -142,15 +142,19 @@ class WorkerGroup:
             "socket": self.socket_path,
         }
 
+    def require_ready(self) -> None:
+        """BackendNotReady, saying how to start it again, unless the group is ready."""
+        if self.state != "ready":
+            raise BackendNotReady(f"the {self.name} is {self.state}"
+                                  + (f" ({self.error})" if self.error else "")
+                                  + "; start it again (Start beside the mode, or the System tab)")
+
     def run(self, request: GenerationRequest, on_progress: Callable[[ProgressEvent], None],
             should_stop: Callable[[], bool], forbid_compile: bool = False) -> EngineOutput:
         """Generate through the group (one request at a time: the caller's engine queues them)."""
         from PIL import Image
 
-        if self.state != "ready":
-            raise BackendNotReady(f"the {self.name} is {self.state}"
-                                  + (f" ({self.error})" if self.error else "")
-                                  + "; start it again (Start beside the mode, or the System tab)")
+        self.require_ready()
 
         def relay(msg: dict[str, Any]) -> None:
             on_progress(ProgressEvent(msg["phase"], msg.get("step", 0), msg.get("steps", 0), request.mode,

@@ -255,10 +255,7 @@ class FakeWorkerGroup(WorkerGroup):
     # requests --------------------------------------------------------------------------------
     def run(self, request: GenerationRequest, on_progress: Callable[[ProgressEvent], None],
             should_stop: Callable[[], bool], forbid_compile: bool = False) -> EngineOutput:
-        if self.state != "ready":
-            raise BackendNotReady(f"the {self.name} is {self.state}"
-                                  + (f" ({self.error})" if self.error else "")
-                                  + "; start it again (Start beside the mode, or the System tab)")
+        self.require_ready()
 
         def emit(phase: str, step: int = 0) -> None:
             on_progress(ProgressEvent(phase, step, request.steps, request.mode, str(request.shape)))
