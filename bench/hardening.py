@@ -291,9 +291,14 @@ def alive(pids) -> list[int]:
     return out
 
 
-def run_faults() -> list[dict[str, Any]]:
+TP_FAULTS = (("TP rank 0 killed", signal.SIGKILL, 0), ("TP rank 1 killed", signal.SIGKILL, 1),
+             ("TP rank 1 hung", signal.SIGSTOP, 1))
+
+
+def run_faults(tp_faults=TP_FAULTS) -> list[dict[str, Any]]:
     """Inject each fault into a live manager; recovered = a clear error, then a working request.
-    The manager (and any worker group) is closed whatever happens."""
+    ``tp_faults``: which ranks to kill or hang mid-generation (name, signal, rank). The manager
+    (and any worker group) is closed whatever happens."""
     from backend.manager import Manager
     from backend.settings import Settings
 
@@ -302,12 +307,12 @@ def run_faults() -> list[dict[str, Any]]:
                                cache_dir=tmp / "c", output_dir=tmp / "o"))
     try:
         manager.start()
-        return _inject_faults(manager, tmp)
+        return _inject_faults(manager, tmp, tp_faults)
     finally:
         manager.close()
 
 
-def _inject_faults(manager, tmp: Path) -> list[dict[str, Any]]:
+def _inject_faults(manager, tmp: Path, tp_faults=TP_FAULTS) -> list[dict[str, Any]]:
     import torch
 
     from backend.errors import GenerationFailed, StudioError
@@ -361,8 +366,7 @@ def _inject_faults(manager, tmp: Path) -> list[dict[str, Any]]:
     record("exception in the pipeline", error, works())
 
     # 3-4. a tensor-parallel rank killed, then hung, mid-generation
-    for name, sig, rank in (("TP rank 0 killed", signal.SIGKILL, 0), ("TP rank 1 killed", signal.SIGKILL, 1),
-                            ("TP rank 1 hung", signal.SIGSTOP, 1)):
+    for name, sig, rank in tp_faults:
         manager.start_engine("tensor-parallel", 2, wait=True)
         pids = set(_group(manager).rank_pids().values()) | {_group(manager).proc.pid}
         victim = _group(manager).rank_pids()[rank]

@@ -61,13 +61,14 @@ def test_memory_is_stable_over_100_requests():
 
 @pytest.mark.slow
 def test_injected_faults_end_with_a_clear_status_and_a_working_app():
-    rows = hardening.run_faults()
+    """``python -m bench.hardening`` also kills and hangs rank 1; tests/backend/test_tp.py holds
+    those (a killed rank reported dead with its log, a hung rank timed out), so here rank 0 dies."""
+    rows = hardening.run_faults(tp_faults=hardening.TP_FAULTS[:1])
     assert [r["fault"] for r in rows] == ["compile failure", "exception in the pipeline", "TP rank 0 killed",
-                                         "TP rank 1 killed", "TP rank 1 hung",
                                          "TP group fails to start (bad torchrun arguments)", "stop after the faults"]
     for r in rows:
         assert r["clear_error"] and r["recovered"] and r["orphans"] == 0, r
-    assert "no-such-torchrun-flag" in rows[5]["error"] or "unrecognized" in rows[5]["error"]
+    assert "no-such-torchrun-flag" in rows[3]["error"] or "unrecognized" in rows[3]["error"]
 
 
 @pytest.mark.slow
