@@ -198,7 +198,9 @@ def build_ui(manager, operator_key=None) -> gr.Blocks:
             compare_btn = gr.Button(I18N("compare"), variant="primary", elem_id="compare-run")
             compare_gallery = gr.Gallery(label=I18N("side_by_side"), columns=3, height="auto",
                                          elem_id="compare-gallery")
-            compare_table = gr.Dataframe(label=I18N("timings"), interactive=False, elem_id="compare-table")
+            gr.Markdown(I18N("compare_hint"), elem_id="compare-hint")
+            compare_table = gr.Dataframe(views.compare_frame([]), label=I18N("timings"), interactive=False,
+                                         elem_id="compare-table")
 
         with gr.Tab(I18N("tab_system"), id="system"):
             system_info = gr.Markdown("", elem_id="system-info")
@@ -255,9 +257,9 @@ def build_ui(manager, operator_key=None) -> gr.Blocks:
         with gr.Tab(I18N("tab_performance"), id="performance"):
             gr.Markdown(I18N("perf_intro"))
             latency_plot = gr.ScatterPlot(views.latency_frame([]), x="megapixels", y="seconds", color="mode",
-                                          title=I18N("latency_title"), elem_id="latency-plot")
+                                          title=I18N("latency_empty"), elem_id="latency-plot")
             compile_plot = gr.BarPlot(views.compile_frame({}), x="shape · mode", y="compile seconds",
-                                      color="mode", title=I18N("compile_title"),
+                                      color="mode", title=I18N("compile_empty"),
                                       elem_id="compile-plot")
             plots_btn = gr.Button(I18N("refresh_plots"))
 
@@ -337,6 +339,7 @@ def build_ui(manager, operator_key=None) -> gr.Blocks:
         _follow_capacity(studio)
         demo.load(studio.page_role, None, [role_line, *operator_controls], **light)
         demo.load(studio.page_labels, None, image, **light)  # set per language on the server
+        demo.load(studio.empty_compare_table, None, compare_table, **light)
         demo.load(studio.refresh_all, studio_inputs, studio_outputs + system_outputs, **light)
         demo.load(studio.refresh_plots, None, [latency_plot, compile_plot], **light)
         gr.Timer(1.0).tick(studio.refresh_all, studio_inputs, studio_outputs + system_outputs,

@@ -258,9 +258,9 @@ class Studio:
                 status)
 
     def refresh_plots(self, page: gr.Request | None = None):
-        latency_axes, compile_axes = views.plot_axes(language(page))
-        return (gr.ScatterPlot(views.latency_frame(self.manager.records), **latency_axes),
-                gr.BarPlot(views.compile_frame(self.manager.status()), **compile_axes))
+        latency, compiles = views.latency_frame(self.manager.records), views.compile_frame(self.manager.status())
+        latency_axes, compile_axes = views.plot_axes(language(page), latency.empty, compiles.empty)
+        return gr.ScatterPlot(latency, **latency_axes), gr.BarPlot(compiles, **compile_axes)
 
     # PNG parameters --------------------------------------------------------------------------
     def load_png(self, path, page: gr.Request | None = None):
@@ -319,6 +319,12 @@ class Studio:
         """Labels the browser's translation does not reach (gr.Image's block label shows "[object
         Object]" for an ``I18N`` key in Gradio 6.31): set when the page opens, in its language."""
         return gr.update(label=text(language(page), "image"))
+
+    @staticmethod
+    def empty_compare_table(page: gr.Request | None = None):
+        """The Compare tab's timings table before any comparison: its column names in the page's
+        language, no rows (a bare Dataframe shows headers "1 2 3")."""
+        return views.compare_frame([], language(page))
 
     def start_tp(self, degree, page: gr.Request | None = None) -> None:
         """Start the group with this page's degree (a running group of another degree is replaced)."""

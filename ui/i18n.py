@@ -57,6 +57,11 @@ MESSAGES: dict[str, dict[str, str]] = {
         "perf_intro": "Measured in this process: steady-state seconds per image (median, runs that did not "
                       "compile) against image size, and the compile time of each shape per mode.",
         "latency_title": "Latency vs image size (steady state)", "compile_title": "Compile time per shape and mode",
+        "latency_empty": "Latency vs image size — no steady run yet: generate an image and it appears here",
+        "compile_empty": "Compile time per shape and mode — nothing compiled yet: a compiled or regional run at a "
+                         "new shape adds a bar here",
+        "compare_hint": "Pick two or three modes and press **Compare**: the same prompt and seed run through each, "
+                        "the images appear side by side and their timings in the table below.",
         "refresh_plots": "Refresh plots",
         # errors: a sentence per code; the backend's English detail follows it
         "err_invalid": "A value is not valid", "err_invalid_prompt": "The prompt is not valid",
@@ -216,6 +221,11 @@ MESSAGES: dict[str, dict[str, str]] = {
                       "derleme yapmayan çalıştırmalar) ve her boyutun mod başına derleme süresi.",
         "latency_title": "Gecikme ve görsel boyutu (kararlı durum)",
         "compile_title": "Boyut ve mod başına derleme süresi",
+        "latency_empty": "Gecikme ve görsel boyutu — henüz kararlı çalıştırma yok: bir görsel üretin, burada görünür",
+        "compile_empty": "Boyut ve mod başına derleme süresi — henüz derleme yok: yeni bir boyutta derlenmiş ya da "
+                         "bölgesel bir çalıştırma buraya bir çubuk ekler",
+        "compare_hint": "İki ya da üç mod seçip **Karşılaştır**'a basın: aynı istem ve tohum her birinden geçer, "
+                        "görseller yan yana, süreleri aşağıdaki tabloda görünür.",
         "refresh_plots": "Grafikleri yenile",
         "err_not_allowed": "İzleyici için izin yok",
         "from_bundle": "paketten", "bundle_accordion": "Sıcak başlangıç paketi", "bundle_export": "Sıcak boyutları paket olarak dışa aktar",

@@ -237,12 +237,15 @@ def compile_frame(status: dict[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["shape · mode", "mode", "compile seconds"])
 
 
-def plot_axes(lang: str = DEFAULT) -> tuple[dict[str, str], dict[str, str]]:
-    """Axis and legend titles of the latency and compile plots in ``lang`` (the frames' column names
-    stay the same in every language)."""
-    latency = {"x_title": text(lang, "axis_megapixels"), "y_title": text(lang, "axis_seconds"),
+def plot_axes(lang: str = DEFAULT, latency_empty: bool = False,
+              compile_empty: bool = False) -> tuple[dict[str, str], dict[str, str]]:
+    """Titles and axis and legend titles of the latency and compile plots in ``lang`` (the frames'
+    column names stay the same in every language). An empty plot's title says what will appear."""
+    latency = {"title": text(lang, "latency_empty" if latency_empty else "latency_title"),
+               "x_title": text(lang, "axis_megapixels"), "y_title": text(lang, "axis_seconds"),
                "color_title": text(lang, "axis_mode")}
-    compile_ = {"x_title": text(lang, "axis_shape_mode"), "y_title": text(lang, "axis_compile_seconds"),
+    compile_ = {"title": text(lang, "compile_empty" if compile_empty else "compile_title"),
+                "x_title": text(lang, "axis_shape_mode"), "y_title": text(lang, "axis_compile_seconds"),
                 "color_title": text(lang, "axis_mode")}
     return latency, compile_
 

@@ -388,6 +388,20 @@ def _page(accept_language):
     return SimpleNamespace(headers={"accept-language": accept_language})
 
 
+def test_empty_views_say_what_will_appear_there(studio):
+    """First visit: the plots' titles say what will fill them, the Compare table has its column names."""
+    latency, compile_times = studio.refresh_plots()
+    assert "no steady run yet" in latency.title and "nothing compiled yet" in compile_times.title
+    table = studio.empty_compare_table()
+    assert list(table.columns) == ["mode", "seconds", "compiled", "compile s", "max |Δ| vs first (0-255)"] and table.empty
+    assert list(studio.empty_compare_table(_page("tr-TR")).columns)[0] != "mode"
+    studio.generate_from_page("a fox", 64, 64, "compiled", 4, 1.0, 1, False, [])
+    studio.generate_from_page("a fox", 64, 64, "compiled", 4, 1.0, 2, False, [])
+    latency, compile_times = studio.refresh_plots()
+    assert latency.title == "Latency vs image size (steady state)"
+    assert compile_times.title == "Compile time per shape and mode"
+
+
 def test_plot_axes_follow_the_page_language(studio):
     latency, compile_times = studio.refresh_plots(page=_page("tr-TR,tr;q=0.9"))
     assert (latency.x_title, latency.y_title) == ("megapiksel", "görsel başına saniye")
