@@ -12,7 +12,7 @@ from pathlib import Path
 
 from backend.errors import ModelNotFound
 from backend.settings import EMBEDDED_MODEL, EMBEDDED_RANDOM_MODEL
-from backend.tiny_model import EMBEDDED_MODEL_DIR, SCENES_MODEL_DIR, save_pipeline
+from embedded import EMBEDDED_MODEL_DIR, SCENES_MODEL_DIR
 
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 
@@ -29,7 +29,7 @@ def resolve_model(spec: str, cache_root: Path) -> tuple[str, str]:
         # Its weights are committed; rebuilding them means training (~40 minutes), never done silently.
         raise ModelNotFound(
             f"--model embedded: {SCENES_MODEL_DIR} is missing; rebuild it with "
-            "`python -m backend.tiny_model train`, or pass --model embedded-random for the untrained tiny model"
+            "`python -m embedded train`, or pass --model embedded-random for the untrained tiny model"
         )
     if spec == EMBEDDED_RANDOM_MODEL:
         if _is_pipeline_folder(EMBEDDED_MODEL_DIR):
@@ -37,6 +37,8 @@ def resolve_model(spec: str, cache_root: Path) -> tuple[str, str]:
         # The committed folder is missing (e.g. a trimmed install): build it on first use.
         built = Path(cache_root) / "embedded" / "tiny-flux2-klein"
         if not _is_pipeline_folder(built):
+            from embedded.recipe import save_pipeline
+
             save_pipeline(built)
         return str(built), "embedded:tiny-flux2-klein"
 

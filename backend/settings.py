@@ -21,7 +21,7 @@ TP_MODE = "tp"
 MODES = IN_PROCESS_MODES + (TP_MODE,)
 DEVICES = ("auto", "neuron", "cuda", "cpu")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
-EMBEDDED_MODEL = "embedded"  # the tiny model trained on the scene grammar (backend.scenes)
+EMBEDDED_MODEL = "embedded"  # the tiny model trained on the scene grammar (embedded.scenes)
 EMBEDDED_RANDOM_MODEL = "embedded-random"  # the same classes with random weights: fastest, draws noise
 
 

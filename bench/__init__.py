@@ -1,6 +1,6 @@
 """Neuron Studio's benchmarks (``python -m bench``; the method is in ``bench/stats.py``)."""
 
-from backend.tiny_model import EMBEDDED_MODEL_DIR
+from embedded import EMBEDDED_MODEL_DIR
 
 # Every row measures the random-weight tiny model unless it says otherwise: the figures are about the
 # app (overhead, compiles, caches, memory growth, start-up), and pinning the model keeps them

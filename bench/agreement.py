@@ -3,7 +3,7 @@
     python -m bench.agreement                      # 128, 256, 512, 1024; 24 prompts each
     python -m bench.agreement --sizes 128x128 --prompts 8
 
-The prompts are captions from ``backend.scenes``'s grammar made only of (colour, shape, background)
+The prompts are captions from ``embedded.scenes``'s grammar made only of (colour, shape, background)
 triples that training never drew (``scenes.is_held_out``). Each is generated the way the app does
 by default for this model (4 steps, guidance 1.0, a fixed seed per prompt) and judged by
 ``scenes.judge``: shape colours dominant, centroids in the named places, background as named.
@@ -25,7 +25,7 @@ GUIDANCE = 1.0
 def load_pipeline(model_dir: str | Path | None = None):
     from diffusers import Flux2KleinPipeline
 
-    from backend.tiny_model import SCENES_MODEL_DIR
+    from embedded.recipe import SCENES_MODEL_DIR
 
     pipe = Flux2KleinPipeline.from_pretrained(model_dir or SCENES_MODEL_DIR)
     pipe.set_progress_bar_config(disable=True)
@@ -51,7 +51,7 @@ def measure(sizes=DEFAULT_SIZES, prompts: int | list[str] = 24, seed: int = 0, p
     """Agreement per size: {"prompts": [...], "sizes": {"HxW": {"agree", "total", "fraction",
     "seconds", "failures": [(prompt, reason)], "images"?}}}. ``prompts``: a count of held-out
     prompts or the list itself."""
-    from backend import scenes
+    from embedded import scenes
 
     prompt_list = scenes.held_out_prompts(prompts) if isinstance(prompts, int) else list(prompts)
     pipe = pipe or load_pipeline(model_dir)

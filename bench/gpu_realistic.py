@@ -3,7 +3,7 @@
     python -m bench.gpu_realistic                       # on a CUDA machine: 1024x1024, 4 steps, bf16
     python -m bench.gpu_realistic --device cpu --quick  # checks the script itself on a CPU, tiny sizes
 
-Builds the real transformer and VAE geometry (``backend.tiny_model.KLEIN_4B_GEOMETRY``; the text
+Builds the real transformer and VAE geometry (``embedded.recipe.KLEIN_4B_GEOMETRY``; the text
 encoder keeps the real output width but is a narrow stand-in, so its cost is not measured) directly
 on the device, runs it through the app's own manager and engine, and measures side by side:
 eager, compiled and regional latency (interleaved, median with a 95 % bootstrap interval) and
@@ -36,7 +36,7 @@ def run(device: str, quick: bool, reps: int) -> dict:
     from backend.manager import Manager
     from backend.settings import Settings
     from backend.shapes import parse_shape
-    from backend.tiny_model import KLEIN_4B_GEOMETRY, TinyFluxConfig, build_pipeline
+    from embedded.recipe import KLEIN_4B_GEOMETRY, TinyFluxConfig, build_pipeline
     from bench import stats
     from bench.suite import measure_app_overhead, measure_shape_switch, timed_ratio
 

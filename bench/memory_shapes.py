@@ -45,7 +45,7 @@ def _rss_settled() -> int:
 def measure(config: str, backend: str, steps: int, shapes: tuple[str, ...] = SHAPES) -> dict:
     from backend.device_env import prepare_environment
     from backend.settings import Settings
-    from backend.tiny_model import TinyFluxConfig, save_pipeline
+    from embedded.recipe import TinyFluxConfig, save_pipeline
 
     with tempfile.TemporaryDirectory() as tmp:
         from bench import BENCH_MODEL

@@ -245,7 +245,7 @@ def _child_compile(model: str, mode: str, backend: str, size: str, cache: Path) 
 def p5_regional_warmup(tmp: Path, quick: bool) -> list[dict]:
     """Cold compile time of the whole transformer and of its repeated blocks, at FLUX.2-klein-4B's
     block counts, each in a fresh process with a fresh cache; the pairs in a random order."""
-    from backend.tiny_model import TinyFluxConfig, save_pipeline
+    from embedded.recipe import TinyFluxConfig, save_pipeline
 
     model = str(save_pipeline(tmp / "real-blocks", TinyFluxConfig(**REAL_BLOCKS)))
     backend, reps = "aot_eager" if quick else "inductor", 3
@@ -426,7 +426,7 @@ TRAINED_SIZES = ("128x128", "256x256")
 
 def p9_prompt_agreement(tmp: Path, quick: bool) -> list[dict]:
     """Does the trained embedded model (the app's default) draw what it is told? Held-out grammar
-    prompts, judged by image statistics (``bench.agreement``, ``backend.scenes.judge``); the share
+    prompts, judged by image statistics (``bench.agreement``, ``embedded.scenes.judge``); the share
     that agrees, with its Wilson interval. 512 and 1024 are larger than anything in training:
     reported, not judged."""
     from bench import agreement

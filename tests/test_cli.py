@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 
 import app
-from backend import scenes
+from embedded import scenes
 from backend.pngmeta import read_png_parameters
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -4,7 +4,7 @@ import numpy as np
 import torch
 from diffusers import Flux2KleinPipeline
 
-from backend.tiny_model import EMBEDDED_MODEL_DIR
+from embedded.recipe import EMBEDDED_MODEL_DIR
 
 
 def _run(manager, mode, h, w, seed=7, steps=2, prompt="a red fox"):

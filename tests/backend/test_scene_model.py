@@ -8,7 +8,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from backend import scenes
+from embedded import scenes
 from backend.manager import Manager
 from tests.conftest import make_settings
 
@@ -59,8 +59,8 @@ def _weights(folder: Path) -> dict[str, torch.Tensor]:
 
 def test_training_is_deterministic_for_a_seed(tmp_path):
     # Every phase of the recipe, a few steps each, twice: the same bits, and not the untrained ones.
-    from backend.scene_training import TrainConfig
-    from backend.tiny_model import SCENES_GEOMETRY, build_pipeline, train_and_save
+    from embedded.training import TrainConfig
+    from embedded.recipe import SCENES_GEOMETRY, build_pipeline, train_and_save
 
     tiny = dict(vae_steps=2, vae_batch=2, captions=12, images_per_caption=1, steps=3, finetune_steps=2,
                 finetune_captions=4, batch=2, reader_steps=2)

@@ -6,7 +6,7 @@ import random
 import numpy as np
 import pytest
 
-from backend import scenes
+from embedded import scenes
 
 
 def test_scenes_are_deterministic_from_a_seed_at_every_training_size():
@@ -73,8 +73,8 @@ def test_the_evaluator_rejects_wrong_colour_position_and_background():
 
 
 def test_scene_tokenizer_holds_grammar_words_whole_and_the_reading_targets_sit_on_phrase_ends():
-    from backend import scene_training
-    from backend.tiny_model import SCENES_GEOMETRY, build_pipeline
+    from embedded import components as scene_training
+    from embedded.recipe import SCENES_GEOMETRY, build_pipeline
 
     pipe = build_pipeline(SCENES_GEOMETRY)
     for word in scenes.WORDS:

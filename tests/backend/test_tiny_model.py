@@ -10,7 +10,7 @@ from diffusers import (AutoencoderKLFlux2, FlowMatchEulerDiscreteScheduler, Flux
 from safetensors.torch import load_file
 from transformers import Qwen2TokenizerFast, Qwen3ForCausalLM
 
-from backend.tiny_model import EMBEDDED_MODEL_DIR, save_pipeline
+from embedded.recipe import EMBEDDED_MODEL_DIR, save_pipeline
 
 
 @pytest.fixture(scope="module")
@@ -74,12 +74,12 @@ def test_the_default_is_the_trained_model_and_a_missing_one_says_how_to_rebuild_
     from backend import model_source
     from backend.errors import ModelNotFound
     from backend.settings import Settings
-    from backend.tiny_model import SCENES_MODEL_DIR
+    from embedded.recipe import SCENES_MODEL_DIR
 
     assert Settings().model == "embedded"
     path, label = model_source.resolve_model("embedded", tmp_path / "cache")
     assert (Path(path), label) == (SCENES_MODEL_DIR, "embedded:scenes-flux2-klein")
     monkeypatch.setattr(model_source, "SCENES_MODEL_DIR", tmp_path / "absent")
-    with pytest.raises(ModelNotFound, match="python -m backend.tiny_model train.*--model embedded-random"):
+    with pytest.raises(ModelNotFound, match="python -m embedded train.*--model embedded-random"):
         model_source.resolve_model("embedded", tmp_path / "cache")
     assert not (tmp_path / "cache").exists()  # nothing is trained or built behind the user's back

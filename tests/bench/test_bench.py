@@ -76,7 +76,7 @@ def test_p5_and_p7_pair_fresh_processes_in_random_orders(monkeypatch, tmp_path):
         cache.mkdir(parents=True, exist_ok=True)  # the first process leaves its cache behind
         return seconds
 
-    monkeypatch.setattr("backend.tiny_model.save_pipeline", lambda dest, cfg: dest)
+    monkeypatch.setattr("embedded.recipe.save_pipeline", lambda dest, cfg: dest)
     monkeypatch.setattr(suite, "_child_compile", fake_child)
     (p5,) = suite.p5_regional_warmup(tmp_path, quick=False)
     assert p5["n"] == 3 and p5["value"] == pytest.approx(0.3) and p5["verdict"] == "pass"

@@ -7,7 +7,7 @@ They are saved with ``save_pretrained`` and loaded back through the ordinary
 ``Flux2KleinPipeline.from_pretrained`` path, exactly like the real model:
 
 - ``assets/scenes-flux2-klein`` (``--model embedded``, the default): trained on the procedural scene
-  set of ``backend.scenes`` (``backend.scene_training``) to draw what a prompt from that grammar
+  set of ``embedded.scenes`` (``embedded.training``) to draw what a prompt from that grammar
   says, e.g. "a red circle on the left, on a sky gradient", in 4 steps (agreement on held-out
   prompts: ``python -m bench --only P9``).
 - ``assets/tiny-flux2-klein`` (``--model embedded-random``): random weights, smallest and fastest;
@@ -23,8 +23,8 @@ Constraints that make it work with the pipeline's *default* call arguments (see 
 ``TinyFluxConfig`` also describes the larger random-weight configs the benchmarks build, up to the
 real block counts of FLUX.2-klein-4B.
 
-Rebuild the committed folders with ``python -m backend.tiny_model assets/tiny-flux2-klein`` (random)
-and ``python -m backend.tiny_model train`` (trained; a progress bar per phase, ~40 minutes on two CPU
+Rebuild the committed folders with ``python -m embedded assets/tiny-flux2-klein`` (random)
+and ``python -m embedded train`` (trained; a progress bar per phase, ~40 minutes on two CPU
 cores; ``--help`` lists the step counts and the seed).
 """
 
@@ -37,11 +37,9 @@ from pathlib import Path
 
 import torch
 
-from backend import scenes
+from embedded import scenes
 
-_ASSETS = Path(__file__).resolve().parent.parent / "assets"
-EMBEDDED_MODEL_DIR = _ASSETS / "tiny-flux2-klein"  # random weights: --model embedded-random
-SCENES_MODEL_DIR = _ASSETS / "scenes-flux2-klein"  # trained on backend.scenes: --model embedded (default)
+from embedded import EMBEDDED_MODEL_DIR, SCENES_MODEL_DIR  # noqa: E402 - the folders the recipe writes
 
 _SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"]
 
@@ -235,7 +233,7 @@ def save_pipeline(dest: Path, cfg: TinyFluxConfig = TinyFluxConfig()) -> Path:
 
 def train_and_save(dest: Path, train_cfg=None, cfg: TinyFluxConfig = SCENES_GEOMETRY) -> dict:
     """Build ``cfg`` from its seed, train it on the scene set, save it at ``dest``; returns timings."""
-    from backend import scene_training
+    from embedded import training as scene_training
 
     train_cfg = train_cfg or scene_training.TrainConfig()
     dest = Path(dest)
@@ -251,10 +249,10 @@ def train_and_save(dest: Path, train_cfg=None, cfg: TinyFluxConfig = SCENES_GEOM
 
 
 def _train_main(argv: list[str]) -> None:
-    from backend.scene_training import TrainConfig
+    from embedded.training import TrainConfig
 
     defaults = TrainConfig()
-    parser = argparse.ArgumentParser(prog="python -m backend.tiny_model train",
+    parser = argparse.ArgumentParser(prog="python -m embedded train",
                                      description="Train the embedded model on the procedural scene set.")
     parser.add_argument("dest", type=Path, nargs="?", default=SCENES_MODEL_DIR)
     for field in ("seed", "threads", "vae_steps", "steps", "finetune_steps", "captions", "batch"):
@@ -273,7 +271,7 @@ def main(argv: list[str] | None = None) -> None:
         return _train_main(argv[1:])
     parser = argparse.ArgumentParser(
         description="Write the random-weight embedded FLUX.2-klein pipeline "
-                    "(`python -m backend.tiny_model train` trains the scene model instead).")
+                    "(`python -m embedded train` trains the scene model instead).")
     parser.add_argument("dest", type=Path, nargs="?", default=EMBEDDED_MODEL_DIR)
     args = parser.parse_args(argv)
     print(save_pipeline(args.dest))
