@@ -314,17 +314,23 @@ class Manager:
             raise InvalidRequest("mode", f"must be one of {', '.join(self.modes)}, got {request.mode!r}")
         return route
 
+    def _admit(self, request: GenerationRequest, locked: bool):
+        """Where ``request`` runs and admission's decision for it there: (route, places, decision)."""
+        route = self._route(request)
+        run = route.request
+        places = route.engine.places(run.mode)
+        return route, places, self.admission.decide(self.device, run.mode, run.shape, run.steps, locked, places)
+
     def predict(self, mode: str, shape: Shape, steps: int | None = None) -> dict[str, Any]:
         """What a run at (mode, shape) will cost now, including whether it would be refused."""
-        places = None
         if self.engines:
             try:
-                route = self._route(GenerationRequest("", shape.height, shape.width, steps or self.settings.steps,
-                                                      self.settings.guidance, 0, mode))
-                mode, places = route.request.mode, route.engine.places(route.request.mode)
+                request = GenerationRequest("", shape.height, shape.width, steps or self.settings.steps,
+                                            self.settings.guidance, 0, mode)
+                return self._admit(request, self.warm_only)[2].prediction
             except StudioError:
-                pass
-        return self.admission.decide(self.device, mode, shape, steps, self.warm_only, places).prediction
+                pass  # no engine serves it now: what the table alone says
+        return self.admission.decide(self.device, mode, shape, steps, self.warm_only).prediction
 
     # generation --------------------------------------------------------------------------------
     def _check_ready(self) -> None:
@@ -346,11 +352,10 @@ class Manager:
         if isinstance(request, dict):
             request = self.validate(**request)
         self._check_ready()
-        route = self._route(request)
-        engine, run = route.engine, route.request
-        places = engine.places(run.mode)
         locked = self.warm_only and not _warming
-        self.admission.decide(self.device, run.mode, run.shape, run.steps, locked, places).enforce()
+        route, places, decision = self._admit(request, locked)
+        decision.enforce()
+        engine, run = route.engine, route.request
         cancel = threading.Event()
         job = {"mode": run.mode, "shape": run.shape, "phase": "starting", "step": 0, "owner": owner,
                "steps": run.steps, "started": self._clock(), "engine": engine.name, "cancel": cancel}

@@ -38,12 +38,11 @@ class Warmups:
             _img, first = manager.generate(request, _warming=True)
             results.append(first)
             # Served by several processes (replicas), it runs until it is warm on each of them.
-            places = (manager.predict(mode, shape).get("warm_on") or [1, 1])[1]
-            for _ in range(places - 1):  # at most once more per other process (a dead one never warms)
-                warm_on = manager.predict(mode, shape).get("warm_on")
-                if not warm_on or warm_on[0] >= warm_on[1]:
-                    break
+            warm_on, tries = manager.predict(mode, shape).get("warm_on"), 0
+            # at most once more per other process (a dead one never warms)
+            while warm_on and warm_on[0] < warm_on[1] and tries < warm_on[1] - 1:
                 results.append(manager.generate(request, _warming=True)[1])
+                warm_on, tries = manager.predict(mode, shape).get("warm_on"), tries + 1
             if first.compiled:  # measure the steady latency too, so the shape shows expected seconds
                 results.append(manager.generate(request, _warming=True)[1])
         if progress:

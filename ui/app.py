@@ -96,24 +96,22 @@ UPLOAD_QUEUE = "uploads"  # events that parse an upload run one at a time, apart
 
 def _follow_capacity(studio, period: float = 0.5) -> None:
     """Keep the device queue's width at the engines' capacity (``Studio.follow_capacity``), from a
-    thread that ends with the page's Blocks (it holds only a weak reference to them)."""
+    thread that ends with the page (it holds only a weak reference to its handlers)."""
     import threading
     import weakref
 
-    blocks, manager = weakref.ref(studio.blocks), studio.manager
+    handlers = weakref.ref(studio)  # the Studio lives as long as its page's Blocks (they refer to each other)
 
     def follow() -> None:
         while True:
-            demo = blocks()
-            if demo is None:
+            current = handlers()
+            if current is None:
                 return
-            probe = Studio(manager)
-            probe.blocks = demo
             try:
-                probe.follow_capacity()
+                current.follow_capacity()
             except Exception:  # noqa: BLE001 - a status read must not end the follower; the log says why
                 logging.getLogger(__name__).exception("following the engines' capacity")
-            del demo, probe
+            del current
             time.sleep(period)
 
     threading.Thread(target=follow, name="queue-width", daemon=True).start()

@@ -52,7 +52,7 @@ class ReplicaPool:
 
         self.settings, self.device, self.model_path, self.table = settings, device, model_path, table
         self._group_factory = group_factory
-        self._compiles = lambda mode: Admission(settings, table).compiles_here(device, mode)
+        self._admission = Admission(settings, table)  # its rule for whether a new shape compiles
         self.replicas: list[WorkerGroup] = []
         self._busy: set[int] = set()
         self._free = threading.Condition()
@@ -109,7 +109,7 @@ class ReplicaPool:
         return None
 
     def describe(self) -> dict[str, Any]:
-        replicas = []
+        replicas, rows = [], self.table.snapshot()
         for i, group in enumerate(self.replicas):
             info = group.describe()
             pids = info.get("rank_pids") or {}
@@ -117,7 +117,7 @@ class ReplicaPool:
                              "core": group.cores[0] if group.cores else None,
                              "pid": pids.get("0"), "busy": i in self._busy, "error": info.get("error"),
                              "served": self.served[i] if i < len(self.served) else 0,
-                             "warm": [f"{row['mode']} {row['shape']}" for row in self.table.snapshot()
+                             "warm": [f"{row['mode']} {row['shape']}" for row in rows
                                       if group.place in row.get("warm_at", ())],
                              "timings": info.get("timings") or {}})
         return {"state": self.state, "size": len(self.replicas), "configured": self.settings.replicas,
@@ -234,7 +234,7 @@ class ReplicaPool:
         free_warm = [i for i in free if i in warm]
         if free_warm:
             return free_warm[0]
-        if warm and self._compiles(request.mode):
+        if warm and self._admission.compiles_here(self.device, request.mode):
             return None  # a warm replica frees up sooner than a cold one compiles
         return free[0] if free else None
 

@@ -26,6 +26,7 @@ stall timeout is tested with a fake clock.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import re
 import secrets
@@ -46,6 +47,7 @@ from backend.settings import Settings
 from backend.tp import processes
 from backend.tp import protocol as proto
 
+log = logging.getLogger(__name__)
 ROOT = Path(__file__).resolve().parents[2]
 STARTING = ("launching", "loading", "warming")
 
@@ -223,9 +225,7 @@ class WorkerGroup:
             try:
                 self._on_dead(self)
             except Exception:  # noqa: BLE001 - a failed restart must not hide the death
-                import logging
-
-                logging.getLogger(__name__).exception("on_dead of %s", self.name)
+                log.exception("on_dead of %s", self.name)
 
     def _death_reason(self, code: int) -> str:
         text = self._tail("torchrun.log", 200)
