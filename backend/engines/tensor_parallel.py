@@ -11,8 +11,10 @@ It serves mode ``tp``. What only this module knows:
 - while the group is launching, loading, warming or dead, its requests are served in process the
   way each rank would run them (``--tp-compile``), and the record says so (``Route.degraded``);
   stopped, they are refused with a message that says how to start it;
-- when the ranks end themselves after a failed request (on Neuron: ``group_ending``), a new group
-  of the same degree starts once the old one is down.
+- when the ranks end themselves after a failed request (on Neuron: the reply says
+  ``group_ending``, or a rank's exit status says it), a new group of the same degree starts once
+  the old one's processes are gone (its ``on_dead``): not before, since on Neuron a core is held
+  until the process that reserved it exits.
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-import time
 from typing import Any, Callable
 
 from backend.engines import Route
@@ -46,6 +47,14 @@ class TensorParallelEngine:
         self._lock = threading.Lock()  # one request at a time: rank 0 serves its jobs in order
         self._life = threading.Lock()  # start, stop and restart, one at a time
         self.last_error: str | None = None
+        # The two signs that a group's ranks ended themselves, and the restart they lead to: each
+        # may come first (rank 0's reply, or the death the group reports once its processes are
+        # gone); the restart happens once both are known, or at the death when an exit status says it.
+        self._ending_said: WorkerGroup | None = None
+        self._death_reported: WorkerGroup | None = None
+        self._restarted: WorkerGroup | None = None
+        self._signs = threading.Lock()
+        self._closed = False
 
     # what the manager asks ------------------------------------------------------------------------
     @property
@@ -119,27 +128,31 @@ class TensorParallelEngine:
         """Launch a group of ``size`` ranks (default ``--tp-degree``), replacing one of another degree."""
         degree = self.settings.tp_degree if size is None else size
         with self._life:
-            group = self.group
-            if group is not None and group.degree == degree and group.state in STARTING + ("ready",):
-                running = group
-            else:
-                from backend.model_source import transformer_heads
-
-                # Checked (and on Neuron its cores claimed) before the old group is touched; the old
-                # group's own cores count as free: it is closed before the new one launches.
-                cores = check_degree(degree, transformer_heads(self.model_path), self.device.core_plan,
-                                     owner=self.name)
-                if group is not None:
-                    group.close()
-                warm = [str(s) for s in self.settings.prewarm] if self.settings.mode == TP_MODE else []
-                running = self._group_factory(self.settings, self.model_path, self.device, degree, cores,
-                                              role="tp", place=PLACE, warm=warm)
-                self.group = running
-                self.table.forget(TP_MODE)  # a new group has none of the old one's graphs
-                running.start()
+            running = self._launch(degree)
         if wait:
             running.wait_ready(self.settings.tp_start_timeout)
         return running.describe()
+
+    def _launch(self, degree: int) -> WorkerGroup:
+        """(``_life`` held) The group of ``degree`` ranks: the one running, or a new one."""
+        group = self.group
+        if group is not None and group.degree == degree and group.state in STARTING + ("ready",):
+            return group
+        from backend.model_source import transformer_heads
+
+        # Checked (and on Neuron its cores claimed) before the old group is touched; the old
+        # group's own cores count as free: it is closed before the new one launches.
+        cores = check_degree(degree, transformer_heads(self.model_path), self.device.core_plan,
+                             owner=self.name)
+        if group is not None:
+            group.close()
+        warm = [str(s) for s in self.settings.prewarm] if self.settings.mode == TP_MODE else []
+        running = self._group_factory(self.settings, self.model_path, self.device, degree, cores,
+                                      role="tp", place=PLACE, warm=warm, on_dead=self._died)
+        self.group = running
+        self.table.forget(TP_MODE)  # a new group has none of the old one's graphs
+        running.start()
+        return running
 
     def stop(self) -> None:
         with self._life:
@@ -149,6 +162,7 @@ class TensorParallelEngine:
 
     def close(self) -> None:
         with self._life:
+            self._closed = True
             if self.group is not None:
                 self.group.close()
             self._release_cores()
@@ -171,21 +185,38 @@ class TensorParallelEngine:
                 return group.run(request, on_progress, should_stop, forbid_compile)
             except GenerationFailed as exc:
                 if exc.group_ending:
-                    self._restart(group)
+                    self._sign(group, said=True)
                 raise
 
-    def _restart(self, group: WorkerGroup) -> None:
-        """The ranks ended themselves after a failed request: start a new group of the same degree
-        in the background once the old one is down (its requests run in process meanwhile)."""
-        def restart() -> None:
-            deadline = time.monotonic() + 30
-            while group.state not in ("dead", "stopped") and time.monotonic() < deadline:
-                time.sleep(0.1)
-            if self.group is group and group.state == "dead":
-                try:
-                    self.start(group.degree)
-                except StudioError as exc:
-                    self.last_error = f"restarting the tensor-parallel group: {exc}"
-                    log.error("%s", self.last_error)
+    def _died(self, group: WorkerGroup) -> None:
+        """The group's ``on_dead``: it was ready, it died, and its processes are gone."""
+        self._sign(group, said=group.ended_itself, died=True)
 
-        threading.Thread(target=restart, name="tp-restart", daemon=True).start()
+    def _sign(self, group: WorkerGroup, said: bool = False, died: bool = False) -> None:
+        """Restart a group whose ranks ended themselves, once its processes are gone; once."""
+        with self._signs:
+            if said:
+                self._ending_said = group
+            if died:
+                self._death_reported = group
+            due = (self._ending_said is group and self._death_reported is group
+                   and self._restarted is not group)
+            if due:
+                self._restarted = group
+        if not due:
+            return
+        if died:  # the group's own thread: start the new one from another, not under its feet
+            threading.Thread(target=self._restart, args=(group,), name="tp-restart", daemon=True).start()
+        else:
+            self._restart(group)
+
+    def _restart(self, group: WorkerGroup) -> None:
+        """A new group of the same degree (its requests run in process meanwhile), unless the group
+        was stopped, replaced or closed meanwhile."""
+        try:
+            with self._life:
+                if self.group is group and group.state == "dead" and not self._closed:
+                    self._launch(group.degree)
+        except StudioError as exc:
+            self.last_error = f"restarting the tensor-parallel group: {exc}"
+            log.error("%s", self.last_error)

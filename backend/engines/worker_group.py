@@ -227,16 +227,27 @@ class WorkerGroup:
             except Exception:  # noqa: BLE001 - a failed restart must not hide the death
                 log.exception("on_dead of %s", self.name)
 
-    def _death_reason(self, code: int) -> str:
+    def exit_codes(self) -> list[tuple[int, int]]:
+        """(rank, exit code) of the ranks that failed, as torchrun's log of a dead group says
+        (negative: the signal that ended it)."""
         text = self._tail("torchrun.log", 200)
         failed = re.findall(r"rank\s*:\s*(\d+).*?\n.*?exitcode\s*:\s*(-?\d+)", text) or \
             re.findall(r"rank: (\d+) \(local_rank: \d+\)\s+exitcode\s*:\s*(-?\d+)", text)
+        return [(int(rank), int(code)) for rank, code in failed]
+
+    @property
+    def ended_itself(self) -> bool:
+        """A rank left on purpose after a failed request (``RESTART_EXIT``): the group should be
+        restarted, whether or not rank 0's reply saying so got out before torchrun ended it."""
+        return self.state == "dead" and any(code == proto.RESTART_EXIT for _rank, code in self.exit_codes())
+
+    def _death_reason(self, code: int) -> str:
         parts = []
-        for rank, exitcode in failed[:4]:
-            exitcode = int(exitcode)
+        for rank, exitcode in self.exit_codes()[:4]:
             how = f"signal {signal.Signals(-exitcode).name}" if exitcode < 0 else f"status {exitcode}"
             parts.append(f"rank {rank} exited with {how}")
         if not parts:
+            text = self._tail("torchrun.log", 200)
             errors = [line.strip() for line in text.splitlines()
                       if re.search(r"error|Error|refused|in use", line) and "Traceback" not in line]
             parts.append(f"torchrun exited with status {code}" + (f": {errors[-1][:300]}" if errors else ""))

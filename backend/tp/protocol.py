@@ -140,6 +140,7 @@ def token_ok(expected: str, header: dict[str, Any]) -> bool:
             and hmac.compare_digest(token.encode(), expected.encode()))
 
 
+RESTART_EXIT = 75  # a rank that ended itself after a failed request: the group should be restarted
 RUN_DIR_PREFIX = "neuron-studio-tp-"  # the group's private run dir: tempfile.mkdtemp(prefix=...)
 
 

@@ -67,7 +67,6 @@ def _redirect_output(run_dir: str, rank: int) -> None:
     sys.stdout = sys.stderr = log
 
 
-RESTART_EXIT = 75  # a rank that ended itself after a failed request (the group should be restarted)
 
 
 def _heartbeat(run_dir: str, rank: int, interval: float) -> None:
@@ -475,7 +474,7 @@ def serve(server: Rank0Server | None, run, me: Rank, replica: bool = False) -> N
                     _safe(proto.send_message, conn, proto.error_message(answer))
                     finished.set()
                 print("ending this rank: the group must be restarted", flush=True)
-                os._exit(1 if broken else RESTART_EXIT)
+                os._exit(1 if broken else proto.RESTART_EXIT)
             if server:
                 server.error = f"{type(exc).__name__}: {exc}"
                 _safe(proto.send_message, conn, proto.error_message(exc))

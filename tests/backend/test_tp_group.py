@@ -258,3 +258,58 @@ def test_a_rank_process_cleans_up_after_its_app_is_killed(tmp_path):
         assert "removed" in rank.stdout.read()
     finally:
         rank.kill()
+
+
+TORCHRUN_FAILURE = """Root Cause (first observed failure):
+[0]:
+  time      : 2026-12-01_00:00:00
+  host      : localhost
+  rank      : 1 (local_rank: 1)
+  exitcode  : {code} (pid: 4242)
+"""
+
+
+@pytest.mark.parametrize("signs", ["reply, then death", "death, then reply", "exit status only", "none"])
+def test_a_group_whose_ranks_ended_themselves_restarts_once_its_processes_are_gone(tmp_path, signs):
+    """Rank 0's reply (``group_ending``) and the group's death (its processes gone: on Neuron its
+    cores free) come in either order; an exit status of RESTART_EXIT alone also says it (torchrun
+    may end rank 0 before its reply gets out). A rank that was killed is left dead for the operator."""
+    from backend.errors import GenerationFailed
+    from tests.ui.fake_engines import start_manager
+
+    manager, launches = start_manager(tmp_path, tp_degree=2)
+    try:
+        engine = manager.engines["tensor-parallel"]
+        engine.start(2, wait=True)
+        old = engine.group
+        code = proto.RESTART_EXIT if signs == "exit status only" else -9
+
+        def reply() -> None:
+            def fails(*args, **kwargs):
+                raise GenerationFailed("RuntimeError in the pipeline: x", group_ending=True)
+            old.run = fails
+            with pytest.raises(GenerationFailed):
+                engine.run(manager.validate("a red circle", 64, 64, steps=1, mode="tp"), lambda e: None,
+                           lambda: False)
+
+        def death() -> None:
+            Path(old.dir, "torchrun.log").write_text(TORCHRUN_FAILURE.format(code=code))
+            old.die("rank 1 exited — the group is down")
+
+        order = {"reply, then death": [reply, death], "death, then reply": [death, reply],
+                 "exit status only": [death], "none": [death]}[signs]
+        order[0]()
+        if len(order) == 2:
+            assert engine.group is old and len(launches.made) == 1  # one of the two signs restarts nothing
+        for step in order[1:]:
+            step()
+        if signs == "none":
+            assert engine.group is old and old.state == "dead" and len(launches.made) == 1
+            return
+        for _ in range(500):  # the restart runs on its own thread after a death
+            if engine.group is not old and engine.group.state == "ready":
+                break
+            threading.Event().wait(0.01)
+        assert engine.group is not old and engine.group.state == "ready" and len(launches.made) == 2
+    finally:
+        manager.close()

@@ -67,7 +67,7 @@ def test_each_rank_holds_one_nth_of_every_sharded_weight_and_the_image_matches_o
     whole = {name: tuple(p.shape) for name, p in mgr.engine.pipe.transformer.named_parameters()}
     whole_bytes = sum(p.numel() * p.element_size() for p in mgr.engine.pipe.transformer.parameters())
     try:
-        for degree in (2, 3, 4):
+        for degree in (2, 3):  # an even and an odd split
             mgr.start_engine("tensor-parallel", degree, wait=True)
             tp = mgr.status()["tp"]
             assert tp["state"] == "ready", tp
@@ -97,7 +97,7 @@ def test_each_rank_holds_one_nth_of_every_sharded_weight_and_the_image_matches_o
             # Shards add up to the whole, and one rank's shards are 1/N of it: the weights were split.
             assert ranks[0]["sharded_bytes"] * degree == sharded_global
             assert sharded_global + replicated.pop() == whole_bytes
-            if degree in (2, 4):
+            if degree == 2:
                 per_rank = ranks[0]["transformer_bytes"] / whole_bytes
                 assert per_rank < 1 / degree + ranks[0]["replicated_bytes"] / whole_bytes + 0.01
     finally:

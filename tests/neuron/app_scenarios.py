@@ -178,13 +178,15 @@ def tp(workdir: Path) -> dict:
     _wait_state(mgr, ("dead",))
     _img, record = _run(mgr, 64, "tp")  # served in process (degraded) while the group is down
     note("degraded", record=record)
-    mgr.start_engine("tensor-parallel", 2, wait=True)
+    hung_group = _group(mgr)
+    mgr.start_engine("tensor-parallel", 2, wait=True)  # joins the hung group's teardown first
     image, record = _run(mgr, 64, "tp")
-    note("group restarted", record=record, max_diff_vs_eager=int(abs(_pixels(image) - eager_pixels).max()))
+    note("group restarted", record=record, max_diff_vs_eager=int(abs(_pixels(image) - eager_pixels).max()),
+         hung_survivors=hung_group.survivors())
     old_group = _group(mgr)
     Path(os.environ["NEURON_STANDIN_FAIL_COLLECTIVE"]).write_text("1")  # rank 1's next collective fails
     failed = _error(lambda: _run(mgr, 64, "tp"))
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 240  # a bound for a broken restart, not a wait: the loop ends on the state
     while (_group(mgr) is old_group or _group(mgr).state != "ready") and time.monotonic() < deadline:
         time.sleep(0.1)
     note("collective failed", request=failed, restarted=_group(mgr) is not old_group,
