@@ -17,6 +17,7 @@ launched engine takes runs in process.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import threading
@@ -72,6 +73,15 @@ class Manager:
         self.model_path: str | None = None
         self._count_tokens: Callable[[str], int] | None = None  # set once the model's tokenizer loads
         self.bundle: dict[str, Any] | None = None  # what --cache-from imported and warmed
+        # What the model folder says of itself (backend.model_card): presets, trained size, grammar.
+        # Read now, before anything loads: the page is built from it. A bad card fails the start.
+        from backend.model_card import ModelCard, card_for
+
+        self._card_error: StudioError | None = None
+        try:
+            self.card = card_for(settings.model, settings.cache_dir)
+        except StudioError as exc:
+            self.card, self._card_error = ModelCard(), exc
 
     # lifecycle ---------------------------------------------------------------------------------
     def start(self, background: bool = False) -> None:
@@ -91,6 +101,8 @@ class Manager:
     def _start(self) -> None:
         self.state = "loading"
         try:
+            if self._card_error is not None:
+                raise self._card_error
             from backend import device_env
 
             # Before the device layer loads torch (and TorchNeuron): this process's own NeuronCores.
@@ -297,8 +309,13 @@ class Manager:
     def validate(self, prompt: Any, height: Any, width: Any, steps: Any = None, guidance: Any = None,
                  seed: Any = None, mode: Any = None) -> GenerationRequest:
         """Turn raw inputs into a GenerationRequest, or raise InvalidRequest naming the field."""
-        return validate_request(self.settings, self.modes, prompt, height, width, steps, guidance, seed, mode,
-                                count_tokens=self._count_tokens)
+        request = validate_request(self.settings, self.modes, prompt, height, width, steps, guidance, seed, mode,
+                                   count_tokens=self._count_tokens)
+        reading = self.card.read_prompt(request.prompt)
+        if reading is not None and reading.caption != request.prompt:
+            # A model with a prompt grammar is given the caption it understands; the record keeps both.
+            request = dataclasses.replace(request, prompt=reading.caption, typed=request.prompt)
+        return request
 
     # routing and admission ---------------------------------------------------------------------
     def _route(self, request: GenerationRequest) -> "Route":
@@ -503,7 +520,7 @@ class Manager:
         device, engines = self.device, list(self.engines.values())
         return {
             "state": self.state,
-            "model": {"spec": self.settings.model, "label": self.model_label},
+            "model": {"spec": self.settings.model, "label": self.model_label, "card": self.card.to_json()},
             "device": vars(device.info) if device else None,
             "dtype": device.info.dtype if device else None,
             "default_mode": self.settings.mode,

@@ -21,6 +21,17 @@ def _is_pipeline_folder(path: Path) -> bool:
     return (path / "model_index.json").is_file()
 
 
+def local_folder(spec: str, cache_root: Path) -> Path | None:
+    """The folder ``--model spec`` is read from, when it is local (None: a hub id); checks nothing."""
+    if spec == EMBEDDED_MODEL:
+        return SCENES_MODEL_DIR
+    if spec == EMBEDDED_RANDOM_MODEL:
+        return EMBEDDED_MODEL_DIR if _is_pipeline_folder(EMBEDDED_MODEL_DIR) else \
+            Path(cache_root) / "embedded" / "tiny-flux2-klein"
+    path = Path(spec).expanduser()
+    return path if path.is_dir() else None
+
+
 def resolve_model(spec: str, cache_root: Path) -> tuple[str, str]:
     """Return (what to pass to from_pretrained, a short label for status and PNG metadata)."""
     if spec == EMBEDDED_MODEL:

@@ -19,6 +19,7 @@ class GenerationRequest:
     guidance: float
     seed: int
     mode: str
+    typed: str | None = None  # what the person typed, when ``prompt`` is the model's reading of it
 
     @property
     def shape(self) -> Shape:
@@ -56,13 +57,14 @@ class GenerationResult:
     started_at: float = 0.0
     engine: str = "in-process"  # the engine that served it (its name)
     place: str = "app"  # the process that ran it: app, tp, replica N (the compile table's places)
+    typed: str | None = None  # what the person typed, when ``prompt`` (what the model drew) is its reading
 
     @classmethod
     def of(cls, request: GenerationRequest, out: "EngineOutput", *, device: str, model: str, engine: str,
            started_at: float, requested_mode: str | None = None, degraded: str | None = None) -> "GenerationResult":
         """The record of a run: the request, what the engine measured, where it ran. Built here only."""
         fields = {f.name: getattr(out, f.name) for f in dataclasses.fields(EngineOutput) if f.name != "image"}
-        return cls(prompt=request.prompt, width=request.width, height=request.height, mode=request.mode,
+        return cls(prompt=request.prompt, typed=request.typed, width=request.width, height=request.height, mode=request.mode,
                    steps=request.steps, guidance=request.guidance, seed=request.seed, device=device, model=model,
                    compiled=bool(out.compiles or out.neff_compiles), engine=engine, started_at=started_at,
                    requested_mode=requested_mode if degraded else None, degraded=degraded, **fields)

@@ -1,4 +1,5 @@
-"""Image shapes: parsing, validation against the configured bounds, and the ~1 MP presets.
+"""Image shapes: parsing, validation against the configured bounds, and the ~1 MP presets (the
+real model's; a model folder may declare its own: ``backend.model_card``).
 
 A shape is written WIDTHxHEIGHT everywhere a person types or reads one (``--size 768x1344``,
 ``--prewarm``, PNG infotext), like other diffusion UIs.
@@ -47,10 +48,6 @@ PRESETS: tuple[tuple[str, Shape], ...] = (
     ("21:9", Shape(640, 1536)),
     ("9:21", Shape(1536, 640)),
 )
-
-# The trained embedded model learnt at 64..256 px (larger sizes are extrapolation), so the page
-# starts it at 256x256 instead of the first preset.
-EMBEDDED_START = Shape(256, 256)
 
 
 def parse_shape(text: str) -> Shape:

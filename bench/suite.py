@@ -418,35 +418,53 @@ def p8_modes(tmp: Path, quick: bool) -> list[dict]:
 
 
 # P9 -------------------------------------------------------------------------------------------
-AGREEMENT_PROMPTS = {  # size -> held-out prompts (full run, quick run); training used 64..256 px
-    "128x128": (48, 16), "256x256": (48, 16), "512x512": (24, 0), "1024x1024": (12, 0),
-}
-TRAINED_SIZES = ("128x128", "256x256")
+P9_PROMPTS = (48, 16)  # held-out prompts per preset and for the place-less set (full run, quick run)
+P9_QUICK_PRESETS = ("1:1", "16:9", "9:21")  # the quick run: the square and the two ends of the ratios
+P9_BEYOND = ("512x512", 24)  # twice the trained scale: reported, not judged
 
 
 def p9_prompt_agreement(tmp: Path, quick: bool) -> list[dict]:
-    """Does the trained embedded model (the app's default) draw what it is told? Held-out grammar
-    prompts, judged by image statistics (``bench.agreement``, ``embedded.scenes.judge``); the share
-    that agrees, with its Wilson interval. 512 and 1024 are larger than anything in training:
-    reported, not judged."""
+    """Does the trained embedded model (the app's default) draw what it is told, at every preset
+    the page offers for it? Held-out grammar prompts, judged by image statistics
+    (``bench.agreement``, ``embedded.scenes.judge``); the share that agrees, with its Wilson
+    interval. One row per preset of the model's card, one for prompts written as people write
+    them (place left out, synonyms; read by ``embedded.grammar``), and an info row at twice the
+    trained scale."""
+    from backend.model_card import read_card
     from bench import agreement
+    from embedded import SCENES_MODEL_DIR, grammar
 
     pipe = agreement.load_pipeline()
+    card = read_card(SCENES_MODEL_DIR)
+    count = P9_PROMPTS[quick]
+    name = "prompt agreement of the trained embedded model (assets/scenes-flux2-klein)"
+    cases = [(f"at the {label} preset {shape}, 4 steps (held-out prompts)", shape, count, None)
+             for label, shape in card.presets if not quick or label in P9_QUICK_PRESETS]
+    people = grammar.people_prompts(count)
+    start = card.start_shape
+    cases.append((f"at {start}, prompts as people write them (place left out, synonyms; held-out)", start, count,
+                  people))
+    if not quick:
+        beyond = _shape(P9_BEYOND[0])
+        cases.append((f"at {beyond}, twice the trained scale (held-out prompts; beyond training)", beyond,
+                      P9_BEYOND[1], None))
     rows = []
-    for text, counts in AGREEMENT_PROMPTS.items():
-        count = counts[quick]
-        if not count:
-            continue
-        shape = _shape(text)
-        measured = agreement.measure([(shape.height, shape.width)], count, pipe=pipe)["sizes"][text]
-        outcomes = [True] * measured["agree"] + [False] * (measured["total"] - measured["agree"])
-        trained = text in TRAINED_SIZES
-        rows.append(_row("P9", f"prompt agreement of the trained embedded model (assets/scenes-flux2-klein) at "
-                         f"{text}, 4 steps (held-out prompts{'' if trained else '; larger than training'})",
-                         stats.proportion(outcomes), "share", ">= 0.8" if trained else None,
-                         absolute={"agree": measured["agree"], "total": measured["total"],
-                                   "seconds": measured["seconds"],
-                                   "failures": [f"{p}: {why}" for p, why in measured["failures"]]}))
+    for text, shape, n, pairs in cases:
+        prompts = [grammar.read(p).caption for p, _ in pairs] if pairs else n
+        measured = agreement.measure([(shape.height, shape.width)], prompts, pipe=pipe)
+        got = measured["sizes"][f"{shape.height}x{shape.width}"]
+        outcomes = [True] * got["agree"] + [False] * (got["total"] - got["agree"])
+        judged = card.trained_pixels is None or shape.pixels <= card.trained_pixels
+        failures = [f"{p}: {why}" for p, why in got["failures"]]
+        if pairs:  # judged against the caption the prompt was read as; name the prompt as typed
+            typed = {grammar.read(p).caption: p for p, _ in pairs}
+            failures = [f"{typed.get(p, p)} (read as {p}): {why}" for p, why in got["failures"]]
+            misread = [p for p, c in pairs if grammar.read(p).caption != c]
+            if misread:
+                raise RuntimeError(f"embedded.grammar reads {misread[0]!r} as another scene than it was made from")
+        rows.append(_row("P9", f"{name} {text}", stats.proportion(outcomes), "share", ">= 0.8" if judged else None,
+                         absolute={"agree": got["agree"], "total": got["total"], "seconds": got["seconds"],
+                                   "failures": failures}))
     return rows
 
 

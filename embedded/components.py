@@ -33,7 +33,7 @@ class TrainConfig:
     vae_batch: int = 8
     vae_lr: float = 1e-3
     captions: int = 1200  # distinct training captions
-    images_per_caption: int = 4  # renders (sizes, jitter) per caption
+    images_per_caption: int = 6  # renders (sizes, jitter) per caption
     steps: int = 6000  # transformer steps at the short prompt length
     finetune_steps: int = 200  # transformer steps at the full 512-token prompt length
     finetune_captions: int = 192
@@ -42,11 +42,16 @@ class TrainConfig:
     text_lr: float = 5e-4
     reader_steps: int = 600  # text layers alone, before the transformer (batches of 64 prompts)
     reader_lr: float = 3e-3
-    # size -> relative frequency in training (sides multiples of 16, 64..256); mostly 128, which is
-    # cheap (64 image tokens), and 256.
+    # (height, width, relative frequency) in training, sides multiples of 16: the page's presets for
+    # this model (the real model's ~1 MP aspect-ratio buckets at ~256x256 pixels: 1:1, 4:3, 3:2,
+    # 16:9, 21:9 and their portraits), the same ratios at ~128x128 (64 image tokens: cheap), and a
+    # few squares between 64 and 192.
     sizes: tuple[tuple[int, int, float], ...] = (
-        (128, 128, 6), (256, 256, 3), (64, 64, 1), (96, 96, 1), (192, 192, 1), (160, 160, 1),
-        (128, 96, 0.5), (96, 128, 0.5), (256, 128, 0.5), (128, 256, 0.5), (192, 128, 0.5), (128, 192, 0.5),
+        (256, 256, 2), (224, 288, 1), (288, 224, 1), (208, 304, 1), (304, 208, 1), (192, 336, 1),
+        (336, 192, 1), (160, 384, 1), (384, 160, 1),
+        (128, 128, 4), (112, 144, 0.6), (144, 112, 0.6), (112, 160, 0.6), (160, 112, 0.6), (96, 176, 0.6),
+        (176, 96, 0.6), (80, 192, 0.6), (192, 80, 0.6),
+        (64, 64, 0.5), (96, 96, 0.5), (160, 160, 0.5), (192, 192, 0.5),
     )
 
 

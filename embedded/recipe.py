@@ -231,6 +231,13 @@ def save_pipeline(dest: Path, cfg: TinyFluxConfig = TinyFluxConfig()) -> Path:
     return dest
 
 
+# What the trained folder says of itself to the app (backend.model_card reads it): the ~1 MP
+# presets' aspect ratios at the ~256x256 pixels it was trained at, the largest trained image, the
+# grammar its prompts are read in (embedded.grammar), and the size the page starts at.
+CARD_FILE = "neuron_studio.json"
+SCENES_CARD = {"preset_scale": 256, "trained_pixels": 256 * 256, "prompt_grammar": "scenes", "start": "256x256"}
+
+
 def train_and_save(dest: Path, train_cfg=None, cfg: TinyFluxConfig = SCENES_GEOMETRY) -> dict:
     """Build ``cfg`` from its seed, train it on the scene set, save it at ``dest``; returns timings."""
     from embedded import training as scene_training
@@ -245,6 +252,7 @@ def train_and_save(dest: Path, train_cfg=None, cfg: TinyFluxConfig = SCENES_GEOM
     (dest / "training.json").write_text(json.dumps(
         {"train_config": dataclasses.asdict(train_cfg), "minutes": {k: round(v / 60, 2) for k, v in timings.items()},
          "torch_threads": torch.get_num_threads()}, indent=2, sort_keys=True) + "\n")
+    (dest / CARD_FILE).write_text(json.dumps(SCENES_CARD, indent=2) + "\n")
     return timings
 
 

@@ -56,14 +56,16 @@ GRADIENTS: dict[str, tuple[tuple[int, int, int], tuple[int, int, int]]] = {
     "sky": ((60, 120, 230), (190, 225, 250)),
     "night": ((5, 5, 40), (40, 40, 110)),
 }
-# Flat backgrounds, and the first colour of stripes / checkerboards (the second one is white).
-FLAT_BACKGROUNDS = ("white", "black", "grey", "blue", "green", "yellow", "purple", "pink")
+# Flat backgrounds (every named colour, and grey), and the first colour of stripes / checkerboards
+# (the second one is white).
+FLAT_BACKGROUNDS = ("white", "black", "grey", "blue", "green", "yellow", "purple", "pink", "red", "orange", "cyan")
 PATTERN_COLOURS = ("grey", "blue", "green", "purple")
 # Two shapes go only where they cannot overlap.
 POSITION_PAIRS = (("left", "right"), ("top", "bottom"), ("left", "top"), ("right", "bottom"),
                   ("left", "bottom"), ("right", "top"))
 SIZES = ((64, 64), (96, 96), (128, 128), (128, 96), (96, 128), (192, 192), (256, 256), (256, 128),
-         (128, 256), (192, 128), (128, 192), (160, 160))
+         (128, 256), (192, 128), (128, 192), (160, 160), (224, 288), (208, 304), (192, 336), (160, 384),
+         (384, 160))
 MIN_COLOUR_DISTANCE = 130.0  # a shape colour must be this far (RGB) from every background colour
 # Shape radius as a fraction of the image's shorter side: one shape, two shapes (which must not meet).
 # Big enough that a shape spans ~3 latent tokens (16 px each) at 128 px.

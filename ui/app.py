@@ -19,8 +19,6 @@ from pathlib import Path
 
 import gradio as gr
 
-from backend.settings import EMBEDDED_MODEL
-from backend.shapes import EMBEDDED_START, PRESETS
 from ui import views
 from ui.handlers import Studio
 from ui.i18n import MESSAGES
@@ -85,9 +83,9 @@ def mode_choices(manager) -> list[tuple]:
     return [(I18N(views.MODE_KEYS[m]) if m in views.MODE_KEYS else m, m) for m in manager.modes]
 
 
-def preset_choices() -> list[tuple]:
-    """The presets by their own names (sizes read the same in every language), then "Custom"."""
-    return [(label, label) for label in views.preset_choices()[:-1]] + [(I18N("custom"), views.CUSTOM)]
+def preset_choices(presets) -> list[tuple]:
+    """The model's presets by their own names (sizes read the same in every language), then "Custom"."""
+    return [(label, label) for label in views.preset_choices(presets)[:-1]] + [(I18N("custom"), views.CUSTOM)]
 
 
 MAX_UPLOAD = "20mb"  # a parameters PNG is kilobytes; nothing bigger is read, or kept
@@ -122,11 +120,12 @@ def build_ui(manager, operator_key=None) -> gr.Blocks:
     operator's controls show only on the operator's page, and the manager refuses them for viewers."""
     studio = Studio(manager, operator_key)
     s = manager.settings
-    embedded = s.model == EMBEDDED_MODEL  # the trained tiny model: its own size, and a prompt it knows
-    if embedded:
-        default_preset, start_shape = views.CUSTOM, EMBEDDED_START
-    else:
-        default_preset, start_shape = views.preset_label(*PRESETS[0]), PRESETS[0][1]
+    # The model's card (backend.model_card): its presets, its start size, the grammar it reads.
+    card = manager.card
+    start_shape = card.start_shape
+    named = card.preset_name(start_shape)
+    default_preset = views.preset_label(named, start_shape) if named else views.CUSTOM
+    embedded = card.prompt_grammar is not None  # a model that reads its own grammar: start with an example
     examples = views.load_example_prompts(ASSETS / "prompts.txt")
 
     # Gradio's temporary copies (images, uploads) older than an hour are deleted every 10 minutes.
@@ -141,10 +140,10 @@ def build_ui(manager, operator_key=None) -> gr.Blocks:
                 with gr.Column(scale=2):
                     prompt = gr.Textbox(examples[0] if examples and embedded else "",
                                         label=I18N("prompt"), lines=3, elem_id="prompt",
-                                        placeholder=I18N("prompt_placeholder"))
+                                        placeholder=I18N("prompt_placeholder"), info=card.prompt_help())
                     if examples:
                         gr.Examples([[e] for e in examples], inputs=[prompt], label=I18N("examples"))
-                    preset = gr.Radio(preset_choices(), value=default_preset, label=I18N("resolution"),
+                    preset = gr.Radio(preset_choices(card.presets), value=default_preset, label=I18N("resolution"),
                                       elem_id="preset")
                     badges = gr.HTML(views.badges_html([]), elem_id="badges")
                     with gr.Row():
@@ -213,7 +212,7 @@ def build_ui(manager, operator_key=None) -> gr.Blocks:
             shapes_table = gr.Dataframe(views.shapes_frame({"shapes": []}), label=I18N("shapes"), interactive=False,
                                         elem_id="shapes-table")
             with gr.Group(visible=False) as warm_group:
-                warm_shapes = gr.CheckboxGroup([views.preset_label(n, sh) for n, sh in PRESETS],
+                warm_shapes = gr.CheckboxGroup([views.preset_label(n, sh) for n, sh in card.presets],
                                                label=I18N("warm_shapes"), elem_id="warm-shapes")
                 warm_mode = gr.Dropdown(mode_choices(manager),
                                         value="compiled" if "compiled" in manager.modes else s.mode,

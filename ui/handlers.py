@@ -19,7 +19,7 @@ import gradio as gr
 from backend.errors import GenerationCancelled, InvalidRequest, StudioError
 from backend.pngmeta import read_png_parameters
 from backend.roles import COOKIE, LOCAL_OPERATOR, Caller
-from backend.shapes import PRESETS, validate_shape
+from backend.shapes import validate_shape
 from ui import views
 from ui.i18n import error_message, language, text
 
@@ -181,16 +181,14 @@ class Studio:
         _info(lang, text(lang, "info_stopping" if running else "info_nothing"))
 
     # controls --------------------------------------------------------------------------------
-    @staticmethod
-    def preset_changed(label: str, width, height):
-        shape = views.preset_shape(label)
+    def preset_changed(self, label: str, width, height):
+        shape = views.preset_shape(label, self.manager.card.presets)
         if shape is None:
             return gr.skip(), gr.skip()
         return shape.width, shape.height
 
-    @staticmethod
-    def size_changed(width, height) -> str:
-        for name, shape in PRESETS:
+    def size_changed(self, width, height) -> str:
+        for name, shape in self.manager.card.presets:
             if (shape.width, shape.height) == (width, height):
                 return views.preset_label(name, shape)
         return views.CUSTOM
@@ -244,10 +242,13 @@ class Studio:
         ready = status["state"] not in ("idle", "loading", "failed")
         prediction = self.manager.predict(mode, shape, steps) if ready and shape else None
         cost = views.cost_markdown(prediction, error, lang)
+        card = self.manager.card
+        if shape is not None and card.beyond_training(shape):
+            cost += views.beyond_training_note(card.trained_pixels, lang)
         if mode == "tp" and prediction is not None and not prediction.get("refused"):
             cost += views.tp_group_note(tp, degree, lang)
         badges = views.badges_html([(views.preset_label(n, s), self.manager.predict(mode, s, steps))
-                                    for n, s in PRESETS], lang) if ready else views.badges_html([])
+                                    for n, s in card.presets], lang) if ready else views.badges_html([])
         return engine, cost, badges, tp_badge
 
     @staticmethod
@@ -463,7 +464,7 @@ class Studio:
 
     def start_warmup(self, labels: list[str], mode: str, page: gr.Request | None = None) -> str:
         lang = language(page)
-        shapes = [s for s in (views.preset_shape(label) for label in labels or []) if s is not None]
+        shapes = [s for s in (views.preset_shape(label, self.manager.card.presets) for label in labels or []) if s is not None]
         try:
             self.manager.start_warmup(shapes, mode, caller=self._caller(page))
         except StudioError as exc:

@@ -142,7 +142,11 @@ MESSAGES: dict[str, dict[str, str]] = {
         # the run line
         "run_line": "**{size}**, {mode}, {steps} steps, seed `{seed}` — **{total}** total: encode {encode}, "
                     "denoise {denoise}, decode {decode}; {compiled}.",
-        "run_degraded": " **Degraded** — {reason}.", "run_warm": "no compile (warm)",
+        "run_degraded": " **Degraded** — {reason}.",
+        "run_drawn_as": " Drawn as “{caption}” (the prompt read in the model's grammar).",
+        "cost_beyond_training": " Beyond training: this model learnt sizes up to {pixels} pixels ({side}); "
+                                "larger ones tend to repeat the scene.",
+        "run_warm": "no compile (warm)",
         "run_graphs": "{count} graph(s) in {seconds}", "run_neffs": "{count} NEFF(s)",
         "run_compiled": "compiled {parts}",
         "run_and": " and ", "run_in_process": "served in process ({mode}) instead of {requested}",
@@ -301,7 +305,11 @@ MESSAGES: dict[str, dict[str, str]] = {
         "engine_state_ready": "hazır", "engine_state_failed": "başarısız",
         "run_line": "**{size}**, {mode}, {steps} adım, tohum `{seed}` — toplam **{total}**: kodlama {encode}, "
                     "gürültü giderme {denoise}, çözme {decode}; {compiled}.",
-        "run_degraded": " **Yedek yolda** — {reason}.", "run_warm": "derleme yok (sıcak)",
+        "run_degraded": " **Yedek yolda** — {reason}.",
+        "run_drawn_as": " “{caption}” olarak çizildi (istem, modelin dilbilgisiyle okundu).",
+        "cost_beyond_training": " Eğitimin ötesinde: bu model en çok {pixels} piksellik ({side}) boyutları öğrendi; "
+                                "daha büyükleri sahneyi tekrarlama eğiliminde.",
+        "run_warm": "derleme yok (sıcak)",
         "run_graphs": "{seconds} içinde {count} graf", "run_neffs": "{count} NEFF", "run_compiled": "derlendi: {parts}",
         "run_and": " ve ", "run_in_process": "{requested} yerine süreç içinde ({mode}) çalıştı",
         "run_tp": "tp ({ranks} rank)",

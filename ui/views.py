@@ -14,7 +14,7 @@ from typing import Any
 import pandas as pd
 
 from backend.core_plan import plan_text as core_plan_text
-from backend.shapes import PRESETS, Shape
+from backend.shapes import Shape
 from ui.i18n import DEFAULT, MESSAGES, text
 
 MESSAGES_EN = MESSAGES[DEFAULT]
@@ -24,16 +24,17 @@ CUSTOM = "Custom"
 MODE_KEYS = {"eager": "mode_eager", "compiled": "mode_compiled", "regional": "mode_regional", "tp": "mode_tp"}
 
 
-def preset_choices() -> list[str]:
-    return [preset_label(name, shape) for name, shape in PRESETS] + [CUSTOM]
+def preset_choices(presets) -> list[str]:
+    """``presets``: the served model's (``ModelCard.presets``), then "Custom"."""
+    return [preset_label(name, shape) for name, shape in presets] + [CUSTOM]
 
 
 def preset_label(name: str, shape: Shape) -> str:
     return f"{name} · {shape}"
 
 
-def preset_shape(label: str) -> Shape | None:
-    for name, shape in PRESETS:
+def preset_shape(label: str, presets) -> Shape | None:
+    for name, shape in presets:
         if preset_label(name, shape) == label:
             return shape
     return None
@@ -294,7 +295,14 @@ def run_markdown(result: dict[str, Any], lang: str = DEFAULT) -> str:
                 decode=_seconds(result["decode"]), compiled=compile_text(result, lang))
     if result.get("degraded"):
         line += text(lang, "run_degraded", reason=_degraded_reason(result))
+    if result.get("typed"):  # the model read the prompt as a caption of its grammar
+        line += text(lang, "run_drawn_as", caption=result["prompt"])
     return line
+
+
+def beyond_training_note(trained_pixels: int, lang: str = DEFAULT) -> str:
+    side = int(trained_pixels ** 0.5)
+    return text(lang, "cost_beyond_training", pixels=f"{trained_pixels:,}", side=f"{side}x{side}")
 
 
 def compare_frame(entries: list[dict[str, Any]], lang: str = DEFAULT) -> pd.DataFrame:

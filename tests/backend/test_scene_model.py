@@ -16,13 +16,16 @@ pytestmark = pytest.mark.slow
 PROMPT = "a cyan circle at the top and a black square at the bottom, on a white background"
 
 
-def test_it_draws_held_out_prompts_at_the_sizes_it_was_trained_at(tmp_path):
-    # The benchmark row itself (python -m bench --only P9), in its quick form: 16 held-out prompts
-    # (colour x shape x background triples that training never drew) at 128x128 and at 256x256.
+def test_it_draws_held_out_prompts_at_its_presets_and_as_people_write_them(tmp_path):
+    # The benchmark rows themselves (python -m bench --only P9), in their quick form: 16 held-out
+    # prompts (colour x shape x background triples that training never drew) at the square preset
+    # and the two ends of the aspect ratios, and 16 written as people write them (no place, "gray").
     from bench import suite
 
     rows = suite.p9_prompt_agreement(tmp_path, quick=True)
-    assert [r["absolute"]["total"] for r in rows] == [16, 16]
+    assert [r["absolute"]["total"] for r in rows] == [16, 16, 16, 16]
+    assert ["256x256" in rows[0]["name"], "336x192" in rows[1]["name"], "160x384" in rows[2]["name"],
+            "people write" in rows[3]["name"]] == [True] * 4
     for row in rows:
         assert row["value"] >= 0.8, (row["name"], row["absolute"]["failures"])
         assert row["ci"][0] <= row["value"] <= row["ci"][1] and row["goal"] == ">= 0.8"

@@ -168,3 +168,30 @@ def test_the_readme_section_is_generated_from_the_latest_results():
     expected = report.section(result, source, gpu, gpu_source)
     assert expected in report.README.read_text(), "run `python -m bench.report` after `python -m bench`"
     assert report.PLOT.is_file()
+
+
+def test_compare_flags_a_regression_only_where_the_intervals_say_so(tmp_path, capsys):
+    from bench import compare
+
+    def run(*rows):
+        return {"rows": [{"id": i, "name": n, "value": v, "unit": "x", "goal": g, "ci": list(ci)}
+                         for i, n, v, g, ci in rows]}
+
+    old = run(("P1", "overhead (a 1.0 s call)", 1.00, "<= 1.02", (0.99, 1.01)),
+              ("P4", "transport", 5.0, "<= 5", (4.5, 5.5)),
+              ("P7", "cache", 5.0, ">= 3", (4.0, 6.0)),
+              ("P8", "modes", 1.0, None, (0.9, 1.1)), ("P9", "gone row", 1.0, None, (1.0, 1.0)))
+    new = run(("P1", "overhead (a 1.1 s call)", 1.05, "<= 1.02", (1.03, 1.07)),  # the name's figures differ
+              ("P4", "transport", 5.2, "<= 5", (4.6, 5.8)),
+              ("P7", "cache", 8.0, ">= 3", (7.0, 9.0)),
+              ("P8", "modes", 0.5, None, (0.4, 0.6)), ("P10", "new row", 2.0, None, (2.0, 2.0)))
+    verdicts = {e["id"]: e["verdict"] for e in compare.compare_rows(old, new)}
+    assert verdicts == {"P1": "regressed", "P4": "same", "P7": "improved", "P8": "changed", "P9": "gone",
+                        "P10": "new"}
+    p1 = next(e for e in compare.compare_rows(old, new) if e["id"] == "P1")
+    assert p1["ratio"] == pytest.approx(1.05) and p1["ratio_ci"] == pytest.approx([1.03 / 1.01, 1.07 / 0.99])
+    for name, data in (("old", old), ("new", new)):
+        (tmp_path / f"{name}.json").write_text(json.dumps(data))
+    assert compare.main([str(tmp_path / "old.json"), str(tmp_path / "new.json")]) == 1  # a regression: status 1
+    assert "| P1 overhead | 1 x | 1.05 x | 1.050 [1.020–1.081] | regressed |" in capsys.readouterr().out
+    assert compare.main([str(tmp_path / "old.json"), str(tmp_path / "old.json")]) == 0

@@ -1,9 +1,9 @@
 """Make the README's screenshots with the browser-test tooling: `python -m tests.ui.screenshot`.
 
-Starts the app (the trained embedded model, aot_eager), generates a prompt from its grammar in
-compiled and eager mode at three sizes it was trained at so the shape table and the plots have
-something to show, and writes PNGs under assets/ (the Studio tab once more as a Turkish browser
-sees it: studio-tr.png).
+Starts the app (the trained embedded model, aot_eager), generates the page's first example prompt
+in compiled and eager mode at three of the model's presets (its own, from its card) so that the
+shape table and the plots have something to show, and writes PNGs under assets/ (the Studio tab
+once more as a Turkish browser sees it: studio-tr.png).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from tools.app_process import operator_token, running_app
 from ui.views import load_example_prompts
 
 
-# The page's first example prompt, from the trained embedded model's grammar.
+# The page's first example prompt, as a person writes it (the model reads it in its grammar).
 PROMPT = load_example_prompts(ROOT / "assets" / "prompts.txt")[0]
 
 
@@ -43,14 +43,14 @@ def make_screenshots(out_dir: Path) -> list[Path]:
         page.goto(url + "operator?token=" + operator_token(Path(tmp)))  # the operator's page: every control
         page.wait_for_selector("#badges .ns-badge", timeout=30000)
         page.fill("#prompt textarea", PROMPT)
-        # Sizes the trained model was trained at; compiled and eager at each, so the plots have points.
+        # The model's presets; compiled and eager at each, so the plots have points.
         for mode in ("compiled (whole transformer)", "eager"):
             choose_mode(page, mode)
-            for side in (128, 192):
-                _size(page, side, side)
+            for label in ("16:9 · 336x192", "3:4 · 224x288"):
+                page.get_by_label(label).check()
                 _generate(page, 2 if mode.startswith("compiled") else 1)
         choose_mode(page, "eager")
-        _size(page, 256, 256)
+        page.get_by_label("1:1 · 256x256").check()
         _generate(page, 1)
         choose_mode(page, "compiled (whole transformer)")
         _generate(page, 2)

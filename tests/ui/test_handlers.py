@@ -470,24 +470,50 @@ def test_ui_imports_no_torch():
 
 @pytest.mark.parametrize("model", ["embedded", "embedded-random"])
 def test_the_first_page_fits_the_model(model, tmp_path):
-    # The trained embedded model starts (page and API) at a size it was trained at, the page with a
-    # prompt from its grammar; any other model at the first preset with an empty prompt.
+    # The page's presets, start size and prompt come from the model's card (backend.model_card):
+    # the trained embedded model offers the ~1 MP ratios at the ~256x256 it was trained at, starts
+    # at 1:1 with a prompt from its examples, says once (under the prompt) what it understands, and
+    # labels a size beyond training; a model without a card keeps the ~1 MP presets, no prompt.
+    from ui.app import ASSETS, Studio, build_ui
     from tests.ui.fake_engines import start_manager
-    from ui.app import ASSETS, build_ui
 
     manager, _launches = start_manager(tmp_path, model=model)
     try:
         demo = build_ui(manager)
+        studio = Studio(manager)
+        value = {b.elem_id: b.value for b in demo.blocks.values()
+                 if getattr(b, "elem_id", None) and hasattr(b, "value")}
+        blocks = {b.elem_id: b for b in demo.blocks.values() if getattr(b, "elem_id", None)}
+        api = {b.label: b.value for b in demo.blocks.values() if type(b).__name__ == "RawNumber"}
+        assert (api["width"], api["height"]) == (value["width"], value["height"])  # the API's defaults too
+        examples = views.load_example_prompts(ASSETS / "prompts.txt")
+        presets = [value for _label, value in blocks["preset"].choices]
+        if model == "embedded":
+            assert presets[:3] == ["1:1 · 256x256", "4:3 · 288x224", "3:4 · 224x288"] and len(presets) == 10
+            assert (value["width"], value["height"], value["preset"]) == (256, 256, "1:1 · 256x256")
+            assert value["prompt"] == examples[0] and ", on " not in examples[0]  # no place: the centre
+            assert "(left out: the centre)" in blocks["prompt"].info
+            assert studio.preset_changed("21:9 · 384x160", 0, 0) == (384, 160)
+            assert studio.size_changed(160, 384) == "9:21 · 160x384"
+            assert "Beyond training: this model learnt sizes up to 65,536 pixels (256x256)" in \
+                studio.refresh_studio("eager", 512, 512, 4)[1]
+            assert "Beyond training" not in studio.refresh_studio("eager", 384, 160, 4)[1]
+            request = manager.validate("a red circle on a blue background", 256, 256, steps=1, seed=1)
+            assert (request.prompt, request.typed) == ("a red circle in the centre, on a blue background",
+                                                       "a red circle on a blue background")
+            _path, line, record, *_ = studio.generate_from_page(request.typed, 256, 256, "eager", 1, 1.0, 1,
+                                                                False, [])
+            assert record["typed"] == request.typed and record["prompt"] == request.prompt
+            assert "Drawn as “a red circle in the centre, on a blue background”" in line
+            exact = manager.validate(request.prompt, 256, 256, steps=1, seed=1)
+            assert exact.typed is None  # a caption of the grammar goes in as typed
+        else:
+            name, shape = PRESETS[0]
+            assert presets == [views.preset_label(n, s) for n, s in PRESETS] + [views.CUSTOM]
+            assert (value["width"], value["height"]) == (shape.width, shape.height)
+            assert value["preset"] == views.preset_label(name, shape) and value["prompt"] == ""
+            assert blocks["prompt"].info is None
+            assert manager.validate("a red fox", 64, 64).prompt == "a red fox"  # no grammar: as typed
+            assert "Beyond training" not in studio.refresh_studio("eager", 1536, 1536, 4)[1]
     finally:
         manager.close()
-    value = {b.elem_id: b.value for b in demo.blocks.values() if getattr(b, "elem_id", None) and hasattr(b, "value")}
-    api = {b.label: b.value for b in demo.blocks.values() if type(b).__name__ == "RawNumber"}
-    assert (api["width"], api["height"]) == (value["width"], value["height"])  # the API's defaults too
-    examples = views.load_example_prompts(ASSETS / "prompts.txt")
-    if model == "embedded":
-        assert (value["width"], value["height"], value["preset"]) == (256, 256, views.CUSTOM)
-        assert value["prompt"] == examples[0]
-    else:
-        name, shape = PRESETS[0]
-        assert (value["width"], value["height"]) == (shape.width, shape.height)
-        assert value["preset"] == views.preset_label(name, shape) and value["prompt"] == ""

@@ -1,0 +1,238 @@
+"""Reading what a person types as a caption of the scene grammar (``embedded.scenes``).
+
+The trained embedded model knows one caption form, ``a red circle on the left, on a blue
+background``. People write "a red circle on a blue background" (no place), "in the center",
+"in the middle", "gray", "on top", "a red square and a blue star". ``read(prompt)`` turns such a
+prompt into the caption the model is given:
+
+- the place is optional: one shape without one goes in the centre; two shapes go left and right
+  (or, when one has a place, the other opposite it);
+- synonyms are understood (center/centre/middle, gray/grey, on top/at the top/above, below,
+  to the left, disc/dot for circle, donut for ring, striped, checkered, sunset/night sky, ...);
+- the background may be any named colour, flat, and may be left out (white, or black where a
+  white shape would not show);
+- a prompt with words outside the grammar still becomes a scene: the colours and shapes it does
+  name, and the defaults above for the rest (``Reading.guessed`` says what was made up, and
+  ``Reading.ignored`` lists the words that were not understood).
+
+No torch, no numpy: the serving code calls it for every request to a model whose card declares
+this grammar (``backend.model_card``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+from embedded.scenes import (COLOURS, FLAT_BACKGROUNDS, GRADIENTS, PATTERN_COLOURS, POSITION_PAIRS, POSITIONS, SHAPES,
+                             Background, Scene, ShapeSpec, colour_fits)
+
+NAME = "scenes"  # what a model card's "prompt_grammar" says to select this reading
+
+COLOUR_WORDS = {**{c: c for c in COLOURS}, "grey": "grey", "gray": "grey", "violet": "purple", "magenta": "pink",
+                "aqua": "cyan", "turquoise": "cyan"}
+SHAPE_WORDS = {**{s: s for s in SHAPES}, **{s + "s": s for s in SHAPES}, "disc": "circle", "disk": "circle",
+               "dot": "circle", "ball": "circle", "box": "square", "donut": "ring", "doughnut": "ring",
+               "hoop": "ring"}
+# Place phrases, longest first where one contains another; each maps to a grammar position.
+PLACE_PHRASES = (
+    ("in the centre", "centre"), ("in the center", "centre"), ("in the middle", "centre"),
+    ("at the centre", "centre"), ("at the center", "centre"), ("centred", "centre"), ("centered", "centre"),
+    ("centre", "centre"), ("center", "centre"), ("middle", "centre"),
+    ("on the left", "left"), ("to the left", "left"), ("at the left", "left"), ("left", "left"),
+    ("on the right", "right"), ("to the right", "right"), ("at the right", "right"), ("right", "right"),
+    ("at the top", "top"), ("on the top", "top"), ("on top", "top"), ("top", "top"), ("above", "top"),
+    ("upper", "top"), ("at the bottom", "bottom"), ("on the bottom", "bottom"), ("bottom", "bottom"),
+    ("below", "bottom"), ("lower", "bottom"),
+)
+PATTERN_WORDS = {"background": "flat", "backdrop": "flat", "stripes": "stripes", "striped": "stripes",
+                 "stripe": "stripes", "checkerboard": "checkerboard", "checkered": "checkerboard",
+                 "chequered": "checkerboard", "checkers": "checkerboard", "checker": "checkerboard",
+                 "gradient": "gradient"}
+GRADIENT_WORDS = {g: g for g in GRADIENTS}
+FILLER = {"a", "an", "the", "and", "on", "in", "at", "of", "with", "to", "side", "sky", "image", "picture",
+          "photo", "drawing", "shape", "one", "some", "two", "is", "there", "please", "draw"}
+SHAPE_COLOUR_ORDER = ("red", "blue", "yellow", "green", "white", "black", "orange", "purple", "pink", "cyan")
+BACKGROUND_ORDER = ("white", "black", "grey")
+OPPOSITE = {"left": "right", "right": "left", "top": "bottom", "bottom": "top"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Reading:
+    caption: str  # what the model is given: a caption of the grammar
+    guessed: tuple[str, ...] = ()  # what the prompt did not say and was made up ("a shape: circle")
+    ignored: tuple[str, ...] = ()  # words of the prompt that mean nothing to the grammar
+
+    @property
+    def understood(self) -> bool:
+        """Every word was understood and nothing but places and a background had to be filled in."""
+        return not self.ignored and not self.guessed
+
+
+def _words(prompt: str) -> list[str]:
+    text = prompt.lower().replace("-", " ")
+    return re.findall(r"[a-z]+", text)
+
+
+def _find_places(words: list[str]) -> dict[int, tuple[str, int]]:
+    """{start index: (position, length in words)} of every place phrase, longest first."""
+    found: dict[int, tuple[str, int]] = {}
+    taken: set[int] = set()
+    for phrase, position in PLACE_PHRASES:
+        parts = phrase.split()
+        for i in range(len(words) - len(parts) + 1):
+            span = set(range(i, i + len(parts)))
+            if words[i:i + len(parts)] == parts and not span & taken:
+                found[i] = (position, len(parts))
+                taken |= span
+    return found
+
+
+def _background(words: list[str], used: set[int]) -> tuple[Background | None, set[int]]:
+    """The background the prompt names, and the indices of its words."""
+    for i, word in enumerate(words):
+        kind = PATTERN_WORDS.get(word)
+        if kind is None:
+            continue
+        near = [j for j in (i - 1, i - 2, i + 1) if 0 <= j < len(words) and j not in used]
+        if kind == "gradient":
+            name = next((words[j] for j in near if words[j] in GRADIENT_WORDS), None)
+            if name:
+                return Background("gradient", name), {i} | {j for j in near if words[j] == name}
+            continue
+        for j in near:
+            colour = COLOUR_WORDS.get(words[j])
+            if colour is None:
+                continue
+            if kind == "flat" and colour in FLAT_BACKGROUNDS:
+                return Background("flat", colour), {i, j}
+            if kind in ("stripes", "checkerboard"):
+                # Patterns come in the grammar's pattern colours; another colour's pattern is the
+                # nearest thing the model knows: that colour flat.
+                if colour in PATTERN_COLOURS:
+                    return Background(kind, colour), {i, j}
+                return Background("flat", colour), {i, j}
+    for i, word in enumerate(words):  # "a sunset", "at night", "a night sky"
+        if word in GRADIENT_WORDS and i not in used:
+            return Background("gradient", word), {i}
+    # "... on blue" / "... on a blue" at the end, after the last shape: a flat colour.
+    for i in range(len(words) - 1, 0, -1):
+        colour = COLOUR_WORDS.get(words[i])
+        if colour is None or i in used:
+            continue
+        if words[i - 1] == "on" or (i >= 2 and words[i - 2] == "on" and words[i - 1] in ("a", "an")):
+            if not any(SHAPE_WORDS.get(w) for w in words[i + 1:]):
+                return Background("flat", colour), {i}
+        break
+    return None, set()
+
+
+def read(prompt: str) -> Reading:
+    """The caption of the grammar that ``prompt`` asks for (see the module's docstring)."""
+    words = _words(prompt)
+    places = _find_places(words)
+    place_at = {i + k: (pos, i) for i, (pos, n) in places.items() for k in range(n)}
+    background, bg_words = _background(words, set(place_at))
+    guessed: list[str] = []
+    shapes: list[list] = []  # [colour | None, shape, position | None]
+    pending_colour: str | None = None
+    pending_place: str | None = None
+    ignored: list[str] = []
+    for i, word in enumerate(words):
+        if i in bg_words:
+            continue
+        if i in place_at:
+            pos, start = place_at[i]
+            if start == i:
+                if shapes and shapes[-1][2] is None:
+                    shapes[-1][2] = pos
+                else:
+                    pending_place = pos  # "on the left, a red circle"
+            continue
+        if word in COLOUR_WORDS:
+            pending_colour = COLOUR_WORDS[word]
+            continue
+        if word in SHAPE_WORDS:
+            if pending_colour is not None and pending_colour not in COLOURS:  # grey: a background only
+                ignored.append(f"{pending_colour} (not a shape colour)")
+                pending_colour = None
+            shapes.append([pending_colour, SHAPE_WORDS[word], pending_place])
+            pending_colour = pending_place = None
+            continue
+        if word not in FILLER:
+            ignored.append(word)
+    if pending_colour is not None and not shapes and pending_colour in COLOURS:
+        guessed.append("a shape: circle")
+        shapes.append([pending_colour, "circle", pending_place])
+    if not shapes:
+        guessed.append("a shape: circle")
+        shapes.append([None, "circle", pending_place])
+    if len(shapes) > 2:
+        ignored.extend(f"{s[1]} (at most two shapes)" for s in shapes[2:])
+        shapes = shapes[:2]
+    _place(shapes)
+    if background is None:
+        background = next((Background("flat", b) for b in BACKGROUND_ORDER
+                           if all(c is None or colour_fits(c, Background("flat", b)) for c, _, _ in shapes)),
+                          Background("flat", "white"))
+    for spec in shapes:
+        if spec[0] is None:
+            named = {other[0] for other in shapes}
+            spec[0] = next((c for c in SHAPE_COLOUR_ORDER if colour_fits(c, background) and c not in named), "red")
+            guessed.append(f"a colour: {spec[0]}")
+    scene = Scene(tuple(ShapeSpec(c, s, p) for c, s, p in shapes), background)
+    return Reading(scene.caption, tuple(guessed), tuple(dict.fromkeys(ignored)))
+
+
+def _place(shapes: list[list]) -> None:
+    """Fill in missing places: one shape in the centre; two apart, as the grammar pairs them."""
+    if len(shapes) == 1:
+        shapes[0][2] = shapes[0][2] or "centre"
+        return
+    a, b = shapes[0][2], shapes[1][2]
+    if (a, b) in POSITION_PAIRS or (b, a) in POSITION_PAIRS:
+        return
+    if a in OPPOSITE:
+        shapes[1][2] = OPPOSITE[a]
+    elif b in OPPOSITE:
+        shapes[0][2] = OPPOSITE[b]
+    else:
+        shapes[0][2], shapes[1][2] = "left", "right"
+
+
+def describe() -> str:
+    """What the grammar understands, in its own words (the page says it once, under the prompt)."""
+    colours = ", ".join(COLOURS)
+    shapes = ", ".join(SHAPES)
+    places = ", ".join(phrase for phrase, _ in POSITIONS.values())
+    return (f"This model draws up to two shapes ({shapes}) in a colour ({colours}), each {places} "
+            f"(left out: the centre), on a background: any of those colours or grey, a "
+            f"{'/'.join(GRADIENTS)} gradient, or {'/'.join(PATTERN_COLOURS)} stripes or checkerboard.")
+
+
+def people_prompts(count: int, seed: int = 4321) -> list[tuple[str, str]]:
+    """``count`` distinct (prompt, caption) pairs written as people write them, made only of held-out
+    (colour, shape, background) triples: the place left out (one shape: the centre; two: left and
+    right) and the common synonyms ("gray", "center", "in the middle", "on top") instead of the
+    grammar's words. The caption is what ``read`` must turn the prompt into (and what the image is
+    judged against)."""
+    import random
+
+    from embedded.scenes import sample_scene
+
+    rng, out, seen = random.Random(seed), [], set()
+    while len(out) < count:
+        scene = sample_scene(rng, held_out=True)
+        places = tuple(s.position for s in scene.shapes)
+        if places not in (("centre",), ("left", "right")):
+            continue  # only the scenes whose places a person may leave out
+        words = " and ".join(f"{'an' if s.colour[0] in 'aeiou' else 'a'} {s.colour} {s.shape}"
+                             for s in scene.shapes)
+        prompt = words + " on " + scene.background.phrase
+        prompt = prompt.replace("grey", rng.choice(["grey", "gray"]))
+        if rng.random() < 0.3 and len(scene.shapes) == 1:  # a place said the other ways
+            prompt = prompt.replace(" on ", f" {rng.choice(['in the center', 'in the middle'])} on ", 1)
+        if prompt not in seen:
+            seen.add(prompt)
+            out.append((prompt, scene.caption))
+    return out

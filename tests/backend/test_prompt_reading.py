@@ -1,0 +1,131 @@
+"""What a person types, read as the embedded model's grammar (embedded.grammar), and what a model
+folder says of itself (backend.model_card). No torch, no model."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from backend.errors import ModelNotFound
+from backend.model_card import CARD_FILE, ModelCard, parse_card, read_card, scaled_presets
+from backend.shapes import PRESETS, Shape
+from embedded import SCENES_MODEL_DIR, grammar, scenes
+
+
+@pytest.mark.parametrize("prompt, caption", [
+    ("a red circle on a blue background", "a red circle in the centre, on a blue background"),
+    ("A red circle in the center, on a gray background", "a red circle in the centre, on a grey background"),
+    ("a white star in the middle on black", "a white star in the centre, on a black background"),
+    ("a yellow ring on top, on a purple background", "a yellow ring at the top, on a purple background"),
+    ("a green disc to the right on orange", "a green circle on the right, on a orange background"),
+    ("a black square below, on a cyan background", "a black square at the bottom, on a cyan background"),
+    ("a red square and a blue star on green stripes",
+     "a red square on the left and a blue star on the right, on green stripes"),
+    ("a pink ring at the top and a white circle", "a pink ring at the top and a white circle at the bottom, "
+                                                    "on a black background"),
+    ("a yellow star in the night sky", "a yellow star in the centre, on a night gradient"),
+    ("a blue triangle", "a blue triangle in the centre, on a white background"),
+])
+def test_places_are_optional_and_synonyms_are_understood(prompt, caption):
+    reading = grammar.read(prompt)
+    assert reading.caption == caption and reading.understood, reading
+    scenes.parse_caption(reading.caption)  # a caption of the grammar
+
+
+def test_every_named_colour_can_be_a_flat_background():
+    assert set(scenes.COLOURS) | {"grey"} == set(scenes.FLAT_BACKGROUNDS)
+    for colour in scenes.FLAT_BACKGROUNDS:
+        shape = "white" if colour != "white" else "black"
+        assert grammar.read(f"a {shape} circle on a {colour} background").caption.endswith(
+            f", on a {colour} background")
+
+
+def test_the_grammars_own_captions_read_as_themselves():
+    rng = random.Random(7)
+    for _ in range(300):
+        caption = scenes.sample_scene(rng, held_out=None).caption
+        assert grammar.read(caption).caption == caption
+
+
+def test_a_prompt_outside_the_grammar_still_becomes_a_scene_and_says_what_it_made_up():
+    reading = grammar.read("A red fox jumping over the lazy dog!!")
+    assert reading.caption == "a red circle in the centre, on a white background"
+    assert reading.guessed == ("a shape: circle",) and {"fox", "jumping", "lazy", "dog"} <= set(reading.ignored)
+    nothing = grammar.read("")
+    scenes.parse_caption(nothing.caption)
+    assert nothing.guessed and not nothing.understood
+    grey = grammar.read("a gray square on a blue background")  # grey is a background colour only
+    assert "grey (not a shape colour)" in grey.ignored and scenes.parse_caption(grey.caption)
+    many = grammar.read("a red circle, a blue square and a green star")
+    assert len(scenes.parse_caption(many.caption).shapes) == 2 and any("at most two" in w for w in many.ignored)
+    long = grammar.read("circle " * 2000)  # bounded work for a long prompt (the app caps prompts anyway)
+    assert len(scenes.parse_caption(long.caption).shapes) == 2
+
+
+def test_prompts_as_people_write_them_read_as_the_captions_they_came_from():
+    pairs = grammar.people_prompts(48)
+    assert len({p for p, _ in pairs}) == 48
+    assert all(", on " not in p for p, _ in pairs)  # the place is left out: no "<shapes>, on <background>"
+    assert any("gray" in p for p, _ in pairs) and any("in the middle" in p or "center" in p for p, _ in pairs)
+    for prompt, caption in pairs:
+        assert grammar.read(prompt).caption == caption
+        scene = scenes.parse_caption(caption)
+        assert all(scenes.is_held_out(s.colour, s.shape, scene.background) for s in scene.shapes)
+
+
+def test_the_embedded_card_scales_the_megapixel_presets_to_its_trained_size():
+    card = read_card(SCENES_MODEL_DIR)
+    from embedded.recipe import CARD_FILE as WRITTEN, SCENES_CARD
+
+    assert WRITTEN == CARD_FILE and json.loads((SCENES_MODEL_DIR / CARD_FILE).read_text()) == SCENES_CARD
+    assert [n for n, _ in card.presets] == [n for n, _ in PRESETS]
+    assert dict(card.presets)["4:3"] == Shape(224, 288) and dict(card.presets)["9:21"] == Shape(384, 160)
+    for (name, big), (_, small) in zip(PRESETS, card.presets):
+        assert small.width % 16 == small.height % 16 == 0
+        assert abs(small.width / small.height - big.width / big.height) < 0.08, name
+        assert not card.beyond_training(small) and 0.9 * 256 ** 2 <= small.pixels <= 256 ** 2
+    assert card.beyond_training(Shape(512, 512)) and card.start_shape == Shape(256, 256)
+    assert card.prompt_grammar == "scenes" and card.read_prompt("a red circle").caption.startswith("a red circle in")
+
+
+def test_a_folder_without_a_card_keeps_the_megapixel_presets_and_reads_prompts_as_typed(tmp_path):
+    card = read_card(tmp_path)
+    assert card == ModelCard() and card.presets == PRESETS and card.read_prompt("a red fox") is None
+    assert not card.beyond_training(Shape(1536, 1536)) and card.prompt_help() is None
+
+
+@pytest.mark.parametrize("data, says", [
+    ([], "expected a JSON object"),
+    ({"presets": {"1:1": "256x256"}, "preset_scale": 256}, "not both"),
+    ({"presets": {}}, "1 to"),
+    ({"presets": {f"p{i}": "256x256" for i in range(40)}}, "1 to"),
+    ({"presets": {"1:1": "250x256"}}, "multiples of 16"),
+    ({"presets": {"1:1": "99999x99999"}}, "multiples of 16"),
+    ({"presets": {"x" * 40: "256x256"}}, "printable"),
+    ({"presets": {"1:1": 256}}, "WIDTHxHEIGHT"),
+    ({"preset_scale": True}, "whole number"),
+    ({"preset_scale": 10 ** 9}, "whole number"),
+    ({"trained_pixels": -1}, "whole number"),
+    ({"prompt_grammar": "python:os.system"}, "one of scenes"),
+    ({"start": "12x12"}, "multiples of 16"),
+    ({"run": "rm -rf /"}, "unknown key 'run'"),
+])
+def test_a_bad_card_is_refused_naming_what_is_wrong(data, says):
+    with pytest.raises(ValueError, match=says):
+        parse_card(data)
+
+
+def test_a_broken_card_file_is_one_clear_error_naming_the_file(tmp_path):
+    (tmp_path / CARD_FILE).write_text("{not json")
+    with pytest.raises(ModelNotFound, match=f"{CARD_FILE}: .*fix or remove the file"):
+        read_card(tmp_path)
+    (tmp_path / CARD_FILE).write_text(json.dumps({"start": "256x256", "pad": "x" * 20000}))
+    with pytest.raises(ModelNotFound, match="larger than 16 KiB"):
+        read_card(tmp_path)
+
+
+def test_scaled_presets_round_to_multiples_of_16():
+    assert dict(scaled_presets(512))["16:9"] == Shape(384, 672)
+    assert all(s.width % 16 == s.height % 16 == 0 for _, s in scaled_presets(200))
