@@ -64,9 +64,9 @@ class ModelCard:
         """One sentence of what the model's grammar understands (None: any prompt)."""
         if self.prompt_grammar is None:
             return None
-        from embedded import grammar
+        from embedded.words import describe  # the words only: the page needs nothing else of the model
 
-        return grammar.describe()
+        return describe()
 
     def to_json(self) -> dict:
         return {"presets": [[name, str(shape)] for name, shape in self.presets],

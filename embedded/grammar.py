@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from embedded.scenes import (COLOURS, FLAT_BACKGROUNDS, GRADIENTS, PATTERN_COLOURS, POSITION_PAIRS, POSITIONS, SHAPES,
+from embedded.scenes import (COLOURS, FLAT_BACKGROUNDS, GRADIENTS, PATTERN_COLOURS, POSITION_PAIRS, SHAPES,
                              Background, Scene, ShapeSpec, colour_fits)
 
 NAME = "scenes"  # what a model card's "prompt_grammar" says to select this reading
@@ -201,13 +201,10 @@ def _place(shapes: list[list]) -> None:
 
 
 def describe() -> str:
-    """What the grammar understands, in its own words (the page says it once, under the prompt)."""
-    colours = ", ".join(COLOURS)
-    shapes = ", ".join(SHAPES)
-    places = ", ".join(phrase for phrase, _ in POSITIONS.values())
-    return (f"This model draws up to two shapes ({shapes}) in a colour ({colours}), each {places} "
-            f"(left out: the centre), on a background: any of those colours or grey, a "
-            f"{'/'.join(GRADIENTS)} gradient, or {'/'.join(PATTERN_COLOURS)} stripes or checkerboard.")
+    """What the grammar understands, in its own words (``embedded.words.describe``)."""
+    from embedded.words import describe as words_describe
+
+    return words_describe()
 
 
 def people_prompts(count: int, seed: int = 4321) -> list[tuple[str, str]]:

@@ -27,42 +27,11 @@ import zlib
 
 import numpy as np
 
-# Named colours (RGB, 0-255), far enough apart that the nearest-colour test is unambiguous.
-COLOURS: dict[str, tuple[int, int, int]] = {
-    "red": (220, 40, 40),
-    "green": (40, 170, 60),
-    "blue": (40, 80, 220),
-    "yellow": (245, 215, 40),
-    "orange": (250, 140, 20),
-    "purple": (140, 50, 180),
-    "pink": (245, 130, 200),
-    "cyan": (40, 210, 230),
-    "white": (250, 250, 250),
-    "black": (15, 15, 15),
-}
-GREY = (128, 128, 128)
-SHAPES = ("circle", "square", "triangle", "star", "ring")
-# name -> (phrase in the caption, centre as (x, y) fractions of width and height)
-POSITIONS: dict[str, tuple[str, tuple[float, float]]] = {
-    "left": ("on the left", (0.25, 0.5)),
-    "right": ("on the right", (0.75, 0.5)),
-    "top": ("at the top", (0.5, 0.25)),
-    "bottom": ("at the bottom", (0.5, 0.75)),
-    "centre": ("in the centre", (0.5, 0.5)),
-}
-# Vertical gradients: name -> (top colour, bottom colour).
-GRADIENTS: dict[str, tuple[tuple[int, int, int], tuple[int, int, int]]] = {
-    "sunset": ((250, 150, 60), (110, 30, 100)),
-    "sky": ((60, 120, 230), (190, 225, 250)),
-    "night": ((5, 5, 40), (40, 40, 110)),
-}
-# Flat backgrounds (every named colour, and grey), and the first colour of stripes / checkerboards
-# (the second one is white).
-FLAT_BACKGROUNDS = ("white", "black", "grey", "blue", "green", "yellow", "purple", "pink", "red", "orange", "cyan")
-PATTERN_COLOURS = ("grey", "blue", "green", "purple")
-# Two shapes go only where they cannot overlap.
-POSITION_PAIRS = (("left", "right"), ("top", "bottom"), ("left", "top"), ("right", "bottom"),
-                  ("left", "bottom"), ("right", "top"))
+# The grammar's words (colours, shapes, places, backgrounds) live in embedded.words, which the page
+# can read without numpy or this module.
+from embedded.words import (COLOURS, FLAT_BACKGROUNDS, GRADIENTS, GREY, PATTERN_COLOURS, POSITION_PAIRS,
+                            POSITIONS, SHAPES)
+
 SIZES = ((64, 64), (96, 96), (128, 128), (128, 96), (96, 128), (192, 192), (256, 256), (256, 128),
          (128, 256), (192, 128), (128, 192), (160, 160), (224, 288), (208, 304), (192, 336), (160, 384),
          (384, 160))

@@ -1,0 +1,51 @@
+"""The scene grammar's words: colours, shapes, places and backgrounds (``embedded.scenes`` draws
+and judges scenes made of them, ``embedded.grammar`` reads prompts into them). Plain data: the page
+imports this module to say what the model understands, before anything else of the model loads.
+"""
+
+from __future__ import annotations
+
+# Named colours (RGB, 0-255), far enough apart that the nearest-colour test is unambiguous.
+COLOURS: dict[str, tuple[int, int, int]] = {
+    "red": (220, 40, 40),
+    "green": (40, 170, 60),
+    "blue": (40, 80, 220),
+    "yellow": (245, 215, 40),
+    "orange": (250, 140, 20),
+    "purple": (140, 50, 180),
+    "pink": (245, 130, 200),
+    "cyan": (40, 210, 230),
+    "white": (250, 250, 250),
+    "black": (15, 15, 15),
+}
+GREY = (128, 128, 128)
+SHAPES = ("circle", "square", "triangle", "star", "ring")
+# name -> (phrase in the caption, centre as (x, y) fractions of width and height)
+POSITIONS: dict[str, tuple[str, tuple[float, float]]] = {
+    "left": ("on the left", (0.25, 0.5)),
+    "right": ("on the right", (0.75, 0.5)),
+    "top": ("at the top", (0.5, 0.25)),
+    "bottom": ("at the bottom", (0.5, 0.75)),
+    "centre": ("in the centre", (0.5, 0.5)),
+}
+# Vertical gradients: name -> (top colour, bottom colour).
+GRADIENTS: dict[str, tuple[tuple[int, int, int], tuple[int, int, int]]] = {
+    "sunset": ((250, 150, 60), (110, 30, 100)),
+    "sky": ((60, 120, 230), (190, 225, 250)),
+    "night": ((5, 5, 40), (40, 40, 110)),
+}
+# Flat backgrounds (every named colour, and grey), and the first colour of stripes / checkerboards
+# (the second one is white).
+FLAT_BACKGROUNDS = ("white", "black", "grey", "blue", "green", "yellow", "purple", "pink", "red", "orange", "cyan")
+PATTERN_COLOURS = ("grey", "blue", "green", "purple")
+# Two shapes go only where they cannot overlap.
+POSITION_PAIRS = (("left", "right"), ("top", "bottom"), ("left", "top"), ("right", "bottom"),
+                  ("left", "bottom"), ("right", "top"))
+
+
+def describe() -> str:
+    """What the grammar understands, in its own words (the page says it once, under the prompt)."""
+    places = ", ".join(phrase for phrase, _ in POSITIONS.values())
+    return (f"This model draws up to two shapes ({', '.join(SHAPES)}) in a colour ({', '.join(COLOURS)}), "
+            f"each {places} (left out: the centre), on a background: any of those colours or grey, a "
+            f"{'/'.join(GRADIENTS)} gradient, or {'/'.join(PATTERN_COLOURS)} stripes or checkerboard.")

@@ -1,0 +1,49 @@
+"""Serving the page needs none of the model stack: the page answers its first request before
+torch, diffusers, transformers or the embedded model's scene code is imported (they load with the
+model, after the page; ``python -m bench --only P6`` measures what that start costs)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from tests.conftest import ROOT
+
+# What ui.serve does before it starts the model load (Manager, then launch), then one request.
+PROBE = textwrap.dedent("""
+    import json, os, socket, sys, tempfile, urllib.request
+    from backend.settings import Settings
+    from backend.manager import Manager
+    from ui.app import launch
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    tmp = tempfile.mkdtemp()
+    settings = Settings(model=sys.argv[1], cache_dir=tmp + "/cache", output_dir=tmp + "/out", port=port)
+    demo = launch(Manager(settings), settings, block=False)
+    page = urllib.request.urlopen(f"http://127.0.0.1:{demo.server_port}/", timeout=60)
+    print(json.dumps({"status": page.status, "modules": sorted(sys.modules)}))
+    sys.stdout.flush()
+    os._exit(0)
+""")
+HEAVY = ("torch", "diffusers", "transformers", "safetensors", "accelerate")
+MODEL_CODE = ("embedded.scenes", "embedded.grammar", "embedded.recipe", "embedded.training", "backend.engines",
+              "backend.device", "backend.tp.worker")
+
+
+@pytest.mark.slow
+def test_the_page_answers_before_the_model_stack_is_imported():
+    proc = subprocess.run([sys.executable, "-c", PROBE, "embedded"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120, env={**__import__("os").environ, "GRADIO_ANALYTICS_ENABLED": "False"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["status"] == 200
+    loaded = [m for m in out["modules"] if m.split(".")[0] in HEAVY or m in HEAVY
+              or any(m == c or m.startswith(c + ".") for c in MODEL_CODE)]
+    assert loaded == [], loaded
+    assert "embedded.words" in out["modules"]  # what the page says the model understands: the words alone
