@@ -265,31 +265,36 @@ def p5_regional_warmup(tmp: Path, quick: bool) -> list[dict]:
 
 
 # P6 -------------------------------------------------------------------------------------------
-def _time_to_ui(tmp: Path) -> tuple[float, float]:
+def _time_to_ui(tmp: Path, bare: bool = False) -> tuple[float, float | None]:
+    """Seconds from process start to the page's first HTTP 200, and to the model being ready (the
+    app), for the app or (``bare``) a bare Gradio Blocks app launched the same way."""
     from tools.app_process import free_port
 
     port = free_port()
     env = _clean_env()
+    cmd = ([sys.executable, "-m", "bench.bare_gradio", str(port)] if bare else
+           [sys.executable, str(ROOT / "app.py"), "--model", BENCH_MODEL, "--port", str(port),
+            "--cache-dir", str(tmp / "cache"), "--output-dir", str(tmp / "out")])
     began = time.monotonic()
-    proc = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--model", BENCH_MODEL, "--port", str(port),
-                             "--cache-dir", str(tmp / "cache"), "--output-dir", str(tmp / "out")], cwd=tmp, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(cmd, cwd=ROOT if bare else tmp, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}/"
     try:
         page = ready = None
-        while ready is None and time.monotonic() - began < 120:
+        while (page is None or (ready is None and not bare)) and time.monotonic() - began < 120:
             try:
                 if page is None:
                     with urllib.request.urlopen(url, timeout=1):
                         page = time.monotonic() - began
-                from gradio_client import Client
+                if not bare:
+                    from gradio_client import Client
 
-                if Client(url, verbose=False).predict(api_name="/status")["state"] == "ready":
-                    ready = time.monotonic() - began
+                    if Client(url, verbose=False).predict(api_name="/status")["state"] == "ready":
+                        ready = time.monotonic() - began
             except OSError:
                 pass
-            time.sleep(0.05)
-        if page is None or ready is None:
+            time.sleep(0.02)
+        if page is None or (ready is None and not bare):
             raise RuntimeError("the app did not come up")
         return page, ready
     finally:
@@ -298,12 +303,24 @@ def _time_to_ui(tmp: Path) -> tuple[float, float]:
 
 
 def p6_time_to_ui(tmp: Path, quick: bool) -> list[dict]:
-    runs = [_time_to_ui(tmp) for _ in range(2 if quick else 5)]
-    page = stats.summarise([r[0] for r in runs])
-    ready = stats.summarise([r[1] for r in runs])
+    """Process start -> the page's first HTTP 200, the app against its floor: a bare Gradio Blocks
+    app with the same launch options (``bench.bare_gradio``), in a random order per repetition."""
+    import random
+
+    rng = random.Random(6)
+    app, bare, ready = [], [], []
+    for _ in range(3 if quick else 9):
+        for side in rng.sample(["app", "bare"], 2):
+            page, model_ready = _time_to_ui(tmp, bare=side == "bare")
+            (bare if side == "bare" else app).append(page)
+            if side == "app":
+                ready.append(model_ready)
+    ratio = stats.summarise(stats.ratios(app, bare))
     return [
-        _row("P6", "time to UI: process start -> HTTP 200 from the page", page, "s", "<= 3"),
-        _row("P6", "time to UI: process start -> model ready (tiny model)", ready, "s", None),
+        _row("P6", "time to UI: process start -> HTTP 200 from the page, app / bare Gradio Blocks app "
+                   "(same Gradio, same launch options)", ratio, "x", "<= 1.10", None,
+             {"app_s": stats.spread(app), "bare_s": stats.spread(bare)}),
+        _row("P6", "time to UI: process start -> model ready (tiny model)", stats.summarise(ready), "s", None),
     ]
 
 
