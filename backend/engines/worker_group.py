@@ -70,6 +70,20 @@ def check_degree(degree: Any, heads: int, core_plan=None, owner: str = "tensor-p
         raise InvalidRequest("tp_degree", str(exc)) from None
 
 
+def transport_parts(stamps: dict[str, float], sent: float, returned: float, built: float,
+                    worker_seconds: float) -> dict[str, float]:
+    """Where one request's round trip went, in seconds, from the app's and rank 0's stamps (one
+    monotonic clock): connect + hello + request to rank 0; queue, validation and the broadcast to
+    the ranks; the run beyond the pipeline's own seconds; the pixels copied out and the header
+    made; the result's transfer and parse; the image made from the received bytes."""
+    if not {"received", "broadcast", "ran", "sending"} <= set(stamps):
+        return {}
+    return {"request": stamps["received"] - sent, "broadcast": stamps["broadcast"] - stamps["received"],
+            "run_beyond_pipeline": stamps["ran"] - stamps["broadcast"] - worker_seconds,
+            "assemble": stamps["sending"] - stamps["ran"], "transfer": returned - stamps["sending"],
+            "decode": built - returned}
+
+
 class WorkerGroup:
     def __init__(self, settings: Settings, model_path: str, device, degree: int, cores: list[int], *,
                  role: str = "tp", place: str = "tp", warm: list[str] | None = None,
@@ -163,12 +177,15 @@ class WorkerGroup:
                                       msg.get("shape", "")))
 
         header = {"type": "generate", **request.to_json(), "forbid_compile": forbid_compile}
-        began = self._clock()
+        began, sent = self._clock(), time.monotonic()
         msg, payload = self.call(header, on_message=relay, should_stop=should_stop)
+        returned = time.monotonic()
         # A view onto the received bytes (no copy); the bytearray lives as long as the image.
         image = Image.frombuffer("RGB", (msg["width"], msg["height"]), payload, "raw", "RGB", 0, 1)
         self.timings["last_round_trip"] = self._clock() - began
         self.timings["last_worker_seconds"] = msg["seconds"]
+        self.timings["last_parts"] = transport_parts(msg.get("stamps") or {}, sent, returned, time.monotonic(),
+                                                     msg["seconds"])
         return EngineOutput.from_json(msg, image, place=self.place)
 
     # lifecycle ---------------------------------------------------------------------------------

@@ -233,6 +233,9 @@ class Rank0Server:
                         BackendNotReady(f"the worker group is {self.state}")))
                     return
                 finished = threading.Event()
+                # When it arrived (CLOCK_MONOTONIC is one clock for every process on the machine:
+                # the app reads the transport's parts off these stamps, bench.tp_transport).
+                request["stamps"] = {"received": time.monotonic()}
                 self.jobs.put((request, conn, finished))
                 finished.wait()  # the main loop answers on this connection
             else:
@@ -423,8 +426,11 @@ def serve(server: Rank0Server | None, run, me: Rank, replica: bool = False) -> N
                     finished.set()
                     continue
                 job = {"type": "generate", **valid.to_json(), "forbid_compile": bool(request.get("forbid_compile"))}
+                stamps = dict(request.get("stamps") or {})
             server.cancel.clear()
         job = _bcast_json(job, me)
+        if server and job["type"] == "generate":
+            stamps["broadcast"] = time.monotonic()
         if job["type"] == "shutdown":
             if server:
                 _safe(proto.send_message, conn, {"type": "ok"})
@@ -444,10 +450,13 @@ def serve(server: Rank0Server | None, run, me: Rank, replica: bool = False) -> N
 
             out = run(request, progress, forbid_compile=bool(job.get("forbid_compile")))
             if server:
+                stamps["ran"] = time.monotonic()
                 image = out.image if out.image.mode == "RGB" else out.image.convert("RGB")
+                pixels = image.tobytes()
+                stamps["sending"] = time.monotonic()
                 header = {"type": "result", "width": image.width, "height": image.height,
-                          **out.to_json(), "world_size": me.world}
-                _safe(proto.send_message, conn, header, image.tobytes())
+                          **out.to_json(), "world_size": me.world, "stamps": stamps}
+                _safe(proto.send_message, conn, header, pixels)
                 server.done += 1
         except Exception as exc:  # noqa: BLE001 - a failed request is not a dead group: answer and go on
             print(f"request failed: {type(exc).__name__}: {exc}", flush=True)
