@@ -129,3 +129,20 @@ def test_a_broken_card_file_is_one_clear_error_naming_the_file(tmp_path):
 def test_scaled_presets_round_to_multiples_of_16():
     assert dict(scaled_presets(512))["16:9"] == Shape(384, 672)
     assert all(s.width % 16 == s.height % 16 == 0 for _, s in scaled_presets(200))
+
+
+def test_a_model_folder_with_a_bad_card_fails_the_start_with_that_line(tmp_path):
+    import shutil
+
+    from backend.manager import Manager
+    from tests.conftest import ROOT, make_settings
+
+    folder = tmp_path / "model"
+    shutil.copytree(ROOT / "assets" / "tiny-flux2-klein", folder)
+    (folder / CARD_FILE).write_text(json.dumps({"presets": {"1:1": "1000x1000"}}))
+    manager = Manager(make_settings(tmp_path, model=str(folder)))
+    assert manager.card == ModelCard()  # the page can still be built, with the defaults
+    with pytest.raises(ModelNotFound, match=r"neuron_studio.json: presets\['1:1'\]: 1000x1000 — sides must be"):
+        manager.start()
+    assert manager.state == "failed" and CARD_FILE in manager.load_error
+    manager.close()
