@@ -262,6 +262,24 @@ BACKGROUND_TOLERANCE = 60.0  # RGB distance under which a pixel counts as backgr
 MIN_BACKGROUND_FRACTION = 0.45
 MIN_PATTERN_SHARE = 0.15  # each colour of stripes / a checkerboard covers ~half the background
 MIN_SHAPE_FRACTION = 0.006  # of the image; a shape of radius 0.14 covers >= 3 % (ring, star less)
+# Which foreground colours dominate is counted on solid regions only: pixels whose whole
+# (2r+1)-square neighbourhood is foreground. Thin lines -- the soft edges between a pattern's cells,
+# a few pixels wide -- are not shapes; a shape (radius >= 0.14 of the shorter side, >= 22 px at
+# the smallest preset) keeps its core. At a narrow size (160x384) a checkerboard has several times
+# more edge pixels than a shape has pixels, and counting them let the edges outvote a shape
+# drawn right.
+SOLID_RADIUS = 2
+
+
+def _solid(mask: np.ndarray, r: int = SOLID_RADIUS) -> np.ndarray:
+    """``mask`` eroded by a (2r+1)-square: True where the whole neighbourhood is True."""
+    padded = np.pad(mask, r, constant_values=False)
+    out = np.ones_like(mask)
+    h, w = mask.shape
+    for dy in range(2 * r + 1):
+        for dx in range(2 * r + 1):
+            out &= padded[dy:dy + h, dx:dx + w]
+    return out
 
 
 def _in_region(position: str, x: float, y: float) -> bool:
@@ -315,7 +333,7 @@ def judge(image, caption: str | Scene) -> Verdict:
             share = float((np.linalg.norm(pixels - np.array(c, np.float32), axis=-1) < BACKGROUND_TOLERANCE).mean())
             if share < MIN_PATTERN_SHARE:
                 reasons.append(f"{bg.phrase!r} has only {share:.0%} of {c}")
-    fg_counts = np.bincount(nearest[foreground], minlength=len(names))
+    fg_counts = np.bincount(nearest[_solid(foreground)], minlength=len(names))
     for spec in scene.shapes:
         own = foreground & (nearest == names.index(spec.colour))
         frac = float(own.mean())

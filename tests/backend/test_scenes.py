@@ -91,3 +91,21 @@ def test_scene_tokenizer_holds_grammar_words_whole_and_the_reading_targets_sit_o
         " left": [colours.index("blue"), shapes.index("ring"), -1],
         " stripes": [-1, -1, scenes.all_backgrounds().index(scenes.Background("stripes", "green"))],
     }
+
+
+def test_soft_pattern_edges_do_not_outvote_a_shape_at_a_narrow_size(monkeypatch):
+    # A model draws a checkerboard's cell edges soft; at 160 px wide they hold several times more
+    # pixels than the shape. The judge counts dominant colours on solid regions, so a shape drawn
+    # right is still judged right -- and counting every pixel (no erosion) is what failed it.
+    import numpy as np
+
+    caption = "a yellow circle on the right, on a purple checkerboard"
+    image = scenes.render(scenes.parse_caption(caption), 384, 160).astype(np.float32)
+    k = 7  # a box blur: soft edges, as the model draws them
+    padded = np.pad(image, ((k // 2, k // 2), (k // 2, k // 2), (0, 0)), mode="edge")
+    soft = sum(padded[dy:dy + 384, dx:dx + 160] for dy in range(k) for dx in range(k)) / k ** 2
+    soft = soft.clip(0, 255).astype(np.uint8)
+    assert scenes.judge(soft, caption).agrees, scenes.judge(soft, caption).reason
+    assert not scenes.judge(soft, caption.replace("yellow", "cyan")).agrees
+    monkeypatch.setattr(scenes, "_solid", lambda mask: mask)
+    assert "yellow is not a dominant foreground colour" in scenes.judge(soft, caption).reason
