@@ -195,6 +195,9 @@ def tp(workdir: Path) -> dict:
     note("after automatic restart", record=record,
          max_diff_vs_eager=int(abs(_pixels(image) - eager_pixels).max()))
     out["cleared_while_running"] = _error(mgr.clear_compile_cache)
+    # Both ranks compiled into one NEFF cache at once: only whole .neff files are left (each is
+    # written to a temp file and renamed into place).
+    out["neff_files"] = [p.name for p in Path(os.environ["TORCH_NEURONX_NEFF_CACHE_DIR"]).rglob("*") if p.is_file()]
     out["steps"] = steps
     out["neuron_cores"] = mgr.status()["neuron_cores"]
     mgr.close()

@@ -143,6 +143,7 @@ def test_tensor_parallel_on_neuron_keeps_cores_disjoint_and_restarts(neuron_env)
     assert out["cleared_while_running"]["class"] == "BackendBusy"
     assert "stop the group first" in out["cleared_while_running"]["message"]
     assert out["neuron_cores"]["app_cores"] == "0" and out["neuron_cores"]["tp_cores"] == "1-2"
+    assert out["neff_files"] and all(name.endswith(".neff") for name in out["neff_files"]), out["neff_files"]
 
 
 @pytest.mark.slow

@@ -13,9 +13,7 @@ import re
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
-import numpy as np
 import pytest
 
 from tests.neuron.standin import REPO, core_holder, run_py, standin_env
@@ -466,31 +464,6 @@ def test_the_group_honours_the_init_timeout(rules):
 
 # The tiny FLUX.2-klein pipeline on "neuron" (eager, compiled, regional) against the CPU is checked
 # through the app in tests/neuron/test_app_on_standin.py.
-
-
-@pytest.mark.slow
-def test_two_rank_tensor_parallel_klein_on_neuron_matches_one_process(tmp_path):
-    env = standin_env(tmp_path / "state", TORCH_NEURONX_NEFF_CACHE_DIR=str(tmp_path / "neff"),
-                      TORCH_NEURONX_NEFF_LOCAL_CACHE_DIR=str(tmp_path / "locks"), TORCH_NEURONX_METRICS_ENABLED="1")
-    out = tmp_path / "out"
-    out.mkdir()
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                           str(Path(__file__).with_name("tp_check.py")), str(out)],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-4000:]
-    ranks = [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)]
-    assert [r["visible_cores"] for r in ranks] == ["0", "1"]  # LOCAL_RANK, set by TorchNeuron
-    for report in ranks:
-        # After init TorchNeuron reports the local world size (the rank's own core is LOCAL_RANK).
-        assert report["runtime_started_before_init"] is False and report["device_count"] == 2
-        assert report["sharded_params"] > 0
-        assert report["param_devices"] == ["neuron:0"]  # the stand-in's tensors read index 0 (see _device)
-    images = np.load(out / "images.npz")
-    assert np.abs(images["tp"] - images["single"]).max() <= 2 / 255
-    # Both ranks compiled into one cache at once: every signature was compiled by exactly one rank.
-    neffs = [p for p in (tmp_path / "neff").rglob("*") if p.is_file()]
-    assert all(p.suffix == ".neff" for p in neffs)  # no half-written temp files left
-    assert sum(r["neff_compilations"] for r in ranks) == len(neffs)
 
 
 # --- the second reading: logical cores, asynchronous and slow compiles, rank binding, collectives -------
