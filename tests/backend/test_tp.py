@@ -160,11 +160,9 @@ def test_a_killed_rank_is_reported_dead_with_its_log_and_restart_works(mgr):
     _ensure_ready(mgr)
     pids = _group(mgr).rank_pids()
     thread, outcome = _run_long_in_thread(mgr)
-    killed_at = time.monotonic()
     os.kill(pids[1], signal.SIGKILL)
-    thread.join(30)
-    assert time.monotonic() - killed_at < 10
-    assert isinstance(outcome["error"], GroupDead)
+    thread.join(120)  # a bound a loaded machine meets, not a figure (bench.hardening times it)
+    assert not thread.is_alive() and isinstance(outcome["error"], GroupDead)
     tp = mgr.status()["tp"]
     assert tp["state"] == "dead" and "rank 1 exited with signal SIGKILL" in tp["error"]
     assert "rank 1/2 starting" in mgr.engine_logs("tensor-parallel")["rank 1"]
