@@ -21,13 +21,17 @@ def _is_pipeline_folder(path: Path) -> bool:
     return (path / "model_index.json").is_file()
 
 
+def _built_random(cache_root: Path) -> Path:
+    """Where the random-weight tiny model is built when its committed folder is missing."""
+    return Path(cache_root) / "embedded" / "tiny-flux2-klein"
+
+
 def local_folder(spec: str, cache_root: Path) -> Path | None:
     """The folder ``--model spec`` is read from, when it is local (None: a hub id); checks nothing."""
     if spec == EMBEDDED_MODEL:
         return SCENES_MODEL_DIR
     if spec == EMBEDDED_RANDOM_MODEL:
-        return EMBEDDED_MODEL_DIR if _is_pipeline_folder(EMBEDDED_MODEL_DIR) else \
-            Path(cache_root) / "embedded" / "tiny-flux2-klein"
+        return EMBEDDED_MODEL_DIR if _is_pipeline_folder(EMBEDDED_MODEL_DIR) else _built_random(cache_root)
     path = Path(spec).expanduser()
     return path if path.is_dir() else None
 
@@ -46,7 +50,7 @@ def resolve_model(spec: str, cache_root: Path) -> tuple[str, str]:
         if _is_pipeline_folder(EMBEDDED_MODEL_DIR):
             return str(EMBEDDED_MODEL_DIR), "embedded:tiny-flux2-klein"
         # The committed folder is missing (e.g. a trimmed install): build it on first use.
-        built = Path(cache_root) / "embedded" / "tiny-flux2-klein"
+        built = _built_random(cache_root)
         if not _is_pipeline_folder(built):
             from embedded.recipe import save_pipeline
 

@@ -468,18 +468,18 @@ def p9_prompt_agreement(tmp: Path, quick: bool) -> list[dict]:
                       P9_BEYOND[1], None))
     rows = []
     for text, shape, n, pairs in cases:
-        prompts = [grammar.read(p).caption for p, _ in pairs] if pairs else n
-        measured = agreement.measure([(shape.height, shape.width)], prompts, pipe=pipe)
+        # People's prompts: each read once, and it must read as the caption it was made from (two
+        # prompts may read alike: "gray" and "grey"); ``typed`` names a failure as it was written.
+        for prompt, caption in pairs or ():
+            if grammar.read(prompt).caption != caption:
+                raise RuntimeError(f"embedded.grammar reads {prompt!r} as another scene than it was made from")
+        typed = {caption: prompt for prompt, caption in pairs or ()}
+        measured = agreement.measure([(shape.height, shape.width)], [c for _, c in pairs] if pairs else n, pipe=pipe)
         got = measured["sizes"][f"{shape.height}x{shape.width}"]
         outcomes = [True] * got["agree"] + [False] * (got["total"] - got["agree"])
         judged = card.trained_pixels is None or shape.pixels <= card.trained_pixels
-        failures = [f"{p}: {why}" for p, why in got["failures"]]
-        if pairs:  # judged against the caption the prompt was read as; name the prompt as typed
-            typed = {grammar.read(p).caption: p for p, _ in pairs}
-            failures = [f"{typed.get(p, p)} (read as {p}): {why}" for p, why in got["failures"]]
-            misread = [p for p, c in pairs if grammar.read(p).caption != c]
-            if misread:
-                raise RuntimeError(f"embedded.grammar reads {misread[0]!r} as another scene than it was made from")
+        # People's prompts are judged against the caption they were read as; named as typed.
+        failures = [f"{typed[p]} (read as {p}): {why}" if p in typed else f"{p}: {why}" for p, why in got["failures"]]
         rows.append(_row("P9", f"{name} {text}", stats.proportion(outcomes), "share", ">= 0.8" if judged else None,
                          absolute={"agree": got["agree"], "total": got["total"], "seconds": got["seconds"],
                                    "failures": failures}))

@@ -223,8 +223,7 @@ def people_prompts(count: int, seed: int = 4321) -> list[tuple[str, str]]:
         places = tuple(s.position for s in scene.shapes)
         if places not in (("centre",), ("left", "right")):
             continue  # only the scenes whose places a person may leave out
-        words = " and ".join(f"{'an' if s.colour[0] in 'aeiou' else 'a'} {s.colour} {s.shape}"
-                             for s in scene.shapes)
+        words = " and ".join(s.noun for s in scene.shapes)
         prompt = words + " on " + scene.background.phrase
         prompt = prompt.replace("grey", rng.choice(["grey", "gray"]))
         if rng.random() < 0.3 and len(scene.shapes) == 1:  # a place said the other ways

@@ -128,9 +128,13 @@ class ShapeSpec:
     position: str
 
     @property
+    def noun(self) -> str:
+        """``an orange circle``: the phrase without its place."""
+        return f"{'an' if self.colour[0] in 'aeiou' else 'a'} {self.colour} {self.shape}"
+
+    @property
     def phrase(self) -> str:
-        article = "an" if self.colour[0] in "aeiou" else "a"
-        return f"{article} {self.colour} {self.shape} {POSITIONS[self.position][0]}"
+        return f"{self.noun} {POSITIONS[self.position][0]}"
 
 
 @dataclasses.dataclass(frozen=True)

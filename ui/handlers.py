@@ -19,7 +19,7 @@ import gradio as gr
 from backend.errors import GenerationCancelled, InvalidRequest, StudioError
 from backend.pngmeta import read_png_parameters
 from backend.roles import COOKIE, LOCAL_OPERATOR, Caller
-from backend.shapes import validate_shape
+from backend.shapes import Shape, validate_shape
 from ui import views
 from ui.i18n import error_message, language, text
 
@@ -188,10 +188,9 @@ class Studio:
         return shape.width, shape.height
 
     def size_changed(self, width, height) -> str:
-        for name, shape in self.manager.card.presets:
-            if (shape.width, shape.height) == (width, height):
-                return views.preset_label(name, shape)
-        return views.CUSTOM
+        card = self.manager.card
+        name = card.preset_name(Shape(height, width))  # the boxes may hold floats: label the preset's own
+        return views.preset_label(name, dict(card.presets)[name]) if name else views.CUSTOM
 
     def refresh_studio(self, mode, width, height, steps, degree=None, page: gr.Request | None = None):
         """Engine line, cost of the chosen (mode, shape), preset badges for that mode, TP group badge."""

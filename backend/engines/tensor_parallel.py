@@ -47,12 +47,12 @@ class TensorParallelEngine:
         self._lock = threading.Lock()  # one request at a time: rank 0 serves its jobs in order
         self._life = threading.Lock()  # start, stop and restart, one at a time
         self.last_error: str | None = None
-        # The two signs that a group's ranks ended themselves, and the restart they lead to: each
-        # may come first (rank 0's reply, or the death the group reports once its processes are
-        # gone); the restart happens once both are known, or at the death when an exit status says it.
+        # The two signs that a group's ranks ended themselves: each may come first (rank 0's reply,
+        # or the death the group reports once its processes are gone); the restart happens once
+        # both are known, or at the death when an exit status says it. A second restart of the same
+        # group finds it replaced (``_restart``) and does nothing.
         self._ending_said: WorkerGroup | None = None
         self._death_reported: WorkerGroup | None = None
-        self._restarted: WorkerGroup | None = None
         self._signs = threading.Lock()
         self._closed = False
 
@@ -193,16 +193,13 @@ class TensorParallelEngine:
         self._sign(group, said=group.ended_itself, died=True)
 
     def _sign(self, group: WorkerGroup, said: bool = False, died: bool = False) -> None:
-        """Restart a group whose ranks ended themselves, once its processes are gone; once."""
+        """Restart a group whose ranks ended themselves, once its processes are gone."""
         with self._signs:
             if said:
                 self._ending_said = group
             if died:
                 self._death_reported = group
-            due = (self._ending_said is group and self._death_reported is group
-                   and self._restarted is not group)
-            if due:
-                self._restarted = group
+            due = self._ending_said is group and self._death_reported is group
         if not due:
             return
         if died:  # the group's own thread: start the new one from another, not under its feet
