@@ -418,9 +418,12 @@ def run_sigterm(tmp: Path, mode: str = "tp") -> dict[str, Any]:
 
     port = free_port()
     out = tmp / "outputs"
-    env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1"}
-    env.pop("TORCHINDUCTOR_CACHE_DIR", None)
-    tmp.mkdir(parents=True, exist_ok=True)
+    # A temp folder of its own (TMPDIR): what the app leaves in it after the exit is counted.
+    temp = tmp / "tmpdir"
+    temp.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1", "TMPDIR": str(temp)}
+    for name in ("TORCHINDUCTOR_CACHE_DIR", "GRADIO_TEMP_DIR"):
+        env.pop(name, None)
     proc = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--port", str(port), "--mode", mode,
                              "--tp-degree", "2", "--compile-backend", "aot_eager", "--output-dir", str(out)],
                             cwd=tmp, env=env,
@@ -451,7 +454,8 @@ def run_sigterm(tmp: Path, mode: str = "tp") -> dict[str, Any]:
     time.sleep(1.0)
     partial = [p.name for p in out.glob(".partial-*")] if out.exists() else []
     return {"mode": mode, "exit_code": code, "seconds_to_exit": round(time.monotonic() - began, 2),
-            "orphans": len(alive(family)), "half_written_pngs": len(partial)}
+            "orphans": len(alive(family)), "half_written_pngs": len(partial),
+            "left_in_tmp": sorted(p.name for p in temp.iterdir())}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -508,7 +512,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {r['fault']}: {'recovered' if r['recovered'] else 'NOT RECOVERED'}; {r['error'][:120]}")
     for sig in report["sigterm"]:
         print(f"SIGTERM mid-generation ({sig['mode']}): exit {sig['exit_code']} after {sig['seconds_to_exit']} s, "
-              f"half-written PNGs {sig['half_written_pngs']}, orphans {sig['orphans']}")
+              f"half-written PNGs {sig['half_written_pngs']}, orphans {sig['orphans']}, "
+              f"left in its temp folder {len(sig['left_in_tmp'])}")
     rk = report["replica_killed"]
     print(f"a replica killed under {rk['sent']} requests from 5 clients (2 replicas): answered {rk['answered']} / "
           f"{rk['sent']} (served {rk['served']}, clear errors {rk['clear_errors']} of {rk['errors']}), lost "

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -11,10 +13,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 _CACHE = tempfile.mkdtemp(prefix="neuron-studio-test-cache-")
+atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)  # the suite leaves nothing in /tmp
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["NEURON_STUDIO_CACHE_DIR"] = _CACHE
 os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(_CACHE, "inductor")
+os.environ.setdefault("GRADIO_TEMP_DIR", os.path.join(_CACHE, "gradio"))  # what the handlers write
 # Most tests need the pipeline's shapes and timings, not its pictures: the random-weight model. The
 # tests of the trained default ("embedded") name it.
 os.environ["NEURON_STUDIO_MODEL"] = "embedded-random"

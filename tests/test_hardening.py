@@ -75,11 +75,13 @@ def test_injected_faults_end_with_a_clear_status_and_a_working_app():
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["compiled", "tp"])
 def test_sigterm_mid_generation_exits_cleanly_with_no_orphan(tmp_path, mode):
-    """It exits, cleanly, leaving nothing: in process mid-compile (eager and regional run in the same
+    """It exits, cleanly, leaving nothing (no process, no half-written PNG, nothing in its temp
+    folder): in process mid-compile (eager and regional run in the same
     engine; ``python -m bench.hardening`` signals all four modes), and with a worker group. How fast (under 3 s on a quiet machine) is a figure of
     ``python -m bench.hardening``; here the bound is one a loaded machine meets (no wall-clock goal)."""
     result = hardening.run_sigterm(tmp_path, mode)
     assert result["exit_code"] == 0 and result["orphans"] == 0 and result["half_written_pngs"] == 0, result
+    assert result["left_in_tmp"] == [], result  # Gradio's folder, the group's run dir, torchrun's logs
     assert result["seconds_to_exit"] < 60, result
 
 

@@ -385,8 +385,8 @@ def parse_auth(spec: str | None) -> list[tuple[str, str]] | None:
 
 def launch(manager, settings, block: bool = True) -> gr.Blocks:
     """Serve the page now; the caller starts the model load after this returns (page first)."""
-    import os
-    import tempfile
+    import atexit
+    import shutil
 
     from starlette.middleware import Middleware
 
@@ -402,9 +402,13 @@ def launch(manager, settings, block: bool = True) -> gr.Blocks:
     if settings.host not in ("127.0.0.1", "localhost", "::1") and not auth:
         print(f"warning: serving on {settings.host} without --auth: anyone who can reach this address "
               "can use the app", file=sys.stderr)
-    # Gradio's copies of images and uploads: a private folder (0700), emptied of old files.
-    if not os.environ.get("GRADIO_TEMP_DIR"):
-        os.environ["GRADIO_TEMP_DIR"] = tempfile.mkdtemp(prefix="neuron-studio-gradio-")
+    # Gradio's copies of images and uploads: a private folder of the app's own (``ui.serve`` makes
+    # it before Gradio loads and removes it at exit; for other callers, removed at exit here).
+    from ui.serve import own_temp_dir
+
+    made = own_temp_dir()
+    if made:
+        atexit.register(shutil.rmtree, made, ignore_errors=True)
     demo = build_ui(manager, key)
     demo.queue(default_concurrency_limit=1)
     guard = Middleware(RoomGuard, key=key, hosts=allowed_hosts(settings.host))

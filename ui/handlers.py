@@ -409,16 +409,26 @@ class Studio:
     def export_bundle(self, page: gr.Request | None = None):
         """Export the warm in-process shapes as a bundle to download (the operator's)."""
         import os
+        import shutil
         import tempfile
         import time as _time
 
         lang = language(page)
+        caller = self._caller(page)
+        try:
+            caller.require_operator("Exporting a warm-start bundle")  # before anything is written
+        except StudioError as exc:
+            raise _page_error(exc, lang) from None
+        # In Gradio's temp folder (the app's own, removed at exit); gone at once if the export fails.
         folder = tempfile.mkdtemp(prefix="bundle-", dir=os.environ.get("GRADIO_TEMP_DIR") or None)
         path = os.path.join(folder, f"neuron-studio-{_time.strftime('%Y%m%d-%H%M%S')}.bundle")
         try:
-            manifest = self.manager.export_bundle(path, caller=self._caller(page))
-        except StudioError as exc:
-            raise _page_error(exc, lang) from None
+            manifest = self.manager.export_bundle(path, caller=caller)
+        except BaseException as exc:
+            shutil.rmtree(folder, ignore_errors=True)
+            if isinstance(exc, StudioError):
+                raise _page_error(exc, lang) from None
+            raise
         _info(lang, text(lang, "info_bundle_exported", entries=len(manifest.entries), files=len(manifest.files)))
         return path
 

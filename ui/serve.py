@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import signal
 import sys
+import tempfile
 import threading
 
 from backend.settings import Settings
@@ -11,7 +14,27 @@ from backend.settings import Settings
 EXIT_BAD_INPUT = 2
 
 
+def own_temp_dir() -> str | None:
+    """Gradio's copies of images and uploads (and exported bundles) go to a private folder (0700)
+    of the app's own, which the caller removes at exit; one given in GRADIO_TEMP_DIR is the user's
+    (None: nothing made). Made before Gradio is imported: several of its modules read the variable
+    at import, and would otherwise write to /tmp/gradio."""
+    if os.environ.get("GRADIO_TEMP_DIR"):
+        return None
+    made = os.environ["GRADIO_TEMP_DIR"] = tempfile.mkdtemp(prefix="neuron-studio-gradio-")
+    return made
+
+
 def serve(settings: Settings) -> int:
+    temp_dir = own_temp_dir()
+    try:
+        return _serve(settings)
+    finally:
+        if temp_dir:  # app.py leaves with os._exit, so no atexit hook would run
+            shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def _serve(settings: Settings) -> int:
     from backend.manager import Manager
     from ui.app import launch
 

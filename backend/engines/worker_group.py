@@ -205,8 +205,11 @@ class WorkerGroup:
             env.pop("NEURON_RT_VISIBLE_CORES", None)
             env.update(self.env)
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+            # torchrun's own log dir (its per-rank error files) inside the run dir, which goes with
+            # the group: by default it makes a torchelastic_* dir in /tmp and never removes it.
             cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                   f"--nproc-per-node={self.degree}", "--monitor-interval=0.5", *self.torchrun_args,
+                   f"--nproc-per-node={self.degree}", "--monitor-interval=0.5",
+                   f"--log-dir={os.path.join(self.dir, 'torchrun')}", *self.torchrun_args,
                    "-m", "backend.tp.worker"]
             self._log = open(os.path.join(self.dir, "torchrun.log"), "w")
             self.error = self.last_request_error = None

@@ -145,14 +145,21 @@ class Rank0Server:
         self.open_connections = 0
         self._closed = False
         self.ready = threading.Event()
+        # The app takes the socket file's appearance to mean "connect now": it must not appear
+        # before the socket listens (a connect between bind and listen is refused, and a start
+        # that gets "connection refused" is a dead group). So it is bound under another name,
+        # listening, and then renamed into place (rename is atomic; the socket goes with its inode).
+        staging = path + ".new"
         old = os.umask(0o177)  # the socket file is created 0600
         try:
             self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            self.sock.bind(path)
+            self.sock.bind(staging)
         finally:
             os.umask(old)
-        os.chmod(path, 0o600)
+        os.chmod(staging, 0o600)
         self.sock.listen(max_connections)
+        os.rename(staging, path)
+        self.path = path
         threading.Thread(target=self._accept, name="tp-accept", daemon=True).start()
 
     def describe(self) -> dict[str, Any]:

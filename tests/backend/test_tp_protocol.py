@@ -5,6 +5,7 @@ import os
 import re
 import shutil
 import socket
+import stat
 import struct
 import tempfile
 import time
@@ -187,8 +188,41 @@ def server():
 def _connect(server):
     sock = socket.socket(socket.AF_UNIX)
     sock.settimeout(10)
-    sock.connect(server.sock.getsockname())
+    sock.connect(server.path)
     return sock
+
+
+def test_the_socket_file_appears_only_once_rank_0_listens(monkeypatch):
+    """The app connects as soon as the file exists; a connect between bind and listen is refused,
+    and a start that is refused reads as a dead group (it once failed a degree-3 start on a busy
+    machine). Rank 0 binds under another name, listens, and renames it into place."""
+    from backend.tp import worker
+
+    folder = tempfile.mkdtemp(prefix="ns-")
+    path = os.path.join(folder, "tp.sock")
+    seen = []
+
+    class Watched(socket.socket):
+        def listen(self, *args):
+            seen.append(os.path.exists(path))
+            super().listen(*args)
+
+    monkeypatch.setattr(worker.socket, "socket", Watched)
+    made = worker.Rank0Server(path, "s" * 64, 2)
+    try:
+        assert seen == [False]  # not visible before it listens
+        assert sorted(os.listdir(folder)) == ["tp.sock"]  # visible now, under its name, and only it
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+        monkeypatch.undo()
+        made.state = "ready"
+        sock = _connect(made)
+        proto.send_message(sock, {"type": "hello", "token": "s" * 64})
+        proto.send_message(sock, {"type": "health"})
+        assert proto.recv_message(sock, deadline=time.monotonic() + 10)[0]["state"] == "ready"
+        sock.close()
+    finally:
+        made.close()
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _wait(predicate, what):

@@ -33,26 +33,31 @@ OPERATOR_EVENTS = [
 ]
 
 
-def _room_state(manager, launches, cache_dir):
+def _room_state(manager, launches, cache_dir, temp_dir):
     """Everything an operator event could change: the engines, the lock, warm-ups, the shapes, the
-    worker groups made and their log reads, the compile cache's files."""
+    worker groups made and their log reads, the compile cache's files, Gradio's temp folder (where
+    an export writes)."""
     status = manager.status()
     return (status["engines"], status["tp"]["state"], status["tp"]["world_size"], status["replicas"]["size"],
             status["warm_only"], status["warmup"], status["shapes"], [(g.state, g.log_reads) for g in launches.made],
-            sorted(p.name for p in cache_dir.rglob("*")))
+            sorted(p.name for p in cache_dir.rglob("*")), sorted(p.name for p in temp_dir.rglob("*")))
 
 
 @pytest.mark.parametrize("name, args", OPERATOR_EVENTS)
-def test_a_viewer_is_refused_every_operator_event_and_nothing_changes(room, manager, launches, cache_dir, name, args):
+def test_a_viewer_is_refused_every_operator_event_and_nothing_changes(room, manager, launches, cache_dir, name, args,
+                                                                     tmp_path, monkeypatch):
     studio, key = room
+    temp_dir = tmp_path / "gradio-temp"
+    temp_dir.mkdir()
+    monkeypatch.setenv("GRADIO_TEMP_DIR", str(temp_dir))
     manager.start_engine("tensor-parallel", 2)
     (cache_dir / "fxgraph").mkdir()
     (cache_dir / "fxgraph" / "entry").write_bytes(b"x" * 100)
-    before = _room_state(manager, launches, cache_dir)
+    before = _room_state(manager, launches, cache_dir, temp_dir)
     for who in (page(), page(cookie="forged"), page(cookie=key.token)):  # the link token is not the session key
         with pytest.raises(gr.Error, match="Not allowed for a viewer"):
             getattr(studio, name)(*args, page=who)
-    assert _room_state(manager, launches, cache_dir) == before
+    assert _room_state(manager, launches, cache_dir, temp_dir) == before
 
 
 def test_every_handler_that_asks_for_the_caller_is_in_the_list():
