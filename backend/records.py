@@ -85,7 +85,7 @@ class EngineOutput:
     """What an engine's ``run`` returns (in process, from a worker group, from a replica). A worker
     sends it as its result header (``to_json``) and the app reads it back (``from_json``)."""
 
-    image: Any  # PIL.Image.Image, or None when the caller asked for latents only
+    image: Any  # PIL.Image.Image; a uint8 (height, width, 3) array for image_as="array"; None: latents only
     compiles: int  # torch.compile graphs built during the run
     compile_seconds: float
     neff_compiles: int  # Neuron only: NEFFs built during the run (graphs and eager ops alike)

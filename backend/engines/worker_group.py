@@ -41,7 +41,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from backend.errors import BackendNotReady, GroupDead, InvalidRequest, StudioError
+from backend.errors import BackendNotReady, GenerationFailed, GroupDead, InvalidRequest, StudioError
 from backend.records import EngineOutput, GenerationRequest, ProgressEvent
 from backend.settings import Settings
 from backend.tp import processes
@@ -73,12 +73,14 @@ def check_degree(degree: Any, heads: int, core_plan=None, owner: str = "tensor-p
 def transport_parts(stamps: dict[str, float], sent: float, returned: float, built: float,
                     worker_seconds: float) -> dict[str, float]:
     """Where one request's round trip went, in seconds, from the app's and rank 0's stamps (one
-    monotonic clock): connect + hello + request to rank 0; queue, validation and the broadcast to
-    the ranks; the run beyond the pipeline's own seconds; the pixels copied out and the header
-    made; the result's transfer and parse; the image made from the received bytes."""
-    if not {"received", "broadcast", "ran", "sending"} <= set(stamps):
+    monotonic clock); the parts add up to the round trip less the pipeline's own seconds: connect
+    + hello + request to rank 0; the hand-over to rank 0's job loop; its validation; the job's
+    broadcast to the ranks; the run beyond the pipeline's own seconds; the pixels written out and
+    the header made; the result's transfer and parse; the image made from the pixels."""
+    if not {"received", "taken", "validated", "broadcast", "ran", "sending"} <= set(stamps):
         return {}
-    return {"request": stamps["received"] - sent, "broadcast": stamps["broadcast"] - stamps["received"],
+    return {"request": stamps["received"] - sent, "queue": stamps["taken"] - stamps["received"],
+            "validate": stamps["validated"] - stamps["taken"], "broadcast": stamps["broadcast"] - stamps["validated"],
             "run_beyond_pipeline": stamps["ran"] - stamps["broadcast"] - worker_seconds,
             "assemble": stamps["sending"] - stamps["ran"], "transfer": returned - stamps["sending"],
             "decode": built - returned}
@@ -130,12 +132,20 @@ class WorkerGroup:
         self._teardown: threading.Thread | None = None
         self._last_health = float("-inf")
         self._beats: dict[int, tuple[str, float]] = {}  # rank -> (heartbeat text, when it last changed)
+        # Results' pixels come through shared memory (made at the first start, kept across restarts
+        # of this group, closed with it); one request at a time uses it.
+        self._pixels_bytes = min(proto.MAX_PAYLOAD, settings.max_size * settings.max_size * 3)
+        self._pixels: proto.PixelBuffer | None = None
+        self._run_lock = threading.Lock()
 
     def close(self) -> None:
         """Stop at once (the app is leaving or replacing the group): SIGTERM, grace, SIGKILL. A dead
         group stays dead (its reason is what a request that ran into it reports)."""
         self.stop(final_state="dead" if self.state == "dead" else "stopped", polite=False)
         self._cleanup_dir()
+        pixels, self._pixels = self._pixels, None  # its processes are gone: nobody writes to it now
+        if pixels is not None:
+            pixels.close()
 
     def describe(self) -> dict[str, Any]:
         """JSON-able status; cheap (pids, cores and shard reports were read once, at READY)."""
@@ -177,12 +187,27 @@ class WorkerGroup:
                                       msg.get("shape", "")))
 
         header = {"type": "generate", **request.to_json(), "forbid_compile": forbid_compile}
-        began, sent = self._clock(), time.monotonic()
-        msg, payload = self.call(header, on_message=relay, should_stop=should_stop)
-        returned = time.monotonic()
-        # A view onto the received bytes (no copy); the bytearray lives as long as the image.
-        image = Image.frombuffer("RGB", (msg["width"], msg["height"]), payload, "raw", "RGB", 0, 1)
+        with self._run_lock:  # the pixel buffer holds one result: copied out before the next request
+            pixels = self._pixels
+            began, sent = self._clock(), time.monotonic()
+            msg, payload = self.call(header, on_message=relay, should_stop=should_stop)
+            returned = time.monotonic()
+            size = (msg.get("width"), msg.get("height"))
+            if not all(isinstance(v, int) and not isinstance(v, bool) and 0 < v <= 1 << 16 for v in size):
+                raise GenerationFailed(f"the {self.name} answered with an image of size {size}")
+            nbytes = size[0] * size[1] * 3
+            shared = msg.get("pixels") == "shared"
+            if shared and (pixels is None or nbytes > pixels.size):
+                raise GenerationFailed(f"the {self.name} put {nbytes} bytes of pixels in a buffer of "
+                                       f"{pixels.size if pixels else 0}")
+            if not shared and len(payload) != nbytes:
+                raise GenerationFailed(f"the {self.name} sent {len(payload)} bytes of pixels for a {size[0]}x{size[1]} image")
+            # Copied out of the shared buffer (the next result overwrites it), or a view onto the
+            # received bytes (no copy; the bytearray lives as long as the image).
+            image = (Image.frombytes("RGB", size, pixels.view[:nbytes]) if shared
+                     else Image.frombuffer("RGB", size, payload, "raw", "RGB", 0, 1))
         self.timings["last_round_trip"] = self._clock() - began
+        self.timings["last_pixels"] = "shared" if shared else "socket"
         self.timings["last_worker_seconds"] = msg["seconds"]
         self.timings["last_parts"] = transport_parts(msg.get("stamps") or {}, sent, returned, time.monotonic(),
                                                      msg["seconds"])
@@ -199,7 +224,11 @@ class WorkerGroup:
             self.dir = tempfile.mkdtemp(prefix="neuron-studio-tp-")  # 0700: ours alone
             self.socket_path = os.path.join(self.dir, "tp.sock")
             self._token = secrets.token_hex(32)
-            config = dataclasses.replace(self._config, socket=self.socket_path, run_dir=self.dir)
+            if self._pixels is None:
+                self._pixels = proto.PixelBuffer.create(self._pixels_bytes)
+            config = dataclasses.replace(self._config, socket=self.socket_path, run_dir=self.dir,
+                                         pixels=self._pixels.path if self._pixels else "",
+                                         pixels_bytes=self._pixels.size if self._pixels else 0)
             env = dict(os.environ, **{proto.CONFIG_VAR: config.to_json(), proto.TOKEN_VAR: self._token})
             # The app's own NeuronCores are not the ranks': each rank sets its core before torch loads.
             env.pop("NEURON_RT_VISIBLE_CORES", None)

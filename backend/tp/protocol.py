@@ -10,7 +10,9 @@ or evaluated: JSON and raw bytes only, with bounded sizes. The first message on 
 connection is closed before anything else is read. The hello is read with ``recv_hello``: a header
 of at most ``HELLO_MAX_HEADER`` bytes and no payload, so a stranger on the socket makes rank 0
 allocate at most that much (the limits of other messages apply only after the token is checked).
-Requests carry no payload either; only the worker's ``result`` does.
+Requests carry no payload either; only the worker's ``result`` does, and only where the pixels
+cannot go through the group's ``PixelBuffer``: a result with ``"pixels": "shared"`` carries none,
+its ``width * height * 3`` bytes are at the start of the buffer.
 
 Request types: ``wait_ready``, ``generate``, ``health``, ``cancel``, ``shutdown``.
 Answers: ``progress`` (zero or more, for generate), then one ``ready``, ``result``, ``ok`` or
@@ -28,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import hmac
 import json
+import mmap
 import os
 import select
 import shutil
@@ -182,6 +185,78 @@ def remove_run_dir(path: str | None, require_contents: bool = True, attempts: in
     return False
 
 
+class PixelBuffer:
+    """The pixels of one result, shared between the app and rank 0 instead of sent on the socket:
+    an anonymous memory file (``memfd``) the app makes for its group, mapped by both. Rank 0 opens
+    it through the app's ``/proc/<pid>/fd/<n>``, which only a process of the same user may; there
+    is no file anywhere to clean up, and the memory goes with the last process that holds it.
+
+    The socket path stays the reference: where no memfd can be made (not Linux) or rank 0 cannot
+    open it, each result carries its pixels as a payload, as before. One result at a time uses the
+    buffer: rank 0 runs its jobs one by one and writes before it sends the result's header; the app
+    copies the pixels out before its next request on the group (``WorkerGroup.run`` holds a lock)."""
+
+    def __init__(self, fd: int, size: int):
+        self.fd, self.size = fd, size
+        self._map = mmap.mmap(fd, size)
+        self.view = memoryview(self._map)
+
+    @classmethod
+    def create(cls, size: int) -> "PixelBuffer | None":
+        """The app's buffer of ``size`` bytes (None where memfd is not available)."""
+        if not hasattr(os, "memfd_create") or not 0 < size <= MAX_PAYLOAD:
+            return None
+        fd = os.memfd_create("neuron-studio-pixels", os.MFD_CLOEXEC)
+        try:
+            os.ftruncate(fd, size)  # sparse: only the pages a result writes become memory
+            return cls(fd, size)
+        except OSError:
+            os.close(fd)
+            return None
+
+    @property
+    def path(self) -> str:
+        """What rank 0 opens (``WorkerConfig.pixels``)."""
+        return f"/proc/{os.getpid()}/fd/{self.fd}"
+
+    @classmethod
+    def open(cls, path: str, size: int) -> "PixelBuffer | None":
+        """Rank 0's view of the app's buffer (None when it cannot be opened: results use the socket)."""
+        if not path or not 0 < size <= MAX_PAYLOAD:
+            return None
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        except OSError:
+            return None
+        try:
+            if os.fstat(fd).st_size < size:
+                raise OSError("the pixel buffer is smaller than announced")
+            return cls(fd, size)
+        except (OSError, ValueError):
+            os.close(fd)
+            return None
+
+    def write(self, pixels) -> bool:
+        """Copy ``pixels`` (bytes-like, or a C-contiguous uint8 array) to the start of the buffer;
+        False when they do not fit (send them on the socket instead)."""
+        data = memoryview(pixels).cast("B")
+        if data.nbytes > self.size:
+            return False
+        self.view[:data.nbytes] = data
+        return True
+
+    def close(self) -> None:
+        try:
+            self.view.release()
+            self._map.close()
+        except (BufferError, ValueError):
+            pass  # an image still maps it: the memory goes when that is collected
+        try:
+            os.close(self.fd)
+        except OSError:
+            pass
+
+
 @dataclasses.dataclass
 class WorkerConfig:
     """Everything a rank needs, sent once by the app. ``settings`` is ``Settings.to_json()`` whole,
@@ -196,6 +271,8 @@ class WorkerConfig:
     parent_pid: int = 0
     role: str = "tp"  # tp: the transformer sharded over the ranks; replica: one rank, the whole pipeline
     threads: int = 0  # CPU threads per rank (0: torch's default)
+    pixels: str = ""  # the app's PixelBuffer (its path for rank 0), "" when results use the socket
+    pixels_bytes: int = 0
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))

@@ -75,6 +75,7 @@ def test_two_rank_image_matches_the_one_process_eager_image(mgr):
     diff = np.abs(np.asarray(tp_image, dtype=int) - np.asarray(eager_image, dtype=int)).max()
     assert diff <= 2
     assert tp_result.world_size == 2 and tp_result.mode == "tp"
+    assert _group(mgr).timings["last_pixels"] == "shared"  # through the app's memfd, not the socket
     assert [e.step for e in events if e.phase == "denoising"] == [0, 1, 2, 3]  # progress streams back
     status = mgr.status()
     assert json.loads(json.dumps(status)) == status
@@ -156,7 +157,11 @@ def _run_long_in_thread(mgr):
     return thread, outcome
 
 
-def test_a_killed_rank_is_reported_dead_with_its_log_and_restart_works(mgr):
+def test_a_killed_rank_is_reported_dead_with_its_log_and_restart_works(mgr, monkeypatch):
+    """...and the new group, made where no shared pixel buffer can be (not Linux), sends its
+    pixels on the socket: the same image."""
+    from backend.tp import protocol
+
     _ensure_ready(mgr)
     pids = _group(mgr).rank_pids()
     thread, outcome = _run_long_in_thread(mgr)
@@ -167,9 +172,13 @@ def test_a_killed_rank_is_reported_dead_with_its_log_and_restart_works(mgr):
     assert tp["state"] == "dead" and "rank 1 exited with signal SIGKILL" in tp["error"]
     assert "rank 1/2 starting" in mgr.engine_logs("tensor-parallel")["rank 1"]
     old = _group(mgr)
+    monkeypatch.setattr(protocol.PixelBuffer, "create", classmethod(lambda cls, size: None))
     mgr.start_engine("tensor-parallel", 2, wait=True)
     assert old.survivors() == []
-    assert mgr.generate(_req(mgr, "tp"))[1].world_size == 2
+    image, record = mgr.generate(_req(mgr, "tp"))
+    assert record.world_size == 2 and _group(mgr).timings["last_pixels"] == "socket"
+    eager = np.asarray(mgr.generate(_req(mgr, "eager"))[0], dtype=int)
+    assert np.abs(np.asarray(image, dtype=int) - eager).max() <= 2
 
 
 def test_stop_leaves_no_process(mgr):

@@ -9,6 +9,7 @@ import stat
 import struct
 import tempfile
 import time
+from pathlib import Path
 
 import pytest
 
@@ -223,6 +224,35 @@ def test_the_socket_file_appears_only_once_rank_0_listens(monkeypatch):
     finally:
         made.close()
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_the_pixel_buffer_is_shared_with_a_process_that_opens_its_path():
+    """Rank 0 writes a result's pixels into the app's memfd (opened through /proc/<app>/fd/<n>);
+    the app reads the same bytes. What does not fit, or a path that cannot be opened, falls back
+    to the socket (write False, open None)."""
+    import subprocess
+    import sys
+    import textwrap
+
+    buffer = proto.PixelBuffer.create(1 << 20)
+    if buffer is None:
+        pytest.skip("no memfd on this platform: results always use the socket")
+    try:
+        child = textwrap.dedent(f"""
+            import sys
+            sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})
+            from backend.tp.protocol import PixelBuffer
+            mine = PixelBuffer.open({buffer.path!r}, {buffer.size})
+            assert mine.write(bytes(range(256)) * 4)
+            assert not mine.write(b"x" * ({buffer.size} + 1))
+            mine.close()
+        """)
+        subprocess.run([sys.executable, "-c", child], check=True, timeout=60)
+        assert bytes(buffer.view[:1024]) == bytes(range(256)) * 4
+        assert proto.PixelBuffer.open("/proc/self/fd/999999", 1024) is None
+        assert proto.PixelBuffer.open(buffer.path, buffer.size * 2) is None  # smaller than announced
+    finally:
+        buffer.close()
 
 
 def _wait(predicate, what):
