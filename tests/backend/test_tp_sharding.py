@@ -70,7 +70,8 @@ def test_each_rank_holds_one_nth_of_every_sharded_weight_and_the_image_matches_o
         for degree in (2, 3):  # an even and an odd split
             mgr.start_engine("tensor-parallel", degree, wait=True)
             tp = mgr.status()["tp"]
-            assert tp["state"] == "ready", (tp, mgr.engine_logs("tensor-parallel", 60))
+            # As a string: pytest would shorten a dict's repr, and with it the reason and the logs.
+            assert tp["state"] == "ready", f"{tp['state']}: {tp.get('error')}\n{mgr.engine_logs('tensor-parallel', 60)}"
             image, record = mgr.generate(_request(mgr, "tp"))
             assert record.world_size == degree
             diff = int(np.abs(np.asarray(image, dtype=np.int16) - reference).max())
