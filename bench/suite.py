@@ -112,7 +112,7 @@ def p1_app_overhead(tmp: Path, quick: bool) -> list[dict]:
             measured = measure_app_overhead(manager, request, reps, seed=i)
             wall, cpu = timed_ratio(measured, "app", "direct")
             rows.append(_row("P1", f"app overhead at {text}: manager.generate / direct pipeline call", wall, "x",
-                             "<= 1.02", cpu, {"direct_s": stats.spread(measured["wall"]["direct"]),
+                             "<= 1.01", cpu, {"direct_s": stats.spread(measured["wall"]["direct"]),
                                               "manager_s": stats.spread(measured["wall"]["app"])}))
     finally:
         manager.close()
@@ -201,10 +201,16 @@ def p3_memory(tmp: Path, quick: bool) -> list[dict]:
 
 # P4 -------------------------------------------------------------------------------------------
 def p4_tp_transport(tmp: Path, quick: bool) -> list[dict]:
-    from bench.tp_transport import measure
-
+    """Measured in a fresh process (``python -m bench.tp_transport --json``), as the app runs: in
+    the suite's own process, after the rows before it, the same code read 9.7 ms against 4.4 ms
+    alone (2026-12-01), its ranks' and its own parts all slower."""
     size = "512x512" if quick else "1024x1024"
-    r = measure(size, 4 if quick else 15, 2, 1)
+    proc = subprocess.run([sys.executable, "-m", "bench.tp_transport", "--json", "--size", size,
+                           "--reps", str(4 if quick else 15), "--ranks", "2", "--steps", "1"],
+                          capture_output=True, text=True, cwd=ROOT, env=_clean_env())
+    if proc.returncode:
+        raise RuntimeError(proc.stderr[-2000:])
+    r = json.loads(proc.stdout)
     overhead = stats.summarise(r["overheads_ms"])
     return [_row("P4", f"TP transport at {size}: socket round trip above the workers' own time", overhead,
                  "ms", "<= 2", None,
@@ -281,7 +287,7 @@ def _time_to_ui(tmp: Path, bare: bool = False) -> tuple[float, float | None]:
                             stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}/"
     try:
-        page = ready = None
+        page = ready = client = None
         while (page is None or (ready is None and not bare)) and time.monotonic() - began < 120:
             try:
                 if page is None:
@@ -290,8 +296,13 @@ def _time_to_ui(tmp: Path, bare: bool = False) -> tuple[float, float | None]:
                 if not bare:
                     from gradio_client import Client
 
-                    if Client(url, verbose=False).predict(api_name="/status")["state"] == "ready":
+                    # One client, asking every 0.1 s: a new client each time fetched the page's
+                    # whole config, and that load on the 2 cores slowed the very start it timed.
+                    client = client or Client(url, verbose=False)
+                    if client.predict(api_name="/status")["state"] == "ready":
                         ready = time.monotonic() - began
+                        break
+                    time.sleep(0.08)
             except OSError:
                 pass
             time.sleep(0.02)

@@ -1,7 +1,9 @@
 import json
 import math
 import os
+import re
 import struct
+import threading
 import time
 import zlib
 
@@ -249,10 +251,18 @@ def test_a_damaged_chunk_is_not_trusted(tmp_path):
 def test_a_malformed_file_is_a_clear_value_error(tmp_path, make, problem):
     path = tmp_path / "x.png"
     make(path)
-    began = time.perf_counter()
-    with pytest.raises(ValueError, match=problem):
-        read_png_parameters(path)
-    assert time.perf_counter() - began < 5  # generous: a FIFO must not block the read
+    outcome = []
+
+    def read():
+        try:
+            read_png_parameters(path)
+        except ValueError as exc:
+            outcome.append(exc)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(60)  # a FIFO must not block the read: a bound a loaded machine meets, not a figure
+    assert not reader.is_alive() and len(outcome) == 1 and re.search(problem, str(outcome[0])), outcome
 
 
 def test_a_truncated_png_still_gives_what_it_read(tmp_path):

@@ -113,7 +113,7 @@ class FakeEngine(InProcessEngine):
         self.active_mode = "eager"
         self.load_seconds = LOAD_SECONDS
 
-    def _run(self, request, on_progress, should_stop, forbid_compile, decode) -> EngineOutput:
+    def _run(self, request, on_progress, should_stop, forbid_compile, decode, image_as="pil") -> EngineOutput:
         def emit(phase: str, step: int = 0) -> None:
             on_progress(ProgressEvent(phase, step, request.steps, request.mode, str(request.shape)))
 
