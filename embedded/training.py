@@ -211,7 +211,7 @@ def train_transformer(pipe, captions: list[str], latents: LatentSet, cfg: TrainC
     del shadow
     te.eval()
     te.requires_grad_(False)
-    del cache
+    cache.clear()  # the text states go (short_embeds above keeps the dict, not them)
 
     if cfg.finetune_steps:
         # Full-length prompts: the image tokens now also attend to ~400 more padding tokens.

@@ -67,7 +67,9 @@ def test_each_rank_holds_one_nth_of_every_sharded_weight_and_the_image_matches_o
     whole = {name: tuple(p.shape) for name, p in mgr.engine.pipe.transformer.named_parameters()}
     whole_bytes = sum(p.numel() * p.element_size() for p in mgr.engine.pipe.transformer.parameters())
     try:
-        for degree in (2, 3):  # an even and an odd split
+        # An odd split (8 of the 24 heads a rank); the even one, at degree 2, is test_tp's group
+        # (the embedded model's heads), whose image is checked against one process there.
+        for degree in (3,):
             mgr.start_engine("tensor-parallel", degree, wait=True)
             tp = mgr.status()["tp"]
             # As a string: pytest would shorten a dict's repr, and with it the reason and the logs.
@@ -98,8 +100,7 @@ def test_each_rank_holds_one_nth_of_every_sharded_weight_and_the_image_matches_o
             # Shards add up to the whole, and one rank's shards are 1/N of it: the weights were split.
             assert ranks[0]["sharded_bytes"] * degree == sharded_global
             assert sharded_global + replicated.pop() == whole_bytes
-            if degree == 2:
-                per_rank = ranks[0]["transformer_bytes"] / whole_bytes
-                assert per_rank < 1 / degree + ranks[0]["replicated_bytes"] / whole_bytes + 0.01
+            per_rank = ranks[0]["transformer_bytes"] / whole_bytes
+            assert per_rank < 1 / degree + ranks[0]["replicated_bytes"] / whole_bytes + 0.01
     finally:
         mgr.stop_engine("tensor-parallel")
