@@ -313,3 +313,41 @@ def test_a_silent_connection_is_dropped_at_the_read_deadline(server):
     sock.close()
     _wait(lambda: server.open_connections == 0, "slot released")
     assert server.refused == 0
+
+
+def _broadcast_rank(rank: int, store_path: str, jobs: list, out_dir: str) -> None:
+    import types
+
+    import torch.distributed as dist
+
+    from backend.tp.worker import _bcast_json
+
+    dist.init_process_group("gloo", init_method=f"file://{store_path}", rank=rank, world_size=2)
+    try:
+        me = types.SimpleNamespace(rank=rank, control=dist.group.WORLD)
+        got = [_bcast_json(job if rank == 0 else None, me) for job in jobs]
+        with open(os.path.join(out_dir, f"rank{rank}.json"), "w", encoding="utf-8") as handle:
+            json.dump(got, handle)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_a_job_reaches_every_rank_whole_in_one_broadcast_or_two():
+    """A job up to JOB_BYTES goes in one collective; a longer one (2,000 emoji are ~24 KB of JSON)
+    follows in a second: both arrive whole on rank 1. Two real gloo ranks."""
+    import torch.multiprocessing as mp
+
+    from backend.tp.worker import JOB_BYTES
+
+    jobs = [{"type": "generate", "prompt": "a red circle", "seed": 3},
+            {"type": "generate", "prompt": "🦊" * 2000, "seed": 4},
+            {"type": "shutdown"}]
+    assert len(json.dumps(jobs[1]).encode()) > JOB_BYTES > len(json.dumps(jobs[0]).encode())
+    folder = tempfile.mkdtemp(prefix="ns-bcast-")
+    try:
+        mp.spawn(_broadcast_rank, args=(os.path.join(folder, "store"), jobs, folder), nprocs=2, join=True)
+        for rank in (0, 1):
+            with open(os.path.join(folder, f"rank{rank}.json"), encoding="utf-8") as handle:
+                assert json.load(handle) == jobs, rank
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
