@@ -9,12 +9,12 @@ import stat
 import struct
 import tempfile
 import time
-from pathlib import Path
 
 import pytest
 
 from backend import errors
 from backend.tp import protocol as proto
+from tests.conftest import ROOT
 
 
 @pytest.fixture
@@ -240,7 +240,7 @@ def test_the_pixel_buffer_is_shared_with_a_process_that_opens_its_path():
     try:
         child = textwrap.dedent(f"""
             import sys
-            sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})
+            sys.path.insert(0, {str(ROOT)!r})
             from backend.tp.protocol import PixelBuffer
             mine = PixelBuffer.open({buffer.path!r}, {buffer.size})
             assert mine.write(bytes(range(256)) * 4)
