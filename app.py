@@ -86,8 +86,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(exc))
     # Before anything imports torch (and with it, TorchNeuron): the app-owned cache variables and
     # the NeuronCores this process may claim (backend.core_plan).
-    device_env.prepare_environment(settings.cache_dir)
-    device_env.claim_neuron_cores(settings.neuron_cores)
+    device_env.prepare_environment(settings.cache_dir, settings.compile_timeout)
+    from backend.core_plan import claim_app_cores
+
+    claim_app_cores(settings.neuron_cores, settings.neuron_instance_cores)
 
     from backend import cli
 

@@ -39,14 +39,18 @@ class Admission:
         decided once per request; the prediction's ``refused`` says why not (None: it may run)."""
         out = self.table.predict(mode, shape, steps or self.settings.steps, self.compiles_here(device, mode),
                                  self.exact_shapes(device), places)
-        refusal = self._refusal(mode, shape, out["will_compile"], locked, places)
+        refusal = self._refusal(mode, shape, out["will_compile"], locked, places,
+                                steps_note=out["note"] if out["state"] == cs.WARM else None)
         out["refused"] = str(refusal) if refusal else None
         return Decision(out, refusal)
 
     def _refusal(self, mode: str, shape: Shape, will_compile: bool, locked: bool,
-                 places: list[str] | None) -> StudioError | None:
+                 places: list[str] | None, steps_note: str | None = None) -> StudioError | None:
         if not will_compile:
             return None
+        if locked and steps_note:  # a warm size at a step count it has not run at (Neuron)
+            return ShapeLocked(f"{shape} in {mode} mode is {steps_note}, and the app is locked to warm "
+                               "shapes; use a step count it is warm at, or unlock it")
         if locked:
             warm = ", ".join(str(s) for s in self.table.warm_shapes(mode, places)) or "none"
             return ShapeLocked(f"{shape} is not warm in {mode} mode and the app is locked to warm shapes "

@@ -6,7 +6,10 @@ graphs' and eager ops' alike, text encoder and VAE included; on CPU/CUDA inducto
 AOT-autograd entries and generated code, which is what a fresh process needs to skip the compile).
 
 The manifest says exactly when the bundle applies — app version, torch / diffusers / torch-neuronx /
-neuronx-cc versions, device kind, LNC, dtype, compile backend, the model (label and a content hash
+neuronx-cc versions, device kind, what TorchNeuron puts in every NEFF's key besides the program (the
+chip target, trn2 or trn3; the LNC; the compiler's optimisation-level override; ``NEURON_CC_FLAGS``:
+``KernelExecution.cpp``, captured in ``tests/standin/captures/torchneuron/neff_cache.json``; a NEFF
+made with other values is never hit), dtype, compile backend, the model (label and a content hash
 of its configs and weights), the tensor-parallel degree — and which (mode, shape) entries it warms,
 with the compile seconds measured where it was made. ``check`` names the first field that does not
 match this install; an import is refused on any mismatch.
@@ -38,14 +41,15 @@ from typing import Any
 from backend import cache_layout, device_env
 from backend.errors import BundleRefused
 
-FORMAT = "neuron-studio-bundle/1"
+FORMAT = "neuron-studio-bundle/2"  # 2: the NEFF key fields (target, opt level, NEURON_CC_FLAGS)
 APP_VERSION = "2026.12"
 MAX_FILES = 20_000
 MAX_FILE_BYTES = 2 * 2**30  # one NEFF of a large graph stays well under this
 MAX_TOTAL_BYTES = 16 * 2**30
 MAX_MANIFEST_BYTES = 8 * 2**20
 # Fields that must match this install for a bundle to apply, in the order they are checked.
-MATCH_FIELDS = ("format", "app_version", "torch", "diffusers", "torch_neuronx", "neuronx_cc", "device", "lnc",
+MATCH_FIELDS = ("format", "app_version", "torch", "diffusers", "torch_neuronx", "neuronx_cc", "device",
+                "neuron_target", "lnc", "neuron_opt_level", "neuron_cc_flags",
                 "dtype", "compile_backend", "model_hash", "tp_degree")
 
 
@@ -58,7 +62,10 @@ class Manifest:
     torch_neuronx: str | None
     neuronx_cc: str | None
     device: str
-    lnc: int | None
+    neuron_target: str | None  # the NEFF key's chip target (trn2, trn3); None off Neuron
+    lnc: int | None  # the NEFF key's logical-core config in force
+    neuron_opt_level: str | None  # NEURON_COMPILER_OPT_LEVEL (None: TorchNeuron's -O1 eager, -O2 compiled)
+    neuron_cc_flags: str | None  # NEURON_CC_FLAGS ("" none); None off Neuron
     dtype: str
     compile_backend: str
     model: str
@@ -115,11 +122,10 @@ def model_hash(model_path: str | Path) -> str:
 def describe_install(device, settings, model_path: str, model_label: str,
                      entries: list[dict[str, Any]] | None = None) -> Manifest:
     """The manifest fields of this install (``files`` empty: ``export`` fills them)."""
-    plan = device.core_plan
     return Manifest(
         format=FORMAT, app_version=APP_VERSION, torch=_version("torch"), diffusers=_version("diffusers"),
         torch_neuronx=_version("torch-neuronx"), neuronx_cc=_version("neuronx-cc"), device=device.kind,
-        lnc=plan.instance.lnc if plan is not None else None, dtype=device.info.dtype,
+        **device.neff_key_fields(), dtype=device.info.dtype,
         compile_backend=device.info.compile_backend, model=model_label, model_hash=model_hash(model_path),
         tp_degree=settings.tp_degree if any(e["mode"] == "tp" for e in entries or []) else None,
         entries=list(entries or []), files=[], created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

@@ -86,7 +86,8 @@ def show(settings: Settings, bundle: str, as_json: bool = False) -> int:
     if as_json:
         print(json.dumps(summary, indent=2))
         return 0
-    for key in ("created", "app_version", "torch", "diffusers", "torch_neuronx", "neuronx_cc", "device", "lnc",
+    for key in ("created", "app_version", "torch", "diffusers", "torch_neuronx", "neuronx_cc", "device",
+                "neuron_target", "lnc", "neuron_opt_level", "neuron_cc_flags",
                 "dtype", "compile_backend", "model", "model_hash", "tp_degree", "file_count", "bytes"):
         print(f"{key:16} {summary[key]}")
     for entry in manifest.entries:

@@ -4,10 +4,13 @@ A cache variable may point at a folder the user also keeps other files in; "Clea
 must never delete those. So each cache is cleared by the layout its writer uses, read from the
 writers themselves:
 
-- NEFF cache (``TORCH_NEURONX_NEFF_CACHE_DIR``; TorchNeuron environment variables, caching section):
-  ``<dir>/ab/cd/<hash>.neff``, ``ab`` and ``cd`` the first two byte pairs of the hex hash, and
-  their atomic-write temp files beside them;
-- NEFF lock files (``TORCH_NEURONX_NEFF_LOCAL_CACHE_DIR``): ``<dir>/ab/cd/<hash>.lock``;
+- NEFF cache (``TORCH_NEURONX_NEFF_CACHE_DIR``), as TorchNeuron's source writes it (captured in
+  ``tests/standin/captures/torchneuron/neff_cache.json``): the C++ path's
+  ``<dir>/ab/cd/<key>.neff``, ``key`` 32 hex characters (XXH3_128), ``ab``/``cd`` its first two
+  pairs, with its atomic-write temp files ``.tmp.XXXXXX`` (mkstemp) beside it; the Python path's
+  ``<dir>/<sha256>/<sha256>.neff`` with its temp files ``tmpXXXXXXXX.tmp`` (NamedTemporaryFile);
+- NEFF locks (``TORCH_NEURONX_NEFF_LOCAL_CACHE_DIR``): ``<dir>/locks/<key>.lock`` (C++ path) and
+  ``<dir>/<sha256>/locks/compile.lock`` (Python path);
 - inductor (``TORCHINDUCTOR_CACHE_DIR``; torch/_inductor/codecache.py, as it writes on torch 2.13):
   its own sub-folders ``fxgraph``, ``aotautograd``, ``triton``, ``locks``, ``cache`` and
   ``precompiled_headers``, and generated code in two-character folders named after the code's
@@ -25,8 +28,11 @@ import shutil
 from pathlib import Path
 
 _HEX2 = re.compile(r"^[0-9a-f]{2}$")
-_NEFF = re.compile(r"^([0-9a-f]{4,})\.neff$|^\.([0-9a-f]{4,})\.neff\.\d+\.\d+\.tmp$")
-_LOCK = re.compile(r"^([0-9a-f]{4,})\.lock$")
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_NEFF = re.compile(r"^([0-9a-f]{32})\.neff$")
+_NEFF_TEMP = re.compile(r"^\.tmp\.[A-Za-z0-9]{6}$")
+_PY_NEFF_TEMP = re.compile(r"^tmp[a-z0-9_]{8}\.tmp$")
+_LOCK = re.compile(r"^([0-9a-f]{32})\.lock$")
 _INDUCTOR_DIRS = ("fxgraph", "aotautograd", "triton", "locks", "cache", "precompiled_headers")
 _CODE_DIR = re.compile(r"^[a-z0-9]{2}$")  # "j6", "35": the code hash's second and third characters
 _INDUCTOR_CODE = re.compile(r"^c([a-z0-9]{2})[a-z0-9]{30,}(\.[A-Za-z0-9_.]+)?$")
@@ -38,15 +44,28 @@ KIND_BY_VARIABLE = {
 }
 
 
-def _hashed_files(root: Path, pattern: re.Pattern) -> list[Path]:
+def _neff_files(root: Path) -> list[Path]:
+    """The C++ path's ``ab/cd/<key>.neff`` (and temp files) and the Python path's
+    ``<sha256>/<sha256>.neff`` (and temp files)."""
     found = []
     for first in (p for p in _dirs(root) if _HEX2.match(p.name)):
         for second in (p for p in _dirs(first) if _HEX2.match(p.name)):
             for file in _files(second):
-                match = pattern.match(file.name)
-                digest = next((g for g in match.groups() if g), None) if match else None
-                if digest and digest.startswith(first.name + second.name):
+                match = _NEFF.match(file.name)
+                if (match and match.group(1).startswith(first.name + second.name)) or _NEFF_TEMP.match(file.name):
                     found.append(file)
+    for folder in (p for p in _dirs(root) if _SHA256.match(p.name)):
+        found.extend(f for f in _files(folder) if f.name == f"{folder.name}.neff" or _PY_NEFF_TEMP.match(f.name))
+    return found
+
+
+def _lock_files(root: Path) -> list[Path]:
+    """``locks/<key>.lock`` (C++ path) and ``<sha256>/locks/compile.lock`` (Python path)."""
+    found = [f for f in _files(root / "locks") if _LOCK.match(f.name)] if (root / "locks").is_dir() else []
+    for folder in (p for p in _dirs(root) if _SHA256.match(p.name)):
+        lock = folder / "locks" / "compile.lock"
+        if lock.is_file() and not lock.is_symlink():
+            found.append(lock)
     return found
 
 
@@ -70,9 +89,9 @@ def entries(kind: str, root: str | Path) -> list[Path]:
     if not root.is_dir():
         return []
     if kind == "neff":
-        return _hashed_files(root, _NEFF)
+        return _neff_files(root)
     if kind == "neff-locks":
-        return _hashed_files(root, _LOCK)
+        return _lock_files(root)
     if kind != "inductor":
         raise ValueError(f"unknown cache kind {kind!r}")
     found: list[Path] = [root / name for name in _INDUCTOR_DIRS if (root / name).is_dir()

@@ -178,7 +178,8 @@ def doctor_report(settings: Settings) -> dict[str, Any]:
         from backend.model_source import transformer_heads
 
         # The same plan the app would run with: the cores app.py claimed before torch loaded.
-        plan = Device(info, instance_cores=settings.neuron_instance_cores).core_plan
+        device = Device(info, instance_cores=settings.neuron_instance_cores)
+        plan = device.core_plan
         heads = None
         try:
             heads = transformer_heads(resolve_model(settings.model, settings.cache_dir)[0])
@@ -189,6 +190,13 @@ def doctor_report(settings: Settings) -> dict[str, Any]:
             wanted["replicas"] = (settings.replicas, None)
         neuron["core_plan"] = plan.describe(wanted=wanted)
         neuron["fallback_execution_disabled"] = os.environ.get(device_env.FALLBACK_VAR)
+        from backend.device import compiler_on_path
+
+        # TorchNeuron runs neuronx-cc by name from PATH, for every compile (eager mode's too).
+        neuron["neuronx_cc"] = compiler_on_path()
+        neuron["neff_key"] = device.neff_key_fields()
+        neuron["lock_timeout"] = os.environ.get(device_env.LOCK_TIMEOUT_VAR)
+        neuron["collective_timeout"] = max(settings.tp_collective_timeout, settings.compile_timeout)
     try:
         path, label = resolve_model(settings.model, settings.cache_dir)
         report["model"] = {"spec": settings.model, "path": path, "label": label}
@@ -220,8 +228,18 @@ def doctor(settings: Settings, as_json: bool = False) -> int:
         print(f"NeuronCores   {plan_text(nx['core_plan'])}")
         fallback = nx["fallback_execution_disabled"]
         print(f"fallback      TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION={fallback} ("
-              + ("a failed Neuron compile fails the request" if fallback == "1"
-                 else "a failed Neuron compile silently runs eagerly") + ")")
+              + ("a failed torch.compile graph fails the request" if fallback == "1"
+                 else "a failed torch.compile graph silently runs eagerly")
+              + "); eager ops TorchNeuron cannot run go to the CPU silently: each run's record lists them")
+        cc = nx["neuronx_cc"]
+        print(f"neuronx-cc    {cc['path'] or 'NOT ON PATH: every compile will fail (activate the venv or add its bin/ to PATH)'}"
+              + (f" ({cc['version']})" if cc.get("version") else ""))
+        key = nx["neff_key"]
+        print(f"NEFF key      target {key['neuron_target']}, LNC {key['lnc']}, opt level "
+              f"{key['neuron_opt_level'] or 'default (-O1 eager, -O2 compiled)'}, NEURON_CC_FLAGS "
+              f"{key['neuron_cc_flags'] or 'none'}")
+        print(f"timeouts      NEFF lock {nx['lock_timeout']} s, collectives {nx['collective_timeout']:g} s "
+              f"(at least --compile-timeout {settings.compile_timeout:g} s)")
     for var, cache in report["caches"].items():
         print(f"cache         {var}={cache['dir']} ({cache['bytes'] / 1e6:.1f} MB)")
     model = report["model"]

@@ -41,6 +41,7 @@ class ShapeRecord:
     overhead: float | None = None  # encode + decode seconds, from the latest steady run
     bundle_compile_seconds: float | None = None  # warmed from a bundle: its compile seconds, made elsewhere
     warm_at: set[str] = dataclasses.field(default_factory=set)  # the places (engines' processes) it is warm in
+    warm_steps: set[int] = dataclasses.field(default_factory=set)  # step counts that ran to the end here
 
 
 class CompileTable:
@@ -84,6 +85,8 @@ class CompileTable:
             rec.state, rec.compiling_since, rec.error = WARM, None, None
             rec.warm_at.add(place)
             rec.bundle_compile_seconds = None  # it has run here now
+            if steps:
+                rec.warm_steps.add(steps)
             if compiles or neff_compiles or not was_warm:
                 rec.compiles, rec.compile_seconds, rec.neff_compiles = compiles, compile_seconds, neff_compiles
             if seconds is None:
@@ -203,7 +206,15 @@ class CompileTable:
                                    "note": "", "warm_on": None}
             if places is not None and len(places) > 1:
                 out["warm_on"] = [len(rec.warm_at.intersection(places)) if rec else 0, len(places)]
-            if state == WARM:
+            if state == WARM and exact_shapes and steps and rec.warm_steps and steps not in rec.warm_steps:
+                # On Neuron every eager op compiles per shape, and the scheduler's per-step tensors
+                # (its sigmas, one per step plus one) change length with the step count: a warm size
+                # at a new step count still compiles those ops.
+                out["will_compile"] = True
+                out["estimate_compile_seconds"] = None
+                out["note"] = (f"warm at {', '.join(map(str, sorted(rec.warm_steps)))} steps; {steps} steps "
+                               "compiles the scheduler's per-step ops first")
+            elif state == WARM:
                 out["note"] = "warm"
             elif state == COMPILING:
                 out["will_compile"] = True

@@ -19,16 +19,24 @@ starts. So:
 - serving in process while the group is down uses the app's cores only, so a restarted group
   finds its cores free once the dead ranks have exited.
 
-How big the instance is, in the cores ``NEURON_RT_VISIBLE_CORES`` counts (``detect_instance_cores``):
-Trainium2 and Trainium3 devices have 8 *physical* NeuronCores, and by default the runtime groups two
-into one *logical* core (LNC=2, ``NEURON_LOGICAL_NC_CONFIG``; "Logical NeuronCore configuration" in
-the Neuron docs). Every core index a process sees is logical: a trn2.3xlarge shows 4, a trn2.48xlarge
-64. The driver's sysfs ``core_count`` is the physical count and readable by root only, so the app
-asks, in order: ``--neuron-instance-cores`` (logical); ``neuron-ls``, which any user may run and
-which prints both counts per device (its "NEURON CORES" and "LOGICAL NC" columns, Neuron-LS user
-guide); the sysfs count divided by the LNC in force, where it is readable. Unknown, tensor
+How big the instance is, in the cores ``NEURON_RT_VISIBLE_CORES`` counts (``detect_instance_cores``),
+read from what the Neuron tools really print (captured on trn1/trn2 instances, with their sources, in
+``tests/standin/captures/neuron-ls/``): ``neuron-ls --json-output`` gives one object per Neuron
+device with ``nc_count`` (the *logical* NeuronCores at the LNC in force: 4 per Trainium2 device at
+LNC=2), ``neuroncore_ids``, ``memory_size`` (bytes) and, on newer tools, ``logical_neuroncore_config``
+and ``instance_type``. The text table (the fallback) has the same counts: its NEURON CORES column is
+already the logical count, with a NEURON CORE IDS range (tools 2.25+); a 2.21 beta printed the
+physical count there and a LOGICAL NC column beside it; 2.21-2.24 printed no id column (ids are then
+counted up device by device). ``--neuron-instance-cores`` overrides it all. Unknown, tensor
 parallelism is refused up front with a message naming ``--neuron-instance-cores``, rather than a
-rank dying at runtime start on a core that does not exist.
+rank dying at runtime start on a core that does not exist. The driver's sysfs is not read: its
+``core_count`` is undocumented as to physical or logical, and driver 2.31 moved its nodes.
+
+With the devices known, the plan keeps a launched engine's cores on one device where they fit
+(a tensor-parallel group then talks over one chip), and the app's own default core is the last one
+of the instance, so the groups start from core 0. At LNC=1 two NeuronCores share one HBM bank (a
+Trainium2 device has four 24 GB banks for its 8 physical cores) and FLUX.2-klein-4B in bf16 needs
+about 16 GB: each process then gets a whole bank — the first core of a pair, the second left idle.
 
 Pure Python, no torch: the app builds the plan before torch (and TorchNeuron) load.
 """
@@ -36,7 +44,6 @@ Pure Python, no torch: the app builds the plan before torch (and TorchNeuron) lo
 from __future__ import annotations
 
 import dataclasses
-import glob
 import os
 import re
 import shutil
@@ -45,9 +52,6 @@ from typing import Any, Callable, Mapping
 
 VISIBLE_CORES_VAR = "NEURON_RT_VISIBLE_CORES"
 LNC_VAR = "NEURON_LOGICAL_NC_CONFIG"
-DEFAULT_LNC = 2  # Trn2/Trn3, the only instances TorchNeuron runs on
-# Neuron driver sysfs (Neuron Sysfs User Guide): one folder per Neuron device, with its physical core count.
-SYSFS_DEVICES = "/sys/devices/virtual/neuron_device"
 INSTANCE_FLAG = "--neuron-instance-cores"
 
 
@@ -82,96 +86,195 @@ def format_cores(cores: list[int]) -> str:
 
 
 @dataclasses.dataclass(frozen=True)
+class NeuronDevice:
+    """One Neuron device (chip) as neuron-ls lists it: its logical core ids and its HBM."""
+
+    index: int
+    cores: tuple[int, ...]
+    memory_bytes: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
 class InstanceCores:
     """The instance's NeuronCores: ``logical`` (what core indices count; None: unknown), the
-    ``physical`` cores and the ``lnc`` behind them where known, and where the figures came from."""
+    ``physical`` cores and the ``lnc`` behind them where known, the ``devices`` (chips) with their
+    core ids where neuron-ls listed them, and where the figures came from."""
 
     logical: int | None
     physical: int | None = None
     lnc: int | None = None
     source: str = "unknown"
+    devices: tuple[NeuronDevice, ...] = ()
+    instance_type: str | None = None
+
+    def device_of(self, core: int) -> int | None:
+        return next((d.index for d in self.devices if core in d.cores), None)
+
+    def hbm_per_core(self) -> int | None:
+        """HBM bytes per logical core (a device's memory over its cores); None where unknown."""
+        sized = [d for d in self.devices if d.memory_bytes and d.cores]
+        return sized[0].memory_bytes // len(sized[0].cores) if sized else None
 
 
-def _lnc_in_force(environ: Mapping[str, str]) -> int | None:
-    text = environ.get(LNC_VAR, "").strip()
-    if not text:
-        return DEFAULT_LNC
-    return int(text) if text in ("1", "2") else None
+def _instance(devices: list[NeuronDevice], reported_lnc: int, source: str, instance_type: str | None,
+              environ: Mapping[str, str] | None) -> InstanceCores | None:
+    """The instance at the LNC in force (``NEURON_LOGICAL_NC_CONFIG``, else what neuron-ls reported):
+    neuron-ls reports the instance's configuration, which a process may override for itself (the
+    reading of TorchNeuron's own test harness, which doubles neuron-ls's ``nc_count`` on trn2 at
+    ``NEURON_LOGICAL_NC_CONFIG=1``: ``conftest.py``, ``utils.get_worker_multiplier``)."""
+    devices = _number_cores(devices)
+    environ = os.environ if environ is None else environ
+    wanted = environ.get(LNC_VAR, "").strip()
+    lnc = int(wanted) if wanted in ("1", "2") else reported_lnc
+    if lnc != reported_lnc:  # the same physical cores, grouped otherwise
+        devices = [dataclasses.replace(d, cores=tuple(range(d.cores[0] * reported_lnc // lnc,
+                                                            (d.cores[-1] + 1) * reported_lnc // lnc)))
+                   for d in devices]
+    logical = sum(len(d.cores) for d in devices)
+    if not logical:
+        return None
+    return InstanceCores(logical, logical * lnc, lnc, source, tuple(devices), instance_type)
 
 
-def parse_neuron_ls(text: str) -> InstanceCores | None:
-    """Counts from ``neuron-ls``'s table: per device "NEURON CORES" (physical) and, on Trn2/Trn3,
-    "LOGICAL NC"; the ``logical-neuroncore-config:`` header line gives the LNC. None if no table."""
+def parse_neuron_ls_json(text: str, environ: Mapping[str, str] | None = None) -> InstanceCores | None:
+    """Counts from ``neuron-ls --json-output``: one object per device with ``nc_count`` (logical),
+    ``neuroncore_ids``, ``memory_size`` (bytes), and on newer tools ``logical_neuroncore_config`` and
+    ``instance_type``. The LNC, where the output lacks it, is the one in force. None if unreadable."""
+    import json
+
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(data, list) or not all(isinstance(d, dict) for d in data):
+        return None
+    devices, lncs, types = [], set(), set()
+    try:
+        for entry in data:
+            ids = entry.get("neuroncore_ids")  # where the ids and nc_count disagree, the ids are the cores
+            cores = tuple(int(i) for i in ids) if isinstance(ids, list) else (None,) * int(entry["nc_count"])
+            devices.append(NeuronDevice(int(entry["neuron_device"]), cores,
+                                        int(entry["memory_size"]) if entry.get("memory_size") else None))
+            if entry.get("logical_neuroncore_config") is not None:
+                lncs.add(int(entry["logical_neuroncore_config"]))
+            if entry.get("instance_type"):
+                types.add(str(entry["instance_type"]))
+    except (KeyError, TypeError, ValueError):
+        return None
+    if len(lncs) > 1:
+        return None
+    # No logical_neuroncore_config (trn1, whose cores are not grouped): LNC 1.
+    return _instance(devices, lncs.pop() if lncs else 1, "neuron-ls", types.pop() if len(types) == 1 else None, environ)
+
+
+def _number_cores(devices: list[NeuronDevice]) -> list[NeuronDevice]:
+    """Devices listed without core ids get theirs counted up in device order (as the runtime numbers them)."""
+    out, next_core = [], 0
+    for device in sorted(devices, key=lambda d: d.index):
+        cores = device.cores if None not in device.cores else tuple(range(next_core, next_core + len(device.cores)))
+        out.append(dataclasses.replace(device, cores=cores))
+        next_core = max(cores, default=next_core - 1) + 1
+    return out
+
+
+def _memory_bytes(text: str) -> int | None:
+    match = re.fullmatch(r"(\d+)\s*GB", text.strip())
+    return int(match.group(1)) * 2**30 if match else None  # "96 GB" is memory_size 103079215104 in the JSON
+
+
+def parse_neuron_ls(text: str, environ: Mapping[str, str] | None = None) -> InstanceCores | None:
+    """Counts from ``neuron-ls``'s text table (tools 2.21 to 2.34, as captured): per device its
+    NEURON CORES (logical), NEURON CORE IDS and NEURON MEMORY; a 2.21 beta's LOGICAL NC column (its
+    NEURON CORES then physical); the ``logical-neuroncore-config:`` header line gives the LNC (absent
+    on trn1, whose LNC is 1). None if no table."""
     header_lnc = re.search(r"^logical-neuroncore-config:\s*(\d+)", text, re.M)
+    header_type = re.search(r"^instance-type:\s*(\S+)", text, re.M)
     rows = [[cell.strip() for cell in line.strip().strip("|").split("|")]
             for line in text.splitlines() if line.strip().startswith("|")]
     names: list[str] = []
-    physical = logical = 0
+    devices: list[NeuronDevice] = []
+    grouped: int | None = None  # physical per logical, where a column says it
     for cells in rows:
         if cells and cells[0].isdigit():
             if not names:
                 return None
             column = dict(zip(names, cells))
             try:
-                physical += int(column["NEURON CORES"])
-                if "LOGICAL NC" in column:
-                    logical += int(column["LOGICAL NC"])
+                if "LOGICAL NC" in column:  # the 2.21 beta: NEURON CORES is physical there
+                    count = int(column["LOGICAL NC"])
+                    grouped = int(column["NEURON CORES"]) // count
+                else:
+                    count = int(column["NEURON CORES"])
+                ids = column.get("NEURON CORE IDS")
+                cores = tuple(parse_cores(ids)) if ids else (None,) * count
             except (KeyError, ValueError):
                 return None
+            if len(cores) != count:
+                return None
+            devices.append(NeuronDevice(int(cells[0]), cores, _memory_bytes(column.get("NEURON MEMORY", ""))))
+        elif cells and not cells[0] and names:
+            continue  # a device's second process line: nothing about cores
         elif not any(cell.isdigit() for cell in cells):  # a header line: join it onto the column names
             names = [f"{old} {new}".strip() for old, new in zip(names, cells)] if names else cells
-    if not physical:
+    if not devices:
         return None
-    lnc = int(header_lnc.group(1)) if header_lnc else (physical // logical if logical else None)
-    if not logical:
-        logical = physical // lnc if lnc else None
-    return InstanceCores(logical, physical, lnc, "neuron-ls")
+    # The line is printed "only on trn2 instances" (the Neuron-LS guide): without it, LNC 1 (trn1).
+    lnc = int(header_lnc.group(1)) if header_lnc else (grouped or 1)
+    return _instance(devices, lnc, "neuron-ls", header_type.group(1) if header_type else None, environ)
 
 
-def _read_sysfs(sysfs: str) -> tuple[int | None, str]:
-    total, paths = 0, glob.glob(os.path.join(sysfs, "neuron*", "core_count"))
-    for path in paths:
-        try:
-            with open(path, encoding="ascii") as fh:
-                total += int(fh.read().strip())
-        except PermissionError:
-            return None, f"{path} is readable by root only"
-        except (OSError, ValueError) as exc:
-            return None, f"{path}: {exc}"
-    return (total or None), ("" if paths else f"no Neuron driver sysfs at {sysfs}")
+_DETECTED: dict[tuple, InstanceCores] = {}
 
 
-def detect_instance_cores(override: int | None = None, *, sysfs: str = SYSFS_DEVICES,
-                          neuron_ls: str | None = "neuron-ls",
+def detect_instance_cores(override: int | None = None, *, neuron_ls: str | None = "neuron-ls",
                           environ: Mapping[str, str] | None = None,
                           run: Callable[..., Any] = subprocess.run) -> InstanceCores:
     """The instance's logical NeuronCores: the override (``--neuron-instance-cores``), else
-    ``neuron-ls``, else the driver's sysfs (physical) divided by the LNC in force. Never needs root."""
+    ``neuron-ls --json-output``, else its text table. Never needs root. Asked once per process (the
+    instance does not change under it)."""
     environ = os.environ if environ is None else environ
     if override is not None:
         return InstanceCores(int(override), source=INSTANCE_FLAG)
-    why = []
     tool = shutil.which(neuron_ls, path=environ.get("PATH")) if neuron_ls else None
-    if tool:
-        try:
-            proc = run([tool], capture_output=True, text=True, timeout=20, env=dict(environ))
-            found = parse_neuron_ls(proc.stdout) if proc.returncode == 0 else None
-            if found is not None and found.logical:
-                return found
-            why.append(f"neuron-ls gave no device table (exit {proc.returncode}: "
-                       f"{(proc.stderr or proc.stdout).strip()[:200]})")
-        except (OSError, subprocess.SubprocessError) as exc:
-            why.append(f"neuron-ls failed: {exc}")
-    else:
+    key = (tool, frozenset(environ.items()), run)
+    if key in _DETECTED:
+        return _DETECTED[key]
+    why = []
+    if not tool:
         why.append("neuron-ls is not on PATH")
-    physical, sysfs_why = _read_sysfs(sysfs)
-    if physical:
-        lnc = _lnc_in_force(environ)
-        if lnc is None:
-            return InstanceCores(None, physical, None, f"unknown: {LNC_VAR}={environ.get(LNC_VAR)!r} is not 1 or 2")
-        return InstanceCores(physical // lnc, physical, lnc, "sysfs")
-    why.append(sysfs_why)
-    return InstanceCores(None, source="unknown: " + "; ".join(w for w in why if w))
+    for argv, parse in (([tool, "--json-output"], parse_neuron_ls_json), ([tool], parse_neuron_ls)) if tool else ():
+        try:
+            proc = run(argv, capture_output=True, text=True, timeout=20, env=dict(environ))
+        except (OSError, subprocess.SubprocessError) as exc:
+            why.append(f"{' '.join(argv[1:]) or 'neuron-ls'} failed: {exc}")
+            continue
+        found = parse(proc.stdout, environ) if proc.returncode == 0 else None
+        if found is not None and found.logical:
+            _DETECTED[key] = found
+            return found
+        why.append(f"neuron-ls {' '.join(argv[1:])} gave no device table (exit {proc.returncode}: "
+                   f"{(proc.stderr or proc.stdout).strip()[:200]})".replace("neuron-ls  ", "neuron-ls "))
+    found = InstanceCores(None, source="unknown: " + "; ".join(why))
+    _DETECTED[key] = found
+    return found
+
+
+def claim_app_cores(neuron_cores: str | None, instance_cores: int | None) -> str:
+    """Set this (the app's) process's NeuronCores before its runtime starts: ``--neuron-cores``,
+    else an inherited ``NEURON_RT_VISIBLE_CORES``, else ``default_app_cores`` of the instance."""
+    from backend import device_env
+
+    return device_env.claim_neuron_cores(neuron_cores, lambda: default_app_cores(detect_instance_cores(instance_cores)))
+
+
+def default_app_cores(instance: InstanceCores) -> str:
+    """The app's own core when nothing names one: the instance's last (at LNC=1 the first core of
+    the last HBM bank), so launched engines take cores from 0 up and a tensor-parallel group stays
+    on one chip; "0" where the instance is unknown."""
+    if not instance.logical:
+        return "0"
+    last = instance.logical - 1
+    return str(last - last % 2 if instance.lnc == 1 else last)
 
 
 class CoresDoNotFit(ValueError):
@@ -197,12 +300,32 @@ class CorePlan:
     def instance_cores(self) -> int | None:
         return self.instance.logical
 
+    @property
+    def whole_banks(self) -> bool:
+        """At LNC=1 two cores share one HBM bank: each process gets a bank (its first core)."""
+        return self.instance.lnc == 1
+
+    def _bank(self, core: int) -> int:
+        return core // 2 if self.whole_banks else core
+
     def free_cores(self, ignoring: str | None = None) -> list[int] | None:
-        """Cores neither the app nor any engine holds (``ignoring`` one owner's own claim)."""
+        """Cores neither the app nor any engine holds (``ignoring`` one owner's own claim); at LNC=1
+        the first core of each bank no process holds a core of."""
         if self.instance_cores is None:
             return None
         held = {c for owner, cores in self.claims.items() if owner != ignoring for c in cores}
-        return [c for c in range(self.instance_cores) if c not in self.app_cores and c not in held]
+        taken = {self._bank(c) for c in (*self.app_cores, *held)}
+        return [c for c in range(self.instance_cores) if self._bank(c) not in taken
+                and (not self.whole_banks or c % 2 == 0)]
+
+    def _pick(self, free: list[int], count: int) -> list[int]:
+        """``count`` of the free cores, on one device where one has room (the first such device),
+        else in order across devices."""
+        for device in self.instance.devices:
+            here = [c for c in free if c in device.cores]
+            if len(here) >= count:
+                return here[:count]
+        return free[:count]
 
     def cores_for(self, owner: str, count: int, heads: int | None = None) -> list[int]:
         """The cores ``owner`` would get for ``count`` processes (one core each), without claiming
@@ -216,7 +339,7 @@ class CorePlan:
                 f"{what} need {count} free NeuronCores, but this instance's "
                 f"NeuronCore count is unknown ({self.instance.source.removeprefix('unknown: ')}); give it "
                 f"with {INSTANCE_FLAG} N: logical cores, as NEURON_RT_VISIBLE_CORES counts them "
-                f"(neuron-ls shows them as LOGICAL NC; 4 on a trn2.3xlarge, 64 on a trn2.48xlarge)")
+                f"(neuron-ls's NEURON CORES; 4 on a trn2.3xlarge, 64 on a trn2.48xlarge at LNC=2)")
         if count > len(free):
             fits = [d for d in range(1, len(free) + 1) if heads is None or heads % d == 0]
             others = "".join(f", the {_OWNER_WORDS.get(o, (o, o))[1]} hold {format_cores(list(c))}"
@@ -225,9 +348,15 @@ class CorePlan:
                 f"{what} need {count} NeuronCores, but the instance has "
                 f"{self.instance_cores}{self._physical_note()} and the app holds "
                 f"{format_cores(list(self.app_cores))}{others}; {len(free)} are free "
-                f"({format_cores(free) or 'none'}), so {counts} that fit are {', '.join(map(str, fits)) or 'none'} "
-                f"(or give the app fewer cores with --neuron-cores)")
-        return free[:count]
+                f"({format_cores(free) or 'none'}{self._bank_note()}), so {counts} that fit are "
+                f"{', '.join(map(str, fits)) or 'none'} (or give the app fewer cores with --neuron-cores)")
+        return self._pick(free, count)
+
+    def _bank_note(self) -> str:
+        if not self.whole_banks:
+            return ""
+        return ("; at LNC=1 two NeuronCores share one HBM bank and a pipeline needs most of one, so each "
+                "process gets a whole bank: its first core, the second left idle")
 
     def claim(self, owner: str, count: int, heads: int | None = None) -> list[int]:
         """Claim cores for ``owner`` (replacing its earlier claim); CoresDoNotFit as ``cores_for``."""
@@ -238,10 +367,6 @@ class CorePlan:
     def release(self, owner: str) -> None:
         """``owner``'s processes are gone: its cores are free again."""
         self.claims.pop(owner, None)
-
-    def tp_cores(self, degree: int, heads: int | None = None) -> list[int]:
-        """Cores for tensor-parallel ranks 0..degree-1 (``cores_for`` the tensor-parallel owner)."""
-        return self.cores_for("tensor-parallel", degree, heads)
 
     def _physical_note(self) -> str:
         if self.instance.physical and self.instance.lnc:
@@ -278,6 +403,11 @@ class CorePlan:
             "free_cores": None if free is None else format_cores(free),
             "tp_degree": tp.get("count"), "tp_cores": tp.get("cores"), "tp_error": tp.get("error"),
             "engines": engines,
+            "devices": [{"device": d.index, "cores": format_cores(list(d.cores)), "memory_bytes": d.memory_bytes}
+                        for d in self.instance.devices],
+            "hbm_per_core_bytes": self.instance.hbm_per_core(),
+            "whole_banks": self.whole_banks,
+            "instance_type": self.instance.instance_type,
         }
 
 
@@ -309,7 +439,12 @@ def plan_text(plan: dict[str, Any]) -> str:
         text += f" · instance {instance} logical"
         if plan.get("physical_cores") and plan.get("lnc"):
             text += f" = {plan['physical_cores']} physical / LNC {plan['lnc']}"
-        text += f" (from {plan.get('source')})"
+        if plan.get("devices"):
+            text += f" on {len(plan['devices'])} device{'s' if len(plan['devices']) > 1 else ''}"
+        text += f" (from {plan.get('source')}" + (f", {plan['instance_type']}" if plan.get("instance_type") else "") + ")"
+        if plan.get("hbm_per_core_bytes"):
+            text += f", HBM {plan['hbm_per_core_bytes'] / 2**30:g} GiB per core" + (
+                " (two cores share a bank: one process per bank)" if plan.get("whole_banks") else "")
     if plan.get("free_cores") is not None:
         text += f", free {plan['free_cores'] or 'none'}"
     for entry in engines.values():

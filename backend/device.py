@@ -24,6 +24,9 @@ import dataclasses
 import importlib
 import importlib.util
 import os
+import re
+import shutil
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -37,13 +40,23 @@ from backend import device_env
 from backend.errors import DeviceUnavailable
 from backend.settings import Settings
 
-NEFF_COUNTERS = {
+# What the app reads from TorchNeuron, each checked against a captured artefact of its source
+# (tests/standin/captures/torchneuron/*.json; tests/neuron/test_captures.py):
+NEFF_COUNTERS = {  # metrics.json: counters, None before their first increment
     "neff_compiles": "CompilationCache.TotalCompilations",
     "neff_memory_hits": "CompilationCache.InMemoryHits",
     "neff_disk_hits": "CompilationCache.PersistentHits",
 }
-# neuronx-cc's time for every NEFF built, in microseconds (a metric, read with get_metric_data).
+# metrics.json: neuronx-cc's time for every NEFF built, summed in get_metric_data(...)["accumulator"],
+# in NANOSECONDS (TORCH_NEURONX_TIME_METRIC stores duration_cast<nanoseconds>; TorchNeuron's own
+# stats helper labels the sum "us", wrongly).
 NEFF_COMPILE_TIME = "CompilationCache.CompilationTime"
+NEFF_COMPILE_TIME_PER_SECOND = 1e9
+# errors.json: a failed neuronx-cc run reaches Python as a plain RuntimeError with this text
+# (ErrorHandler.cpp's HandleCompilationError, or CompilationCache.cpp's ThrowCompilationError);
+# "NRT Execution error occurred ..." is the runtime failing to run a NEFF, not a compile.
+COMPILE_ERROR_MARKS = ("Compilation error occurred on Neuron for operation=", "Compilation failed for cache key '")
+_COMPILER_MESSAGE = re.compile(r'error message="(COMPILATION FAILED: [^\n]*?)"?$', re.M)
 PROCESS_GROUP_BACKENDS = {"neuron": "neuron", "cuda": "nccl", "cpu": "gloo"}
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -91,7 +104,7 @@ class DeviceInfo:
 
 def resolve_device(settings: Settings) -> DeviceInfo:
     """Pick the device per settings.device; raise DeviceUnavailable when an explicit one is missing."""
-    device_env.prepare_environment(settings.cache_dir)
+    device_env.prepare_environment(settings.cache_dir, settings.compile_timeout)
     installed = neuron_installed()
     neuronx = load_torch_neuronx() if installed and settings.device in ("auto", "neuron") else None
     cores = _neuron_cores(neuronx)
@@ -155,7 +168,7 @@ def rank_device_info(settings: Settings) -> DeviceInfo:
     Under torchrun, any ``torch.neuron`` query before ``init_process_group("neuron")`` starts the
     Neuron runtime, and the init then fails (diffusers' own Neuron TP worker touches nothing
     before it); the rank learns its device index after the init (``Device.bind_rank``)."""
-    device_env.prepare_environment(settings.cache_dir)
+    device_env.prepare_environment(settings.cache_dir, settings.compile_timeout)
     kind = settings.device
     if kind not in ("neuron", "cuda", "cpu"):
         raise DeviceUnavailable(f"a tensor-parallel rank needs the app's resolved device, got {kind!r}")
@@ -175,20 +188,43 @@ def is_compile_error(exc: BaseException) -> bool:
     """True when ``exc`` (or what it wraps) is a compiler's failure rather than the model's.
 
     dynamo reports a backend that fails while compiling as ``BackendCompilerFailed``. The neuron
-    backend compiles later, at the graph's first execution (or the next synchronize), so its errors
-    come from the run: TorchNeuron's own error types (``torch_neuronx``, a name with "Compil") or
-    neuronx-cc's words. This is the one place that knows those signs."""
+    backend compiles later, at the graph's first execution (or the next synchronize), and eager ops
+    compile as they run, so Neuron's compile errors come from the run as plain RuntimeErrors: known
+    by TorchNeuron's own words for them (``COMPILE_ERROR_MARKS``, from the captured texts). This is
+    the one place that knows those signs."""
     seen: BaseException | None = exc
     while seen is not None:
-        cls = type(seen)
         if isinstance(seen, torch._dynamo.exc.BackendCompilerFailed):
             return True
-        if cls.__module__.startswith("torch_neuronx") and "compil" in cls.__name__.lower():
-            return True
-        if "neuronx-cc" in str(seen).lower():
+        if any(mark in str(seen) for mark in COMPILE_ERROR_MARKS):
             return True
         seen = getattr(seen, "inner_exception", None) or seen.__cause__
     return False
+
+
+def compile_error_text(exc: BaseException) -> str:
+    """The line worth showing from a compile error: TorchNeuron's ``COMPILATION FAILED: <the
+    compiler's last line>`` where the text has one, else the error's first line."""
+    text = str(exc)
+    found = _COMPILER_MESSAGE.search(text)
+    if found:
+        return found.group(1)
+    lines = text.strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
+def compiler_on_path(environ=None) -> dict[str, Any]:
+    """Where ``neuronx-cc`` is found on PATH (TorchNeuron runs it by name: execvp / shutil.which) and
+    its version: ``{"path": str | None, "version": str | None}``."""
+    path = shutil.which("neuronx-cc", path=(environ or os.environ).get("PATH"))
+    version = None
+    if path:
+        try:
+            proc = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60)
+            version = (proc.stdout or proc.stderr).strip().splitlines()[0] if (proc.stdout or proc.stderr).strip() else None
+        except (OSError, subprocess.SubprocessError) as exc:
+            version = f"unknown ({exc})"
+    return {"path": path, "version": version}
 
 
 class CompileEvents:
@@ -263,10 +299,17 @@ class Device:
         if self.kind != "neuron":
             return None
         if self._core_plan is None:
-            from backend.core_plan import detect_instance_cores, make_plan
+            from backend.core_plan import CorePlan, InstanceCores, default_app_cores, detect_instance_cores, \
+                make_plan, parse_cores
 
-            own = os.environ.get(device_env.VISIBLE_CORES_VAR) or "0"
-            self._core_plan = make_plan(own, detect_instance_cores(self._instance_cores))
+            instance = detect_instance_cores(self._instance_cores)
+            own = os.environ.get(device_env.VISIBLE_CORES_VAR) or default_app_cores(instance)
+            try:
+                self._core_plan = make_plan(own, instance)
+            except ValueError as exc:
+                # Kept, not raised again on every status poll: the plan is then of unknown size and
+                # every engine's start is refused with this reason.
+                self._core_plan = CorePlan(InstanceCores(None, source=f"unknown: {exc}"), tuple(parse_cores(own)))
         return self._core_plan
 
     def bind_rank(self, local_rank: int) -> None:
@@ -338,8 +381,31 @@ class Device:
             return {}
         metrics = importlib.import_module("torch_neuronx.metrics")
         out: dict[str, float] = {key: int(metrics.get_counter_value(name) or 0) for key, name in NEFF_COUNTERS.items()}
-        out["neff_compile_seconds"] = _metric_total(getattr(metrics, "get_metric_data", None), NEFF_COMPILE_TIME) / 1e6
+        data = metrics.get_metric_data(NEFF_COMPILE_TIME)  # None before the first NEFF is built
+        out["neff_compile_seconds"] = float(data["accumulator"]) / NEFF_COMPILE_TIME_PER_SECOND if data else 0.0
         return out
+
+    def fallback_ops(self) -> list[str]:
+        """Ops that ran on the host instead of the NeuronCore since the last call (TorchNeuron's CPU
+        fallback: unsupported or failed eager ops run on the CPU silently), read and then cleared so
+        the next run starts afresh; [] off Neuron. Sorted: TorchNeuron keeps them in a set."""
+        if self._neuronx is None:
+            return []
+        ops = sorted(str(op) for op in self._neuronx.get_fallback_ops())
+        self._neuronx.clear_op_tracking()
+        return ops
+
+    def neff_key_fields(self) -> dict[str, Any]:
+        """What TorchNeuron puts in every NEFF's cache key besides the program (KernelExecution.cpp,
+        captured in neff_cache.json): the chip target, the logical-core config, the compiler's
+        optimisation level override and NEURON_CC_FLAGS. A NEFF made with other values misses; the
+        compiler's version is not in the key. None off Neuron."""
+        if self._neuronx is None:
+            return {"neuron_target": None, "lnc": None, "neuron_opt_level": None, "neuron_cc_flags": None}
+        utils = importlib.import_module("torch_neuronx.utils")
+        return {"neuron_target": str(utils.get_platform_target()), "lnc": int(utils.get_lnc_setting()),
+                "neuron_opt_level": os.environ.get("NEURON_COMPILER_OPT_LEVEL") or None,
+                "neuron_cc_flags": os.environ.get("NEURON_CC_FLAGS") or ""}
 
     def compile_snapshot(self) -> dict[str, float]:
         """Counters to diff around a region: dynamo graphs (+ their seconds) and NEFF compiles.
@@ -415,21 +481,6 @@ class Device:
             removed += cache_layout.remove(folder, cache_layout.entries(kind, folder))
         self.cache_info(fresh=True)  # the status shows the emptied folders at once
         return removed
-
-
-def _metric_total(get_metric_data, name: str) -> float:
-    """The accumulated value of a TorchNeuron metric: ``get_metric_data`` may give None (no sample
-    yet), a number, a (samples, accumulator, ...) tuple as torch-xla's metrics do, or a dict."""
-    if get_metric_data is None:
-        return 0.0
-    data = get_metric_data(name)
-    if data is None:
-        return 0.0
-    if isinstance(data, (int, float)):
-        return float(data)
-    if isinstance(data, dict):
-        return float(data.get("accumulator", data.get("sum", data.get("total", 0.0))) or 0.0)
-    return float(data[1]) if len(data) > 1 else 0.0
 
 
 def diff_counters(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:

@@ -15,6 +15,14 @@ loads. So the app sets them here, from the settings, before anything imports tor
 - ``TORCHINDUCTOR_CACHE_DIR``: the persistent inductor cache for cpu/cuda, likewise.
 - ``NEURON_RT_VISIBLE_CORES``: the NeuronCores this process claims when its runtime starts
   (``claim_neuron_cores``; see ``backend.core_plan``). Unset, the runtime would reserve every core.
+- ``TORCH_NEURONX_NEFF_CACHE_LOCK_TIMEOUT``: TorchNeuron breaks another process's compile lock
+  after this many seconds (default 1200, ``FileLock.h``); the app keeps it at least its own compile
+  allowance (``--compile-timeout``) unless the user set it, so a rank compiling a long NEFF is not
+  raced by another that decided the lock was stale.
+- ``PATH``: TorchNeuron runs ``neuronx-cc`` by name (``execvp`` / ``shutil.which``); the
+  interpreter's folder goes first on PATH (where the compiler of a virtualenv is) when it is not on
+  PATH already, so an app started as ``/path/venv/bin/python app.py`` without activating the venv
+  (systemd, a supervisor) and its workers still find it.
 
 This module imports no torch; ``backend.device`` checks that it ran.
 """
@@ -23,6 +31,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Callable
 
 NEFF_CACHE_VAR = "TORCH_NEURONX_NEFF_CACHE_DIR"
 NEFF_LOCAL_CACHE_VAR = "TORCH_NEURONX_NEFF_LOCAL_CACHE_DIR"
@@ -31,16 +40,21 @@ VISIBLE_CORES_VAR = "NEURON_RT_VISIBLE_CORES"
 NEURON_METRICS_VAR = "TORCH_NEURONX_METRICS_ENABLED"
 INDUCTOR_CACHE_VAR = "TORCHINDUCTOR_CACHE_DIR"
 AUTOLOAD_VAR = "TORCH_DEVICE_BACKEND_AUTOLOAD"
+LOCK_TIMEOUT_VAR = "TORCH_NEURONX_NEFF_CACHE_LOCK_TIMEOUT"
+DEFAULT_LOCK_TIMEOUT = 1200  # seconds (FileLock.h kDefaultTimeoutSeconds; captured in neff_cache.json)
 
 _prepared: dict[str, str] = {}
 
 
-def prepare_environment(cache_root: Path) -> dict[str, str]:
+def prepare_environment(cache_root: Path, compile_timeout: float = 1800.0) -> dict[str, str]:
     """Set the app-owned cache variables the user has not set. Returns {variable: value} in force.
 
     Call it before torch is imported; the CLI and app.py do. Inductor reads its variable lazily, so
     a later call (tests, embedding programs) still takes effect there.
     """
+    import math
+    import sys
+
     cache_root = Path(cache_root).expanduser().resolve()
     wanted = {
         NEFF_CACHE_VAR: str(cache_root / "neff"),
@@ -48,11 +62,16 @@ def prepare_environment(cache_root: Path) -> dict[str, str]:
         INDUCTOR_CACHE_VAR: str(cache_root / "inductor"),
         NEURON_METRICS_VAR: "1",
         FALLBACK_VAR: "1",
+        LOCK_TIMEOUT_VAR: str(max(DEFAULT_LOCK_TIMEOUT, math.ceil(compile_timeout))),
     }
     for var, value in wanted.items():
         if not os.environ.get(var):
             os.environ[var] = value
         _prepared[var] = os.environ[var]
+    folder = os.path.dirname(os.path.abspath(sys.executable))
+    path = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p]
+    if folder not in path:
+        os.environ["PATH"] = os.pathsep.join([folder, *path])
     for var in CACHE_VARS:
         Path(_prepared[var]).mkdir(parents=True, exist_ok=True)
     return dict(_prepared)
@@ -63,14 +82,15 @@ CACHE_VARS = (NEFF_CACHE_VAR, NEFF_LOCAL_CACHE_VAR, INDUCTOR_CACHE_VAR)
 NEURON_CACHE_VARS = (NEFF_CACHE_VAR, NEFF_LOCAL_CACHE_VAR)
 
 
-def claim_neuron_cores(app_cores: str | None) -> str:
+def claim_neuron_cores(app_cores: str | None, default: "Callable[[], str] | None" = None) -> str:
     """Set ``NEURON_RT_VISIBLE_CORES`` for this (the app's) process before its runtime starts.
 
-    ``app_cores`` (``--neuron-cores``) wins; else an inherited value is kept; else core "0". Once
-    set here it is not changed again in this process (the runtime reads it once). Returns it.
+    ``app_cores`` (``--neuron-cores``) wins; else an inherited value is kept; else ``default()``
+    (``backend.core_plan.default_app_cores``: the instance's last core), else core "0". Once set
+    here it is not changed again in this process (the runtime reads it once). Returns it.
     """
     if VISIBLE_CORES_VAR not in _prepared:
-        value = app_cores or os.environ.get(VISIBLE_CORES_VAR) or "0"
+        value = app_cores or os.environ.get(VISIBLE_CORES_VAR) or (default() if default else "0")
         os.environ[VISIBLE_CORES_VAR] = value
         _prepared[VISIBLE_CORES_VAR] = value
     return _prepared[VISIBLE_CORES_VAR]

@@ -61,6 +61,7 @@ class Manager:
         self.load_error: str | None = None
         self.last_error: str | None = None
         self.warm_only = settings.warm_only
+        self.fallback_ops: dict[str, set[str]] = {}  # op that ran on the host -> the "mode shape"s it ran in
         self.records: list[GenerationResult] = []
         self._state_lock = threading.Lock()
         self._jobs: dict[int, dict[str, Any]] = {}  # running generations, by id
@@ -103,10 +104,10 @@ class Manager:
         try:
             if self._card_error is not None:
                 raise self._card_error
-            from backend import device_env
+            from backend.core_plan import claim_app_cores
 
             # Before the device layer loads torch (and TorchNeuron): this process's own NeuronCores.
-            device_env.claim_neuron_cores(self.settings.neuron_cores)
+            claim_app_cores(self.settings.neuron_cores, self.settings.neuron_instance_cores)
             from backend.device import Device, resolve_device
             from backend.engines import build_engines
             from backend.model_source import prompt_token_counter, resolve_model
@@ -413,6 +414,8 @@ class Manager:
         self.table.record(result)
         with self._state_lock:
             self.records = (self.records + [result])[-_KEEP_RECORDS:]
+            for op in result.fallback_ops:  # Neuron's silent CPU fallback, for the System tab and doctor
+                self.fallback_ops.setdefault(op, set()).add(f"{result.mode} {result.shape}")
         return out.image, result
 
     def cancel(self, *, caller: Caller = LOCAL_OPERATOR) -> bool:
@@ -515,6 +518,7 @@ class Manager:
         with self._state_lock:
             running = [{k: (str(v) if k == "shape" else v) for k, v in job.items() if k not in ("owner", "cancel")}
                        for job in self._jobs.values()]  # a page session is its own business, not the room's
+            host_ops = {op: sorted(where) for op, where in sorted(self.fallback_ops.items())}
         for job in running:
             job["elapsed"] = round(now - job.pop("started"), 3)
         device, engines = self.device, list(self.engines.values())
@@ -542,4 +546,5 @@ class Manager:
             "neuron_cores": self._core_plan_status(),
             "degraded": next((why for why in (e.degraded() for e in self._launched) if why), None),
             "bundle": self.bundle,
+            "fallback_ops": host_ops,
         }

@@ -58,6 +58,8 @@ class GenerationResult:
     engine: str = "in-process"  # the engine that served it (its name)
     place: str = "app"  # the process that ran it: app, tp, replica N (the compile table's places)
     typed: str | None = None  # what the person typed, when ``prompt`` (what the model drew) is its reading
+    fallback_ops: list[str] = dataclasses.field(default_factory=list)  # Neuron: ops that ran on the host (CPU fallback)
+    rank_neff_compiles: list[int] | None = None  # tensor-parallel: each rank's NEFFs; neff_compiles is their sum
 
     @classmethod
     def of(cls, request: GenerationRequest, out: "EngineOutput", *, device: str, model: str, engine: str,
@@ -95,6 +97,8 @@ class EngineOutput:
     decode: float
     world_size: int = 1  # ranks that computed it
     place: str = "app"  # the process that ran it
+    fallback_ops: list[str] = dataclasses.field(default_factory=list)  # Neuron: ops that ran on the host
+    rank_neff_compiles: list[int] | None = None  # tensor-parallel: each rank's NEFFs (neff_compiles is their sum)
 
     def to_json(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "image"}

@@ -50,8 +50,14 @@ class Settings:
     tp_stall_timeout: float = 60.0  # no progress message for this long (outside compiles): hung
     tp_start_timeout: float = 600.0
     tp_torchrun_args: str = ""  # extra torchrun options, e.g. "--rdzv-endpoint localhost:29500"
-    # A collective that waits longer than this ends the request (the process group's timeout).
+    # A collective that waits longer than this ends the request (the process group's timeout). On
+    # Neuron it is raised to at least compile_timeout: TorchNeuron's watchdog starts a collective's
+    # clock when it is enqueued, and eager ops compile one at a time before it runs.
     tp_collective_timeout: float = 300.0
+    # How long one shape's compile may take (seconds): a silent worker is not hung for this long,
+    # and on Neuron the NEFF cache's lock timeout and the collective timeout are kept at least as
+    # long (TorchNeuron breaks another process's compile lock after TORCH_NEURONX_NEFF_CACHE_LOCK_TIMEOUT).
+    compile_timeout: float = 1800.0
     # Replicas: worker processes, each a whole copy of the pipeline on its own device (NeuronCore,
     # CUDA device, share of the CPU), serving the in-process modes side by side; 0: none at start.
     replicas: int = 0
@@ -143,6 +149,16 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"expected a number of seconds, got {text!r}") from None
+    if not value > 0:
+        raise ValueError(f"expected a positive number of seconds, got {text!r}")
+    return value
+
+
 def _whole(text: str) -> int:
     try:
         value = int(text)
@@ -180,6 +196,9 @@ OPTIONS: dict[str, tuple[str, str, Any, str]] = {
                          "seconds without progress from the group before it is declared hung"),
     "tp_torchrun_args": ("--tp-torchrun-args", "NEURON_STUDIO_TP_TORCHRUN_ARGS", str,
                          "extra torchrun options for the worker group (quoted, shell-style)"),
+    "compile_timeout": ("--compile-timeout", "NEURON_STUDIO_COMPILE_TIMEOUT", _positive_float,
+                        "seconds one shape's compile may take (a silent worker is not hung meanwhile; on Neuron the "
+                        "NEFF lock and collective timeouts are kept at least this long)"),
     "tp_collective_timeout": ("--tp-collective-timeout", "NEURON_STUDIO_TP_COLLECTIVE_TIMEOUT", float,
                               "seconds a collective of the worker group may wait before it fails"),
     "replicas": ("--replicas", "NEURON_STUDIO_REPLICAS", _whole,

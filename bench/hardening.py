@@ -238,7 +238,9 @@ def run_foreign_files(tmp: Path) -> dict[str, int]:
     clearing must remove the former and keep every one of the latter."""
     from backend import cache_layout
 
-    written = {"neff": ["0a/1b/0a1b" + "c" * 60 + ".neff"], "neff-locks": ["0a/1b/0a1b" + "c" * 60 + ".lock"],
+    key, sha = "0a1b" + "c" * 28, "0a1b" + "d" * 60  # TorchNeuron's layouts (tests/standin/captures/torchneuron/neff_cache.json)
+    written = {"neff": [f"0a/1b/{key}.neff", "0a/1b/.tmp.Ab3xY9", f"{sha}/{sha}.neff"],
+               "neff-locks": [f"locks/{key}.lock", f"{sha}/locks/compile.lock"],
                "inductor": ["fxgraph/ab/entry", "j6/cj6za2bike3u7tduddk6hzww7rezwfxjykobuwzmevoumg5c2rey.py"]}
     foreign = ["notes.txt", "0a/keep.txt", "0a/1b/photo.jpg", "fx/cfx123.py", "results/model.safetensors"]
     planted = kept = removed = 0

@@ -144,6 +144,7 @@ MESSAGES: dict[str, dict[str, str]] = {
                     "denoise {denoise}, decode {decode}; {compiled}.",
         "run_degraded": " **Degraded** — {reason}.",
         "run_drawn_as": " Drawn as “{caption}” (the prompt read in the model's grammar).",
+        "run_host_ops": " {count} op(s) ran on the host, not the NeuronCore (CPU fallback): {ops}.",
         "cost_beyond_training": " Beyond training: this model learnt sizes up to {pixels} pixels ({side}); "
                                 "larger ones tend to repeat the scene.",
         "run_warm": "no compile (warm)",
@@ -186,6 +187,7 @@ MESSAGES: dict[str, dict[str, str]] = {
         "sys_default_mode": "Default mode", "sys_engine": "Engine", "sys_active_mode": " · active mode {mode}",
         "sys_compile_backend": "Compile backend", "sys_cache": "Compile cache", "sys_cores": "NeuronCores",
         "sys_memory": "Memory", "sys_memory_value": "RSS {rss}, device {device}", "sys_lock": "Warm-only lock",
+        "sys_host_ops": "Ops run on the host (CPU fallback)",
         "sys_last_error": "Last error", "on": "on", "off": "off", "none": "none", "resolving": "resolving",
         "tp_head": "Tensor parallel", "tp_row_state": "State", "tp_row_ranks": "Ranks",
         "tp_row_each": "Each rank runs", "tp_row_cores": "NeuronCores", "tp_no_cores": "n/a on this device",
@@ -307,6 +309,7 @@ MESSAGES: dict[str, dict[str, str]] = {
                     "gürültü giderme {denoise}, çözme {decode}; {compiled}.",
         "run_degraded": " **Yedek yolda** — {reason}.",
         "run_drawn_as": " “{caption}” olarak çizildi (istem, modelin dilbilgisiyle okundu).",
+        "run_host_ops": " {count} işlem NeuronCore yerine ana makinede çalıştı (CPU'ya geri dönüş): {ops}.",
         "cost_beyond_training": " Eğitimin ötesinde: bu model en çok {pixels} piksellik ({side}) boyutları öğrendi; "
                                 "daha büyükleri sahneyi tekrarlama eğiliminde.",
         "run_warm": "derleme yok (sıcak)",
@@ -343,6 +346,7 @@ MESSAGES: dict[str, dict[str, str]] = {
         "sys_default_mode": "Varsayılan mod", "sys_engine": "Motor", "sys_active_mode": " · etkin mod {mode}",
         "sys_compile_backend": "Derleme arka ucu", "sys_cache": "Derleme önbelleği", "sys_cores": "NeuronCore'lar",
         "sys_memory": "Bellek", "sys_memory_value": "RSS {rss}, aygıt {device}", "sys_lock": "Yalnızca sıcak kilidi",
+        "sys_host_ops": "Ana makinede çalışan işlemler (CPU'ya geri dönüş)",
         "sys_last_error": "Son hata", "on": "açık", "off": "kapalı", "none": "yok", "resolving": "belirleniyor",
         "tp_head": "Tensör paralel", "tp_row_state": "Durum", "tp_row_ranks": "Rank sayısı",
         "tp_row_each": "Her rank çalıştırır", "tp_row_cores": "NeuronCore'lar", "tp_no_cores": "bu aygıtta yok",

@@ -183,6 +183,8 @@ def system_markdown(status: dict[str, Any], lang: str = DEFAULT) -> str:
         (t("sys_memory"), t("sys_memory_value", rss=_bytes(mem.get("rss_bytes")),
                             device=_bytes(mem.get("device_allocated_bytes")))),
         (t("sys_lock"), t("on") if status.get("warm_only") else t("off")),
+        *([(t("sys_host_ops"), "; ".join(f"`{op}` ({', '.join(where)})" for op, where in status["fallback_ops"].items()))]
+          if status.get("fallback_ops") else []),
         (t("sys_last_error"), status.get("last_error") or t("none")),
     ]
     return "\n".join([f"| {t('sys_head')} | |", "| --- | --- |"] + [f"| {k} | {v} |" for k, v in rows])
@@ -297,6 +299,8 @@ def run_markdown(result: dict[str, Any], lang: str = DEFAULT) -> str:
         line += text(lang, "run_degraded", reason=_degraded_reason(result))
     if result.get("typed"):  # the model read the prompt as a caption of its grammar
         line += text(lang, "run_drawn_as", caption=result["prompt"])
+    if result.get("fallback_ops"):  # Neuron ran these on the CPU, silently: say so
+        line += text(lang, "run_host_ops", count=len(result["fallback_ops"]), ops=", ".join(result["fallback_ops"]))
     return line
 
 
@@ -450,7 +454,8 @@ def tp_logs_text(logs: dict[str, str], lang: str = DEFAULT) -> str:
 def bundle_markdown(manifest: dict[str, Any], mismatch: str | None, lang: str = DEFAULT) -> str:
     """An uploaded bundle before it is imported: what it warms, what it was made with, whether it
     applies here, and that importing runs its author's code."""
-    rows = [f"| {key} | {manifest.get(key)} |" for key in ("created", "model", "device", "lnc", "dtype",
+    rows = [f"| {key} | {manifest.get(key)} |" for key in ("created", "model", "device", "neuron_target", "lnc",
+                                                            "neuron_opt_level", "neuron_cc_flags", "dtype",
                                                             "compile_backend", "torch", "torch_neuronx", "tp_degree")]
     entries = ", ".join(f"{e.get('mode')} {e.get('shape')}" for e in manifest.get("entries") or []) or "—"
     size = sum(f.get("bytes", 0) for f in manifest.get("files") or [])

@@ -20,7 +20,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from backend.device import COMPILE_EVENTS, Device, diff_counters, is_compile_error
+from backend.device import COMPILE_EVENTS, Device, compile_error_text, diff_counters, is_compile_error
 from backend.errors import CompileFailure, GenerationCancelled, GenerationFailed, ShapeLocked
 from backend.records import EngineOutput, GenerationRequest, ProgressEvent
 from backend.settings import IN_PROCESS_MODES as MODES
@@ -220,6 +220,7 @@ class InProcessEngine:
         stance = (torch.compiler.set_stance("fail_on_recompile") if forbid_compile
                   else contextlib.nullcontext())
         before = device.compile_snapshot()
+        device.fallback_ops()  # starts this run's list afresh
         emit("encoding")
         began = time.perf_counter()
         try:
@@ -257,6 +258,7 @@ class InProcessEngine:
             remove_listener()
         ended = time.perf_counter()
         counters = diff_counters(before, device.compile_snapshot())
+        fallback = device.fallback_ops()
         encoded = marks.get("encoded", began)
         last_step = marks.get("last_step", encoded)
         emit("done", request.steps)
@@ -269,13 +271,15 @@ class InProcessEngine:
             encode=encoded - began,
             denoise=last_step - encoded,
             decode=ended - last_step,
+            fallback_ops=fallback,
         )
 
     @staticmethod
     def _classify(exc: Exception, during_compile: bool) -> Exception:
-        # dynamo wraps a compiler's own error (BackendCompilerFailed): report the compiler's words.
+        # dynamo wraps a compiler's own error (BackendCompilerFailed): report the compiler's words
+        # (for TorchNeuron's, its "COMPILATION FAILED: ..." line rather than the header above it).
         root = getattr(exc, "inner_exception", None) or exc
-        text = str(root).strip().splitlines()[0] if str(root).strip() else type(root).__name__
+        text = compile_error_text(root)
         if isinstance(root, torch._dynamo.exc.FailOnRecompileLimitHit):
             return CompileFailure(
                 "dynamo's recompile limit was hit; the shape was refused rather than run eagerly "

@@ -91,8 +91,7 @@ class WorkerGroup:
                  role: str = "tp", place: str = "tp", warm: list[str] | None = None,
                  env: dict[str, str] | None = None, threads: int = 0,
                  on_dead: Callable[["WorkerGroup"], None] | None = None,
-                 clock: Callable[[], float] = time.monotonic, grace: float = 5.0,
-                 compile_timeout: float = 1800.0):
+                 clock: Callable[[], float] = time.monotonic, grace: float = 5.0):
         """``device`` is the app's ``backend.device.Device``: its kind, dtype and compile backend go
         to the ranks. ``degree`` ranks, rank r on NeuronCore ``cores[r]`` ([] off Neuron); ``role``
         ``tp`` shards the transformer over the ranks, ``replica`` (one rank) loads it whole. ``place``
@@ -106,7 +105,7 @@ class WorkerGroup:
         self.device_kind = info.kind
         self.compile_mode = settings.tp_compile if role == "tp" else None
         self.start_timeout, self.stall_timeout = settings.tp_start_timeout, settings.tp_stall_timeout
-        self.compile_timeout, self.grace = compile_timeout, grace
+        self.compile_timeout, self.grace = settings.compile_timeout, grace
         self.torchrun_args = shlex.split(settings.tp_torchrun_args)
         self._clock = clock
         worker_settings = dataclasses.replace(settings, device=info.kind, dtype=info.dtype,

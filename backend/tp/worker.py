@@ -276,7 +276,7 @@ def init_distributed(cfg: proto.WorkerConfig, rank: int, local_rank: int, world:
     kind = cfg.settings["device"]
     cores = [int(c) for c in cfg.cores]
     os.environ.update(device_env.tp_rank_environment(kind, cores, local_rank))
-    device_env.prepare_environment(os.path.expanduser(cfg.settings["cache_dir"]))
+    device_env.prepare_environment(os.path.expanduser(cfg.settings["cache_dir"]), cfg.settings["compile_timeout"])
 
     import torch
     import torch.distributed as dist
@@ -293,15 +293,23 @@ def init_distributed(cfg: proto.WorkerConfig, rank: int, local_rank: int, world:
     if info.kind == "cuda":
         torch.cuda.set_device(local_rank)
     # Before anything touches the device (TorchNeuron refuses a process group after that), with a
-    # timeout of minutes: a rank stuck in a collective fails the request, not the demo.
-    dist.init_process_group(backend=info.process_group_backend,
-                            timeout=timedelta(seconds=settings.tp_collective_timeout))
+    # timeout of minutes: a rank stuck in a collective fails the request, not the demo. On Neuron
+    # the watchdog's clock starts when a collective is enqueued and eager ops compile one at a time
+    # ahead of it, so a cold shape may hold a collective for a whole compile: the timeout is at
+    # least the compile allowance there. A replica (one rank) has no peer to talk to: gloo, not
+    # TorchNeuron's process group (whose init takes a root-comm port and an NRT barrier, and
+    # replicas started together would race for the port).
+    timeout = settings.tp_collective_timeout
+    if info.kind == "neuron":
+        timeout = max(timeout, settings.compile_timeout)
+    backend = "gloo" if world == 1 else info.process_group_backend
+    dist.init_process_group(backend=backend, timeout=timedelta(seconds=timeout))
     device = Device(info, max_compiled_shapes=settings.max_compiled_shapes)
     device.bind_rank(local_rank)  # the index the runtime gave this rank (neuron:LOCAL_RANK)
     # Jobs and the per-step stop vote travel over gloo on CPU tensors; an idle group may wait for
     # days between requests.
     control = dist.new_group(backend="gloo", timeout=timedelta(days=3650))
-    mesh = DeviceMesh(info.kind, list(range(world)))
+    mesh = DeviceMesh(info.kind, list(range(world))) if cfg.role == "tp" else None  # a replica shards nothing
     return Rank(rank, local_rank, world, cores[local_rank] if cores else None, settings, device, mesh, control)
 
 
@@ -442,6 +450,40 @@ def warm_up(cfg: proto.WorkerConfig, run, me: Rank) -> list[dict[str, Any]]:
     return stats
 
 
+def _ends_rank(exc: BaseException, me: Rank) -> bool:
+    """Whether this rank must leave after ``exc`` (the app then restarts the group on Neuron): a
+    broken collective anywhere; on Neuron any failure the job reached, since a failed collective
+    inside the model does not say it is one and this rank may be out of step with its peers (cancels
+    and warm-only refusals happen on every rank alike, at a step boundary or before the first
+    collective)."""
+    from backend.errors import GenerationCancelled, ShapeLocked
+
+    suspect = me.device.kind == "neuron" and not isinstance(exc, (GenerationCancelled, ShapeLocked))
+    return _collective_broken(exc) or suspect
+
+
+def every_ranks_compiles(out, me: Rank):
+    """Each rank compiles for itself (its shard's graphs, and on Neuron its own NEFFs, counted by
+    TorchNeuron per process): the record counts every rank's. NEFFs add up over the ranks, compile
+    seconds are the longest rank's (they compile side by side), host-run ops are the union. Every
+    rank that stays calls this once per job, with ``out`` None where its run failed; a rank that
+    leaves (``_ends_rank``) does not, and its exit fails its peers' gather."""
+    if me.world == 1:
+        return out
+    import torch.distributed as dist
+
+    mine = None if out is None else {"neff": out.neff_compiles, "seconds": out.compile_seconds,
+                                     "host": out.fallback_ops}
+    every: list = [None] * me.world
+    dist.all_gather_object(every, mine, group=me.control)
+    if out is None or any(part is None for part in every):
+        return out
+    return dataclasses.replace(out, neff_compiles=sum(p["neff"] for p in every),
+                               rank_neff_compiles=[p["neff"] for p in every],
+                               compile_seconds=max(p["seconds"] for p in every),
+                               fallback_ops=sorted({op for p in every for op in p["host"]}))
+
+
 def serve(server: Rank0Server | None, run, me: Rank, replica: bool = False) -> None:
     """The job loop: rank 0 takes a job from its socket, every rank runs it, rank 0 answers."""
     from backend.errors import StudioError
@@ -488,7 +530,16 @@ def serve(server: Rank0Server | None, run, me: Rank, replica: bool = False) -> N
                     if not _safe(proto.send_message, conn, {"type": "progress", **event.to_json()}):
                         server.cancel.set()  # nobody is waiting for this image any more
 
-            out = run(request, progress, forbid_compile=bool(job.get("forbid_compile")))
+            out = failure = None
+            try:
+                out = run(request, progress, forbid_compile=bool(job.get("forbid_compile")))
+            except Exception as exc:  # noqa: BLE001 - a rank that stays joins the counters' gather below
+                if _ends_rank(exc, me):
+                    raise  # it leaves at once (below); its peers' gather fails on its exit
+                failure = exc
+            out = every_ranks_compiles(out, me)
+            if failure is not None:
+                raise failure
             if server:
                 stamps["ran"] = time.monotonic()
                 pixels, width, height = _pixels_of(out.image)
@@ -501,15 +552,10 @@ def serve(server: Rank0Server | None, run, me: Rank, replica: bool = False) -> N
                 server.done += 1
         except Exception as exc:  # noqa: BLE001 - a failed request is not a dead group: answer and go on
             print(f"request failed: {type(exc).__name__}: {exc}", flush=True)
-            from backend.errors import GenerationCancelled, GenerationFailed, GroupDead, ShapeLocked
+            from backend.errors import GenerationFailed, GroupDead
 
             broken = _collective_broken(exc)
-            # On Neuron a failed collective inside the model does not say it is one: after any
-            # failure the job reached, this rank may be out of step with its peers. Leave rather
-            # than serve on a possibly broken communicator (cancels and warm-only refusals happen
-            # on every rank alike, at a step boundary or before the first collective).
-            suspect = me.device.kind == "neuron" and not isinstance(exc, (GenerationCancelled, ShapeLocked))
-            if broken or suspect:
+            if _ends_rank(exc, me):
                 if server:
                     # On Neuron the app restarts the group at once; elsewhere a broken collective
                     # leaves it dead for the operator, as a rank that died does.

@@ -7,7 +7,12 @@ import pytest
 from backend import cache_layout
 from backend.outputs import prune
 
-NEFF = "0a1b" + "c" * 60
+from tests.neuron.captures import neff_layout_paths
+
+FOREIGN = ["notes.txt", "0a/keep.txt", "0a/1b/photo.jpg", "fx/cfx123.py", "project/fxgraph.txt",
+           "0a/1b/" + "ff" * 16 + ".neff",  # a NEFF name whose key does not start with its folders
+           "0a/1b/.tmp.toolong1", "ab" * 32 + "/notes.txt", "ab" * 32 + "/locks/other.lock"]
+FOREIGN_BESIDE_LOCKS = ["locks/readme.txt", "locks/" + "0a" * 16 + ".lock.bak"]
 
 
 def _plant(root: Path, relative: str, data: bytes = b"x" * 10) -> Path:
@@ -17,22 +22,21 @@ def _plant(root: Path, relative: str, data: bytes = b"x" * 10) -> Path:
     return path
 
 
-FOREIGN = ["notes.txt", "0a/keep.txt", "0a/1b/photo.jpg", "fx/cfx123.py", "project/fxgraph.txt",
-           "0a/1b/" + "ff" * 32 + ".neff"]  # a NEFF name whose hash does not start with its folders
-
-
-@pytest.mark.parametrize("kind, written", [
-    ("neff", [f"0a/1b/{NEFF}.neff", f"0a/1b/.{NEFF}.neff.123.456.tmp"]),
-    ("neff-locks", [f"0a/1b/{NEFF}.lock"]),
+@pytest.mark.parametrize("kind, written, foreign", [
+    # TorchNeuron's own layout, expanded from the captured source lines (neff_cache.json).
+    ("neff", neff_layout_paths("neff", "neff_temp", "python_neff", "python_neff_temp"), FOREIGN_BESIDE_LOCKS),
+    ("neff-locks", neff_layout_paths("lock", "python_lock"), FOREIGN_BESIDE_LOCKS),
     ("inductor", ["fxgraph/vp/abc", "aotautograd/acs6/entry", "locks/cth.lock", "triton/0/k.cubin",
                   "th/cthddkr6tqpvvx2keoyfjfaz3e5tmldioaoosvrbpzssty5wzlrd.so",
                   "j6/cj6za2bike3u7tduddk6hzww7rezwfxjykobuwzmevoumg5c2rey.py",
-                  "35/c35lk3x4hf2wmgwvk7qbfdxoj6jpaqyx6vwuqqy5exl6gmqjiamw.main.cpp"]),
+                  "35/c35lk3x4hf2wmgwvk7qbfdxoj6jpaqyx6vwuqqy5exl6gmqjiamw.main.cpp"], []),
 ])
-def test_only_the_writers_entries_go_and_the_size_is_what_went(tmp_path, kind, written):
+def test_only_the_writers_entries_go_and_the_size_is_what_went(tmp_path, kind, written, foreign):
     ours = [_plant(tmp_path, r, b"y" * 100) for r in written]
-    theirs = [_plant(tmp_path, r) for r in FOREIGN]
+    theirs = [_plant(tmp_path, r) for r in FOREIGN + foreign]
     found = cache_layout.entries(kind, tmp_path)
+    if kind != "inductor":  # inductor's own folders go whole
+        assert sorted(found) == sorted(ours)
     assert cache_layout.size(found) == 100 * len(written)
     assert cache_layout.remove(tmp_path, found) == 100 * len(written)
     assert not any(p.exists() for p in ours) and all(p.exists() for p in theirs)

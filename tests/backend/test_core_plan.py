@@ -4,9 +4,15 @@ import pytest
 
 from pathlib import Path
 
-from backend.core_plan import (CoresDoNotFit, InstanceCores, detect_instance_cores, format_cores, make_plan,
-                               parse_cores, parse_neuron_ls, plan_text)
+import os
+import subprocess
+
+from backend.core_plan import (CoresDoNotFit, InstanceCores, default_app_cores, detect_instance_cores, format_cores,
+                               make_plan, parse_cores, parse_neuron_ls, parse_neuron_ls_json, plan_text)
 from backend.settings import load_settings
+from tests.neuron.captures import text
+
+STANDIN_BIN = Path(__file__).resolve().parents[1] / "standin" / "bin"
 
 
 @pytest.mark.parametrize("text, cores", [("3", [3]), ("0-3", [0, 1, 2, 3]), ("0,2", [0, 2]), ("0,2-3", [0, 2, 3])])
@@ -23,14 +29,14 @@ def test_bad_core_lists_are_refused(text):
 
 def test_ranks_get_the_cores_the_app_does_not_hold():
     plan = make_plan("0", 4)
-    assert plan.tp_cores(2, heads=4) == [1, 2]
-    assert make_plan("1", 4).tp_cores(3) == [0, 2, 3]
-    assert set(plan.tp_cores(3)).isdisjoint(plan.app_cores)
+    assert plan.cores_for("tensor-parallel", 2, heads=4) == [1, 2]
+    assert make_plan("1", 4).cores_for("tensor-parallel", 3) == [0, 2, 3]
+    assert set(plan.cores_for("tensor-parallel", 3)).isdisjoint(plan.app_cores)
 
 
 def test_a_degree_that_does_not_fit_is_refused_naming_what_fits():
     with pytest.raises(CoresDoNotFit) as exc:
-        make_plan("0", 4).tp_cores(4, heads=4)
+        make_plan("0", 4).cores_for("tensor-parallel", 4, heads=4)
     text = str(exc.value)
     assert "4 tensor-parallel ranks need 4 NeuronCores" in text and "app holds 0" in text
     assert "degrees that fit are 1, 2" in text  # 3 fits the cores but does not divide 4 heads
@@ -42,7 +48,7 @@ def test_unknown_instance_size_refuses_tensor_parallel_naming_the_flag():
     plan = make_plan("0", InstanceCores(None, source="unknown: neuron-ls is not on PATH"))
     assert plan.free_cores() is None
     with pytest.raises(CoresDoNotFit, match="count is unknown.*--neuron-instance-cores N: logical cores"):
-        plan.tp_cores(2)
+        plan.cores_for("tensor-parallel", 2)
     assert "instance size unknown" in plan_text(plan.describe(2, 24))
 
 
@@ -54,67 +60,121 @@ def test_settings_check_app_cores_against_the_instance():
         load_settings({"neuron_cores": "4", "neuron_instance_cores": "4"}, environ={})
 
 
-# The Neuron-LS user guide's trn2n.48xlarge table (16 devices, 8 physical / 4 logical cores each).
-TRN2_48XL = """instance-type: trn2n.48xlarge
-logical-neuroncore-config: 2
-+--------+--------+---------+--------+---------------+---------+
-| NEURON | NEURON | LOGICAL | NEURON |   CONNECTED   |   PCI   |
-| DEVICE | CORES  |   NC    | MEMORY |    DEVICES    |   BDF   |
-+--------+--------+---------+--------+---------------+---------+
-""" + "".join(f"| {i:<6} | 8      | 4       | 96 GB  | 12, 3, 4, 1   | cc:00.0 |\n" for i in range(16))
+def _tp(plan, degree, heads=None):
+    return plan.cores_for("tensor-parallel", degree, heads)
 
 
-def test_neuron_ls_gives_logical_cores_and_the_physical_ones_behind_them():
-    assert parse_neuron_ls(TRN2_48XL) == InstanceCores(64, 128, 2, "neuron-ls")
-    assert parse_neuron_ls("no devices") is None
+# neuron-ls as captured on real instances (tests/standin/captures/neuron-ls, sources in its SOURCES.md).
+@pytest.mark.parametrize("name, logical, lnc, last", [
+    ("trn2.3xlarge-lnc2.txt", 4, 2, (0, (0, 1, 2, 3))),
+    ("trn2.3xlarge-lnc2.second-capture-i-06469ea258a6b0e1e.txt", 4, 2, (0, (0, 1, 2, 3))),
+    ("trn2n.48xlarge-lnc2.txt", 64, 2, (15, (60, 61, 62, 63))),
+    ("trn2n.48xlarge-lnc2-wide.txt", 64, 2, (15, (60, 61, 62, 63))),
+    ("trn2.48xlarge-lnc2.container-1dev-with-procs.txt", 4, 2, (0, (0, 1, 2, 3))),
+    ("trn1.2xlarge.txt", 2, 1, (0, (0, 1))),
+    ("historical/trn2n.48xlarge-lnc2.sdk2.21-2.24.txt", 64, 2, (15, (60, 61, 62, 63))),  # no id column
+    ("historical/trn2n.48xlarge-lnc2-LOGICALNC-column.sdk2.21.0beta.txt", 64, 2, (15, (60, 61, 62, 63))),
+])
+def test_neuron_ls_text_as_captured_gives_the_logical_cores_per_device(name, logical, lnc, last):
+    found = parse_neuron_ls(text(f"neuron-ls/{name}"), environ={})
+    assert (found.logical, found.lnc, found.physical) == (logical, lnc, logical * lnc)
+    assert (found.devices[-1].index, found.devices[-1].cores) == last
+    assert found.devices[-1].memory_bytes == (32 if name.startswith("trn1") else 96) * 2**30
 
 
-def test_the_standin_neuron_ls_is_found_on_path_and_follows_the_lnc():
-    bin_dir = Path(__file__).resolve().parents[1] / "standin" / "bin"
-    import os
+@pytest.mark.parametrize("name, logical, lnc, kind", [
+    ("trn1.2xlarge.json", 2, 1, None),
+    ("trn2.48xlarge-lnc2.container-1dev-with-procs.json", 4, 2, "trn2.48xlarge"),
+])
+def test_neuron_ls_json_as_captured(name, logical, lnc, kind):
+    found = parse_neuron_ls_json(text(f"neuron-ls/{name}"), environ={})
+    assert (found.logical, found.lnc, found.instance_type) == (logical, lnc, kind)
+    assert found.hbm_per_core() == {"trn1.2xlarge.json": 16, }.get(name, 24) * 2**30
 
-    env = {"PATH": os.pathsep.join([str(bin_dir), os.environ["PATH"]]), "NEURON_STANDIN_DEVICES": "1"}
-    assert detect_instance_cores(environ=env) == InstanceCores(4, 8, 2, "neuron-ls")  # a trn2.3xlarge
+
+def test_the_documented_json_excerpt_reads_the_same_as_its_table():
+    """The Neuron-LS guide elides devices 1-14 of its JSON with a bare '...' line: without that
+    line, the two devices it shows read as the table's devices 0 and 15."""
+    excerpt = text("neuron-ls/trn2n.48xlarge-lnc2.json-elided.txt").replace("  ...\n", "")
+    found = parse_neuron_ls_json(excerpt, environ={})
+    assert [(d.index, d.cores) for d in found.devices] == [(0, (0, 1, 2, 3)), (15, (60, 61, 62, 63))]
+
+
+def test_a_process_at_lnc_1_sees_twice_the_cores_neuron_ls_reports_at_lnc_2():
+    """neuron-ls reports the instance's LNC=2; a process with NEURON_LOGICAL_NC_CONFIG=1 has twice
+    as many (smaller) logical cores, numbered device by device (TorchNeuron's harness reads it so)."""
+    found = parse_neuron_ls(text("neuron-ls/trn2.3xlarge-lnc2.txt"), environ={"NEURON_LOGICAL_NC_CONFIG": "1"})
+    assert (found.logical, found.physical, found.lnc) == (8, 8, 1)
+    assert found.devices[0].cores == tuple(range(8)) and found.hbm_per_core() == 12 * 2**30
+
+
+def test_a_trn2_3xlarge_serves_the_default_degree_with_the_app_on_its_last_core():
+    found = parse_neuron_ls(text("neuron-ls/trn2.3xlarge-lnc2.txt"), environ={})
+    plan = make_plan(default_app_cores(found), found)
+    assert plan.app_cores == (3,) and _tp(plan, 2, heads=24) == [0, 1]
+    with pytest.raises(CoresDoNotFit, match="degrees that fit are 1, 2, 3 "):
+        _tp(plan, 4, heads=24)
+    assert plan.claim("replicas", 1) == [0] and _tp(plan, 2, heads=24) == [1, 2]
+
+
+def test_a_group_stays_on_one_chip_where_one_has_room():
+    found = parse_neuron_ls(text("neuron-ls/trn2n.48xlarge-lnc2.txt"), environ={})
+    plan = make_plan(default_app_cores(found), found)
+    assert plan.app_cores == (63,)
+    plan.claim("replicas", 3)  # 0-2 on chip 0
+    assert _tp(plan, 4, heads=24) == [4, 5, 6, 7]  # chip 1, not 3 and 4-6 across two chips
+    assert "HBM 24 GiB per core" in plan_text(plan.describe(4, 24))
+
+
+def test_at_lnc_1_each_process_gets_a_whole_hbm_bank():
+    """Two physical cores share one 24 GB bank; FLUX.2-klein-4B in bf16 is about 16 GB."""
+    found = parse_neuron_ls(text("neuron-ls/trn2.3xlarge-lnc2.txt"), environ={"NEURON_LOGICAL_NC_CONFIG": "1"})
+    plan = make_plan(default_app_cores(found), found)
+    assert plan.app_cores == (6,) and plan.free_cores() == [0, 2, 4]
+    assert _tp(plan, 2, heads=24) == [0, 2]
+    with pytest.raises(CoresDoNotFit, match="share one HBM bank"):
+        _tp(plan, 4, heads=24)
+
+
+def test_neuron_ls_is_asked_for_json_first_and_the_table_second():
+    calls = []
+
+    def run(argv, **_kwargs):
+        calls.append(argv[1:])
+        out = "" if "--json-output" in argv else text("neuron-ls/trn2.3xlarge-lnc2.txt")
+        return subprocess.CompletedProcess(argv, 0 if out else 1, out, "unknown flag" if not out else "")
+
+    found = detect_instance_cores(environ={"PATH": str(STANDIN_BIN)}, run=run)
+    assert calls == [["--json-output"], []] and found.logical == 4
+
+
+def test_the_standin_neuron_ls_prints_the_captured_formats():
+    env = {"PATH": os.pathsep.join([str(STANDIN_BIN), os.environ["PATH"]]), "NEURON_STANDIN_DEVICES": "1"}
+    table = subprocess.run(["neuron-ls"], env=env, capture_output=True, text=True).stdout
+    captured = text("neuron-ls/trn2.3xlarge-lnc2.txt")
+    assert table.splitlines()[2:] == captured.splitlines()[2:]  # all but the instance id
+    assert detect_instance_cores(environ=env) == parse_neuron_ls_json(
+        subprocess.run(["neuron-ls", "-j"], env=env, capture_output=True, text=True).stdout, environ=env)
     assert detect_instance_cores(environ={**env, "NEURON_LOGICAL_NC_CONFIG": "1"}).logical == 8
     assert detect_instance_cores(7, environ=env) == InstanceCores(7, source="--neuron-instance-cores")
+    none = subprocess.run(["neuron-ls"], env={**env, "NEURON_STANDIN_DEVICES": "0"}, capture_output=True, text=True)
+    assert none.returncode == 1 and none.stdout == "" and "failed to discover Neuron devices" in none.stderr
+    unknown = detect_instance_cores(environ={**env, "NEURON_STANDIN_DEVICES": "0"})
+    assert unknown.logical is None and "failed to discover Neuron devices" in unknown.source
 
 
-def _sysfs(root: Path) -> str:
-    import importlib.util
+def test_a_plan_the_instance_cannot_hold_is_kept_and_refuses_engines_naming_why(monkeypatch):
+    from backend.device import Device
 
-    path = Path(__file__).resolve().parents[1] / "standin" / "torch_neuronx" / "_runtime.py"
-    spec = importlib.util.spec_from_file_location("_standin_runtime_for_sysfs", path)
-    runtime = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(runtime)
-    return str(runtime.write_sysfs(root))  # physical counts, mode 0400, as the driver writes them
-
-
-def test_without_neuron_ls_the_sysfs_physical_count_is_divided_by_the_lnc(tmp_path, monkeypatch):
-    monkeypatch.setenv("NEURON_STANDIN_DEVICES", "2")
-    sysfs = _sysfs(tmp_path)
-    assert oct(Path(sysfs, "neuron0", "core_count").stat().st_mode & 0o777) == "0o400"
-    none = {"PATH": str(tmp_path / "empty")}
-    assert detect_instance_cores(sysfs=sysfs, environ=none) == InstanceCores(8, 16, 2, "sysfs")
-    lnc1 = detect_instance_cores(sysfs=sysfs, environ={**none, "NEURON_LOGICAL_NC_CONFIG": "1"})
-    assert lnc1.logical == 16
-    assert detect_instance_cores(sysfs=str(tmp_path / "absent"), environ=none).logical is None
-
-
-def test_a_normal_user_who_cannot_read_sysfs_gets_a_refusal_not_a_guess(tmp_path, monkeypatch):
-    """The tests run as root, which reads a 0400 file anyway: a normal user's open() is simulated."""
-    sysfs = _sysfs(tmp_path)
-    real_open = open
-
-    def user_open(path, *args, **kwargs):
-        if str(path).endswith("core_count"):
-            raise PermissionError(13, "Permission denied", str(path))
-        return real_open(path, *args, **kwargs)
-
-    monkeypatch.setattr("builtins.open", user_open)
-    found = detect_instance_cores(sysfs=sysfs, environ={"PATH": str(tmp_path / "empty")})
-    assert found.logical is None and "readable by root only" in found.source
-    with pytest.raises(CoresDoNotFit, match="--neuron-instance-cores"):
-        make_plan("0", found).tp_cores(2, heads=24)
+    monkeypatch.setenv("NEURON_RT_VISIBLE_CORES", "3")  # the app's cores, on an instance of 2
+    device = Device.__new__(Device)  # the device layer's plan alone: no device behind it
+    device.info = type("Info", (), {"kind": "neuron"})()
+    device._instance_cores, device._core_plan = 2, None
+    plan = device.core_plan
+    assert device.core_plan is plan  # asked once, kept: a status poll does not raise it again
+    assert plan.instance.logical is None and "instance has NeuronCores 0-1" in plan.instance.source
+    with pytest.raises(CoresDoNotFit, match="instance has NeuronCores 0-1"):
+        _tp(plan, 2)
 
 
 def test_explicit_neuron_without_the_sdk_is_a_clear_error(monkeypatch, tmp_path):

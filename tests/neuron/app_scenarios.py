@@ -61,7 +61,7 @@ def claims(state_dir: str) -> dict[str, int]:
     """Which process holds which NeuronCore right now, as the stand-in's claim locks say ({core: pid})."""
     from tests.neuron.standin import core_holder
 
-    held = {str(core): core_holder(state_dir, core) for core in range(8)}
+    held = {str(core): core_holder(state_dir, core) for core in range(16)}
     return {core: pid for core, pid in held.items() if pid}
 
 
@@ -84,6 +84,8 @@ def inprocess(workdir: Path) -> dict:
     """Eager, compiled and regional on "neuron" vs the CPU; compiled flags at 64, 128, 64."""
     from backend.manager import Manager
 
+    from ui import views
+
     mgr = Manager(_settings(workdir))
     mgr.start()
     out: dict = {"status_device": mgr.status()["device"], "pid": os.getpid()}
@@ -94,8 +96,10 @@ def inprocess(workdir: Path) -> dict:
         records.append(record)
         if size == 64:
             diffs.setdefault(mode, int(abs(_pixels(image) - cpu).max()))
-    out.update(records=records, max_diff_vs_cpu=diffs, status=mgr.status(),
-               claims=claims(os.environ["NEURON_STANDIN_STATE_DIR"]))
+    status = mgr.status()
+    out.update(records=records, max_diff_vs_cpu=diffs, status=status,
+               claims=claims(os.environ["NEURON_STANDIN_STATE_DIR"]),
+               run_line=views.run_markdown(records[0]), system=views.system_markdown(status))
     mgr.close()
     return out
 
@@ -162,7 +166,10 @@ def tp(workdir: Path) -> dict:
     # From here on every new eager op signature costs the ranks simulated compiler time: the cold
     # shape's sharded ops go silent for longer than the stall timeout.
     os.environ["NEURON_STANDIN_EAGER_COMPILE_SECONDS"] = str(EAGER_COMPILE_SECONDS)
-    mgr.start_engine("tensor-parallel", 2, wait=True)
+    from ui.handlers import Studio
+
+    Studio(mgr).start_tp(2)  # the operator's Start group button, with the default degree
+    _wait_state(mgr, ("ready", "dead"), 240)
     os.environ.pop("NEURON_STANDIN_EAGER_COMPILE_SECONDS")
     note("group started")
     image, record, silence = _gaps(mgr, mgr.validate(PROMPT, 64, 64, steps=2, seed=0, mode="tp"))

@@ -16,7 +16,12 @@ wrong app code fails here the way it would on a Trainium instance:
   per graph signature, compile failures raise or fall back per
   ``TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION``) and the NEFF cache on disk.
 - ``_distributed``: the "neuron" process-group backend (gloo underneath) with its init rules.
-- ``metrics`` (not imported here) / ``_counters``: ``CompilationCache.*`` counters.
+- ``metrics`` (not imported here) / ``_counters``: ``CompilationCache.*`` counters and the
+  compile-time metric (nanoseconds); ``get_fallback_ops`` / ``clear_op_tracking``: ops that ran
+  on the host (CPU fallback); ``utils``: the chip target and LNC.
+
+Every text, key and unit the app reads from it is TorchNeuron's own, captured with its source in
+``tests/standin/captures/`` (``tests/neuron/test_captures.py`` holds the two to each other).
 
 What it proves: the app drives the device through the documented API in the documented order
 (environment before import/start, cores, process group before device use, no fork, no float64,
@@ -29,7 +34,9 @@ the real backend, NKI kernels, collectives over NeuronLink/EFA. ``torch.accelera
 is always 1 here (fixed by PyTorch's Python device guard); ``torch.neuron.device_count()`` is right.
 
 Stand-in-only knobs (the app never reads them): ``NEURON_STANDIN_CORES`` (default 4),
-``NEURON_STANDIN_STATE_DIR`` (claim files), ``NEURON_STANDIN_FAIL_COMPILE_DIM`` (fault injection).
+``NEURON_STANDIN_STATE_DIR`` (claim files), ``NEURON_STANDIN_FAIL_COMPILE_DIM`` (fault injection),
+``NEURON_STANDIN_FALLBACK_OPS`` (ops that run on the host), ``NEURON_STANDIN_INSTANCE`` (the
+instance type, e.g. trn3.3xlarge).
 Each module's docstring cites the vendor page for the rules it enforces.
 """
 
@@ -37,9 +44,25 @@ from __future__ import annotations
 
 import os
 
-from . import _compile, _device, _distributed, _runtime
+from . import _compile, _device, _distributed, _runtime, utils
 
 __version__ = "2.13.0+standin"
+
+
+def get_fallback_ops() -> list:
+    """Ops that ran on the host instead of the NeuronCore since the last ``clear_op_tracking()``
+    (TorchNeuron: ``torch_neuronx/__init__.py``, a set of names such as "aten::cumsum")."""
+    return _device.fallback_ops()
+
+
+def get_executed_ops() -> list:
+    """Ops that ran on the NeuronCore since the last ``clear_op_tracking()``."""
+    return _device.executed_ops()
+
+
+def clear_op_tracking() -> None:
+    """Forget both lists."""
+    _device.clear_op_tracking()
 
 # Under torchrun each rank gets NeuronCore LOCAL_RANK unless the launcher chose its cores already
 # ("How to use torch.distributed on Neuron",

@@ -21,15 +21,18 @@ Rules enforced, from "torch.compile backend reference"
   execution): the backend returns at once; the NEFF is built at the graph's first execution, or at
   ``torch.neuron.synchronize()`` if that comes first. So the compile time shows up in the first
   run, not in dynamo's compile events, and is recorded in ``CompilationCache.CompilationTime``
-  (microseconds); a compiler error surfaces there, as a ``NeuronCompileError`` from the run, not
-  as dynamo's ``BackendCompilerFailed``.
+  (nanoseconds); a compiler error surfaces there as a plain ``RuntimeError`` whose text is the one
+  TorchNeuron builds (``ErrorHandler.cpp``): "Compilation error occurred on Neuron for
+  operation=torch_compile;" then ``error message="COMPILATION FAILED: <the compiler's last line>"``
+  (the captured texts: ``tests/standin/captures/torchneuron/errors.json``), not dynamo's
+  ``BackendCompilerFailed``.
 - Ops executed inside a compiled graph are part of its NEFF: no per-op eager compiles.
 - ``TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION``: 1 (the 2.33 default, also when unset) makes a failed
   compile raise; 0 warns and runs the original graph eagerly (op by op, which compiles per op).
   The ``fallback_execution`` compile option overrides it. Read once, when the package loads.
 
 Stand-in-only knobs: ``NEURON_STANDIN_FAIL_COMPILE_DIM=<int>`` makes the "compiler" fail, with a
-neuronx-cc-like error, for any graph that has an input dimension equal to that int (decided when
+compile error in TorchNeuron's format, for any graph that has an input dimension equal to that int (decided when
 dynamo hands the graph over, raised at its first execution), so a test can make one shape fail;
 ``NEURON_STANDIN_COMPILE_SECONDS`` is the simulated neuronx-cc time per graph NEFF (default 0). What this cannot show: real compile times, compiler limits, numerics of
 neuronx-cc (the graph runs on the CPU).
@@ -39,6 +42,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 import warnings
 
 import torch
@@ -53,7 +57,15 @@ FALLBACK_DISABLED = os.environ.get(FALLBACK_VAR, "1").strip().lower() not in ("0
 
 
 class NeuronCompileError(RuntimeError):
-    """neuronx-cc could not compile a graph."""
+    """Stand-in internal: neuronx-cc could not compile a graph (raised to the caller as the plain
+    RuntimeError TorchNeuron raises, with its text: ``compile_error``)."""
+
+
+def compile_error(operation: str, compiler_line: str) -> RuntimeError:
+    """The RuntimeError TorchNeuron raises for a failed compile: ``HandleCompilationError``'s text
+    around the compiler's last meaningful line (``CleanErrorMessage``), with an empty Python stack."""
+    return RuntimeError(f"Compilation error occurred on Neuron for operation={operation};\n"
+                        f"error message=\"COMPILATION FAILED: {compiler_line}\"\npython stack trace=\n")
 
 
 _lock = threading.Lock()
@@ -95,8 +107,8 @@ def _reject_dynamic(gm: torch.fx.GraphModule, example_inputs) -> None:
     for node in gm.graph.nodes:
         if node.op == "placeholder" and _symbolic(node.meta.get("example_value")):
             symbolic.append(node.meta["example_value"])
-    if symbolic:
-        raise NeuronCompileError(
+    if symbolic:  # DynamicShapeAnalysis raises a plain RuntimeError, inside dynamo's compile
+        raise RuntimeError(
             "The neuron backend does not support dynamic shapes: this graph has symbolic sizes "
             f"({', '.join(_describe(v) for v in symbolic[:3])}). Compile with dynamic=False; each new "
             "shape then compiles its own graph.")
@@ -109,11 +121,11 @@ def _injected_failure(signature: str, example_inputs) -> NeuronCompileError | No
     dim = int(text)
     for value in example_inputs:
         if isinstance(value, torch.Tensor) and dim in tuple(value.shape):
-            key = _neff_cache.key_for(signature)[:16]
+            stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
             return NeuronCompileError(
-                f"neuronx-cc failed with exit code 70 compiling graph {key}: ERROR [NCC_INLA001] "
-                f"Unhandled exception during lowering of input {_describe(value)} "
-                f"(stand-in fault injected by {FAIL_DIM_VAR}={dim})")
+                "StableHLO to NEFF compilation failed for torch.compile: Command failed (neuronx-cc "
+                f"compilation) with exit code 70: {stamp} [INTERNAL_ERROR] [NCC_ITEN404] Internal tensorizer "
+                f"error: input {_describe(value)} (stand-in fault injected by {FAIL_DIM_VAR}={dim})")
     return None
 
 
@@ -143,7 +155,7 @@ class _PendingNeff:
             except NeuronCompileError as exc:
                 _count("failures")
                 if self.fallback_disabled:
-                    raise
+                    raise compile_error("torch_compile", str(exc)) from None
                 _count("fallbacks")
                 warnings.warn(f"{exc}. Fallback execution is on ({FALLBACK_VAR}=0 or the fallback_execution "
                               f"option): running this graph eagerly instead.", RuntimeWarning, stacklevel=3)

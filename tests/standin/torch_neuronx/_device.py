@@ -52,6 +52,7 @@ Rules enforced here:
 from __future__ import annotations
 
 import functools
+import os
 import threading
 import types
 
@@ -83,7 +84,43 @@ _MIXED_DEVICES_OK = {"aten::_copy_from", "aten::_copy_from_and_resize", "aten::i
                      "aten::index_put", "aten::_index_put_impl_"}
 
 EAGER_COMPILE_SECONDS_VAR = "NEURON_STANDIN_EAGER_COMPILE_SECONDS"  # simulated neuronx-cc time per eager op
+# Stand-in knob: ops (TorchNeuron's names, "aten::cumsum") that run on the host instead of the device,
+# as an unsupported or failed eager op does (CPU fallback), e.g. "aten::cumsum,aten::softmax".
+HOST_OPS_VAR = "NEURON_STANDIN_FALLBACK_OPS"
+# Kernels TorchNeuron builds through its Python compile path (an NKI attention kernel): their NEFFs
+# use the Python path's cache layout (``_neff_cache``).
+_PYTHON_PATH_OPS = {"aten::_scaled_dot_product_flash_attention_for_cpu", "aten::scaled_dot_product_attention",
+                    "aten::_scaled_dot_product_attention_math"}
 _local = threading.local()
+_tracking_lock = threading.Lock()
+_fallback_ops: set[str] = set()  # torch_neuronx.get_fallback_ops(): a set in TorchNeuron (NeuronOpTracking.h)
+_executed_ops: set[str] = set()
+
+
+def host_ops() -> set[str]:
+    text = os.environ.get(HOST_OPS_VAR, "")
+    return {name.strip() for name in text.split(",") if name.strip()}
+
+
+def _track(ops: set[str], name: str) -> None:
+    with _tracking_lock:
+        ops.add(name)
+
+
+def fallback_ops() -> list[str]:
+    with _tracking_lock:
+        return list(_fallback_ops)
+
+
+def executed_ops() -> list[str]:
+    with _tracking_lock:
+        return list(_executed_ops)
+
+
+def clear_op_tracking() -> None:
+    with _tracking_lock:
+        _fallback_ops.clear()
+        _executed_ops.clear()
 
 
 def in_compiled_graph() -> bool:
@@ -258,8 +295,14 @@ def _fallback(op, *args, **kwargs):
         return args[1]
 
     if not in_compiled_graph() and name not in _NO_COMPILE and not op.is_view:
-        _neff_cache.lookup_or_compile(_signature(op, args, kwargs),
-                                      seconds=_neff_cache.simulated_seconds(EAGER_COMPILE_SECONDS_VAR))
+        base = name.split(".")[0]  # "aten::add", as TorchNeuron's op tracking names ops
+        if base in host_ops():
+            _track(_fallback_ops, base)  # runs on the host below, silently: nothing compiles
+        else:
+            _track(_executed_ops, base)
+            _neff_cache.lookup_or_compile(_signature(op, args, kwargs), kind="eager",
+                                          python_path=base in _PYTHON_PATH_OPS,
+                                          seconds=_neff_cache.simulated_seconds(EAGER_COMPILE_SECONDS_VAR))
 
     # out= arguments: the CPU kernel may resize them, which an alias of device memory cannot do.
     # Give it a fresh host tensor, then copy the result into the device tensor (resized to fit).

@@ -33,9 +33,8 @@ https://awsdocs-neuron.readthedocs-hosted.com/en/latest/tools/neuron-sys-tools/n
 - Everything a process sees counts *logical* cores: ``NEURON_RT_VISIBLE_CORES`` indexes them and
   ``torch.neuron.device_count()`` counts them. A trn2.3xlarge (one device) shows 4 at LNC=2, 8 at
   LNC=1; a trn2.48xlarge (16 devices) 64 at LNC=2.
-- The driver's sysfs ``core_count`` holds the *physical* count and is readable by root only
-  (``write_sysfs`` builds such a tree, mode 0400, for tests); ``neuron-ls`` (``tests/standin/bin``)
-  prints both counts to any user.
+- ``neuron-ls`` (``tests/standin/bin``) prints the instance to any user, in the formats captured on
+  real instances (``tests/standin/captures/neuron-ls``).
 
 Stand-in-only knobs (the app never reads them): ``NEURON_STANDIN_DEVICES`` = Trainium devices
 (chips) of the simulated instance (default 1: a trn2.3xlarge, 8 physical cores, 4 logical at the
@@ -100,23 +99,30 @@ def lnc() -> int:
     return int(text)
 
 
+INSTANCE_VAR = "NEURON_STANDIN_INSTANCE"
+# TorchNeuron's family -> compiler target table (PlatformUtils.cpp), for the families it runs on.
+_TARGETS = {"trn2": "trn2", "trn2n": "trn2", "trn2u": "trn2", "trn3": "trn3", "trn3u": "trn3"}
+_INSTANCE_BY_DEVICES = {1: "trn2.3xlarge", 16: "trn2.48xlarge"}
+# HBM per Trainium device, as neuron-ls reports it (Trainium2: four 24 GB banks; Trainium3: 144 GiB).
+HBM_BYTES = {"trn2": 96 * 2**30, "trn3": 144 * 2**30}
+
+
+def instance_type() -> str:
+    """The simulated instance type (``NEURON_STANDIN_INSTANCE``, else by device count)."""
+    return os.environ.get(INSTANCE_VAR) or _INSTANCE_BY_DEVICES.get(devices(), f"trn2.standin-{devices()}-devices")
+
+
+def platform_target() -> str:
+    family = instance_type().split(".")[0]
+    if family not in _TARGETS:
+        raise NeuronRuntimeError(f"Unknown instance type: {family}. Supported types: inf1, trn1, trn1n, inf2, "
+                                 f"trn2, trn2n, trn2u, trn3")
+    return _TARGETS[family]
+
+
 def instance_cores() -> int:
     """Logical NeuronCores of the instance: the ones NEURON_RT_VISIBLE_CORES indexes."""
     return physical_cores() // lnc()
-
-
-def write_sysfs(root: str | os.PathLike) -> Path:
-    """A copy of the driver's sysfs tree for this instance under ``root``: one
-    ``neuron_device/neuron<N>/core_count`` per device holding its *physical* core count, mode 0400
-    (root only), as the Neuron driver publishes it. Returns the ``neuron_device`` folder."""
-    base = Path(root) / "neuron_device"
-    for index in range(devices()):
-        folder = base / f"neuron{index}"
-        folder.mkdir(parents=True, exist_ok=True)
-        path = folder / "core_count"
-        path.write_text(f"{PHYSICAL_CORES_PER_DEVICE}\n")
-        path.chmod(0o400)
-    return base
 
 
 def state_dir() -> Path:

@@ -11,10 +11,12 @@ Rules enforced:
 - The counter names are TorchNeuron's: ``CompilationCache.TotalCompilations`` (a NEFF was compiled),
   ``CompilationCache.InMemoryHits`` (reused within the process), ``CompilationCache.PersistentHits``
   (found in ``TORCH_NEURONX_NEFF_CACHE_DIR`` on disk). Eager ops and torch.compile graphs count alike.
-- ``get_metric_data(name)``: timed metrics; ``CompilationCache.CompilationTime`` holds the compiler
-  time of each NEFF built, in microseconds (DESIGN.md's reading of TorchNeuron 2.33). The stand-in
-  returns ``(total_samples, accumulator, samples)``, the shape torch-xla's ``metric_data`` has; the
-  app's device layer reads that shape and a plain number alike, so check it on a Trainium instance.
+- ``get_metric_data(name)``: a timed metric as ``_neuron_metric_data`` returns it (NeuronBindings.cpp):
+  ``{"accumulator", "total_samples", "repr", "samples": [{"timestamp_ns", "value"}]}``, or None
+  before its first sample. ``CompilationCache.CompilationTime`` holds the compiler time of each NEFF
+  built in **nanoseconds** (``TORCH_NEURONX_TIME_METRIC`` stores ``duration_cast<nanoseconds>``;
+  TorchNeuron's own stats helper calls the sum "us", wrongly). Captured in
+  ``tests/standin/captures/torchneuron/metrics.json``.
 """
 
 from __future__ import annotations
@@ -32,6 +34,6 @@ def get_counter_names() -> list[str]:
     return _counters.names()
 
 
-def get_metric_data(name: str) -> tuple[int, float, list[float]] | None:
-    """``(total_samples, accumulator, samples)`` of a timed metric, or None before its first sample."""
+def get_metric_data(name: str) -> dict | None:
+    """The metric's accumulator, sample count, text and samples, or None before its first sample."""
     return _counters.metric(name)
