@@ -62,10 +62,11 @@ class Settings:
     # CUDA device, share of the CPU), serving the in-process modes side by side; 0: none at start.
     replicas: int = 0
     # NeuronCores the app process claims (NEURON_RT_VISIBLE_CORES syntax); None: the inherited
-    # NEURON_RT_VISIBLE_CORES if set, else "0". Tensor-parallel ranks get cores from the rest.
+    # NEURON_RT_VISIBLE_CORES if set, else the instance's last core (backend.core_plan). Tensor-parallel
+    # ranks and replicas get cores from the rest.
     neuron_cores: str | None = None
     # Logical NeuronCores on the instance (as NEURON_RT_VISIBLE_CORES counts them: 4 on a
-    # trn2.3xlarge at the default LNC=2); None: ask neuron-ls, else the driver's sysfs.
+    # trn2.3xlarge at the default LNC=2); None: ask neuron-ls (its JSON, else its table).
     neuron_instance_cores: int | None = None
     # Request defaults and bounds. FLUX.2-klein is step-distilled: 4 steps, guidance ignored.
     steps: int = 4
@@ -207,10 +208,10 @@ OPTIONS: dict[str, tuple[str, str, Any, str]] = {
                  "side by side (0: none; the System tab starts and stops them)"),
     "neuron_cores": ("--neuron-cores", "NEURON_STUDIO_NEURON_CORES", _core_list,
                      "NeuronCores the app process claims, e.g. 0 or 0-1 (default: inherited "
-                     "NEURON_RT_VISIBLE_CORES, else 0); tensor-parallel ranks get cores from the rest"),
+                     "NEURON_RT_VISIBLE_CORES, else the instance's last core); tensor-parallel ranks and replicas get cores from the rest"),
     "neuron_instance_cores": ("--neuron-instance-cores", "NEURON_STUDIO_NEURON_INSTANCE_CORES", _positive_int,
                               "logical NeuronCores on this instance, as NEURON_RT_VISIBLE_CORES counts them "
-                              "(default: from neuron-ls, else the driver's sysfs / LNC); 4 on a trn2.3xlarge"),
+                              "(default: from neuron-ls); 4 on a trn2.3xlarge"),
     "tp_start_timeout": ("--tp-start-timeout", "NEURON_STUDIO_TP_START_TIMEOUT", float,
                          "seconds the group may take to load and warm up"),
     "steps": ("--steps", "NEURON_STUDIO_STEPS", _positive_int, "default denoising steps"),

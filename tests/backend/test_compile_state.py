@@ -41,3 +41,23 @@ def test_failed_then_reset():
     table.reset()
     assert table.state("regional", Shape(64, 64)) == "cold"
     assert table.state("eager", Shape(64, 64)) == "warm"  # eager has no graphs to drop
+
+
+def test_on_neuron_a_warm_size_at_a_new_step_count_still_compiles_and_the_lock_refuses_it():
+    """The scheduler's per-step tensors (sigmas: steps + 1) change length with the step count, and
+    on Neuron every eager op compiles per shape: warm at 4 steps is not warm at 8 there; elsewhere it is."""
+    from backend.admission import Admission
+    from backend.errors import ShapeLocked
+    from backend.settings import Settings
+
+    table = CompileTable(FakeClock())
+    table.finish("eager", Shape(64, 64), compiles=0, compile_seconds=0.0, seconds=0.5, steps=4, neff_compiles=30)
+    neuron = table.predict("eager", Shape(64, 64), steps=8, compiles_here=True, exact_shapes=True)
+    assert neuron["will_compile"] and "warm at 4 steps; 8 steps compiles" in neuron["note"]
+    assert not table.predict("eager", Shape(64, 64), steps=4, compiles_here=True, exact_shapes=True)["will_compile"]
+    assert not table.predict("eager", Shape(64, 64), steps=8, compiles_here=True)["will_compile"]  # CPU/CUDA
+
+    neuron_device = type("NeuronDevice", (), {"eager_compiles": True})()
+    decision = Admission(Settings(), table).decide(neuron_device, "eager", Shape(64, 64), 8, locked=True)
+    assert isinstance(decision.refusal, ShapeLocked) and "use a step count it is warm at" in str(decision.refusal)
+    assert Admission(Settings(), table).decide(neuron_device, "eager", Shape(64, 64), 4, locked=True).refusal is None
