@@ -87,10 +87,11 @@ EAGER_COMPILE_SECONDS_VAR = "NEURON_STANDIN_EAGER_COMPILE_SECONDS"  # simulated 
 # Stand-in knob: ops (TorchNeuron's names, "aten::cumsum") that run on the host instead of the device,
 # as an unsupported or failed eager op does (CPU fallback), e.g. "aten::cumsum,aten::softmax".
 HOST_OPS_VAR = "NEURON_STANDIN_FALLBACK_OPS"
-# Kernels TorchNeuron builds through its Python compile path (an NKI attention kernel): their NEFFs
-# use the Python path's cache layout (``_neff_cache``).
-_PYTHON_PATH_OPS = {"aten::_scaled_dot_product_flash_attention_for_cpu", "aten::scaled_dot_product_attention",
-                    "aten::_scaled_dot_product_attention_math"}
+# Ops whose kernels the stand-in builds through TorchNeuron's Python compile path (its
+# ``kernels/compiler_subprocess.py``, as for an NKI kernel): the attention's softmax, which every
+# attention of the pipeline runs (SDPA decomposes to bmm / _softmax on this device). Their NEFFs
+# use the Python path's cache layout (``_neff_cache``), so the app's cache clearing and bundles meet both.
+_PYTHON_PATH_OPS = {"aten::_softmax"}
 _local = threading.local()
 _tracking_lock = threading.Lock()
 _fallback_ops: set[str] = set()  # torch_neuronx.get_fallback_ops(): a set in TorchNeuron (NeuronOpTracking.h)
