@@ -86,6 +86,51 @@ def _out_paths(out: str | None, default_dir: Path, n: int):
     return lambda result: target.with_name(f"{target.stem}-{result.width}x{result.height}{target.suffix}")
 
 
+class _TerminalProgress:
+    """A progress line on stderr, rewritten in place (a terminal only): the phase, the step, and while
+    a shape compiles the seconds so far, redrawn every second — a cold shape on Neuron compiles for
+    minutes without a step. Use as a context manager around one generate call."""
+
+    def __init__(self, request):
+        import threading
+
+        self.request, self.phase, self.since = request, "starting", None
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._tick, daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._done.set()
+        self._thread.join(2)
+        print("\r\033[K", end="", file=sys.stderr, flush=True)
+
+    def _tick(self) -> None:
+        while not self._done.wait(1.0):
+            if self.since is not None:
+                self._draw()
+
+    def __call__(self, event) -> None:
+        import time
+
+        if event.phase == "compiling":
+            self.since = self.since or time.monotonic()
+        elif event.phase != "loading":
+            self.since = None
+        self.phase = (f"denoising step {event.step}/{event.steps}" if event.phase == "denoising"
+                      else f"loading the model ({event.step} s)" if event.phase == "loading" else event.phase)
+        self._draw()
+
+    def _draw(self) -> None:
+        import time
+
+        what = f"compiling ({time.monotonic() - self.since:.0f} s)" if self.since is not None else self.phase
+        print(f"\r\033[K{self.request.width}x{self.request.height} {self.request.mode}: {what}", end="",
+              file=sys.stderr, flush=True)
+
+
 def generate(settings: Settings, args: argparse.Namespace) -> int:
     from backend.manager import Manager
     from backend.pngmeta import save_png
@@ -106,7 +151,8 @@ def generate(settings: Settings, args: argparse.Namespace) -> int:
             return _fail(unwritable, EXIT_BAD_INPUT)
         manager.start()
         # Once the model's tokenizer is loaded, prompts are also held to the text encoder's limit.
-        requests = [manager.validate(r.prompt, r.height, r.width, r.steps, r.guidance, r.seed, r.mode)
+        # (What was typed is validated again, not the model's reading of it: the record keeps both.)
+        requests = [manager.validate(r.typed or r.prompt, r.height, r.width, r.steps, r.guidance, r.seed, r.mode)
                     for r in requests]
     except StudioError as exc:
         manager.close()
@@ -115,7 +161,11 @@ def generate(settings: Settings, args: argparse.Namespace) -> int:
     try:
         for request in requests:
             try:
-                image, result = manager.generate(request)
+                if sys.stderr.isatty():
+                    with _TerminalProgress(request) as progress:
+                        image, result = manager.generate(request, progress)
+                else:
+                    image, result = manager.generate(request)
             except (GenerationFailed, GenerationCancelled) as exc:
                 return _fail(str(exc), EXIT_FAILED)
             except StudioError as exc:
@@ -134,6 +184,11 @@ def generate(settings: Settings, args: argparse.Namespace) -> int:
                        if result.compiled else "no compile")
                 print(f"{result.width}x{result.height} {result.mode}: {result.seconds:.2f} s, {how}, "
                       f"seed {result.seed}" + (f" -> {result.path}" if result.path else ""), flush=True)
+                if result.typed:  # the model read the prompt as a caption of its grammar
+                    print(f"  drawn as: {result.prompt}", flush=True)
+                if result.fallback_ops:
+                    print(f"  {len(result.fallback_ops)} op(s) ran on the host (CPU fallback): "
+                          f"{', '.join(result.fallback_ops)}", flush=True)
     finally:
         manager.close()  # stops a tensor-parallel group too
     return 0

@@ -72,13 +72,17 @@ class CompileTable:
         """Record a finished run from its ``GenerationResult`` (the one record of a run)."""
         self.finish(result.mode, result.shape, compiles=result.compiles, compile_seconds=result.compile_seconds,
                     seconds=result.seconds, encode=result.encode, denoise=result.denoise, decode=result.decode,
-                    steps=result.steps, neff_compiles=result.neff_compiles, place=result.place)
+                    steps=result.steps, neff_compiles=result.neff_compiles, place=result.place,
+                    steady=not result.overlapped)
 
     def finish(self, mode: str, shape: Shape, *, compiles: int, compile_seconds: float,
                seconds: float | None, encode: float = 0.0, denoise: float = 0.0,
-               decode: float = 0.0, steps: int = 0, neff_compiles: int = 0, place: str = "app") -> None:
+               decode: float = 0.0, steps: int = 0, neff_compiles: int = 0, place: str = "app",
+               steady: bool = True) -> None:
         """Record a run that completed (``seconds`` None: cancelled after its compile, if any) in
-        ``place`` (the process that ran it: ``app``, ``tp``, ``replica 1``)."""
+        ``place`` (the process that ran it: ``app``, ``tp``, ``replica 1``). ``steady`` False: it ran
+        beside another run, so its time says how busy the machine was, not what the shape costs; it
+        counts as a run but not in the steady figures."""
         with self._lock:
             rec = self._get(mode, shape)
             was_warm = place in rec.warm_at
@@ -92,7 +96,7 @@ class CompileTable:
             if seconds is None:
                 return
             rec.runs += 1
-            if compiles == 0 and neff_compiles == 0:
+            if compiles == 0 and neff_compiles == 0 and steady:
                 rec.steady_seconds = (rec.steady_seconds + [seconds])[-_STEADY_KEEP:]
                 rec.per_step = denoise / steps if steps else None
                 rec.overhead = encode + decode
@@ -252,7 +256,9 @@ class CompileTable:
                     "compile_seconds": rec.compile_seconds,
                     "compiles": rec.compiles,
                     "neff_compiles": rec.neff_compiles,
+                    # The median of the runs that compiled nothing and overlapped no other run, and how many.
                     "steady_seconds": statistics.median(rec.steady_seconds) if rec.steady_seconds else None,
+                    "steady_runs": len(rec.steady_seconds),
                     "runs": rec.runs,
                     "compiling_elapsed": now - rec.compiling_since if rec.compiling_since else None,
                     "error": rec.error,

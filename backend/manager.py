@@ -359,6 +359,22 @@ class Manager:
         if self._closing.is_set():
             raise BackendNotReady("the app is shutting down")
 
+    def _await_ready(self, progress: ProgressFn | None, still_wanted: Callable[[], bool] | None) -> bool:
+        """A request that comes while the model loads waits for it, saying so ("loading", with the
+        seconds waited as its step), and runs once it is ready: a click or an API call made right
+        after the start gets its image, not "try again". Returns whether it waited. A manager
+        never started, a failed load, a closing app or a caller gone away end the wait."""
+        if self._ready.is_set() or self._loader is None:
+            return False
+        began = self._clock()
+        while not self._ready.wait(0.25):
+            if self._closing.is_set() or (still_wanted is not None and not still_wanted()):
+                raise BackendNotReady("the app is shutting down" if self._closing.is_set()
+                                      else "nobody waits for this image any more")
+            if progress is not None:
+                progress(ProgressEvent("loading", int(self._clock() - began), 0, "", ""))
+        return True
+
     def generate(self, request: GenerationRequest | dict[str, Any], progress: ProgressFn | None = None,
                  _warming: bool = False, owner: str | None = None, still_wanted: Callable[[], bool] | None = None):
         """Run one request; returns (PIL image, GenerationResult). Raises StudioError subclasses.
@@ -369,6 +385,10 @@ class Manager:
         runs one per free replica); the rest wait in their engine."""
         if isinstance(request, dict):
             request = self.validate(**request)
+        if self._await_ready(progress, still_wanted) and self._count_tokens is not None:
+            # Validated before the tokenizer had loaded: its prompt's length in tokens is checked now.
+            request = self.validate(request.typed or request.prompt, request.height, request.width, request.steps,
+                                    request.guidance, request.seed, request.mode)
         self._check_ready()
         locked = self.warm_only and not _warming
         route, places, decision = self._admit(request, locked)
@@ -379,9 +399,18 @@ class Manager:
                "steps": run.steps, "started": self._clock(), "engine": engine.name, "cancel": cancel}
         with self._state_lock:
             job_id = next(self._job_ids)
+            job["overlapped"] = job["running"] = False
             self._jobs[job_id] = job
 
         def on_progress(event: ProgressEvent) -> None:
+            if not job["running"]:  # its engine took it: it runs now (a queued job waited, it did not run)
+                with self._state_lock:
+                    # Runs side by side (replicas, a group and the app) share the machine: none of
+                    # them is a steady figure for its shape.
+                    others = [j for j in self._jobs.values() if j is not job and j["running"]]
+                    for other in others:
+                        other["overlapped"] = True
+                    job["running"], job["overlapped"] = True, job["overlapped"] or bool(others)
             job["phase"], job["step"] = event.phase, event.step
             if event.phase == "compiling":
                 self.table.mark_compiling(run.mode, run.shape)
@@ -411,6 +440,7 @@ class Manager:
         result = GenerationResult.of(run, out, device=self.device.kind, model=self.model_label or "",
                                      engine=engine.name, started_at=started_at, requested_mode=request.mode,
                                      degraded=route.degraded)
+        result.overlapped = job["overlapped"]
         self.table.record(result)
         with self._state_lock:
             self.records = (self.records + [result])[-_KEEP_RECORDS:]
@@ -516,7 +546,8 @@ class Manager:
     def status(self) -> dict[str, Any]:
         now = self._clock()
         with self._state_lock:
-            running = [{k: (str(v) if k == "shape" else v) for k, v in job.items() if k not in ("owner", "cancel")}
+            running = [{k: (str(v) if k == "shape" else v) for k, v in job.items()
+                        if k not in ("owner", "cancel", "overlapped", "running")}
                        for job in self._jobs.values()]  # a page session is its own business, not the room's
             host_ops = {op: sorted(where) for op, where in sorted(self.fallback_ops.items())}
         for job in running:

@@ -60,6 +60,7 @@ class GenerationResult:
     typed: str | None = None  # what the person typed, when ``prompt`` (what the model drew) is its reading
     fallback_ops: list[str] = dataclasses.field(default_factory=list)  # Neuron: ops that ran on the host (CPU fallback)
     rank_neff_compiles: list[int] | None = None  # tensor-parallel: each rank's NEFFs; neff_compiles is their sum
+    overlapped: bool = False  # another run ran at the same time: its seconds are not a steady figure
 
     @classmethod
     def of(cls, request: GenerationRequest, out: "EngineOutput", *, device: str, model: str, engine: str,

@@ -25,9 +25,10 @@ def _run(args, cwd, env_extra=None, timeout=240):  # under pytest.ini's 300 s pe
 
 @pytest.mark.slow
 def test_generate_works_offline_with_no_flags(tmp_path):
-    # No --model: the trained embedded model, which draws what its grammar's prompt says.
-    prompt = "a red circle on the left, on a sky gradient"
-    proc = _run(["generate", prompt, "--size", "256x256", "--seed", "1", "--json"], cwd=tmp_path)
+    # No --model: the trained embedded model, which draws what its grammar's prompt says. Typed as
+    # people type (no comma), read as the grammar's caption; the record keeps what was typed.
+    typed, prompt = "a red circle on the left on a sky gradient", "a red circle on the left, on a sky gradient"
+    proc = _run(["generate", typed, "--size", "256x256", "--seed", "1", "--json"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.strip().splitlines()
     assert len(lines) == 1
@@ -42,6 +43,7 @@ def test_generate_works_offline_with_no_flags(tmp_path):
     params = read_png_parameters(path)
     assert params["seed"] == record["seed"] == 1 and params["prompt"] == prompt and params["width"] == 256
     assert record["model"] == "embedded:scenes-flux2-klein"
+    assert (record["typed"], record["prompt"]) == (typed, prompt)  # the CLI validated what was typed, once more
     verdict = scenes.judge(Image.open(path), prompt)
     assert verdict.agrees, verdict.reason
 

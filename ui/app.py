@@ -263,7 +263,7 @@ def build_ui(manager, operator_key=None) -> gr.Blocks:
         # wiring ------------------------------------------------------------------------------
         private = {"api_visibility": "private"}
         studio_inputs = [mode, width, height, steps, tp_degree]
-        studio_outputs = [engine_line, cost, badges, tp_state]
+        studio_outputs = [engine_line, cost, badges, tp_state, generate_btn]
         system_outputs = [system_info, shapes_table, warm_info, tp_system_state, tp_info, replica_info, status_json]
         light = {"concurrency_limit": None, **private}  # reads status only: never waits for the device
 
@@ -335,6 +335,7 @@ def build_ui(manager, operator_key=None) -> gr.Blocks:
         studio.blocks = demo
         _follow_capacity(studio)
         demo.load(studio.page_role, None, [role_line, *operator_controls], **light)
+        demo.load(studio.show_tp_controls, mode, [tp_degree, tp_controls], **light)
         demo.load(studio.page_labels, None, image, **light)  # set per language on the server
         demo.load(studio.empty_compare_table, None, compare_table, **light)
         demo.load(studio.refresh_all, studio_inputs, studio_outputs + system_outputs, **light)

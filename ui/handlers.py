@@ -11,6 +11,7 @@ before ``progress``: Gradio inserts the request at its position among the inputs
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import Callable
 
@@ -23,6 +24,7 @@ from backend.shapes import Shape, validate_shape
 from ui import views
 from ui.i18n import error_message, language, text
 
+log = logging.getLogger("neuron_studio.ui")
 HISTORY_KEEP = 24
 OPERATOR_CONTROLS = 9  # the groups ui.app shows only to the operator (page_role's visibility updates)
 TP_ENGINE, REPLICA_ENGINE = "tensor-parallel", "replicas"  # the manager's names for them
@@ -30,8 +32,15 @@ TP_ENGINE, REPLICA_ENGINE = "tensor-parallel", "replicas"  # the manager's names
 
 def _page_error(exc: StudioError, lang: str) -> gr.Error:
     """The one place a backend error becomes a page error: the translated sentence for its code, then
-    the backend's own detail."""
-    return gr.Error(error_message(exc, lang), title=text(lang, "title_error"))
+    the backend's own detail. A refusal is no bug: one line in the terminal, no traceback."""
+    log.info("refused (%s): %s", exc.code, exc)
+    return gr.Error(error_message(exc, lang), title=text(lang, "title_error"), print_exception=False)
+
+
+def _api_error(exc: StudioError) -> gr.Error:
+    """An API client's error: the backend's own words; one line in the terminal, no traceback."""
+    log.info("refused an API call (%s): %s", exc.code, exc)
+    return gr.Error(str(exc), print_exception=False)
 
 
 def _info(lang: str, message: str) -> None:
@@ -113,7 +122,7 @@ class Studio:
             return self.manager.validate(prompt, height, width, steps=steps, guidance=guidance,
                                          seed=seed, mode=mode)
         except StudioError as exc:
-            raise (_page_error(exc, lang) if lang else gr.Error(str(exc))) from None
+            raise (_page_error(exc, lang) if lang else _api_error(exc)) from None
 
     @staticmethod
     def _progress_adapter(progress: Callable, lang: str = "en") -> Callable:
@@ -121,6 +130,8 @@ class Studio:
             if event.phase == "denoising":
                 progress((event.step, event.steps),
                          desc=text(lang, "progress_step", step=event.step, steps=event.steps))
+            elif event.phase == "loading":  # the model is still loading: the request waits for it
+                progress(None, desc=text(lang, "progress_loading", seconds=event.step))
             elif event.phase in ("encoding", "compiling", "decoding"):
                 progress(None if event.phase == "compiling" else 0.0 if event.phase == "encoding" else 1.0,
                          desc=text(lang, f"phase_{event.phase}") + "…")
@@ -135,7 +146,7 @@ class Studio:
             _info(lang or "en", text(lang or "en", "info_stopped", detail=exc))
             return None
         except StudioError as exc:
-            raise (_page_error(exc, lang) if lang else gr.Error(str(exc))) from None
+            raise (_page_error(exc, lang) if lang else _api_error(exc)) from None
         self.manager.save_image(image, result)
         if result.degraded:
             _warning(lang or "en", result.degraded)
@@ -146,8 +157,16 @@ class Studio:
                            page: gr.Request | None = None, progress: Callable = gr.Progress()):
         """The Generate button: returns image, run line, record, used seed, gallery, history state."""
         lang = language(page)
-        request = self._validate(prompt, width, height, mode, steps, guidance, -1 if randomize else seed, lang)
-        result = self._run(request, progress, lang, page)
+        try:
+            request = self._validate(prompt, width, height, mode, steps, guidance, -1 if randomize else seed, lang)
+            result = self._run(request, progress, lang, page)
+        except gr.Error as refusal:
+            # A refusal the page could foresee (a bad size, a cold shape under the lock, a stopped
+            # group): a calm notice in the run line and a toast, the last image, gallery and seed
+            # left as they are — not an "Error" badge over every output.
+            _warning(lang, refusal.message)
+            return (gr.skip(), text(lang, "run_refused", reason=refusal.message), gr.skip(), gr.skip(), gr.skip(),
+                    gr.skip())
         if result is None:
             return (gr.skip(), text(lang, "run_stopped", seed=request.seed), gr.skip(), gr.skip(), gr.skip(),
                     gr.skip())
@@ -193,18 +212,21 @@ class Studio:
         return views.preset_label(name, dict(card.presets)[name]) if name else views.CUSTOM
 
     def refresh_studio(self, mode, width, height, steps, degree=None, page: gr.Request | None = None):
-        """Engine line, cost of the chosen (mode, shape), preset badges for that mode, TP group badge."""
-        return self._studio_views(self.manager.status(), mode, width, height, steps, degree, language(page))
+        """Engine line, cost of the chosen (mode, shape), preset badges for that mode, TP group badge,
+        whether Generate may be pressed."""
+        return self._studio_views(self.manager.status(), mode, width, height, steps, degree, language(page),
+                                  self._caller(page).is_operator)
 
     def refresh_system(self, page: gr.Request | None = None):
-        return self._system_views(self.manager.status(), language(page))
+        """The System tab's views (tests read them; the page's timer takes them from ``refresh_all``)."""
+        return self._system_views(self.manager.status(), language(page), self._caller(page).is_operator)
 
     def refresh_all(self, mode, width, height, steps, degree=None, page: gr.Request | None = None):
         """The timer's tick: one status read for both the studio line and the system panel. It reads
         no rank logs: those are read only when someone presses "Show rank logs"."""
-        status, lang = self.manager.status(), language(page)
-        return (self._studio_views(status, mode, width, height, steps, degree, lang)
-                + self._system_views(status, lang))
+        status, lang, operator = self.manager.status(), language(page), self._caller(page).is_operator
+        return (self._studio_views(status, mode, width, height, steps, degree, lang, operator)
+                + self._system_views(status, lang, operator))
 
     def follow_capacity(self) -> bool:
         """Let the page's device queue through as many requests at once as the engines can run now
@@ -222,14 +244,15 @@ class Studio:
         event_queue.concurrency_limit = self.manager.capacity()
         return True
 
-    def _studio_views(self, status, mode, width, height, steps, degree=None, lang: str = "en"):
+    def _studio_views(self, status, mode, width, height, steps, degree=None, lang: str = "en", operator: bool = True):
         engine = views.engine_markdown(status, lang)
         tp = status.get("tp") or {}
         tp_badge = views.tp_state_html(tp, lang)
         degree = _whole(degree)
         if mode == "tp" and tp.get("state") != "ready":
-            cost = views.tp_cost_markdown(tp, degree, status.get("degraded"), lang)
-            return engine, cost, views.badges_html([]), tp_badge
+            # Not ready: a click runs in process meanwhile (and says so), so Generate stays on.
+            cost = views.tp_cost_markdown(tp, degree, operator, lang)
+            return engine, cost, views.badges_html([]), tp_badge, gr.update(interactive=True)
         try:
             bounds = self.manager.settings
             shape = validate_shape(height, width, bounds.min_size, bounds.max_size)
@@ -248,14 +271,17 @@ class Studio:
             cost += views.tp_group_note(tp, degree, lang)
         badges = views.badges_html([(views.preset_label(n, s), self.manager.predict(mode, s, steps))
                                     for n, s in card.presets], lang) if ready else views.badges_html([])
-        return engine, cost, badges, tp_badge
+        # Generate waits while the cost line says the click would be refused (a bad size, a cold
+        # shape under the lock); while the model loads it stays on: the click waits for the model.
+        refused = error is not None or bool(prediction and prediction.get("refused"))
+        return engine, cost, badges, tp_badge, gr.update(interactive=not refused)
 
     @staticmethod
-    def _system_views(status, lang: str = "en"):
+    def _system_views(status, lang: str = "en", operator: bool = True):
         tp = status.get("tp") or {}
         return (views.system_markdown(status, lang), views.shapes_frame(status, lang), views.warmup_markdown(status, lang),
-                views.tp_state_html(tp, lang), views.tp_markdown(tp, lang), views.replicas_markdown(status, lang),
-                status)
+                views.tp_state_html(tp, lang), views.tp_markdown(tp, lang),
+                views.replicas_markdown(status, lang, operator), status)
 
     def refresh_plots(self, page: gr.Request | None = None):
         latency, compiles = views.latency_frame(self.manager.records), views.compile_frame(self.manager.status())
@@ -292,11 +318,12 @@ class Studio:
         )
 
     # tensor-parallel group: started and stopped only by its buttons, never by the mode list ---
-    @staticmethod
-    def show_tp_controls(mode):
-        """Picking a mode only shows or hides this page's TP degree and Start/Stop; it starts and stops
-        nothing."""
-        return gr.update(visible=mode == "tp"), gr.update(visible=mode == "tp")
+    def show_tp_controls(self, mode, page: gr.Request | None = None):
+        """Picking a mode only shows or hides this page's TP degree and the group's row (its state;
+        Start/Stop for the operator); it starts and stops nothing. The degree is the operator's: a
+        viewer's would do nothing."""
+        operator = self._caller(page).is_operator
+        return gr.update(visible=mode == "tp" and operator), gr.update(visible=mode == "tp")
 
     def page_opened(self):
         """A new page's TP degree: the running group's, so its Start does not replace it by accident."""

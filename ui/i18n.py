@@ -93,6 +93,8 @@ MESSAGES: dict[str, dict[str, str]] = {
         "cost_warm_on": " · warm on {warm} of {of} replicas",
         "engine_replicas": " · replicas {ready}/{size} ready, {busy} busy",
         "replicas_none": "No replicas running. Start some to serve several requests at once, one per replica.",
+        "replicas_none_viewer": "No replicas running: requests run one at a time in the app (the operator can "
+                                "start replicas to serve several at once).",
         "replicas_head": "**Replicas**: {ready} of {size} ready, {busy} busy, {restarts} restarted",
         "col_replica": "Replica", "col_core": "NeuronCore", "col_served": "Served", "col_warm": "Warm shapes",
         "replica_busy": "busy", "replicas_count": "Replicas", "start_replicas": "Start replicas",
@@ -116,6 +118,8 @@ MESSAGES: dict[str, dict[str, str]] = {
         "info_locked": "Locked to warm shapes.", "info_unlocked": "New shapes may compile again.",
         "phase_encoding": "encoding", "phase_compiling": "compiling", "phase_denoising": "denoising",
         "phase_decoding": "decoding", "progress_step": "denoising step {step}/{steps}",
+        "progress_loading": "loading the model ({seconds} s); your image runs as soon as it is ready",
+        "run_refused": "**Not run.** {reason}",
         # the cost line
         "cost_invalid": "**Invalid** — {error}", "cost_waiting": "Waiting for the model to load…",
         "cost_where": "**{shape}** in **{mode}** mode", "cost_refused": "**Refused** — {where}: {reason}",
@@ -127,6 +131,7 @@ MESSAGES: dict[str, dict[str, str]] = {
         "cost_failed_before": "failed before; ", "cost_ready": "**Ready** — {where}: {tail}{extra}.",
         "cost_expected": "expected {seconds}", "cost_no_timing": "no steady timing yet",
         "col_mode": "mode", "col_shape": "shape", "col_state": "state", "col_compile_s": "compile s",
+        "steady_of": "{seconds} (median of {count} lone runs)",
         "col_steady_s": "steady s", "col_runs": "runs", "col_error": "error", "col_seconds": "seconds",
         "col_compiled": "compiled", "col_max_diff": "max |Δ| vs first (0-255)",
         "badge_warm": "warm", "badge_cold": "cold", "badge_compiling": "compiling", "badge_failed": "failed",
@@ -166,14 +171,18 @@ MESSAGES: dict[str, dict[str, str]] = {
         "tp_state_ready": "ready", "tp_state_stopping": "stopping", "tp_state_stopped": "stopped",
         "tp_state_dead": "dead",
         "tp_engine": "tensor-parallel group **{state}**", "tp_engine_ranks": " ({ranks} ranks)",
-        "tp_meanwhile": " Meanwhile requests are served in process ({mode}, \"degraded\").",
+        "tp_meanwhile": " Meanwhile Generate runs in process ({mode}), and the run line says so.",
         "tp_cost_starting": "**Starting** — the tensor-parallel group ({ranks} ranks) is {state}…{meanwhile}",
         "tp_cost_stopping": "**Stopping** — the tensor-parallel group is stopping; press **Start group** once it "
                             "has stopped.",
         "tp_cost_dead": "**Down** — the tensor-parallel group died: {error}. Press **Start group** to launch it "
                         "again{cost}.{meanwhile}",
-        "tp_cost_stopped": "**Stopped** — the tensor-parallel group is stopped — press **Start group**{cost}. "
-                           "Generate in this mode needs it.",
+        "tp_cost_stopped": "**Stopped** — the tensor-parallel group is not running — press **Start group**{cost}."
+                           "{meanwhile}",
+        "tp_cost_stopped_viewer": "**Not running** — the operator has not started the tensor-parallel group."
+                                  "{meanwhile}",
+        "tp_cost_dead_viewer": "**Down** — the tensor-parallel group stopped working; the operator can restart it."
+                               "{meanwhile}",
         "tp_no_reason": "no reason given",
         "tp_start_unmeasured": ": it launches {degree} processes that each load the model (no start measured yet "
                                "to estimate the time)",
@@ -262,6 +271,8 @@ MESSAGES: dict[str, dict[str, str]] = {
         "cost_warm_on": " · {of} kopyanın {warm} tanesinde sıcak",
         "engine_replicas": " · kopyalar {ready}/{size} hazır, {busy} meşgul",
         "replicas_none": "Çalışan kopya yok. Aynı anda birkaç istek sunmak için başlatın, her kopyaya bir istek.",
+        "replicas_none_viewer": "Çalışan kopya yok: istekler uygulamada tek tek çalışır (operatör aynı anda birkaç "
+                                "istek sunmak için kopya başlatabilir).",
         "replicas_head": "**Kopyalar**: {size} kopyanın {ready} tanesi hazır, {busy} meşgul, {restarts} yeniden başlatıldı",
         "col_replica": "Kopya", "col_core": "NeuronCore", "col_served": "Sunulan", "col_warm": "Sıcak boyutlar",
         "replica_busy": "meşgul", "replicas_count": "Kopyalar", "start_replicas": "Kopyaları başlat",
@@ -284,6 +295,8 @@ MESSAGES: dict[str, dict[str, str]] = {
         "info_locked": "Sıcak boyutlarla sınırlandı.", "info_unlocked": "Yeni boyutlar yeniden derlenebilir.",
         "phase_encoding": "kodlanıyor", "phase_compiling": "derleniyor", "phase_denoising": "gürültü gideriliyor",
         "phase_decoding": "çözülüyor", "progress_step": "gürültü giderme adımı {step}/{steps}",
+        "progress_loading": "model yükleniyor ({seconds} sn); görseliniz hazır olur olmaz üretilecek",
+        "run_refused": "**Çalıştırılmadı.** {reason}",
         "cost_invalid": "**Geçersiz** — {error}", "cost_waiting": "Modelin yüklenmesi bekleniyor…",
         "cost_where": "**{mode}** modunda **{shape}**", "cost_refused": "**Reddedildi** — {where}: {reason}",
         "cost_compiling": "**Derleniyor** — {where} şu anda derleniyor ({elapsed} geçti",
@@ -294,6 +307,7 @@ MESSAGES: dict[str, dict[str, str]] = {
         "cost_failed_before": "daha önce başarısız oldu; ", "cost_ready": "**Hazır** — {where}: {tail}{extra}.",
         "cost_expected": "beklenen {seconds}", "cost_no_timing": "henüz kararlı süre yok",
         "col_mode": "mod", "col_shape": "boyut", "col_state": "durum", "col_compile_s": "derleme s",
+        "steady_of": "{seconds} (tek başına {count} çalıştırmanın medyanı)",
         "col_steady_s": "kararlı s", "col_runs": "çalıştırma", "col_error": "hata", "col_seconds": "saniye",
         "col_compiled": "derlendi", "col_max_diff": "ilkine göre en büyük |Δ| (0-255)",
         "badge_warm": "sıcak", "badge_cold": "soğuk", "badge_compiling": "derleniyor", "badge_failed": "başarısız",
@@ -327,13 +341,16 @@ MESSAGES: dict[str, dict[str, str]] = {
         "tp_state_ready": "hazır", "tp_state_stopping": "durduruluyor", "tp_state_stopped": "durdu",
         "tp_state_dead": "çöktü",
         "tp_engine": "tensör paralel grup **{state}**", "tp_engine_ranks": " ({ranks} rank)",
-        "tp_meanwhile": " Bu arada istekler süreç içinde çalışıyor ({mode}, \"degraded\").",
+        "tp_meanwhile": " Bu arada Oluştur süreç içinde çalışır ({mode}); çalıştırma satırı bunu belirtir.",
         "tp_cost_starting": "**Başlıyor** — tensör paralel grup ({ranks} rank): {state}…{meanwhile}",
         "tp_cost_stopping": "**Duruyor** — tensör paralel grup durduruluyor; durunca **Grubu başlat**'a basın.",
         "tp_cost_dead": "**Çöktü** — tensör paralel grup çöktü: {error}. Yeniden başlatmak için **Grubu başlat**'a "
                         "basın{cost}.{meanwhile}",
-        "tp_cost_stopped": "**Durdu** — tensör paralel grup durdu — **Grubu başlat**'a basın{cost}. Bu modda "
-                           "Oluştur onu gerektirir.",
+        "tp_cost_stopped": "**Durdu** — tensör paralel grup çalışmıyor — **Grubu başlat**'a basın{cost}."
+                           "{meanwhile}",
+        "tp_cost_stopped_viewer": "**Çalışmıyor** — operatör tensör paralel grubu başlatmadı.{meanwhile}",
+        "tp_cost_dead_viewer": "**Çöktü** — tensör paralel grup çalışmayı bıraktı; operatör yeniden başlatabilir."
+                               "{meanwhile}",
         "tp_no_reason": "neden bildirilmedi",
         "tp_start_unmeasured": ": her biri modeli yükleyen {degree} süreç başlatır (süreyi tahmin etmek için henüz "
                                "ölçülmüş başlangıç yok)",

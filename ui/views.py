@@ -137,7 +137,7 @@ def engine_markdown(status: dict[str, Any], lang: str = DEFAULT) -> str:
     pool = status.get("replicas") or {}
     if pool.get("size"):
         line += text(lang, "engine_replicas", ready=pool["ready"], size=pool["size"], busy=pool["busy"])
-    if status.get("degraded"):
+    if status.get("degraded"):  # something is wrong (a group died); an ordinary start says "starting" above
         line += f" · **{status['degraded']}**"
     warmup = status.get("warmup")
     if warmup and warmup.get("running"):
@@ -205,7 +205,8 @@ def shapes_frame(status: dict[str, Any], lang: str = DEFAULT) -> pd.DataFrame:
              (f"{r['bundle_compile_seconds']:.2f} ({text(lang, 'from_bundle')})"
               if r.get("bundle_compile_seconds") is not None else
               None if r["compile_seconds"] is None else round(r["compile_seconds"], 2)),
-             None if r["steady_seconds"] is None else round(r["steady_seconds"], 3),
+             None if r["steady_seconds"] is None else text(lang, "steady_of", seconds=f"{r['steady_seconds']:.3f}",
+                                                           count=r.get("steady_runs", 1)),
              r["runs"], r["error"] or ""] for r in status.get("shapes", [])]
     return pd.DataFrame(rows, columns=_columns(SHAPE_COLUMNS, lang))
 
@@ -225,7 +226,7 @@ def warmup_markdown(status: dict[str, Any], lang: str = DEFAULT) -> str:
 def latency_frame(records: list[Any]) -> pd.DataFrame:
     """Steady-state seconds per image (median over runs) against megapixels, per mode."""
     rows = [{"mode": r.mode, "megapixels": r.width * r.height / 1e6, "shape": f"{r.width}x{r.height}",
-             "seconds": r.seconds} for r in records if not r.compiled]
+             "seconds": r.seconds} for r in records if not r.compiled and not r.overlapped]
     if not rows:
         return pd.DataFrame({"mode": [], "megapixels": [], "shape": [], "seconds": []})
     frame = pd.DataFrame(rows).groupby(["mode", "shape", "megapixels"], as_index=False)["seconds"].median()
@@ -240,16 +241,20 @@ def compile_frame(status: dict[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["shape · mode", "mode", "compile seconds"])
 
 
+# One colour per mode in both Performance plots (the plots' own palettes assign colours by order).
+MODE_COLORS = {"eager": "#4c78a8", "compiled": "#f58518", "regional": "#54a24b", "tp": "#e45756"}
+
+
 def plot_axes(lang: str = DEFAULT, latency_empty: bool = False,
               compile_empty: bool = False) -> tuple[dict[str, str], dict[str, str]]:
     """Titles and axis and legend titles of the latency and compile plots in ``lang`` (the frames'
     column names stay the same in every language). An empty plot's title says what will appear."""
     latency = {"title": text(lang, "latency_empty" if latency_empty else "latency_title"),
                "x_title": text(lang, "axis_megapixels"), "y_title": text(lang, "axis_seconds"),
-               "color_title": text(lang, "axis_mode")}
+               "color_title": text(lang, "axis_mode"), "color_map": MODE_COLORS}
     compile_ = {"title": text(lang, "compile_empty" if compile_empty else "compile_title"),
                 "x_title": text(lang, "axis_shape_mode"), "y_title": text(lang, "axis_compile_seconds"),
-                "color_title": text(lang, "axis_mode")}
+                "color_title": text(lang, "axis_mode"), "color_map": MODE_COLORS}
     return latency, compile_
 
 
@@ -375,22 +380,25 @@ def _start_cost(tp: dict[str, Any], degree: int, lang: str = DEFAULT) -> str:
     return text(lang, "tp_start_measured", degree=degree, with_ranks=with_ranks, seconds=_seconds(seconds))
 
 
-def tp_cost_markdown(tp: dict[str, Any], degree: int | None = None, degraded: str | None = None,
+def tp_cost_markdown(tp: dict[str, Any], degree: int | None = None, operator: bool = True,
                      lang: str = DEFAULT) -> str:
-    """The cost line while tensor-parallel mode is picked and its group is not ready: what to do
-    before Generate and what it will cost. ``degree`` is this page's TP degree; ``degraded`` the
-    status's sentence when TP requests are being served in process meanwhile."""
+    """The cost line while tensor-parallel mode is picked and its group is not ready: what happens to
+    a click now (it runs in process meanwhile) and, for the operator, what starting the group costs.
+    A viewer reads only what a viewer can do: the operator starts and stops the group."""
     state, ranks = tp.get("state", "stopped"), tp.get("world_size")
     degree = degree or ranks
-    meanwhile = (text(lang, "tp_meanwhile", mode=tp.get("compile_mode") or "in process") if degraded else "")
+    meanwhile = text(lang, "tp_meanwhile", mode=tp.get("compile_mode") or "eager")
     if state in TP_STARTING:
         return text(lang, "tp_cost_starting", ranks=ranks, state=_tp_state(state, lang), meanwhile=meanwhile)
+    if not operator:
+        key = "tp_cost_dead_viewer" if state == "dead" else "tp_cost_stopped_viewer"
+        return text(lang, key, meanwhile=meanwhile)
     if state == "stopping":
-        return text(lang, "tp_cost_stopping")
+        return text(lang, "tp_cost_stopping") + meanwhile
     if state == "dead":
         return text(lang, "tp_cost_dead", error=_short(tp.get("error") or text(lang, "tp_no_reason"), 300),
                     cost=_start_cost(tp, degree, lang), meanwhile=meanwhile)
-    return text(lang, "tp_cost_stopped", cost=_start_cost(tp, degree, lang))
+    return text(lang, "tp_cost_stopped", cost=_start_cost(tp, degree, lang), meanwhile=meanwhile)
 
 
 def tp_group_note(tp: dict[str, Any], degree: int | None, lang: str = DEFAULT) -> str:
@@ -465,12 +473,12 @@ def bundle_markdown(manifest: dict[str, Any], mismatch: str | None, lang: str = 
                       text(lang, "bundle_trust")])
 
 
-def replicas_markdown(status: dict[str, Any], lang: str = DEFAULT) -> str:
+def replicas_markdown(status: dict[str, Any], lang: str = DEFAULT, operator: bool = True) -> str:
     """The System tab's replica table: per replica its state, core, pid, whether it is busy, the
     requests it served and the shapes warm on it."""
     pool = status.get("replicas") or {}
     if not pool.get("size"):
-        return text(lang, "replicas_none")
+        return text(lang, "replicas_none" if operator else "replicas_none_viewer")
     head = text(lang, "replicas_head", ready=pool["ready"], size=pool["size"], busy=pool["busy"],
                 restarts=pool.get("restarts", 0))
     rows = [f"| {text(lang, 'col_replica')} | {text(lang, 'col_state')} | {text(lang, 'col_core')} | pid | "

@@ -8,9 +8,10 @@ It serves mode ``tp``. What only this module knows:
   naming the ones that do;
 - a start with another degree replaces the running group (its graphs go with it: the compile
   table forgets the place ``tp``); the same degree leaves a starting or ready group as it is;
-- while the group is launching, loading, warming or dead, its requests are served in process the
-  way each rank would run them (``--tp-compile``), and the record says so (``Route.degraded``);
-  stopped, they are refused with a message that says how to start it;
+- while the group is not ready — never started or stopped by the operator, launching, loading,
+  warming or dead — its requests are served in process the way each rank would run them
+  (``--tp-compile``), and the record says so and why (``Route.degraded``): a viewer, who cannot
+  start the group, still gets an image, never a refusal that names a button only the operator has;
 - when the ranks end themselves after a failed request (on Neuron: the reply says
   ``group_ending``, or a rank's exit status says it), a new group of the same degree starts once
   the old one's processes are gone (its ``on_dead``): not before, since on Neuron a core is held
@@ -73,23 +74,24 @@ class TensorParallelEngine:
     def route(self, request: GenerationRequest) -> Route | None:
         if request.mode not in self.modes:
             return None
-        if self.group is None:
-            raise BackendNotReady("the tensor-parallel group is not running; start it (the Start button "
-                                  "beside the mode, the System tab, or --mode tp at launch)")
-        if self.state in ("stopped", "stopping"):
-            raise BackendNotReady(f"the tensor-parallel group is {self.state}; start it again (Start beside "
-                                  f"the mode, or the System tab)")
-        why = self.degraded()
-        if why is None:
+        if self.group is not None and self.group.state == "ready":
             return Route(self, request)
-        return Route(None, dataclasses.replace(request, mode=self.settings.tp_compile), why)
+        return Route(None, dataclasses.replace(request, mode=self.settings.tp_compile), self._in_process_why())
+
+    def _in_process_why(self) -> str:
+        group = self.group
+        if group is None or group.state in ("stopped", "stopping"):
+            why = "the operator has not started the tensor-parallel group" if group is None else \
+                f"the tensor-parallel group is {group.state} (the operator stopped it)"
+        else:
+            why = f"the tensor-parallel group is {group.state}" + (f" ({group.error})" if group.state == "dead" else "")
+        return f"degraded: {why}; tensor-parallel requests run in process ({self.settings.tp_compile}) meanwhile"
 
     def degraded(self) -> str | None:
+        """Something is wrong with the group (it died) while tensor-parallel requests run in process;
+        None while it is ready, starting (an ordinary start is no alarm) or simply not running."""
         group = self.group
-        if group is None or group.state not in ("dead",) + STARTING:
-            return None
-        why = f"the tensor-parallel group is {group.state}" + (f" ({group.error})" if group.state == "dead" else "")
-        return f"degraded: {why}; tensor-parallel requests run in process ({self.settings.tp_compile}) meanwhile"
+        return self._in_process_why() if group is not None and group.state == "dead" else None
 
     def places(self, mode: str) -> list[str]:
         return [PLACE]

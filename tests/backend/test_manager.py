@@ -217,10 +217,42 @@ def test_status_is_json_and_complete(manager):
     assert {"mode", "shape", "state", "compile_seconds", "steady_seconds"} <= set(status["shapes"][0])
 
 
-def test_not_ready_and_failed_loads_are_reported(tmp_path):
-    mgr = Manager(make_settings(tmp_path))
+def test_a_request_made_while_the_model_loads_waits_and_runs(tmp_path, monkeypatch):
+    """The page's click or an API call made right after the start gets its image, with "loading"
+    progress meanwhile; a manager that was never started refuses at once."""
+    never = Manager(make_settings(tmp_path))
     with pytest.raises(BackendNotReady, match="still loading"):
-        mgr.generate(mgr.validate("fox", 64, 64))
+        never.generate(never.validate("fox", 64, 64))
+    release = threading.Event()
+    from backend import model_source
+
+    real = model_source.resolve_model
+
+    def slow_resolve(*args, **kwargs):
+        release.wait(60)  # the load holds here until the request is waiting
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr("backend.model_source.resolve_model", slow_resolve)
+    mgr = Manager(make_settings(tmp_path))
+    mgr.start(background=True)
+    seen, done = [], {}
+
+    def click():
+        done["result"] = mgr.generate(mgr.validate("fox", 64, 64, steps=1, seed=3), progress=seen.append)[1]
+
+    waiter = threading.Thread(target=click)
+    waiter.start()
+    while not seen and waiter.is_alive():  # waiting on the state, not on seconds: the first "loading" event
+        waiter.join(0.05)
+    assert seen[0].phase == "loading" and mgr.status()["state"] == "loading"
+    release.set()
+    waiter.join(120)
+    assert not waiter.is_alive() and done["result"].seed == 3
+    assert [e.phase for e in seen].index("encoding") > 0  # loading first, then the run
+    mgr.close()
+
+
+def test_failed_loads_are_reported(tmp_path):
     bad = Manager(make_settings(tmp_path, model=str(tmp_path / "missing")))
     bad.start(background=True)
     assert bad.wait_ready(30) is False

@@ -308,3 +308,15 @@ def start_manager(tmp_path: Path, **settings):
     for name in ("tensor-parallel", "replicas"):
         manager.engines[name]._group_factory = launches
     return manager, launches
+
+
+def calm_refusal(outputs) -> str:
+    """The Generate button's outputs for a refused click: the last image, record, seed and gallery
+    left as they were (``gr.skip()``), a notice in the run line instead of "Error" badges over every
+    output. Returns the run line."""
+    import gradio as gr
+
+    image, line, record, seed, gallery, state = outputs
+    assert all(value == gr.skip() for value in (image, record, seed, gallery, state)), outputs
+    assert isinstance(line, str) and line.startswith(("**Not run.**", "**Çalıştırılmadı.**")), line
+    return line

@@ -52,7 +52,6 @@ def test_only_the_public_endpoints_are_listed(app_url):
 @pytest.mark.parametrize("args, message", [
     (("a fox", 1000, 64, "eager", 2, 1, 1.0), "nearest valid size is 1008x64"),
     (("", 64, 64, "eager", 2, 1, 1.0), "prompt: is empty"),
-    (("a fox", 64, 64, "tp", 2, 1, 1.0), "tensor-parallel group is not running; start it"),
     (("a fox", 64, 64, "turbo", 2, 1, 1.0), "mode: must be one of"),
     (("a fox", 64, 64, "eager", 0, 1, 1.0), "steps: must be between 1 and 50"),
 ])
@@ -61,6 +60,15 @@ def test_user_errors_arrive_as_clear_messages(app_url, args, message):
     with pytest.raises(Exception, match=message):
         client.predict(*args, api_name="/generate")
     assert client.predict(api_name="/status")["state"] == "ready"
+
+
+def test_a_tp_request_while_the_group_is_not_running_runs_in_process_and_says_why(app_url):
+    """The page, the API and Compare follow one rule: the group not running (never started, stopped,
+    starting, dead) means a tensor-parallel request runs in process, recorded as such."""
+    client = Client(app_url, verbose=False)
+    _png, record = client.predict("a fox", 64, 64, "tp", 2, 1, 1.0, api_name="/generate")
+    assert (record["mode"], record["requested_mode"], record["world_size"]) == ("eager", "tp", 1)
+    assert "operator has not started the tensor-parallel group" in record["degraded"]
 
 
 def test_monitoring_endpoint_is_off(app_url):

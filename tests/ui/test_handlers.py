@@ -13,7 +13,7 @@ from PIL import Image
 from backend.errors import GenerationFailed
 from backend.pngmeta import read_png_parameters
 from backend.shapes import PRESETS, Shape
-from tests.ui.fake_engines import until
+from tests.ui.fake_engines import calm_refusal, until
 from ui import views
 
 
@@ -46,16 +46,22 @@ def test_generate_shows_image_timings_seed_and_history(studio, manager):
 
 
 @pytest.mark.parametrize("width, message", [(1000, "nearest valid size is 1008x128"), ("x", "whole number")])
-def test_bad_sizes_are_page_errors_with_the_fix(studio, manager, width, message):
-    with pytest.raises(gr.Error, match=message):
-        studio.generate_from_page("a fox", width, 128, "eager", 4, 1.0, 0, True, [])
+def test_bad_sizes_are_calm_notices_with_the_fix(studio, manager, width, message, caplog):
+    caplog.set_level("INFO", logger="neuron_studio.ui")
+    assert message in calm_refusal(studio.generate_from_page("a fox", width, 128, "eager", 4, 1.0, 0, True, []))
+    # One line in the presenter's terminal, no traceback: a refusal is not a bug.
+    assert [r.getMessage().startswith("refused (invalid): ") for r in caplog.records] == [True]
+    assert not any(r.exc_info for r in caplog.records)
+    # And the Generate button waits while the cost line says the click would be refused.
+    *_views, generate = studio.refresh_studio("eager", width, 128, 4)
+    assert generate == gr.update(interactive=False)
+    assert studio.refresh_studio("eager", 1008, 128, 4)[4] == gr.update(interactive=True)
     assert not manager.records and not manager.status()["shapes"]  # refused before anything ran
 
 
-def test_backend_errors_become_gr_errors_and_stop_is_not_an_error(studio, manager, engine, capsys):
+def test_backend_errors_become_notices_and_stop_is_not_an_error(studio, manager, engine, capsys):
     engine.fail_with = GenerationFailed("RuntimeError in the pipeline: boom")
-    with pytest.raises(gr.Error, match="boom"):
-        studio.generate_from_page("a fox", 64, 64, "eager", 4, 1.0, 0, True, [])
+    assert "boom" in calm_refusal(studio.generate_from_page("a fox", 64, 64, "eager", 4, 1.0, 0, True, []))
     assert "boom" in manager.status()["last_error"] and not manager.records
     engine.fail_with = None
     studio.stop()
@@ -77,7 +83,7 @@ def test_picking_a_mode_starts_and_stops_nothing(studio, manager, launches):
     wired = {f.fn.__name__ for f in demo.fns.values() if any(t[0] == mode._id for t in f.targets)}
     assert wired == {"show_tp_controls", "refresh_studio"}  # the mode list only shows and refreshes
     assert [u["visible"] for u in studio.show_tp_controls("tp")] == [True, True]
-    _engine, cost, _badges, tp_badge = studio.refresh_studio("tp", 64, 64, 4, 2)
+    _engine, cost, _badges, tp_badge = studio.refresh_studio("tp", 64, 64, 4, 2)[:4]
     assert 'data-state="stopped"' in tp_badge and cost.startswith("**Stopped**")
     assert not launches.made  # looking at tp mode launched nothing
     studio.start_tp(2)
@@ -118,7 +124,7 @@ def test_a_new_page_takes_the_running_groups_degree(studio, manager):
 
 
 def test_tp_cost_line_says_what_to_do_and_what_it_costs(studio, manager, launches):
-    engine, cost, badges, tp_badge = studio.refresh_studio("tp", 64, 64, 4, 2)
+    engine, cost, badges, tp_badge = studio.refresh_studio("tp", 64, 64, 4, 2)[:4]
     assert cost.startswith("**Stopped**") and "press **Start group**" in cost
     assert "launches 2 processes that each load the model" in cost and "no start measured yet" in cost
     assert "tensor-parallel group **stopped**" in engine and badges == views.badges_html([])
@@ -126,14 +132,14 @@ def test_tp_cost_line_says_what_to_do_and_what_it_costs(studio, manager, launche
 
     launches.hold = True  # the start stays "launching" until READY
     manager.start_engine("tensor-parallel", 2)
-    engine, cost, _b, tp_badge = studio.refresh_studio("tp", 64, 64, 4, 2)
-    assert cost.startswith("**Starting**") and "(2 ranks) is launching" in cost and "served in process" in cost
+    engine, cost, _b, tp_badge = studio.refresh_studio("tp", 64, 64, 4, 2)[:4]
+    assert cost.startswith("**Starting**") and "(2 ranks) is launching" in cost and "runs in process" in cost
     assert 'data-state="launching"' in tp_badge and "group **launching** (2 ranks)" in engine
     tp_group(manager).phase("warming")
     assert "is warming" in studio.refresh_studio("tp", 64, 64, 4, 2)[1]
 
     tp_group(manager).ready()
-    engine, cost, badges, tp_badge = studio.refresh_studio("tp", 64, 64, 4, 2)
+    engine, cost, badges, tp_badge = studio.refresh_studio("tp", 64, 64, 4, 2)[:4]
     # each rank runs eager (--tp-compile), which compiles nothing on this device
     assert cost.startswith("**Ready**") and "(tp mode does not compile on this device)" in cost
     assert "ready group of 2 ranks" in cost and 'data-shape="1024x1024" data-state="warm"' in badges
@@ -149,15 +155,16 @@ def test_tp_cost_line_says_what_to_do_and_what_it_costs(studio, manager, launche
     launches.hold = False
     manager.start_engine("tensor-parallel", 2)
     tp_group(manager).die("rank 1 exited with signal SIGKILL — the group is down")
-    engine, cost, _b, tp_badge = studio.refresh_studio("tp", 64, 64, 4, 2)
+    engine, cost, _b, tp_badge = studio.refresh_studio("tp", 64, 64, 4, 2)[:4]
     assert cost.startswith("**Down**") and "rank 1 exited with signal SIGKILL" in cost
-    assert "Press **Start group**" in cost and 'served in process (eager, "degraded")' in cost
+    assert "Press **Start group**" in cost and 'Meanwhile Generate runs in process (eager)' in cost
     assert 'data-state="dead"' in tp_badge and "group **dead**" in engine and "degraded:" in engine
 
 
 def test_runs_served_in_process_while_the_group_is_down_say_so(studio, manager):
-    with pytest.raises(gr.Error, match="press|Start"):  # never started: nothing serves TP
-        studio.generate_from_page("a fox", 64, 64, "tp", 2, 1.0, 1, False, [])
+    # never started: served in process, saying why (a viewer could not start it)
+    _p, info, record, *_ = studio.generate_from_page("a fox", 64, 64, "tp", 2, 1.0, 1, False, [])
+    assert record["mode"] == "eager" and "operator has not started the tensor-parallel group" in info
     studio.start_tp(2)
     tp_group(manager).die("rank 1 exited with code 1")
     with pytest.warns(UserWarning, match="degraded"):  # gr.Warning outside a request
@@ -173,8 +180,9 @@ def test_runs_served_in_process_while_the_group_is_down_say_so(studio, manager):
     assert (record["engine"], record["place"]) == ("tensor-parallel", "tp")
     assert ", tp (2 ranks)," in info and "served in process" not in info and "tp ×2" in gallery[0][1]
     studio.stop_tp()
-    with pytest.raises(gr.Error, match="start it"):  # stopped on purpose: refused, not degraded
-        studio.generate_from_page("a fox", 64, 64, "tp", 2, 1.0, 1, False, [])
+    # stopped on purpose: served in process the same way, saying so
+    _p, info, record, *_ = studio.generate_from_page("a fox", 64, 64, "tp", 2, 1.0, 1, False, [])
+    assert record["mode"] == "eager" and "stopped (the operator stopped it)" in info
 
 
 def test_the_timer_reads_no_logs_and_the_logs_button_does(studio, manager):
@@ -267,28 +275,28 @@ def test_the_device_queue_follows_the_engines_capacity(studio, manager):
 
 
 def test_cost_line_and_badges_follow_the_compile_state(studio, manager):
-    engine, cost, badges, _tp = studio.refresh_studio("compiled", 1024, 1024, 4)
+    engine, cost, badges, _tp = studio.refresh_studio("compiled", 1024, 1024, 4)[:4]
     assert engine.startswith(f"**{manager.status()['model']['label']}** on **cpu (float32)** · ready")
     assert cost == ("**Cold** — **1024x1024** in **compiled** mode: it will compile first "
                     "(no compile measured yet in this mode to estimate from).")
     assert 'data-shape="1024x1024" data-state="cold"' in badges
     studio.generate_from_page("a fox", 1024, 1024, "compiled", 4, 1.0, 0, True, [])  # compiles in 1.5 s
-    _e, cost, badges, _tp = studio.refresh_studio("compiled", 1024, 1024, 4)
+    _e, cost, badges, _tp = studio.refresh_studio("compiled", 1024, 1024, 4)[:4]
     assert cost.startswith("**Ready**") and "no steady timing yet" in cost
     assert 'data-shape="1024x1024" data-state="warm"' in badges
     studio.generate_from_page("a fox", 1024, 1024, "compiled", 4, 1.0, 0, True, [])  # steady: 0.1 + 4 x 0.05 + 0.1 s
-    _e, cost, badges, _tp = studio.refresh_studio("compiled", 1024, 1024, 4)
+    _e, cost, badges, _tp = studio.refresh_studio("compiled", 1024, 1024, 4)[:4]
     assert "**Ready**" in cost and "expected 400 ms" in cost and 'data-shape="1024x1024" data-state="warm"' in badges
     assert 'data-shape="1152x896" data-state="cold"' in badges
     assert "it will compile first (estimated 1.5 s from past compiles)" in studio.refresh_studio(
         "compiled", 1152, 896, 4)[1]
     manager.set_warm_only(True)
-    _e, cost, badges, _tp = studio.refresh_studio("compiled", 1152, 896, 4)
+    _e, cost, badges, _tp = studio.refresh_studio("compiled", 1152, 896, 4)[:4]
     assert "**Refused**" in cost and 'data-shape="1152x896" data-state="locked"' in badges
-    with pytest.raises(gr.Error, match="1152x896 is not warm in compiled mode"):  # and the run is refused
-        studio.generate_from_page("a fox", 1152, 896, "compiled", 4, 1.0, 0, True, [])
+    assert "1152x896 is not warm in compiled mode" in calm_refusal(  # and the run is refused
+        studio.generate_from_page("a fox", 1152, 896, "compiled", 4, 1.0, 0, True, []))
     studio.generate_from_page("a fox", 1024, 1024, "compiled", 4, 1.0, 0, True, [])  # a warm one runs
-    _e, cost, _b, _tp = studio.refresh_studio("compiled", 1000, 1024, 4)
+    _e, cost, _b, _tp = studio.refresh_studio("compiled", 1000, 1024, 4)[:4]
     assert cost.startswith("**Invalid** — The image size is not valid: width 1000") and "1008x1024" in cost
 
 
@@ -517,3 +525,22 @@ def test_the_first_page_fits_the_model(model, tmp_path):
             assert "Beyond training" not in studio.refresh_studio("eager", 1536, 1536, 4)[1]
     finally:
         manager.close()
+
+
+def test_runs_side_by_side_are_not_steady_figures(studio, manager, engine):
+    """A run that overlapped another says how busy the machine was, not what its shape costs: it is
+    counted but kept out of the steady median (and the latency plot); a lone run is in it."""
+    studio.start_tp(2)
+    studio.generate_from_page("a fox", 64, 64, "eager", 4, 1.0, 1, False, [])  # compiles nothing on CPU
+    page_run = lambda: studio.generate_from_page("a fox", 64, 64, "eager", 4, 1.0, 2, False, [])  # noqa: E731
+    with engine.hold(page_run, after_step=1):
+        _p, _i, tp_record, *_ = studio.generate_from_page("a fox", 64, 64, "tp", 4, 1.0, 3, False, [])
+    eager_lone, eager_beside, tp_beside = manager.records[0], manager.records[2], manager.records[1]
+    assert tp_record["overlapped"] and tp_beside.overlapped and eager_beside.overlapped
+    assert not eager_lone.overlapped
+    row = next(r for r in manager.status()["shapes"] if (r["mode"], r["shape"]) == ("eager", "64x64"))
+    assert row["runs"] == 2 and row["steady_runs"] == 1 and row["steady_seconds"] == eager_lone.seconds
+    assert "(median of 1 lone runs)" in views.shapes_frame(manager.status()).iloc[0]["steady s"]
+    assert len(views.latency_frame(manager.records)) == 1  # the lone eager run only
+    latency, compiles = views.plot_axes()
+    assert latency["color_map"] == compiles["color_map"] == views.MODE_COLORS  # one colour per mode in both plots

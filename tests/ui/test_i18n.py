@@ -2,6 +2,7 @@
 handlers say in Turkish."""
 
 import ast
+import re
 import string
 from pathlib import Path
 from types import SimpleNamespace
@@ -12,6 +13,7 @@ import pytest
 from backend import errors
 from backend.errors import (BackendBusy, BackendNotReady, CompileFailure, GenerationCancelled, GenerationFailed,
                             GroupDead, InvalidRequest, ModelNotFound, ShapeLimitReached, ShapeLocked, StudioError)
+from tests.ui.fake_engines import calm_refusal
 from ui import i18n, views
 
 UI = Path(__file__).resolve().parents[2] / "ui"
@@ -89,14 +91,13 @@ def test_every_field_the_backend_names_has_a_sentence():
 
 
 def test_a_turkish_page_gets_turkish_errors_that_still_name_the_nearest_size(studio):
-    with pytest.raises(gr.Error) as err:
-        studio.generate_from_page("a fox", 1000, 128, "eager", 4, 1.0, 0, True, [], TR)
-    assert str(err.value.message) == ("Görsel boyutu geçerli değil: width 1000 is not a multiple of 16; "
-                                      "nearest valid size is 1008x128")
-    with pytest.raises(gr.Error, match="The image size is not valid: width 1000 .* 1008x128"):
-        studio.generate_from_page("a fox", 1000, 128, "eager", 4, 1.0, 0, True, [], EN)
-    with pytest.raises(gr.Error, match="İstem geçerli değil: is empty"):
-        studio.generate_from_page("", 64, 64, "eager", 4, 1.0, 0, True, [], TR)
+    line = calm_refusal(studio.generate_from_page("a fox", 1000, 128, "eager", 4, 1.0, 0, True, [], TR))
+    assert line == ("**Çalıştırılmadı.** Görsel boyutu geçerli değil: width 1000 is not a multiple of 16; "
+                    "nearest valid size is 1008x128")
+    assert re.search("The image size is not valid: width 1000 .* 1008x128", calm_refusal(
+        studio.generate_from_page("a fox", 1000, 128, "eager", 4, 1.0, 0, True, [], EN)))
+    assert "İstem geçerli değil: is empty" in calm_refusal(studio.generate_from_page("", 64, 64, "eager", 4, 1.0, 0,
+                                                                                     True, [], TR))
     with pytest.raises(gr.Error, match="TP derecesi geçerli değil: must be a whole number, got 2.5"):
         studio.start_tp(2.5, TR)
 
@@ -106,7 +107,7 @@ def test_a_turkish_page_gets_turkish_status_lines_with_the_same_numbers(studio):
     assert info.startswith("**256x128**, compiled, 4 adım, tohum `7` — toplam **2.0 s**:")
     assert "derlendi: 1.5 s içinde 1 graf" in info
     # the estimate for a cold shape is the compile just measured (the nearest in token count)
-    engine, cost, badges, tp_badge = studio.refresh_studio("compiled", 1024, 1024, 4, None, TR)
+    engine, cost, badges, tp_badge = studio.refresh_studio("compiled", 1024, 1024, 4, None, TR)[:4]
     assert cost == ("**Soğuk** — **compiled** modunda **1024x1024**: önce derlenecek "
                     "(geçmiş derlemelere göre tahmini 1.5 s).")
     assert studio.refresh_studio("compiled", 1024, 1024, 4, None, EN)[1] == (
@@ -119,7 +120,7 @@ def test_a_turkish_page_gets_turkish_status_lines_with_the_same_numbers(studio):
     assert "| Sistem | |" in system and "| Aygıt |" in system
     assert replicas.startswith("Çalışan kopya yok.")
     assert "Rank günlüğü yok: tensör paralel grup başlatılmadı." == studio.show_tp_logs(TR)
-    assert studio.refresh_studio("tp", 64, 64, 4, 2, TR)[1].startswith("**Durdu** — tensör paralel grup durdu")
+    assert studio.refresh_studio("tp", 64, 64, 4, 2, TR)[1].startswith("**Durdu** — tensör paralel grup çalışmıyor")
     assert studio.page_labels(TR)["label"] == "Görsel" and studio.page_labels(None)["label"] == "Image"
     with pytest.raises(gr.Error, match="Kopya sayısı geçerli değil: must be a whole number, got 1.5"):
         studio.start_replicas(1.5, TR)

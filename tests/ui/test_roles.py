@@ -61,8 +61,9 @@ def test_a_viewer_is_refused_every_operator_event_and_nothing_changes(room, mana
 
 
 def test_every_handler_that_asks_for_the_caller_is_in_the_list():
-    """A handler that decides by the caller's role is an operator event above, except the two that
-    answer a viewer too (stop: its own run; page_role: which controls show)."""
+    """A handler that decides by the caller's role is an operator event above, except those that
+    answer a viewer too (stop: its own run; page_role and show_tp_controls: which controls show; the
+    status views: which sentences a viewer's page reads)."""
     import ast
     from pathlib import Path
 
@@ -70,7 +71,8 @@ def test_every_handler_that_asks_for_the_caller_is_in_the_list():
     studio = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Studio")
     asking = {f.name for f in studio.body if isinstance(f, ast.FunctionDef) and f.name != "_caller"
               and any(isinstance(n, ast.Attribute) and n.attr == "_caller" for n in ast.walk(f))}
-    assert asking - {"stop", "page_role"} == {name for name, _args in OPERATOR_EVENTS}
+    answering_viewers = {"stop", "page_role", "show_tp_controls", "refresh_studio", "refresh_system", "refresh_all"}
+    assert asking - answering_viewers == {name for name, _args in OPERATOR_EVENTS}
 
 
 def test_the_operator_may_and_the_page_says_which_role(room, manager):
@@ -177,3 +179,27 @@ def test_a_shape_warmed_from_a_bundle_is_labelled_so_in_the_shapes_table():
     frame = views.shapes_frame({"shapes": [row, {**row, "shape": "80x80", "bundle_compile_seconds": None}]})
     assert frame.iloc[0, 2].endswith("(from a bundle)") and frame.iloc[0, 3] == "21.50 (from a bundle)"
     assert frame.iloc[1, 3] == 0.4
+
+
+def test_a_viewer_reads_only_what_a_viewer_can_do(room, manager):
+    """Every sentence a viewer's page shows names only what a viewer can do: no "press Start group",
+    no "Start some" replicas, no TP degree that would do nothing; a TP click runs in process and says why."""
+    studio, key = room
+    viewer = page()
+    degree, group_row = studio.show_tp_controls("tp", page=viewer)
+    assert degree["visible"] is False and group_row["visible"] is True  # the group's state, not its buttons
+    engine, cost, _badges, _tp, generate = studio.refresh_studio("tp", 64, 64, 4, 2, page=viewer)
+    assert "operator has not started" in cost and "Generate runs in process" in cost
+    assert generate["interactive"] is True
+    replicas = studio.refresh_system(page=viewer)[5]
+    assert "operator can start replicas" in replicas
+    shown = " ".join([cost, replicas, engine])
+    for operator_words in ("press", "Start group", "Start some", "Start replicas"):
+        assert operator_words not in shown, operator_words
+    _p, info, record, *_ = studio.generate_from_page("a fox", 64, 64, "tp", 2, 1.0, 1, False, [], page=viewer)
+    assert record["mode"] == "eager" and record["requested_mode"] == "tp"
+    assert "operator has not started the tensor-parallel group" in record["degraded"]
+    # The operator's page names the button, and shows the degree.
+    operator = page(cookie=key.session_key, session="s-operator")
+    assert "press **Start group**" in studio.refresh_studio("tp", 64, 64, 4, 2, page=operator)[1]
+    assert studio.show_tp_controls("tp", page=operator)[0]["visible"] is True
