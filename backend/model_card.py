@@ -60,13 +60,13 @@ class ModelCard:
 
         return grammar.read(prompt)
 
-    def prompt_help(self) -> str | None:
-        """One sentence of what the model's grammar understands (None: any prompt)."""
+    def prompt_help(self, lang: str = "en") -> str | None:
+        """One sentence of what the model's grammar understands (None: any prompt), in ``lang``."""
         if self.prompt_grammar is None:
             return None
         from embedded.words import describe  # the words only: the page needs nothing else of the model
 
-        return describe()
+        return describe(lang)
 
     def to_json(self) -> dict:
         return {"presets": [[name, str(shape)] for name, shape in self.presets],

@@ -43,9 +43,17 @@ POSITION_PAIRS = (("left", "right"), ("top", "bottom"), ("left", "top"), ("right
                   ("left", "bottom"), ("right", "top"))
 
 
-def describe() -> str:
-    """What the grammar understands, in its own words (the page says it once, under the prompt)."""
+def describe(lang: str = "en") -> str:
+    """What the grammar understands, in its own words (the page says it once, under the prompt), in
+    English or Turkish; the grammar's words themselves stay English (they are what the model reads)."""
     places = ", ".join(phrase for phrase, _ in POSITIONS.values())
-    return (f"This model draws up to two shapes ({', '.join(SHAPES)}) in a colour ({', '.join(COLOURS)}), "
+    shapes, colours = ", ".join(SHAPES), ", ".join(COLOURS)
+    gradients, patterns = "/".join(GRADIENTS), "/".join(PATTERN_COLOURS)
+    if lang == "tr":
+        return (f"Bu model en fazla iki şekil ({shapes}) çizer, her biri bir renkte ({colours}) ve bir yerde "
+                f"({places}; yazılmazsa ortada), bir arka plan üzerinde: bu renklerden biri ya da grey, bir "
+                f"{gradients} gradient, ya da {patterns} stripes veya checkerboard. İstemi bu İngilizce "
+                f"sözcüklerle yazın.")
+    return (f"This model draws up to two shapes ({shapes}) in a colour ({colours}), "
             f"each {places} (left out: the centre), on a background: any of those colours or grey, a "
-            f"{'/'.join(GRADIENTS)} gradient, or {'/'.join(PATTERN_COLOURS)} stripes or checkerboard.")
+            f"{gradients} gradient, or {patterns} stripes or checkerboard.")

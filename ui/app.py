@@ -28,13 +28,39 @@ I18N = gr.I18n(**MESSAGES)
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 DEVICE_QUEUE = "device"
 
+# Enter in the prompt generates (a presenter types and presses Enter); Ctrl+Enter (or Shift+Enter,
+# which Gradio also takes as submit) is a new line. Keys pressed while an input method composes
+# (CJK) are left alone.
+PROMPT_KEYS = """
+() => {
+  window.__nsPromptKeys = true;
+  document.addEventListener("keydown", (event) => {
+    const box = event.target;
+    if (event.key !== "Enter" || event.isComposing || !box.closest || !box.closest("#prompt")) return;
+    if (event.ctrlKey || event.metaKey) {
+      event.preventDefault();
+      const at = box.selectionStart;
+      box.value = box.value.slice(0, at) + "\\n" + box.value.slice(box.selectionEnd);
+      box.selectionStart = box.selectionEnd = at + 1;
+      box.dispatchEvent(new Event("input", {bubbles: true}));
+    } else if (!event.shiftKey && !event.altKey) {
+      event.preventDefault();
+      event.stopPropagation();
+      const button = document.querySelector("#generate");
+      if (button && !button.disabled) button.click();
+    }
+  }, true);
+}
+"""
+
 CSS = """
+.toast-title-row > span:first-child {display: none;}
 .ns-badges {display: flex; flex-wrap: wrap; gap: 6px;}
 .ns-badge {border-radius: 999px; padding: 2px 10px; font-size: 0.85em; border: 1px solid #8884;}
 .ns-badge i {display: inline-block; width: 8px; height: 8px; border-radius: 50%; margin-right: 6px;}
 .ns-warm i {background: #16a34a;} .ns-cold i {background: #9ca3af;} .ns-compiling i {background: #eab308;}
 .ns-failed i {background: #dc2626;} .ns-locked i {background: #6366f1;}
-.ns-tp {display: inline-flex; align-items: center; padding: 6px 0;}
+.ns-tp {display: inline-flex; align-items: center; padding: 6px 0; white-space: nowrap;}
 .ns-tp i {display: inline-block; flex: none; width: 10px; height: 10px; border-radius: 50%; margin-right: 8px;
           background: #9ca3af;}
 .ns-tp-ready i {background: #16a34a;} .ns-tp-dead i {background: #dc2626;}
@@ -136,13 +162,19 @@ def build_ui(manager, operator_key=None) -> gr.Blocks:
         history_state = gr.State([])
 
         with gr.Tab(I18N("tab_studio"), id="studio"):
+            # What a presenter uses on every click sits on the first screen of a laptop (1280x800):
+            # the prompt, Generate, the cost line and the image (with its progress) side by side;
+            # the settings follow below the buttons, the examples and PNG loading fold away.
             with gr.Row():
                 with gr.Column(scale=2):
                     prompt = gr.Textbox(examples[0] if examples and embedded else "",
-                                        label=I18N("prompt"), lines=3, elem_id="prompt",
+                                        label=I18N("prompt"), lines=2, max_lines=4, elem_id="prompt",
                                         placeholder=I18N("prompt_placeholder"), info=card.prompt_help())
-                    if examples:
-                        gr.Examples([[e] for e in examples], inputs=[prompt], label=I18N("examples"))
+                    with gr.Row():
+                        generate_btn = gr.Button(I18N("generate"), variant="primary", elem_id="generate", scale=3)
+                        # Not red while nothing runs: it is not the page's loudest button.
+                        stop_btn = gr.Button(I18N("stop"), variant="secondary", elem_id="stop", scale=1)
+                    cost = gr.Markdown("", elem_id="cost")
                     preset = gr.Radio(preset_choices(card.presets), value=default_preset, label=I18N("resolution"),
                                       elem_id="preset")
                     badges = gr.HTML(views.badges_html([]), elem_id="badges")
@@ -151,19 +183,18 @@ def build_ui(manager, operator_key=None) -> gr.Blocks:
                         width = gr.Number(start_shape.width, label=I18N("width"), precision=0, step=16, elem_id="width")
                         height = gr.Number(start_shape.height, label=I18N("height"), precision=0, step=16,
                                            elem_id="height")
-                    with gr.Row():
                         mode = gr.Dropdown(mode_choices(manager), value=s.mode, label=I18N("mode"), elem_id="mode",
-                                           allow_custom_value=True, scale=3)
+                                           allow_custom_value=True, scale=2)
                         tp_degree = gr.Number(s.tp_degree, label=I18N("tp_degree"), precision=0, minimum=1,
                                               maximum=64, elem_id="tp-degree", scale=1, visible=s.mode == "tp")
                     # The group is shared by every page: only these buttons (or the System tab's)
                     # start or stop it; picking a mode starts and stops nothing.
                     with gr.Row(visible=s.mode == "tp", elem_id="tp-controls") as tp_controls:
-                        tp_state = gr.HTML(views.tp_state_html({}), elem_id="tp-state", scale=2)
-                        tp_start = gr.Button(I18N("start_group"), elem_id="tp-start", scale=1, min_width=80,
-                                             visible=False)
-                        tp_stop = gr.Button(I18N("stop_group"), variant="stop", elem_id="tp-stop", scale=1,
-                                            min_width=80, visible=False)
+                        tp_state = gr.HTML(views.tp_state_html({}), elem_id="tp-state", scale=2, min_width=220)
+                        tp_start = gr.Button(I18N("start_group"), variant="primary", elem_id="tp-start", scale=1,
+                                             min_width=100, size="sm", visible=False)
+                        tp_stop = gr.Button(I18N("stop_group"), variant="secondary", elem_id="tp-stop", scale=1,
+                                            min_width=100, size="sm", visible=False)
                     with gr.Row():
                         steps = gr.Slider(1, s.max_steps, value=s.steps, step=1, label=I18N("steps"), elem_id="steps")
                         guidance = gr.Slider(0, s.max_guidance, value=s.guidance, step=0.1,
@@ -171,21 +202,22 @@ def build_ui(manager, operator_key=None) -> gr.Blocks:
                     with gr.Row():
                         seed = gr.Number(0, label=I18N("seed"), precision=0, elem_id="seed")
                         randomize = gr.Checkbox(True, label=I18N("randomize"), elem_id="randomize")
-                    cost = gr.Markdown("", elem_id="cost")
-                    with gr.Row():
-                        generate_btn = gr.Button(I18N("generate"), variant="primary", elem_id="generate")
-                        stop_btn = gr.Button(I18N("stop"), variant="stop", elem_id="stop")
+                    if examples:
+                        with gr.Accordion(I18N("examples"), open=False, elem_id="examples"):
+                            gr.Examples([[e] for e in examples], inputs=[prompt], label=I18N("examples"))
                     with gr.Accordion(I18N("png_accordion"), open=False):
                         png_in = gr.File(label=I18N("png_file"),
                                          file_types=[".png"], type="filepath", elem_id="png-in")
                 with gr.Column(scale=3):
                     image = gr.Image(label="Image", type="filepath", format="png", interactive=False,
-                                     elem_id="image")
+                                     elem_id="image", height=420)
                     run_info = gr.Markdown("", elem_id="run-info")
+                    # Thumbnails in a row (no preview opened on its own: it showed the first image as
+                    # a zoomed strip); a click enlarges one.
+                    history = gr.Gallery(label=I18N("history"), columns=6, rows=1, height=140, object_fit="contain",
+                                         preview=False, allow_preview=True, fit_columns=False, elem_id="history")
                     with gr.Accordion(I18N("record_accordion"), open=False):
                         record = gr.JSON(label=I18N("record"))
-                    history = gr.Gallery(label=I18N("history"), columns=6, height=220, object_fit="contain",
-                                         elem_id="history")
 
         with gr.Tab(I18N("tab_compare"), id="compare"):
             gr.Markdown(I18N("compare_intro"))
@@ -224,17 +256,18 @@ def build_ui(manager, operator_key=None) -> gr.Blocks:
                     tp_system_state = gr.HTML(views.tp_state_html({}), elem_id="tp-system-state", scale=2)
                     tp_system_degree = gr.Number(s.tp_degree, label=I18N("tp_degree"), precision=0, minimum=1,
                                                  maximum=64, elem_id="tp-system-degree", scale=1)
-                    tp_system_start = gr.Button(I18N("start_group"), elem_id="tp-system-start", scale=1,
-                                                visible=False)
-                    tp_system_stop = gr.Button(I18N("stop_group"), variant="stop", elem_id="tp-system-stop", scale=1,
+                    tp_system_start = gr.Button(I18N("start_group"), variant="primary", elem_id="tp-system-start",
+                                                scale=1, visible=False)
+                    tp_system_stop = gr.Button(I18N("stop_group"), variant="secondary", elem_id="tp-system-stop", scale=1,
                                                visible=False)
                 tp_info = gr.Markdown("", elem_id="tp-info")
             with gr.Group():
                 with gr.Row(visible=False) as replica_controls:
                     replica_count = gr.Number(max(s.replicas, 2), label=I18N("replicas_count"), precision=0,
                                               minimum=1, maximum=64, elem_id="replica-count", scale=1)
-                    replica_start = gr.Button(I18N("start_replicas"), elem_id="replica-start", scale=1)
-                    replica_stop = gr.Button(I18N("stop_replicas"), variant="stop", elem_id="replica-stop", scale=1)
+                    replica_start = gr.Button(I18N("start_replicas"), variant="primary", elem_id="replica-start",
+                                              scale=1)
+                    replica_stop = gr.Button(I18N("stop_replicas"), variant="secondary", elem_id="replica-stop", scale=1)
                 replica_info = gr.Markdown("", elem_id="replica-info")
                 with gr.Column(visible=False) as tp_log_panel:
                     tp_logs_btn = gr.Button(I18N("show_logs"), elem_id="tp-logs-show")
@@ -292,12 +325,12 @@ def build_ui(manager, operator_key=None) -> gr.Blocks:
 
         gen_event = generate_btn.click(
             studio.generate_from_page, [prompt, width, height, mode, steps, guidance, seed, randomize, history_state],
-            [image, run_info, record, seed, history, history_state],
+            [image, run_info, record, seed, history, history_state], show_progress_on=[image],
             concurrency_id=DEVICE_QUEUE, concurrency_limit=1, **private)
         gen_event.then(studio.refresh_studio, studio_inputs, studio_outputs, **light)
         prompt.submit(studio.generate_from_page, [prompt, width, height, mode, steps, guidance, seed, randomize,
                                         history_state],
-                      [image, run_info, record, seed, history, history_state],
+                      [image, run_info, record, seed, history, history_state], show_progress_on=[image],
                       concurrency_id=DEVICE_QUEUE, concurrency_limit=1, **private)
         # Stop must not queue behind the generation it stops.
         stop_btn.click(studio.stop, None, None, queue=False, **private)
@@ -336,7 +369,7 @@ def build_ui(manager, operator_key=None) -> gr.Blocks:
         _follow_capacity(studio)
         demo.load(studio.page_role, None, [role_line, *operator_controls], **light)
         demo.load(studio.show_tp_controls, mode, [tp_degree, tp_controls], **light)
-        demo.load(studio.page_labels, None, image, **light)  # set per language on the server
+        demo.load(studio.page_labels, None, [image, prompt], **light)  # set per language on the server
         demo.load(studio.empty_compare_table, None, compare_table, **light)
         demo.load(studio.refresh_all, studio_inputs, studio_outputs + system_outputs, **light)
         demo.load(studio.refresh_plots, None, [latency_plot, compile_plot], **light)
@@ -414,7 +447,7 @@ def launch(manager, settings, block: bool = True) -> gr.Blocks:
     demo.queue(default_concurrency_limit=1)
     guard = Middleware(RoomGuard, key=key, hosts=allowed_hosts(settings.host))
     demo.launch(server_name=settings.host, server_port=settings.port, share=settings.share, auth=auth,
-                enable_monitoring=False, show_error=False, prevent_thread_lock=True, css=CSS, i18n=I18N,
+                enable_monitoring=False, show_error=False, prevent_thread_lock=True, css=CSS, js=PROMPT_KEYS, i18n=I18N,
                 allowed_paths=[str(Path(settings.output_dir).resolve())], quiet=False,
                 max_file_size=MAX_UPLOAD, app_kwargs={"middleware": [guard]})
     shown = "127.0.0.1" if settings.host in ("0.0.0.0", "::", "") else settings.host

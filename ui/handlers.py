@@ -34,7 +34,14 @@ def _page_error(exc: StudioError, lang: str) -> gr.Error:
     """The one place a backend error becomes a page error: the translated sentence for its code, then
     the backend's own detail. A refusal is no bug: one line in the terminal, no traceback."""
     log.info("refused (%s): %s", exc.code, exc)
-    return gr.Error(error_message(exc, lang), title=text(lang, "title_error"), print_exception=False)
+    return gr.Error(_titled(lang, "title_error", error_message(exc, lang)), title=text(lang, "title_error"),
+                    print_exception=False)
+
+
+def _titled(lang: str, title: str, message: str) -> str:
+    """A toast's message led by its title in the page's language: Gradio 6.31 heads a toast with its
+    type in English ("Warning"), whatever title it is given; the page's CSS hides that heading."""
+    return f"{text(lang, title)} — {message}"
 
 
 def _api_error(exc: StudioError) -> gr.Error:
@@ -44,11 +51,11 @@ def _api_error(exc: StudioError) -> gr.Error:
 
 
 def _info(lang: str, message: str) -> None:
-    gr.Info(message, title=text(lang, "title_info"))
+    gr.Info(_titled(lang, "title_info", message), title=text(lang, "title_info"))
 
 
 def _warning(lang: str, message: str) -> None:
-    gr.Warning(message, title=text(lang, "title_warning"))
+    gr.Warning(_titled(lang, "title_warning", message), title=text(lang, "title_warning"))
 
 
 def _whole(value, strict: bool = False, lang: str = "en", field: str = "tp_degree") -> int | None:
@@ -161,12 +168,12 @@ class Studio:
             request = self._validate(prompt, width, height, mode, steps, guidance, -1 if randomize else seed, lang)
             result = self._run(request, progress, lang, page)
         except gr.Error as refusal:
-            # A refusal the page could foresee (a bad size, a cold shape under the lock, a stopped
-            # group): a calm notice in the run line and a toast, the last image, gallery and seed
-            # left as they are — not an "Error" badge over every output.
-            _warning(lang, refusal.message)
-            return (gr.skip(), text(lang, "run_refused", reason=refusal.message), gr.skip(), gr.skip(), gr.skip(),
-                    gr.skip())
+            # A refusal (a bad prompt, a cold shape under the lock, a failed run): a calm notice in
+            # the run line and a toast, the last image, gallery and seed left as they are — not an
+            # "Error" badge over every output.
+            reason = str(refusal.message).removeprefix(text(lang, "title_error") + " — ")
+            _warning(lang, reason)
+            return (gr.skip(), text(lang, "run_refused", reason=reason), gr.skip(), gr.skip(), gr.skip(), gr.skip())
         if result is None:
             return (gr.skip(), text(lang, "run_stopped", seed=request.seed), gr.skip(), gr.skip(), gr.skip(),
                     gr.skip())
@@ -341,11 +348,13 @@ class Studio:
         line = text(lang, "role_operator" if operator else "role_viewer")
         return (line, *[gr.update(visible=operator) for _ in range(self.operator_controls)])
 
-    @staticmethod
-    def page_labels(page: gr.Request | None = None):
-        """Labels the browser's translation does not reach (gr.Image's block label shows "[object
-        Object]" for an ``I18N`` key in Gradio 6.31): set when the page opens, in its language."""
-        return gr.update(label=text(language(page), "image"))
+    def page_labels(self, page: gr.Request | None = None):
+        """Words the browser's translation does not reach, set when the page opens, in its language:
+        the image's label (gr.Image's block label shows "[object Object]" for an ``I18N`` key in
+        Gradio 6.31) and, for a model with a prompt grammar, what it understands (from its card)."""
+        lang = language(page)
+        helps = self.manager.card.prompt_help(lang)
+        return gr.update(label=text(lang, "image")), (gr.update(info=helps) if helps else gr.skip())
 
     @staticmethod
     def empty_compare_table(page: gr.Request | None = None):

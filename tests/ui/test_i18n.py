@@ -121,8 +121,22 @@ def test_a_turkish_page_gets_turkish_status_lines_with_the_same_numbers(studio):
     assert replicas.startswith("Çalışan kopya yok.")
     assert "Rank günlüğü yok: tensör paralel grup başlatılmadı." == studio.show_tp_logs(TR)
     assert studio.refresh_studio("tp", 64, 64, 4, 2, TR)[1].startswith("**Durdu** — tensör paralel grup çalışmıyor")
-    assert studio.page_labels(TR)["label"] == "Görsel" and studio.page_labels(None)["label"] == "Image"
+    assert studio.page_labels(TR)[0]["label"] == "Görsel" and studio.page_labels(None)[0]["label"] == "Image"
     with pytest.raises(gr.Error, match="Kopya sayısı geçerli değil: must be a whole number, got 1.5"):
         studio.start_replicas(1.5, TR)
     assert "**Kopyalar**: 2 kopyanın 2 tanesi hazır, 0 meşgul, 0 yeniden başlatıldı" in studio.start_replicas(2, TR)
     assert "| Kopya | durum | NeuronCore | pid | Sunulan | Sıcak boyutlar |" in studio.refresh_system(TR)[5]
+
+
+def test_the_grammar_help_under_the_prompt_speaks_the_pages_language(tmp_path):
+    """The embedded model's card reads a grammar: its help sentence is Turkish on a Turkish page,
+    with the grammar's own (English) words, which are what the model reads."""
+    from backend.model_card import card_for
+    from types import SimpleNamespace as NS
+    from ui.handlers import Studio
+
+    studio = Studio(NS(card=card_for("embedded", tmp_path)))
+    _image, turkish = studio.page_labels(TR)
+    _image, english = studio.page_labels(EN)
+    assert turkish["info"].startswith("Bu model en fazla iki şekil (circle") and "İngilizce" in turkish["info"]
+    assert english["info"].startswith("This model draws up to two shapes (circle")
