@@ -17,6 +17,12 @@ from backend.settings import TP_MODE, Settings
 from backend.shapes import Shape
 
 
+# Seconds a first compile takes before the machine has measured one, by compile backend and mode
+# (see Admission.prior_compile_seconds): a prior, said to be one wherever it is shown.
+PRIOR_COMPILE_SECONDS = {"inductor": {"compiled": 60.0, "regional": 25.0},
+                         "aot_eager": {"compiled": 5.0, "regional": 5.0}}
+
+
 class Admission:
     def __init__(self, settings: Settings, table: cs.CompileTable):
         self.settings, self.table = settings, table
@@ -33,12 +39,22 @@ class Admission:
         how = self.settings.tp_compile if mode == TP_MODE else mode
         return how in cs.COMPILED_MODES
 
+    def prior_compile_seconds(self, device, mode: str) -> float | None:
+        """What a first compile in ``mode`` costs before this machine has measured one: a prior by
+        compile backend, from this project's own CPU measurements (DESIGN.md, P5/P7 of the bench: a
+        small FLUX.2-klein transformer's first inductor compile took 20-100 s on 2 cores, regional
+        about a third of it; aot_eager a few seconds). None where nothing was measured (the neuron
+        backend, whose compiles this project has never timed)."""
+        backend = device.info.compile_backend if device is not None else None
+        how = self.settings.tp_compile if mode == TP_MODE else mode
+        return PRIOR_COMPILE_SECONDS.get(backend, {}).get(how)
+
     def decide(self, device, mode: str, shape: Shape, steps: int | None, locked: bool,
                places: list[str] | None = None) -> "Decision":
         """The prediction for a run at (mode, shape) served in ``places``, and whether it may start:
         decided once per request; the prediction's ``refused`` says why not (None: it may run)."""
         out = self.table.predict(mode, shape, steps or self.settings.steps, self.compiles_here(device, mode),
-                                 self.exact_shapes(device), places)
+                                 self.exact_shapes(device), places, prior=self.prior_compile_seconds(device, mode))
         refusal = self._refusal(mode, shape, out["will_compile"], locked, places,
                                 steps_note=out["note"] if out["state"] == cs.WARM else None)
         out["refused"] = str(refusal) if refusal else None

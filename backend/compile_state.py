@@ -187,18 +187,27 @@ class CompileTable:
         nearest = min(past, key=lambda r: abs(r.shape.tokens - shape.tokens))
         return nearest.compile_seconds
 
+    def _estimate_into(self, out: dict[str, Any], mode: str, shape: Shape, prior: float | None) -> None:
+        """The measured estimate where there is one, else the prior, saying which."""
+        measured = self._estimate_compile(mode, shape)
+        out["estimate_compile_seconds"] = measured if measured is not None else prior
+        out["estimate_source"] = "measured" if measured is not None else ("prior" if prior is not None else None)
+
     def _expected_seconds(self, rec: ShapeRecord | None, steps: int) -> float | None:
         if rec is None or rec.per_step is None or rec.overhead is None:
             return None
         return rec.overhead + rec.per_step * steps
 
     def predict(self, mode: str, shape: Shape, steps: int, compiles_here: bool,
-                exact_shapes: bool = False, places: list[str] | None = None) -> dict[str, Any]:
+                exact_shapes: bool = False, places: list[str] | None = None,
+                prior: float | None = None) -> dict[str, Any]:
         """What a run at (mode, shape) will cost, from what was measured so far. ``compiles_here``:
         whether a new shape in this mode compiles at all on this device; ``exact_shapes``: whether
         it compiles per exact (height, width), as Neuron's eager ops do (the manager knows both);
         ``places``: the processes that may serve it (a replica pool's; None: anywhere). Warm in
-        some of several places, ``warm_on`` says how many: [2, 4] is "warm on 2 of 4"."""
+        some of several places, ``warm_on`` says how many: [2, 4] is "warm on 2 of 4". ``prior``:
+        the compile seconds to expect before this machine has measured any in this mode (a guess
+        by the device and compile backend; ``estimate_source`` says "prior" when it is used)."""
         with self._lock:
             rec = self._records.get((mode, shape))
             state = rec.state if rec else COLD
@@ -210,6 +219,7 @@ class CompileTable:
                                    "note": "", "warm_on": None}
             if places is not None and len(places) > 1:
                 out["warm_on"] = [len(rec.warm_at.intersection(places)) if rec else 0, len(places)]
+            out["estimate_source"] = None
             if state == WARM and exact_shapes and steps and rec.warm_steps and steps not in rec.warm_steps:
                 # On Neuron every eager op compiles per shape, and the scheduler's per-step tensors
                 # (its sigmas, one per step plus one) change length with the step count: a warm size
@@ -223,7 +233,7 @@ class CompileTable:
             elif state == COMPILING:
                 out["will_compile"] = True
                 out["elapsed_seconds"] = self._clock() - rec.compiling_since
-                out["estimate_compile_seconds"] = self._estimate_compile(mode, shape)
+                self._estimate_into(out, mode, shape, prior)
                 out["note"] = "compiling now"
             elif not compiles_here:
                 out["note"] = f"{mode} mode does not compile on this device"
@@ -236,7 +246,7 @@ class CompileTable:
                     out["expected_seconds"] = self._expected_seconds(self._records[(mode, sharing[0])], steps)
                 else:
                     out["will_compile"] = True
-                    out["estimate_compile_seconds"] = self._estimate_compile(mode, shape)
+                    self._estimate_into(out, mode, shape, prior)
                     out["note"] = "will compile first" + (
                         f" (last error: {rec.error})" if state == FAILED and rec and rec.error else "")
             return out

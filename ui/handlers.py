@@ -20,7 +20,7 @@ import gradio as gr
 from backend.errors import GenerationCancelled, InvalidRequest, StudioError
 from backend.pngmeta import read_png_parameters
 from backend.roles import COOKIE, LOCAL_OPERATOR, Caller
-from backend.shapes import Shape, validate_shape
+from backend.shapes import Shape, parse_shape, validate_shape
 from ui import views
 from ui.i18n import error_message, language, text
 
@@ -131,9 +131,35 @@ class Studio:
         except StudioError as exc:
             raise (_page_error(exc, lang) if lang else _api_error(exc)) from None
 
-    @staticmethod
-    def _progress_adapter(progress: Callable, lang: str = "en") -> Callable:
+    def _progress_adapter(self, progress: Callable, lang: str = "en") -> Callable:
+        """Step progress for the page's bar; while a shape compiles (silently: no step for seconds,
+        on Neuron minutes) the bar says so every second with the time so far and the estimate."""
+        import threading
+        import time
+
+        compiling = {"since": None, "stop": threading.Event()}
+
+        def tick(estimate: float | None) -> None:
+            while not compiling["stop"].wait(1.0):
+                since = compiling["since"]
+                if since is None:
+                    return
+                elapsed = views._seconds(time.monotonic() - since)
+                progress(None, desc=text(lang, "progress_compiling", elapsed=elapsed,
+                                         estimate=views._seconds(estimate) if estimate else "?"))
+
         def on_progress(event) -> None:
+            if event.phase == "compiling" and compiling["since"] is None:
+                compiling["since"], compiling["stop"] = time.monotonic(), threading.Event()
+                estimate = None
+                try:
+                    estimate = self.manager.predict(event.mode, parse_shape(event.shape)).get("estimate_compile_seconds")
+                except Exception:  # noqa: BLE001 - an estimate is a nicety; the bar still says "compiling"
+                    pass
+                threading.Thread(target=tick, args=(estimate,), name="compile-progress", daemon=True).start()
+            elif event.phase != "compiling" and compiling["since"] is not None:
+                compiling["since"] = None
+                compiling["stop"].set()
             if event.phase == "denoising":
                 progress((event.step, event.steps),
                          desc=text(lang, "progress_step", step=event.step, steps=event.steps))
@@ -199,12 +225,28 @@ class Studio:
         return result.path, record
 
     def stop(self, page: gr.Request | None = None) -> None:
+        """Stop this page's run (the operator's: every run) at its next step, and say so at once —
+        while a shape compiles, that the compile finishes first and about when."""
         lang = language(page)
+        caller = self._caller(page)
         try:
-            running = self.manager.cancel(caller=self._caller(page))
+            running = self.manager.cancel(caller=caller)
         except StudioError as exc:
             raise _page_error(exc, lang) from None
-        _info(lang, text(lang, "info_stopping" if running else "info_nothing"))
+        if not running:
+            _info(lang, text(lang, "info_nothing"))
+            return
+        compiling = [job for job in self.manager.status().get("running") or [] if job.get("phase") == "compiling"]
+        if not compiling:
+            _info(lang, text(lang, "info_stopping"))
+            return
+        job = compiling[0]
+        prediction = self.manager.predict(job["mode"], parse_shape(job["shape"]))
+        estimate = prediction.get("estimate_compile_seconds")
+        left = views._seconds(max(0.0, estimate - (prediction.get("elapsed_seconds") or 0.0))) if estimate else "?"
+        key = "info_stopping_compile_operator" if caller.is_operator and job.get("engine") != "in-process" \
+            else "info_stopping_compile"
+        _info(lang, text(lang, key, left=left))
 
     # controls --------------------------------------------------------------------------------
     def preset_changed(self, label: str, width, height):

@@ -106,6 +106,12 @@ MESSAGES: dict[str, dict[str, str]] = {
         "title_error": "Error", "title_info": "Info", "title_warning": "Warning",
         # messages and progress
         "info_stopping": "Stopping at the next denoising step…", "info_nothing": "Nothing is running.",
+        "info_stopping_compile": "Stopping — the compile that is running finishes first (about {left} left), "
+                                 "then the run stops before its next step.",
+        "info_stopping_compile_operator": "Stopping — the compile that is running finishes first (about {left} "
+                                          "left); to end it now, stop the worker that compiles (Stop group or "
+                                          "Stop replicas).",
+        "progress_compiling": "compiling — {elapsed} so far, about {estimate} expected",
         "info_stopped": "Stopped: {detail}",
         "run_stopped": "**Stopped** before the image was finished (seed `{seed}`).",
         "warn_no_params": "This PNG carries no generation parameters.",
@@ -128,6 +134,7 @@ MESSAGES: dict[str, dict[str, str]] = {
         "cost_cold": "**Cold** — {where}: {prefix}it will compile first ({guess}).",
         "cost_estimate": "estimated {estimate} from past compiles",
         "cost_no_estimate": "no compile measured yet in this mode to estimate from",
+        "cost_prior": "about {estimate} — a prior for this compile backend, until this machine measures its first compile",
         "cost_failed_before": "failed before; ", "cost_ready": "**Ready** — {where}: {tail}{extra}.",
         "cost_expected": "expected {seconds}", "cost_no_timing": "no steady timing yet",
         "col_mode": "mode", "col_shape": "shape", "col_state": "state", "col_compile_s": "compile s",
@@ -283,6 +290,12 @@ MESSAGES: dict[str, dict[str, str]] = {
         "err_error": "Bir şeyler ters gitti", "err_not_png": "Bu dosya okunabilir bir PNG değil.",
         "title_error": "Hata", "title_info": "Bilgi", "title_warning": "Uyarı",
         "info_stopping": "Bir sonraki gürültü giderme adımında duruluyor…", "info_nothing": "Çalışan bir şey yok.",
+        "info_stopping_compile": "Duruluyor — süren derleme önce bitecek (yaklaşık {left} kaldı), sonra çalıştırma "
+                                 "bir sonraki adımdan önce duracak.",
+        "info_stopping_compile_operator": "Duruluyor — süren derleme önce bitecek (yaklaşık {left} kaldı); hemen "
+                                          "bitirmek için derleyen işçiyi durdurun (Grubu durdur ya da Kopyaları "
+                                          "durdur).",
+        "progress_compiling": "derleniyor — şimdiye dek {elapsed}, beklenen yaklaşık {estimate}",
         "info_stopped": "Durduruldu: {detail}",
         "run_stopped": "Görsel bitmeden **durduruldu** (tohum `{seed}`).",
         "warn_no_params": "Bu PNG üretim parametresi taşımıyor.",
@@ -302,6 +315,7 @@ MESSAGES: dict[str, dict[str, str]] = {
         "cost_compiling": "**Derleniyor** — {where} şu anda derleniyor ({elapsed} geçti",
         "cost_compiling_of": ", tahmini ~{estimate})",
         "cost_cold": "**Soğuk** — {where}: {prefix}önce derlenecek ({guess}).",
+        "cost_prior": "yaklaşık {estimate} — bu derleme arka ucu için bir ön tahmin; bu makine ilk derlemesini ölçene dek",
         "cost_estimate": "geçmiş derlemelere göre tahmini {estimate}",
         "cost_no_estimate": "bu modda tahmin için henüz ölçülmüş derleme yok",
         "cost_failed_before": "daha önce başarısız oldu; ", "cost_ready": "**Hazır** — {where}: {tail}{extra}.",

@@ -69,8 +69,9 @@ def cost_markdown(prediction: dict[str, Any] | None, error: str | None = None, l
                 + (text(lang, "cost_compiling_of", estimate=_seconds(est)) if est else ")"))
     if p["will_compile"]:
         est = p.get("estimate_compile_seconds")
-        guess = (text(lang, "cost_estimate", estimate=_seconds(est)) if est is not None
-                 else text(lang, "cost_no_estimate"))
+        guess = (text(lang, "cost_no_estimate") if est is None
+                 else text(lang, "cost_prior", estimate=_seconds(est)) if p.get("estimate_source") == "prior"
+                 else text(lang, "cost_estimate", estimate=_seconds(est)))
         prefix = text(lang, "cost_failed_before") if p["state"] == "failed" else ""
         return text(lang, "cost_cold", where=where, prefix=prefix, guess=guess) + warm_on_text(p, lang)
     expected = p.get("expected_seconds")

@@ -57,7 +57,8 @@ def test_on_neuron_a_warm_size_at_a_new_step_count_still_compiles_and_the_lock_r
     assert not table.predict("eager", Shape(64, 64), steps=4, compiles_here=True, exact_shapes=True)["will_compile"]
     assert not table.predict("eager", Shape(64, 64), steps=8, compiles_here=True)["will_compile"]  # CPU/CUDA
 
-    neuron_device = type("NeuronDevice", (), {"eager_compiles": True})()
+    neuron_device = type("NeuronDevice", (), {"eager_compiles": True,
+                                              "info": type("Info", (), {"compile_backend": "neuron"})()})()
     decision = Admission(Settings(), table).decide(neuron_device, "eager", Shape(64, 64), 8, locked=True)
     assert isinstance(decision.refusal, ShapeLocked) and "use a step count it is warm at" in str(decision.refusal)
     assert Admission(Settings(), table).decide(neuron_device, "eager", Shape(64, 64), 4, locked=True).refusal is None

@@ -77,6 +77,7 @@ def _steps(request: GenerationRequest, emit: Callable[..., None], should_stop: C
     emit("denoising", 0)
     if compiles:
         emit("compiling")
+        at_step(0)  # a hold at step 0 is a hold while it compiles
     for step in range(1, request.steps + 1):
         emit("denoising", step)
         at_step(step)

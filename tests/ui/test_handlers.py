@@ -277,8 +277,9 @@ def test_the_device_queue_follows_the_engines_capacity(studio, manager):
 def test_cost_line_and_badges_follow_the_compile_state(studio, manager):
     engine, cost, badges, _tp = studio.refresh_studio("compiled", 1024, 1024, 4)[:4]
     assert engine.startswith(f"**{manager.status()['model']['label']}** on **cpu (float32)** · ready")
-    assert cost == ("**Cold** — **1024x1024** in **compiled** mode: it will compile first "
-                    "(no compile measured yet in this mode to estimate from).")
+    # Before this machine has measured a compile: the compile backend's prior (aot_eager here), said to be one.
+    assert cost == ("**Cold** — **1024x1024** in **compiled** mode: it will compile first (about 5.0 s — a prior "
+                    "for this compile backend, until this machine measures its first compile).")
     assert 'data-shape="1024x1024" data-state="cold"' in badges
     studio.generate_from_page("a fox", 1024, 1024, "compiled", 4, 1.0, 0, True, [])  # compiles in 1.5 s
     _e, cost, badges, _tp = studio.refresh_studio("compiled", 1024, 1024, 4)[:4]
@@ -544,3 +545,22 @@ def test_runs_side_by_side_are_not_steady_figures(studio, manager, engine):
     assert len(views.latency_frame(manager.records)) == 1  # the lone eager run only
     latency, compiles = views.plot_axes()
     assert latency["color_map"] == compiles["color_map"] == views.MODE_COLORS  # one colour per mode in both plots
+
+
+def test_a_compile_shows_its_time_so_far_and_stop_is_heard_at_once(studio, manager, engine, capsys):
+    """A first compile is no silent spinner: the bar says "compiling — N s so far, about M expected"
+    every second, and Stop pressed meanwhile is acknowledged at once, saying the compile finishes first."""
+    calls = []
+    adapter = studio._progress_adapter(lambda value=None, desc="", **kw: calls.append(desc))
+    from backend.records import ProgressEvent
+
+    adapter(ProgressEvent("compiling", 0, 4, "compiled", "64x64"))
+    until(lambda: any(d.startswith("compiling — ") for d in calls), "a compile tick")
+    adapter(ProgressEvent("denoising", 1, 4, "compiled", "64x64"))  # the tick ends with the compile
+    tick = next(d for d in calls if d.startswith("compiling — "))
+    assert "so far, about 5.0 s expected" in tick  # the prior: nothing measured yet
+    page_run = lambda: studio.generate_from_page("a fox", 64, 64, "compiled", 4, 1.0, 0, True, [])  # noqa: E731
+    with engine.hold(page_run, after_step=0) as outcome:  # held while it compiles
+        studio.stop()
+        assert "the compile that is running finishes first (about" in capsys.readouterr().out
+    assert "Stopped" in outcome["result"][1]
