@@ -2,6 +2,7 @@
 
     python app.py                                   # serve the studio on http://127.0.0.1:7860
     python app.py generate "a red fox" --size 512x512 [--size 768x1344 ...] [--mode compiled] [--json]
+    python app.py demo [--demo-modes eager,compiled] [--tp]   # warm the presets, lock, serve
     python app.py doctor                            # versions, chosen device and why, caches
     python app.py cache export|import|show BUNDLE   # warm-start bundles (backend.cache_cli)
 
@@ -17,7 +18,7 @@ import os
 import sys
 
 from backend import device_env
-from backend.settings import OPTIONS, add_setting_flags, load_settings
+from backend.settings import IN_PROCESS_MODES, OPTIONS, add_setting_flags, load_settings
 from backend.shapes import parse_shape
 
 
@@ -43,6 +44,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = sub.add_parser("serve", help="serve the web UI (the default command)")
     add_setting_flags(serve)
+
+    demo = sub.add_parser("demo", help="serve, warm every preset in --demo-modes, optionally start the group, "
+                                       "lock to warm shapes: a demo in one command")
+    add_setting_flags(demo)
+    demo.add_argument("--demo-modes", default=None,
+                      help="comma-separated modes whose presets are warmed (default: --mode)")
+    demo.add_argument("--tp", action="store_true", help="also start the tensor-parallel group (--tp-degree ranks)")
 
     gen = sub.add_parser("generate", help="generate images headless, one per --size")
     add_setting_flags(gen)
@@ -108,7 +116,14 @@ def main(argv: list[str] | None = None) -> int:
         return cache_cli.show(settings, args.bundle, as_json=args.json)
     from ui.serve import serve
 
-    code = serve(settings)
+    demo_modes = None
+    if command == "demo":
+        demo_modes = [m.strip() for m in (args.demo_modes or settings.mode).split(",") if m.strip()]
+        bad = [m for m in demo_modes if m not in IN_PROCESS_MODES]
+        if bad:
+            parser.error(f"--demo-modes: {', '.join(bad)} is not one of eager, compiled, regional "
+                         "(the group is --tp)")
+    code = serve(settings, demo_modes, command == "demo" and args.tp)
     # Everything is closed and written by now (the worker group stopped, PNGs renamed into place);
     # the interpreter's own teardown of the loaded model stack would take seconds more and do
     # nothing for us, so a stopped server leaves at once (SIGTERM exits within a few seconds).

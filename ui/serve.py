@@ -25,16 +25,40 @@ def own_temp_dir() -> str | None:
     return made
 
 
-def serve(settings: Settings) -> int:
+def serve(settings: Settings, demo_modes: list[str] | None = None, demo_tp: bool = False) -> int:
+    """Serve the page. ``demo_modes``: ``python app.py demo`` — once the model is ready, warm every
+    preset in each of these modes (and start the tensor-parallel group with ``demo_tp``), then lock
+    the app to warm shapes, saying each step on stdout."""
     temp_dir = own_temp_dir()
     try:
-        return _serve(settings)
+        return _serve(settings, demo_modes, demo_tp)
     finally:
         if temp_dir:  # app.py leaves with os._exit, so no atexit hook would run
             shutil.rmtree(temp_dir, ignore_errors=True)
 
 
-def _serve(settings: Settings) -> int:
+def prepare_demo(manager, modes: list[str], tp: bool, say=print) -> None:
+    """What a presenter does before the room comes in, in one go: every preset warm in each mode,
+    the group started if asked (it warms its own shapes before READY), then the lock to warm shapes,
+    so no click in the demo waits for a compile."""
+    if not manager.wait_ready() or manager.state == "failed":
+        say(f"demo: the model did not load: {manager.load_error}")
+        return
+    shapes = [shape for _name, shape in manager.card.presets]
+    for mode in modes:
+        say(f"demo: warming {len(shapes)} presets in {mode} mode…")
+        manager.warmup(shapes, mode, progress=lambda done, total, shape: shape is not None and say(
+            f"demo:   {mode} {shape} ({done + 1}/{total})"))
+    if tp:
+        say("demo: starting the tensor-parallel group…")
+        manager.start_engine("tensor-parallel", wait=True)
+    manager.set_warm_only(True)
+    say(f"demo: ready — {len(shapes)} presets warm in {', '.join(modes) or 'no mode'}"
+        + (", the tensor-parallel group running" if tp else "") + "; locked to warm shapes. Open the operator "
+        "link above on the presenter's screen; the room opens the local URL (or --host/--port's).")
+
+
+def _serve(settings: Settings, demo_modes: list[str] | None = None, demo_tp: bool = False) -> int:
     from backend.manager import Manager
     from ui.app import launch
 
@@ -45,6 +69,8 @@ def _serve(settings: Settings) -> int:
         print(f"app.py: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     manager.start(background=True)  # then the model stack, in the background; status shows it
+    if demo_modes is not None:
+        threading.Thread(target=prepare_demo, args=(manager, demo_modes, demo_tp), name="demo", daemon=True).start()
     # SIGTERM and Ctrl-C end the app the same way: the running generation is cancelled at its next
     # step, the worker group is stopped (no process outlives the app), then the web server exits
     # without waiting for open browser connections — within a few seconds in every mode.

@@ -564,3 +564,16 @@ def test_a_compile_shows_its_time_so_far_and_stop_is_heard_at_once(studio, manag
         studio.stop()
         assert "the compile that is running finishes first (about" in capsys.readouterr().out
     assert "Stopped" in outcome["result"][1]
+
+
+def test_a_demo_in_one_command_warms_every_preset_starts_the_group_and_locks(manager, launches):
+    """``python app.py demo --demo-modes compiled --tp``: what it does once the model is ready."""
+    from ui.serve import prepare_demo
+
+    said = []
+    prepare_demo(manager, ["compiled"], tp=True, say=said.append)
+    presets = [str(shape) for _name, shape in manager.card.presets]
+    warm = {r["shape"] for r in manager.status()["shapes"] if r["mode"] == "compiled" and r["state"] == "warm"}
+    assert warm == set(presets)
+    assert launches.made and launches.made[-1].state == "ready" and manager.status()["warm_only"] is True
+    assert said[-1].startswith(f"demo: ready — {len(presets)} presets warm in compiled, the tensor-parallel group")
