@@ -69,9 +69,44 @@ class Reading:
         return not self.ignored and not self.guessed
 
 
+# Turkish words for the grammar's colours, shapes, places and backgrounds: a Turkish page's prompt
+# ("mavi arka planda kırmızı bir daire") is read into the same caption. Word order needs no care:
+# Turkish puts the colour before the shape and the place before what it places, which the reading
+# above already takes ("on the left, a red circle"). Suffixes (plural -ler/-lar, locative
+# -da/-de/-ta/-te, with a buffer n) are taken off a word that is not known whole.
+TURKISH = {
+    "kırmızı": "red", "yeşil": "green", "mavi": "blue", "sarı": "yellow", "turuncu": "orange", "mor": "purple",
+    "pembe": "pink", "turkuaz": "cyan", "camgöbeği": "cyan", "beyaz": "white", "siyah": "black", "gri": "grey",
+    "daire": "circle", "yuvarlak": "circle", "nokta": "dot", "kare": "square", "üçgen": "triangle",
+    "yıldız": "star", "halka": "ring", "çember": "ring",
+    "sol": "left", "solda": "on the left", "sağ": "right", "sağda": "on the right", "üst": "top",
+    "üstte": "at the top", "yukarıda": "at the top", "alt": "bottom", "altta": "at the bottom",
+    "aşağıda": "at the bottom", "orta": "centre", "ortada": "in the centre",
+    "arka": "", "plan": "background", "zemin": "background", "fon": "background", "üzerinde": "on",
+    "çizgili": "striped", "çizgi": "stripes", "damalı": "checkered", "dama": "checkerboard",
+    "gökyüzü": "sky", "gece": "night", "günbatımı": "sunset", "gradyan": "gradient",
+    "ve": "and", "bir": "a", "iki": "two",
+}
+_TURKISH_SUFFIXES = ("nda", "nde", "lar", "ler", "da", "de", "ta", "te")
+
+
+def _turkish(word: str) -> str | None:
+    if word in TURKISH:
+        return TURKISH[word]
+    for suffix in _TURKISH_SUFFIXES:
+        if word.endswith(suffix) and word[: -len(suffix)] in TURKISH:
+            return TURKISH[word[: -len(suffix)]]
+    return None
+
+
 def _words(prompt: str) -> list[str]:
-    text = prompt.lower().replace("-", " ")
-    return re.findall(r"[a-z]+", text)
+    # Turkish lower-casing first (I -> ı, İ -> i), then every Turkish word the grammar knows in English.
+    text = prompt.replace("I", "ı").replace("İ", "i").lower().replace("-", " ")
+    words: list[str] = []
+    for word in re.findall(r"\w+", text):
+        english = _turkish(word)
+        words.extend((english if english is not None else word).split())
+    return [w for w in words if w]
 
 
 def _find_places(words: list[str]) -> dict[int, tuple[str, int]]:

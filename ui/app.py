@@ -145,6 +145,7 @@ def build_ui(manager, operator_key=None) -> gr.Blocks:
     """The page. ``operator_key`` (``backend.roles.OperatorKey``) tells each event's caller: the
     operator's controls show only on the operator's page, and the manager refuses them for viewers."""
     studio = Studio(manager, operator_key)
+    studio.examples = views.load_example_prompts(ASSETS / "prompts.txt")
     s = manager.settings
     # The model's card (backend.model_card): its presets, its start size, the grammar it reads.
     card = manager.card

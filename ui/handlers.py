@@ -99,6 +99,7 @@ class Studio:
         self.manager = manager
         self.key = operator_key
         self.blocks = None  # set by ui.app once the page exists: its queue says who still waits
+        self.examples: list[str] = []  # the page's example prompts (ui.app sets them): a note offers the closest
         self.operator_controls = OPERATOR_CONTROLS
 
     def _still_wanted(self, page: gr.Request | None) -> Callable[[], bool] | None:
@@ -207,7 +208,11 @@ class Studio:
         caption = (f"{result.width}x{result.height} · {views.mode_caption(record, lang)} · "
                    f"{views._seconds(result.seconds)}")
         history = ([(result.path, caption)] + list(history or []))[:HISTORY_KEEP]
-        return result.path, views.run_markdown(record, lang), record, result.seed, history, history
+        line = views.run_markdown(record, lang)
+        reading = self.manager.card.read_prompt(result.typed) if result.typed else None
+        if reading is not None:  # the model drew its reading of the prompt: say what it did not understand
+            line += views.reading_note(reading, self.examples, lang)
+        return result.path, line, record, result.seed, history, history
 
     def api_generate(self, prompt, width, height, mode, steps, seed, guidance,
                      progress: Callable = gr.Progress()):
@@ -315,7 +320,11 @@ class Studio:
         cost = views.cost_markdown(prediction, error, lang)
         card = self.manager.card
         if shape is not None and card.beyond_training(shape):
-            cost += views.beyond_training_note(card.trained_pixels, lang)
+            nearest = min((s for _n, s in card.presets if not card.beyond_training(s)),
+                          key=lambda s: abs(s.width / s.height - shape.width / shape.height), default=None)
+            name = card.preset_name(nearest) if nearest else None
+            cost += views.beyond_training_note(card.trained_pixels, views.preset_label(name, nearest) if name else None,
+                                               lang)
         if mode == "tp" and prediction is not None and not prediction.get("refused"):
             cost += views.tp_group_note(tp, degree, lang)
         badges = views.badges_html([(views.preset_label(n, s), self.manager.predict(mode, s, steps))

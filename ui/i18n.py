@@ -157,8 +157,11 @@ MESSAGES: dict[str, dict[str, str]] = {
         "run_degraded": " **Degraded** — {reason}.",
         "run_drawn_as": " Drawn as “{caption}” (the prompt read in the model's grammar).",
         "run_host_ops": " {count} op(s) ran on the host, not the NeuronCore (CPU fallback): {ops}.",
-        "cost_beyond_training": " Beyond training: this model learnt sizes up to {pixels} pixels ({side}); "
-                                "larger ones tend to repeat the scene.",
+        "cost_beyond_training": " **Beyond training**: this model learnt sizes up to {pixels} pixels ({side}); "
+                                "here it draws a broken or empty field, not the scene.",
+        "cost_nearest_preset": " The nearest size it draws well: **{preset}**.",
+        "read_ignored": "**Not understood**: {words}", "read_guessed": "made up (the prompt did not say): {what}",
+        "read_try": " Closest example: “{example}”.",
         "run_warm": "no compile (warm)",
         "run_graphs": "{count} graph(s) in {seconds}", "run_neffs": "{count} NEFF(s)",
         "run_compiled": "compiled {parts}",
@@ -338,8 +341,11 @@ MESSAGES: dict[str, dict[str, str]] = {
         "run_degraded": " **Yedek yolda** — {reason}.",
         "run_drawn_as": " “{caption}” olarak çizildi (istem, modelin dilbilgisiyle okundu).",
         "run_host_ops": " {count} işlem NeuronCore yerine ana makinede çalıştı (CPU'ya geri dönüş): {ops}.",
-        "cost_beyond_training": " Eğitimin ötesinde: bu model en çok {pixels} piksellik ({side}) boyutları öğrendi; "
-                                "daha büyükleri sahneyi tekrarlama eğiliminde.",
+        "cost_beyond_training": " **Eğitimin ötesinde**: bu model en çok {pixels} piksellik ({side}) boyutları "
+                                "öğrendi; burada sahneyi değil, bozuk ya da boş bir alan çizer.",
+        "cost_nearest_preset": " İyi çizdiği en yakın boyut: **{preset}**.",
+        "read_ignored": "**Anlaşılmadı**: {words}", "read_guessed": "uyduruldu (istem söylemedi): {what}",
+        "read_try": " En yakın örnek: “{example}”.",
         "run_warm": "derleme yok (sıcak)",
         "run_graphs": "{seconds} içinde {count} graf", "run_neffs": "{count} NEFF", "run_compiled": "derlendi: {parts}",
         "run_and": " ve ", "run_in_process": "{requested} yerine süreç içinde ({mode}) çalıştı",

@@ -310,9 +310,27 @@ def run_markdown(result: dict[str, Any], lang: str = DEFAULT) -> str:
     return line
 
 
-def beyond_training_note(trained_pixels: int, lang: str = DEFAULT) -> str:
+def beyond_training_note(trained_pixels: int, nearest: str | None = None, lang: str = DEFAULT) -> str:
+    """Said before the click: what the model really does at a size past its training, and the
+    nearest preset it draws well."""
     side = int(trained_pixels ** 0.5)
-    return text(lang, "cost_beyond_training", pixels=f"{trained_pixels:,}", side=f"{side}x{side}")
+    note = text(lang, "cost_beyond_training", pixels=f"{trained_pixels:,}", side=f"{side}x{side}")
+    return note + (text(lang, "cost_nearest_preset", preset=nearest) if nearest else "")
+
+
+def reading_note(reading, examples: list[str], lang: str = DEFAULT) -> str:
+    """After a run whose prompt the model's grammar only partly understood: the words it did not
+    understand, what it made up, and the example prompt closest to what was asked."""
+    parts = []
+    if reading.ignored:
+        parts.append(text(lang, "read_ignored", words=", ".join(f"“{w}”" for w in reading.ignored)))
+    if reading.guessed:
+        parts.append(text(lang, "read_guessed", what=", ".join(reading.guessed)))
+    if not parts:
+        return ""
+    asked = set(reading.caption.replace(",", " ").split())
+    closest = max(examples, key=lambda e: len(asked & set(e.replace(",", " ").split())), default=None)
+    return " " + "; ".join(parts) + "." + (text(lang, "read_try", example=closest) if closest else "")
 
 
 def compare_frame(entries: list[dict[str, Any]], lang: str = DEFAULT) -> pd.DataFrame:

@@ -146,3 +146,15 @@ def test_a_model_folder_with_a_bad_card_fails_the_start_with_that_line(tmp_path)
         manager.start()
     assert manager.state == "failed" and CARD_FILE in manager.load_error
     manager.close()
+
+
+@pytest.mark.parametrize("typed, caption", [
+    ("mavi arka planda kırmızı bir daire", "a red circle in the centre, on a blue background"),
+    ("solda sarı bir yıldız ve sağda beyaz bir kare, siyah zeminde",
+     "a yellow star on the left and a white square on the right, on a black background"),
+    ("KIRMIZI DAİRE", "a red circle in the centre, on a white background"),
+    ("üstte yeşil bir üçgen, gri çizgili", "a green triangle at the top, on grey stripes"),
+])
+def test_turkish_colour_shape_and_place_words_are_understood(typed, caption):
+    reading = grammar.read(typed)
+    assert reading.caption == caption and reading.understood, reading

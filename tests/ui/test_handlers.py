@@ -577,3 +577,20 @@ def test_a_demo_in_one_command_warms_every_preset_starts_the_group_and_locks(man
     assert warm == set(presets)
     assert launches.made and launches.made[-1].state == "ready" and manager.status()["warm_only"] is True
     assert said[-1].startswith(f"demo: ready — {len(presets)} presets warm in compiled, the tensor-parallel group")
+
+
+def test_the_embedded_models_page_says_what_it_did_not_understand_and_what_it_cannot_draw(studio, manager, tmp_path):
+    """A prompt partly outside the grammar: the run line names the words not understood, what was
+    made up, and the closest example; a size past training says before the click what really
+    happens and offers the nearest preset."""
+    from backend.model_card import card_for
+
+    manager.card = card_for("embedded", tmp_path)  # the scene grammar and its ~256 px presets
+    studio.examples = ["a red circle on a blue background", "a blue star in the middle, on an orange background"]
+    _p, info, record, *_ = studio.generate_from_page("a cat on orange", 256, 256, "eager", 4, 1.0, 1, False, [])
+    assert record["typed"] == "a cat on orange"
+    assert "**Not understood**: “cat”" in info and "made up (the prompt did not say): a shape: circle" in info
+    assert info.endswith("Closest example: “a blue star in the middle, on an orange background”.")
+    cost = studio.refresh_studio("eager", 512, 512, 4)[1]
+    assert "**Beyond training**" in cost and "broken or empty field" in cost
+    assert "The nearest size it draws well: **1:1 · 256x256**." in cost
