@@ -12,12 +12,13 @@ fails or is inconclusive is listed as such, with its interval and the repetition
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
-README = ROOT / "README.md"
+README = ROOT / "docs" / "performance.md"  # the page the section lives in (the README links to it)
 PLOT = ROOT / "assets" / "bench_latency.png"
 START, END = "<!-- bench:start -->", "<!-- bench:end -->"
 
@@ -99,7 +100,8 @@ def section(result: dict, source: Path, gpu: dict | None, gpu_source: Path | Non
             undecided.append(row)
     for pid, error in result.get("errors", {}).items():
         lines.append(f"| {pid} | did not run: {error.splitlines()[0]} | | | | | error | |")
-    lines += ["", f"![Latency and compile time per mode]({PLOT.relative_to(ROOT).as_posix()})", ""]
+    plot = Path(os.path.relpath(PLOT, README.parent)).as_posix()
+    lines += ["", f"![Latency and compile time per mode]({plot})", ""]
     if undecided:
         lines.append("Not passed in this run: " + "; ".join(
             f"**{row['id']}** {row['name']} — {verdict_text(row)}" for row in undecided) + ".")
@@ -141,12 +143,12 @@ def main() -> int:
     draw(result)
     text = README.read_text()
     if START not in text or END not in text:
-        print(f"README.md has no {START} ... {END} markers", file=sys.stderr)
+        print(f"{README.relative_to(ROOT)} has no {START} ... {END} markers", file=sys.stderr)
         return 1
     head, rest = text.split(START, 1)
     _old, tail = rest.split(END, 1)
     README.write_text(head + section(result, source, gpu, gpu_source) + tail)
-    print(f"updated README.md and {PLOT.relative_to(ROOT)} from {source.relative_to(ROOT)}")
+    print(f"updated {README.relative_to(ROOT)} and {PLOT.relative_to(ROOT)} from {source.relative_to(ROOT)}")
     return 0
 
 

@@ -2,8 +2,9 @@
 
 Starts the app (the trained embedded model, aot_eager), generates the page's first example prompt
 in compiled and eager mode at three of the model's presets (its own, from its card) so that the
-shape table and the plots have something to show, and writes PNGs under assets/ (the Studio tab
-once more as a Turkish browser sees it: studio-tr.png).
+shape table and the plots have something to show, and writes PNGs under assets/: what a laptop
+screen shows (1280x800, no scrolling) of each tab, a compile in progress with its estimate, a
+refused click, and the Studio tab as a Turkish browser sees it (studio-tr.png).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from tools.app_process import operator_token, running_app
 from ui.views import load_example_prompts
 
 
+LAPTOP = {"width": 1280, "height": 800}  # a presenter's screen: what shows without scrolling
 # The page's first example prompt, as a person writes it (the model reads it in its grammar).
 PROMPT = load_example_prompts(ROOT / "assets" / "prompts.txt")[0]
 
@@ -39,10 +41,19 @@ def make_screenshots(out_dir: Path) -> list[Path]:
     written = []
     with tempfile.TemporaryDirectory() as tmp, running_app(Path(tmp), "--compile-backend", "aot_eager") as url, \
             chromium() as browser:
-        page = browser.new_page(locale="en-US", viewport={"width": 1400, "height": 1000})
+        page = browser.new_page(locale="en-US", viewport=LAPTOP)
         page.goto(url + "operator?token=" + operator_token(Path(tmp)))  # the operator's page: every control
         page.wait_for_selector("#badges .ns-badge", timeout=30000)
         page.fill("#prompt textarea", PROMPT)
+        # A first compile, caught while it runs: the bar says how long so far and what to expect.
+        choose_mode(page, "compiled (whole transformer)")
+        page.get_by_label("9:21 · 160x384").check()
+        page.wait_for_function("document.querySelector('#cost').innerText.includes('160x384')", timeout=30000)
+        page.click("#generate")
+        page.wait_for_function("document.body.innerText.includes('compiling')", timeout=60000)
+        written.append(out_dir / "compiling.png")
+        page.screenshot(path=str(written[-1]))
+        page.wait_for_function("document.querySelectorAll('#history img').length > 0", timeout=120000)
         # The model's presets; compiled and eager at each, so the plots have points.
         for mode in ("compiled (whole transformer)", "eager"):
             choose_mode(page, mode)
@@ -56,12 +67,26 @@ def make_screenshots(out_dir: Path) -> list[Path]:
         _generate(page, 2)
         page.wait_for_timeout(1500)
         written.append(out_dir / "studio.png")
-        page.screenshot(path=str(written[-1]), full_page=True)
+        page.screenshot(path=str(written[-1]))
+        # A refused click: a calm notice, the last image and gallery kept.
+        page.fill("#prompt textarea", "")
+        page.click("#generate")
+        page.wait_for_function("document.querySelector('#run-info').innerText.includes('Not run')", timeout=30000)
+        page.wait_for_timeout(500)
+        written.append(out_dir / "refusal.png")
+        page.screenshot(path=str(written[-1]))
+        page.fill("#prompt textarea", PROMPT)
+        page.get_by_role("tab", name="Compare").click()
+        page.click("#compare-run")
+        page.wait_for_function("document.querySelectorAll('#compare-gallery img').length >= 2", timeout=120000)
+        page.wait_for_timeout(1000)
+        written.append(out_dir / "compare.png")
+        page.screenshot(path=str(written[-1]))
         for tab, name in (("System", "system.png"), ("Performance", "performance.png")):
             page.get_by_role("tab", name=tab).click()
             page.wait_for_timeout(2500)
             written.append(out_dir / name)
-            page.screenshot(path=str(written[-1]), full_page=True)
+            page.screenshot(path=str(written[-1]))
         written.append(_turkish_studio(browser, url, out_dir / "studio-tr.png"))
     return written
 
@@ -69,7 +94,7 @@ def make_screenshots(out_dir: Path) -> list[Path]:
 def _turkish_studio(browser, url: str, path: Path) -> Path:
     """The Studio tab as a Turkish browser sees it, after one run of a shape that is already warm
     (the prompt stays English: the model knows only its English grammar)."""
-    page = browser.new_page(locale="tr-TR", viewport={"width": 1400, "height": 1000})
+    page = browser.new_page(locale="tr-TR", viewport=LAPTOP)
     page.goto(url)
     page.wait_for_selector("#badges .ns-badge", timeout=30000)
     page.fill("#prompt textarea", PROMPT)
@@ -77,7 +102,7 @@ def _turkish_studio(browser, url: str, path: Path) -> Path:
     _size(page, 256, 256)
     _generate(page, 1)
     page.wait_for_function("document.querySelector('#cost').innerText.startsWith('Hazır')", timeout=30000)
-    page.screenshot(path=str(path), full_page=True)
+    page.screenshot(path=str(path))
     page.close()
     return path
 
