@@ -70,7 +70,7 @@ class Admission:
         if locked:
             warm = ", ".join(str(s) for s in self.table.warm_shapes(mode, places)) or "none"
             return ShapeLocked(f"{shape} is not warm in {mode} mode and the app is locked to warm shapes "
-                               f"(warm: {warm}); unlock it or warm the shape first")
+                               f"(warm: {warm}); pick a warm one, or the operator unlocks the app or warms it")
         if mode in cs.COMPILED_MODES:
             graphs = self.table.graph_tokens(mode, places)
             if shape.tokens not in graphs and len(graphs) >= self.settings.max_compiled_shapes:

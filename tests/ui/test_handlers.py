@@ -504,7 +504,7 @@ def test_the_first_page_fits_the_model(model, tmp_path):
             assert "(left out: the centre)" in blocks["prompt"].info
             assert studio.preset_changed("21:9 · 384x160", 0, 0) == (384, 160)
             assert studio.size_changed(160, 384) == "9:21 · 160x384"
-            assert "Beyond training: this model learnt sizes up to 65,536 pixels (256x256)" in \
+            assert "**Beyond training**: this model learnt sizes up to 65,536 pixels (256x256)" in \
                 studio.refresh_studio("eager", 512, 512, 4)[1]
             assert "Beyond training" not in studio.refresh_studio("eager", 384, 160, 4)[1]
             request = manager.validate("a red circle on a blue background", 256, 256, steps=1, seed=1)
