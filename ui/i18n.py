@@ -151,6 +151,8 @@ MESSAGES: dict[str, dict[str, str]] = {
         "engine_warming": " · warming up {done}/{total} in {mode}",
         "engine_state_idle": "idle", "engine_state_loading": "loading", "engine_state_warming": "warming",
         "engine_state_ready": "ready", "engine_state_failed": "failed",
+        "engine_name_in_process": "in-process", "engine_name_tensor_parallel": "tensor-parallel",
+        "engine_name_replicas": "replicas",
         # the run line
         "run_line": "**{size}**, {mode}, {steps} steps, seed `{seed}` — **{total}** total: encode {encode}, "
                     "denoise {denoise}, decode {decode}; {compiled}.",
@@ -336,6 +338,8 @@ MESSAGES: dict[str, dict[str, str]] = {
         "engine_warming": " · {mode} modunda ısıtılıyor {done}/{total}",
         "engine_state_idle": "boşta", "engine_state_loading": "yükleniyor", "engine_state_warming": "ısınıyor",
         "engine_state_ready": "hazır", "engine_state_failed": "başarısız",
+        "engine_name_in_process": "süreç içi", "engine_name_tensor_parallel": "tensör paralel",
+        "engine_name_replicas": "kopyalar",
         "run_line": "**{size}**, {mode}, {steps} adım, tohum `{seed}` — toplam **{total}**: kodlama {encode}, "
                     "gürültü giderme {denoise}, çözme {decode}; {compiled}.",
         "run_degraded": " **Yedek yolda** — {reason}.",

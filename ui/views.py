@@ -162,6 +162,21 @@ def _bytes(n: int | None) -> str:
     return f"{n:.1f} GB"
 
 
+# The device layer's reason for its choice is English; its fragments, in the page's language.
+_REASON_WORDS = {"tr": (("TorchNeuron not installed", "TorchNeuron kurulu değil"), ("no CUDA device", "CUDA aygıtı yok"),
+                        ("no NeuronCore visible", "görünür NeuronCore yok"),
+                        ("TorchNeuron installed and", "TorchNeuron kurulu ve"),
+                        ("NeuronCore(s) visible", "NeuronCore görünüyor"), ("CUDA device(s)", "CUDA aygıtı"),
+                        ("requested", "istendi"), ("auto:", "otomatik:"))}
+
+
+def device_reason(reason: str, lang: str = DEFAULT) -> str:
+    """Why the device was chosen, in the page's language (the numbers as they are)."""
+    for english, local in _REASON_WORDS.get(lang, ()):
+        reason = reason.replace(english, local)
+    return reason
+
+
 def system_markdown(status: dict[str, Any], lang: str = DEFAULT) -> str:
     dev = status.get("device") or {}
     cache = status.get("cache") or {}
@@ -170,12 +185,15 @@ def system_markdown(status: dict[str, Any], lang: str = DEFAULT) -> str:
     def t(key: str, **values: Any) -> str:
         return text(lang, key, **values)
 
+    state_key = f"engine_state_{status['state']}"
     rows = [
-        (t("sys_device"), f"{dev.get('kind', '…')} — {dev.get('reason', t('resolving'))}"),
+        (t("sys_device"), f"{dev.get('kind', '…')} — "
+                          + (device_reason(dev["reason"], lang) if dev.get("reason") else t("resolving"))),
         (t("sys_model"), status["model"].get("label") or status["model"]["spec"]),
         (t("sys_dtype"), status.get("dtype") or "…"),
         (t("sys_default_mode"), status.get("default_mode")),
-        (t("sys_engine"), f"{engine.get('engine', '…')} · {status['state']}"
+        (t("sys_engine"), f"{t('engine_name_' + engine['engine'].replace('-', '_')) if engine.get('engine') else '…'} · "
+                          f"{t(state_key) if state_key in MESSAGES_EN else status['state']}"
                           + (t("sys_active_mode", mode=engine["active_mode"]) if engine.get("active_mode") else "")),
         (t("sys_compile_backend"), dev.get("compile_backend", "…")),
         *[(t("sys_cache"), f"`{c['dir']}` ({_bytes(c['bytes'])}, {c['variable']})")
@@ -453,7 +471,7 @@ def tp_markdown(tp: dict[str, Any], lang: str = DEFAULT) -> str:
         return text(lang, key, **values)
 
     state = tp.get("state", "stopped")
-    rows = [(t("tp_row_state"), state), (t("tp_row_ranks"), tp.get("world_size")),
+    rows = [(t("tp_row_state"), _tp_state(state, lang)), (t("tp_row_ranks"), tp.get("world_size")),
             (t("tp_row_each"), tp.get("compile_mode", "…")),
             (t("tp_row_cores"), ", ".join(map(str, tp["cores"])) if tp.get("cores") else t("tp_no_cores")),
             (t("tp_row_pids"), ", ".join(f"{r}: {p}" for r, p in sorted((tp.get("rank_pids") or {}).items()))

@@ -140,3 +140,24 @@ def test_the_grammar_help_under_the_prompt_speaks_the_pages_language(tmp_path):
     _image, english = studio.page_labels(EN)
     assert turkish["info"].startswith("Bu model en fazla iki şekil (circle") and "İngilizce" in turkish["info"]
     assert english["info"].startswith("This model draws up to two shapes (circle")
+
+
+def test_the_table_has_each_key_once_per_language():
+    """A key written twice in one language's table silently keeps the last (a dict literal): the
+    first meaning is lost without a trace."""
+    tree = ast.parse((UI / "i18n.py").read_text())
+    tables = next(n.value for n in ast.walk(tree) if isinstance(n, ast.AnnAssign)
+                  and getattr(n.target, "id", None) == "MESSAGES")
+    for language_table in tables.values:
+        keys = [k.value for k in language_table.keys]
+        assert len(keys) == len(set(keys)), sorted({k for k in keys if keys.count(k) > 1})
+
+
+def test_the_system_tabs_values_speak_turkish_too():
+    status = {"device": {"kind": "cpu", "reason": "auto: TorchNeuron not installed, no CUDA device"},
+              "model": {"label": "m", "spec": "m"}, "state": "ready", "engine": {"engine": "in-process"},
+              "cache": {}, "memory": {}, "dtype": "float32"}
+    shown = views.system_markdown(status, "tr")
+    assert "| Aygıt | cpu — otomatik: TorchNeuron kurulu değil, CUDA aygıtı yok |" in shown
+    assert "| Motor | süreç içi · hazır |" in shown
+    assert "durdu" in views.tp_markdown({"state": "stopped"}, "tr")
