@@ -443,19 +443,24 @@ def run_sigterm(tmp: Path, mode: str = "tp") -> dict[str, Any]:
         time.sleep(0.3)
     family = {p.pid for p in psutil.Process(proc.pid).children(recursive=True)}
     job = client.submit("long", 512, 512, mode, 50, 1, 1.0, api_name="/generate")
-    while client.predict(api_name="/status").get("busy") is None and time.monotonic() < deadline:
+    busy, waiting = None, time.monotonic() + 120  # its own bound: a slow start must not eat into it
+    while time.monotonic() < waiting:
+        busy = client.predict(api_name="/status").get("busy")
+        if busy is not None and busy.get("phase") not in (None, "starting"):
+            break
         time.sleep(0.1)
     began = time.monotonic()
     proc.send_signal(signal.SIGTERM)
     try:
-        code = proc.wait(30)
+        code = proc.wait(60)
     except subprocess.TimeoutExpired:
         proc.kill()
-        code = "killed after 30 s"
+        code = "killed after 60 s"
     del job
     time.sleep(1.0)
     partial = [p.name for p in out.glob(".partial-*")] if out.exists() else []
-    return {"mode": mode, "exit_code": code, "seconds_to_exit": round(time.monotonic() - began, 2),
+    return {"mode": mode, "busy_when_signalled": (busy or {}).get("phase"), "exit_code": code,
+            "seconds_to_exit": round(time.monotonic() - began, 2),
             "orphans": len(alive(family)), "half_written_pngs": len(partial),
             "left_in_tmp": sorted(p.name for p in temp.iterdir())}
 

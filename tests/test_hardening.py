@@ -40,10 +40,10 @@ def test_bad_inputs_through_the_api_are_answered_clearly_and_change_nothing(app_
 
 
 def test_bad_inputs_through_the_cli_are_one_clear_line(tmp_path):
-    rows = hardening.run_cli_cases(tmp_path)
+    rows = hardening.run_cli_cases(tmp_path)  # the CLI's --output-dir is tmp_path itself
     unclear = [r for r in rows if not r["clear"]]
     assert not unclear, unclear
-    assert not (tmp_path / "outputs").exists()
+    assert not list(tmp_path.rglob("*.png")), list(tmp_path.rglob("*"))  # nothing written where it writes
 
 
 @pytest.mark.slow
@@ -80,9 +80,10 @@ def test_sigterm_mid_generation_exits_cleanly_with_no_orphan(tmp_path, mode):
     engine; ``python -m bench.hardening`` signals all four modes), and with a worker group. How fast (under 3 s on a quiet machine) is a figure of
     ``python -m bench.hardening``; here the bound is one a loaded machine meets (no wall-clock goal)."""
     result = hardening.run_sigterm(tmp_path, mode)
+    # Mid-generation for real: the status said a run was in flight when the signal went.
+    assert result["busy_when_signalled"] in ("encoding", "compiling", "denoising", "decoding"), result
     assert result["exit_code"] == 0 and result["orphans"] == 0 and result["half_written_pngs"] == 0, result
     assert result["left_in_tmp"] == [], result  # Gradio's folder, the group's run dir, torchrun's logs
-    assert result["seconds_to_exit"] < 60, result
 
 
 @pytest.mark.slow

@@ -181,12 +181,20 @@ def test_a_killed_rank_is_reported_dead_with_its_log_and_restart_works(mgr, monk
     assert np.abs(np.asarray(image, dtype=int) - eager).max() <= 2
 
 
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is a live process (not a zombie); one that exits while it is looked at is not."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def test_stop_leaves_no_process(mgr):
     _ensure_ready(mgr)
     pids = set(_group(mgr).rank_pids().values()) | {_group(mgr).proc.pid}
     mgr.stop_engine("tensor-parallel")
     assert _group(mgr).state == "stopped" and _group(mgr).survivors() == []
-    assert not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    assert not [p for p in pids if _running(p)]
     # Stopped on purpose: a tensor-parallel request runs in process, and its record says why.
     record = mgr.generate(_req(mgr, "tp"))[1]
     assert record.mode == "eager" and "group is stopped (the operator stopped it)" in record.degraded
@@ -211,6 +219,6 @@ def test_workers_exit_when_the_app_dies(tmp_path):
     app.kill()
     app.wait()
     deadline = time.monotonic() + 15
-    while any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in pids):
+    while any(_running(p) for p in pids):
         assert time.monotonic() < deadline, "worker processes outlived the app"
         time.sleep(0.2)

@@ -118,7 +118,8 @@ def test_start_and_stop_are_the_buttons(studio, manager, launches, capsys):
 
 
 def test_a_new_page_takes_the_running_groups_degree(studio, manager):
-    assert all(isinstance(v, type(gr.skip())) for v in studio.page_opened())
+    opened = studio.page_opened()
+    assert len(opened) == 2 and all(v == gr.skip() for v in opened)
     manager.start_engine("tensor-parallel", 4)
     assert studio.page_opened() == (4, 4)
 
@@ -321,7 +322,8 @@ def test_load_parameters_from_png_fills_the_controls(studio, tmp_path):
     plain = tmp_path / "plain.png"
     Image.new("RGB", (8, 8)).save(plain)
     with pytest.warns(UserWarning, match="no generation parameters"):  # gr.Warning outside a request
-        assert all(isinstance(v, type(gr.skip())) for v in studio.load_png(str(plain)))
+        loaded = studio.load_png(str(plain))
+        assert len(loaded) == 9 and all(v == gr.skip() for v in loaded)
     (tmp_path / "not.png").write_text("hello")
     with pytest.raises(gr.Error, match="not a readable PNG"):
         studio.load_png(str(tmp_path / "not.png"))
@@ -433,7 +435,10 @@ def test_compare_shows_side_by_side_with_max_difference(studio, manager):
     assert [row["mode"] for _i, row in table.iterrows()] == ["eager", "compiled", "regional"]
     assert list(table["max |Δ| vs first (0-255)"]) == [0, 1, 5]
     assert [(r.mode, r.seed, r.compiled) for r in manager.records] == [
-        ("eager", 3, False), ("compiled", 3, True), ("regional", 3, True)]  # one request, each mode    assert len(gallery) == 3 and all(Path(p).is_file() for p, _c in gallery)
+        ("eager", 3, False), ("compiled", 3, True), ("regional", 3, True)]  # one request, each mode
+    # Side by side: one image per mode, in the modes' order, each captioned with its mode.
+    assert len(gallery) == 3 and all(Path(p).is_file() for p, _c in gallery)
+    assert [caption.split(" · ")[0] for _p, caption in gallery] == ["eager", "compiled", "regional"], gallery
 
 
 def test_api_generate_returns_png_and_record(studio):
