@@ -152,13 +152,6 @@ class CompileTable:
             for key in [k for k, rec in self._records.items() if k[0] == mode and rec.state != FAILED]:
                 del self._records[key]
 
-    def reset(self) -> None:
-        """Every compiled graph was dropped: compiled modes go back to cold."""
-        with self._lock:
-            for (mode, _shape), rec in list(self._records.items()):
-                if mode in COMPILED_MODES:
-                    self._records[(mode, rec.shape)] = ShapeRecord(mode, rec.shape)
-
     @staticmethod
     def _warm(rec: ShapeRecord, places: list[str] | None) -> bool:
         return rec.state == WARM and (places is None or bool(rec.warm_at.intersection(places)))

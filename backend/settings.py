@@ -288,3 +288,29 @@ def load_settings(flags: dict[str, Any] | None = None, environ: dict[str, str] |
         except InvalidRequest as exc:
             raise ValueError(f"--prewarm {shape}: {exc}") from None
     return settings
+
+
+def settings_table() -> str:
+    """The settings as a Markdown table (flag, environment variable, default, meaning), made from
+    ``OPTIONS`` and ``Settings``' defaults: docs/settings.md holds it between its ``settings:``
+    markers (``python -m backend.settings`` rewrites them; a test checks they agree)."""
+    defaults = Settings.__dataclass_fields__
+    rows = ["| flag | environment | default | meaning |", "| --- | --- | --- | --- |"]
+    for dest, (flag, env, _parse, help_text) in OPTIONS.items():
+        field = defaults[dest]
+        if field.default is not dataclasses.MISSING:
+            default = field.default
+        else:
+            default = "user cache dir/neuron-studio" if dest == "cache_dir" else "none"
+        shown = {None: "none", True: "1", False: "0", "": "none"}.get(default, default) if not isinstance(default, list) \
+            else (", ".join(map(str, default)) or "none")
+        rows.append(f"| `{flag}` | `{env}` | {shown} | {help_text.replace('|', '/')} |")
+    return "\n".join(rows) + "\n"
+
+
+if __name__ == "__main__":  # rewrite docs/settings.md's table from OPTIONS
+    doc = Path(__file__).resolve().parents[1] / "docs" / "settings.md"
+    head, rest = doc.read_text().split("<!-- settings:start -->\n", 1)
+    _old, tail = rest.split("<!-- settings:end -->", 1)
+    doc.write_text(head + "<!-- settings:start -->\n" + settings_table() + "<!-- settings:end -->" + tail)
+    print(f"updated {doc}")

@@ -15,7 +15,6 @@ import operator
 from backend.errors import InvalidRequest
 
 MULTIPLE = 16  # the VAE's 8x downsampling times the 2x2 latent patches
-PIXELS_PER_TOKEN = MULTIPLE * MULTIPLE
 
 
 @dataclasses.dataclass(frozen=True, order=True)

@@ -352,8 +352,11 @@ class Studio:
         if not path:
             return (gr.skip(),) * 9
         lang = language(page)
+        bounds = self.manager.settings  # the app's own bounds: a PNG it made at 80 of --max-steps 100 loads whole
         try:
-            params = read_png_parameters(path)
+            params = read_png_parameters(path, max_prompt=bounds.max_prompt_chars, max_steps=bounds.max_steps,
+                                         max_guidance=bounds.max_guidance, min_size=bounds.min_size,
+                                         max_size=bounds.max_size)
         except Exception:  # noqa: BLE001 - not a PNG (or a broken one): say so, change nothing
             raise gr.Error(text(lang, "err_not_png"), title=text(lang, "title_error")) from None
         if not params:

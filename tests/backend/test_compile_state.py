@@ -32,15 +32,17 @@ def test_compiling_elapsed_and_estimate_come_from_the_clock_and_past_compiles():
     assert row["compile_seconds"] == 7.4 and row["steady_seconds"] == 0.6 and row["runs"] == 2
 
 
-def test_failed_then_reset():
+def test_a_failure_is_kept_when_a_replaced_group_forgets_its_mode():
     table = CompileTable(FakeClock())
-    table.fail("regional", Shape(64, 64), "boom")
-    p = table.predict("regional", Shape(64, 64), steps=4, compiles_here=True)
+    table.fail("tp", Shape(64, 64), "boom")
+    p = table.predict("tp", Shape(64, 64), steps=4, compiles_here=True)
     assert p["state"] == "failed" and p["will_compile"] and "boom" in p["note"]
+    table.finish("tp", Shape(128, 128), compiles=1, compile_seconds=1.0, seconds=2.0, steps=1)
     table.finish("eager", Shape(64, 64), compiles=0, compile_seconds=0.0, seconds=0.1, steps=1)
-    table.reset()
-    assert table.state("regional", Shape(64, 64)) == "cold"
-    assert table.state("eager", Shape(64, 64)) == "warm"  # eager has no graphs to drop
+    table.forget("tp")  # its worker group was replaced: its graphs are gone
+    assert table.state("tp", Shape(128, 128)) == "cold"
+    assert table.state("tp", Shape(64, 64)) == "failed"  # the same compiler fails it in the new group too
+    assert table.state("eager", Shape(64, 64)) == "warm"  # another mode keeps its state
 
 
 def test_on_neuron_a_warm_size_at_a_new_step_count_still_compiles_and_the_lock_refuses_it():

@@ -64,3 +64,15 @@ def test_settings_errors_name_their_source():
         load_settings({"min_size": "100"}, environ={})
     with pytest.raises(ValueError, match="--prewarm 1000x1000: size: .*nearest valid size is 1008x1008"):
         load_settings({"prewarm": "1024x1024,1000x1000"}, environ={})
+
+
+def test_the_settings_page_is_made_from_the_settings_table():
+    """docs/settings.md lists every setting as ``OPTIONS`` declares it (``python -m backend.settings``
+    rewrites it): a setting added, renamed or given another default shows there."""
+    from pathlib import Path
+
+    from backend.settings import OPTIONS, settings_table
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "settings.md").read_text()
+    assert settings_table() in doc, "run `python -m backend.settings`"
+    assert all(f"`{flag}`" in doc for flag, _env, _parse, _help in OPTIONS.values())

@@ -599,3 +599,18 @@ def test_the_embedded_models_page_says_what_it_did_not_understand_and_what_it_ca
     cost = studio.refresh_studio("eager", 512, 512, 4)[1]
     assert "**Beyond training**" in cost and "broken or empty field" in cost
     assert "The nearest size it draws well: **1:1 · 256x256**." in cost
+
+
+def test_a_png_made_past_the_default_step_bound_loads_with_its_steps(tmp_path):
+    """The PNG loader checks against the app's own bounds, not the defaults: with --max-steps 100,
+    a PNG made at 80 steps loads its steps."""
+    from tests.ui.fake_engines import start_manager
+    from ui.handlers import Studio
+
+    manager, _launches = start_manager(tmp_path, max_steps=100)
+    try:
+        studio = Studio(manager)
+        path, *_ = studio.generate_from_page("a lighthouse", 64, 64, "eager", 80, 1.0, 7, False, [])
+        assert studio.load_png(path)[4] == 80
+    finally:
+        manager.close()

@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import os
 
-from . import _compile, _device, _distributed, _runtime, utils
+from . import _compile, _device, _distributed, _runtime, utils  # noqa: F401 - torch_neuronx.utils, as the real package has it
 
 __version__ = "2.13.0+standin"
 
