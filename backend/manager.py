@@ -453,7 +453,10 @@ class Manager:
         viewer's, its own (``owner`` of ``generate`` is its page session). True if one was asked."""
         with self._state_lock:
             jobs = list(self._jobs.values())
-            mine = jobs if caller.is_operator else [j for j in jobs if j.get("owner") == caller.session]
+            # A caller without a session (an event posted by hand) owns nothing; a run without an
+            # owner (a warm-up, a start-up pass) is the operator's alone to stop.
+            mine = jobs if caller.is_operator else [j for j in jobs
+                                                    if caller.session is not None and j.get("owner") == caller.session]
             if jobs and not mine:
                 raise NotAllowed("the running generation is another viewer's; you can stop only your own")
             for job in mine:
@@ -473,7 +476,7 @@ class Manager:
         self._warmups.start(list(shapes), mode or self.settings.mode)
 
     def compare(self, request: GenerationRequest, modes: Iterable[str],
-                progress: ProgressFn | None = None) -> list[dict[str, Any]]:
+                progress: ProgressFn | None = None, owner: str | None = None) -> list[dict[str, Any]]:
         """Run one request through several modes; each entry has image, result, and the max pixel
         difference (0-255) from the first mode's image."""
         import dataclasses
@@ -487,7 +490,7 @@ class Manager:
         for mode in modes:
             if mode not in self.modes:
                 raise InvalidRequest("mode", f"must be one of {', '.join(self.modes)}, got {mode!r}")
-            image, result = self.generate(dataclasses.replace(request, mode=mode), progress)
+            image, result = self.generate(dataclasses.replace(request, mode=mode), progress, owner=owner)
             pixels = np.asarray(image.convert("RGB"), dtype=np.int16)
             first = pixels if first is None else first
             entries.append({"mode": mode, "image": image, "result": result,

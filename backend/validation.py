@@ -19,6 +19,9 @@ from backend.shapes import show_value, validate_shape, whole_number
 MAX_SEED = 2**63 - 1
 RANDOM_SEED_BOUND = 2**53  # random seeds stay exact as JavaScript numbers in the browser
 _ALLOWED_CONTROL = {"\n", "\t", "\r"}
+# Unicode's bidirectional formatting characters (UAX #9: embeddings, overrides, isolates, marks):
+# a prompt holding one can show other words than it holds ("Trojan Source"), wherever it is shown.
+_BIDI_CONTROLS = {0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)}
 
 
 def _whole(field: str, value: Any) -> int:
@@ -63,6 +66,9 @@ def validate_request(s: Settings, modes: Iterable[str], prompt: Any, height: Any
             raise InvalidRequest("prompt", f"contains control character U+{ord(ch):04X} at position {pos}")
         if 0xD800 <= ord(ch) <= 0xDFFF:  # not text: it cannot be encoded (tokenizer, PNG, JSON)
             raise InvalidRequest("prompt", f"contains an unpaired surrogate U+{ord(ch):04X} at position {pos}")
+        if ord(ch) in _BIDI_CONTROLS:  # they reorder how the prompt reads on a page, a PNG viewer, a log
+            raise InvalidRequest("prompt", f"contains the bidirectional control character U+{ord(ch):04X} at "
+                                           f"position {pos}")
     shape = validate_shape(height, width, s.min_size, s.max_size)
     long_side, short_side = max(shape.height, shape.width), min(shape.height, shape.width)
     if long_side > s.max_aspect * short_side:

@@ -214,13 +214,13 @@ class Studio:
             line += views.reading_note(reading, self.examples, lang)
         return result.path, line, record, result.seed, history, history
 
-    def api_generate(self, prompt, width, height, mode, steps, seed, guidance,
+    def api_generate(self, prompt, width, height, mode, steps, seed, guidance, page: gr.Request | None = None,
                      progress: Callable = gr.Progress()):
         """Generate one image; returns the PNG (with its parameters inside) and the run's record as JSON.
         Every value is checked by the backend: a bad one is refused naming the field (and, for a
         size, the nearest valid one)."""
         request = self._validate(prompt, width, height, mode, steps, guidance, seed)
-        result = self._run(request, progress)
+        result = self._run(request, progress, page=page)  # owned by the API client's session
         if result is None:
             raise gr.Error("the generation was stopped")
         # The PNG itself is the first output; the server-side path means nothing to a remote
@@ -577,7 +577,8 @@ class Studio:
         request = self._validate(prompt, width, height, (modes or ["eager"])[0], steps, guidance,
                                  -1 if randomize else seed, lang)
         try:
-            entries = self.manager.compare(request, modes or [], self._progress_adapter(progress, lang))
+            entries = self.manager.compare(request, modes or [], self._progress_adapter(progress, lang),
+                                           owner=getattr(page, "session_hash", None))
         except GenerationCancelled as exc:
             _info(lang, text(lang, "info_stopped", detail=exc))
             return gr.skip(), gr.skip()

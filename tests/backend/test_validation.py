@@ -100,3 +100,15 @@ def test_ascii_numbers_in_text_are_still_accepted(mgr):
     r = mgr.validate("fox", " 64 ", "128.0", steps=" 7 ", guidance="2.5", seed="0012")
     assert (r.height, r.width, r.steps, r.guidance, r.seed) == (64, 128, 7, 2.5, 12)
     assert mgr.validate("fox", 64.0, 64, steps=4.0, seed=2**63 - 1).seed == 2**63 - 1
+
+
+@pytest.mark.parametrize("char", ["\u202e", "\u2066", "\u200f", "\u061c"])
+def test_bidirectional_control_characters_are_refused_naming_the_position(char):
+    """A prompt (typed, from the API, the CLI or a loaded PNG — all pass here) holding a bidi
+    override would show other words than it holds; refused like any control character."""
+    from backend.errors import InvalidRequest
+    from backend.settings import Settings
+    from backend.validation import validate_request
+
+    with pytest.raises(InvalidRequest, match=rf"bidirectional control character U\+{ord(char):04X} at position 2"):
+        validate_request(Settings(), ("eager",), f"a {char}red fox", 64, 64)

@@ -203,3 +203,22 @@ def test_a_viewer_reads_only_what_a_viewer_can_do(room, manager):
     operator = page(cookie=key.session_key, session="s-operator")
     assert "press **Start group**" in studio.refresh_studio("tp", 64, 64, 4, 2, page=operator)[1]
     assert studio.show_tp_controls("tp", page=operator)[0]["visible"] is True
+
+
+def test_a_run_an_api_client_owns_cannot_be_stopped_by_a_sessionless_or_other_caller(room, manager, engine):
+    """Stop posted by hand without a session owns nothing: it no longer ends an API client's run, a
+    Compare, or a warm-up (which only the operator stops)."""
+    studio, key = room
+    api_client = page(session="s-api")
+    api_run = lambda: studio.api_generate("a fox", 64, 64, "eager", 4, 1, 1.0, page=api_client)  # noqa: E731
+    with engine.hold(api_run) as outcome:
+        for who in (page(session=None), page(session="s-someone-else")):
+            with pytest.raises(gr.Error, match="another viewer's"):
+                studio.stop(page=who)
+    assert "result" in outcome and outcome["result"][1]["seed"] == 1  # the API client got its image
+    warmup_run = lambda: manager.generate(manager.validate("a fox", 64, 64, steps=4, seed=0, mode="eager"),  # noqa: E731
+                                          _warming=True)
+    with engine.hold(warmup_run) as outcome:
+        with pytest.raises(gr.Error, match="another viewer's"):
+            studio.stop(page=page(session=None))
+    assert "result" in outcome  # a warm-up has no owner: no viewer stops it
