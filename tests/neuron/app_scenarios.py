@@ -97,6 +97,9 @@ def inprocess(workdir: Path) -> dict:
         if size == 64:
             diffs.setdefault(mode, int(abs(_pixels(image) - cpu).max()))
     status = mgr.status()
+    # The cache's size as it is now: the status re-reads it at most every 10 s, and these runs may
+    # all fit in that time.
+    status["cache"] = mgr.device.cache_info(fresh=True)
     out.update(records=records, max_diff_vs_cpu=diffs, status=status,
                claims=claims(os.environ["NEURON_STANDIN_STATE_DIR"]),
                run_line=views.run_markdown(records[0]), system=views.system_markdown(status))
