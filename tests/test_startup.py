@@ -5,6 +5,7 @@ model, after the page; ``python -m bench --only P6`` measures what that start co
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -47,3 +48,22 @@ def test_the_page_answers_before_the_model_stack_is_imported():
               or any(m == c or m.startswith(c + ".") for c in MODEL_CODE)]
     assert loaded == [], loaded
     assert "embedded.words" in out["modules"]  # what the page says the model understands: the words alone
+
+
+def test_the_next_start_removes_what_a_killed_run_left_in_tmp_and_nothing_else(tmp_path):
+    """A SIGKILLed app cannot remove its Gradio temp folder; the next start does — only folders of
+    this app's runs whose process is gone."""
+    from ui.serve import TEMP_PREFIX, remove_dead_runs_folders
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    left = tmp_path / f"{TEMP_PREFIX}{dead.pid}-abc123"
+    (left / "sub").mkdir(parents=True)
+    (left / "sub" / "upload.png").write_bytes(b"x")
+    live = tmp_path / f"{TEMP_PREFIX}{os.getpid()}-def456"
+    live.mkdir()
+    others = [tmp_path / "neuron-studio-gradio-abcdef", tmp_path / "gradio", tmp_path / f"{TEMP_PREFIX}notapid-x"]
+    for other in others:
+        other.mkdir()
+    assert remove_dead_runs_folders(str(tmp_path)) == [str(left)]
+    assert not left.exists() and live.is_dir() and all(o.is_dir() for o in others)
