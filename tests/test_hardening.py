@@ -87,11 +87,23 @@ def test_sigterm_mid_generation_exits_cleanly_with_no_orphan(tmp_path, mode):
 
 
 @pytest.mark.slow
-def test_no_file_outside_the_output_folder_can_be_fetched(app_url):
-    for path in ("/etc/passwd", "../../../../etc/passwd", str(Path(__file__).resolve())):
+def test_only_the_apps_own_images_can_be_fetched(app):
+    """Nothing outside the output folder, and in it only the PNGs the app wrote: a user's own file
+    kept there, or an HTML file that would be served as a page from the app's address, is not."""
+    app_url, workdir = app
+    outputs = (workdir / "outputs").resolve()
+    (outputs / "sub").mkdir(parents=True, exist_ok=True)
+    (outputs / "notes.html").write_text("<script>alert(1)</script>")
+    (outputs / "sub" / "20261202-000000-64x64-eager-1.png").write_bytes(b"not the app's")
+    png, _record = Client(app_url, verbose=False).predict("a fox", 64, 64, "eager", 1, 5, 1.0, api_name="/generate")
+    mine = max(outputs.glob("*.png"), key=lambda p: p.stat().st_mtime)  # the image the app just wrote
+    with urllib.request.urlopen(f"{app_url}gradio_api/file={mine}", timeout=10) as response:
+        assert response.status == 200 and response.headers["content-type"] == "image/png"
+    for path in ("/etc/passwd", "../../../../etc/passwd", str(Path(__file__).resolve()),
+                 str(outputs / "notes.html"), str(outputs / "sub" / "20261202-000000-64x64-eager-1.png")):
         with pytest.raises(urllib.error.HTTPError) as err:
             urllib.request.urlopen(f"{app_url}gradio_api/file={path}", timeout=10)
-        assert err.value.code in (403, 404)
+        assert err.value.code in (403, 404), path
 
 
 @pytest.mark.slow

@@ -446,7 +446,8 @@ def launch(manager, settings, block: bool = True) -> gr.Blocks:
         atexit.register(shutil.rmtree, made, ignore_errors=True)
     demo = build_ui(manager, key)
     demo.queue(default_concurrency_limit=1)
-    guard = Middleware(RoomGuard, key=key, hosts=allowed_hosts(settings.host))
+    guard = Middleware(RoomGuard, key=key, hosts=allowed_hosts(settings.host),
+                       output_dir=str(Path(settings.output_dir).resolve()))
     demo.launch(server_name=settings.host, server_port=settings.port, share=settings.share, auth=auth,
                 enable_monitoring=False, show_error=False, prevent_thread_lock=True, css=CSS, js=PROMPT_KEYS, i18n=I18N,
                 allowed_paths=[str(Path(settings.output_dir).resolve())], quiet=False,

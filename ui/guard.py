@@ -5,6 +5,10 @@
   address, a request whose ``Host`` is not a loopback name (``127.0.0.1``, ``localhost``, ``::1``)
   is refused (421). With ``--host`` set to another address, the names in ``allowed_hosts`` (that
   address, and any when it is ``0.0.0.0`` or ``::``) are answered.
+- **The output folder serves images only.** Gradio serves files under its allowed paths, the
+  output folder among them, to anyone who knows a name; there only the PNGs the app wrote (its own
+  file names, ``backend.outputs.APP_PNG``) are answered — not a user's own file kept beside them,
+  nor an HTML file that would be served as a page from the app's address (404).
 - **The operator's login** (``backend.roles``): ``GET /operator?token=T`` with the token the app
   printed, or ``/operator`` with HTTP Basic credentials from ``--operator-auth``, sets this run's
   operator session key as an HttpOnly, SameSite=Strict cookie and redirects to the page. A wrong
@@ -16,8 +20,10 @@ Pure ASGI (no Gradio), so it runs before any of Gradio's routes, the API and the
 from __future__ import annotations
 
 import base64
-from urllib.parse import parse_qs
+import os
+from urllib.parse import parse_qs, unquote
 
+from backend.outputs import APP_PNG
 from backend.roles import COOKIE, OperatorKey
 
 LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1"})
@@ -38,9 +44,22 @@ def allowed_hosts(bind: str) -> frozenset[str] | None:
     return None if bind in ANY_ADDRESS else LOOPBACK_NAMES | {bind}
 
 
+FILE_ROUTE = "/gradio_api/file="
+
+
 class RoomGuard:
-    def __init__(self, app, key: OperatorKey, hosts: frozenset[str] | None):
+    def __init__(self, app, key: OperatorKey, hosts: frozenset[str] | None, output_dir: str | None = None):
         self.app, self.key, self.hosts = app, key, hosts
+        self.output_dir = os.path.realpath(output_dir) if output_dir else None
+
+    def _foreign_output(self, path: str) -> bool:
+        """A file route into the output folder for a file the app did not write there."""
+        if self.output_dir is None or not path.startswith(FILE_ROUTE):
+            return False
+        target = os.path.realpath(unquote(path[len(FILE_ROUTE):]))
+        inside = os.path.commonpath([target, self.output_dir]) == self.output_dir
+        return inside and (os.path.dirname(target) != self.output_dir
+                           or not APP_PNG.match(os.path.basename(target)))
 
     async def __call__(self, scope, receive, send):
         if scope["type"] not in ("http", "websocket"):
@@ -54,6 +73,8 @@ class RoomGuard:
                                            "is refused (DNS rebinding protection).")
         if scope["type"] == "http" and scope.get("path") == "/operator":
             return await self._login(scope, headers, send)
+        if scope["type"] == "http" and self._foreign_output(scope.get("path", "")):
+            return await _reply(send, 404, "Not found: the output folder serves only the images the app made.")
         return await self.app(scope, receive, send)
 
     async def _login(self, scope, headers, send):
