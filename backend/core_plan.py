@@ -107,9 +107,6 @@ class InstanceCores:
     devices: tuple[NeuronDevice, ...] = ()
     instance_type: str | None = None
 
-    def device_of(self, core: int) -> int | None:
-        return next((d.index for d in self.devices if core in d.cores), None)
-
     def hbm_per_core(self) -> int | None:
         """HBM bytes per logical core (a device's memory over its cores); None where unknown."""
         sized = [d for d in self.devices if d.memory_bytes and d.cores]
@@ -139,7 +136,8 @@ def _instance(devices: list[NeuronDevice], reported_lnc: int, source: str, insta
 def parse_neuron_ls_json(text: str, environ: Mapping[str, str] | None = None) -> InstanceCores | None:
     """Counts from ``neuron-ls --json-output``: one object per device with ``nc_count`` (logical),
     ``neuroncore_ids``, ``memory_size`` (bytes), and on newer tools ``logical_neuroncore_config`` and
-    ``instance_type``. The LNC, where the output lacks it, is the one in force. None if unreadable."""
+    ``instance_type`` (without ``logical_neuroncore_config``, as on trn1: LNC 1); the counts are then
+    taken to the LNC in force (``_instance``). None if unreadable."""
     import json
 
     try:
@@ -242,18 +240,19 @@ def detect_instance_cores(override: int | None = None, *, neuron_ls: str | None 
     why = []
     if not tool:
         why.append("neuron-ls is not on PATH")
-    for argv, parse in (([tool, "--json-output"], parse_neuron_ls_json), ([tool], parse_neuron_ls)) if tool else ():
+    for flags, parse in ((["--json-output"], parse_neuron_ls_json), ([], parse_neuron_ls)) if tool else ():
+        what = " ".join(["neuron-ls", *flags])
         try:
-            proc = run(argv, capture_output=True, text=True, timeout=20, env=dict(environ))
+            proc = run([tool, *flags], capture_output=True, text=True, timeout=20, env=dict(environ))
         except (OSError, subprocess.SubprocessError) as exc:
-            why.append(f"{' '.join(argv[1:]) or 'neuron-ls'} failed: {exc}")
+            why.append(f"{what} failed: {exc}")
             continue
         found = parse(proc.stdout, environ) if proc.returncode == 0 else None
         if found is not None and found.logical:
             _DETECTED[key] = found
             return found
-        why.append(f"neuron-ls {' '.join(argv[1:])} gave no device table (exit {proc.returncode}: "
-                   f"{(proc.stderr or proc.stdout).strip()[:200]})".replace("neuron-ls  ", "neuron-ls "))
+        why.append(f"{what} gave no device table (exit {proc.returncode}: "
+                   f"{(proc.stderr or proc.stdout).strip()[:200]})")
     found = InstanceCores(None, source="unknown: " + "; ".join(why))
     _DETECTED[key] = found
     return found

@@ -221,7 +221,8 @@ def compiler_on_path(environ=None) -> dict[str, Any]:
     if path:
         try:
             proc = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=60)
-            version = (proc.stdout or proc.stderr).strip().splitlines()[0] if (proc.stdout or proc.stderr).strip() else None
+            lines = (proc.stdout or proc.stderr).strip().splitlines()
+            version = lines[0] if lines else None
         except (OSError, subprocess.SubprocessError) as exc:
             version = f"unknown ({exc})"
     return {"path": path, "version": version}

@@ -33,7 +33,6 @@ DEVICE_QUEUE = "device"
 # (CJK) are left alone.
 PROMPT_KEYS = """
 () => {
-  window.__nsPromptKeys = true;
   document.addEventListener("keydown", (event) => {
     const box = event.target;
     if (event.key !== "Enter" || event.isComposing || !box.closest || !box.closest("#prompt")) return;
