@@ -134,7 +134,9 @@ class Studio:
 
     def _progress_adapter(self, progress: Callable, lang: str = "en") -> Callable:
         """Step progress for the page's bar; while a shape compiles (silently: no step for seconds,
-        on Neuron minutes) the bar says so every second with the time so far and the estimate."""
+        on Neuron minutes) the bar says so every second with the time so far and the estimate. Its
+        ``close()`` ends that ticking when the run ends, however it ends (a failed compile sends no
+        further step)."""
         import threading
         import time
 
@@ -169,18 +171,26 @@ class Studio:
             elif event.phase in ("encoding", "compiling", "decoding"):
                 progress(None if event.phase == "compiling" else 0.0 if event.phase == "encoding" else 1.0,
                          desc=text(lang, f"phase_{event.phase}") + "…")
+
+        def close() -> None:
+            compiling["since"] = None
+            compiling["stop"].set()
+
+        on_progress.close = close
         return on_progress
 
     def _run(self, request, progress: Callable, lang: str | None = None, page: gr.Request | None = None):
+        adapter = self._progress_adapter(progress, lang or "en")
         try:
-            image, result = self.manager.generate(request, self._progress_adapter(progress, lang or "en"),
-                                                  owner=getattr(page, "session_hash", None),
+            image, result = self.manager.generate(request, adapter, owner=getattr(page, "session_hash", None),
                                                   still_wanted=self._still_wanted(page))
         except GenerationCancelled as exc:
             _info(lang or "en", text(lang or "en", "info_stopped", detail=exc))
             return None
         except StudioError as exc:
             raise (_page_error(exc, lang) if lang else _api_error(exc)) from None
+        finally:
+            adapter.close()
         self.manager.save_image(image, result)
         if result.degraded:
             _warning(lang or "en", result.degraded)
@@ -576,14 +586,16 @@ class Studio:
         lang = language(page)
         request = self._validate(prompt, width, height, (modes or ["eager"])[0], steps, guidance,
                                  -1 if randomize else seed, lang)
+        adapter = self._progress_adapter(progress, lang)
         try:
-            entries = self.manager.compare(request, modes or [], self._progress_adapter(progress, lang),
-                                           owner=getattr(page, "session_hash", None))
+            entries = self.manager.compare(request, modes or [], adapter, owner=getattr(page, "session_hash", None))
         except GenerationCancelled as exc:
             _info(lang, text(lang, "info_stopped", detail=exc))
             return gr.skip(), gr.skip()
         except StudioError as exc:
             raise _page_error(exc, lang) from None
+        finally:
+            adapter.close()
         gallery, table = [], []
         for e in entries:
             self.manager.save_image(e["image"], e["result"])

@@ -564,6 +564,13 @@ def test_a_compile_shows_its_time_so_far_and_stop_is_heard_at_once(studio, manag
     adapter(ProgressEvent("denoising", 1, 4, "compiled", "64x64"))  # the tick ends with the compile
     tick = next(d for d in calls if d.startswith("compiling — "))
     assert "so far, about 5.0 s expected" in tick  # the prior: nothing measured yet
+    # A compile that fails sends no further step: the run's end stops the ticking all the same.
+    import threading
+
+    adapter(ProgressEvent("compiling", 0, 4, "compiled", "64x64"))
+    until(lambda: any(t.name == "compile-progress" for t in threading.enumerate()), "the tick started")
+    adapter.close()
+    until(lambda: not any(t.name == "compile-progress" for t in threading.enumerate()), "the tick ended")
     page_run = lambda: studio.generate_from_page("a fox", 64, 64, "compiled", 4, 1.0, 0, True, [])  # noqa: E731
     with engine.hold(page_run, after_step=0) as outcome:  # held while it compiles
         studio.stop()
