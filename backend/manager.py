@@ -424,6 +424,9 @@ class Manager:
         try:
             out = engine.run(run, on_progress, should_stop, forbid_compile=locked, warming=_warming)
         except Exception as exc:
+            if job.get("worker_stopped") and not isinstance(exc, GenerationCancelled):
+                # The operator ended its compile by stopping the worker: a stop, not a failure.
+                exc = GenerationCancelled(f"the operator stopped the {engine.name} workers while they compiled")
             # On Neuron the components a cancel skipped (the eager VAE) compile too: a shape is
             # warm there only after a whole run, so a cancelled run keeps no compile.
             self.table.failed_run(run.mode, run.shape, exc, place=places[0] if len(places) == 1 else None,
@@ -431,7 +434,7 @@ class Manager:
             if not isinstance(exc, GenerationCancelled):
                 self.last_error = str(exc) if isinstance(exc, StudioError) else f"{type(exc).__name__}: {exc}"
             if isinstance(exc, StudioError):
-                raise
+                raise exc
             log.exception("engine error")  # an engine broke its contract: log the trace, answer plainly
             raise GenerationFailed(self.last_error) from exc
         finally:
@@ -462,6 +465,23 @@ class Manager:
             for job in mine:
                 job["cancel"].set()
         return bool(mine)
+
+    def stop_compiling_workers(self, *, caller: Caller = LOCAL_OPERATOR) -> list[str]:
+        """End compiles now where they can be ended: stop each launched engine whose worker is
+        compiling (a compile inside this process cannot be interrupted; a worker process can be
+        killed). Its runs fail as stopped; the operator starts the engine again. The operator's."""
+        caller.require_operator("Stopping a compiling worker")
+        with self._state_lock:
+            names = sorted({job["engine"] for job in self._jobs.values() if job["phase"] == "compiling"})
+        stopped = [name for name in names if any(e.name == name for e in self._launched)]
+        with self._state_lock:
+            for job in self._jobs.values():
+                if job["engine"] in stopped:
+                    job["worker_stopped"] = True
+                    job["cancel"].set()
+        for name in stopped:
+            self.stop_engine(name, caller=caller)
+        return stopped
 
     def warmup(self, shapes: Iterable[Shape], mode: str | None = None,
                progress: Callable[[int, int, Shape], None] | None = None) -> list[GenerationResult]:

@@ -12,14 +12,12 @@ render what they return in the same language on the server.
 
 from __future__ import annotations
 
-import logging
 import sys
-import time
 from pathlib import Path
 
 import gradio as gr
 
-from ui import views
+from ui import gradio_queue, views
 from ui.handlers import Studio
 from ui.i18n import MESSAGES
 
@@ -117,29 +115,6 @@ MAX_UPLOAD = "20mb"  # a parameters PNG is kilobytes; nothing bigger is read, or
 UPLOAD_QUEUE = "uploads"  # events that parse an upload run one at a time, apart from the device
 
 
-def _follow_capacity(studio, period: float = 0.5) -> None:
-    """Keep the device queue's width at the engines' capacity (``Studio.follow_capacity``), from a
-    thread that ends with the page (it holds only a weak reference to its handlers)."""
-    import threading
-    import weakref
-
-    handlers = weakref.ref(studio)  # the Studio lives as long as its page's Blocks (they refer to each other)
-
-    def follow() -> None:
-        while True:
-            current = handlers()
-            if current is None:
-                return
-            try:
-                current.follow_capacity()
-            except Exception:  # noqa: BLE001 - a status read must not end the follower; the log says why
-                logging.getLogger(__name__).exception("following the engines' capacity")
-            del current
-            time.sleep(period)
-
-    threading.Thread(target=follow, name="queue-width", daemon=True).start()
-
-
 def build_ui(manager, operator_key=None) -> gr.Blocks:
     """The page. ``operator_key`` (``backend.roles.OperatorKey``) tells each event's caller: the
     operator's controls show only on the operator's page, and the manager refuses them for viewers."""
@@ -174,6 +149,10 @@ def build_ui(manager, operator_key=None) -> gr.Blocks:
                         generate_btn = gr.Button(I18N("generate"), variant="primary", elem_id="generate", scale=3)
                         # Not red while nothing runs: it is not the page's loudest button.
                         stop_btn = gr.Button(I18N("stop"), variant="secondary", elem_id="stop", scale=1)
+                        # The operator's, shown only while a worker process compiles: killing it is
+                        # the one way to end a compile before it finishes.
+                        stop_worker = gr.Button(I18N("stop_worker"), variant="secondary", elem_id="stop-worker",
+                                                scale=1, visible=False)
                     cost = gr.Markdown("", elem_id="cost")
                     preset = gr.Radio(preset_choices(card.presets), value=default_preset, label=I18N("resolution"),
                                       elem_id="preset")
@@ -296,7 +275,7 @@ def build_ui(manager, operator_key=None) -> gr.Blocks:
         # wiring ------------------------------------------------------------------------------
         private = {"api_visibility": "private"}
         studio_inputs = [mode, width, height, steps, tp_degree]
-        studio_outputs = [engine_line, cost, badges, tp_state, generate_btn]
+        studio_outputs = [engine_line, cost, badges, tp_state, generate_btn, stop_worker]
         system_outputs = [system_info, shapes_table, warm_info, tp_system_state, tp_info, replica_info, status_json]
         light = {"concurrency_limit": None, **private}  # reads status only: never waits for the device
 
@@ -334,6 +313,7 @@ def build_ui(manager, operator_key=None) -> gr.Blocks:
                       concurrency_id=DEVICE_QUEUE, concurrency_limit=1, **private)
         # Stop must not queue behind the generation it stops.
         stop_btn.click(studio.stop, None, None, queue=False, **private)
+        stop_worker.click(studio.stop_compiling_worker, None, None, queue=False, **private)
 
         # Parsing an upload is bounded (backend.pngmeta) and runs one at a time, apart from the
         # device queue and the status events, so no file can hold the server.
@@ -366,7 +346,7 @@ def build_ui(manager, operator_key=None) -> gr.Blocks:
                              bundle_panel, replica_controls]
         studio.operator_controls = len(operator_controls)
         studio.blocks = demo
-        _follow_capacity(studio)
+        gradio_queue.follow(studio, Studio.follow_capacity)
         demo.load(studio.page_role, None, [role_line, *operator_controls], **light)
         demo.load(studio.show_tp_controls, mode, [tp_degree, tp_controls], **light)
         demo.load(studio.page_labels, None, [image, prompt], **light)  # set per language on the server
@@ -451,6 +431,7 @@ def launch(manager, settings, block: bool = True) -> gr.Blocks:
                 enable_monitoring=False, show_error=False, prevent_thread_lock=True, css=CSS, js=PROMPT_KEYS, i18n=I18N,
                 allowed_paths=[str(Path(settings.output_dir).resolve())], quiet=False,
                 max_file_size=MAX_UPLOAD, app_kwargs={"middleware": [guard]})
+    gradio_queue.calm(demo)  # an idle app should not poll 1,000 times a second
     shown = "127.0.0.1" if settings.host in ("0.0.0.0", "::", "") else settings.host
     link = key.link(f"http://{'[' + shown + ']' if ':' in shown else shown}:{demo.server_port}")
     print(f"operator link (keep it to yourself; other pages are viewers): {link}" if link else

@@ -21,7 +21,7 @@ from backend.errors import GenerationCancelled, InvalidRequest, StudioError
 from backend.pngmeta import read_png_parameters
 from backend.roles import COOKIE, LOCAL_OPERATOR, Caller
 from backend.shapes import Shape, parse_shape, validate_shape
-from ui import views
+from ui import gradio_queue, views
 from ui.i18n import error_message, language, text
 
 log = logging.getLogger("neuron_studio.ui")
@@ -103,18 +103,8 @@ class Studio:
         self.operator_controls = OPERATOR_CONTROLS
 
     def _still_wanted(self, page: gr.Request | None) -> Callable[[], bool] | None:
-        """False once the page that asked has gone: Gradio marks that session's jobs not alive when
-        its event stream closes (``Queue.clean_events``; a private structure, read only here)."""
-        session, blocks = getattr(page, "session_hash", None), self.blocks
-        if not session or blocks is None or getattr(blocks, "_queue", None) is None:
-            return None
-
-        def alive() -> bool:
-            jobs = [job for job_set in list(blocks._queue.active_jobs) if job_set for job in list(job_set)
-                    if getattr(job, "session_hash", None) == session]
-            return not jobs or any(getattr(job, "alive", True) for job in jobs)
-
-        return alive
+        """False once the page that asked has gone (``gradio_queue.page_alive``)."""
+        return gradio_queue.page_alive(self.blocks, getattr(page, "session_hash", None))
 
     def _caller(self, page: gr.Request | None) -> Caller:
         if self.key is None:
@@ -263,6 +253,18 @@ class Studio:
             else "info_stopping_compile"
         _info(lang, text(lang, key, left=left))
 
+    def stop_compiling_worker(self, page: gr.Request | None = None) -> list[str]:
+        """The operator's: end a compile now by stopping the worker process that runs it."""
+        lang = language(page)
+        try:
+            stopped = self.manager.stop_compiling_workers(caller=self._caller(page))
+        except StudioError as exc:
+            raise _page_error(exc, lang) from None
+        names = ", ".join(text(lang, "engine_name_" + name.replace("-", "_")) for name in stopped)
+        _info(lang, text(lang, "info_worker_stopped", engines=names) if stopped
+              else text(lang, "info_no_worker_compiling"))
+        return stopped
+
     # controls --------------------------------------------------------------------------------
     def preset_changed(self, label: str, width, height):
         shape = views.preset_shape(label, self.manager.card.presets)
@@ -295,28 +297,24 @@ class Studio:
     def follow_capacity(self) -> bool:
         """Let the page's device queue through as many requests at once as the engines can run now
         (``Manager.capacity``: a replica pool runs one per ready replica; each engine still queues
-        what it cannot run, so this keeps Gradio's queue positions honest, nothing more). Gradio
-        reads an event queue's ``concurrency_limit`` at every dispatch; the queue objects are
-        private (``Queue.event_queue_per_concurrency_id``), read only here. False when there is no
-        queue to follow (yet)."""
+        what it cannot run, so this keeps Gradio's queue positions honest, nothing more). False when
+        there is no queue to follow (yet)."""
         from ui.app import DEVICE_QUEUE
 
-        queue = getattr(self.blocks, "_queue", None)
-        event_queue = (getattr(queue, "event_queue_per_concurrency_id", None) or {}).get(DEVICE_QUEUE)
-        if event_queue is None:
-            return False
-        event_queue.concurrency_limit = self.manager.capacity()
-        return True
+        return gradio_queue.set_width(self.blocks, DEVICE_QUEUE, self.manager.capacity())
 
     def _studio_views(self, status, mode, width, height, steps, degree=None, lang: str = "en", operator: bool = True):
         engine = views.engine_markdown(status, lang)
         tp = status.get("tp") or {}
         tp_badge = views.tp_state_html(tp, lang)
         degree = _whole(degree)
+        # The operator may end a compile a worker process runs (``stop_compiling_worker``).
+        end_compile = gr.update(visible=operator and any(
+            job.get("phase") == "compiling" and job.get("engine") != "in-process" for job in status.get("running") or []))
         if mode == "tp" and tp.get("state") != "ready":
             # Not ready: a click runs in process meanwhile (and says so), so Generate stays on.
             cost = views.tp_cost_markdown(tp, degree, operator, lang)
-            return engine, cost, views.badges_html([]), tp_badge, gr.update(interactive=True)
+            return engine, cost, views.badges_html([]), tp_badge, gr.update(interactive=True), end_compile
         try:
             bounds = self.manager.settings
             shape = validate_shape(height, width, bounds.min_size, bounds.max_size)
@@ -342,7 +340,7 @@ class Studio:
         # Generate waits while the cost line says the click would be refused (a bad size, a cold
         # shape under the lock); while the model loads it stays on: the click waits for the model.
         refused = error is not None or bool(prediction and prediction.get("refused"))
-        return engine, cost, badges, tp_badge, gr.update(interactive=not refused)
+        return engine, cost, badges, tp_badge, gr.update(interactive=not refused), end_compile
 
     @staticmethod
     def _system_views(status, lang: str = "en", operator: bool = True):

@@ -38,6 +38,8 @@ MESSAGES: dict[str, dict[str, str]] = {
         "tp_degree": "TP degree (ranks)", "start_group": "Start group", "stop_group": "Stop group",
         "steps": "Steps", "guidance": "Guidance (ignored by distilled models)", "seed": "Seed",
         "randomize": "Randomize seed", "generate": "Generate", "stop": "Stop",
+        "stop_worker": "End the compile", "info_worker_stopped": "Stopped the {engines} workers: the compile ended; "
+        "start them again from the System tab.", "info_no_worker_compiling": "No worker is compiling.",
         "png_accordion": "Load parameters from a PNG", "png_file": "PNG made by Neuron Studio (or A1111-style)",
         "image": "Image", "record_accordion": "Record (JSON)", "record": "Record", "history": "This session",
         "mode_eager": "eager", "mode_compiled": "compiled (whole transformer)",
@@ -109,8 +111,8 @@ MESSAGES: dict[str, dict[str, str]] = {
         "info_stopping_compile": "Stopping — the compile that is running finishes first (about {left} left), "
                                  "then the run stops before its next step.",
         "info_stopping_compile_operator": "Stopping — the compile that is running finishes first (about {left} "
-                                          "left); to end it now, stop the worker that compiles (Stop group or "
-                                          "Stop replicas).",
+                                          "left); to end it now, press End the compile (it stops the worker that "
+                                          "compiles).",
         "progress_compiling": "compiling — {elapsed} so far, about {estimate} expected",
         "info_stopped": "Stopped: {detail}",
         "run_stopped": "**Stopped** before the image was finished (seed `{seed}`).",
@@ -226,6 +228,8 @@ MESSAGES: dict[str, dict[str, str]] = {
         "tp_degree": "TP derecesi (rank sayısı)", "start_group": "Grubu başlat", "stop_group": "Grubu durdur",
         "steps": "Adım", "guidance": "Yönlendirme (damıtılmış modeller yok sayar)", "seed": "Tohum",
         "randomize": "Tohumu rastgele seç", "generate": "Oluştur", "stop": "Durdur",
+        "stop_worker": "Derlemeyi bitir", "info_worker_stopped": "{engines} işçileri durduruldu: derleme bitti; Sistem "
+        "sekmesinden yeniden başlatın.", "info_no_worker_compiling": "Derleyen bir işçi yok.",
         "png_accordion": "Parametreleri bir PNG'den yükle",
         "png_file": "Neuron Studio'nun yaptığı (ya da A1111 tarzı) PNG",
         "image": "Görsel", "record_accordion": "Kayıt (JSON)", "record": "Kayıt", "history": "Bu oturum",
@@ -298,8 +302,7 @@ MESSAGES: dict[str, dict[str, str]] = {
         "info_stopping_compile": "Duruluyor — süren derleme önce bitecek (yaklaşık {left} kaldı), sonra çalıştırma "
                                  "bir sonraki adımdan önce duracak.",
         "info_stopping_compile_operator": "Duruluyor — süren derleme önce bitecek (yaklaşık {left} kaldı); hemen "
-                                          "bitirmek için derleyen işçiyi durdurun (Grubu durdur ya da Kopyaları "
-                                          "durdur).",
+                                          "bitirmek için Derlemeyi bitir'e basın (derleyen işçiyi durdurur).",
         "progress_compiling": "derleniyor — şimdiye dek {elapsed}, beklenen yaklaşık {estimate}",
         "info_stopped": "Durduruldu: {detail}",
         "run_stopped": "Görsel bitmeden **durduruldu** (tohum `{seed}`).",

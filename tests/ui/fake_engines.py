@@ -30,7 +30,7 @@ from PIL import Image
 from backend.compile_state import COMPILED_MODES
 from backend.engines.in_process import InProcessEngine
 from backend.engines.worker_group import STARTING, WorkerGroup
-from backend.errors import BackendNotReady, GenerationCancelled, ShapeLocked
+from backend.errors import BackendNotReady, GenerationCancelled, GroupDead, ShapeLocked
 from backend.records import EngineOutput, GenerationRequest, ProgressEvent
 from backend.settings import EMBEDDED_RANDOM_MODEL
 from backend.tp import protocol as proto
@@ -174,13 +174,16 @@ class FakeWorkerGroup(WorkerGroup):
     ``start`` sets what a launch sets (a private run dir with each rank's first log line), then what
     READY sets (``ready``) unless its ``FakeLaunches`` holds starts; ``phase`` and ``die`` are what
     a health reply and a rank's exit set; ``stop`` ends it ``stopped`` keeping what it last
-    reported, as the real stop does. ``log_reads`` counts reads of its rank logs."""
+    reported, as the real stop does. ``log_reads`` counts reads of its rank logs. ``at_step``: called
+    at each step (0: while it compiles); a group stopped meanwhile fails the run with ``GroupDead``,
+    as the real group's call does when its socket closes."""
 
     def __init__(self, *args, launches: "FakeLaunches", **kwargs):
         super().__init__(*args, **kwargs)
         self._launches = launches
         self.graphs: set[tuple[str, int]] = set()
         self.log_reads = 0
+        self.at_step: Callable[[int], None] = lambda step: None
 
     def _pid_base(self) -> int:
         if self.role == "tp":
@@ -265,7 +268,12 @@ class FakeWorkerGroup(WorkerGroup):
         compiles = _compiles(self.graphs, mode, request)
         if compiles and forbid_compile:
             raise ShapeLocked("this shape would compile, and the app is locked to warm shapes")
-        _steps(request, emit, should_stop, compiles)
+        def at_step(step: int) -> None:
+            self.at_step(step)
+            if self.state != "ready":
+                raise GroupDead(f"lost the worker group: it is {self.state}")
+
+        _steps(request, emit, should_stop, compiles, at_step)
         if compiles:
             self.graphs.add((mode, request.shape.tokens))
         timings = COMPILING_RUN if compiles else STEADY_RUN

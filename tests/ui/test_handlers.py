@@ -2,6 +2,7 @@
 outcome."""
 
 import ast
+import threading
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -13,7 +14,7 @@ from PIL import Image
 from backend.errors import GenerationFailed
 from backend.pngmeta import read_png_parameters
 from backend.shapes import PRESETS, Shape
-from tests.ui.fake_engines import calm_refusal, until
+from tests.ui.fake_engines import WAIT, calm_refusal, until
 from ui import views
 
 
@@ -53,7 +54,7 @@ def test_bad_sizes_are_calm_notices_with_the_fix(studio, manager, width, message
     assert [r.getMessage().startswith("refused (invalid): ") for r in caplog.records] == [True]
     assert not any(r.exc_info for r in caplog.records)
     # And the Generate button waits while the cost line says the click would be refused.
-    *_views, generate = studio.refresh_studio("eager", width, 128, 4)
+    generate = studio.refresh_studio("eager", width, 128, 4)[4]
     assert generate == gr.update(interactive=False)
     assert studio.refresh_studio("eager", 1008, 128, 4)[4] == gr.update(interactive=True)
     assert not manager.records and not manager.status()["shapes"]  # refused before anything ran
@@ -576,6 +577,52 @@ def test_a_compile_shows_its_time_so_far_and_stop_is_heard_at_once(studio, manag
         studio.stop()
         assert "the compile that is running finishes first (about" in capsys.readouterr().out
     assert "Stopped" in outcome["result"][1]
+
+
+def test_the_operator_can_end_a_compile_a_worker_runs_and_a_viewer_cannot(tmp_path, capsys):
+    """A compile in a worker process cannot be interrupted, but the process can be stopped: while
+    the group compiles, the operator's page shows "End the compile", which stops the group and ends
+    the run; a viewer's page does not show it (and ``tests/ui/test_roles.py`` finds a viewer's call
+    refused)."""
+    from backend.roles import OperatorKey
+    from tests.ui.fake_engines import start_manager
+    from ui.handlers import Studio
+
+    manager, launches = start_manager(tmp_path, tp_compile="compiled")  # the ranks compile
+    studio = Studio(manager)
+    studio.start_tp(2)
+    group = launches.made[-1]
+    compiling, release = threading.Event(), threading.Event()
+
+    def hold_while_compiling(step: int) -> None:
+        if step == 0:
+            compiling.set()
+            release.wait(WAIT)
+
+    group.at_step = hold_while_compiling
+    outcome = {}
+    run = threading.Thread(target=lambda: outcome.update(
+        out=studio.generate_from_page("a fox", 64, 64, "tp", 4, 1.0, 3, False, [])), daemon=True)
+    run.start()
+    try:
+        assert compiling.wait(WAIT)
+        end_compile = studio.refresh_studio("tp", 64, 64, 4, 2)[5]
+        assert end_compile == gr.update(visible=True)
+        viewer = SimpleNamespace(session_hash="viewer-page", headers={}, cookies={})
+        viewers_page = Studio(manager, OperatorKey())
+        assert viewers_page.refresh_studio("tp", 64, 64, 4, 2, page=viewer)[5] == gr.update(visible=False)
+        assert group.state == "ready"
+        assert studio.stop_compiling_worker() == ["tensor-parallel"]
+        assert "Stopped the tensor-parallel workers: the compile ended" in capsys.readouterr().out
+        assert group.state == "stopped"
+    finally:
+        release.set()
+        run.join(WAIT)
+        manager.close()
+    assert not run.is_alive()
+    _p, info, *_ = outcome["out"]
+    assert info.startswith("**Stopped** before the image was finished")  # a stop, not a dead group
+    assert studio.refresh_studio("tp", 64, 64, 4, 2)[5] == gr.update(visible=False)  # nothing compiles now
 
 
 def test_a_demo_in_one_command_warms_every_preset_starts_the_group_and_locks(manager, launches):

@@ -30,6 +30,7 @@ OPERATOR_EVENTS = [
     ("clear_plan", ()), ("clear_cache", ()), ("set_warm_only", (True,)),
     ("start_warmup", (["1:1 · 1024x1024"], "compiled")), ("export_bundle", ()),
     ("show_bundle", ("/nonexistent.bundle",)), ("import_bundle", ("/nonexistent.bundle",)),
+    ("stop_compiling_worker", ()),
 ]
 
 
@@ -188,7 +189,7 @@ def test_a_viewer_reads_only_what_a_viewer_can_do(room, manager):
     viewer = page()
     degree, group_row = studio.show_tp_controls("tp", page=viewer)
     assert degree["visible"] is False and group_row["visible"] is True  # the group's state, not its buttons
-    engine, cost, _badges, _tp, generate = studio.refresh_studio("tp", 64, 64, 4, 2, page=viewer)
+    engine, cost, _badges, _tp, generate, _end = studio.refresh_studio("tp", 64, 64, 4, 2, page=viewer)
     assert "operator has not started" in cost and "Generate runs in process" in cost
     assert generate["interactive"] is True
     replicas = studio.refresh_system(page=viewer)[5]

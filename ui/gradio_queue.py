@@ -1,0 +1,84 @@
+"""The one place that touches Gradio's queue internals (``Blocks._queue``, a ``gradio.queueing.Queue``).
+
+Gradio has no public API for three things the page needs, so they are read or set here and nowhere
+else (checked against gradio 5's ``queueing.py``; a Gradio without these attributes makes each call
+a no-op that returns False/None, and the page still works, with less honest queue positions):
+
+- whether the page that asked for a run is still open (``active_jobs``' events carry ``alive``,
+  cleared when the page's event stream closes),
+- the width of one concurrency group (``event_queue_per_concurrency_id[id].concurrency_limit``,
+  read by Gradio at every dispatch),
+- how often the queue polls while nothing waits: Gradio polls every 1 ms for a free worker and every
+  10 ms for progress, which on an idle app is most of its CPU (measured: ``python -m bench.idle``).
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import weakref
+from typing import Callable
+
+# While idle, the queue looks for work every 20 ms (Gradio: 1 ms) and sends progress every 50 ms
+# (Gradio: 10 ms). A run is at least half a second; 20 ms more before it starts is not seen.
+IDLE_POLL_S = 0.02
+PROGRESS_POLL_S = 0.05
+
+
+def _queue(blocks):
+    return getattr(blocks, "_queue", None) if blocks is not None else None
+
+
+def calm(blocks, idle_poll: float = IDLE_POLL_S, progress_poll: float = PROGRESS_POLL_S) -> bool:
+    """Make an idle queue poll less often (call after ``Blocks.queue()``). False: no queue to calm."""
+    queue = _queue(blocks)
+    if queue is None or not hasattr(queue, "sleep_when_free"):
+        return False
+    queue.sleep_when_free = max(queue.sleep_when_free, idle_poll)
+    queue.progress_update_sleep_when_free = max(getattr(queue, "progress_update_sleep_when_free", 0), progress_poll)
+    return True
+
+
+def page_alive(blocks, session: str | None) -> Callable[[], bool] | None:
+    """A check that turns False once the page with this session has gone; None when it cannot be told."""
+    if not session or _queue(blocks) is None:
+        return None
+
+    def alive() -> bool:
+        jobs = [job for job_set in list(blocks._queue.active_jobs) if job_set for job in list(job_set)
+                if getattr(job, "session_hash", None) == session]
+        return not jobs or any(getattr(job, "alive", True) for job in jobs)
+
+    return alive
+
+
+def set_width(blocks, concurrency_id: str, width: int) -> bool:
+    """Let ``width`` events of one concurrency group run at once. False: no such group (yet)."""
+    queue = _queue(blocks)
+    event_queue = (getattr(queue, "event_queue_per_concurrency_id", None) or {}).get(concurrency_id)
+    if event_queue is None:
+        return False
+    event_queue.concurrency_limit = width
+    return True
+
+
+def follow(owner, width: Callable[[object], bool], period: float = 0.5) -> threading.Thread:
+    """Call ``width(owner)`` every ``period`` seconds from a daemon thread that ends once ``owner`` is
+    gone (it holds only a weak reference), so a group's width follows what the engines can run."""
+    held = weakref.ref(owner)
+
+    def loop() -> None:
+        while True:
+            current = held()
+            if current is None:
+                return
+            try:
+                width(current)
+            except Exception:  # noqa: BLE001 - a status read must not end the follower; the log says why
+                logging.getLogger(__name__).exception("following the engines' capacity")
+            del current
+            time.sleep(period)
+
+    thread = threading.Thread(target=loop, name="queue-width", daemon=True)
+    thread.start()
+    return thread
