@@ -62,6 +62,7 @@ CSS = """
           background: #9ca3af;}
 .ns-tp-ready i {background: #16a34a;} .ns-tp-dead i {background: #dc2626;}
 .ns-tp-launching i, .ns-tp-loading i, .ns-tp-warming i, .ns-tp-stopping i {background: #eab308;}
+#history .caption-label {white-space: normal; max-width: calc(100% - 8px); font-size: 11px; line-height: 1.25;}
 """
 
 class RawNumber(gr.Number):
@@ -168,12 +169,14 @@ def build_ui(manager, operator_key=None) -> gr.Blocks:
                                               maximum=64, elem_id="tp-degree", scale=1, visible=s.mode == "tp")
                     # The group is shared by every page: only these buttons (or the System tab's)
                     # start or stop it; picking a mode starts and stops nothing.
-                    with gr.Row(visible=s.mode == "tp", elem_id="tp-controls") as tp_controls:
-                        tp_state = gr.HTML(views.tp_state_html({}), elem_id="tp-state", scale=2, min_width=220)
-                        tp_start = gr.Button(I18N("start_group"), variant="primary", elem_id="tp-start", scale=1,
-                                             min_width=100, size="sm", visible=False)
-                        tp_stop = gr.Button(I18N("stop_group"), variant="secondary", elem_id="tp-stop", scale=1,
-                                            min_width=100, size="sm", visible=False)
+                    # The state on its own line (it never runs into the buttons), the buttons below.
+                    with gr.Column(visible=s.mode == "tp", elem_id="tp-controls") as tp_controls:
+                        tp_state = gr.HTML(views.tp_state_html({}), elem_id="tp-state")
+                        with gr.Row(visible=False, elem_id="tp-buttons") as tp_buttons:  # the operator's (no empty row for viewers)
+                            tp_start = gr.Button(I18N("start_group"), variant="primary", elem_id="tp-start",
+                                                 scale=1, min_width=100, size="sm")
+                            tp_stop = gr.Button(I18N("stop_group"), variant="secondary", elem_id="tp-stop",
+                                                scale=1, min_width=100, size="sm")
                     with gr.Row():
                         steps = gr.Slider(1, s.max_steps, value=s.steps, step=1, label=I18N("steps"), elem_id="steps")
                         guidance = gr.Slider(0, s.max_guidance, value=s.guidance, step=0.1,
@@ -342,7 +345,7 @@ def build_ui(manager, operator_key=None) -> gr.Blocks:
         bundle_confirm.click(studio.import_bundle, bundle_in, system_info, concurrency_id=DEVICE_QUEUE,
                              concurrency_limit=1, **private).then(
             lambda: gr.update(visible=False), None, bundle_confirm, **light)
-        operator_controls = [system_ops, warm_group, tp_start, tp_stop, tp_system_start, tp_system_stop, tp_log_panel,
+        operator_controls = [system_ops, warm_group, tp_buttons, tp_system_start, tp_system_stop, tp_log_panel,
                              bundle_panel, replica_controls]
         studio.operator_controls = len(operator_controls)
         studio.blocks = demo

@@ -314,7 +314,9 @@ class Studio:
         if mode == "tp" and tp.get("state") != "ready":
             # Not ready: a click runs in process meanwhile (and says so), so Generate stays on.
             cost = views.tp_cost_markdown(tp, degree, operator, lang)
-            return engine, cost, views.badges_html([]), tp_badge, gr.update(interactive=True), end_compile
+            # Its requests run in process meanwhile: the badges are that mode's.
+            badges = self._badges(status, self.manager.settings.tp_compile, steps, lang)
+            return engine, cost, badges, tp_badge, gr.update(interactive=True), end_compile
         try:
             bounds = self.manager.settings
             shape = validate_shape(height, width, bounds.min_size, bounds.max_size)
@@ -335,12 +337,19 @@ class Studio:
                                                lang)
         if mode == "tp" and prediction is not None and not prediction.get("refused"):
             cost += views.tp_group_note(tp, degree, lang)
-        badges = views.badges_html([(views.preset_label(n, s), self.manager.predict(mode, s, steps))
-                                    for n, s in card.presets], lang) if ready else views.badges_html([])
+        badges = self._badges(status, mode, steps, lang)
         # Generate waits while the cost line says the click would be refused (a bad size, a cold
         # shape under the lock); while the model loads it stays on: the click waits for the model.
         refused = error is not None or bool(prediction and prediction.get("refused"))
         return engine, cost, badges, tp_badge, gr.update(interactive=not refused), end_compile
+
+    def _badges(self, status, mode: str, steps, lang: str) -> str:
+        """One badge per preset: its state in ``mode`` (none until the model has loaded)."""
+        if status["state"] in ("idle", "loading", "failed"):
+            return views.badges_html([])
+        steps = steps if isinstance(steps, (int, float)) and steps >= 1 else None
+        return views.badges_html([(views.preset_label(n, s), self.manager.predict(mode, s, steps))
+                                  for n, s in self.manager.card.presets], lang)
 
     @staticmethod
     def _system_views(status, lang: str = "en", operator: bool = True):

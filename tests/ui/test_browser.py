@@ -64,6 +64,11 @@ def test_type_prompt_pick_preset_generate_and_see_the_image(page):
     page.wait_for_function("document.querySelector('#run-info').innerText.includes('1344x768')", timeout=30000)
     assert "eager" in page.inner_text("#run-info")
     assert page.locator("#history img").count() >= 1
+    # The thumbnail's caption is read whole, not cut to "1344x768 …".
+    page.wait_for_selector("#history .caption-label")
+    cut = page.eval_on_selector_all("#history .caption-label",
+                                    "els => els.filter(e => e.scrollWidth > e.clientWidth).map(e => e.innerText)")
+    assert cut == []
 
 
 def test_compiled_badge_goes_from_cold_to_warm(page):
@@ -249,6 +254,10 @@ def test_the_tensor_parallel_group_is_started_and_stopped_only_by_its_buttons(br
         a.wait_for_function("document.querySelector('#cost').innerText.includes('press Start')", timeout=15000)
         assert "launches 2 processes" in a.inner_text("#cost")
         _wait_state(a, "tp-state", "stopped")
+        # No gap where the badges were, and the group's state never runs into its buttons.
+        assert a.locator("#badges .ns-badge").count() > 0
+        state, start = a.locator("#tp-state .ns-tp").bounding_box(), a.locator("#tp-start").bounding_box()
+        assert state["y"] + state["height"] <= start["y"] or state["x"] + state["width"] <= start["x"]
         # A's mode events have all run (its cost line answered them); none started the group.
         assert _group_state(app_url) == "stopped"
         _wait_state(b, "tp-system-state", "stopped", timeout=5000)

@@ -103,12 +103,12 @@ def test_a_viewers_page_hides_every_operator_control(manager):
     event = next(f for f in demo.fns.values() if f.fn.__name__ == "page_role")
     studio = event.fn.__self__
     controls = {block.elem_id or type(block).__name__ for block in event.outputs[1:]}
-    assert len(event.outputs) - 1 == studio.operator_controls == 9
-    assert {"tp-start", "tp-stop", "tp-system-start", "tp-system-stop"} <= controls, controls
+    assert len(event.outputs) - 1 == studio.operator_controls == 8
+    assert {"tp-buttons", "tp-system-start", "tp-system-stop"} <= controls, controls  # tp-buttons: Start, Stop
     line, *shown = studio.page_role(page=page())
-    assert "viewer" in line and len(shown) == 9 and all(u["visible"] is False for u in shown)
+    assert "viewer" in line and len(shown) == 8 and all(u["visible"] is False for u in shown)
     line, *shown = studio.page_role(page=page(cookie=key.session_key, session="s-op"))
-    assert "operator" in line and len(shown) == 9 and all(u["visible"] is True for u in shown)
+    assert "operator" in line and len(shown) == 8 and all(u["visible"] is True for u in shown)
 
 
 def test_a_viewer_stops_only_its_own_run(room, manager, engine):
