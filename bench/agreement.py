@@ -8,6 +8,8 @@ triples that training never drew (``scenes.is_held_out``). Each is generated the
 by default for this model (4 steps, guidance 1.0, a fixed seed per prompt) and judged by
 ``scenes.judge``: shape colours dominant, centroids in the named places, background as named.
 Training used sizes 64..256 px, so 512 and 1024 measure extrapolation. Prints one row per size.
+``p9_prompt_agreement`` is the suite's P9 (``python -m bench --only P9``): the trained model at
+every preset of its card, and on prompts as people write them.
 """
 
 from __future__ import annotations
@@ -70,6 +72,59 @@ def measure(sizes=DEFAULT_SIZES, prompts: int | list[str] = 24, seed: int = 0, p
         out["sizes"][f"{height}x{width}"] = row
     return out
 
+
+# The suite's P9 rows ---------------------------------------------------------------------------
+P9_PROMPTS = (48, 16)  # held-out prompts per preset and for the place-less set (full run, quick run)
+P9_QUICK_PRESETS = ("1:1", "16:9", "9:21")  # the quick run: the square and the two ends of the ratios
+P9_BEYOND = ("512x512", 24)  # twice the trained scale: reported, not judged
+
+
+def p9_prompt_agreement(tmp: Path, quick: bool) -> list[dict]:
+    """Does the trained embedded model (the app's default) draw what it is told, at every preset
+    the page offers for it? Held-out grammar prompts, judged by image statistics
+    (``measure``, ``embedded.scenes.judge``); the share that agrees, with its Wilson
+    interval. One row per preset of the model's card, one for prompts written as people write
+    them (place left out, synonyms; read by ``embedded.grammar``), and an info row at twice the
+    trained scale."""
+    from backend.model_card import read_card
+    from backend.shapes import parse_shape
+    from bench import stats
+    from bench.rows import make_row
+    from embedded import SCENES_MODEL_DIR, grammar
+
+    pipe = load_pipeline()
+    card = read_card(SCENES_MODEL_DIR)
+    count = P9_PROMPTS[quick]
+    name = "prompt agreement of the trained embedded model (assets/scenes-flux2-klein)"
+    cases = [(f"at the {label} preset {shape}, 4 steps (held-out prompts)", shape, count, None)
+             for label, shape in card.presets if not quick or label in P9_QUICK_PRESETS]
+    people = grammar.people_prompts(count)
+    start = card.start_shape
+    cases.append((f"at {start}, prompts as people write them (place left out, synonyms; held-out)", start, count,
+                  people))
+    if not quick:
+        beyond = parse_shape(P9_BEYOND[0])
+        cases.append((f"at {beyond}, twice the trained scale (held-out prompts; beyond training)", beyond,
+                      P9_BEYOND[1], None))
+    rows = []
+    for text, shape, n, pairs in cases:
+        # People's prompts: each read once, and it must read as the caption it was made from (two
+        # prompts may read alike: "gray" and "grey"); ``typed`` names a failure as it was written.
+        for prompt, caption in pairs or ():
+            if grammar.read(prompt).caption != caption:
+                raise RuntimeError(f"embedded.grammar reads {prompt!r} as another scene than it was made from")
+        typed = {caption: prompt for prompt, caption in pairs or ()}
+        measured = measure([(shape.height, shape.width)], [c for _, c in pairs] if pairs else n, pipe=pipe)
+        got = measured["sizes"][f"{shape.height}x{shape.width}"]
+        outcomes = [True] * got["agree"] + [False] * (got["total"] - got["agree"])
+        judged = card.trained_pixels is None or shape.pixels <= card.trained_pixels
+        # People's prompts are judged against the caption they were read as; named as typed.
+        failures = [f"{typed[p]} (read as {p}): {why}" if p in typed else f"{p}: {why}" for p, why in got["failures"]]
+        rows.append(make_row("P9", f"{name} {text}", stats.proportion(outcomes), "share",
+                             ">= 0.8" if judged else None,
+                             absolute={"agree": got["agree"], "total": got["total"], "seconds": got["seconds"],
+                                       "failures": failures}))
+    return rows
 
 def _size(text: str) -> tuple[int, int]:
     h, w = text.lower().split("x")

@@ -22,6 +22,8 @@ import re
 import sys
 from pathlib import Path
 
+from bench.table import fmt
+
 
 def _key(row: dict) -> tuple[str, str]:
     name = re.sub(r"\s*\([^)]*\)", "", row["name"])
@@ -75,12 +77,6 @@ def compare_rows(old: dict, new: dict) -> list[dict]:
     return out
 
 
-def _fmt(value) -> str:
-    if value is None:
-        return "—"
-    return f"{value:.4g}"
-
-
 def format_table(entries: list[dict], old_name: str, new_name: str) -> str:
     lines = [f"| row | {old_name} | {new_name} | new / old | verdict |", "| --- | --- | --- | --- | --- |"]
     for e in entries:
@@ -88,8 +84,8 @@ def format_table(entries: list[dict], old_name: str, new_name: str) -> str:
         if e["ratio_ci"]:
             ratio += f" [{e['ratio_ci'][0]:.3f}–{e['ratio_ci'][1]:.3f}]"
         unit = f" {e['unit']}" if e["unit"] else ""
-        lines.append(f"| {e['id']} {e['name']} | {_fmt(e['old'])}{unit if e['old'] is not None else ''} | "
-                     f"{_fmt(e['new'])}{unit if e['new'] is not None else ''} | {ratio} | {e['verdict']} |")
+        lines.append(f"| {e['id']} {e['name']} | {fmt(e['old'])}{unit if e['old'] is not None else ''} | "
+                     f"{fmt(e['new'])}{unit if e['new'] is not None else ''} | {ratio} | {e['verdict']} |")
     return "\n".join(lines)
 
 

@@ -24,7 +24,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-RESULTS = Path(__file__).resolve().parent / "results"
+from bench import RESULTS
+
 REFERENCE = {"model": "FLUX.2-klein-4B", "seconds": 0.57, "size": "1024x1024", "steps": 4, "gpu": "H100"}
 
 
@@ -38,7 +39,8 @@ def run(device: str, quick: bool, reps: int) -> dict:
     from backend.shapes import parse_shape
     from embedded.recipe import KLEIN_4B_GEOMETRY, TinyFluxConfig, build_pipeline
     from bench import stats
-    from bench.suite import measure_app_overhead, measure_shape_switch, timed_ratio
+    from bench.latency import measure_app_overhead, measure_shape_switch
+    from bench.rows import timed_ratio
 
     # --quick checks the script itself: two blocks of each kind (still "repeated" for regional).
     geometry = TinyFluxConfig(num_layers=2, num_single_layers=2) if quick else KLEIN_4B_GEOMETRY

@@ -8,7 +8,7 @@ the pipeline in compiled mode, warm one ~1 MP preset and read RSS, warm two more
 token counts, so new graphs) and read RSS again. RSS is read after gc and malloc_trim so allocator
 slack does not count. It also checks that no weight was copied (parameter data pointers unchanged).
 Prints one line per configuration and the ratio (one measurement: ``python -m bench --only P3``
-repeats it and gives the interval and the verdict); exits 0 whatever the ratio.
+repeats it, ``p3_memory``, and gives the interval and the verdict); exits 0 whatever the ratio.
 """
 
 from __future__ import annotations
@@ -91,6 +91,33 @@ def run_isolated(configs: list[str], backend: str, steps: int, shapes: tuple[str
         results.append(json.loads(proc.stdout.strip().splitlines()[-1]))
     return results
 
+
+def p3_memory(tmp: Path, quick: bool) -> list[dict]:
+    """The suite's P3 rows: RSS with one warm compiled shape, then with three, each repetition in a
+    fresh process (``run_isolated``)."""
+    from bench import stats
+    from bench.rows import make_row
+
+    configs = ["tiny"] if quick else ["tiny", "bigger"]
+    shapes = ("256x256", "320x256", "384x256") if quick else SHAPES
+    reps = 2 if quick else 3
+    rows = []
+    for config in configs:
+        runs = [run_isolated([config], "aot_eager" if quick else "inductor", 2, shapes)[0] for _ in range(reps)]
+        ratio = stats.summarise([r["ratio_three_to_one"] for r in runs])
+        growth = stats.summarise([(r["rss_three_warm_bytes"] - r["rss_one_warm_bytes"]) / 2 / 2**20 for r in runs])
+        shared = all(r["weights_shared"] for r in runs)
+        absolute = {"rss_one_MiB": stats.spread([r["rss_one_warm_bytes"] / 2**20 for r in runs]),
+                    "rss_three_MiB": stats.spread([r["rss_three_warm_bytes"] / 2**20 for r in runs]),
+                    "weights_shared": shared, "shapes": list(shapes)}
+        ratio_row = make_row("P3", f"memory, {config} model: RSS with 3 / 1 warm compiled shapes", ratio, "x",
+                             "<= 1.10", None, absolute)
+        if not shared:  # a copied weight fails the row whatever the ratio
+            ratio_row.update(verdict="fail", note="weights were copied between compiled shapes")
+        rows += [ratio_row,
+                 make_row("P3", f"memory, {config} model: RSS growth per extra warm compiled shape", growth, "MiB",
+                          None, None, {"rss_one_MiB": absolute["rss_one_MiB"]})]
+    return rows
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -16,8 +16,9 @@ import os
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "bench" / "results"
+from bench import RESULTS, ROOT
+from bench.table import cpu_text, fmt, verdict_text
+
 README = ROOT / "docs" / "performance.md"  # the page the section lives in (the README links to it)
 PLOT = ROOT / "assets" / "bench_latency.png"
 START, END = "<!-- bench:start -->", "<!-- bench:end -->"
@@ -62,10 +63,6 @@ def draw(result: dict) -> None:
     fig.savefig(PLOT, dpi=110)
 
 
-def _fmt(value) -> str:
-    return "—" if value is None else f"{value:.4g}"
-
-
 METHOD = (
     "How to read it: each timed ratio (P1, P2, P8) runs its two sides interleaved, every repetition in a "
     "random order, and the value is the median of the per-repetition ratios (wall clock; the process-CPU "
@@ -79,8 +76,6 @@ METHOD = (
 
 
 def section(result: dict, source: Path, gpu: dict | None, gpu_source: Path | None) -> str:
-    from bench.suite import cpu_text, verdict_text
-
     m = result["machine"]
     lines = [START, "",
              f"From `{source.relative_to(ROOT)}` ({result['date']}; CPU {m['cpu']}, {m['cores']} cores, "
@@ -92,9 +87,9 @@ def section(result: dict, source: Path, gpu: dict | None, gpu_source: Path | Non
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     undecided = []
     for row in result["rows"]:
-        interval = "" if not row.get("ci") else f"{_fmt(row['ci'][0])}–{_fmt(row['ci'][1])}"
+        interval = "" if not row.get("ci") else f"{fmt(row['ci'][0])}–{fmt(row['ci'][1])}"
         n = "" if row.get("n") is None else row["n"]
-        lines.append(f"| {row['id']} | {row['name']} | {_fmt(row['value'])} {row['unit']} | {interval} | {n} "
+        lines.append(f"| {row['id']} | {row['name']} | {fmt(row['value'])} {row['unit']} | {interval} | {n} "
                      f"| {row['goal'] or '—'} | {verdict_text(row)} | {cpu_text(row)} |")
         if row["verdict"] in ("fail", "inconclusive"):
             undecided.append(row)
@@ -120,7 +115,7 @@ def section(result: dict, source: Path, gpu: dict | None, gpu_source: Path | Non
         lines += ["", f"P1 app / direct {p1['median']:.3f} (interval {p1['ci'][0]:.3f}–{p1['ci'][1]:.3f}, "
                   f"{p1['verdict']}); P2 compiles {gpu['P2_compiles']}, after another shape / after itself "
                   f"{p2['median']:.3f} (interval {p2['ci'][0]:.3f}–{p2['ci'][1]:.3f}, {p2['verdict']}); P3 device "
-                  f"memory ratio {_fmt(gpu['P3_device_memory_ratio'])}, peak "
+                  f"memory ratio {fmt(gpu['P3_device_memory_ratio'])}, peak "
                   f"{gpu['peak_device_bytes'] / 2**30:.1f} GiB.", ""]
     else:
         lines += ["No GPU run is committed yet: no session of this project has had a GPU machine. "

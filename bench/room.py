@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from bench import stats
+from bench.harness import start_manager
+from bench.rows import make_row
 
 PROMPT = "a red circle on a blue background"
 
@@ -58,18 +60,14 @@ def measure_room(manager, clients: int, per_client: int, size: int, steps: int =
 
 
 def _managers(tmp: Path, replicas: int):
-    from bench.suite import _manager
-
     # The trained embedded model (the app's default): what a room would see.
-    local = _manager(tmp / "local", model="embedded")
-    pool = _manager(tmp / "pool", model="embedded", replicas=replicas)
+    local = start_manager(tmp / "local", model="embedded")
+    pool = start_manager(tmp / "pool", model="embedded", replicas=replicas)
     return local, pool
 
 
 def p11_replicas(tmp: Path, quick: bool) -> list[dict]:
     """4 clients x 8 requests at 256x256: 2 replicas against the in-process engine, interleaved."""
-    from bench.suite import _row
-
     clients, per_client, reps = (2, 2, 2) if quick else (4, 8, 7)
     size, replicas = (128, 2) if quick else (256, 2)
     local, pool = _managers(tmp, replicas)
@@ -104,11 +102,11 @@ def p11_replicas(tmp: Path, quick: bool) -> list[dict]:
         note = (f"{clients} clients x {per_client} requests at {size}x{size}, embedded model, eager, "
                 f"{replicas} replicas vs 1 in-process engine on {os.cpu_count()} cores")
         return [
-            _row("P11", f"room throughput, {replicas} replicas / 1 in-process engine "
-                        f"({clients} clients x {per_client} at {size}x{size})", throughput, "x", ">= 1.5",
-                 absolute=absolute, note=note),
-            _row("P11", f"room median per-request latency, {replicas} replicas / 1 in-process engine", latency, "x",
-                 "<= 1.2", absolute=absolute, note=note),
+            make_row("P11", f"room throughput, {replicas} replicas / 1 in-process engine "
+                            f"({clients} clients x {per_client} at {size}x{size})", throughput, "x", ">= 1.5",
+                     absolute=absolute, note=note),
+            make_row("P11", f"room median per-request latency, {replicas} replicas / 1 in-process engine", latency,
+                     "x", "<= 1.2", absolute=absolute, note=note),
         ]
     finally:
         pool.close()
@@ -118,9 +116,7 @@ def p11_replicas(tmp: Path, quick: bool) -> list[dict]:
 def replica_killed(tmp: Path, clients: int = 5, per_client: int = 4) -> dict[str, Any]:
     """20 requests from 5 clients on 2 replicas; one replica is SIGKILLed once requests are running.
     Every request must be answered once: an image, or a clear error naming the replica."""
-    from bench.suite import _manager
-
-    manager = _manager(tmp / "killed", replicas=2)
+    manager = start_manager(tmp / "killed", replicas=2)
     pool = manager.engines["replicas"]
     try:
         victim = pool.replicas[0]

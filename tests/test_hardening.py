@@ -1,7 +1,8 @@
 """Hardening: bad input, load, faults and access, held to what SECURITY.md promises.
 
-The cases and measurements live in bench/hardening.py (which prints them as figures); these tests
-run the same functions and hold every figure to its promise."""
+The cases and measurements live in bench/bad_input.py, bench/traffic.py, bench/faults.py and
+bench/foreign_files.py (``python -m bench.hardening`` prints them as figures); these tests run the
+same functions and hold every figure to its promise."""
 
 import urllib.error
 import urllib.request
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 from gradio_client import Client
 
-from bench import hardening
+from bench import bad_input, faults, foreign_files, traffic
 from tools.app_process import running_app
 
 
@@ -32,7 +33,7 @@ def app_url(app):
 @pytest.mark.slow
 def test_bad_inputs_through_the_api_are_answered_clearly_and_change_nothing(app_url):
     client = Client(app_url, verbose=False)
-    rows = hardening.run_api_cases(client, lambda: client.predict(api_name="/status"))
+    rows = bad_input.run_api_cases(client, lambda: client.predict(api_name="/status"))
     unclear = [r for r in rows if not r["clear"]]
     assert not unclear, unclear
     _image, record = client.predict("still works", 64, 64, "eager", 2, 7, 1.0, api_name="/generate")
@@ -40,7 +41,7 @@ def test_bad_inputs_through_the_api_are_answered_clearly_and_change_nothing(app_
 
 
 def test_bad_inputs_through_the_cli_are_one_clear_line(tmp_path):
-    rows = hardening.run_cli_cases(tmp_path)  # the CLI's --output-dir is tmp_path itself
+    rows = bad_input.run_cli_cases(tmp_path)  # the CLI's --output-dir is tmp_path itself
     unclear = [r for r in rows if not r["clear"]]
     assert not unclear, unclear
     assert not list(tmp_path.rglob("*.png")), list(tmp_path.rglob("*"))  # nothing written where it writes
@@ -48,14 +49,14 @@ def test_bad_inputs_through_the_cli_are_one_clear_line(tmp_path):
 
 @pytest.mark.slow
 def test_concurrent_clients_are_all_answered_in_order(app_url):
-    load = hardening.run_load(app_url)
+    load = traffic.run_load(app_url)
     assert load["answered"] == load["sent"] == 20 and not load["errors"]
     assert not load["lost_or_duplicated"] and load["each_client_in_order"] and load["queue_position_seen"]
 
 
 @pytest.mark.slow
 def test_memory_is_stable_over_50_requests():
-    mem = hardening.run_memory(50)  # bench.hardening runs 100
+    mem = traffic.run_memory(50)  # bench.hardening runs 100
     assert mem["growth_MiB"] < 64, mem
 
 
@@ -64,7 +65,7 @@ def test_injected_faults_end_with_a_clear_status_and_a_working_app():
     """``python -m bench.hardening`` also kills and hangs rank 1; other tests hold those (a killed
     rank reported dead with its log: tests/backend/test_tp.py; a hung rank timed out, the group
     torn down and restarted: the tensor-parallel scenario of tests/neuron), so here rank 0 dies."""
-    rows = hardening.run_faults(tp_faults=hardening.TP_FAULTS[:1])
+    rows = faults.run_faults(tp_faults=faults.TP_FAULTS[:1])
     assert [r["fault"] for r in rows] == ["compile failure", "exception in the pipeline", "TP rank 0 killed",
                                          "TP group fails to start (bad torchrun arguments)", "stop after the faults"]
     for r in rows:
@@ -79,7 +80,7 @@ def test_sigterm_mid_generation_exits_cleanly_with_no_orphan(tmp_path, mode):
     folder): in process mid-compile (eager and regional run in the same
     engine; ``python -m bench.hardening`` signals all four modes), and with a worker group. How fast (under 3 s on a quiet machine) is a figure of
     ``python -m bench.hardening``; here the bound is one a loaded machine meets (no wall-clock goal)."""
-    result = hardening.run_sigterm(tmp_path, mode)
+    result = faults.run_sigterm(tmp_path, mode)
     # Mid-generation for real: the status said a run was in flight when the signal went.
     assert result["busy_when_signalled"] in ("encoding", "compiling", "denoising", "decoding"), result
     assert result["exit_code"] == 0 and result["orphans"] == 0 and result["half_written_pngs"] == 0, result
@@ -127,8 +128,8 @@ def test_hostile_pngs_are_answered_like_a_normal_one_and_hold_no_other_call(app_
     """The probe's 201-byte PNG (Steps: 1, + 60,000 letters) held the server for 26 s; now each
     hostile file's parse is within a small factor of a normal one's, measured side by side, and
     /status is answered meanwhile."""
-    rows = hardening.run_png_cases(app_url, tmp_path)
-    assert len(rows) == len(hardening.PNG_CASES)
+    rows = bad_input.run_png_cases(app_url, tmp_path)
+    assert len(rows) == len(bad_input.PNG_CASES)
     for row in rows:
         assert row["answered"] and row["ratio_to_normal"] < 10, row
         assert row["slowest_status_s"] < 20 * row["normal_s"] + 1.0, row
@@ -148,6 +149,6 @@ def test_the_output_folder_keeps_only_its_newest_pngs(app):
 
 
 def test_clearing_caches_keeps_every_foreign_file(tmp_path):
-    figures = hardening.run_foreign_files(tmp_path)
+    figures = foreign_files.run_foreign_files(tmp_path)
     assert figures["foreign_kept"] == figures["foreign_planted"] > 0
     assert figures["entries_removed"] == figures["entries_written"]

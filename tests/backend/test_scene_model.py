@@ -20,9 +20,9 @@ def test_it_draws_held_out_prompts_at_its_presets_and_as_people_write_them(tmp_p
     # The benchmark rows themselves (python -m bench --only P9), in their quick form: 16 held-out
     # prompts (colour x shape x background triples that training never drew) at the square preset
     # and the two ends of the aspect ratios, and 16 written as people write them (no place, "gray").
-    from bench import suite
+    from bench import agreement
 
-    rows = suite.p9_prompt_agreement(tmp_path, quick=True)
+    rows = agreement.p9_prompt_agreement(tmp_path, quick=True)
     assert [r["absolute"]["total"] for r in rows] == [16, 16, 16, 16]
     assert ["256x256" in rows[0]["name"], "336x192" in rows[1]["name"], "160x384" in rows[2]["name"],
             "people write" in rows[3]["name"]] == [True] * 4

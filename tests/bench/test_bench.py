@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from bench import report, suite
+from bench import report, suite, table, warmup
 from tests.conftest import ROOT
 
 VERDICTS = {"pass", "fail", "inconclusive", "info"}
@@ -43,8 +43,8 @@ def test_in_process_rows_run_interleaved_and_judge_by_interval(tmp_path):
     assert timed and all(r["cpu"] and r["n"] >= 4 for r in timed)  # wall and process CPU, every repetition
     compiles = rows[2]
     assert compiles["unit"] == "compiles" and compiles["value"] == 0 and compiles["verdict"] == "pass"
-    table = suite.format_table(result)
-    assert "95 % CI" in table and all(r["name"] in table for r in rows)
+    text = table.format_table(result)
+    assert "95 % CI" in text and all(r["name"] in text for r in rows)
 
 
 def test_p3_repeats_in_fresh_processes_and_a_copied_weight_fails_the_row(monkeypatch, tmp_path):
@@ -58,7 +58,7 @@ def test_p3_repeats_in_fresh_processes_and_a_copied_weight_fails_the_row(monkeyp
                  "ratio_three_to_one": three / one, "weights_shared": shared}]
 
     monkeypatch.setattr(memory, "run_isolated", fake_run_isolated)
-    ratio, growth = suite.p3_memory(tmp_path, quick=False)[:2]
+    ratio, growth = memory.p3_memory(tmp_path, quick=False)[:2]
     assert ratio["n"] == 3 and ratio["verdict"] == "fail" and "copied" in ratio["note"]
     assert growth["unit"] == "MiB" and growth["value"] == pytest.approx(5.0) and growth["n"] == 3
 
@@ -78,15 +78,15 @@ def test_p5_and_p7_pair_fresh_processes_in_random_orders(monkeypatch, tmp_path):
         return seconds
 
     monkeypatch.setattr("embedded.recipe.save_pipeline", lambda dest, cfg: dest)
-    monkeypatch.setattr(suite, "_child_compile", fake_child)
-    (p5,) = suite.p5_regional_warmup(tmp_path, quick=False)
+    monkeypatch.setattr(warmup, "child_compile", fake_child)
+    (p5,) = warmup.p5_regional_warmup(tmp_path, quick=False)
     assert p5["n"] == 3 and p5["value"] == pytest.approx(0.3) and p5["verdict"] == "pass"
     firsts = [calls[i][0] for i in range(0, 6, 2)]
     assert set(firsts) == {"compiled", "regional"}  # neither side always first
     assert p5["absolute"]["whole_process_cpu_s"]["median"] == 20.0
 
-    monkeypatch.setattr(suite, "_child_compile", fake_child_p7)
-    (p7,) = suite.p7_persistent_cache(tmp_path, quick=False)
+    monkeypatch.setattr(warmup, "child_compile", fake_child_p7)
+    (p7,) = warmup.p7_persistent_cache(tmp_path, quick=False)
     assert p7["n"] == 3 and p7["value"] == pytest.approx(10.0) and p7["verdict"] == "pass"
     assert len({c for _m, c in calls[6:]}) == 3  # a new cache for every repetition
 
@@ -103,9 +103,9 @@ def test_p10_pairs_a_bundled_and_a_bare_fresh_process_per_repetition(monkeypatch
         bundled = "bundle" in cache.parent.name
         return (2.0 if bundled else 12.0) if mode == "compiled" else (1.5 if bundled else 6.0)
 
-    monkeypatch.setattr(suite, "_app_cli", fake_cli)
-    monkeypatch.setattr(suite, "_child_first_image", fake_first_image)
-    compiled, compiled_fresh, regional, _regional_fresh = suite.p10_bundle_start(tmp_path, quick=False)
+    monkeypatch.setattr(warmup, "app_cli", fake_cli)
+    monkeypatch.setattr(warmup, "child_first_image", fake_first_image)
+    compiled, compiled_fresh, regional, _regional_fresh = warmup.p10_bundle_start(tmp_path, quick=False)
     assert calls[0] == ("cache", "export")
     assert compiled["value"] == pytest.approx(6.0) and compiled["verdict"] == "pass" and compiled["n"] == 3
     assert compiled_fresh["value"] == 0 and compiled_fresh["verdict"] == "pass"
@@ -117,15 +117,15 @@ def test_p10_pairs_a_bundled_and_a_bare_fresh_process_per_repetition(monkeypatch
 
 @pytest.mark.slow
 def test_child_compile_reports_the_childs_cpu_time(tmp_path):
-    """``_child_compile`` itself: the app process it runs (a one-step eager generation of the random
+    """``child_compile`` itself: the app process it runs (a one-step eager generation of the random
     tiny model) spends seconds of CPU importing torch and diffusers, and that time — the kernel's
     accounting of the child, not this process's clock — is what it reports."""
     import time
 
-    from bench.suite import _child_compile
+    from bench.harness import child_compile
 
     wall = time.monotonic()
-    compile_seconds, child_cpu = _child_compile("embedded-random", "eager", "aot_eager", "64x64", tmp_path / "cache")
+    compile_seconds, child_cpu = child_compile("embedded-random", "eager", "aot_eager", "64x64", tmp_path / "cache")
     wall = time.monotonic() - wall
     assert compile_seconds == 0.0  # eager on the CPU compiles nothing
     assert 0.5 < child_cpu < 2 * wall * (os.cpu_count() or 1), (child_cpu, wall)

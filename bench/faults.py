@@ -1,0 +1,212 @@
+"""Faults injected, and what is left after them: a compile that fails, an exception in the pipeline,
+tensor-parallel ranks killed or hung mid-generation, a worker group that fails to start
+(``run_faults``), and SIGTERM to a serving app mid-generation (``run_sigterm``); the orphan
+processes each leaves are counted (``alive``). Figures of ``python -m bench.hardening``;
+tests/test_hardening.py holds each. (A replica killed under load: ``bench.room.replica_killed``.)"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from bench import ROOT
+
+
+def _group(manager):
+    """The tensor-parallel engine's worker group (None before its first start)."""
+    return manager.engines["tensor-parallel"].group
+
+
+def alive(pids) -> list[int]:
+    """The processes among ``pids`` still running (a zombie counts as gone)."""
+    out = []
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                out.append(pid)
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+TP_FAULTS = (("TP rank 0 killed", signal.SIGKILL, 0), ("TP rank 1 killed", signal.SIGKILL, 1),
+             ("TP rank 1 hung", signal.SIGSTOP, 1))
+
+
+def run_faults(tp_faults=TP_FAULTS) -> list[dict[str, Any]]:
+    """Inject each fault into a live manager; recovered = a clear error, then a working request.
+    ``tp_faults``: which ranks to kill or hang mid-generation (name, signal, rank). The manager
+    (and any worker group) is closed whatever happens."""
+    from backend.manager import Manager
+    from backend.settings import Settings
+
+    tmp = Path(tempfile.mkdtemp(prefix="faults-"))
+    manager = Manager(Settings(device="cpu", dtype="float32", compile_backend="aot_eager", tp_stall_timeout=3.0,
+                               cache_dir=tmp / "c", output_dir=tmp / "o"))
+    try:
+        manager.start()
+        return _inject_faults(manager, tmp, tp_faults)
+    finally:
+        manager.close()
+
+
+def _inject_faults(manager, tmp: Path, tp_faults=TP_FAULTS) -> list[dict[str, Any]]:
+    import torch
+
+    from backend.errors import GenerationFailed, StudioError
+
+    rows: list[dict[str, Any]] = []
+
+    def works(mode: str = "eager") -> bool:
+        try:
+            return manager.generate(manager.validate("after the fault", 64, 64, steps=2, seed=3, mode=mode))[1] is not None
+        except StudioError:
+            return False
+
+    def record(name: str, error: str | None, recovered: bool, orphans: int = 0) -> None:
+        rows.append({"fault": name, "clear_error": bool(error), "error": (error or "")[:200],
+                     "recovered": recovered, "orphans": orphans})
+
+    # 1. a compile that fails
+    if "broken_for_hardening" not in torch._dynamo.list_backends(exclude_tags=()):
+        def broken(gm, example_inputs):
+            raise RuntimeError("injected compiler failure")
+        torch._dynamo.register_backend(broken, name="broken_for_hardening")
+    real_backend = manager.device.info.compile_backend
+    manager.device.info.compile_backend = "broken_for_hardening"
+    try:
+        manager.generate(manager.validate("x", 96, 96, steps=1, seed=1, mode="regional"))
+        error = None
+    except GenerationFailed as exc:
+        error = str(exc)
+    manager.device.info.compile_backend = real_backend
+    # Recovery in the mode and at the shape that failed: the next request compiles again, and says so.
+    from backend.shapes import Shape
+
+    retry = manager.predict("regional", Shape(96, 96))
+    try:
+        again = manager.generate(manager.validate("x", 96, 96, steps=1, seed=1, mode="regional"))[1]
+        recovered = again.compiled and retry["will_compile"] and "last error" in retry["note"]
+    except StudioError:
+        recovered = False
+    record("compile failure", error, recovered and works("regional"))
+
+    # 2. an exception inside the pipeline
+    vae = manager.engine.pipe.vae
+    real_decode = vae.decode
+    vae.decode = lambda *a, **k: (_ for _ in ()).throw(RuntimeError("injected pipeline failure"))
+    try:
+        manager.generate(manager.validate("x", 64, 64, steps=1, seed=1, mode="eager"))
+        error = None
+    except GenerationFailed as exc:
+        error = str(exc)
+    vae.decode = real_decode
+    record("exception in the pipeline", error, works())
+
+    # 3-4. a tensor-parallel rank killed, then hung, mid-generation
+    for name, sig, rank in tp_faults:
+        manager.start_engine("tensor-parallel", 2, wait=True)
+        pids = set(_group(manager).rank_pids().values()) | {_group(manager).proc.pid}
+        victim = _group(manager).rank_pids()[rank]
+        started = threading.Event()
+        outcome: dict[str, str] = {}
+
+        def long_run() -> None:
+            try:
+                manager.generate(manager.validate("long", 512, 512, steps=50, seed=1, mode="tp"),
+                                 lambda e: started.set() if e.phase == "denoising" else None)
+            except StudioError as exc:
+                outcome["error"] = str(exc)
+
+        thread = threading.Thread(target=long_run)
+        thread.start()
+        started.wait(60)
+        os.kill(victim, sig)
+        thread.join(30)
+        notice = manager.status()["degraded"] or ""
+        degraded_ok = "degraded" in notice and works("tp")  # served in process while the group is down
+        manager.start_engine("tensor-parallel", 2, wait=True)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(victim, signal.SIGCONT)
+        record(name, outcome.get("error"), degraded_ok and works("tp"), len(alive(pids)))  # old group gone?
+
+    # 5. the group fails to start (bad torchrun arguments)
+    manager.stop_engine("tensor-parallel")
+    manager.settings.tp_torchrun_args = "--no-such-torchrun-flag"
+    manager.start_engine("tensor-parallel", 2, wait=True)
+    error = _group(manager).error if _group(manager).state == "dead" else None
+    manager.settings.tp_torchrun_args = ""
+    manager.start_engine("tensor-parallel", 2, wait=True)
+    record("TP group fails to start (bad torchrun arguments)", error, _group(manager).state == "ready" and works("tp"))
+
+    group = _group(manager)
+    pids = set(group.rank_pids().values()) | {group.proc.pid}
+    manager.close()
+    left = len(alive(pids))
+    rows.append({"fault": "stop after the faults", "clear_error": True, "error": "",
+                 "recovered": group.state == "stopped" and left == 0, "orphans": left})
+    return rows
+
+
+def run_sigterm(tmp: Path, mode: str = "tp") -> dict[str, Any]:
+    """SIGTERM to a serving app mid-generation in ``mode``: clean exit, no orphans, no half-written PNG."""
+    from gradio_client import Client
+
+    from tools.app_process import free_port
+
+    port = free_port()
+    out = tmp / "outputs"
+    # A temp folder of its own (TMPDIR): what the app leaves in it after the exit is counted.
+    temp = tmp / "tmpdir"
+    temp.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1", "TMPDIR": str(temp)}
+    for name in ("TORCHINDUCTOR_CACHE_DIR", "GRADIO_TEMP_DIR"):
+        env.pop(name, None)
+    proc = subprocess.Popen([sys.executable, str(ROOT / "app.py"), "--port", str(port), "--mode", mode,
+                             "--tp-degree", "2", "--compile-backend", "aot_eager", "--output-dir", str(out)],
+                            cwd=tmp, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}/"
+    deadline = time.monotonic() + 120
+    client = None
+    while time.monotonic() < deadline:
+        try:
+            client = client or Client(url, verbose=False)
+            if client.predict(api_name="/status")["state"] == "ready":
+                break
+        except Exception:  # noqa: BLE001 - not up yet
+            pass
+        time.sleep(0.3)
+    family = {p.pid for p in psutil.Process(proc.pid).children(recursive=True)}
+    job = client.submit("long", 512, 512, mode, 50, 1, 1.0, api_name="/generate")
+    busy, waiting = None, time.monotonic() + 120  # its own bound: a slow start must not eat into it
+    while time.monotonic() < waiting:
+        busy = client.predict(api_name="/status").get("busy")
+        if busy is not None and busy.get("phase") not in (None, "starting"):
+            break
+        time.sleep(0.1)
+    began = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    try:
+        code = proc.wait(60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        code = "killed after 60 s"
+    del job
+    time.sleep(1.0)
+    partial = [p.name for p in out.glob(".partial-*")] if out.exists() else []
+    return {"mode": mode, "busy_when_signalled": (busy or {}).get("phase"), "exit_code": code,
+            "seconds_to_exit": round(time.monotonic() - began, 2),
+            "orphans": len(alive(family)), "half_written_pngs": len(partial),
+            "left_in_tmp": sorted(p.name for p in temp.iterdir())}
+
