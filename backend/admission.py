@@ -13,7 +13,7 @@ from typing import Any
 
 from backend import compile_state as cs
 from backend.errors import ShapeLimitReached, ShapeLocked, StudioError
-from backend.settings import TP_MODE, Settings
+from backend.settings import Settings
 from backend.shapes import Shape
 
 
@@ -36,8 +36,7 @@ class Admission:
         """Whether a new shape in ``mode`` compiles on ``device`` at all."""
         if self.exact_shapes(device):
             return True
-        how = self.settings.tp_compile if mode == TP_MODE else mode
-        return how in cs.COMPILED_MODES
+        return self.settings.runs_as(mode) in cs.COMPILED_MODES
 
     def prior_compile_seconds(self, device, mode: str) -> float | None:
         """What a first compile in ``mode`` costs before this machine has measured one: a prior by
@@ -46,8 +45,7 @@ class Admission:
         about a third of it; aot_eager a few seconds). None where nothing was measured (the neuron
         backend, whose compiles this project has never timed)."""
         backend = device.info.compile_backend if device is not None else None
-        how = self.settings.tp_compile if mode == TP_MODE else mode
-        return PRIOR_COMPILE_SECONDS.get(backend, {}).get(how)
+        return PRIOR_COMPILE_SECONDS.get(backend, {}).get(self.settings.runs_as(mode))
 
     def decide(self, device, mode: str, shape: Shape, steps: int | None, locked: bool,
                places: list[str] | None = None) -> "Decision":
@@ -91,3 +89,26 @@ class Decision:
     def enforce(self) -> None:
         if self.refusal is not None:
             raise self.refusal
+
+
+class PlaceBook:
+    """What the engines read of the compile table and report to it (``backend.engines.base.PlaceBook``):
+    the manager's table, seen through admission's rule for whether a shape compiles here."""
+
+    def __init__(self, admission: Admission, device):
+        self._admission, self._table, self._device = admission, admission.table, device
+
+    def warm_places(self, mode: str, shape: Shape) -> set[str]:
+        return self._table.warm_places(mode, shape)
+
+    def warm_at(self, place: str) -> list[str]:
+        return [f"{row['mode']} {row['shape']}" for row in self._table.snapshot() if place in row.get("warm_at", ())]
+
+    def compiles_here(self, mode: str) -> bool:
+        return self._admission.compiles_here(self._device, mode)
+
+    def lost_place(self, place: str) -> None:
+        self._table.forget_place(place)
+
+    def lost_mode(self, mode: str) -> None:
+        self._table.forget(mode)

@@ -25,7 +25,8 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from backend import compile_state as cs
-from backend.admission import Admission
+from backend.admission import Admission, PlaceBook
+from backend.engines.base import Engines
 from backend.errors import BackendBusy, BackendNotReady, GenerationCancelled, GenerationFailed, InvalidRequest, \
     NotAllowed, StudioError
 from backend.records import GenerationRequest, GenerationResult, ProgressEvent
@@ -37,7 +38,7 @@ from backend.warmup import Warmups
 
 if TYPE_CHECKING:
     from backend.device import Device
-    from backend.engines import Engine, Route
+    from backend.engines.base import Engine, LaunchedEngine, Route
 
 log = logging.getLogger(__name__)
 _KEEP_RECORDS = 1000
@@ -55,7 +56,7 @@ class Manager:
         self.table = cs.CompileTable(clock)
         self.admission = Admission(settings, self.table)
         self.device: Device | None = None
-        self.engines: dict[str, Engine] = {}  # by name, in routing order; the in-process engine last
+        self.engines = Engines()  # by role: .local (in process) and .launched; none before the load
         self.model_label: str | None = None
         self.state = "idle"  # idle | loading | warming | ready | failed
         self.load_error: str | None = None
@@ -116,7 +117,8 @@ class Manager:
             self.device = Device(info, self.settings.max_compiled_shapes, self.settings.neuron_instance_cores)
             self.model_path, self.model_label = resolve_model(self.settings.model, self.settings.cache_dir)
             self._count_tokens = prompt_token_counter(self.model_path)
-            self.engines = build_engines(self.settings, self.device, self.model_path, self.table,
+            self.engines = build_engines(self.settings, self.device, self.model_path,
+                                         PlaceBook(self.admission, self.device),
                                          self._engine_factory)
             bundled = self._import_at_start() if self.settings.cache_from else None
             launched = [e for e in self._launched if e.configured]
@@ -153,14 +155,14 @@ class Manager:
 
     @property
     def _local(self) -> "Engine":
-        """The in-process engine: last in routing order, it serves what no launched engine takes."""
-        if not self.engines:
+        """The in-process engine: it serves what no launched engine takes."""
+        if self.engines.local is None:
             raise BackendNotReady("the device is not ready yet")
-        return list(self.engines.values())[-1]
+        return self.engines.local
 
     @property
-    def _launched(self) -> list["Engine"]:
-        return list(self.engines.values())[:-1]
+    def _launched(self) -> tuple["LaunchedEngine", ...]:
+        return self.engines.launched
 
     @property
     def engine(self):
@@ -270,9 +272,9 @@ class Manager:
         return True
 
     # engines: started and stopped by name, the same way whatever they are ----------------------
-    def _named(self, name: str) -> "Engine":
-        engine = self.engines.get(name)
-        if engine is None or engine is self._local:
+    def _named(self, name: str) -> "LaunchedEngine":
+        engine = next((e for e in self._launched if e.name == name), None)
+        if engine is None:
             raise InvalidRequest("engine", f"must be one of {', '.join(e.name for e in self._launched)}, "
                                            f"got {name!r}")
         return engine
@@ -321,12 +323,12 @@ class Manager:
     # routing and admission ---------------------------------------------------------------------
     def _route(self, request: GenerationRequest) -> "Route":
         """The one routing rule (see the module's docstring); the Route's engine is set."""
-        from backend.engines import Route
+        from backend.engines.base import Route
 
         for engine in self._launched:
             route = engine.route(request)
             if route is not None:
-                return route if route.engine is not None else Route(self._local, route.request, route.degraded)
+                return Route(route.request, self._local, route.degraded) if route.in_process else route
         route = self._local.route(request)
         if route is None:
             raise InvalidRequest("mode", f"must be one of {', '.join(self.modes)}, got {request.mode!r}")

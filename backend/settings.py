@@ -103,6 +103,12 @@ class Settings:
     # Generated PNGs kept in the output dir (the oldest of the app's own are removed past it).
     keep_outputs: int = 200
 
+    def runs_as(self, mode: str) -> str:
+        """How a request in ``mode`` runs on a process: itself, except ``tp``, whose ranks (and the
+        app, serving tp in process while the group is down) run ``--tp-compile``. The one place
+        that decides it."""
+        return self.tp_compile if mode == TP_MODE else mode
+
     def to_json(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         out["prewarm"] = [str(s) for s in self.prewarm]

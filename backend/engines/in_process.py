@@ -47,7 +47,7 @@ def load_pipeline(device: Device, model_path: str):
 
 
 class InProcessEngine:
-    """The engine contract (``backend.engines``) in the app's own process: one request at a time
+    """The in-process role (``backend.engines.base``) in the app's own process: one request at a time
     (``run`` queues on a lock, which ``exclusive`` also takes for work that must not overlap a run),
     loaded on first use when the app started with another engine."""
 
@@ -73,9 +73,9 @@ class InProcessEngine:
         return "ready" if self.pipe is not None else "idle"
 
     def route(self, request: GenerationRequest):
-        from backend.engines import Route
+        from backend.engines.base import Route
 
-        return Route(self, request) if request.mode in self.modes else None
+        return Route.on(self, request) if request.mode in self.modes else None
 
     def places(self, mode: str) -> list[str]:
         return [self.place]

@@ -27,7 +27,7 @@ import os
 import threading
 from typing import Any, Callable
 
-from backend.engines import Route
+from backend.engines.base import PlaceBook, Route
 from backend.engines.worker_group import STARTING, WorkerGroup
 from backend.errors import BackendNotReady, GenerationCancelled, GroupDead, InvalidRequest, StudioError
 from backend.records import EngineOutput, GenerationRequest, ProgressEvent
@@ -46,13 +46,10 @@ class ReplicaPool:
     status_key = "replicas"
     modes = IN_PROCESS_MODES
 
-    def __init__(self, settings: Settings, device, model_path: str, table, *,
+    def __init__(self, settings: Settings, device, model_path: str, book: PlaceBook, *,
                  group_factory: Callable[..., WorkerGroup] = WorkerGroup, poll: float = 0.1):
-        from backend.admission import Admission
-
-        self.settings, self.device, self.model_path, self.table = settings, device, model_path, table
+        self.settings, self.device, self.model_path, self.book = settings, device, model_path, book
         self._group_factory = group_factory
-        self._admission = Admission(settings, table)  # its rule for whether a new shape compiles
         self.replicas: list[WorkerGroup] = []
         self._busy: set[int] = set()
         self._free = threading.Condition()
@@ -83,7 +80,7 @@ class ReplicaPool:
         if request.mode not in self.modes or not self.replicas or self.state in ("stopped", "stopping"):
             return None  # not started: the in-process engine serves, as without replicas
         why = self.degraded()
-        return Route(self, request) if why is None else Route(None, request, why)
+        return Route.on(self, request) if why is None else Route.to_in_process(request, why)
 
     def degraded(self) -> str | None:
         if not self.replicas or self.state in ("ready", "stopped", "stopping"):
@@ -109,7 +106,7 @@ class ReplicaPool:
         return None
 
     def describe(self) -> dict[str, Any]:
-        replicas, rows = [], self.table.snapshot()
+        replicas = []
         for i, group in enumerate(self.replicas):
             info = group.describe()
             pids = info.get("rank_pids") or {}
@@ -117,8 +114,7 @@ class ReplicaPool:
                              "core": group.cores[0] if group.cores else None,
                              "pid": pids.get("0"), "busy": i in self._busy, "error": info.get("error"),
                              "served": self.served[i] if i < len(self.served) else 0,
-                             "warm": [f"{row['mode']} {row['shape']}" for row in rows
-                                      if group.place in row.get("warm_at", ())],
+                             "warm": self.book.warm_at(group.place),
                              "timings": info.get("timings") or {}})
         return {"state": self.state, "size": len(self.replicas), "configured": self.settings.replicas,
                 "ready": self.capacity(), "busy": len(self._busy), "restarts": self.restarts,
@@ -207,7 +203,7 @@ class ReplicaPool:
 
     def _forget_all(self) -> None:
         for group in self.replicas:
-            self.table.forget_place(group.place)
+            self.book.lost_place(group.place)
         if self.device.core_plan is not None:
             self.device.core_plan.release(self.name)
 
@@ -225,7 +221,7 @@ class ReplicaPool:
         if not ready:
             raise BackendNotReady("no replica is ready: " + "; ".join(
                 f"{r.place} {r.state}" + (f" ({r.error})" if r.error else "") for r in self.replicas))
-        warm_at = self.table.warm_places(request.mode, request.shape)
+        warm_at = self.book.warm_places(request.mode, request.shape)
         warm = [i for i in ready if self.replicas[i].place in warm_at]
         free = [i for i in ready if i not in self._busy]
         if warming:  # a warm-up goes where the shape is still cold
@@ -234,7 +230,7 @@ class ReplicaPool:
         free_warm = [i for i in free if i in warm]
         if free_warm:
             return free_warm[0]
-        if warm and self._admission.compiles_here(self.device, request.mode):
+        if warm and self.book.compiles_here(request.mode):
             return None  # a warm replica frees up sooner than a cold one compiles
         return free[0] if free else None
 
@@ -271,7 +267,7 @@ class ReplicaPool:
         """A replica that was ready died (its processes are gone: ``WorkerGroup.on_dead``): nothing is
         warm there any more; start a fresh one on the same core. A replica that never became ready
         is not restarted (it would fail the same way): its error stays in the status."""
-        self.table.forget_place(group.place)
+        self.book.lost_place(group.place)
         with self._life:
             if self._closing or index >= len(self.replicas) or self.replicas[index] is not group:
                 return

@@ -25,7 +25,7 @@ import logging
 import threading
 from typing import Any, Callable
 
-from backend.engines import Route
+from backend.engines.base import PlaceBook, Route
 from backend.engines.worker_group import STARTING, WorkerGroup, check_degree
 from backend.errors import BackendNotReady, GenerationFailed, StudioError
 from backend.records import EngineOutput, GenerationRequest, ProgressEvent
@@ -40,9 +40,9 @@ class TensorParallelEngine:
     status_key = "tp"
     modes = (TP_MODE,)
 
-    def __init__(self, settings: Settings, device, model_path: str, table, *,
+    def __init__(self, settings: Settings, device, model_path: str, book: PlaceBook, *,
                  group_factory: Callable[..., WorkerGroup] = WorkerGroup):
-        self.settings, self.device, self.model_path, self.table = settings, device, model_path, table
+        self.settings, self.device, self.model_path, self.book = settings, device, model_path, book
         self._group_factory = group_factory
         self.group: WorkerGroup | None = None
         self._lock = threading.Lock()  # one request at a time: rank 0 serves its jobs in order
@@ -75,8 +75,9 @@ class TensorParallelEngine:
         if request.mode not in self.modes:
             return None
         if self.group is not None and self.group.state == "ready":
-            return Route(self, request)
-        return Route(None, dataclasses.replace(request, mode=self.settings.tp_compile), self._in_process_why())
+            return Route.on(self, request)
+        return Route.to_in_process(dataclasses.replace(request, mode=self.settings.runs_as(request.mode)),
+                                   self._in_process_why())
 
     def _in_process_why(self) -> str:
         group = self.group
@@ -85,7 +86,7 @@ class TensorParallelEngine:
                 f"the tensor-parallel group is {group.state} (the operator stopped it)"
         else:
             why = f"the tensor-parallel group is {group.state}" + (f" ({group.error})" if group.state == "dead" else "")
-        return f"degraded: {why}; tensor-parallel requests run in process ({self.settings.tp_compile}) meanwhile"
+        return f"degraded: {why}; tensor-parallel requests run in process ({self.settings.runs_as(TP_MODE)}) meanwhile"
 
     def degraded(self) -> str | None:
         """Something is wrong with the group (it died) while tensor-parallel requests run in process;
@@ -152,7 +153,7 @@ class TensorParallelEngine:
         running = self._group_factory(self.settings, self.model_path, self.device, degree, cores,
                                       role="tp", place=PLACE, warm=warm, on_dead=self._died)
         self.group = running
-        self.table.forget(TP_MODE)  # a new group has none of the old one's graphs
+        self.book.lost_mode(TP_MODE)  # a new group has none of the old one's graphs
         running.start()
         return running
 

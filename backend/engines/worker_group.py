@@ -74,13 +74,13 @@ def transport_parts(stamps: dict[str, float], sent: float, returned: float, buil
                     worker_seconds: float) -> dict[str, float]:
     """Where one request's round trip went, in seconds, from the app's and rank 0's stamps (one
     monotonic clock); the parts add up to the round trip less the pipeline's own seconds: connect
-    + hello + request to rank 0; the hand-over to rank 0's job loop; its validation; the job's
-    broadcast to the ranks; the run beyond the pipeline's own seconds; the pixels written out and
-    the header made; the result's transfer and parse; the image made from the pixels."""
-    if not {"received", "taken", "validated", "broadcast", "ran", "sending"} <= set(stamps):
+    + hello + request to rank 0; the hand-over to rank 0's job loop; the job's broadcast to the
+    ranks; the run beyond the pipeline's own seconds; the pixels written out and the header made;
+    the result's transfer and parse; the image made from the pixels."""
+    if not {"received", "taken", "broadcast", "ran", "sending"} <= set(stamps):
         return {}
     return {"request": stamps["received"] - sent, "queue": stamps["taken"] - stamps["received"],
-            "validate": stamps["validated"] - stamps["taken"], "broadcast": stamps["broadcast"] - stamps["validated"],
+            "broadcast": stamps["broadcast"] - stamps["taken"],
             "run_beyond_pipeline": stamps["ran"] - stamps["broadcast"] - worker_seconds,
             "assemble": stamps["sending"] - stamps["ran"], "transfer": returned - stamps["sending"],
             "decode": built - returned}
@@ -103,7 +103,9 @@ class WorkerGroup:
         self.name = "tensor-parallel group" if role == "tp" else place
         info = device.info
         self.device_kind = info.kind
-        self.compile_mode = settings.tp_compile if role == "tp" else None
+        self.compile_mode = settings.runs_as(role) if role == "tp" else None
+        self.last_ran: dict[str, Any] | None = None  # the last job, as rank 0 said its ranks ran it
+        self._runs_as = settings.runs_as
         self.start_timeout, self.stall_timeout = settings.tp_start_timeout, settings.tp_stall_timeout
         self.compile_timeout, self.grace = settings.compile_timeout, grace
         self.torchrun_args = shlex.split(settings.tp_torchrun_args)
@@ -185,12 +187,17 @@ class WorkerGroup:
             on_progress(ProgressEvent(msg["phase"], msg.get("step", 0), msg.get("steps", 0), request.mode,
                                       msg.get("shape", "")))
 
-        header = {"type": "generate", **request.to_json(), "forbid_compile": forbid_compile}
+        # The job, built once: the request as validated, in the mode its ranks run (``Settings.runs_as``).
+        job = dataclasses.replace(request, mode=self._runs_as(request.mode))
+        header = {"type": "generate", **job.to_json(), "forbid_compile": forbid_compile}
         with self._run_lock:  # the pixel buffer holds one result: copied out before the next request
             pixels = self._pixels
             began, sent = self._clock(), time.monotonic()
             msg, payload = self.call(header, on_message=relay, should_stop=should_stop)
             returned = time.monotonic()
+            self.last_ran = msg.get("ran")  # rank 0 says what its ranks ran: the job as sent, whole
+            if self.last_ran != job.to_json():
+                raise GenerationFailed(f"the {self.name} ran {self.last_ran!r}, not the job it was sent")
             size = (msg.get("width"), msg.get("height"))
             if not all(isinstance(v, int) and not isinstance(v, bool) and 0 < v <= 1 << 16 for v in size):
                 raise GenerationFailed(f"the {self.name} answered with an image of size {size}")

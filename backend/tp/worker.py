@@ -435,15 +435,16 @@ def _gather_json(obj: Any, me: Rank) -> list[Any] | None:
 
 
 def warm_up(cfg: proto.WorkerConfig, run, me: Rank) -> list[dict[str, Any]]:
-    from backend.settings import IN_PROCESS_MODES
+    """The shapes the app asked the group to warm before READY (settings the app checked)."""
+    from backend.records import GenerationRequest
+    from backend.settings import TP_MODE
     from backend.shapes import parse_shape
-    from backend.validation import validate_request
 
     stats = []
     for text in cfg.warm:
         shape = parse_shape(text)
-        request = validate_request(me.settings, IN_PROCESS_MODES, "warm-up", shape.height,
-                                   shape.width, seed=0, mode=me.settings.tp_compile)
+        request = GenerationRequest("warm-up", shape.height, shape.width, me.settings.steps, me.settings.guidance,
+                                    0, me.settings.runs_as(TP_MODE))
         out = run(request)
         stats.append({"shape": text, "compiles": out.compiles, "compile_seconds": out.compile_seconds,
                       "seconds": out.seconds})
@@ -486,29 +487,16 @@ def every_ranks_compiles(out, me: Rank):
 
 def serve(server: Rank0Server | None, run, me: Rank, replica: bool = False) -> None:
     """The job loop: rank 0 takes a job from its socket, every rank runs it, rank 0 answers."""
-    from backend.errors import StudioError
     from backend.records import GenerationRequest
-    from backend.settings import IN_PROCESS_MODES
-    from backend.validation import validate_request
 
     while True:
         job, conn, finished = None, None, None
         if server:
-            request, conn, finished = server.jobs.get()
-            job = request
-            taken = time.monotonic()
-            if request["type"] == "generate":
-                try:  # validate before anything reaches the other ranks
-                    fields = {k: request.get(k) for k in ("prompt", "height", "width", "steps", "guidance", "seed")}
-                    # A tensor-parallel group runs its one mode; a replica, the mode asked for.
-                    mode = request.get("mode") if replica else me.settings.tp_compile
-                    valid = validate_request(me.settings, IN_PROCESS_MODES, mode=mode, **fields)
-                except StudioError as exc:
-                    _safe(proto.send_message, conn, proto.error_message(exc))
-                    finished.set()
-                    continue
-                job = {"type": "generate", **valid.to_json(), "forbid_compile": bool(request.get("forbid_compile"))}
-                stamps = {**(request.get("stamps") or {}), "taken": taken, "validated": time.monotonic()}
+            job, conn, finished = server.jobs.get()
+            if job["type"] == "generate":
+                # The app validated the request and resolved the mode it runs in (``Settings.runs_as``)
+                # before it sent it over the authenticated socket: the job is trusted as it is.
+                stamps = {**(job.pop("stamps", None) or {}), "taken": time.monotonic()}
             server.cancel.clear()
         job = _bcast_json(job, me)
         if server and job["type"] == "generate":
@@ -547,6 +535,7 @@ def serve(server: Rank0Server | None, run, me: Rank, replica: bool = False) -> N
                 shared = server.pixels is not None and server.pixels.write(pixels)
                 stamps["sending"] = time.monotonic()
                 header = {"type": "result", "width": width, "height": height, **out.to_json(),
+                          "ran": request.to_json(),
                           "world_size": me.world, "stamps": stamps, **({"pixels": "shared"} if shared else {})}
                 _safe(proto.send_message, conn, header, b"" if shared else pixels)
                 server.done += 1

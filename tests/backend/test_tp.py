@@ -1,6 +1,7 @@
 """The tensor-parallel worker group with real torchrun and gloo on the CPU (2 ranks, the trained
 embedded model: its sharded image must match its one-process image)."""
 
+import dataclasses
 import json
 import os
 import signal
@@ -112,13 +113,33 @@ def test_wrong_token_is_refused_and_nothing_runs(mgr):
     assert stat.S_IMODE(os.stat(_group(mgr).dir).st_mode) == 0o700
 
 
-def test_a_bad_request_is_a_failed_request_not_a_dead_group(mgr):
+def test_a_job_that_fails_on_the_ranks_is_a_failed_request_not_a_dead_group(mgr):
+    """The ranks trust the app's job (validated once, in the app); one that breaks anyway — here a
+    field missing — fails that request on every rank alike and the group serves the next."""
     _ensure_ready(mgr)
-    header, _ = _raw_call(mgr, _group(mgr)._token, {"type": "generate", "prompt": "", "height": 64, "width": 60,
-                                                "steps": 1, "guidance": 1.0, "seed": 1})
-    assert header["kind"] == "invalid" and header["field"] == "prompt" and header["error"].startswith("is empty")
+    header, _ = _raw_call(mgr, _group(mgr)._token, {"type": "generate", "prompt": "x", "height": 64, "width": 64,
+                                                "steps": 1, "guidance": 1.0, "mode": "eager"})  # no seed
+    assert header["type"] == "error" and "seed" in header["error"]
     assert _group(mgr).health()["state"] == "ready"
     assert mgr.generate(_req(mgr, "tp"))[1].world_size == 2
+
+
+def test_what_a_person_typed_reaches_the_ranks_the_record_and_the_png(mgr, tmp_path):
+    """A request whose prompt is the model's reading of what was typed: the ranks run the job whole
+    (rank 0 answers with the job it ran, checked against the one sent), and the record and the PNG
+    keep what was typed (the ranks once re-validated the job and dropped it)."""
+    from PIL import Image
+
+    from backend.pngmeta import JSON_KEY
+
+    _ensure_ready(mgr)
+    request = dataclasses.replace(_req(mgr, "tp"), typed="a red fox, please")
+    image, result = mgr.generate(request)
+    assert result.typed == "a red fox, please" and result.world_size == 2
+    assert _group(mgr).last_ran == {**request.to_json(), "mode": "eager"}  # the ranks' record: --tp-compile
+    path = mgr.save_image(image, result)
+    with Image.open(path) as png:
+        assert json.loads(png.text[JSON_KEY])["typed"] == "a red fox, please"
 
 
 def test_cancel_stops_every_rank_at_the_same_step(mgr):
