@@ -35,8 +35,10 @@ PROBE = textwrap.dedent("""
     os._exit(0)
 """)
 HEAVY = ("torch", "diffusers", "transformers", "safetensors", "accelerate")
-MODEL_CODE = ("embedded.scenes", "embedded.grammar", "embedded.recipe", "embedded.training", "backend.engines",
-              "backend.device", "backend.tp.worker")
+# (backend.engines.base, the engines' contract, is light: the manager holds its engines by it.)
+MODEL_CODE = ("embedded.scenes", "embedded.grammar", "embedded.recipe", "embedded.training",
+              "backend.engines.in_process", "backend.engines.worker_group", "backend.engines.replicas",
+              "backend.engines.tensor_parallel", "backend.device", "backend.tp.worker")
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +70,7 @@ def test_an_idle_app_polls_its_queue_at_most_every_20_ms(started):
 def test_the_next_start_removes_what_a_killed_run_left_in_tmp_and_nothing_else(tmp_path):
     """A SIGKILLed app cannot remove its Gradio temp folder; the next start does — only folders of
     this app's runs whose process is gone."""
-    from ui.serve import TEMP_PREFIX, remove_dead_runs_folders
+    from ui.temp_dir import TEMP_PREFIX, remove_dead_runs_folders
 
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()

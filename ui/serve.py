@@ -1,63 +1,18 @@
-"""``python app.py`` (serve): the page first, within seconds, then the model stack in the background."""
+"""``python app.py`` (serve): the page first, within seconds, then the model stack in the background;
+``demo``'s warm-up and lock; and the process's end (signals, the running generation, the workers,
+Gradio's temp folder: ``ui.temp_dir``). The page itself is ``ui.app``'s."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import signal
 import sys
-import tempfile
 import threading
 
 from backend.settings import Settings
+from ui.temp_dir import own_temp_dir
 
 EXIT_BAD_INPUT = 2
-
-
-TEMP_PREFIX = "neuron-studio-gradio-"
-
-
-def own_temp_dir() -> str | None:
-    """Gradio's copies of images and uploads (and exported bundles) go to a private folder (0700)
-    of the app's own, which the caller removes at exit; one given in GRADIO_TEMP_DIR is the user's
-    (None: nothing made). Made before Gradio is imported: several of its modules read the variable
-    at import, and would otherwise write to /tmp/gradio. The folder's name holds this process's pid,
-    so that the next start removes what a killed run left (``remove_dead_runs_folders``)."""
-    if os.environ.get("GRADIO_TEMP_DIR"):
-        return None
-    remove_dead_runs_folders(tempfile.gettempdir())
-    made = os.environ["GRADIO_TEMP_DIR"] = tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{os.getpid()}-")
-    return made
-
-
-def remove_dead_runs_folders(root: str) -> list[str]:
-    """Remove the temp folders of runs of this app whose process is gone (a SIGKILL leaves its
-    folder behind): ``neuron-studio-gradio-<pid>-<random>``, owned by this user, whose pid is not
-    running. Nothing else is touched — not a folder of a live run, not one named otherwise. Returns
-    the folders removed."""
-    import psutil
-
-    removed = []
-    try:
-        names = os.listdir(root)
-    except OSError:
-        return removed
-    for name in names:
-        pid_text, _, rest = name.removeprefix(TEMP_PREFIX).partition("-")
-        if not name.startswith(TEMP_PREFIX) or not pid_text.isdigit() or not rest:
-            continue
-        path = os.path.join(root, name)
-        try:
-            info = os.lstat(path)
-        except OSError:
-            continue
-        if not os.path.isdir(path) or os.path.islink(path) or info.st_uid != os.getuid():
-            continue
-        if psutil.pid_exists(int(pid_text)):
-            continue
-        shutil.rmtree(path, ignore_errors=True)
-        removed.append(path)
-    return removed
 
 
 def serve(settings: Settings, demo_modes: list[str] | None = None, demo_tp: bool = False) -> int:

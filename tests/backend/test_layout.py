@@ -1,6 +1,8 @@
-"""The layout rules the architecture rests on: the backend never reaches gradio, the UI never torch."""
+"""The layout rules the architecture rests on: the backend never reaches gradio, the UI never torch;
+no module over 400 lines; imports never go round in a circle."""
 
 import subprocess
+from pathlib import Path
 import sys
 
 from tests.conftest import ROOT
@@ -29,9 +31,77 @@ def test_importing_every_backend_module_imports_no_gradio_and_no_training_code()
     assert not {"embedded.training", "embedded.components", "embedded.recipe"} & set(modules), modules
 
 
-def test_no_embedded_module_is_over_400_lines():
-    sizes = {p.name: len(p.read_text().splitlines()) for p in (ROOT / "embedded").glob("*.py")}
-    assert sizes and max(sizes.values()) <= 400, sizes
+PROJECT = ("app.py", "backend", "ui", "embedded", "bench", "tools")  # the code outside tests/
+MAX_LINES = 400
+
+
+def _modules() -> dict[str, Path]:
+    """Every module of the project by its dotted name (a package by its own name)."""
+    found = {}
+    for top in PROJECT:
+        for path in ([ROOT / top] if top.endswith(".py") else sorted((ROOT / top).rglob("*.py"))):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def _imports(path, modules: dict) -> set[str]:
+    """The project modules ``path`` imports, anywhere in the file (a function's import counts: it
+    is an arrow all the same). ``from a import b`` is an arrow to ``a.b`` when that is a module,
+    else to ``a``."""
+    import ast
+
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
+                     for a in node.names]
+        else:
+            continue
+        found |= {name for name in names if name in modules}
+    return found
+
+
+def test_no_module_is_over_400_lines():
+    sizes = {name: len(path.read_text().splitlines()) for name, path in _modules().items()}
+    assert len(sizes) > 50  # the walk found the project
+    assert {name: n for name, n in sizes.items() if n > MAX_LINES} == {}
+
+
+def test_no_import_cycle_between_modules():
+    """Arrows only go down: no module reaches, through any chain of imports, back to itself. A
+    package's ``__init__`` counts as the package."""
+    modules = _modules()
+    graph = {name: _imports(path, modules) - {name} for name, path in modules.items()}
+    index, low, stack, on_stack, cycles = {}, {}, [], set(), []
+
+    def visit(v: str) -> None:  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for name in graph:
+        if name not in index:
+            visit(name)
+    assert cycles == []
 
 
 def test_importing_every_ui_module_imports_no_torch():

@@ -329,3 +329,9 @@ def calm_refusal(outputs) -> str:
     assert all(value == gr.skip() for value in (image, record, seed, gallery, state)), outputs
     assert isinstance(line, str) and line.startswith(("**Not run.**", "**Çalıştırılmadı.**")), line
     return line
+
+
+def system_views(studio, page=None) -> tuple:
+    """The System tab's views as the page's timer fills them (``Studio.refresh_all``, after the Studio
+    tab's six): system table, shapes table, warm-up, group badge, group table, replicas, raw status."""
+    return studio.refresh_all("eager", 64, 64, 4, page=page)[6:]

@@ -29,6 +29,13 @@ def _size(page, width: int, height: int) -> None:
     page.press("#height input", "Tab")
 
 
+def _shoot(page, path: Path) -> None:
+    """What the screen shows with the page at its top (a click may have scrolled it)."""
+    page.evaluate("window.scrollTo(0, 0)")
+    page.wait_for_timeout(300)
+    page.screenshot(path=str(path))
+
+
 def _generate(page, runs: int) -> None:
     for _ in range(runs):
         count = page.locator("#history img").count()
@@ -52,7 +59,7 @@ def make_screenshots(out_dir: Path) -> list[Path]:
         page.click("#generate")
         page.wait_for_function("document.body.innerText.includes('compiling')", timeout=60000)
         written.append(out_dir / "compiling.png")
-        page.screenshot(path=str(written[-1]))
+        _shoot(page, written[-1])
         page.wait_for_function("document.querySelectorAll('#history img').length > 0", timeout=120000)
         # The model's presets; compiled and eager at each, so the plots have points.
         for mode in ("compiled (whole transformer)", "eager"):
@@ -67,26 +74,26 @@ def make_screenshots(out_dir: Path) -> list[Path]:
         _generate(page, 2)
         page.wait_for_timeout(1500)
         written.append(out_dir / "studio.png")
-        page.screenshot(path=str(written[-1]))
+        _shoot(page, written[-1])
         # A refused click: a calm notice, the last image and gallery kept.
         page.fill("#prompt textarea", "")
         page.click("#generate")
         page.wait_for_function("document.querySelector('#run-info').innerText.includes('Not run')", timeout=30000)
         page.wait_for_timeout(500)
         written.append(out_dir / "refusal.png")
-        page.screenshot(path=str(written[-1]))
+        _shoot(page, written[-1])
         page.fill("#prompt textarea", PROMPT)
         page.get_by_role("tab", name="Compare").click()
         page.click("#compare-run")
         page.wait_for_function("document.querySelectorAll('#compare-gallery img').length >= 2", timeout=120000)
         page.wait_for_timeout(1000)
         written.append(out_dir / "compare.png")
-        page.screenshot(path=str(written[-1]))
+        _shoot(page, written[-1])
         for tab, name in (("System", "system.png"), ("Performance", "performance.png")):
             page.get_by_role("tab", name=tab).click()
             page.wait_for_timeout(2500)
             written.append(out_dir / name)
-            page.screenshot(path=str(written[-1]))
+            _shoot(page, written[-1])
         written.append(_turkish_studio(browser, url, out_dir / "studio-tr.png"))
     return written
 
@@ -102,7 +109,7 @@ def _turkish_studio(browser, url: str, path: Path) -> Path:
     _size(page, 256, 256)
     _generate(page, 1)
     page.wait_for_function("document.querySelector('#cost').innerText.startsWith('Hazır')", timeout=30000)
-    page.screenshot(path=str(path))
+    _shoot(page, path)
     page.close()
     return path
 

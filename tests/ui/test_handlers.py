@@ -14,7 +14,7 @@ from PIL import Image
 from backend.errors import GenerationFailed
 from backend.pngmeta import read_png_parameters
 from backend.shapes import PRESETS, Shape
-from tests.ui.fake_engines import WAIT, calm_refusal, until
+from tests.ui.fake_engines import WAIT, calm_refusal, system_views, until
 from ui import views
 
 
@@ -200,25 +200,25 @@ def test_the_timer_reads_no_logs_and_the_logs_button_does(studio, manager):
 
 
 def test_system_panel_shows_the_group_and_its_ranks(studio, manager, launches):
-    *_rest, tp_badge, tp_md, _replicas, status = studio.refresh_system()
+    *_rest, tp_badge, tp_md, _replicas, status = system_views(studio)
     assert 'data-state="stopped"' in tp_badge and "| State | stopped |" in tp_md and "| Rank |" not in tp_md
     assert "| Ranks | 2 |" in tp_md  # never started: the degree a Start would launch
     launches.hold = True
     manager.start_engine("tensor-parallel", 4)
-    *_rest, tp_badge, tp_md, _replicas, status = studio.refresh_system()
+    *_rest, tp_badge, tp_md, _replicas, status = system_views(studio)
     assert "| State | launching |" in tp_md and "| Ranks | 4 |" in tp_md and "| Rank |" not in tp_md
     tp_group(manager).ready()
-    *_rest, tp_badge, tp_md, _replicas, status = studio.refresh_system()
+    *_rest, tp_badge, tp_md, _replicas, status = system_views(studio)
     assert "0: 11, 1: 12, 2: 13, 3: 14" in tp_md and "| Load / warm-up | 2.0 s / 0.5 s |" in tp_md
     assert "| 3 | 14 | n/a | cpu | 3.00 | 2.00 | 1.00 | 6 weights sharded |" in tp_md
     assert "logs" not in status["tp"]
     studio.generate_from_page("a fox", 64, 64, "tp", 2, 1.0, 1, False, [])
-    tp_md = studio.refresh_system()[4]
+    tp_md = system_views(studio)[4]
     assert "0.405 s" in tp_md and "5.0 ms" in tp_md  # the last call's round trip and its overhead
 
 
 def test_replicas_start_with_a_count_serve_and_stop(studio, manager, launches, capsys):
-    assert studio.refresh_system()[5].startswith("No replicas running. Start some to serve several requests")
+    assert system_views(studio)[5].startswith("No replicas running. Start some to serve several requests")
     shown = studio.start_replicas(2.0)
     assert "Starting 2 replicas" in capsys.readouterr().out
     assert [(g.role, g.place, g.degree, g.state) for g in launches.made] == [
@@ -231,11 +231,11 @@ def test_replicas_start_with_a_count_serve_and_stop(studio, manager, launches, c
     _p, _info, record, *_ = studio.generate_from_page("a fox", 64, 64, "compiled", 4, 1.0, 1, False, [])
     assert (record["engine"], record["place"], record["compiled"]) == ("replicas", "replica 0", True)
     assert "warm on 1 of 2 replicas" in studio.refresh_studio("compiled", 64, 64, 4)[1]
-    shown = studio.refresh_system()[5]
+    shown = system_views(studio)[5]
     assert "| 0 | ready | — | 31 | 1 | compiled 64x64 |" in shown and "| 1 | ready | — | 32 | 0 | — |" in shown
 
     launches.made[1].die("rank 0 exited with signal SIGKILL — the group is down")  # restarted on its own
-    shown = studio.refresh_system()[5]
+    shown = system_views(studio)[5]
     assert "1 restarted" in shown and "| 1 | ready | — | 42 | 0 | — |" in shown and len(launches.made) == 3
 
     shown = studio.stop_replicas()
@@ -267,7 +267,7 @@ def test_stopping_replicas_that_never_started_says_so(studio, launches, capsys):
 
 
 def test_the_device_queue_follows_the_engines_capacity(studio, manager):
-    from ui.app import DEVICE_QUEUE
+    from ui.constants import DEVICE_QUEUE
 
     assert studio.follow_capacity() is False  # no page, no queue yet
     device_queue = SimpleNamespace(concurrency_limit=1)
@@ -334,10 +334,10 @@ def test_load_parameters_from_png_fills_the_controls(studio, tmp_path):
 
 def test_system_panel_table_warmup_lock_and_cache(studio, manager, engine, cache_dir, capsys):
     studio.generate_from_page("a fox", 64, 64, "compiled", 4, 1.0, 0, True, [])
-    info, table, warm, _tp_badge, _tp, _replicas, status = studio.refresh_system()
+    info, table, warm, _tp_badge, _tp, _replicas, status = system_views(studio)
     cache = status["cache"]["caches"][0]
     assert f"| Model | {status['model']['label']} |" in info and "| Device | cpu — requested |" in info
-    assert f"| Compile cache | `{cache['dir']}` ({views._bytes(cache['bytes'])}, TORCHINDUCTOR_CACHE_DIR) |" in info
+    assert f"| Compile cache | `{cache['dir']}` ({views.format_bytes(cache['bytes'])}, TORCHINDUCTOR_CACHE_DIR) |" in info
     assert "| Engine | in-process · ready · active mode compiled |" in info
     assert list(table.columns) == ["mode", "shape", "state", "compile s", "steady s", "runs", "error"]
     assert table.iloc[0]["state"] == "warm"
@@ -346,7 +346,7 @@ def test_system_panel_table_warmup_lock_and_cache(studio, manager, engine, cache
 
     # warm-up: the real one, in the background, through the real generate (compile, then a steady run)
     with engine.hold(lambda: studio.start_warmup(["1:1 · 1024x1024", "16:9 · 1344x768"], "compiled")) as started:
-        assert studio.refresh_system()[2] == "Warming up compiled: 0/2 done, now 1024x1024"
+        assert system_views(studio)[2] == "Warming up compiled: 0/2 done, now 1024x1024"
         line = studio.refresh_studio("eager", 64, 64, 4)[0]
         assert "**busy**: compiled 1024x1024 denoising step 1/4 (0.0 s)" in line and "warming up 0/2 in compiled" in line
         with pytest.raises(gr.Error, match="a warm-up is already running"):
@@ -355,7 +355,7 @@ def test_system_panel_table_warmup_lock_and_cache(studio, manager, engine, cache
     until(lambda: not manager.status()["warmup"]["running"], "the warm-up finished")
     assert manager.status()["warmup"] == {"running": False, "mode": "compiled", "done": 2, "total": 2,
                                           "current": None, "error": None}
-    assert studio.refresh_system()[2] == "Warm-up finished: 2 shape(s) in compiled mode"
+    assert system_views(studio)[2] == "Warm-up finished: 2 shape(s) in compiled mode"
     warmed = [(r.mode, r.shape, r.compiled) for r in manager.records if r.prompt == "warm-up"]
     assert warmed == [("compiled", Shape(1024, 1024), True), ("compiled", Shape(1024, 1024), False),
                       ("compiled", Shape(768, 1344), True), ("compiled", Shape(768, 1344), False)]
@@ -450,10 +450,10 @@ def test_api_generate_returns_png_and_record(studio):
 
 
 def _manager_names_the_ui_uses() -> set[str]:
-    """Every ``manager.X`` and ``self.manager.X`` in ui/handlers.py and ui/app.py."""
+    """Every ``manager.X`` and ``self.manager.X`` in the ui modules (the handlers, the layout, the API, …)."""
     names = set()
-    for file in ("handlers.py", "app.py"):
-        tree = ast.parse((Path(__file__).resolve().parents[2] / "ui" / file).read_text())
+    for file in sorted((Path(__file__).resolve().parents[2] / "ui").glob("*.py")):
+        tree = ast.parse(file.read_text())
         for node in ast.walk(tree):
             if not isinstance(node, ast.Attribute):
                 continue
@@ -491,7 +491,9 @@ def test_the_first_page_fits_the_model(model, tmp_path):
     # the trained embedded model offers the ~1 MP ratios at the ~256x256 it was trained at, starts
     # at 1:1 with a prompt from its examples, says once (under the prompt) what it understands, and
     # labels a size beyond training; a model without a card keeps the ~1 MP presets, no prompt.
-    from ui.app import ASSETS, Studio, build_ui
+    from ui.app import build_ui
+    from ui.constants import ASSETS
+    from ui.handlers import Studio
     from tests.ui.fake_engines import start_manager
 
     manager, _launches = start_manager(tmp_path, model=model)

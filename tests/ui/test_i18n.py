@@ -13,7 +13,7 @@ import pytest
 from backend import errors
 from backend.errors import (BackendBusy, BackendNotReady, CompileFailure, GenerationCancelled, GenerationFailed,
                             GroupDead, InvalidRequest, ModelNotFound, ShapeLimitReached, ShapeLocked, StudioError)
-from tests.ui.fake_engines import calm_refusal
+from tests.ui.fake_engines import calm_refusal, system_views
 from ui import i18n, views
 
 UI = Path(__file__).resolve().parents[2] / "ui"
@@ -116,7 +116,7 @@ def test_a_turkish_page_gets_turkish_status_lines_with_the_same_numbers(studio):
     assert "1:1 · 1024x1024 · soğuk</span>" in badges
     assert "Tensör paralel grup: durdu" in tp_badge and 'data-state="stopped"' in tp_badge
     assert "**Geçersiz** — Görsel boyutu geçerli değil:" in studio.refresh_studio("eager", 1000, 1024, 4, None, TR)[1]
-    system, _table, _warm, _badge, tp_md, replicas, _status = studio.refresh_system(TR)
+    system, _table, _warm, _badge, tp_md, replicas, _status = system_views(studio, TR)
     assert "| Sistem | |" in system and "| Aygıt |" in system
     assert replicas.startswith("Çalışan kopya yok.")
     assert "Rank günlüğü yok: tensör paralel grup başlatılmadı." == studio.show_tp_logs(TR)
@@ -125,7 +125,7 @@ def test_a_turkish_page_gets_turkish_status_lines_with_the_same_numbers(studio):
     with pytest.raises(gr.Error, match="Kopya sayısı geçerli değil: must be a whole number, got 1.5"):
         studio.start_replicas(1.5, TR)
     assert "**Kopyalar**: 2 kopyanın 2 tanesi hazır, 0 meşgul, 0 yeniden başlatıldı" in studio.start_replicas(2, TR)
-    assert "| Kopya | durum | NeuronCore | pid | Sunulan | Sıcak boyutlar |" in studio.refresh_system(TR)[5]
+    assert "| Kopya | durum | NeuronCore | pid | Sunulan | Sıcak boyutlar |" in system_views(studio, TR)[5]
 
 
 def test_the_grammar_help_under_the_prompt_speaks_the_pages_language(tmp_path):
@@ -145,12 +145,13 @@ def test_the_grammar_help_under_the_prompt_speaks_the_pages_language(tmp_path):
 def test_the_table_has_each_key_once_per_language():
     """A key written twice in one language's table silently keeps the last (a dict literal): the
     first meaning is lost without a trace."""
-    tree = ast.parse((UI / "i18n.py").read_text())
-    tables = next(n.value for n in ast.walk(tree) if isinstance(n, ast.AnnAssign)
-                  and getattr(n.target, "id", None) == "MESSAGES")
-    for language_table in tables.values:
-        keys = [k.value for k in language_table.keys]
+    for lang in i18n.LANGUAGES:  # one module per language: ui/i18n_en.py's EN, ui/i18n_tr.py's TR
+        tree = ast.parse((UI / f"i18n_{lang}.py").read_text())
+        table = next(n.value for n in ast.walk(tree) if isinstance(n, ast.AnnAssign)
+                     and getattr(n.target, "id", None) == lang.upper())
+        keys = [k.value for k in table.keys]
         assert len(keys) == len(set(keys)), sorted({k for k in keys if keys.count(k) > 1})
+        assert len(keys) == len(i18n.MESSAGES[lang])
 
 
 def test_the_system_tabs_values_speak_turkish_too():

@@ -1,0 +1,60 @@
+"""What several ui modules share, defined here so that imports only go down to it: the names of
+the page's queues (concurrency groups), the upload limit, the assets folder, the browser's words
+table (``I18N``), the page's CSS and its keyboard script.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import gradio as gr
+
+from ui.i18n import MESSAGES
+
+I18N = gr.I18n(**MESSAGES)
+
+ASSETS = Path(__file__).resolve().parent.parent / "assets"
+# Device work (generate, compare, bundles) runs in one concurrency group, one event at a time;
+# ``Studio.follow_capacity`` widens it to what the engines can run at once.
+DEVICE_QUEUE = "device"
+MAX_UPLOAD = "20mb"  # a parameters PNG is kilobytes; nothing bigger is read, or kept
+UPLOAD_QUEUE = "uploads"  # events that parse an upload run one at a time, apart from the device
+
+# Enter in the prompt generates (a presenter types and presses Enter); Ctrl+Enter (or Shift+Enter,
+# which Gradio also takes as submit) is a new line. Keys pressed while an input method composes
+# (CJK) are left alone.
+PROMPT_KEYS = """
+() => {
+  document.addEventListener("keydown", (event) => {
+    const box = event.target;
+    if (event.key !== "Enter" || event.isComposing || !box.closest || !box.closest("#prompt")) return;
+    if (event.ctrlKey || event.metaKey) {
+      event.preventDefault();
+      const at = box.selectionStart;
+      box.value = box.value.slice(0, at) + "\\n" + box.value.slice(box.selectionEnd);
+      box.selectionStart = box.selectionEnd = at + 1;
+      box.dispatchEvent(new Event("input", {bubbles: true}));
+    } else if (!event.shiftKey && !event.altKey) {
+      event.preventDefault();
+      event.stopPropagation();
+      const button = document.querySelector("#generate");
+      if (button && !button.disabled) button.click();
+    }
+  }, true);
+}
+"""
+
+CSS = """
+.toast-title-row > span:first-child {display: none;}
+.ns-badges {display: flex; flex-wrap: wrap; gap: 6px;}
+.ns-badge {border-radius: 999px; padding: 2px 10px; font-size: 0.85em; border: 1px solid #8884;}
+.ns-badge i {display: inline-block; width: 8px; height: 8px; border-radius: 50%; margin-right: 6px;}
+.ns-warm i {background: #16a34a;} .ns-cold i {background: #9ca3af;} .ns-compiling i {background: #eab308;}
+.ns-failed i {background: #dc2626;} .ns-locked i {background: #6366f1;}
+.ns-tp {display: inline-flex; align-items: center; padding: 6px 0; white-space: nowrap;}
+.ns-tp i {display: inline-block; flex: none; width: 10px; height: 10px; border-radius: 50%; margin-right: 8px;
+          background: #9ca3af;}
+.ns-tp-ready i {background: #16a34a;} .ns-tp-dead i {background: #dc2626;}
+.ns-tp-launching i, .ns-tp-loading i, .ns-tp-warming i, .ns-tp-stopping i {background: #eab308;}
+#history .caption-label {white-space: normal; max-width: calc(100% - 8px); font-size: 11px; line-height: 1.25;}
+"""

@@ -1,0 +1,261 @@
+"""The Studio tab's handlers: Generate and Stop (with the progress bar, compiles included), the size
+and preset controls, the status line, cost and badges the timer refreshes, a PNG's parameters, and
+whether the tensor-parallel controls show. Also what Compare and the API's generate run through
+(``_validate``, ``_run``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from typing import Callable
+
+import gradio as gr
+
+from backend.errors import GenerationCancelled, InvalidRequest
+from backend.pngmeta import read_png_parameters
+from backend.shapes import Shape, parse_shape, validate_shape
+from ui.handlers_base import Handlers, _info, _whole, _warning, refusals
+from ui.i18n import error_message, language, text
+from ui.views_common import CUSTOM, format_seconds, preset_label, preset_shape
+from ui.views_studio import (badges_html, beyond_training_note, cost_markdown, engine_markdown, mode_caption,
+                             reading_note, run_markdown)
+from ui.views_tp import tp_cost_markdown, tp_group_note, tp_state_html
+
+HISTORY_KEEP = 24
+
+
+class StudioHandlers(Handlers):
+    """The Studio tab's events (and the runs Compare and the API share)."""
+
+    # runs: shared with Compare and the API ---------------------------------------------------
+    def _validate(self, prompt, width, height, mode, steps, guidance, seed, lang: str | None = None):
+        """A GenerationRequest, or a page error: translated when ``lang`` is given (the page), the
+        backend's own words when not (the API)."""
+        with refusals(lang):
+            return self.manager.validate(prompt, height, width, steps=steps, guidance=guidance,
+                                         seed=seed, mode=mode)
+
+    def _progress_adapter(self, progress: Callable, lang: str = "en") -> Callable:
+        """Step progress for the page's bar; while a shape compiles (silently: no step for seconds,
+        on Neuron minutes) the bar says so every second with the time so far and the estimate. Its
+        ``close()`` ends that ticking when the run ends, however it ends (a failed compile sends no
+        further step)."""
+        compiling = {"since": None, "stop": threading.Event()}
+
+        def tick(estimate: float | None) -> None:
+            while not compiling["stop"].wait(1.0):
+                since = compiling["since"]
+                if since is None:
+                    return
+                elapsed = format_seconds(time.monotonic() - since)
+                progress(None, desc=text(lang, "progress_compiling", elapsed=elapsed,
+                                         estimate=format_seconds(estimate) if estimate else "?"))
+
+        def on_progress(event) -> None:
+            if event.phase == "compiling" and compiling["since"] is None:
+                compiling["since"], compiling["stop"] = time.monotonic(), threading.Event()
+                estimate = None
+                try:
+                    estimate = self.manager.predict(event.mode, parse_shape(event.shape)).get("estimate_compile_seconds")
+                except Exception:  # noqa: BLE001 - an estimate is a nicety; the bar still says "compiling"
+                    pass
+                threading.Thread(target=tick, args=(estimate,), name="compile-progress", daemon=True).start()
+            elif event.phase != "compiling" and compiling["since"] is not None:
+                compiling["since"] = None
+                compiling["stop"].set()
+            if event.phase == "denoising":
+                progress((event.step, event.steps),
+                         desc=text(lang, "progress_step", step=event.step, steps=event.steps))
+            elif event.phase == "loading":  # the model is still loading: the request waits for it
+                progress(None, desc=text(lang, "progress_loading", seconds=event.step))
+            elif event.phase in ("encoding", "compiling", "decoding"):
+                progress(None if event.phase == "compiling" else 0.0 if event.phase == "encoding" else 1.0,
+                         desc=text(lang, f"phase_{event.phase}") + "…")
+
+        def close() -> None:
+            compiling["since"] = None
+            compiling["stop"].set()
+
+        on_progress.close = close
+        return on_progress
+
+    def _run(self, request, progress: Callable, lang: str | None = None, page: gr.Request | None = None):
+        adapter = self._progress_adapter(progress, lang or "en")
+        with contextlib.closing(adapter), refusals(lang):
+            try:
+                image, result = self.manager.generate(request, adapter, owner=getattr(page, "session_hash", None),
+                                                      still_wanted=self._still_wanted(page))
+            except GenerationCancelled as exc:
+                _info(lang or "en", text(lang or "en", "info_stopped", detail=exc))
+                return None
+        self.manager.save_image(image, result)
+        if result.degraded:
+            _warning(lang or "en", result.degraded)
+        return result
+
+    # generate / stop -------------------------------------------------------------------------
+    def generate_from_page(self, prompt, width, height, mode, steps, guidance, seed, randomize, history,
+                           page: gr.Request | None = None, progress: Callable = gr.Progress()):
+        """The Generate button: returns image, run line, record, used seed, gallery, history state."""
+        lang = language(page)
+        try:
+            request = self._validate(prompt, width, height, mode, steps, guidance, -1 if randomize else seed, lang)
+            result = self._run(request, progress, lang, page)
+        except gr.Error as refusal:
+            # A refusal (a bad prompt, a cold shape under the lock, a failed run): a calm notice in
+            # the run line and a toast, the last image, gallery and seed left as they are — not an
+            # "Error" badge over every output.
+            reason = str(refusal.message).removeprefix(text(lang, "title_error") + " — ")
+            _warning(lang, reason)
+            return (gr.skip(), text(lang, "run_refused", reason=reason), gr.skip(), gr.skip(), gr.skip(), gr.skip())
+        if result is None:
+            return (gr.skip(), text(lang, "run_stopped", seed=request.seed), gr.skip(), gr.skip(), gr.skip(),
+                    gr.skip())
+        record = result.to_json()
+        caption = (f"{result.width}x{result.height} · {mode_caption(record, lang)} · "
+                   f"{format_seconds(result.seconds)}")
+        history = ([(result.path, caption)] + list(history or []))[:HISTORY_KEEP]
+        line = run_markdown(record, lang)
+        reading = self.manager.card.read_prompt(result.typed) if result.typed else None
+        if reading is not None:  # the model drew its reading of the prompt: say what it did not understand
+            line += reading_note(reading, self.examples, lang)
+        return result.path, line, record, result.seed, history, history
+
+    def stop(self, page: gr.Request | None = None) -> None:
+        """Stop this page's run (the operator's: every run) at its next step, and say so at once —
+        while a shape compiles, that the compile finishes first and about when."""
+        lang = language(page)
+        caller = self._caller(page)
+        with refusals(lang):
+            running = self.manager.cancel(caller=caller)
+        if not running:
+            _info(lang, text(lang, "info_nothing"))
+            return
+        compiling = [job for job in self.manager.status().get("running") or [] if job.get("phase") == "compiling"]
+        if not compiling:
+            _info(lang, text(lang, "info_stopping"))
+            return
+        job = compiling[0]
+        prediction = self.manager.predict(job["mode"], parse_shape(job["shape"]))
+        estimate = prediction.get("estimate_compile_seconds")
+        left = format_seconds(max(0.0, estimate - (prediction.get("elapsed_seconds") or 0.0))) if estimate else "?"
+        key = "info_stopping_compile_operator" if caller.is_operator and job.get("engine") != "in-process" \
+            else "info_stopping_compile"
+        _info(lang, text(lang, key, left=left))
+
+    def stop_compiling_worker(self, page: gr.Request | None = None) -> list[str]:
+        """The operator's: end a compile now by stopping the worker process that runs it."""
+        lang = language(page)
+        with refusals(lang):
+            stopped = self.manager.stop_compiling_workers(caller=self._caller(page))
+        names = ", ".join(text(lang, "engine_name_" + name.replace("-", "_")) for name in stopped)
+        _info(lang, text(lang, "info_worker_stopped", engines=names) if stopped
+              else text(lang, "info_no_worker_compiling"))
+        return stopped
+
+    # controls --------------------------------------------------------------------------------
+    def preset_changed(self, label: str, width, height):
+        shape = preset_shape(label, self.manager.card.presets)
+        if shape is None:
+            return gr.skip(), gr.skip()
+        return shape.width, shape.height
+
+    def size_changed(self, width, height) -> str:
+        card = self.manager.card
+        name = card.preset_name(Shape(height, width))  # the boxes may hold floats: label the preset's own
+        return preset_label(name, dict(card.presets)[name]) if name else CUSTOM
+
+    def refresh_studio(self, mode, width, height, steps, degree=None, page: gr.Request | None = None):
+        """Engine line, cost of the chosen (mode, shape), preset badges for that mode, TP group badge,
+        whether Generate may be pressed."""
+        return self._studio_views(self.manager.status(), mode, width, height, steps, degree, language(page),
+                                  self._caller(page).is_operator)
+
+    def _studio_views(self, status, mode, width, height, steps, degree=None, lang: str = "en", operator: bool = True):
+        engine = engine_markdown(status, lang)
+        tp = status.get("tp") or {}
+        tp_badge = tp_state_html(tp, lang)
+        degree = _whole(degree)
+        # The operator may end a compile a worker process runs (``stop_compiling_worker``).
+        end_compile = gr.update(visible=operator and any(
+            job.get("phase") == "compiling" and job.get("engine") != "in-process" for job in status.get("running") or []))
+        if mode == "tp" and tp.get("state") != "ready":
+            # Not ready: a click runs in process meanwhile (and says so), so Generate stays on.
+            cost = tp_cost_markdown(tp, degree, operator, lang)
+            # Its requests run in process meanwhile: the badges are that mode's.
+            badges = self._badges(status, self.manager.settings.runs_as("tp"), steps, lang)
+            return engine, cost, badges, tp_badge, gr.update(interactive=True), end_compile
+        try:
+            bounds = self.manager.settings
+            shape = validate_shape(height, width, bounds.min_size, bounds.max_size)
+        except InvalidRequest as exc:
+            shape, error = None, error_message(exc, lang)
+        else:
+            error = None
+        steps = steps if isinstance(steps, (int, float)) and steps >= 1 else None
+        ready = status["state"] not in ("idle", "loading", "failed")
+        prediction = self.manager.predict(mode, shape, steps) if ready and shape else None
+        cost = cost_markdown(prediction, error, lang)
+        card = self.manager.card
+        if shape is not None and card.beyond_training(shape):
+            nearest = min((s for _n, s in card.presets if not card.beyond_training(s)),
+                          key=lambda s: abs(s.width / s.height - shape.width / shape.height), default=None)
+            name = card.preset_name(nearest) if nearest else None
+            cost += beyond_training_note(card.trained_pixels, preset_label(name, nearest) if name else None, lang)
+        if mode == "tp" and prediction is not None and not prediction.get("refused"):
+            cost += tp_group_note(tp, degree, lang)
+        badges = self._badges(status, mode, steps, lang)
+        # Generate waits while the cost line says the click would be refused (a bad size, a cold
+        # shape under the lock); while the model loads it stays on: the click waits for the model.
+        refused = error is not None or bool(prediction and prediction.get("refused"))
+        return engine, cost, badges, tp_badge, gr.update(interactive=not refused), end_compile
+
+    def _badges(self, status, mode: str, steps, lang: str) -> str:
+        """One badge per preset: its state in ``mode`` (none until the model has loaded)."""
+        if status["state"] in ("idle", "loading", "failed"):
+            return badges_html([])
+        steps = steps if isinstance(steps, (int, float)) and steps >= 1 else None
+        return badges_html([(preset_label(n, s), self.manager.predict(mode, s, steps))
+                            for n, s in self.manager.card.presets], lang)
+
+    # PNG parameters --------------------------------------------------------------------------
+    def load_png(self, path, page: gr.Request | None = None):
+        """Fill the controls from a PNG's parameters: prompt, size, steps, guidance, seed, mode."""
+        if not path:
+            return (gr.skip(),) * 9
+        lang = language(page)
+        bounds = self.manager.settings  # the app's own bounds: a PNG it made at 80 of --max-steps 100 loads whole
+        try:
+            params = read_png_parameters(path, max_prompt=bounds.max_prompt_chars, max_steps=bounds.max_steps,
+                                         max_guidance=bounds.max_guidance, min_size=bounds.min_size,
+                                         max_size=bounds.max_size)
+        except Exception:  # noqa: BLE001 - not a PNG (or a broken one): say so, change nothing
+            raise gr.Error(text(lang, "err_not_png"), title=text(lang, "title_error")) from None
+        if not params:
+            _warning(lang, text(lang, "warn_no_params"))
+            return (gr.skip(),) * 9
+        width, height = params.get("width"), params.get("height")
+        mode = params.get("mode")
+        if mode not in self.manager.modes:
+            mode = None
+        return (
+            params.get("prompt", gr.skip()),
+            width if width else gr.skip(),
+            height if height else gr.skip(),
+            self.size_changed(width, height) if width and height else gr.skip(),
+            params.get("steps", gr.skip()),
+            params.get("guidance", gr.skip()),
+            params.get("seed", gr.skip()),
+            False if "seed" in params else gr.skip(),  # a loaded seed is meant to be reused
+            mode or gr.skip(),
+        )
+
+    # the tensor-parallel controls: started and stopped only by their buttons (ui.handlers_system) --
+    def show_tp_controls(self, mode, page: gr.Request | None = None):
+        """Picking a mode only shows or hides this page's TP degree and the group's row (its state;
+        Start/Stop for the operator); it starts and stops nothing. The degree is the operator's: a
+        viewer's would do nothing."""
+        operator = self._caller(page).is_operator
+        return gr.update(visible=mode == "tp" and operator), gr.update(visible=mode == "tp")

@@ -1,0 +1,155 @@
+"""The System tab's handlers, the operator's (the manager refuses a viewer's): the tensor-parallel
+group (its Start/Stop buttons also sit on the Studio tab) and its rank logs, the replica pool, the
+compile cache, the warm-only lock, warm-up and warm-start bundles; and the tab's status views.
+"""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from ui.handlers_base import REPLICA_ENGINE, TP_ENGINE, Handlers, _info, _whole, refusals
+from ui.i18n import language, text
+from ui.views_common import preset_shape
+from ui.views_system import bundle_markdown, replicas_markdown, shapes_frame, system_markdown, warmup_markdown
+from ui.views_tp import TP_RUNNING, tp_logs_text, tp_markdown, tp_state_html, tp_state_name
+
+
+class SystemHandlers(Handlers):
+    """The System tab's events."""
+
+    @staticmethod
+    def _system_views(status, lang: str = "en", operator: bool = True):
+        """The tab's views from one status snapshot (the page's timer takes them from ``Studio.refresh_all``):
+        the system table, the shapes table, warm-up, the group's badge and table, replicas, the raw status."""
+        tp = status.get("tp") or {}
+        return (system_markdown(status, lang), shapes_frame(status, lang), warmup_markdown(status, lang),
+                tp_state_html(tp, lang), tp_markdown(tp, lang),
+                replicas_markdown(status, lang, operator), status)
+
+    # the tensor-parallel group: started and stopped only by its buttons, never by the mode list ---
+    def start_tp(self, degree, page: gr.Request | None = None) -> None:
+        """Start the group with this page's degree (a running group of another degree is replaced)."""
+        lang = language(page)
+        wanted = _whole(degree, strict=True, lang=lang)
+        before = self.manager.status().get("tp") or {}
+        with refusals(lang):
+            group = self.manager.start_engine(TP_ENGINE, wanted, caller=self._caller(page))
+        ranks = group.get("world_size", wanted)
+        if before.get("state") in TP_RUNNING and before.get("world_size") == ranks:
+            _info(lang, text(lang, "info_tp_already", state=tp_state_name(before["state"], lang), ranks=ranks))
+        elif before.get("state") in TP_RUNNING:
+            _info(lang, text(lang, "info_tp_replacing", old=before.get("world_size"), ranks=ranks))
+        else:
+            _info(lang, text(lang, "info_tp_starting", ranks=ranks))
+
+    def stop_tp(self, page: gr.Request | None = None) -> None:
+        """Stop the group; returns once no process of it is left (the timer shows "stopping" meanwhile)."""
+        lang = language(page)
+        caller = self._caller(page)
+        with refusals(lang):
+            caller.require_operator("Stopping the tensor-parallel group")
+        if ((self.manager.status().get("tp") or {}).get("state") or "stopped") == "stopped":
+            _info(lang, text(lang, "info_tp_not_running"))
+            return
+        with refusals(lang):
+            self.manager.stop_engine(TP_ENGINE, caller=caller)
+        _info(lang, text(lang, "info_tp_stopped"))
+
+    def show_tp_logs(self, page: gr.Request | None = None) -> str:
+        """The "Show rank logs" button: the logs are read now, only because someone asked."""
+        lang = language(page)
+        with refusals(lang):
+            logs = self.manager.engine_logs(TP_ENGINE, lines=20, caller=self._caller(page))
+        return tp_logs_text(logs, lang)
+
+    # replicas: started, resized and stopped only by their buttons (System tab) ---------------
+    def start_replicas(self, count, page: gr.Request | None = None) -> str:
+        """Start ``count`` replicas (a running pool of another size is replaced); checked, cores
+        included, before anything starts."""
+        lang = language(page)
+        wanted = _whole(count, strict=True, lang=lang, field="replicas")
+        with refusals(lang):
+            pool = self.manager.start_engine(REPLICA_ENGINE, wanted, caller=self._caller(page))
+        _info(lang, text(lang, "info_replicas_starting", count=pool.get("size", wanted)))
+        return replicas_markdown(self.manager.status(), lang)
+
+    def stop_replicas(self, page: gr.Request | None = None) -> str:
+        lang = language(page)
+        with refusals(lang):
+            running = (self.manager.status().get("replicas") or {}).get("size")
+            self.manager.stop_engine(REPLICA_ENGINE, caller=self._caller(page))
+        _info(lang, text(lang, "info_replicas_stopped" if running else "info_replicas_not_running"))
+        return replicas_markdown(self.manager.status(), lang)
+
+    # system panel ----------------------------------------------------------------------------
+    def clear_plan(self, page: gr.Request | None = None):
+        """The clear button: what will be removed, and its size, before the operator confirms."""
+        lang = language(page)
+        with refusals(lang):
+            plan = self.manager.cache_plan(caller=self._caller(page))
+        lines = [text(lang, "confirm_clear")] + [
+            text(lang, "clear_plan_line", entries=c["entries"], mb=f"{c['remove_bytes'] / 1e6:.1f}", dir=c["dir"])
+            for c in plan]
+        return "\n".join(lines), gr.update(visible=True)
+
+    # warm-start bundles ------------------------------------------------------------------------
+    def export_bundle(self, page: gr.Request | None = None):
+        """Export the warm in-process shapes as a bundle to download (the operator's)."""
+        import os
+        import shutil
+        import tempfile
+        import time as _time
+
+        lang = language(page)
+        caller = self._caller(page)
+        with refusals(lang):
+            caller.require_operator("Exporting a warm-start bundle")  # before anything is written
+        # In Gradio's temp folder (the app's own, removed at exit); gone at once if the export fails.
+        folder = tempfile.mkdtemp(prefix="bundle-", dir=os.environ.get("GRADIO_TEMP_DIR") or None)
+        path = os.path.join(folder, f"neuron-studio-{_time.strftime('%Y%m%d-%H%M%S')}.bundle")
+        with refusals(lang):
+            try:
+                manifest = self.manager.export_bundle(path, caller=caller)
+            except BaseException:
+                shutil.rmtree(folder, ignore_errors=True)
+                raise
+        _info(lang, text(lang, "info_bundle_exported", entries=len(manifest.entries), files=len(manifest.files)))
+        return path
+
+    def show_bundle(self, path, page: gr.Request | None = None):
+        """An uploaded bundle: its manifest and whether it applies here, then the confirm row."""
+        from backend import bundles
+
+        lang = language(page)
+        with refusals(lang):
+            self._caller(page).require_operator("Importing a warm-start bundle")
+            manifest = bundles.read_manifest(path)
+            mismatch = bundles.check(manifest, self.manager.bundle_manifest())
+        return bundle_markdown(manifest.to_json(), mismatch, lang), gr.update(visible=mismatch is None)
+
+    def import_bundle(self, path, page: gr.Request | None = None) -> str:
+        lang = language(page)
+        with refusals(lang):
+            result = self.manager.import_bundle(path, caller=self._caller(page))
+        _info(lang, text(lang, "info_bundle_imported", written=result["written"], already=result["already_there"]))
+        return system_markdown(self.manager.status(), lang)
+
+    def clear_cache(self, page: gr.Request | None = None) -> str:
+        lang = language(page)
+        with refusals(lang):
+            freed = self.manager.clear_compile_cache(caller=self._caller(page))
+        _info(lang, text(lang, "info_cache_cleared", mb=f"{freed / 1e6:.1f}"))
+        return system_markdown(self.manager.status(), lang)
+
+    def set_warm_only(self, locked: bool, page: gr.Request | None = None) -> None:
+        lang = language(page)
+        with refusals(lang):
+            self.manager.set_warm_only(bool(locked), caller=self._caller(page))
+        _info(lang, text(lang, "info_locked" if locked else "info_unlocked"))
+
+    def start_warmup(self, labels: list[str], mode: str, page: gr.Request | None = None) -> str:
+        lang = language(page)
+        shapes = [s for s in (preset_shape(label, self.manager.card.presets) for label in labels or []) if s is not None]
+        with refusals(lang):
+            self.manager.start_warmup(shapes, mode, caller=self._caller(page))
+        return warmup_markdown(self.manager.status(), lang)

@@ -1,0 +1,217 @@
+"""The page's layout: every component, tab by tab (Studio, Compare, System, Performance), and the
+words on it. Nothing here reacts to anything: the events are ``ui.wiring``'s, the API's hidden inputs
+``ui.api``'s. Every static word is an ``I18N(key)`` from ``ui.i18n``, which the browser translates.
+
+``build_page`` returns the components by the names they have here (``page.prompt``,
+``page.generate_btn``, …), and ``page.operator_only``: the groups only the operator's page shows.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import gradio as gr
+
+from ui.constants import ASSETS, I18N
+from ui.views_common import CUSTOM, MODE_KEYS, load_example_prompts, preset_label
+from ui.views_common import preset_choices as preset_labels
+from ui.views_compare import compare_frame
+from ui.views_performance import compile_frame, latency_frame
+from ui.views_studio import badges_html
+from ui.views_system import shapes_frame
+from ui.views_tp import tp_state_html
+
+
+def mode_choices(manager) -> list[tuple]:
+    return [(I18N(MODE_KEYS[m]) if m in MODE_KEYS else m, m) for m in manager.modes]
+
+
+def preset_choices(presets) -> list[tuple]:
+    """The model's presets by their own names (sizes read the same in every language), then "Custom"."""
+    return [(label, label) for label in preset_labels(presets)[:-1]] + [(I18N("custom"), CUSTOM)]
+
+
+def _components(scope: dict) -> dict:
+    """The components (and layout groups) a tab's function named, by name."""
+    return {name: value for name, value in scope.items() if isinstance(value, gr.blocks.Block)}
+
+
+def build_page(manager) -> SimpleNamespace:
+    """Every component of the page, created in the open ``gr.Blocks``, by name."""
+    gr.Markdown(I18N("title"))
+    role_line = gr.Markdown("", elem_id="role-line")
+    engine_line = gr.Markdown(I18N("starting"), elem_id="engine-line")
+    history_state = gr.State([])
+    page = SimpleNamespace(role_line=role_line, engine_line=engine_line, history_state=history_state)
+    for tab in (studio_tab(manager), compare_tab(manager), system_tab(manager), performance_tab()):
+        assert not vars(page).keys() & tab.keys(), vars(page).keys() & tab.keys()  # one name, one component
+        vars(page).update(tab)
+    # The groups only the operator's page shows (``Studio.page_role`` hides them for viewers).
+    page.operator_only = [page.system_ops, page.warm_group, page.tp_buttons, page.tp_system_start,
+                          page.tp_system_stop, page.tp_log_panel, page.bundle_panel, page.replica_controls]
+    return page
+
+
+def studio_tab(manager) -> dict:
+    """Controls, the cost of the chosen shape, badges, the image and this session's history."""
+    s = manager.settings
+    # The model's card (backend.model_card): its presets, its start size, the grammar it reads.
+    card = manager.card
+    start_shape = card.start_shape
+    named = card.preset_name(start_shape)
+    default_preset = preset_label(named, start_shape) if named else CUSTOM
+    embedded = card.prompt_grammar is not None  # a model that reads its own grammar: start with an example
+    examples = load_example_prompts(ASSETS / "prompts.txt")
+    with gr.Tab(I18N("tab_studio"), id="studio"):
+        # What a presenter uses on every click sits on the first screen of a laptop (1280x800):
+        # the prompt, Generate, the cost line and the image (with its progress) side by side;
+        # the settings follow below the buttons, the examples and PNG loading fold away.
+        with gr.Row():
+            with gr.Column(scale=2):
+                prompt = gr.Textbox(examples[0] if examples and embedded else "",
+                                    label=I18N("prompt"), lines=2, max_lines=4, elem_id="prompt",
+                                    placeholder=I18N("prompt_placeholder"), info=card.prompt_help())
+                with gr.Row():
+                    generate_btn = gr.Button(I18N("generate"), variant="primary", elem_id="generate", scale=3)
+                    # Not red while nothing runs: it is not the page's loudest button.
+                    stop_btn = gr.Button(I18N("stop"), variant="secondary", elem_id="stop", scale=1)
+                    # The operator's, shown only while a worker process compiles: killing it is
+                    # the one way to end a compile before it finishes.
+                    stop_worker = gr.Button(I18N("stop_worker"), variant="secondary", elem_id="stop-worker",
+                                            scale=1, visible=False)
+                cost = gr.Markdown("", elem_id="cost")
+                preset = gr.Radio(preset_choices(card.presets), value=default_preset, label=I18N("resolution"),
+                                  elem_id="preset")
+                badges = gr.HTML(badges_html([]), elem_id="badges")
+                with gr.Row():
+                    # No min/max here: the backend's check answers with the nearest valid size.
+                    width = gr.Number(start_shape.width, label=I18N("width"), precision=0, step=16, elem_id="width")
+                    height = gr.Number(start_shape.height, label=I18N("height"), precision=0, step=16,
+                                       elem_id="height")
+                    mode = gr.Dropdown(mode_choices(manager), value=s.mode, label=I18N("mode"), elem_id="mode",
+                                       allow_custom_value=True, scale=2)
+                    tp_degree = gr.Number(s.tp_degree, label=I18N("tp_degree"), precision=0, minimum=1,
+                                          maximum=64, elem_id="tp-degree", scale=1, visible=s.mode == "tp")
+                # The group is shared by every page: only these buttons (or the System tab's)
+                # start or stop it; picking a mode starts and stops nothing.
+                # The state on its own line (it never runs into the buttons), the buttons below.
+                with gr.Column(visible=s.mode == "tp", elem_id="tp-controls") as tp_controls:
+                    tp_state = gr.HTML(tp_state_html({}), elem_id="tp-state")
+                    with gr.Row(visible=False, elem_id="tp-buttons") as tp_buttons:  # the operator's (no empty row for viewers)
+                        tp_start = gr.Button(I18N("start_group"), variant="primary", elem_id="tp-start",
+                                             scale=1, min_width=100, size="sm")
+                        tp_stop = gr.Button(I18N("stop_group"), variant="secondary", elem_id="tp-stop",
+                                            scale=1, min_width=100, size="sm")
+                with gr.Row():
+                    steps = gr.Slider(1, s.max_steps, value=s.steps, step=1, label=I18N("steps"), elem_id="steps")
+                    guidance = gr.Slider(0, s.max_guidance, value=s.guidance, step=0.1,
+                                         label=I18N("guidance"))
+                with gr.Row():
+                    seed = gr.Number(0, label=I18N("seed"), precision=0, elem_id="seed")
+                    randomize = gr.Checkbox(True, label=I18N("randomize"), elem_id="randomize")
+                if examples:
+                    with gr.Accordion(I18N("examples"), open=False, elem_id="examples"):
+                        gr.Examples([[e] for e in examples], inputs=[prompt], label=I18N("examples"))
+                with gr.Accordion(I18N("png_accordion"), open=False):
+                    png_in = gr.File(label=I18N("png_file"),
+                                     file_types=[".png"], type="filepath", elem_id="png-in")
+            with gr.Column(scale=3):
+                image = gr.Image(label="Image", type="filepath", format="png", interactive=False,
+                                 elem_id="image", height=420)
+                run_info = gr.Markdown("", elem_id="run-info")
+                # Thumbnails in a row (no preview opened on its own: it showed the first image as
+                # a zoomed strip); a click enlarges one.
+                history = gr.Gallery(label=I18N("history"), columns=6, rows=1, height=140, object_fit="contain",
+                                     preview=False, allow_preview=True, fit_columns=False, elem_id="history")
+                with gr.Accordion(I18N("record_accordion"), open=False):
+                    record = gr.JSON(label=I18N("record"))
+    return _components(locals())
+
+
+def compare_tab(manager) -> dict:
+    """One prompt through two or three modes, side by side, with their timings."""
+    with gr.Tab(I18N("tab_compare"), id="compare"):
+        gr.Markdown(I18N("compare_intro"))
+        compare_modes = gr.CheckboxGroup(mode_choices(manager),
+                                         value=[m for m in ("eager", "compiled", "regional") if m in manager.modes],
+                                         label=I18N("compare_modes"), elem_id="compare-modes")
+        compare_btn = gr.Button(I18N("compare"), variant="primary", elem_id="compare-run")
+        compare_gallery = gr.Gallery(label=I18N("side_by_side"), columns=3, height="auto",
+                                     elem_id="compare-gallery")
+        gr.Markdown(I18N("compare_hint"), elem_id="compare-hint")
+        compare_table = gr.Dataframe(compare_frame([]), label=I18N("timings"), interactive=False,
+                                     elem_id="compare-table")
+    return _components(locals())
+
+
+def system_tab(manager) -> dict:
+    """Device, caches, the per-shape table, warm-up, the lock, the tensor-parallel group, replicas,
+    bundles; the operator's controls start hidden (``page_role`` shows them on the operator's page)."""
+    s = manager.settings
+    card = manager.card
+    with gr.Tab(I18N("tab_system"), id="system"):
+        system_info = gr.Markdown("", elem_id="system-info")
+        with gr.Row(visible=False) as system_ops:
+            warm_only = gr.Checkbox(manager.warm_only, label=I18N("warm_only"),
+                                    elem_id="warm-only")
+            clear_btn = gr.Button(I18N("clear_cache"), elem_id="clear-cache")
+        with gr.Row(visible=False) as confirm_row:
+            clear_plan = gr.Markdown(I18N("confirm_clear"), elem_id="clear-plan")
+            confirm_btn = gr.Button(I18N("confirm_yes"), variant="stop", elem_id="confirm-clear")
+            cancel_btn = gr.Button(I18N("confirm_no"), elem_id="cancel-clear")
+        shapes_table = gr.Dataframe(shapes_frame({"shapes": []}), label=I18N("shapes"), interactive=False,
+                                    elem_id="shapes-table")
+        with gr.Group(visible=False) as warm_group:
+            warm_shapes = gr.CheckboxGroup([preset_label(n, sh) for n, sh in card.presets],
+                                           label=I18N("warm_shapes"), elem_id="warm-shapes")
+            warm_mode = gr.Dropdown(mode_choices(manager),
+                                    value="compiled" if "compiled" in manager.modes else s.mode,
+                                    label=I18N("warm_mode"), elem_id="warm-mode")
+            warm_btn = gr.Button(I18N("warm_button"), elem_id="warm-up")
+            warm_info = gr.Markdown("", elem_id="warm-info")
+        with gr.Group():
+            with gr.Row():
+                tp_system_state = gr.HTML(tp_state_html({}), elem_id="tp-system-state", scale=2)
+                tp_system_degree = gr.Number(s.tp_degree, label=I18N("tp_degree"), precision=0, minimum=1,
+                                             maximum=64, elem_id="tp-system-degree", scale=1)
+                tp_system_start = gr.Button(I18N("start_group"), variant="primary", elem_id="tp-system-start",
+                                            scale=1, visible=False)
+                tp_system_stop = gr.Button(I18N("stop_group"), variant="secondary", elem_id="tp-system-stop", scale=1,
+                                           visible=False)
+            tp_info = gr.Markdown("", elem_id="tp-info")
+        with gr.Group():
+            with gr.Row(visible=False) as replica_controls:
+                replica_count = gr.Number(max(s.replicas, 2), label=I18N("replicas_count"), precision=0,
+                                          minimum=1, maximum=64, elem_id="replica-count", scale=1)
+                replica_start = gr.Button(I18N("start_replicas"), variant="primary", elem_id="replica-start",
+                                          scale=1)
+                replica_stop = gr.Button(I18N("stop_replicas"), variant="secondary", elem_id="replica-stop", scale=1)
+            replica_info = gr.Markdown("", elem_id="replica-info")
+            with gr.Column(visible=False) as tp_log_panel:
+                tp_logs_btn = gr.Button(I18N("show_logs"), elem_id="tp-logs-show")
+                tp_log_box = gr.Textbox(label=I18N("rank_logs"), lines=8,
+                                        max_lines=20, interactive=False, elem_id="tp-logs")
+        with gr.Accordion(I18N("bundle_accordion"), open=False, visible=False) as bundle_panel:
+            bundle_export = gr.Button(I18N("bundle_export"), elem_id="bundle-export")
+            bundle_out = gr.File(label=I18N("bundle_file"), interactive=False, elem_id="bundle-out")
+            bundle_in = gr.File(label=I18N("bundle_upload"), file_types=[".bundle", ".tar"], type="filepath",
+                                elem_id="bundle-in")
+            bundle_info = gr.Markdown("", elem_id="bundle-info")
+            bundle_confirm = gr.Button(I18N("bundle_import"), variant="stop", visible=False,
+                                       elem_id="bundle-import")
+        with gr.Accordion(I18N("raw_status"), open=False):
+            status_json = gr.JSON(label=I18N("status"))
+    return _components(locals())
+
+
+def performance_tab() -> dict:
+    """Latency and compile-time plots."""
+    with gr.Tab(I18N("tab_performance"), id="performance"):
+        gr.Markdown(I18N("perf_intro"))
+        latency_plot = gr.ScatterPlot(latency_frame([]), x="megapixels", y="seconds", color="mode",
+                                      title=I18N("latency_empty"), elem_id="latency-plot")
+        compile_plot = gr.BarPlot(compile_frame({}), x="shape · mode", y="compile seconds",
+                                  color="mode", title=I18N("compile_empty"),
+                                  elem_id="compile-plot")
+        plots_btn = gr.Button(I18N("refresh_plots"))
+    return _components(locals())

@@ -1,0 +1,54 @@
+"""Gradio's temporary folder: a private one (0700) of the app's own, made before Gradio is imported,
+removed at exit; and, at the next start, what a killed run left behind. No gradio here.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+
+TEMP_PREFIX = "neuron-studio-gradio-"
+
+
+def own_temp_dir() -> str | None:
+    """Gradio's copies of images and uploads (and exported bundles) go to a private folder (0700)
+    of the app's own, which the caller removes at exit; one given in GRADIO_TEMP_DIR is the user's
+    (None: nothing made). Made before Gradio is imported: several of its modules read the variable
+    at import, and would otherwise write to /tmp/gradio. The folder's name holds this process's pid,
+    so that the next start removes what a killed run left (``remove_dead_runs_folders``)."""
+    if os.environ.get("GRADIO_TEMP_DIR"):
+        return None
+    remove_dead_runs_folders(tempfile.gettempdir())
+    made = os.environ["GRADIO_TEMP_DIR"] = tempfile.mkdtemp(prefix=f"{TEMP_PREFIX}{os.getpid()}-")
+    return made
+
+
+def remove_dead_runs_folders(root: str) -> list[str]:
+    """Remove the temp folders of runs of this app whose process is gone (a SIGKILL leaves its
+    folder behind): ``neuron-studio-gradio-<pid>-<random>``, owned by this user, whose pid is not
+    running. Nothing else is touched — not a folder of a live run, not one named otherwise. Returns
+    the folders removed."""
+    import psutil
+
+    removed = []
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return removed
+    for name in names:
+        pid_text, _, rest = name.removeprefix(TEMP_PREFIX).partition("-")
+        if not name.startswith(TEMP_PREFIX) or not pid_text.isdigit() or not rest:
+            continue
+        path = os.path.join(root, name)
+        try:
+            info = os.lstat(path)
+        except OSError:
+            continue
+        if not os.path.isdir(path) or os.path.islink(path) or info.st_uid != os.getuid():
+            continue
+        if psutil.pid_exists(int(pid_text)):
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+    return removed

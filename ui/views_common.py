@@ -1,0 +1,68 @@
+"""What every tab's views share: the words table's English keys, presets and modes by name, and
+numbers, sizes and long texts written the same way in every language.
+
+No gradio and no torch here (nor in any ``ui.views_*`` module): views take plain dicts and return
+Markdown, HTML or pandas frames, so each is unit-testable without a page.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from backend.shapes import Shape
+from ui.i18n import DEFAULT, MESSAGES, text
+
+MESSAGES_EN = MESSAGES[DEFAULT]
+
+CUSTOM = "Custom"
+# The modes' display names are ui.i18n keys (the page shows them in its language).
+MODE_KEYS = {"eager": "mode_eager", "compiled": "mode_compiled", "regional": "mode_regional", "tp": "mode_tp"}
+
+
+def preset_choices(presets) -> list[str]:
+    """``presets``: the served model's (``ModelCard.presets``), then "Custom"."""
+    return [preset_label(name, shape) for name, shape in presets] + [CUSTOM]
+
+
+def preset_label(name: str, shape: Shape) -> str:
+    return f"{name} · {shape}"
+
+
+def preset_shape(label: str, presets) -> Shape | None:
+    for name, shape in presets:
+        if preset_label(name, shape) == label:
+            return shape
+    return None
+
+
+def load_example_prompts(path: Path) -> list[str]:
+    if not path.is_file():
+        return []
+    lines = (line.strip() for line in path.read_text(encoding="utf-8").splitlines())
+    return [line for line in lines if line and not line.startswith("#")]
+
+
+def format_seconds(value: float | None) -> str:
+    if value is None:
+        return "?"
+    return f"{value * 1000:.0f} ms" if value < 1 else f"{value:.1f} s"
+
+
+def format_bytes(n: int | None) -> str:
+    if n is None:
+        return "n/a"
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GB"
+
+
+def shorten(text: Any, limit: int = 160) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def column_names(keys: list[str], lang: str) -> list[str]:
+    return [text(lang, key) for key in keys]

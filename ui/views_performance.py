@@ -1,0 +1,44 @@
+"""The Performance tab's views: steady latency against megapixels, and compile seconds per shape, per
+mode, each plot with its titles in the page's language and one colour per mode."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from ui.i18n import DEFAULT, text
+
+def latency_frame(records: list[Any]) -> pd.DataFrame:
+    """Steady-state seconds per image (median over runs) against megapixels, per mode."""
+    rows = [{"mode": r.mode, "megapixels": r.width * r.height / 1e6, "shape": f"{r.width}x{r.height}",
+             "seconds": r.seconds} for r in records if not r.compiled and not r.overlapped]
+    if not rows:
+        return pd.DataFrame({"mode": [], "megapixels": [], "shape": [], "seconds": []})
+    frame = pd.DataFrame(rows).groupby(["mode", "shape", "megapixels"], as_index=False)["seconds"].median()
+    return frame.sort_values(["mode", "megapixels"]).reset_index(drop=True)
+
+
+def compile_frame(status: dict[str, Any]) -> pd.DataFrame:
+    """Measured compile seconds per (shape, mode); shapes that reused a graph are left out."""
+    rows = [{"shape · mode": f"{r['shape']} · {r['mode']}", "mode": r["mode"],
+             "compile seconds": r["compile_seconds"]}
+            for r in status.get("shapes", []) if r["compiles"] and r["compile_seconds"]]
+    return pd.DataFrame(rows, columns=["shape · mode", "mode", "compile seconds"])
+
+
+# One colour per mode in both Performance plots (the plots' own palettes assign colours by order).
+MODE_COLORS = {"eager": "#4c78a8", "compiled": "#f58518", "regional": "#54a24b", "tp": "#e45756"}
+
+
+def plot_axes(lang: str = DEFAULT, latency_empty: bool = False,
+              compile_empty: bool = False) -> tuple[dict[str, str], dict[str, str]]:
+    """Titles and axis and legend titles of the latency and compile plots in ``lang`` (the frames'
+    column names stay the same in every language). An empty plot's title says what will appear."""
+    latency = {"title": text(lang, "latency_empty" if latency_empty else "latency_title"),
+               "x_title": text(lang, "axis_megapixels"), "y_title": text(lang, "axis_seconds"),
+               "color_title": text(lang, "axis_mode"), "color_map": MODE_COLORS}
+    compile_ = {"title": text(lang, "compile_empty" if compile_empty else "compile_title"),
+                "x_title": text(lang, "axis_shape_mode"), "y_title": text(lang, "axis_compile_seconds"),
+                "color_title": text(lang, "axis_mode"), "color_map": MODE_COLORS}
+    return latency, compile_

@@ -1,0 +1,184 @@
+"""The Studio tab's views: the engine line under the title, the cost of the chosen (mode, shape), the
+preset badges, and the run line under the image (what ran, how long, what compiled, what the model
+understood of the prompt)."""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+from ui.i18n import DEFAULT, text
+from ui.views_common import MESSAGES_EN, format_seconds
+from ui.views_tp import tp_engine_text
+
+def cost_markdown(prediction: dict[str, Any] | None, error: str | None = None, lang: str = DEFAULT) -> str:
+    """What the chosen (mode, shape) will cost, in one line. ``error`` is already in ``lang``."""
+    if error:
+        return text(lang, "cost_invalid", error=error)
+    if prediction is None:
+        return text(lang, "cost_waiting")
+    p = prediction
+    where = text(lang, "cost_where", shape=p["shape"], mode=p["mode"])
+    if p.get("refused"):
+        return text(lang, "cost_refused", where=where, reason=p["refused"])
+    if p["state"] == "compiling":
+        est = p.get("estimate_compile_seconds")
+        return (text(lang, "cost_compiling", where=where, elapsed=format_seconds(p.get("elapsed_seconds")))
+                + (text(lang, "cost_compiling_of", estimate=format_seconds(est)) if est else ")"))
+    if p["will_compile"]:
+        est = p.get("estimate_compile_seconds")
+        guess = (text(lang, "cost_no_estimate") if est is None
+                 else text(lang, "cost_prior", estimate=format_seconds(est)) if p.get("estimate_source") == "prior"
+                 else text(lang, "cost_estimate", estimate=format_seconds(est)))
+        prefix = text(lang, "cost_failed_before") if p["state"] == "failed" else ""
+        return text(lang, "cost_cold", where=where, prefix=prefix, guess=guess) + warm_on_text(p, lang)
+    expected = p.get("expected_seconds")
+    tail = (text(lang, "cost_expected", seconds=format_seconds(expected)) if expected is not None
+            else text(lang, "cost_no_timing"))
+    note = p.get("note") or ""
+    extra = "" if note in ("warm", "") else f" ({note})"
+    return text(lang, "cost_ready", where=where, tail=tail, extra=extra) + warm_on_text(p, lang)
+
+
+def warm_on_text(prediction: dict[str, Any], lang: str = DEFAULT) -> str:
+    """" · warm on 2 of 4 replicas" where several processes serve the mode (nothing otherwise)."""
+    warm_on = prediction.get("warm_on")
+    return text(lang, "cost_warm_on", warm=warm_on[0], of=warm_on[1]) if warm_on else ""
+
+
+def badge_state(prediction: dict[str, Any]) -> str:
+    if prediction.get("refused"):
+        return "locked"
+    if prediction["state"] in ("warm", "compiling", "failed"):
+        return prediction["state"]
+    return "cold" if prediction["will_compile"] else "warm"
+
+
+def badges_html(predictions: list[tuple[str, dict[str, Any]]], lang: str = DEFAULT) -> str:
+    """One badge per preset: its state in the current mode."""
+    spans = []
+    for label, p in predictions:
+        state = badge_state(p)
+        title = html.escape(cost_markdown(p, lang=lang).replace("**", ""), quote=True)
+        warm_on = p.get("warm_on")
+        count = f" {warm_on[0]}/{warm_on[1]}" if warm_on else ""
+        spans.append(f'<span class="ns-badge ns-{state}" data-shape="{p["shape"]}" data-state="{state}" '
+                     f'title="{title}"><i></i>{html.escape(label)} · {text(lang, "badge_" + state)}{count}</span>')
+    return '<div class="ns-badges">' + "".join(spans) + "</div>"
+
+
+def engine_markdown(status: dict[str, Any], lang: str = DEFAULT) -> str:
+    """The line under the title: model, device, state, and what is running right now."""
+    model = status["model"].get("label") or status["model"]["spec"]
+    dev = status.get("device") or {}
+    where = f"{dev.get('kind', '…')} ({status.get('dtype') or '…'})"
+    state = status["state"]
+    if state == "failed":
+        return text(lang, "engine_failed", model=model, error=status.get("load_error"))
+    tp = status.get("tp")
+    if state in ("idle", "loading"):
+        starting = tp and tp.get("state", "stopped") != "stopped"  # --mode tp starts the group at launch
+        return (text(lang, "engine_loading", model=model, where=where)
+                + (f" · {tp_engine_text(tp, lang=lang)}" if starting else ""))
+    state_key = f"engine_state_{state}"
+    line = text(lang, "engine_ready", model=model, where=where,
+                state=text(lang, state_key) if state_key in MESSAGES_EN else state)
+    if status.get("warm_only"):
+        line += text(lang, "engine_locked")
+    busy = status.get("busy")
+    if busy:
+        phase = busy["phase"]
+        step = text(lang, "engine_step", step=busy["step"], steps=busy["steps"]) if phase == "denoising" else ""
+        line += text(lang, "engine_busy", mode=busy["mode"], shape=busy["shape"], phase=_phase(phase, lang),
+                     step=step, elapsed=f"{busy['elapsed']:.1f} s")
+    if tp:
+        line += " · " + tp_engine_text(tp, show_error=not status.get("degraded"), lang=lang)
+    pool = status.get("replicas") or {}
+    if pool.get("size"):
+        line += text(lang, "engine_replicas", ready=pool["ready"], size=pool["size"], busy=pool["busy"])
+    if status.get("degraded"):  # something is wrong (a group died); an ordinary start says "starting" above
+        line += f" · **{status['degraded']}**"
+    warmup = status.get("warmup")
+    if warmup and warmup.get("running"):
+        line += text(lang, "engine_warming", done=warmup["done"], total=warmup["total"], mode=warmup["mode"])
+    return line
+
+
+def _phase(phase: str, lang: str) -> str:
+    """A pipeline phase's name (encoding, compiling, denoising, decoding) in ``lang``."""
+    key = f"phase_{phase}"
+    return text(lang, key) if key in MESSAGES_EN else phase
+
+
+def compile_text(result: dict[str, Any], lang: str = DEFAULT) -> str:
+    """What a run compiled: torch.compile graphs and (on Neuron) NEFFs, counted apart — every graph
+    is also at least one NEFF, and eager ops compile NEFFs of their own."""
+    if not result["compiled"]:
+        return text(lang, "run_warm")
+    parts = []
+    if result["compiles"]:
+        parts.append(text(lang, "run_graphs", count=result["compiles"], seconds=format_seconds(result["compile_seconds"])))
+    if result.get("neff_compiles"):
+        parts.append(text(lang, "run_neffs", count=result["neff_compiles"]))
+    return text(lang, "run_compiled", parts=text(lang, "run_and").join(parts))
+
+
+def _degraded_reason(result: dict[str, Any]) -> str:
+    why = result["degraded"].removeprefix("degraded: ")
+    return why.split("; tensor-parallel requests run in process")[0]  # the run line says that already
+
+
+def mode_text(result: dict[str, Any], lang: str = DEFAULT) -> str:
+    """Which mode served a run, as it was: a TP request served in process says so, never "tp"."""
+    mode = result["mode"]
+    if result.get("degraded"):
+        return text(lang, "run_in_process", mode=mode, requested=result.get("requested_mode") or "tp")
+    if mode == "tp":
+        return text(lang, "run_tp", ranks=result.get("world_size", 1))
+    return mode
+
+
+def mode_caption(result: dict[str, Any], lang: str = DEFAULT) -> str:
+    """The short form of ``mode_text`` for gallery captions and the compare table."""
+    if result.get("degraded"):
+        return text(lang, "caption_degraded", mode=result["mode"], requested=result.get("requested_mode") or "tp")
+    if result["mode"] == "tp":
+        return f"tp ×{result.get('world_size', 1)}"
+    return result["mode"]
+
+
+def run_markdown(result: dict[str, Any], lang: str = DEFAULT) -> str:
+    line = text(lang, "run_line", size=f"{result['width']}x{result['height']}", mode=mode_text(result, lang),
+                steps=result["steps"], seed=result["seed"], total=format_seconds(result["seconds"]),
+                encode=format_seconds(result["encode"]), denoise=format_seconds(result["denoise"]),
+                decode=format_seconds(result["decode"]), compiled=compile_text(result, lang))
+    if result.get("degraded"):
+        line += text(lang, "run_degraded", reason=_degraded_reason(result))
+    if result.get("typed"):  # the model read the prompt as a caption of its grammar
+        line += text(lang, "run_drawn_as", caption=result["prompt"])
+    if result.get("fallback_ops"):  # Neuron ran these on the CPU, silently: say so
+        line += text(lang, "run_host_ops", count=len(result["fallback_ops"]), ops=", ".join(result["fallback_ops"]))
+    return line
+
+
+def beyond_training_note(trained_pixels: int, nearest: str | None = None, lang: str = DEFAULT) -> str:
+    """Said before the click: what the model really does at a size past its training, and the
+    nearest preset it draws well."""
+    side = int(trained_pixels ** 0.5)
+    note = text(lang, "cost_beyond_training", pixels=f"{trained_pixels:,}", side=f"{side}x{side}")
+    return note + (text(lang, "cost_nearest_preset", preset=nearest) if nearest else "")
+
+
+def reading_note(reading, examples: list[str], lang: str = DEFAULT) -> str:
+    """After a run whose prompt the model's grammar only partly understood: the words it did not
+    understand, what it made up, and the example prompt closest to what was asked."""
+    parts = []
+    if reading.ignored:
+        parts.append(text(lang, "read_ignored", words=", ".join(f"“{w}”" for w in reading.ignored)))
+    if reading.guessed:
+        parts.append(text(lang, "read_guessed", what=", ".join(reading.guessed)))
+    if not parts:
+        return ""
+    asked = set(reading.caption.replace(",", " ").split())
+    closest = max(examples, key=lambda e: len(asked & set(e.replace(",", " ").split())), default=None)
+    return " " + "; ".join(parts) + "." + (text(lang, "read_try", example=closest) if closest else "")

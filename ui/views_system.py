@@ -1,0 +1,122 @@
+"""The System tab's views: the device and caches table, the per-shape compile table, warm-up, the
+replica pool and an uploaded warm-start bundle (the tensor-parallel group's are ``ui.views_tp``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from backend.core_plan import plan_text as core_plan_text
+from ui.i18n import DEFAULT, text
+from ui.views_common import MESSAGES_EN, column_names, format_bytes, shorten
+from ui.views_tp import tp_state_name
+
+# The device layer's reason for its choice is English; its fragments, in the page's language.
+_REASON_WORDS = {"tr": (("TorchNeuron not installed", "TorchNeuron kurulu değil"), ("no CUDA device", "CUDA aygıtı yok"),
+                        ("no NeuronCore visible", "görünür NeuronCore yok"),
+                        ("TorchNeuron installed and", "TorchNeuron kurulu ve"),
+                        ("NeuronCore(s) visible", "NeuronCore görünüyor"), ("CUDA device(s)", "CUDA aygıtı"),
+                        ("requested", "istendi"), ("auto:", "otomatik:"))}
+
+
+def device_reason(reason: str, lang: str = DEFAULT) -> str:
+    """Why the device was chosen, in the page's language (the numbers as they are)."""
+    for english, local in _REASON_WORDS.get(lang, ()):
+        reason = reason.replace(english, local)
+    return reason
+
+
+def system_markdown(status: dict[str, Any], lang: str = DEFAULT) -> str:
+    dev = status.get("device") or {}
+    cache = status.get("cache") or {}
+    mem = status.get("memory") or {}
+    engine = status.get("engine") or {}
+    def t(key: str, **values: Any) -> str:
+        return text(lang, key, **values)
+
+    state_key = f"engine_state_{status['state']}"
+    rows = [
+        (t("sys_device"), f"{dev.get('kind', '…')} — "
+                          + (device_reason(dev["reason"], lang) if dev.get("reason") else t("resolving"))),
+        (t("sys_model"), status["model"].get("label") or status["model"]["spec"]),
+        (t("sys_dtype"), status.get("dtype") or "…"),
+        (t("sys_default_mode"), status.get("default_mode")),
+        (t("sys_engine"), f"{t('engine_name_' + engine['engine'].replace('-', '_')) if engine.get('engine') else '…'} · "
+                          f"{t(state_key) if state_key in MESSAGES_EN else status['state']}"
+                          + (t("sys_active_mode", mode=engine["active_mode"]) if engine.get("active_mode") else "")),
+        (t("sys_compile_backend"), dev.get("compile_backend", "…")),
+        *[(t("sys_cache"), f"`{c['dir']}` ({format_bytes(c['bytes'])}, {c['variable']})")
+          for c in cache.get("caches") or [{"dir": "…", "bytes": None, "variable": ""}]],
+        *([(t("sys_cores"), core_plan_text(status["neuron_cores"]))] if status.get("neuron_cores") else []),
+        (t("sys_memory"), t("sys_memory_value", rss=format_bytes(mem.get("rss_bytes")),
+                            device=format_bytes(mem.get("device_allocated_bytes")))),
+        (t("sys_lock"), t("on") if status.get("warm_only") else t("off")),
+        *([(t("sys_host_ops"), "; ".join(f"`{op}` ({', '.join(where)})" for op, where in status["fallback_ops"].items()))]
+          if status.get("fallback_ops") else []),
+        (t("sys_last_error"), status.get("last_error") or t("none")),
+    ]
+    return "\n".join([f"| {t('sys_head')} | |", "| --- | --- |"] + [f"| {k} | {v} |" for k, v in rows])
+
+
+SHAPE_COLUMNS = ["col_mode", "col_shape", "col_state", "col_compile_s", "col_steady_s", "col_runs", "col_error"]
+
+
+def shapes_frame(status: dict[str, Any], lang: str = DEFAULT) -> pd.DataFrame:
+    # A shape warmed from a bundle shows the bundle's compile seconds, labelled so, until it runs here.
+    rows = [[r["mode"], r["shape"], text(lang, f"badge_{r['state']}") + (
+                 f" ({text(lang, 'from_bundle')})" if r.get("bundle_compile_seconds") is not None else ""),
+             (f"{r['bundle_compile_seconds']:.2f} ({text(lang, 'from_bundle')})"
+              if r.get("bundle_compile_seconds") is not None else
+              None if r["compile_seconds"] is None else round(r["compile_seconds"], 2)),
+             None if r["steady_seconds"] is None else text(lang, "steady_of", seconds=f"{r['steady_seconds']:.3f}",
+                                                           count=r.get("steady_runs", 1)),
+             r["runs"], r["error"] or ""] for r in status.get("shapes", [])]
+    return pd.DataFrame(rows, columns=column_names(SHAPE_COLUMNS, lang))
+
+
+def warmup_markdown(status: dict[str, Any], lang: str = DEFAULT) -> str:
+    w = status.get("warmup")
+    if not w:
+        return ""
+    if w.get("running"):
+        return text(lang, "warmup_running", mode=w["mode"], done=w["done"], total=w["total"],
+                    current=w.get("current") or "…")
+    if w.get("error"):
+        return text(lang, "warmup_stopped", error=w["error"])
+    return text(lang, "warmup_done", total=w["total"], mode=w["mode"])
+
+
+def bundle_markdown(manifest: dict[str, Any], mismatch: str | None, lang: str = DEFAULT) -> str:
+    """An uploaded bundle before it is imported: what it warms, what it was made with, whether it
+    applies here, and that importing runs its author's code."""
+    rows = [f"| {key} | {manifest.get(key)} |" for key in ("created", "model", "device", "neuron_target", "lnc",
+                                                            "neuron_opt_level", "neuron_cc_flags", "dtype",
+                                                            "compile_backend", "torch", "torch_neuronx", "tp_degree")]
+    entries = ", ".join(f"{e.get('mode')} {e.get('shape')}" for e in manifest.get("entries") or []) or "—"
+    size = sum(f.get("bytes", 0) for f in manifest.get("files") or [])
+    verdict = text(lang, "bundle_applies") if mismatch is None else text(lang, "bundle_mismatch", why=mismatch)
+    return "\n".join([f"**{text(lang, 'bundle_entries')}:** {entries} · {len(manifest.get('files') or [])} "
+                      f"files, {size / 1e6:.1f} MB", "", "| | |", "| --- | --- |", *rows, "", verdict, "",
+                      text(lang, "bundle_trust")])
+
+
+def replicas_markdown(status: dict[str, Any], lang: str = DEFAULT, operator: bool = True) -> str:
+    """The System tab's replica table: per replica its state, core, pid, whether it is busy, the
+    requests it served and the shapes warm on it."""
+    pool = status.get("replicas") or {}
+    if not pool.get("size"):
+        return text(lang, "replicas_none" if operator else "replicas_none_viewer")
+    head = text(lang, "replicas_head", ready=pool["ready"], size=pool["size"], busy=pool["busy"],
+                restarts=pool.get("restarts", 0))
+    rows = [f"| {text(lang, 'col_replica')} | {text(lang, 'col_state')} | {text(lang, 'col_core')} | pid | "
+            f"{text(lang, 'col_served')} | {text(lang, 'col_warm')} |", "| --- | --- | --- | --- | --- | --- |"]
+    for r in pool["replicas"]:
+        state = tp_state_name(r["state"], lang) + (f" · {text(lang, 'replica_busy')}" if r.get("busy") else "")
+        if r.get("error") and r["state"] == "dead":
+            state += f" ({shorten(r['error'], 80)})"
+        core = r["core"] if r.get("core") is not None else "—"
+        rows.append(f"| {r['index']} | {state} | {core} | {r.get('pid') or '—'} | {r.get('served', 0)} | "
+                    f"{', '.join(r.get('warm') or []) or '—'} |")
+    error = f"\n\n{pool['error']}" if pool.get("error") else ""
+    return head + "\n\n" + "\n".join(rows) + error
