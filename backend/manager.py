@@ -6,12 +6,13 @@ Importing this module does not import torch: the device layer and the engines lo
 It validates requests up front, routes each to an engine by one rule, admits it once (the
 warm-only lock, the recompile limit), reports progress, cancels cooperatively, keeps the per
 (mode, shape) compile table from what each run measured, and publishes a JSON-able status
-snapshot. The engines (``backend.engines``) are held by name and all look alike here: the manager
-knows no group, replica, degree, process or core.
+snapshot. The engines are held by role (``backend.engines.base``: the in-process engine, and the
+launched ones, asked in order), never by type or position: the manager knows no group, replica,
+degree, process or core.
 
 The routing rule: the launched engines (a worker group, a replica pool) are asked in order whether
 a request is theirs (``Engine.route``); the first that answers serves it, or sends it to the
-in-process engine with the reason (degraded: its engine is starting or down); a request no
+in-process engine (``Route.to_in_process``) with the reason (degraded: its engine is starting or down); a request no
 launched engine takes runs in process.
 """
 
@@ -27,12 +28,15 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 from backend import compile_state as cs
 from backend.admission import Admission, PlaceBook
 from backend.engines.base import Engines
-from backend.errors import BackendBusy, BackendNotReady, GenerationCancelled, GenerationFailed, InvalidRequest, \
+from backend.errors import BackendNotReady, GenerationCancelled, GenerationFailed, InvalidRequest, \
     NotAllowed, StudioError
 from backend.records import GenerationRequest, GenerationResult, ProgressEvent
 from backend.roles import LOCAL_OPERATOR, Caller
 from backend.settings import MODES, Settings
 from backend.shapes import Shape
+from backend.manager_caches import CacheOps
+from backend.manager_controls import OperatorControls
+from backend.manager_status import StatusView
 from backend.validation import validate_request
 from backend.warmup import Warmups
 
@@ -46,7 +50,10 @@ _KEEP_RECORDS = 1000
 ProgressFn = Callable[[ProgressEvent], None]
 
 
-class Manager:
+class Manager(OperatorControls, CacheOps, StatusView):
+    """The one door (see the module's docstring); the operator's controls (launched engines, the lock,
+    warm-ups), its caches and bundles, and its status snapshot are in ``manager_controls``, ``manager_caches``, ``manager_status``."""
+
     def __init__(self, settings: Settings, engine_factory: Callable[[Device, str], Any] | None = None,
                  clock: Callable[[], float] = time.monotonic):
         """``engine_factory(device, model_path)`` replaces the in-process engine (tests give a fake)."""
@@ -169,85 +176,6 @@ class Manager:
         """The in-process engine once it is loaded (None before)."""
         return self._local if self.engines and self._local.state == "ready" else None
 
-    # warm-start bundles ----------------------------------------------------------------------
-    def bundle_manifest(self, entries: list[dict[str, Any]] | None = None):
-        """This install's manifest fields (``backend.bundles``): what a bundle must match to apply."""
-        from backend import bundles
-
-        if self.device is None or self.model_path is None:
-            raise BackendNotReady("the device is not ready yet")
-        return bundles.describe_install(self.device, self.settings, self.model_path, self.model_label or "",
-                                        entries)
-
-    def export_bundle(self, path, pairs: Iterable[tuple[str, Shape]] | None = None, *,
-                      caller: Caller = LOCAL_OPERATOR):
-        """Write a bundle of the compile caches that warms ``pairs`` ((mode, shape); None: every warm
-        in-process shape). Each pair runs first if it is not warm yet. Returns the manifest."""
-        from backend import bundles
-
-        caller.require_operator("Exporting a warm-start bundle")
-        if pairs is None:
-            pairs = [(r["mode"], Shape(r["height"], r["width"])) for r in self.table.snapshot()
-                     if r["state"] == "warm" and r["mode"] in self._local.modes]
-        pairs = list(dict.fromkeys(pairs))
-        if not pairs:
-            raise InvalidRequest("shapes", "no warm shape to export: warm some first (System tab) or name them")
-        for mode in dict.fromkeys(m for m, _s in pairs):
-            cold = [s for m, s in pairs if m == mode and self.table.state(m, s) != "warm"]
-            if cold:
-                self.warmup(cold, mode)
-        rows = {(r["mode"], Shape(r["height"], r["width"])): r for r in self.table.snapshot()}
-        entries = []
-        for mode, shape in pairs:
-            row = rows.get((mode, shape)) or {}
-            seconds = row.get("bundle_compile_seconds") or row.get("compile_seconds")
-            entries.append({"mode": mode, "shape": str(shape), "compile_seconds": seconds})
-        with self._local.exclusive():
-            return bundles.export(path, self.bundle_manifest(entries), self.device)
-
-    def import_bundle(self, path, *, caller: Caller = LOCAL_OPERATOR) -> dict[str, Any]:
-        """Check a bundle against this install and put its files in the compile caches (nothing on a
-        mismatch: ``bundles.BundleRefused`` names the field). Returns the manifest and counts."""
-        from backend import bundles
-
-        caller.require_operator("Importing a warm-start bundle")
-        with self._local.exclusive():
-            return bundles.import_bundle(path, self.device, self.bundle_manifest())
-
-    def _import_at_start(self):
-        result = self.import_bundle(self.settings.cache_from)
-        log.info("imported %s: %d files (%d already there)", self.settings.cache_from, result["written"],
-                 result["already_there"])
-        return result["manifest"]
-
-    def warm_from_bundle(self, manifest) -> None:
-        """Run a bundle's shapes once (each mode the engines here serve), so they are warm and the
-        table says their compile came from the bundle."""
-        from backend.shapes import parse_shape
-
-        by_mode: dict[str, list[Shape]] = {}
-        for entry in manifest.entries:
-            if entry.get("mode") in self.modes:
-                by_mode.setdefault(entry["mode"], []).append(parse_shape(str(entry["shape"])))
-        from backend.device import diff_counters
-
-        before = self.device.compile_snapshot()
-        for mode, shapes in list(by_mode.items()):
-            try:
-                self.warmup(shapes, mode)
-            except BackendNotReady:  # its engine is not running here (a tensor-parallel group)
-                del by_mode[mode]
-        done = diff_counters(before, self.device.compile_snapshot())
-        # What the warm pass still compiled afresh: inductor graphs that missed its cache (CPU/CUDA),
-        # NEFFs the Neuron compiler built (Neuron); dynamo traces every graph either way.
-        self.bundle = {"source": str(self.settings.cache_from), "model": manifest.model, "entries": manifest.entries,
-                       "graphs_traced": int(done.get("graphs", 0)), "fxgraph_hits": int(done.get("fxgraph_hits", 0)),
-                       "fresh_compiles": int(done.get("fxgraph_misses", 0) + done.get("neff_compiles", 0)),
-                       "neff_disk_hits": int(done.get("neff_disk_hits", 0))}
-        for entry in manifest.entries:
-            if entry.get("mode") in by_mode:
-                self.table.mark_bundled(entry["mode"], parse_shape(str(entry["shape"])), entry.get("compile_seconds"))
-
     def wait_ready(self, timeout: float | None = None) -> bool:
         return self._ready.wait(timeout) and self.state in ("ready", "warming")
 
@@ -270,39 +198,6 @@ class Manager:
         finally:
             local.exclusive().release()
         return True
-
-    # engines: started and stopped by name, the same way whatever they are ----------------------
-    def _named(self, name: str) -> "LaunchedEngine":
-        engine = next((e for e in self._launched if e.name == name), None)
-        if engine is None:
-            raise InvalidRequest("engine", f"must be one of {', '.join(e.name for e in self._launched)}, "
-                                           f"got {name!r}")
-        return engine
-
-    def start_engine(self, name: str, size: int | None = None, wait: bool = False, *,
-                     caller: Caller = LOCAL_OPERATOR) -> dict[str, Any]:
-        """Start (or resize) a launched engine: ``size`` its processes (the group's degree, the
-        pool's replicas; None: its setting). Checked, cores included, before anything starts;
-        returns its status. The operator's."""
-        caller.require_operator(f"Starting the {name} engine")
-        if self.device is None or self.model_path is None:
-            raise BackendNotReady("the device is not ready yet")
-        engine = self._named(name)
-        with self._life:
-            return engine.start(size, wait=wait)
-
-    def stop_engine(self, name: str, *, caller: Caller = LOCAL_OPERATOR) -> None:
-        """Stop a launched engine (no process of it survives). The operator's."""
-        caller.require_operator(f"Stopping the {name} engine")
-        engine = self._named(name)
-        with self._life:
-            engine.stop()
-
-    def engine_logs(self, name: str, lines: int = 20, *, caller: Caller = LOCAL_OPERATOR) -> dict[str, str]:
-        """The tail of each worker's log, read now: only when someone looks at them (the operator:
-        logs carry paths and the environment's traces)."""
-        caller.require_operator("Reading the worker logs")
-        return self._named(name).logs(lines)
 
     @property
     def modes(self) -> tuple[str, ...]:
@@ -468,41 +363,10 @@ class Manager:
                 job["cancel"].set()
         return bool(mine)
 
-    def stop_compiling_workers(self, *, caller: Caller = LOCAL_OPERATOR) -> list[str]:
-        """End compiles now where they can be ended: stop each launched engine whose worker is
-        compiling (a compile inside this process cannot be interrupted; a worker process can be
-        killed). Its runs fail as stopped; the operator starts the engine again. The operator's."""
-        caller.require_operator("Stopping a compiling worker")
-        with self._state_lock:
-            names = sorted({job["engine"] for job in self._jobs.values() if job["phase"] == "compiling"})
-        stopped = [name for name in names if any(e.name == name for e in self._launched)]
-        with self._state_lock:
-            for job in self._jobs.values():
-                if job["engine"] in stopped:
-                    job["worker_stopped"] = True
-                    job["cancel"].set()
-        for name in stopped:
-            self.stop_engine(name, caller=caller)
-        return stopped
-
-    def warmup(self, shapes: Iterable[Shape], mode: str | None = None,
-               progress: Callable[[int, int, Shape], None] | None = None) -> list[GenerationResult]:
-        """Compile (mode, shape) for each shape wherever that mode is served, and measure one steady
-        run; bypasses the warm-only lock."""
-        return self._warmups.run(list(shapes), mode or self.settings.mode, progress)
-
-    def start_warmup(self, shapes: Iterable[Shape], mode: str | None = None, *,
-                     caller: Caller = LOCAL_OPERATOR) -> None:
-        """Warm shapes in a background thread; ``status()["warmup"]`` shows its progress. The operator's."""
-        caller.require_operator("Warming up shapes")
-        self._warmups.start(list(shapes), mode or self.settings.mode)
-
     def compare(self, request: GenerationRequest, modes: Iterable[str],
                 progress: ProgressFn | None = None, owner: str | None = None) -> list[dict[str, Any]]:
         """Run one request through several modes; each entry has image, result, and the max pixel
         difference (0-255) from the first mode's image."""
-        import dataclasses
-
         import numpy as np
 
         modes = list(dict.fromkeys(modes))
@@ -528,79 +392,3 @@ class Manager:
         result.path = str(save_png(image, result, unique_output_path(self.settings.output_dir, result)).resolve())
         prune(self.settings.output_dir, self.settings.keep_outputs)
         return result.path
-
-    def clear_compile_cache(self, *, caller: Caller = LOCAL_OPERATOR) -> int:
-        """Empty the on-disk compile caches between generations; returns bytes freed. Graphs already
-        in memory stay warm; only later processes lose the head start. Refused while a launched
-        engine runs: its workers hold lock files in the local NEFF cache (and read the caches while
-        they compile)."""
-        caller.require_operator("Clearing the compile cache")
-        if self.device is None:
-            raise BackendNotReady("the device is not ready yet")
-        for engine in self._launched:
-            why = engine.busy_with_cache()
-            if why:
-                raise BackendBusy(why)
-        with self._local.exclusive():
-            return self.device.clear_caches()
-
-    def cache_plan(self, *, caller: Caller = LOCAL_OPERATOR) -> list[dict[str, Any]]:
-        """What clearing the compile cache would remove (per folder: entries and bytes). The operator's."""
-        caller.require_operator("Clearing the compile cache")
-        if self.device is None:
-            raise BackendNotReady("the device is not ready yet")
-        return self.device.cache_plan()
-
-    def set_warm_only(self, locked: bool, *, caller: Caller = LOCAL_OPERATOR) -> None:
-        """Lock to warm shapes (or unlock). The operator's."""
-        caller.require_operator("Locking to warm shapes")
-        self.warm_only = bool(locked)
-
-    def capacity(self) -> int:
-        """How many requests can run at once now: the launched engines' capacity (a pool: its ready
-        replicas; a group: one), at least one (the in-process engine). Cheap: read often."""
-        return max(1, sum(e.capacity() for e in self._launched)) if self.engines else 1
-
-    # status ------------------------------------------------------------------------------------
-    def _core_plan_status(self) -> dict[str, Any] | None:
-        plan = self.device.core_plan if self.device is not None else None
-        if plan is None:
-            return None
-        return plan.describe(wanted={e.name: e.cores_wanted() for e in self._launched})
-
-    def status(self) -> dict[str, Any]:
-        now = self._clock()
-        with self._state_lock:
-            running = [{k: (str(v) if k == "shape" else v) for k, v in job.items()
-                        if k not in ("owner", "cancel", "overlapped", "running")}
-                       for job in self._jobs.values()]  # a page session is its own business, not the room's
-            host_ops = {op: sorted(where) for op, where in sorted(self.fallback_ops.items())}
-        for job in running:
-            job["elapsed"] = round(now - job.pop("started"), 3)
-        device, engines = self.device, list(self.engines.values())
-        return {
-            "state": self.state,
-            "model": {"spec": self.settings.model, "label": self.model_label, "card": self.card.to_json()},
-            "device": vars(device.info) if device else None,
-            "dtype": device.info.dtype if device else None,
-            "default_mode": self.settings.mode,
-            "modes": list(self.modes),
-            **{e.status_key: e.describe() for e in self._launched},
-            "engine": self.engine.describe() if self.engine else None,
-            "engines": {e.name: {"state": e.state, "modes": list(e.modes), "capacity": e.capacity()} for e in engines},
-            "warm_only": self.warm_only,
-            "max_compiled_shapes": self.settings.max_compiled_shapes,
-            "busy": running[0] if running else None,
-            "running": running,
-            "shapes": self.table.snapshot(),
-            "cache": device.cache_info() if device else None,
-            "memory": device.memory() if device else None,
-            "load_error": self.load_error,
-            "last_error": self.last_error,
-            "generations": len(self.records),
-            "warmup": self._warmups.status(),
-            "neuron_cores": self._core_plan_status(),
-            "degraded": next((why for why in (e.degraded() for e in self._launched) if why), None),
-            "bundle": self.bundle,
-            "fallback_ops": host_ops,
-        }
