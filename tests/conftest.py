@@ -5,12 +5,10 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parent.parent  # (the code is an installed package: pyproject.toml)
 
 _CACHE = tempfile.mkdtemp(prefix="neuron-studio-test-cache-")
 atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)  # the suite leaves nothing in /tmp

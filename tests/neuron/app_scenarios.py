@@ -265,7 +265,6 @@ def replicas(workdir: Path) -> dict:
 
 def main() -> None:
     scenario, workdir = sys.argv[1], Path(sys.argv[2])
-    sys.path.insert(0, str(ROOT))
     from backend import device_env
 
     device_env.prepare_environment(workdir / "cache")
