@@ -176,7 +176,7 @@ def test_a_small_hello_is_read_whole(pair):
 
 @pytest.fixture
 def server():
-    from backend.tp.worker import Rank0Server
+    from backend.tp.rank0_server import Rank0Server
 
     folder = tempfile.mkdtemp(prefix="ns-")  # short: a Unix socket path has about 100 bytes
     made = Rank0Server(os.path.join(folder, "tp.sock"), "s" * 64, 2)
@@ -197,7 +197,7 @@ def test_the_socket_file_appears_only_once_rank_0_listens(monkeypatch):
     """The app connects as soon as the file exists; a connect between bind and listen is refused,
     and a start that is refused reads as a dead group (it once failed a degree-3 start on a busy
     machine). Rank 0 binds under another name, listens, and renames it into place."""
-    from backend.tp import worker
+    from backend.tp import rank0_server
 
     folder = tempfile.mkdtemp(prefix="ns-")
     path = os.path.join(folder, "tp.sock")
@@ -208,8 +208,8 @@ def test_the_socket_file_appears_only_once_rank_0_listens(monkeypatch):
             seen.append(os.path.exists(path))
             super().listen(*args)
 
-    monkeypatch.setattr(worker.socket, "socket", Watched)
-    made = worker.Rank0Server(path, "s" * 64, 2)
+    monkeypatch.setattr(rank0_server.socket, "socket", Watched)
+    made = rank0_server.Rank0Server(path, "s" * 64, 2)
     try:
         assert seen == [False]  # not visible before it listens
         assert sorted(os.listdir(folder)) == ["tp.sock"]  # visible now, under its name, and only it
@@ -320,7 +320,7 @@ def _broadcast_rank(rank: int, store_path: str, jobs: list, out_dir: str) -> Non
 
     import torch.distributed as dist
 
-    from backend.tp.worker import _bcast_json
+    from backend.tp.collectives import _bcast_json
 
     dist.init_process_group("gloo", init_method=f"file://{store_path}", rank=rank, world_size=2)
     try:
@@ -337,7 +337,7 @@ def test_a_job_reaches_every_rank_whole_in_one_broadcast_or_two():
     follows in a second: both arrive whole on rank 1. Two real gloo ranks."""
     import torch.multiprocessing as mp
 
-    from backend.tp.worker import JOB_BYTES
+    from backend.tp.collectives import JOB_BYTES
 
     jobs = [{"type": "generate", "prompt": "a red circle", "seed": 3},
             {"type": "generate", "prompt": "🦊" * 2000, "seed": 4},
