@@ -180,7 +180,6 @@ class WorkerGroup(GroupCalls):
             # The app's own NeuronCores are not the ranks': each rank sets its core before torch loads.
             env.pop("NEURON_RT_VISIBLE_CORES", None)
             env.update(self.env)
-            env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
             # torchrun's own log dir (its per-rank error files) inside the run dir, which goes with
             # the group: by default it makes a torchelastic_* dir in /tmp and never removes it.
             cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
