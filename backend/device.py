@@ -2,20 +2,16 @@
 
 It picks the device (``--device auto``: neuron if TorchNeuron is installed and a NeuronCore is
 visible, else cuda, else cpu, and says why), the default dtype, the torch.compile backend, the
-process-group backend, and reads synchronisation, memory and compile counters. No other module names
-``torch_neuronx`` or ``torch.neuron``.
+process-group backend, and synchronises and reads memory. Its parts, each in its own module and
+re-exported here: compile counters (``backend.device_metrics``), compile-error classification
+(``backend.compile_errors``) and the compile caches (``backend.device_caches``). No module outside
+these names ``torch_neuronx`` or ``torch.neuron``.
 
 TorchNeuron facts this module respects (DESIGN.md): importing ``torch_neuronx`` registers the
 ``"neuron"`` device, the ``"neuron"`` torch.compile backend and ``torch.neuron``; with
 ``TORCH_DEVICE_BACKEND_AUTOLOAD=0`` it must be imported explicitly; its NEFF cache variable must be
-set before it loads (``backend.device_env`` does that); its compile counters are
-``torch_neuronx.metrics.get_counter_value("CompilationCache.*")``, in a submodule the package does
-not import (its own examples write ``import torch_neuronx.metrics``), and read None before the first
-increment. Dynamo's own compile callbacks count torch.compile graphs on every device.
-
-Two counts, never added: ``graphs`` (torch.compile graphs, from dynamo, every device) and
-``neff_compiles`` (Neuron only: every NEFF the Neuron compiler built — one or more per graph, plus
-one per new eager op signature, since TorchNeuron's eager mode compiles too).
+set before it loads (``backend.device_env`` does that); its compile counters live in
+``torch_neuronx.metrics``, a submodule the package does not import (``load_torch_neuronx`` does).
 """
 
 from __future__ import annotations
@@ -24,39 +20,30 @@ import dataclasses
 import importlib
 import importlib.util
 import os
-import re
 import shutil
 import subprocess
-import threading
-import time
-from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import psutil
 import torch
 import torch._dynamo
 
 from backend import device_env
+from backend.compile_errors import COMPILE_ERROR_MARKS, compile_error_text, is_compile_error
+from backend.device_caches import DeviceCaches
+from backend.device_metrics import (COMPILE_EVENTS, NEFF_COMPILE_TIME, NEFF_COMPILE_TIME_PER_SECOND, NEFF_COUNTERS,
+                                    CompileEvents, DeviceMetrics, diff_counters)
 from backend.errors import DeviceUnavailable
 from backend.settings import Settings
 
-# What the app reads from TorchNeuron, each checked against a captured artefact of its source
-# (tests/standin/captures/torchneuron/*.json; tests/neuron/test_captures.py):
-NEFF_COUNTERS = {  # metrics.json: counters, None before their first increment
-    "neff_compiles": "CompilationCache.TotalCompilations",
-    "neff_memory_hits": "CompilationCache.InMemoryHits",
-    "neff_disk_hits": "CompilationCache.PersistentHits",
-}
-# metrics.json: neuronx-cc's time for every NEFF built, summed in get_metric_data(...)["accumulator"],
-# in NANOSECONDS (TORCH_NEURONX_TIME_METRIC stores duration_cast<nanoseconds>; TorchNeuron's own
-# stats helper labels the sum "us", wrongly).
-NEFF_COMPILE_TIME = "CompilationCache.CompilationTime"
-NEFF_COMPILE_TIME_PER_SECOND = 1e9
-# errors.json: a failed neuronx-cc run reaches Python as a plain RuntimeError with this text
-# (ErrorHandler.cpp's HandleCompilationError, or CompilationCache.cpp's ThrowCompilationError);
-# "NRT Execution error occurred ..." is the runtime failing to run a NEFF, not a compile.
-COMPILE_ERROR_MARKS = ("Compilation error occurred on Neuron for operation=", "Compilation failed for cache key '")
-_COMPILER_MESSAGE = re.compile(r'error message="(COMPILATION FAILED: [^\n]*?)"?$', re.M)
+__all__ = [  # this module's own names, then those of its parts that importers take from here
+    "PROCESS_GROUP_BACKENDS", "Device", "DeviceInfo", "DeviceUnavailable", "compiler_on_path",
+    "load_torch_neuronx", "neuron_installed", "rank_device_info", "resolve_device",
+    "COMPILE_ERROR_MARKS", "compile_error_text", "is_compile_error",
+    "COMPILE_EVENTS", "NEFF_COMPILE_TIME", "NEFF_COMPILE_TIME_PER_SECOND", "NEFF_COUNTERS", "CompileEvents",
+    "DeviceCaches", "DeviceMetrics", "diff_counters",
+]
+
 PROCESS_GROUP_BACKENDS = {"neuron": "neuron", "cuda": "nccl", "cpu": "gloo"}
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -184,35 +171,6 @@ def rank_device_info(settings: Settings) -> DeviceInfo:
     )
 
 
-def is_compile_error(exc: BaseException) -> bool:
-    """True when ``exc`` (or what it wraps) is a compiler's failure rather than the model's.
-
-    dynamo reports a backend that fails while compiling as ``BackendCompilerFailed``. The neuron
-    backend compiles later, at the graph's first execution (or the next synchronize), and eager ops
-    compile as they run, so Neuron's compile errors come from the run as plain RuntimeErrors: known
-    by TorchNeuron's own words for them (``COMPILE_ERROR_MARKS``, from the captured texts). This is
-    the one place that knows those signs."""
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, torch._dynamo.exc.BackendCompilerFailed):
-            return True
-        if any(mark in str(seen) for mark in COMPILE_ERROR_MARKS):
-            return True
-        seen = getattr(seen, "inner_exception", None) or seen.__cause__
-    return False
-
-
-def compile_error_text(exc: BaseException) -> str:
-    """The line worth showing from a compile error: TorchNeuron's ``COMPILATION FAILED: <the
-    compiler's last line>`` where the text has one, else the error's first line."""
-    text = str(exc)
-    found = _COMPILER_MESSAGE.search(text)
-    if found:
-        return found.group(1)
-    lines = text.strip().splitlines()
-    return lines[0] if lines else type(exc).__name__
-
-
 def compiler_on_path(environ=None) -> dict[str, Any]:
     """Where ``neuronx-cc`` is found on PATH (TorchNeuron runs it by name: execvp / shutil.which) and
     its version: ``{"path": str | None, "version": str | None}``."""
@@ -228,55 +186,9 @@ def compiler_on_path(environ=None) -> dict[str, Any]:
     return {"path": path, "version": version}
 
 
-class CompileEvents:
-    """Counts torch.compile (dynamo) compilations and their seconds, on every device.
-
-    Registered with dynamo's compile callbacks; ``torch._dynamo.reset()`` clears those, so
-    ``ensure_registered`` is called before each measured region.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._started: dict[str, float] = {}
-        self.count = 0
-        self.seconds = 0.0
-        self._on_start: list[Callable[[], None]] = []
-
-    def ensure_registered(self) -> None:
-        handler = torch._dynamo.callback_handler
-        if self._start not in handler.start_callbacks:
-            handler.register_start_callback(self._start)
-        if self._end not in handler.end_callbacks:
-            handler.register_end_callback(self._end)
-
-    def add_start_listener(self, fn: Callable[[], None]) -> Callable[[], None]:
-        """Call ``fn`` when a compile starts (used to report the 'compiling' phase). Returns a remover."""
-        self._on_start.append(fn)
-        return lambda: self._on_start.remove(fn)
-
-    def _start(self, args) -> None:
-        with self._lock:
-            self._started[args.compile_id] = time.perf_counter()
-        for fn in list(self._on_start):
-            fn()
-
-    def _end(self, args) -> None:
-        with self._lock:
-            began = self._started.pop(args.compile_id, None)
-            self.count += 1
-            if began is not None:
-                self.seconds += time.perf_counter() - began
-
-    def snapshot(self) -> tuple[int, float]:
-        with self._lock:
-            return self.count, self.seconds
-
-
-COMPILE_EVENTS = CompileEvents()
-
-
-class Device:
-    """The chosen device and the operations that differ per device."""
+class Device(DeviceMetrics, DeviceCaches):
+    """The chosen device and the operations that differ per device (its compile counters from
+    ``DeviceMetrics``, its compile caches from ``DeviceCaches``)."""
 
     def __init__(self, info: DeviceInfo, max_compiled_shapes: int = 32, instance_cores: int | None = None):
         """``instance_cores``: NeuronCores on the instance (None: ask the Neuron driver)."""
@@ -374,115 +286,3 @@ class Device:
         elif self.kind == "neuron":
             allocated, peak = torch.neuron.memory_allocated(), torch.neuron.max_memory_allocated()
         return {"rss_bytes": rss, "device_allocated_bytes": allocated, "device_peak_bytes": peak}
-
-    def neff_counters(self) -> dict[str, float]:
-        """TorchNeuron's NEFF compile-cache counters and the compiler's accumulated seconds (empty off
-        Neuron)."""
-        if self._neuronx is None:
-            return {}
-        metrics = importlib.import_module("torch_neuronx.metrics")
-        out: dict[str, float] = {key: int(metrics.get_counter_value(name) or 0) for key, name in NEFF_COUNTERS.items()}
-        data = metrics.get_metric_data(NEFF_COMPILE_TIME)  # None before the first NEFF is built
-        out["neff_compile_seconds"] = float(data["accumulator"]) / NEFF_COMPILE_TIME_PER_SECOND if data else 0.0
-        return out
-
-    def fallback_ops(self) -> list[str]:
-        """Ops that ran on the host instead of the NeuronCore since the last call (TorchNeuron's CPU
-        fallback: unsupported or failed eager ops run on the CPU silently), read and then cleared so
-        the next run starts afresh; [] off Neuron. Sorted: TorchNeuron keeps them in a set."""
-        if self._neuronx is None:
-            return []
-        ops = sorted(str(op) for op in self._neuronx.get_fallback_ops())
-        self._neuronx.clear_op_tracking()
-        return ops
-
-    def neff_key_fields(self) -> dict[str, Any]:
-        """What TorchNeuron puts in every NEFF's cache key besides the program (KernelExecution.cpp,
-        captured in neff_cache.json): the chip target, the logical-core config, the compiler's
-        optimisation level override and NEURON_CC_FLAGS. A NEFF made with other values misses; the
-        compiler's version is not in the key. None off Neuron."""
-        if self._neuronx is None:
-            return {"neuron_target": None, "lnc": None, "neuron_opt_level": None, "neuron_cc_flags": None}
-        utils = importlib.import_module("torch_neuronx.utils")
-        return {"neuron_target": str(utils.get_platform_target()), "lnc": int(utils.get_lnc_setting()),
-                "neuron_opt_level": os.environ.get("NEURON_COMPILER_OPT_LEVEL") or None,
-                "neuron_cc_flags": os.environ.get("NEURON_CC_FLAGS") or ""}
-
-    def compile_snapshot(self) -> dict[str, float]:
-        """Counters to diff around a region: dynamo graphs (+ their seconds) and NEFF compiles.
-
-        ``compile_seconds`` is every second spent compiling: dynamo's (tracing, and the backend's
-        own work) plus, on Neuron, neuronx-cc's. The neuron backend hands the compile to the first
-        execution and returns at once, so dynamo's events leave the compiler out; TorchNeuron's
-        metric has it, and the two never overlap."""
-        COMPILE_EVENTS.ensure_registered()
-        count, seconds = COMPILE_EVENTS.snapshot()
-        neff = self.neff_counters()
-        return {"graphs": count, "compile_seconds": seconds + neff.get("neff_compile_seconds", 0.0), **neff,
-                **self.fxgraph_counters()}
-
-    @staticmethod
-    def fxgraph_counters() -> dict[str, int]:
-        """Inductor's FX-graph cache lookups so far in this process: a hit skips inductor's compile
-        (dynamo still traces the graph); a miss compiles afresh. Empty where none happened."""
-        from torch._dynamo.utils import counters
-
-        inductor = counters.get("inductor", {})
-        return {"fxgraph_hits": int(inductor.get("fxgraph_cache_hit", 0)),
-                "fxgraph_misses": int(inductor.get("fxgraph_cache_miss", 0))}
-
-    CACHE_SIZE_TTL = 10.0  # seconds; every open page asks for the status each second
-
-    def cache_vars(self) -> tuple[str, ...]:
-        """The app-owned compile caches this device uses (both NEFF caches on Neuron)."""
-        return device_env.NEURON_CACHE_VARS if self.kind == "neuron" else (device_env.INDUCTOR_CACHE_VAR,)
-
-    def cache_info(self, fresh: bool = False) -> dict[str, Any]:
-        """The compile cache folders and their sizes (re-read at most every CACHE_SIZE_TTL s:
-        walking a large NEFF cache on every status request would cost more than the status).
-
-        Returns {"bytes": total, "caches": [{"variable", "dir", "bytes"}, ...]} plus the first
-        cache's "variable" and "dir" for one-line displays."""
-        env = device_env.prepared_environment()
-        paths = tuple((var, env.get(var, "")) for var in self.cache_vars())
-        now = time.monotonic()
-        cached = self._cache_size
-        if fresh or cached is None or cached[0] != paths or now - cached[1] > self.CACHE_SIZE_TTL:
-            sizes = [device_env.dir_size(path) if path else 0 for _var, path in paths]
-            self._cache_size = cached = (paths, now, sizes)
-        caches = [{"variable": var, "dir": path, "bytes": size} for (var, path), size in zip(paths, cached[2])]
-        return {"variable": caches[0]["variable"], "dir": caches[0]["dir"],
-                "bytes": sum(c["bytes"] for c in caches), "caches": caches}
-
-
-    def cache_plan(self) -> list[dict[str, Any]]:
-        """What "clear compile cache" would remove, per cache: its folder, how many entries the
-        compile stack wrote there (``backend.cache_layout``) and their bytes. Nothing else is touched."""
-        from backend import cache_layout
-
-        plan = []
-        for cache in self.cache_info(fresh=True)["caches"]:
-            found = cache_layout.entries(cache_layout.KIND_BY_VARIABLE[cache["variable"]], cache["dir"]) \
-                if cache["dir"] else []
-            plan.append({**cache, "entries": len(found), "remove_bytes": cache_layout.size(found)})
-        return plan
-
-    def clear_caches(self) -> int:
-        """Delete what the compile stack wrote in this device's cache folders (its own layout, never
-        other files a user keeps there); returns the bytes it removed."""
-        from backend import cache_layout
-
-        info = self.cache_info(fresh=True)
-        removed = 0
-        for cache in info["caches"]:
-            folder = Path(cache["dir"]).resolve() if cache["dir"] else None
-            if folder is None or not folder.is_dir():
-                continue
-            kind = cache_layout.KIND_BY_VARIABLE[cache["variable"]]
-            removed += cache_layout.remove(folder, cache_layout.entries(kind, folder))
-        self.cache_info(fresh=True)  # the status shows the emptied folders at once
-        return removed
-
-
-def diff_counters(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
-    return {key: after[key] - before.get(key, 0) for key in after}
