@@ -129,6 +129,7 @@ class WorkerGroup(GroupCalls):
         self._pixels_bytes = min(proto.MAX_PAYLOAD, settings.max_size * settings.max_size * 3)
         self._pixels: proto.PixelBuffer | None = None
         self._run_lock = threading.Lock()
+        self.run_root: str | None = None  # where run dirs are made (None: the system's temp folder)
 
     def close(self) -> None:
         """Stop at once (the app is leaving or replacing the group): SIGTERM, grace, SIGKILL. A dead
@@ -161,6 +162,10 @@ class WorkerGroup(GroupCalls):
         }
 
     # lifecycle ---------------------------------------------------------------------------------
+    # The state machine: launching -> loading/warming -> ready -> stopping -> stopped, or dead from
+    # any of them. The transitions below are the only code that sets ``state``; ``_spawn``,
+    # ``_watch``, ``_end_processes`` are what touches processes (a test double replaces those three
+    # and drives the same transitions).
     def start(self) -> None:
         if self._teardown is not None:
             self._teardown.join()  # the previous group is fully gone before a new one starts
@@ -168,33 +173,60 @@ class WorkerGroup(GroupCalls):
             if self.state not in ("stopped", "dead"):
                 raise BackendNotReady(f"the {self.name} is already {self.state}")
             self._cleanup_dir()
-            self.dir = tempfile.mkdtemp(prefix="neuron-studio-tp-")  # 0700: ours alone
+            self.dir = tempfile.mkdtemp(prefix=proto.RUN_DIR_PREFIX, dir=self.run_root)  # 0700: ours alone
             self.socket_path = os.path.join(self.dir, "tp.sock")
-            self._token = secrets.token_hex(32)
-            if self._pixels is None:
-                self._pixels = proto.PixelBuffer.create(self._pixels_bytes)
-            config = dataclasses.replace(self._config, socket=self.socket_path, run_dir=self.dir,
-                                         pixels=self._pixels.path if self._pixels else "",
-                                         pixels_bytes=self._pixels.size if self._pixels else 0)
-            env = dict(os.environ, **{proto.CONFIG_VAR: config.to_json(), proto.TOKEN_VAR: self._token})
-            # The app's own NeuronCores are not the ranks': each rank sets its core before torch loads.
-            env.pop("NEURON_RT_VISIBLE_CORES", None)
-            env.update(self.env)
-            # torchrun's own log dir (its per-rank error files) inside the run dir, which goes with
-            # the group: by default it makes a torchelastic_* dir in /tmp and never removes it.
-            cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                   f"--nproc-per-node={self.degree}", "--monitor-interval=0.5",
-                   f"--log-dir={os.path.join(self.dir, 'torchrun')}", *self.torchrun_args,
-                   "-m", "backend.tp.worker"]
-            self._log = open(os.path.join(self.dir, "torchrun.log"), "w")
             self.error = self.last_request_error = None
             self.timings, self.ranks, self._pids = {}, [], set()
             self._ready.clear()
-            self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=self._log,
-                                         stderr=subprocess.STDOUT, start_new_session=True)
+            self.proc = self._spawn()
             self.state = "launching"
-        threading.Thread(target=self._monitor, args=(self.proc,), name="tp-monitor", daemon=True).start()
-        threading.Thread(target=self._await_ready, args=(self.proc,), name="tp-ready", daemon=True).start()
+        self._watch(self.proc)
+
+    def _spawn(self):
+        """(lock held) Launch torchrun and its ranks in the run dir; returns the launcher process."""
+        self._token = secrets.token_hex(32)
+        if self._pixels is None:
+            self._pixels = proto.PixelBuffer.create(self._pixels_bytes)
+        config = dataclasses.replace(self._config, socket=self.socket_path, run_dir=self.dir,
+                                     pixels=self._pixels.path if self._pixels else "",
+                                     pixels_bytes=self._pixels.size if self._pixels else 0)
+        env = dict(os.environ, **{proto.CONFIG_VAR: config.to_json(), proto.TOKEN_VAR: self._token})
+        # The app's own NeuronCores are not the ranks': each rank sets its core before torch loads.
+        env.pop("NEURON_RT_VISIBLE_CORES", None)
+        env.update(self.env)
+        # torchrun's own log dir (its per-rank error files) inside the run dir, which goes with
+        # the group: by default it makes a torchelastic_* dir in /tmp and never removes it.
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+               f"--nproc-per-node={self.degree}", "--monitor-interval=0.5",
+               f"--log-dir={os.path.join(self.dir, 'torchrun')}", *self.torchrun_args,
+               "-m", "backend.tp.worker"]
+        self._log = open(os.path.join(self.dir, "torchrun.log"), "w")
+        return subprocess.Popen(cmd, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=self._log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+
+    def _watch(self, proc) -> None:
+        """Follow a launch: its exit (``_monitor``) and its READY (``_await_ready``)."""
+        threading.Thread(target=self._monitor, args=(proc,), name="tp-monitor", daemon=True).start()
+        threading.Thread(target=self._await_ready, args=(proc,), name="tp-ready", daemon=True).start()
+
+    def _became_ready(self, proc, timings: dict[str, Any], ranks: list[dict[str, Any]]) -> None:
+        """READY from rank 0 (for this launch, while it is still starting)."""
+        with self._lock:
+            if proc is self.proc and self.state in STARTING:
+                self.state, self.timings, self.was_ready = "ready", dict(timings), True
+                self.ranks = list(ranks)
+                self._pids = {int(r["pid"]) for r in self.ranks if r.get("pid")}
+
+    def _exited(self, proc, reason: str) -> bool:
+        """The launcher exited with ``reason``: dead, unless it was being stopped (or was replaced).
+        True when this made the group dead."""
+        with self._lock:
+            if proc is not self.proc or self.state in ("stopping", "stopped", "dead"):
+                self._ready.set()
+                return False
+            self.state, self.error = "dead", reason
+        self._ready.set()
+        return True
 
     def wait_ready(self, timeout: float | None = None) -> bool:
         self._ready.wait(timeout)
@@ -206,14 +238,9 @@ class WorkerGroup(GroupCalls):
             reason = self._death_reason(code)
         except Exception as exc:  # noqa: BLE001 - the group is dead whatever the log says
             reason = f"torchrun exited with status {code} ({type(exc).__name__} reading its log)"
-        with self._lock:
-            if proc is not self.proc or self.state in ("stopping", "stopped", "dead"):
-                self._ready.set()
-                return
-            self.state, self.error = "dead", reason
-        self._ready.set()
-        self.stop(final_state="dead")  # torchrun is gone; make sure no rank outlives it
-        self._report_death(proc)
+        if self._exited(proc, reason):
+            self.stop(final_state="dead")  # torchrun is gone; make sure no rank outlives it
+            self._report_death(proc)
 
     def _report_death(self, proc: subprocess.Popen) -> None:
         if self._on_dead is not None and self.was_ready and proc is self.proc and self.state == "dead":
@@ -264,11 +291,7 @@ class WorkerGroup(GroupCalls):
             msg, _ = self._request({"type": "wait_ready"}, deadline=deadline, stall=self.start_timeout)
             if msg.get("type") != "ready":
                 raise proto.error_from_message(msg)
-            with self._lock:
-                if proc is self.proc and self.state in STARTING:
-                    self.state, self.timings, self.was_ready = "ready", dict(msg.get("timings") or {}), True
-                    self.ranks = list(msg.get("ranks") or [])
-                    self._pids = {int(r["pid"]) for r in self.ranks if r.get("pid")}
+            self._became_ready(proc, msg.get("timings") or {}, msg.get("ranks") or [])
         except TimeoutError as exc:
             self._fail_start(proc, f"no READY from the workers within {exc.args[1]:g} s")
         except Exception as exc:  # noqa: BLE001 - reported as the group's state, never lost in a thread
@@ -306,7 +329,25 @@ class WorkerGroup(GroupCalls):
             polite = polite and self.state == "ready"
             if final_state == "stopped":
                 self.state = "stopping"
-            pids = self._pids | processes.children(proc.pid)
+        pids = self._end_processes(proc, polite)
+        run_dir = None
+        with self._lock:
+            if self.proc is proc:  # a restart may already have begun
+                if final_state == "stopped" or self.state != "dead":
+                    self.state = final_state
+                self._pids = pids
+                # A stopped group leaves nothing behind; a dead one keeps its logs (the page shows
+                # their tails) until the next start or close.
+                run_dir = self.dir if self.state == "stopped" else None
+        self._ready.set()
+        if self._log and final_state == "stopped":
+            self._log.close()
+        if run_dir:
+            self._cleanup_dir(run_dir)
+
+    def _end_processes(self, proc, polite: bool) -> set[int]:
+        """End the launcher and every rank (politely first when asked); returns the pids it ended."""
+        pids = self._pids | processes.children(proc.pid)
         if polite and proc.poll() is None and self.socket_path and os.path.exists(self.socket_path):
             try:  # stop a running generation first, so the shutdown is not queued behind it
                 self._request({"type": "cancel"}, deadline=self._clock() + 1)
@@ -328,20 +369,7 @@ class WorkerGroup(GroupCalls):
                 processes.wait_gone([proc.pid, *alive], self.grace)
         proc.wait()
         processes.wait_gone(list(pids), self.grace)
-        run_dir = None
-        with self._lock:
-            if self.proc is proc:  # a restart may already have begun
-                if final_state == "stopped" or self.state != "dead":
-                    self.state = final_state
-                self._pids = pids
-                # A stopped group leaves nothing behind; a dead one keeps its logs (the page shows
-                # their tails) until the next start or close.
-                run_dir = self.dir if self.state == "stopped" else None
-        self._ready.set()
-        if self._log and final_state == "stopped":
-            self._log.close()
-        if run_dir:
-            self._cleanup_dir(run_dir)
+        return pids
 
     def survivors(self) -> list[int]:
         """Rank or launcher pids of this group still alive (empty after a stop)."""

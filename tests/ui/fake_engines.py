@@ -19,7 +19,6 @@ Nothing here sleeps for a duration: a test that needs a run in flight holds it a
 from __future__ import annotations
 
 import contextlib
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -30,10 +29,9 @@ from PIL import Image
 from backend.compile_state import COMPILED_MODES
 from backend.engines.in_process import InProcessEngine
 from backend.engines.worker_group import STARTING, WorkerGroup
-from backend.errors import BackendNotReady, GenerationCancelled, GroupDead, ShapeLocked
+from backend.errors import GenerationCancelled, GroupDead, ShapeLocked
 from backend.records import EngineOutput, GenerationRequest, ProgressEvent
 from backend.settings import EMBEDDED_RANDOM_MODEL
-from backend.tp import protocol as proto
 
 # The fakes' measured numbers: a run that compiles, and a steady one (4 steps: 0.1 + 4 x 0.05 + 0.1 s).
 COMPILING_RUN = dict(compile_seconds=1.5, seconds=2.0, encode=0.1, denoise=1.8, decode=0.1)
@@ -166,21 +164,31 @@ class FakeEngine(InProcessEngine):
         assert not thread.is_alive(), "the held run never finished"
 
 
+class FakeProcess:
+    """Stands in for the torchrun launcher process a UI test does not start: its pid, nothing else."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+
+
 class FakeWorkerGroup(WorkerGroup):
     """A worker group that never launches a process: stands in for torchrun and its ranks (loading
-    the model in each, READY, the socket, signals), which a UI test need not run. Its constructor
-    and describe, rank_logs, close and wait_ready are the real ones.
+    the model in each, READY, the socket, signals), which a UI test need not run. Everything but
+    the processes is the real group's — its state machine included (``start``, ``stop``, ``close``,
+    the READY and exit transitions): this double replaces only the three steps that touch
+    processes (``_spawn``, ``_watch``, ``_end_processes``) and drives the real transitions where a
+    process would (``ready``, ``die``), so a test passes only while the real lifecycle does.
 
-    ``start`` sets what a launch sets (a private run dir with each rank's first log line), then what
-    READY sets (``ready``) unless its ``FakeLaunches`` holds starts; ``phase`` and ``die`` are what
-    a health reply and a rank's exit set; ``stop`` ends it ``stopped`` keeping what it last
-    reported, as the real stop does. ``log_reads`` counts reads of its rank logs. ``at_step``: called
-    at each step (0: while it compiles); a group stopped meanwhile fails the run with ``GroupDead``,
-    as the real group's call does when its socket closes."""
+    ``_spawn`` writes each rank's first log line in the run dir; ``_watch`` says READY at once
+    unless its ``FakeLaunches`` holds starts; ``phase`` is what a health reply sets during the
+    start. ``log_reads`` counts reads of its rank logs. ``at_step``: called at each step (0: while
+    it compiles); a group stopped meanwhile fails the run with ``GroupDead``, as the real group's
+    call does when its socket closes."""
 
     def __init__(self, *args, launches: "FakeLaunches", **kwargs):
         super().__init__(*args, **kwargs)
         self._launches = launches
+        self.run_root = str(launches.root)
         self.graphs: set[tuple[str, int]] = set()
         self.log_reads = 0
         self.at_step: Callable[[int], None] = lambda step: None
@@ -191,38 +199,32 @@ class FakeWorkerGroup(WorkerGroup):
         earlier = sum(1 for g in self._launches.made if g.place == self.place and g is not self)
         return REPLICA_PID + int(self.place.rsplit(" ", 1)[-1]) + 10 * earlier
 
-    # lifecycle: what a launch, READY, a health reply, a death and a stop set ------------------
-    def start(self) -> None:
-        with self._lock:
-            if self.state not in ("stopped", "dead"):
-                raise BackendNotReady(f"the {self.name} is already {self.state}")
-            self._cleanup_dir()
-            self.dir = tempfile.mkdtemp(prefix=proto.RUN_DIR_PREFIX, dir=self._launches.root)
-            self.socket_path = str(Path(self.dir) / "tp.sock")
-            self.error = self.last_request_error = None
-            self.timings, self.ranks, self._pids = {}, [], set()
-            self.graphs = set()
-            self._ready.clear()
-            Path(self.dir, "torchrun.log").write_text("")
-            for r in range(self.degree):
-                Path(self.dir, f"rank{r}.log").write_text(
-                    f"rank {r}/{self.degree} starting (pid {self._pid_base() + r})\n")
-            self.state = "launching"
+    # the steps that touch processes ---------------------------------------------------------------
+    def _spawn(self) -> FakeProcess:
+        self.graphs = set()
+        Path(self.dir, "torchrun.log").write_text("")
+        for r in range(self.degree):
+            Path(self.dir, f"rank{r}.log").write_text(f"rank {r}/{self.degree} starting (pid {self._pid_base() + r})\n")
+        return FakeProcess(self._pid_base() + 100)
+
+    def _watch(self, proc) -> None:
         if not self._launches.hold:
             self.ready()
 
+    def _end_processes(self, proc, polite: bool) -> set[int]:
+        return set(self._pids)
+
+    # what a process would do: the real transitions, driven -------------------------------------
     def ready(self) -> None:
         """READY from rank 0: timings, and per rank its pid, core and the weights it holds."""
         n, base = self.degree, self._pid_base()
-        with self._lock:
-            self.state, self.was_ready = "ready", True
-            self.timings = {"load": LOAD_SECONDS, "warm": WARM_SECONDS, "warm_shapes": list(self._config.warm)}
-            self.ranks = [{"rank": r, "pid": base + r, "core": self.cores[r] if self.cores else None,
-                           "device": self.device_kind, "transformer_bytes": 3 * 2**20,
-                           "sharded_bytes": 2 * 2**20, "replicated_bytes": 2**20,
-                           "sharded": [{"name": "blocks.0.attn.to_q.weight", "global_shape": [64, 64],
-                                        "local_shape": [64 // n, 64], "dim": 0}] * 6} for r in range(n)]
-            self._pids = {base + r for r in range(n)}
+        ranks = [{"rank": r, "pid": base + r, "core": self.cores[r] if self.cores else None,
+                  "device": self.device_kind, "transformer_bytes": 3 * 2**20,
+                  "sharded_bytes": 2 * 2**20, "replicated_bytes": 2**20,
+                  "sharded": [{"name": "blocks.0.attn.to_q.weight", "global_shape": [64, 64],
+                               "local_shape": [64 // n, 64], "dim": 0}] * 6} for r in range(n)]
+        timings = {"load": LOAD_SECONDS, "warm": WARM_SECONDS, "warm_shapes": list(self._config.warm)}
+        self._became_ready(self.proc, timings, ranks)
         self._ready.set()
 
     def phase(self, state: str) -> None:
@@ -231,26 +233,15 @@ class FakeWorkerGroup(WorkerGroup):
         self.state = state
 
     def die(self, reason: str) -> None:
-        """A rank exited: the group is dead with torchrun's reason; a pool restarts a replica that
-        was ready (its ``on_dead``), as the real monitor thread reports it."""
-        with self._lock:
-            self.state, self.error = "dead", reason
-        self._ready.set()
-        self._report_death(self.proc)
+        """A rank exited: what the real monitor does when torchrun ends (dead with the reason, every
+        process ended, a pool restarts a replica that was ready through its ``on_dead``)."""
+        proc = self.proc
+        if self._exited(proc, reason):
+            self.stop(final_state="dead")
+            self._report_death(proc)
 
     def health(self, timeout: float = 2.0) -> dict[str, Any]:
         return {"state": self.state, "error": self.error}  # no socket to ask; the phase is set by ``phase``
-
-    def stop(self, final_state: str = "stopped", polite: bool = True) -> None:
-        with self._lock:
-            if self.dir is None or self.state == "stopped" or (self.state == "stopping" and final_state == "stopped"):
-                return
-            if final_state == "stopped" or self.state != "dead":
-                self.state = final_state
-            run_dir = self.dir if self.state == "stopped" else None  # a dead group keeps its logs
-        self._ready.set()
-        if run_dir:
-            self._cleanup_dir(run_dir)
 
     def rank_logs(self, lines: int = 20) -> dict[str, str]:
         self.log_reads += 1
