@@ -17,7 +17,7 @@ import argparse
 import os
 import sys
 
-from backend import device_env
+from backend.hardware import env as device_env
 from backend.settings import IN_PROCESS_MODES, OPTIONS, add_setting_flags, load_settings
 from backend.shapes import parse_shape
 
@@ -93,9 +93,9 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         parser.error(str(exc))
     # Before anything imports torch (and with it, TorchNeuron): the app-owned cache variables and
-    # the NeuronCores this process may claim (backend.core_plan).
+    # the NeuronCores this process may claim (backend.hardware.core_plan).
     device_env.prepare_environment(settings.cache_dir, settings.compile_timeout)
-    from backend.core_plan import claim_app_cores
+    from backend.hardware.core_plan import claim_app_cores
 
     claim_app_cores(settings.neuron_cores, settings.neuron_instance_cores)
 

@@ -34,9 +34,9 @@ def _fail(message: str) -> int:
 
 def _here(settings: Settings):
     """This install's device and manifest fields, without loading the pipeline."""
-    from backend import bundles
-    from backend.device import Device, resolve_device
-    from backend.model_source import resolve_model
+    from backend.caches import bundles
+    from backend.hardware.device import Device, resolve_device
+    from backend.models.source import resolve_model
 
     device = Device(resolve_device(settings), settings.max_compiled_shapes, settings.neuron_instance_cores)
     path, label = resolve_model(settings.model, settings.cache_dir)
@@ -44,7 +44,7 @@ def _here(settings: Settings):
 
 
 def export(settings: Settings, bundle: str, modes: str | None, sizes: str | None) -> int:
-    from backend.manager import Manager
+    from backend.serving.manager import Manager
 
     try:
         wanted_modes = [m.strip() for m in (modes or settings.mode).split(",") if m.strip()]
@@ -71,7 +71,7 @@ def export(settings: Settings, bundle: str, modes: str | None, sizes: str | None
 
 
 def show(settings: Settings, bundle: str, as_json: bool = False) -> int:
-    from backend import bundles
+    from backend.caches import bundles
 
     try:
         manifest = bundles.read_manifest(bundle)
@@ -100,7 +100,7 @@ def show(settings: Settings, bundle: str, as_json: bool = False) -> int:
 
 
 def import_(settings: Settings, bundle: str) -> int:
-    from backend import bundles
+    from backend.caches import bundles
 
     print(f"app.py: {TRUST_WARNING}", file=sys.stderr)
     try:

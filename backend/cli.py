@@ -76,7 +76,7 @@ def _unwritable(out: str | None, default_dir: Path) -> str | None:
 
 def _out_paths(out: str | None, default_dir: Path, n: int):
     """Return a function naming each image's file: a folder gets unique names, a .png gets suffixes."""
-    from backend.pngmeta import unique_output_path
+    from backend.images.pngmeta import unique_output_path
 
     target = Path(out) if out else default_dir
     if target.suffix.lower() != ".png":
@@ -132,8 +132,8 @@ class _TerminalProgress:
 
 
 def generate(settings: Settings, args: argparse.Namespace) -> int:
-    from backend.manager import Manager
-    from backend.pngmeta import save_png
+    from backend.serving.manager import Manager
+    from backend.images.pngmeta import save_png
 
     sizes = args.size or []
     if not sizes:
@@ -202,9 +202,9 @@ def _version(dist: str) -> str | None:
 
 
 def doctor_report(settings: Settings) -> dict[str, Any]:
-    from backend import device_env
-    from backend.device import DeviceUnavailable, neuron_installed, resolve_device
-    from backend.model_source import resolve_model
+    from backend.hardware import env as device_env
+    from backend.hardware.device import DeviceUnavailable, neuron_installed, resolve_device
+    from backend.models.source import resolve_model
 
     report: dict[str, Any] = {
         "python": platform.python_version(),
@@ -229,8 +229,8 @@ def doctor_report(settings: Settings) -> dict[str, Any]:
     report["caches"] = {var: {"dir": prepared[var], "bytes": device_env.dir_size(prepared[var])}
                         for var in device_env.CACHE_VARS if var in prepared}
     if report["device"].get("kind") == "neuron":
-        from backend.device import Device
-        from backend.model_source import transformer_heads
+        from backend.hardware.device import Device
+        from backend.models.source import transformer_heads
 
         # The same plan the app would run with: the cores app.py claimed before torch loaded.
         device = Device(info, instance_cores=settings.neuron_instance_cores)
@@ -245,7 +245,7 @@ def doctor_report(settings: Settings) -> dict[str, Any]:
             wanted["replicas"] = (settings.replicas, None)
         neuron["core_plan"] = plan.describe(wanted=wanted)
         neuron["fallback_execution_disabled"] = os.environ.get(device_env.FALLBACK_VAR)
-        from backend.device import compiler_on_path
+        from backend.hardware.device import compiler_on_path
 
         # TorchNeuron runs neuronx-cc by name from PATH, for every compile (eager mode's too).
         neuron["neuronx_cc"] = compiler_on_path()
@@ -278,7 +278,7 @@ def doctor(settings: Settings, as_json: bool = False) -> int:
     print(f"TorchNeuron   installed: {nx['installed']}, importable: {nx['importable']}, "
           f"NeuronCores visible: {nx['cores']}" + (f", error: {nx['error']}" if nx["error"] else ""))
     if nx.get("core_plan"):
-        from backend.core_plan import plan_text
+        from backend.hardware.core_plan import plan_text
 
         print(f"NeuronCores   {plan_text(nx['core_plan'])}")
         fallback = nx["fallback_execution_disabled"]

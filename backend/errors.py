@@ -5,7 +5,7 @@ and the names of the fields it may carry (``carries``): the invalid field, the c
 cancelled or failed run still reports, ``group_ending`` (the worker ranks are leaving after this
 failure). Fields are given when the error is made (``GenerationCancelled("...", compiles=2)``),
 never attached afterwards. ``by_code`` maps codes back to classes for the worker protocol
-(``backend.tp.protocol``), and ``ui.i18n`` has one sentence per code: both derive from this module.
+(``backend.launch.protocol``), and ``ui.i18n`` has one sentence per code: both derive from this module.
 
 One hierarchy, so the UI and the CLI turn every expected failure into one clear line and keep
 tracebacks for the unexpected ones (the TGI interceptor habit).

@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from backend.core_lists import check_on_instance, format_cores, parse_cores
 from backend.errors import InvalidRequest
 from backend.shapes import Shape, parse_shape_list, validate_shape
 
@@ -62,7 +63,7 @@ class Settings:
     # CUDA device, share of the CPU), serving the in-process modes side by side; 0: none at start.
     replicas: int = 0
     # NeuronCores the app process claims (NEURON_RT_VISIBLE_CORES syntax); None: the inherited
-    # NEURON_RT_VISIBLE_CORES if set, else the instance's last core (backend.core_plan). Tensor-parallel
+    # NEURON_RT_VISIBLE_CORES if set, else the instance's last core (backend.hardware.core_plan). Tensor-parallel
     # ranks and replicas get cores from the rest.
     neuron_cores: str | None = None
     # Logical NeuronCores on the instance (as NEURON_RT_VISIBLE_CORES counts them: 4 on a
@@ -177,8 +178,6 @@ def _whole(text: str) -> int:
 
 
 def _core_list(text: str) -> str:
-    from backend.core_plan import format_cores, parse_cores
-
     return format_cores(parse_cores(text))
 
 
@@ -285,9 +284,7 @@ def load_settings(flags: dict[str, Any] | None = None, environ: dict[str, str] |
             f"got {settings.min_size}..{settings.max_size}"
         )
     if settings.neuron_cores is not None and settings.neuron_instance_cores is not None:
-        from backend.core_plan import make_plan
-
-        make_plan(settings.neuron_cores, settings.neuron_instance_cores)  # ValueError names the flag
+        check_on_instance(settings.neuron_cores, settings.neuron_instance_cores)  # ValueError names the flag
     for shape in settings.prewarm:
         try:
             validate_shape(shape.height, shape.width, settings.min_size, settings.max_size)

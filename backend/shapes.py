@@ -1,5 +1,5 @@
 """Image shapes: parsing, validation against the configured bounds, and the ~1 MP presets (the
-real model's; a model folder may declare its own: ``backend.model_card``).
+real model's; a model folder may declare its own: ``backend.models.card``).
 
 A shape is written WIDTHxHEIGHT everywhere a person types or reads one (``--size 768x1344``,
 ``--prewarm``, PNG infotext), like other diffusion UIs.

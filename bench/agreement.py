@@ -86,7 +86,7 @@ def p9_prompt_agreement(tmp: Path, quick: bool) -> list[dict]:
     interval. One row per preset of the model's card, one for prompts written as people write
     them (place left out, synonyms; read by ``embedded.grammar``), and an info row at twice the
     trained scale."""
-    from backend.model_card import read_card
+    from backend.models.card import read_card
     from backend.shapes import parse_shape
     from bench import stats
     from bench.rows import make_row

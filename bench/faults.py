@@ -47,7 +47,7 @@ def run_faults(tp_faults=TP_FAULTS) -> list[dict[str, Any]]:
     """Inject each fault into a live manager; recovered = a clear error, then a working request.
     ``tp_faults``: which ranks to kill or hang mid-generation (name, signal, rank). The manager
     (and any worker group) is closed whatever happens."""
-    from backend.manager import Manager
+    from backend.serving.manager import Manager
     from backend.settings import Settings
 
     tmp = Path(tempfile.mkdtemp(prefix="faults-"))

@@ -10,7 +10,7 @@ from pathlib import Path
 def run_foreign_files(tmp: Path) -> dict[str, int]:
     """Each compile cache layout with the compile stack's entries and a user's files beside them:
     clearing must remove the former and keep every one of the latter."""
-    from backend import cache_layout
+    from backend.hardware import cache_layout
 
     key, sha = "0a1b" + "c" * 28, "0a1b" + "d" * 60  # TorchNeuron's layouts (tests/standin/captures/torchneuron/neff_cache.json)
     written = {"neff": [f"0a/1b/{key}.neff", "0a/1b/.tmp.Ab3xY9", f"{sha}/{sha}.neff"],

@@ -32,9 +32,9 @@ REFERENCE = {"model": "FLUX.2-klein-4B", "seconds": 0.57, "size": "1024x1024", "
 def run(device: str, quick: bool, reps: int) -> dict:
     import torch
 
-    from backend.device_env import prepare_environment
+    from backend.hardware.env import prepare_environment
     from backend.engines.in_process import InProcessEngine
-    from backend.manager import Manager
+    from backend.serving.manager import Manager
     from backend.settings import Settings
     from backend.shapes import parse_shape
     from embedded.recipe import KLEIN_4B_GEOMETRY, TinyFluxConfig, build_pipeline

@@ -18,7 +18,7 @@ from bench import BENCH_MODEL, ROOT
 def start_manager(tmp: Path, **overrides):
     """A started ``Manager`` of the bench model on the CPU (float32, aot_eager), its caches and
     outputs under ``tmp``; ``overrides`` are further ``Settings``."""
-    from backend.manager import Manager
+    from backend.serving.manager import Manager
     from backend.settings import Settings
 
     settings = Settings(**{"model": BENCH_MODEL, "device": "cpu", "dtype": "float32",

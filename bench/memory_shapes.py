@@ -43,7 +43,7 @@ def _rss_settled() -> int:
 
 
 def measure(config: str, backend: str, steps: int, shapes: tuple[str, ...] = SHAPES) -> dict:
-    from backend.device_env import prepare_environment
+    from backend.hardware.env import prepare_environment
     from backend.settings import Settings
     from embedded.recipe import TinyFluxConfig, save_pipeline
 
@@ -56,7 +56,7 @@ def measure(config: str, backend: str, steps: int, shapes: tuple[str, ...] = SHA
         settings = Settings(model=model, device="cpu", dtype="float32", compile_backend=backend,
                             cache_dir=Path(tmp) / "cache")
         prepare_environment(settings.cache_dir)
-        from backend.manager import Manager
+        from backend.serving.manager import Manager
         from backend.shapes import parse_shape
 
         mgr = Manager(settings)

@@ -7,7 +7,7 @@ Measured side by side in one run: for each call, the app-side round trip (reques
 received and decoded into an image) and the workers' own time for the same call (rank 0's
 pipeline seconds). Their difference is what the socket, the JSON headers and the raw pixel bytes
 cost. Prints the median and spread of both and of the difference, and the ratio, and the parts
-of the difference (``backend.engines.worker_group.transport_parts``: request, broadcast to the
+of the difference (``backend.launch.group.transport_parts``: request, broadcast to the
 ranks, run beyond the pipeline, result assembly, transfer, image decode). ``p4_tp_transport`` is
 the suite's row (``python -m bench --only P4``): this script in a fresh process, with an interval.
 """
@@ -24,8 +24,8 @@ from pathlib import Path
 
 
 def measure(size: str, reps: int, degree: int, steps: int) -> dict:
-    from backend.device_env import prepare_environment
-    from backend.manager import Manager
+    from backend.hardware.env import prepare_environment
+    from backend.serving.manager import Manager
     from backend.settings import Settings
     from backend.shapes import parse_shape
 

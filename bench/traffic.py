@@ -66,7 +66,7 @@ def run_memory(requests: int = 100) -> dict[str, Any]:
     """RSS growth over sequential requests in one process (after a warm-up of 10)."""
     import gc
 
-    from backend.manager import Manager
+    from backend.serving.manager import Manager
     from backend.settings import Settings
 
     with tempfile.TemporaryDirectory() as tmp:

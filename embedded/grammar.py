@@ -16,7 +16,7 @@ prompt into the caption the model is given:
   ``Reading.ignored`` lists the words that were not understood).
 
 No torch, no numpy: the serving code calls it for every request to a model whose card declares
-this grammar (``backend.model_card``).
+this grammar (``backend.models.card``).
 """
 
 from __future__ import annotations

@@ -231,7 +231,7 @@ def save_pipeline(dest: Path, cfg: TinyFluxConfig = TinyFluxConfig()) -> Path:
     return dest
 
 
-# What the trained folder says of itself to the app (backend.model_card reads it): the ~1 MP
+# What the trained folder says of itself to the app (backend.models.card reads it): the ~1 MP
 # presets' aspect ratios at the ~256x256 pixels it was trained at, the largest trained image, the
 # grammar its prompts are read in (embedded.grammar), and the size the page starts at.
 CARD_FILE = "neuron_studio.json"

@@ -43,7 +43,7 @@ def settings(tmp_path):
 
 @pytest.fixture
 def manager(tmp_path):
-    from backend.manager import Manager
+    from backend.serving.manager import Manager
 
     mgr = Manager(make_settings(tmp_path))
     mgr.start()

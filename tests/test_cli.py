@@ -11,7 +11,7 @@ from PIL import Image
 
 import app
 from embedded import scenes
-from backend.pngmeta import read_png_parameters
+from backend.images.pngmeta import read_png_parameters
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -115,7 +115,7 @@ def test_bad_flags_in_a_real_process_exit_2_naming_the_flag(flags, message, tmp_
     ("{folder}.png", "--out: {folder}.png is a folder, not a .png file name"),
 ])
 def test_an_unwritable_out_is_refused_before_the_model_loads(out, message, tmp_path, capsys, monkeypatch):
-    from backend.manager import Manager
+    from backend.serving.manager import Manager
 
     (tmp_path / "file").write_text("x")
     (tmp_path / "folder.png").mkdir()

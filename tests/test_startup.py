@@ -18,7 +18,7 @@ from tests.conftest import ROOT
 PROBE = textwrap.dedent("""
     import json, os, socket, sys, tempfile, urllib.request
     from backend.settings import Settings
-    from backend.manager import Manager
+    from backend.serving.manager import Manager
     from ui.app import launch
 
     with socket.socket() as s:
@@ -37,8 +37,8 @@ PROBE = textwrap.dedent("""
 HEAVY = ("torch", "diffusers", "transformers", "safetensors", "accelerate")
 # (backend.engines.base, the engines' contract, is light: the manager holds its engines by it.)
 MODEL_CODE = ("embedded.scenes", "embedded.grammar", "embedded.recipe", "embedded.training",
-              "backend.engines.in_process", "backend.engines.worker_group", "backend.engines.replicas",
-              "backend.engines.tensor_parallel", "backend.device", "backend.tp.worker")
+              "backend.engines.in_process", "backend.launch.group", "backend.engines.replicas",
+              "backend.engines.tensor_parallel", "backend.hardware.device", "backend.workers.worker")
 
 
 @pytest.fixture(scope="module")

@@ -116,8 +116,12 @@ def measure() -> dict:
     os.environ["NEURON_STUDIO_HOPS_ROOT"] = str(ROOT)
     sys.path.insert(0, str(ROOT))  # an older checkout is not an installed package
 
-    from backend.device_env import prepare_environment
-    from backend.manager import Manager
+    try:
+        from backend.hardware.env import prepare_environment
+        from backend.serving.manager import Manager
+    except ImportError:  # a checkout from before backend/ was in folders (3592357 and earlier)
+        from backend.device_env import prepare_environment
+        from backend.manager import Manager
     from backend.settings import Settings
 
     prepare_environment(work / "cache")

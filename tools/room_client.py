@@ -10,7 +10,7 @@ import secrets
 import urllib.error
 import urllib.request
 
-from backend.roles import COOKIE
+from backend.serving.roles import COOKIE
 
 
 # Every operator event of the page, as an outside caller would post it: (elem_id, trigger, data).

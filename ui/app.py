@@ -28,7 +28,7 @@ from ui.wiring import wire
 
 
 def build_ui(manager, operator_key=None) -> gr.Blocks:
-    """The page. ``operator_key`` (``backend.roles.OperatorKey``) tells each event's caller: the
+    """The page. ``operator_key`` (``backend.serving.roles.OperatorKey``) tells each event's caller: the
     operator's controls show only on the operator's page, and the manager refuses them for viewers."""
     studio = Studio(manager, operator_key)
     studio.examples = load_example_prompts(ASSETS / "prompts.txt")
@@ -45,7 +45,7 @@ def build_ui(manager, operator_key=None) -> gr.Blocks:
 
 def parse_auth(spec: str | None) -> list[tuple[str, str]] | None:
     """'user:pass', or a file with one user:pass per line (# comments allowed) -> Gradio auth list."""
-    from backend.roles import parse_pairs
+    from backend.serving.roles import parse_pairs
 
     return parse_pairs(spec, "--auth") if spec else None
 
@@ -57,7 +57,7 @@ def launch(manager, settings, block: bool = True) -> gr.Blocks:
 
     from starlette.middleware import Middleware
 
-    from backend.roles import OperatorKey, parse_pairs
+    from backend.serving.roles import OperatorKey, parse_pairs
     from ui.guard import RoomGuard, allowed_hosts
 
     auth = parse_auth(settings.auth)

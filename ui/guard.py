@@ -7,9 +7,9 @@
   address, and any when it is ``0.0.0.0`` or ``::``) are answered.
 - **The output folder serves images only.** Gradio serves files under its allowed paths, the
   output folder among them, to anyone who knows a name; there only the PNGs the app wrote (its own
-  file names, ``backend.outputs.APP_PNG``) are answered — not a user's own file kept beside them,
+  file names, ``backend.images.folder.APP_PNG``) are answered — not a user's own file kept beside them,
   nor an HTML file that would be served as a page from the app's address (404).
-- **The operator's login** (``backend.roles``): ``GET /operator?token=T`` with the token the app
+- **The operator's login** (``backend.serving.roles``): ``GET /operator?token=T`` with the token the app
   printed, or ``/operator`` with HTTP Basic credentials from ``--operator-auth``, sets this run's
   operator session key as an HttpOnly, SameSite=Strict cookie and redirects to the page. A wrong
   token or login changes nothing and says so.
@@ -23,8 +23,8 @@ import base64
 import os
 from urllib.parse import parse_qs, unquote
 
-from backend.outputs import APP_PNG
-from backend.roles import COOKIE, OperatorKey
+from backend.images.folder import APP_PNG
+from backend.serving.roles import COOKIE, OperatorKey
 
 LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1"})
 ANY_ADDRESS = frozenset({"0.0.0.0", "::", ""})

@@ -20,7 +20,7 @@ from typing import Callable, Iterator
 import gradio as gr
 
 from backend.errors import InvalidRequest, StudioError
-from backend.roles import COOKIE, LOCAL_OPERATOR, Caller
+from backend.serving.roles import COOKIE, LOCAL_OPERATOR, Caller
 from ui import gradio_queue
 from ui.i18n import error_message, text
 
@@ -100,7 +100,7 @@ class Handlers:
     """Handlers bound to one manager (real or fake); each tab's handlers (``ui.handlers_*``) build on
     this, and ``ui.handlers.Studio`` gathers them.
 
-    ``operator_key`` (``backend.roles.OperatorKey``) decides each event's caller from the page's
+    ``operator_key`` (``backend.serving.roles.OperatorKey``) decides each event's caller from the page's
     cookie: the operator or a viewer; the manager refuses a viewer's operator actions. Without a
     key (handlers driven directly, as the handler tests do) there is no room: the caller is the
     local operator."""

@@ -14,7 +14,7 @@ from typing import Callable
 import gradio as gr
 
 from backend.errors import GenerationCancelled, InvalidRequest
-from backend.pngmeta import read_png_parameters
+from backend.images.pngmeta import read_png_parameters
 from backend.shapes import Shape, parse_shape, validate_shape
 from ui.handlers_base import Handlers, _info, _whole, _warning, refusals
 from ui.i18n import error_message, language, text

@@ -118,7 +118,7 @@ class SystemHandlers(Handlers):
 
     def show_bundle(self, path, page: gr.Request | None = None):
         """An uploaded bundle: its manifest and whether it applies here, then the confirm row."""
-        from backend import bundles
+        from backend.caches import bundles
 
         lang = language(page)
         with refusals(lang):

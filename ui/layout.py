@@ -55,7 +55,7 @@ def build_page(manager) -> SimpleNamespace:
 def studio_tab(manager) -> dict:
     """Controls, the cost of the chosen shape, badges, the image and this session's history."""
     s = manager.settings
-    # The model's card (backend.model_card): its presets, its start size, the grammar it reads.
+    # The model's card (backend.models.card): its presets, its start size, the grammar it reads.
     card = manager.card
     start_shape = card.start_shape
     named = card.preset_name(start_shape)

@@ -49,7 +49,7 @@ def prepare_demo(manager, modes: list[str], tp: bool, say=print) -> None:
 
 
 def _serve(settings: Settings, demo_modes: list[str] | None = None, demo_tp: bool = False) -> int:
-    from backend.manager import Manager
+    from backend.serving.manager import Manager
     from ui.app import launch
 
     manager = Manager(settings)

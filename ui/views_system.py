@@ -7,7 +7,7 @@ from typing import Any
 
 import pandas as pd
 
-from backend.core_plan import plan_text as core_plan_text
+from backend.hardware.core_plan import plan_text as core_plan_text
 from ui.i18n import DEFAULT, text
 from ui.views_common import MESSAGES_EN, column_names, format_bytes, shorten
 from ui.views_tp import tp_state_name

@@ -65,7 +65,7 @@ def studio_events(studio, page) -> None:
     page.stop_btn.click(studio.stop, None, None, queue=False, **PRIVATE)
     page.stop_worker.click(studio.stop_compiling_worker, None, None, queue=False, **PRIVATE)
 
-    # Parsing an upload is bounded (backend.pngmeta) and runs one at a time, apart from the
+    # Parsing an upload is bounded (backend.images.pngmeta) and runs one at a time, apart from the
     # device queue and the status events, so no file can hold the server.
     page.png_in.upload(studio.load_png, page.png_in,
                        [page.prompt, page.width, page.height, page.preset, page.steps, page.guidance, page.seed,

@@ -15,7 +15,7 @@ engine queues what it cannot run at once.
   in-process modes when started, dispatching to a free replica where the shape is warm.
 
 The two launched engines share ``worker_group.WorkerGroup`` (launch, READY, monitor, heartbeats,
-stall detection, authenticated socket, stop) and the worker (``backend.tp.worker``).
+stall detection, authenticated socket, stop) and the worker (``backend.workers.worker``).
 
 ``build_engines`` makes them, held by role (``base.Engines``).
 """

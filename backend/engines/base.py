@@ -9,7 +9,7 @@ Two roles (the manager holds each engine by its role, never by its type or posit
   serves the request.
 
 An engine never writes the manager's compile table: it reads where a shape is warm and reports a
-lost place through the ``PlaceBook`` it is given (``backend.admission.PlaceBook``).
+lost place through the ``PlaceBook`` it is given (``backend.serving.admission.PlaceBook``).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import dataclasses
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Protocol
 
 if TYPE_CHECKING:
-    from backend.records import EngineOutput, GenerationRequest, ProgressEvent
+    from backend.request.records import EngineOutput, GenerationRequest, ProgressEvent
     from backend.shapes import Shape
 
 

@@ -20,9 +20,9 @@ from typing import Callable
 import numpy as np
 import torch
 
-from backend.device import COMPILE_EVENTS, Device, compile_error_text, diff_counters, is_compile_error
+from backend.hardware.device import COMPILE_EVENTS, Device, compile_error_text, diff_counters, is_compile_error
 from backend.errors import CompileFailure, GenerationCancelled, GenerationFailed, ShapeLocked
-from backend.records import EngineOutput, GenerationRequest, ProgressEvent
+from backend.request.records import EngineOutput, GenerationRequest, ProgressEvent
 from backend.settings import IN_PROCESS_MODES as MODES
 
 

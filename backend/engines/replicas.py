@@ -28,9 +28,9 @@ import threading
 from typing import Any, Callable
 
 from backend.engines.base import PlaceBook, Route
-from backend.engines.worker_group import STARTING, WorkerGroup
+from backend.launch.group import STARTING, WorkerGroup
 from backend.errors import BackendNotReady, GenerationCancelled, GroupDead, InvalidRequest, StudioError
-from backend.records import EngineOutput, GenerationRequest, ProgressEvent
+from backend.request.records import EngineOutput, GenerationRequest, ProgressEvent
 from backend.settings import IN_PROCESS_MODES, Settings
 
 log = logging.getLogger(__name__)
@@ -136,7 +136,7 @@ class ReplicaPool:
             raise InvalidRequest("replicas", f"must be a whole number from 1 to {MAX_REPLICAS}, got {count!r}")
         kind = self.device.info.kind
         if kind == "neuron":
-            from backend.core_plan import CoresDoNotFit
+            from backend.hardware.core_plan import CoresDoNotFit
 
             try:
                 cores = self.device.core_plan.cores_for(self.name, count)

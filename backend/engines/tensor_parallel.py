@@ -26,9 +26,9 @@ import threading
 from typing import Any, Callable
 
 from backend.engines.base import PlaceBook, Route
-from backend.engines.worker_group import STARTING, WorkerGroup, check_degree
+from backend.launch.group import STARTING, WorkerGroup, check_degree
 from backend.errors import BackendNotReady, GenerationFailed, StudioError
-from backend.records import EngineOutput, GenerationRequest, ProgressEvent
+from backend.request.records import EngineOutput, GenerationRequest, ProgressEvent
 from backend.settings import TP_MODE, Settings
 
 log = logging.getLogger(__name__)
@@ -102,7 +102,7 @@ class TensorParallelEngine:
 
     def cores_wanted(self) -> tuple[int, int | None]:
         """(cores, attention heads) this engine starts with: the core plan's view of it."""
-        from backend.model_source import transformer_heads
+        from backend.models.source import transformer_heads
 
         return self.degree, transformer_heads(self.model_path)
 
@@ -141,7 +141,7 @@ class TensorParallelEngine:
         group = self.group
         if group is not None and group.degree == degree and group.state in STARTING + ("ready",):
             return group
-        from backend.model_source import transformer_heads
+        from backend.models.source import transformer_heads
 
         # Checked (and on Neuron its cores claimed) before the old group is touched; the old
         # group's own cores count as free: it is closed before the new one launches.

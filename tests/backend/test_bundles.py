@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from backend import bundles, device_env
+from backend.caches import bundles
+
+from backend.hardware import env as device_env
 
 CODE = "j6/cj6za2bike3u7tduddk6hzww7rezwfxjykobuwzmevoumg5c2rey.py"
 
@@ -18,7 +20,7 @@ CODE = "j6/cj6za2bike3u7tduddk6hzww7rezwfxjykobuwzmevoumg5c2rey.py"
 @pytest.fixture
 def caches(tmp_path, monkeypatch):
     """A CPU device whose inductor cache can be switched between two folders (made here, then 'elsewhere')."""
-    from backend.device import Device, resolve_device
+    from backend.hardware.device import Device, resolve_device
     from tests.conftest import make_settings
 
     def use(name: str):
@@ -31,7 +33,7 @@ def caches(tmp_path, monkeypatch):
 
 
 def _here(dev, model=None, **changes):
-    from backend.model_source import resolve_model
+    from backend.models.source import resolve_model
     from tests.conftest import make_settings
 
     path, label = resolve_model("embedded-random", Path(device_env.prepared_environment()["TORCHINDUCTOR_CACHE_DIR"]))

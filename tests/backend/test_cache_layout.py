@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from backend import cache_layout
-from backend.outputs import prune
+from backend.hardware import cache_layout
+from backend.images.folder import prune
 
 from tests.neuron.captures import neff_layout_paths
 
@@ -44,8 +44,8 @@ def test_only_the_writers_entries_go_and_the_size_is_what_went(tmp_path, kind, w
 
 
 def test_the_device_clears_by_layout_and_reports_what_it_removed(tmp_path, monkeypatch):
-    from backend import device_env
-    from backend.device import Device, resolve_device
+    from backend.hardware import env as device_env
+    from backend.hardware.device import Device, resolve_device
     from tests.conftest import make_settings
 
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "shared"))  # a folder the user named

@@ -1,6 +1,6 @@
 """CompileTable with a fake clock: elapsed times and estimates without sleeping."""
 
-from backend.compile_state import CompileTable
+from backend.serving.compile_state import CompileTable
 from backend.shapes import Shape
 
 
@@ -48,7 +48,7 @@ def test_a_failure_is_kept_when_a_replaced_group_forgets_its_mode():
 def test_on_neuron_a_warm_size_at_a_new_step_count_still_compiles_and_the_lock_refuses_it():
     """The scheduler's per-step tensors (sigmas: steps + 1) change length with the step count, and
     on Neuron every eager op compiles per shape: warm at 4 steps is not warm at 8 there; elsewhere it is."""
-    from backend.admission import Admission
+    from backend.serving.admission import Admission
     from backend.errors import ShapeLocked
     from backend.settings import Settings
 

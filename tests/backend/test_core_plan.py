@@ -7,7 +7,7 @@ from pathlib import Path
 import os
 import subprocess
 
-from backend.core_plan import (CoresDoNotFit, InstanceCores, default_app_cores, detect_instance_cores, format_cores,
+from backend.hardware.core_plan import (CoresDoNotFit, InstanceCores, default_app_cores, detect_instance_cores, format_cores,
                                make_plan, parse_cores, parse_neuron_ls, parse_neuron_ls_json, plan_text)
 from backend.settings import load_settings
 from tests.neuron.captures import text
@@ -164,7 +164,7 @@ def test_the_standin_neuron_ls_prints_the_captured_formats():
 
 
 def test_a_plan_the_instance_cannot_hold_is_kept_and_refuses_engines_naming_why(monkeypatch):
-    from backend.device import Device
+    from backend.hardware.device import Device
 
     monkeypatch.setenv("NEURON_RT_VISIBLE_CORES", "3")  # the app's cores, on an instance of 2
     device = Device.__new__(Device)  # the device layer's plan alone: no device behind it
@@ -178,10 +178,10 @@ def test_a_plan_the_instance_cannot_hold_is_kept_and_refuses_engines_naming_why(
 
 
 def test_explicit_neuron_without_the_sdk_is_a_clear_error(monkeypatch, tmp_path):
-    from backend.device import DeviceUnavailable, resolve_device
+    from backend.hardware.device import DeviceUnavailable, resolve_device
     from tests.conftest import make_settings
 
-    monkeypatch.setattr("backend.device.neuron_installed", lambda: False)
+    monkeypatch.setattr("backend.hardware.device.neuron_installed", lambda: False)
     with pytest.raises(DeviceUnavailable, match="torch-neuronx.*not installed"):
         resolve_device(make_settings(tmp_path, device="neuron"))
     with pytest.raises(DeviceUnavailable, match="no CUDA device"):

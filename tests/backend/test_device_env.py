@@ -10,7 +10,7 @@ from tests.neuron.captures import load
 
 
 def _prepared(env: dict, *args: str) -> dict:
-    code = ("import json, os, sys; from backend import device_env; "
+    code = ("import json, os, sys; from backend.hardware import env as device_env; "
             f"device_env.prepare_environment(sys.argv[1], {args[0] if args else '1800.0'}); "
             "print(json.dumps({k: os.environ.get(k) for k in ('TORCH_NEURONX_NEFF_CACHE_LOCK_TIMEOUT', 'PATH')}))")
     out = subprocess.run([sys.executable, "-c", code, str(env.pop("_root"))], cwd=ROOT, env=env,

@@ -70,18 +70,15 @@ def test_no_module_is_over_400_lines():
     assert {name: n for name, n in sizes.items() if n > MAX_LINES} == {}
 
 
-def test_no_import_cycle_between_modules():
-    """Arrows only go down: no module reaches, through any chain of imports, back to itself. A
-    package's ``__init__`` counts as the package."""
-    modules = _modules()
-    graph = {name: _imports(path, modules) - {name} for name, path in modules.items()}
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one node (Tarjan's)."""
     index, low, stack, on_stack, cycles = {}, {}, [], set(), []
 
-    def visit(v: str) -> None:  # Tarjan's strongly connected components
+    def visit(v: str) -> None:
         index[v] = low[v] = len(index)
         stack.append(v)
         on_stack.add(v)
-        for w in graph[v]:
+        for w in graph.get(v, ()):
             if w not in index:
                 visit(w)
                 low[v] = min(low[v], low[w])
@@ -98,10 +95,38 @@ def test_no_import_cycle_between_modules():
             if len(component) > 1:
                 cycles.append(sorted(component))
 
-    for name in graph:
+    for name in list(graph):
         if name not in index:
             visit(name)
-    assert cycles == []
+    return cycles
+
+
+def test_no_import_cycle_between_modules():
+    """Arrows only go down: no module reaches, through any chain of imports, back to itself. A
+    package's ``__init__`` counts as the package."""
+    modules = _modules()
+    assert _cycles({name: _imports(path, modules) - {name} for name, path in modules.items()}) == []
+
+
+def _package(name: str, modules: dict) -> str:
+    """A module's package: ``backend.<folder>`` inside the backend (its top-level modules — settings,
+    errors, shapes, cli — each their own), else the top-level package."""
+    parts = name.split(".")
+    if parts[0] == "backend" and (len(parts) > 2 or modules[name].name == "__init__.py"):
+        return ".".join(parts[:2])
+    return name if parts[0] == "backend" else parts[0]
+
+
+def test_no_import_cycle_between_packages():
+    """The folders are the architecture: ``ui`` over ``backend``; inside it, e.g. ``serving`` over
+    ``engines`` over ``launch``, ``workers`` (the ranks) over ``engines``, all over ``hardware``,
+    ``request``, ``settings``. No folder imports one that imports it back."""
+    modules = _modules()
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        graph.setdefault(_package(name, modules), set()).update(
+            _package(d, modules) for d in _imports(path, modules))
+    assert _cycles({p: deps - {p} for p, deps in graph.items()}) == []
 
 
 def test_importing_every_ui_module_imports_no_torch():

@@ -9,7 +9,7 @@ import torch
 
 from backend.errors import (BackendBusy, BackendNotReady, GenerationCancelled, GenerationFailed,
                             InvalidRequest, ShapeLimitReached, ShapeLocked)
-from backend.manager import Manager
+from backend.serving.manager import Manager
 from backend.shapes import Shape
 from tests.conftest import make_settings
 
@@ -227,7 +227,7 @@ def test_a_request_made_while_the_model_loads_waits_and_runs(tmp_path, monkeypat
     with pytest.raises(BackendNotReady, match="still loading"):
         never.generate(never.validate("fox", 64, 64))
     release = threading.Event()
-    from backend import model_source
+    from backend.models import source as model_source
 
     real = model_source.resolve_model
 
@@ -235,7 +235,7 @@ def test_a_request_made_while_the_model_loads_waits_and_runs(tmp_path, monkeypat
         release.wait(60)  # the load holds here until the request is waiting
         return real(*args, **kwargs)
 
-    monkeypatch.setattr("backend.model_source.resolve_model", slow_resolve)
+    monkeypatch.setattr("backend.models.source.resolve_model", slow_resolve)
     mgr = Manager(make_settings(tmp_path))
     mgr.start(background=True)
     seen, done = [], {}
@@ -302,7 +302,7 @@ def test_background_warmup_reports_progress_and_refuses_a_second(manager):
 
 def test_a_warm_up_list_is_deduplicated_and_capped(manager):
     from backend.shapes import PRESETS
-    from backend.warmup import MAX_SHAPES
+    from backend.serving.warmup import MAX_SHAPES
 
     assert MAX_SHAPES == len(PRESETS)
     with pytest.raises(InvalidRequest, match=f"at most {MAX_SHAPES} different shapes"):
@@ -340,7 +340,7 @@ def test_clear_compile_cache_is_refused_while_a_group_runs(manager, monkeypatch)
 
 
 def test_save_image_writes_a_png_with_parameters(manager):
-    from backend.pngmeta import read_png_parameters
+    from backend.images.pngmeta import read_png_parameters
 
     image, result = manager.generate(_req(manager, "eager", 64, 64, seed=31))
     path = manager.save_image(image, result)

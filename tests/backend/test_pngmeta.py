@@ -10,8 +10,8 @@ import zlib
 import pytest
 from PIL import Image, PngImagePlugin
 
-from backend.pngmeta import infotext, parse_infotext, read_png_parameters, save_png
-from backend.records import GenerationResult
+from backend.images.pngmeta import infotext, parse_infotext, read_png_parameters, save_png
+from backend.request.records import GenerationResult
 
 
 def _result(**kw):

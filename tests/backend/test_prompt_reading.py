@@ -1,5 +1,5 @@
 """What a person types, read as the embedded model's grammar (embedded.grammar), and what a model
-folder says of itself (backend.model_card). No torch, no model."""
+folder says of itself (backend.models.card). No torch, no model."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import random
 import pytest
 
 from backend.errors import ModelNotFound
-from backend.model_card import CARD_FILE, ModelCard, parse_card, read_card, scaled_presets
+from backend.models.card import CARD_FILE, ModelCard, parse_card, read_card, scaled_presets
 from backend.shapes import PRESETS, Shape
 from embedded import SCENES_MODEL_DIR, grammar, scenes
 
@@ -140,7 +140,7 @@ def test_scaled_presets_round_to_multiples_of_16():
 def test_a_model_folder_with_a_bad_card_fails_the_start_with_that_line(tmp_path):
     import shutil
 
-    from backend.manager import Manager
+    from backend.serving.manager import Manager
     from tests.conftest import ROOT, make_settings
 
     folder = tmp_path / "model"

@@ -10,8 +10,8 @@ import time
 import pytest
 
 from backend.errors import GroupDead, InvalidRequest, NotAllowed
-from backend.manager import Manager
-from backend.roles import Caller
+from backend.serving.manager import Manager
+from backend.serving.roles import Caller
 from tests.conftest import make_settings
 
 pytestmark = pytest.mark.slow

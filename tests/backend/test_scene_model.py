@@ -9,7 +9,7 @@ import torch
 from safetensors.torch import load_file
 
 from embedded import scenes
-from backend.manager import Manager
+from backend.serving.manager import Manager
 from tests.conftest import make_settings
 
 pytestmark = pytest.mark.slow

@@ -60,7 +60,7 @@ def test_recipe_rebuilds_the_committed_folder(tmp_path):
 
 
 def test_random_model_is_built_on_first_use_when_the_folder_is_missing(tmp_path, monkeypatch):
-    from backend import model_source
+    from backend.models import source as model_source
 
     monkeypatch.setattr(model_source, "EMBEDDED_MODEL_DIR", tmp_path / "absent")
     path, label = model_source.resolve_model("embedded-random", tmp_path / "cache")
@@ -71,7 +71,7 @@ def test_random_model_is_built_on_first_use_when_the_folder_is_missing(tmp_path,
 
 
 def test_the_default_is_the_trained_model_and_a_missing_one_says_how_to_rebuild_it(tmp_path, monkeypatch):
-    from backend import model_source
+    from backend.models import source as model_source
     from backend.errors import ModelNotFound
     from backend.settings import Settings
     from embedded.recipe import SCENES_MODEL_DIR

@@ -18,8 +18,8 @@ import psutil
 import pytest
 
 from backend.errors import GenerationCancelled, GroupDead
-from backend.manager import Manager
-from backend.tp.protocol import recv_message, send_message
+from backend.serving.manager import Manager
+from backend.launch.protocol import recv_message, send_message
 from tests.conftest import ROOT, make_settings
 
 
@@ -130,7 +130,7 @@ def test_what_a_person_typed_reaches_the_ranks_the_record_and_the_png(mgr, tmp_p
     keep what was typed (the ranks once re-validated the job and dropped it)."""
     from PIL import Image
 
-    from backend.pngmeta import JSON_KEY
+    from backend.images.pngmeta import JSON_KEY
 
     _ensure_ready(mgr)
     request = dataclasses.replace(_req(mgr, "tp"), typed="a red fox, please")
@@ -181,7 +181,7 @@ def _run_long_in_thread(mgr):
 def test_a_killed_rank_is_reported_dead_with_its_log_and_restart_works(mgr, monkeypatch):
     """...and the new group, made where no shared pixel buffer can be (not Linux), sends its
     pixels on the socket: the same image."""
-    from backend.tp import protocol
+    from backend.launch import protocol
 
     _ensure_ready(mgr)
     pids = _group(mgr).rank_pids()
@@ -226,7 +226,7 @@ def test_workers_exit_when_the_app_dies(tmp_path):
         import json, sys, time
         sys.path.insert(0, {str(ROOT)!r})
         from tests.conftest import make_settings
-        from backend.manager import Manager
+        from backend.serving.manager import Manager
         m = Manager(make_settings())
         m.start()
         m.start_engine("tensor-parallel", 2, wait=True)

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from backend.errors import GroupDead, InvalidRequest
-from backend.tp import protocol as proto
-from backend.engines.worker_group import WorkerGroup, check_degree
+from backend.launch import protocol as proto
+from backend.launch.group import WorkerGroup, check_degree
 from tests.conftest import ROOT, make_settings
 
 MODEL = str(ROOT / "assets" / "tiny-flux2-klein")
@@ -153,7 +153,7 @@ def test_degrees_are_checked_before_anything_starts():
         check_degree(5, 24)
     with pytest.raises(InvalidRequest, match="whole number from 1 to 64"):
         check_degree(0, 24)
-    from backend.core_plan import make_plan
+    from backend.hardware.core_plan import make_plan
 
     assert check_degree(2, 4, make_plan("0", 4)) == [1, 2]
     with pytest.raises(InvalidRequest, match="degrees that fit are 1, 2"):
@@ -209,7 +209,7 @@ def _dead_pid() -> int:
 
 
 def test_a_rank_removes_the_run_dir_when_the_app_is_gone(tmp_path):
-    from backend.tp.rank_process import _watch_parent
+    from backend.workers.rank_process import _watch_parent
 
     run_dir = _run_dir(tmp_path, "tp.sock", "rank0.log", "rank0.heartbeat")
     exits = []
@@ -220,7 +220,7 @@ def test_a_rank_removes_the_run_dir_when_the_app_is_gone(tmp_path):
 
 @pytest.mark.parametrize("layout", ["no prefix", "no socket or logs", "a link", "missing"])
 def test_a_rank_removes_only_a_run_dir(tmp_path, layout):
-    from backend.tp.rank_process import _watch_parent
+    from backend.workers.rank_process import _watch_parent
 
     target = tmp_path / "target"
     target.mkdir()
@@ -246,7 +246,7 @@ def test_a_rank_process_cleans_up_after_its_app_is_killed(tmp_path):
     """The real thing without torchrun: a 'rank' watches an 'app' process, which is SIGKILLed."""
     run_dir = _run_dir(tmp_path, "tp.sock", "rank0.log", "torchrun.log")
     app = _sleeper()
-    script = ("import sys, time; sys.path.insert(0, sys.argv[3]); from backend.tp.rank_process import _watch_parent; "
+    script = ("import sys, time; sys.path.insert(0, sys.argv[3]); from backend.workers.rank_process import _watch_parent; "
               "_watch_parent(int(sys.argv[1]), sys.argv[2], 0, interval=0.05); time.sleep(60)")
     rank = subprocess.Popen([sys.executable, "-c", script, str(app.pid), run_dir, str(ROOT)],
                             stdout=subprocess.PIPE, text=True)

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from backend import errors
-from backend.tp import protocol as proto
+from backend.launch import protocol as proto
 from tests.conftest import ROOT
 
 
@@ -176,7 +176,7 @@ def test_a_small_hello_is_read_whole(pair):
 
 @pytest.fixture
 def server():
-    from backend.tp.rank0_server import Rank0Server
+    from backend.workers.rank0_server import Rank0Server
 
     folder = tempfile.mkdtemp(prefix="ns-")  # short: a Unix socket path has about 100 bytes
     made = Rank0Server(os.path.join(folder, "tp.sock"), "s" * 64, 2)
@@ -197,7 +197,7 @@ def test_the_socket_file_appears_only_once_rank_0_listens(monkeypatch):
     """The app connects as soon as the file exists; a connect between bind and listen is refused,
     and a start that is refused reads as a dead group (it once failed a degree-3 start on a busy
     machine). Rank 0 binds under another name, listens, and renames it into place."""
-    from backend.tp import rank0_server
+    from backend.workers import rank0_server
 
     folder = tempfile.mkdtemp(prefix="ns-")
     path = os.path.join(folder, "tp.sock")
@@ -241,7 +241,7 @@ def test_the_pixel_buffer_is_shared_with_a_process_that_opens_its_path():
         child = textwrap.dedent(f"""
             import sys
             sys.path.insert(0, {str(ROOT)!r})
-            from backend.tp.protocol import PixelBuffer
+            from backend.launch.protocol import PixelBuffer
             mine = PixelBuffer.open({buffer.path!r}, {buffer.size})
             assert mine.write(bytes(range(256)) * 4)
             assert not mine.write(b"x" * ({buffer.size} + 1))
@@ -320,7 +320,7 @@ def _broadcast_rank(rank: int, store_path: str, jobs: list, out_dir: str) -> Non
 
     import torch.distributed as dist
 
-    from backend.tp.collectives import _bcast_json
+    from backend.workers.collectives import _bcast_json
 
     dist.init_process_group("gloo", init_method=f"file://{store_path}", rank=rank, world_size=2)
     try:
@@ -337,7 +337,7 @@ def test_a_job_reaches_every_rank_whole_in_one_broadcast_or_two():
     follows in a second: both arrive whole on rank 1. Two real gloo ranks."""
     import torch.multiprocessing as mp
 
-    from backend.tp.collectives import JOB_BYTES
+    from backend.workers.collectives import JOB_BYTES
 
     jobs = [{"type": "generate", "prompt": "a red circle", "seed": 3},
             {"type": "generate", "prompt": "🦊" * 2000, "seed": 4},

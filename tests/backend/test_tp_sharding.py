@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from backend.errors import InvalidRequest
-from backend.manager import Manager
+from backend.serving.manager import Manager
 from tests.conftest import ROOT, make_settings
 
 pytestmark = pytest.mark.slow

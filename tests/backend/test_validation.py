@@ -3,8 +3,8 @@
 import pytest
 
 from backend.errors import InvalidRequest
-from backend.manager import Manager
-from backend.validation import MAX_SEED
+from backend.serving.manager import Manager
+from backend.request.validation import MAX_SEED
 from tests.conftest import make_settings
 
 
@@ -108,7 +108,7 @@ def test_bidirectional_control_characters_are_refused_naming_the_position(char):
     override would show other words than it holds; refused like any control character."""
     from backend.errors import InvalidRequest
     from backend.settings import Settings
-    from backend.validation import validate_request
+    from backend.request.validation import validate_request
 
     with pytest.raises(InvalidRequest, match=rf"bidirectional control character U\+{ord(char):04X} at position 2"):
         validate_request(Settings(), ("eager",), f"a {char}red fox", 64, 64)

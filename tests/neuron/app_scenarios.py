@@ -82,7 +82,7 @@ def _error(fn) -> dict | None:
 
 def inprocess(workdir: Path) -> dict:
     """Eager, compiled and regional on "neuron" vs the CPU; compiled flags at 64, 128, 64."""
-    from backend.manager import Manager
+    from backend.serving.manager import Manager
 
     from ui import views
 
@@ -109,7 +109,7 @@ def inprocess(workdir: Path) -> dict:
 
 def second(workdir: Path) -> dict:
     """A later process on the same caches: persistent NEFF hits, the warm-only lock, a failed compile."""
-    from backend.manager import Manager
+    from backend.serving.manager import Manager
 
     mgr = Manager(_settings(workdir))
     mgr.start()
@@ -148,7 +148,7 @@ def tp(workdir: Path) -> dict:
     """In process, then the group (silent cold compiles longer than the stall timeout), then back;
     a SIGSTOPped rank; a restart; a Neuron collective failure and the automatic restart — cores
     disjoint throughout."""
-    from backend.manager import Manager
+    from backend.serving.manager import Manager
 
     state_dir = os.environ["NEURON_STANDIN_STATE_DIR"]
     mgr = Manager(_settings(workdir, tp_degree=2, tp_stall_timeout=STALL))
@@ -219,7 +219,7 @@ def replicas(workdir: Path) -> dict:
     devices at LNC 2): who holds which core, two requests at once, a killed replica's return."""
     import threading
 
-    from backend.manager import Manager
+    from backend.serving.manager import Manager
 
     state_dir = os.environ["NEURON_STANDIN_STATE_DIR"]
     mgr = Manager(_settings(workdir, replicas=2, tp_degree=2))
@@ -265,7 +265,7 @@ def replicas(workdir: Path) -> dict:
 
 def main() -> None:
     scenario, workdir = sys.argv[1], Path(sys.argv[2])
-    from backend import device_env
+    from backend.hardware import env as device_env
 
     device_env.prepare_environment(workdir / "cache")
     result = {"inprocess": inprocess, "second": second, "tp": tp, "replicas": replicas}[scenario](workdir)

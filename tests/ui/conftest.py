@@ -13,7 +13,7 @@ from ui.handlers import Studio
 def started(tmp_path, monkeypatch):
     """(manager, launches): the real manager, started; its compile cache folder a fresh one under
     ``tmp_path`` (so clearing it touches no other test's cache)."""
-    from backend import device_env
+    from backend.hardware import env as device_env
 
     manager, launches = start_manager(tmp_path)
     inductor = tmp_path / "inductor-cache"
@@ -45,7 +45,7 @@ def engine(manager):
 @pytest.fixture
 def cache_dir(manager) -> Path:
     """The compile cache folder the manager clears (under tmp_path)."""
-    from backend import device_env
+    from backend.hardware import env as device_env
 
     return Path(device_env.prepared_environment()[device_env.INDUCTOR_CACHE_VAR])
 

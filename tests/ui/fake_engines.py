@@ -26,11 +26,11 @@ from typing import Any, Callable, Iterator
 
 from PIL import Image
 
-from backend.compile_state import COMPILED_MODES
+from backend.serving.compile_state import COMPILED_MODES
 from backend.engines.in_process import InProcessEngine
-from backend.engines.worker_group import STARTING, WorkerGroup
+from backend.launch.group import STARTING, WorkerGroup
 from backend.errors import GenerationCancelled, GroupDead, ShapeLocked
-from backend.records import EngineOutput, GenerationRequest, ProgressEvent
+from backend.request.records import EngineOutput, GenerationRequest, ProgressEvent
 from backend.settings import EMBEDDED_RANDOM_MODEL
 
 # The fakes' measured numbers: a run that compiles, and a steady one (4 steps: 0.1 + 4 x 0.05 + 0.1 s).
@@ -38,7 +38,7 @@ COMPILING_RUN = dict(compile_seconds=1.5, seconds=2.0, encode=0.1, denoise=1.8, 
 STEADY_RUN = dict(compile_seconds=0.0, seconds=0.4, encode=0.1, denoise=0.2, decode=0.1)
 # One colour per mode: a compare of eager, compiled and regional differs by 0, 1 and 5.
 COLOURS = {"eager": (200, 0, 0), "compiled": (201, 0, 0), "regional": (205, 0, 0), "tp": (200, 0, 0)}
-# What READY carries (backend.tp.worker.shard_report): made-up pids, never signalled (no fake kills).
+# What READY carries (backend.workers.worker.shard_report): made-up pids, never signalled (no fake kills).
 RANK_PID, REPLICA_PID = 11, 31
 LOAD_SECONDS, WARM_SECONDS = 2.0, 0.5
 ROUND_TRIP_EXTRA = 0.005  # a worker call's socket overhead, as the group measures it
@@ -298,7 +298,7 @@ def start_manager(tmp_path: Path, **settings):
     model unless ``model=`` says otherwise, settings from ``tests.conftest.make_settings``), with
     the in-process engine a ``FakeEngine`` and the launched engines' groups from a ``FakeLaunches``.
     Returns (manager, launches); close the manager when done."""
-    from backend.manager import Manager
+    from backend.serving.manager import Manager
     from tests.conftest import make_settings
 
     manager = Manager(make_settings(tmp_path, **{"model": EMBEDDED_RANDOM_MODEL, **settings}),

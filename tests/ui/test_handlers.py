@@ -12,7 +12,7 @@ import pytest
 from PIL import Image
 
 from backend.errors import GenerationFailed
-from backend.pngmeta import read_png_parameters
+from backend.images.pngmeta import read_png_parameters
 from backend.shapes import PRESETS, Shape
 from tests.ui.fake_engines import WAIT, calm_refusal, system_views, until
 from ui import views
@@ -487,7 +487,7 @@ def test_ui_imports_no_torch():
 
 @pytest.mark.parametrize("model", ["embedded", "embedded-random"])
 def test_the_first_page_fits_the_model(model, tmp_path):
-    # The page's presets, start size and prompt come from the model's card (backend.model_card):
+    # The page's presets, start size and prompt come from the model's card (backend.models.card):
     # the trained embedded model offers the ~1 MP ratios at the ~256x256 it was trained at, starts
     # at 1:1 with a prompt from its examples, says once (under the prompt) what it understands, and
     # labels a size beyond training; a model without a card keeps the ~1 MP presets, no prompt.
@@ -562,7 +562,7 @@ def test_a_compile_shows_its_time_so_far_and_stop_is_heard_at_once(studio, manag
     every second, and Stop pressed meanwhile is acknowledged at once, saying the compile finishes first."""
     calls = []
     adapter = studio._progress_adapter(lambda value=None, desc="", **kw: calls.append(desc))
-    from backend.records import ProgressEvent
+    from backend.request.records import ProgressEvent
 
     adapter(ProgressEvent("compiling", 0, 4, "compiled", "64x64"))
     until(lambda: any(d.startswith("compiling — ") for d in calls), "a compile tick")
@@ -588,7 +588,7 @@ def test_the_operator_can_end_a_compile_a_worker_runs_and_a_viewer_cannot(tmp_pa
     the group compiles, the operator's page shows "End the compile", which stops the group and ends
     the run; a viewer's page does not show it (and ``tests/ui/test_roles.py`` finds a viewer's call
     refused)."""
-    from backend.roles import OperatorKey
+    from backend.serving.roles import OperatorKey
     from tests.ui.fake_engines import start_manager
     from ui.handlers import Studio
 
@@ -646,7 +646,7 @@ def test_the_embedded_models_page_says_what_it_did_not_understand_and_what_it_ca
     """A prompt partly outside the grammar: the run line names the words not understood, what was
     made up, and the closest example; a size past training says before the click what really
     happens and offers the nearest preset."""
-    from backend.model_card import card_for
+    from backend.models.card import card_for
 
     manager.card = card_for("embedded", tmp_path)  # the scene grammar and its ~256 px presets
     studio.examples = ["a red circle on a blue background", "a blue star in the middle, on an orange background"]

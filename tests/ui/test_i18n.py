@@ -131,7 +131,7 @@ def test_a_turkish_page_gets_turkish_status_lines_with_the_same_numbers(studio):
 def test_the_grammar_help_under_the_prompt_speaks_the_pages_language(tmp_path):
     """The embedded model's card reads a grammar: its help sentence is Turkish on a Turkish page,
     with the grammar's own (English) words, which are what the model reads."""
-    from backend.model_card import card_for
+    from backend.models.card import card_for
     from types import SimpleNamespace as NS
     from ui.handlers import Studio
 

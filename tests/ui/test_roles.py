@@ -9,7 +9,7 @@ import gradio as gr
 import pytest
 
 from backend.errors import GenerationCancelled
-from backend.roles import COOKIE, OperatorKey
+from backend.serving.roles import COOKIE, OperatorKey
 from backend.shapes import Shape
 from tests.ui.fake_engines import system_views, until
 from ui.handlers import Studio

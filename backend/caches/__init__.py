@@ -1,0 +1,1 @@
+"""Warm-start bundles: the compile caches of one install, carried to another and checked against it."""

@@ -1,0 +1,296 @@
+"""Warm-start bundles: one file that makes a set of (mode, shape) pairs warm on another instance.
+
+A bundle is a tar file: ``manifest.json`` first, then ``files/<cache>/<path>`` — the entries the
+compile stack wrote in the app's compile caches (``backend.hardware.cache_layout``: on Neuron the NEFF files,
+graphs' and eager ops' alike, text encoder and VAE included; on CPU/CUDA inductor's FX-graph and
+AOT-autograd entries and generated code, which is what a fresh process needs to skip the compile).
+
+The manifest says exactly when the bundle applies — app version, torch / diffusers / torch-neuronx /
+neuronx-cc versions, device kind, what TorchNeuron puts in every NEFF's key besides the program (the
+chip target, trn2 or trn3; the LNC; the compiler's optimisation-level override; ``NEURON_CC_FLAGS``:
+``KernelExecution.cpp``, captured in ``tests/standin/captures/torchneuron/neff_cache.json``; a NEFF
+made with other values is never hit), dtype, compile backend, the model (label and a content hash
+of its configs and weights), the tensor-parallel degree — and which (mode, shape) entries it warms,
+with the compile seconds measured where it was made. ``check`` names the first field that does not
+match this install; an import is refused on any mismatch.
+
+A bundle is untrusted input: a NEFF is a program for the device, and inductor's cache entries are
+pickles and shared libraries that run when loaded. Importing one runs its author's code. So
+``read`` refuses absolute paths, ``..``, links and anything but regular files, files the manifest
+does not list, sizes and counts past the limits, and any file whose SHA-256 is not the manifest's —
+all checked while the files are staged in a private folder, before anything reaches the caches; an
+existing cache file with other contents is never overwritten (the import is refused naming it).
+Nothing is half-imported: a refusal leaves the caches as they were.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import io
+import json
+import os
+import platform
+import shutil
+import tarfile
+import tempfile
+import time
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from backend.hardware import cache_layout
+
+from backend.hardware import env as device_env
+from backend.errors import BundleRefused
+
+FORMAT = "neuron-studio-bundle/2"  # 2: the NEFF key fields (target, opt level, NEURON_CC_FLAGS)
+APP_VERSION = "2026.12"
+MAX_FILES = 20_000
+MAX_FILE_BYTES = 2 * 2**30  # one NEFF of a large graph stays well under this
+MAX_TOTAL_BYTES = 16 * 2**30
+MAX_MANIFEST_BYTES = 8 * 2**20
+# Fields that must match this install for a bundle to apply, in the order they are checked.
+MATCH_FIELDS = ("format", "app_version", "torch", "diffusers", "torch_neuronx", "neuronx_cc", "device",
+                "neuron_target", "lnc", "neuron_opt_level", "neuron_cc_flags",
+                "dtype", "compile_backend", "model_hash", "tp_degree")
+
+
+@dataclasses.dataclass
+class Manifest:
+    format: str
+    app_version: str
+    torch: str | None
+    diffusers: str | None
+    torch_neuronx: str | None
+    neuronx_cc: str | None
+    device: str
+    neuron_target: str | None  # the NEFF key's chip target (trn2, trn3); None off Neuron
+    lnc: int | None  # the NEFF key's logical-core config in force
+    neuron_opt_level: str | None  # NEURON_COMPILER_OPT_LEVEL (None: TorchNeuron's -O1 eager, -O2 compiled)
+    neuron_cc_flags: str | None  # NEURON_CC_FLAGS ("" none); None off Neuron
+    dtype: str
+    compile_backend: str
+    model: str
+    model_hash: str
+    tp_degree: int | None
+    entries: list[dict[str, Any]]  # {"mode", "shape", "compile_seconds"} measured where it was made
+    files: list[dict[str, Any]]  # {"cache", "path", "bytes", "sha256"}
+    created: str = ""
+    python: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Any) -> "Manifest":
+        if not isinstance(data, dict):
+            raise BundleRefused("the bundle's manifest is not a JSON object")
+        names = {f.name for f in dataclasses.fields(cls)}
+        missing = [n for n in names if n not in data and n not in ("created", "python")]
+        if missing:
+            raise BundleRefused(f"the bundle's manifest lacks {', '.join(sorted(missing))}")
+        if data.get("format") != FORMAT:
+            raise BundleRefused(f"format: the bundle is {data.get('format')!r}, this app reads {FORMAT!r}")
+        manifest = cls(**{k: v for k, v in data.items() if k in names})
+        if not isinstance(manifest.files, list) or not isinstance(manifest.entries, list):
+            raise BundleRefused("the bundle's manifest lists no files or entries")
+        return manifest
+
+
+def _version(dist: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return None
+
+
+def model_hash(model_path: str | Path) -> str:
+    """SHA-256 over the model folder's configs and weights (relative path and contents of each file),
+    so a bundle made for another model or revision is refused."""
+    root = Path(model_path)
+    digest = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.is_file() and not p.name.startswith(".")):
+        relative = path.relative_to(root).as_posix()
+        digest.update(relative.encode() + b"\0")
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+def describe_install(device, settings, model_path: str, model_label: str,
+                     entries: list[dict[str, Any]] | None = None) -> Manifest:
+    """The manifest fields of this install (``files`` empty: ``export`` fills them)."""
+    return Manifest(
+        format=FORMAT, app_version=APP_VERSION, torch=_version("torch"), diffusers=_version("diffusers"),
+        torch_neuronx=_version("torch-neuronx"), neuronx_cc=_version("neuronx-cc"), device=device.kind,
+        **device.neff_key_fields(), dtype=device.info.dtype,
+        compile_backend=device.info.compile_backend, model=model_label, model_hash=model_hash(model_path),
+        tp_degree=settings.tp_degree if any(e["mode"] == "tp" for e in entries or []) else None,
+        entries=list(entries or []), files=[], created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        python=platform.python_version())
+
+
+def check(manifest: Manifest, here: Manifest) -> str | None:
+    """The first field where the bundle does not apply to this install, as one line; None if it applies."""
+    for name in MATCH_FIELDS:
+        theirs, ours = getattr(manifest, name), getattr(here, name)
+        if name == "tp_degree" and theirs is None:
+            continue  # no tensor-parallel entries: any degree
+        if theirs != ours:
+            what = "the model's contents" if name == "model_hash" else name
+            return (f"{what}: the bundle was made with {theirs!r}" + (f" ({manifest.model})" if name == "model_hash" else "")
+                    + f", this install has {ours!r}")
+    return None
+
+
+def _cache_dirs(device) -> dict[str, Path]:
+    env = device_env.prepared_environment()
+    return {cache_layout.KIND_BY_VARIABLE[var]: Path(env[var]) for var in device.cache_vars() if env.get(var)}
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def export(path: str | Path, manifest: Manifest, device) -> Manifest:
+    """Write the bundle: the manifest, then every file the compile stack wrote in this device's caches
+    (lock files excluded: they hold no compile). Written to a temp name and renamed."""
+    files, sources = [], []
+    for kind, root in _cache_dirs(device).items():
+        if kind == "neff-locks":
+            continue
+        for entry in cache_layout.entries(kind, root):
+            for file in ([entry] if entry.is_file() else sorted(p for p in entry.rglob("*") if p.is_file()
+                                                                   and not p.is_symlink())):
+                relative = file.relative_to(root).as_posix()
+                if kind == "inductor" and relative.startswith("locks/"):
+                    continue
+                files.append({"cache": kind, "path": relative, "bytes": file.stat().st_size, "sha256": _sha256(file)})
+                sources.append(file)
+    manifest = dataclasses.replace(manifest, files=files)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".partial-", suffix=".tar", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle, tarfile.open(fileobj=handle, mode="w") as tar:
+            data = json.dumps(manifest.to_json(), indent=1).encode()
+            info = tarfile.TarInfo("manifest.json")
+            info.size, info.mtime = len(data), int(time.time())
+            tar.addfile(info, io.BytesIO(data))
+            for meta, source in zip(files, sources):
+                info = tarfile.TarInfo(f"files/{meta['cache']}/{meta['path']}")
+                info.size, info.mtime, info.mode = meta["bytes"], int(source.stat().st_mtime), 0o600
+                with open(source, "rb") as body:
+                    tar.addfile(info, body)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return manifest
+
+
+def read_manifest(path: str | Path) -> Manifest:
+    """The bundle's manifest (its first member), bounded; BundleRefused if it is not a bundle."""
+    try:
+        with tarfile.open(path, mode="r:*") as tar:
+            first = tar.next()
+            if first is None or first.name != "manifest.json" or not first.isfile():
+                raise BundleRefused(f"{path}: not a Neuron Studio bundle (no manifest.json first)")
+            if first.size > MAX_MANIFEST_BYTES:
+                raise BundleRefused(f"{path}: its manifest is {first.size} bytes, more than a manifest can be")
+            data = json.loads(tar.extractfile(first).read().decode("utf-8"))
+    except (tarfile.TarError, OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BundleRefused(f"{path}: not a readable bundle ({type(exc).__name__}: {exc})") from None
+    return Manifest.from_json(data)
+
+
+def _safe_relative(name: str) -> PurePosixPath:
+    pure = PurePosixPath(name)
+    if pure.is_absolute() or name.startswith("/") or "\\" in name or any(p in ("..", "") for p in pure.parts):
+        raise BundleRefused(f"member {name!r}: absolute paths, '..' and empty parts are refused")
+    return pure
+
+
+def import_bundle(path: str | Path, device, here: Manifest) -> dict[str, Any]:
+    """Check the bundle against this install, stage and verify every file, then move them into the
+    caches. Returns {"manifest", "written", "already_there"}. BundleRefused (and no change) otherwise."""
+    manifest = read_manifest(path)
+    mismatch = check(manifest, here)
+    if mismatch:
+        raise BundleRefused(f"the bundle does not apply here: {mismatch}")
+    listed = {}
+    total = 0
+    if len(manifest.files) > MAX_FILES:
+        raise BundleRefused(f"the bundle lists {len(manifest.files)} files; at most {MAX_FILES} are read")
+    for meta in manifest.files:
+        if not isinstance(meta, dict) or meta.get("cache") not in cache_layout.KIND_BY_VARIABLE.values():
+            raise BundleRefused(f"the manifest lists a file of no known cache: {str(meta)[:200]}")
+        name = f"files/{meta['cache']}/{_safe_relative(str(meta.get('path', '')))}"
+        if not isinstance(meta.get("bytes"), int) or not 0 <= meta["bytes"] <= MAX_FILE_BYTES:
+            raise BundleRefused(f"{name}: size {meta.get('bytes')!r} is outside 0..{MAX_FILE_BYTES}")
+        total += meta["bytes"]
+        listed[name] = meta
+    if total > MAX_TOTAL_BYTES:
+        raise BundleRefused(f"the bundle holds {total} bytes; at most {MAX_TOTAL_BYTES} are imported")
+    dirs = _cache_dirs(device)
+    staging = Path(tempfile.mkdtemp(prefix="neuron-studio-bundle-"))
+    try:
+        seen = set()
+        with tarfile.open(path, mode="r:*") as tar:
+            for member in tar:
+                if member.name == "manifest.json":
+                    continue
+                _safe_relative(member.name)
+                if not member.isfile():
+                    raise BundleRefused(f"member {member.name!r}: only regular files are read (no links, devices)")
+                meta = listed.get(member.name)
+                if meta is None:
+                    raise BundleRefused(f"member {member.name!r} is not in the manifest")
+                if member.name in seen:
+                    raise BundleRefused(f"member {member.name!r} appears twice")
+                if member.size != meta["bytes"]:
+                    raise BundleRefused(f"member {member.name!r}: {member.size} bytes, the manifest says {meta['bytes']}")
+                seen.add(member.name)
+                target = staging / member.name
+                target.parent.mkdir(parents=True, exist_ok=True)
+                digest = hashlib.sha256()
+                with tar.extractfile(member) as body, open(target, "wb") as out:
+                    for block in iter(lambda: body.read(1 << 20), b""):
+                        digest.update(block)
+                        out.write(block)
+                if digest.hexdigest() != meta.get("sha256"):
+                    raise BundleRefused(f"member {member.name!r}: its SHA-256 is not the manifest's (a tampered file)")
+        if seen != set(listed):
+            raise BundleRefused(f"the bundle lacks {len(set(listed) - seen)} file(s) its manifest lists, "
+                                f"e.g. {sorted(set(listed) - seen)[0]!r}")
+        # Every file is verified. Plan the moves; refuse before moving anything if one would overwrite.
+        moves, already = [], 0
+        for name, meta in listed.items():
+            if meta["cache"] not in dirs:
+                raise BundleRefused(f"{name}: this device has no {meta['cache']} cache")
+            destination = dirs[meta["cache"]] / meta["path"]
+            if destination.exists():
+                if destination.is_file() and _sha256(destination) == meta["sha256"]:
+                    already += 1
+                    continue
+                raise BundleRefused(f"{destination} exists with other contents; the import overwrites nothing "
+                                    "(clear the compile cache first if the bundle should replace it)")
+            moves.append((staging / name, destination))
+        for source, destination in moves:
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(str(source), str(destination))
+        device.cache_info(fresh=True)
+        return {"manifest": manifest, "written": len(moves), "already_there": already}
+    except (tarfile.TarError, OSError) as exc:
+        raise BundleRefused(f"{path}: could not be read whole ({type(exc).__name__}: {exc}); nothing was imported") \
+            from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)

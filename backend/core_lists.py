@@ -1,0 +1,44 @@
+"""The NeuronCore list notation (``NEURON_RT_VISIBLE_CORES``: "3", "0-3", "0,2-3"): read, written, and
+checked against an instance's size. A foundation: the settings read ``--neuron-cores`` with it, the
+hardware layer (neuron-ls, the core plan) too; it imports nothing of the project."""
+
+from __future__ import annotations
+
+
+def parse_cores(text: str) -> list[int]:
+    """Parse a NEURON_RT_VISIBLE_CORES value: "3", "0-3", "0,2" (and mixes like "0,2-3").
+
+    Raises ValueError naming the bad part."""
+    cores: list[int] = []
+    parts = [p.strip() for p in str(text).split(",")]
+    if not text or not str(text).strip() or any(not p for p in parts):
+        raise ValueError(f"expected NeuronCore indices like 3, 0-3 or 0,2, got {text!r}")
+    for part in parts:
+        lo, sep, hi = part.partition("-")
+        try:
+            first, last = int(lo), int(hi) if sep else int(lo)
+        except ValueError:
+            raise ValueError(f"expected NeuronCore indices like 3, 0-3 or 0,2, got {text!r}") from None
+        if first < 0 or last < first:
+            raise ValueError(f"bad NeuronCore range {part!r} in {text!r}")
+        cores.extend(range(first, last + 1))
+    if len(set(cores)) != len(cores):
+        raise ValueError(f"NeuronCore listed twice in {text!r}")
+    return cores
+
+
+def format_cores(cores: list[int]) -> str:
+    """The shortest NEURON_RT_VISIBLE_CORES value for ``cores`` ("0-3", "1,3")."""
+    cores = sorted(cores)
+    if cores and cores == list(range(cores[0], cores[-1] + 1)) and len(cores) > 1:
+        return f"{cores[0]}-{cores[-1]}"
+    return ",".join(map(str, cores))
+
+
+def check_on_instance(app_cores: str, logical: int | None) -> list[int]:
+    """The app's cores, parsed; ValueError naming ``--neuron-cores`` for a core the instance (of
+    ``logical`` cores; None: unknown) does not have."""
+    cores = parse_cores(app_cores)
+    if logical is not None and max(cores) >= logical:
+        raise ValueError(f"--neuron-cores {app_cores}: the instance has NeuronCores 0-{logical - 1}")
+    return cores

@@ -1,0 +1,275 @@
+"""PNG files that carry their generation parameters, written atomically, and read back safely.
+
+Two text chunks: ``parameters`` in the A1111 infotext form other tools read::
+
+    a red fox
+    Steps: 4, Sampler: FlowMatchEuler, CFG scale: 1.0, Seed: 42, Size: 256x256, Model: ..., Mode: compiled, Device: cpu
+
+and ``neuron_studio``, the whole GenerationResult as JSON. Reading parses text only: nothing from a
+PNG is evaluated or unpickled, and unknown or malformed fields are ignored.
+
+Reading is bounded, because the PNG comes from outside (an upload on the page):
+
+- ``read_png_parameters`` refuses a file over ``MAX_PNG_BYTES`` or one that is not a regular file,
+  never decodes pixels, and reads the text chunks itself (at most ``MAX_CHUNK_BYTES`` each,
+  decompressing at most ``MAX_INFOTEXT + 1`` characters of a zTXt/iTXt). PIL's own text limits
+  (``PngImagePlugin.MAX_TEXT_CHUNK``/``MAX_TEXT_MEMORY``, 1 MiB/64 MiB) are module globals that
+  other threads share, so they are not lowered here; PIL is not used for reading at all. As with
+  ``Image.open``, only the chunks before the image data are read. A file that is not a PNG, is
+  truncated before its image data or has more than ``MAX_CHUNKS`` chunks before it raises
+  ValueError naming the problem; an oversized, damaged or undecodable text chunk is skipped.
+- ``parse_infotext`` is linear in its input: at most ``MAX_INFOTEXT`` characters, a params line of
+  at most ``MAX_PARAMS_LINE`` characters and ``MAX_FIELDS`` fields, values of at most ``MAX_VALUE``,
+  split with str methods (no backtracking regex). Every value is checked against the app's bounds
+  before it is returned.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import stat
+import struct
+import tempfile
+import time
+import zlib
+from pathlib import Path
+from typing import Any
+
+from PIL import Image, PngImagePlugin
+
+from backend.request.records import GenerationResult
+
+PARAMS_KEY = "parameters"
+JSON_KEY = "neuron_studio"
+MAX_INFOTEXT = 8 * 1024  # characters of infotext parsed at all; a longer one is ignored whole
+MAX_PARAMS_LINE = 2 * 1024  # a longer last line is not a params line (it is part of the prompt)
+MAX_VALUE = 200  # a longer "key: value" value is ignored
+MAX_FIELDS = 64  # "key: value" pieces looked at on the params line (A1111 writes about 20)
+MAX_PNG_BYTES = 20 * 1024 * 1024  # a larger file is refused before it is read
+MAX_CHUNK_BYTES = 64 * 1024  # a larger text chunk is skipped without being read
+MAX_CHUNKS = 256  # chunks allowed before the image data (a PNG from a tool has about 10)
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+_TEXT_CHUNKS = (b"tEXt", b"zTXt", b"iTXt")
+_DIGITS = frozenset("0123456789")
+_KEY_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ ")
+_DECIMAL = re.compile(r"[0-9]{1,10}(?:\.[0-9]{1,10})?")  # anchored by fullmatch; cannot backtrack far
+
+
+def infotext(result: GenerationResult) -> str:
+    fields = [
+        ("Steps", result.steps),
+        ("Sampler", "FlowMatchEuler"),
+        ("CFG scale", result.guidance),
+        ("Seed", result.seed),
+        ("Size", f"{result.width}x{result.height}"),
+        ("Model", result.model),
+        ("Mode", result.mode),
+        ("Device", result.device),
+    ]
+    return result.prompt + "\n" + ", ".join(f"{k}: {v}" for k, v in fields)
+
+
+def save_png(image: Image.Image, result: GenerationResult, path: str | Path) -> Path:
+    """Write ``image`` with its metadata to ``path`` atomically (a temp file, then rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    info = PngImagePlugin.PngInfo()
+    info.add_text(PARAMS_KEY, infotext(result))
+    info.add_text(JSON_KEY, json.dumps(result.to_json(), ensure_ascii=False))
+    fd, tmp = tempfile.mkstemp(prefix=".partial-", suffix=".png", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            image.save(handle, format="PNG", pnginfo=info)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def unique_output_path(folder: str | Path, result: GenerationResult) -> Path:
+    """A new file name in ``folder`` that says when, what size, which mode and seed."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    base = f"{stamp}-{result.width}x{result.height}-{result.mode}-{result.seed}"
+    folder = Path(folder)
+    candidate, n = folder / f"{base}.png", 1
+    while candidate.exists():
+        candidate, n = folder / f"{base}-{n}.png", n + 1
+    return candidate
+
+
+def _ascii_int(value: str, max_digits: int = 20) -> int | None:
+    """A whole number written in ASCII digits only (no sign, no '²', no Arabic-Indic digits)."""
+    if not value or len(value) > max_digits or not _DIGITS.issuperset(value):
+        return None
+    return int(value)
+
+
+def _params(line: str, max_value: int) -> dict[str, str]:
+    """'Key: value, Key: value' as {key (lower case): value}; malformed pieces are skipped. Linear:
+    one split on ',' (at most ``MAX_FIELDS`` + 1 pieces; whatever follows is the last one)
+    and one partition per piece."""
+    fields: dict[str, str] = {}
+    for piece in line.split(",", MAX_FIELDS):
+        key, colon, value = piece.partition(":")
+        key, value = key.strip(), value.strip()
+        if not colon or not key or len(key) > 40 or not _KEY_CHARS.issuperset(key) or len(value) > max_value:
+            continue
+        fields.setdefault(key.lower(), value)  # the first occurrence wins
+    return fields
+
+
+def parse_infotext(text: str, *, max_text: int = MAX_INFOTEXT, max_params_line: int = MAX_PARAMS_LINE,
+                   max_value: int = MAX_VALUE, max_prompt: int = 2000, max_steps: int = 50,
+                   max_guidance: float = 20.0, max_seed: int = 2**63 - 1, min_size: int = 64,
+                   max_size: int = 2048, size_multiple: int = 16) -> dict[str, Any]:
+    """Parse A1111 infotext into {prompt, steps, guidance, seed, width, height, mode, model, device}.
+
+    Linear in ``text`` and bounded: a text over ``max_text`` characters gives {}; a last line over
+    ``max_params_line`` is not a params line; a value over ``max_value`` is ignored. Each value is
+    held to the app's bounds (the keyword arguments, defaults as in ``Settings``) or left out, so a
+    control is never filled with something validation would refuse:
+
+    - steps: ASCII digits, 1..``max_steps``; guidance ("CFG scale"): a plain decimal, 0..``max_guidance``
+      (no inf, nan or exponent); seed: ASCII digits, 0..``max_seed``;
+    - size: WIDTHxHEIGHT, each ``min_size``..``max_size`` and a multiple of ``size_multiple``
+      (both or neither are returned);
+    - prompt: cut to ``max_prompt`` characters; mode/model/device: text of at most ``max_value``.
+    Unknown keys and malformed values are dropped; nothing is evaluated.
+    """
+    if not isinstance(text, str) or len(text) > max_text:
+        return {}
+    text = text.strip()
+    head, newline, last = text.rpartition("\n")
+    fields = _params(last, max_value) if len(last) <= max_params_line else {}
+    steps_text = fields.get("steps", "")
+    if steps_text[:1].isdigit():  # a params line has "Steps: N" (any digit: a bad one is dropped below)
+        prompt = head if newline else ""
+    else:
+        prompt, fields = text, {}
+    out: dict[str, Any] = {}
+    prompt = prompt.strip()[:max_prompt].strip()
+    if prompt:
+        out["prompt"] = prompt
+    steps = _ascii_int(fields.get("steps", ""))
+    if steps is not None and 1 <= steps <= max_steps:
+        out["steps"] = steps
+    guidance = fields.get("cfg scale", "")
+    if _DECIMAL.fullmatch(guidance):
+        value = float(guidance)
+        if math.isfinite(value) and 0.0 <= value <= max_guidance:
+            out["guidance"] = value
+    seed = _ascii_int(fields.get("seed", ""))
+    if seed is not None and 0 <= seed <= max_seed:
+        out["seed"] = seed
+    width_text, x, height_text = fields.get("size", "").lower().partition("x")
+    width, height = _ascii_int(width_text.strip(), 5), _ascii_int(height_text.strip(), 5)
+    if x and width is not None and height is not None and all(
+            min_size <= v <= max_size and v % size_multiple == 0 for v in (width, height)):
+        out["width"], out["height"] = width, height
+    for key in ("mode", "model", "device"):
+        if fields.get(key):
+            out[key] = fields[key]
+    return out
+
+
+def _decode_text_chunk(kind: bytes, data: bytes, max_chars: int) -> tuple[str, str] | None:
+    """(keyword, text) of a tEXt/zTXt/iTXt chunk; None when it is malformed or its text is longer
+    than ``max_chars`` (at most ``max_chars + 1`` characters are ever decompressed)."""
+    keyword, sep, rest = data.partition(b"\0")
+    if not sep or not 1 <= len(keyword) <= 79:
+        return None
+    compressed, encoding = False, "latin-1"
+    if kind == b"zTXt":
+        if rest[:1] != b"\0":  # compression method 0 (zlib) is the only one defined
+            return None
+        rest, compressed = rest[1:], True
+    elif kind == b"iTXt":
+        if len(rest) < 2 or rest[0] not in (0, 1) or rest[1] != 0:
+            return None
+        compressed, rest, encoding = rest[0] == 1, rest[2:], "utf-8"
+        _language, sep1, rest = rest.partition(b"\0")
+        _translated, sep2, rest = rest.partition(b"\0")
+        if not (sep1 and sep2):
+            return None
+    limit = max_chars * 4 + 4 if encoding == "utf-8" else max_chars + 1  # bytes enough for max_chars + 1
+    if compressed:
+        try:
+            inflater = zlib.decompressobj()
+            rest = inflater.decompress(rest, limit)
+        except zlib.error:
+            return None
+    if len(rest) > limit:
+        return None
+    text = rest.decode(encoding, errors="replace")
+    if len(text) > max_chars:
+        return None
+    return keyword.decode("latin-1"), text
+
+
+def _png_text(handle, size: int, key: str, max_chunk: int, max_chars: int) -> str | None:
+    """The text of the first text chunk named ``key`` before the image data, as PIL's
+    ``Image.open`` (and other tools reading ``info``) sees it. Reads chunk headers and that text
+    chunk only: pixel data is never read or decompressed. Raises ValueError for a file that is not
+    a PNG, is truncated before its image data, or has more than ``MAX_CHUNKS`` chunks before it."""
+    if handle.read(8) != _PNG_SIGNATURE:
+        raise ValueError("not a PNG file (its first bytes are not the PNG signature)")
+    wanted = key.encode("latin-1") + b"\0"
+    pos = 8
+    for n in range(MAX_CHUNKS):
+        head = handle.read(8)
+        if len(head) < 8:
+            raise ValueError("truncated PNG: it ends before its image data")
+        length, kind = struct.unpack(">I4s", head)
+        if n == 0 and kind != b"IHDR":
+            raise ValueError("malformed PNG: the first chunk is not IHDR")
+        if length > size - pos - 12:
+            raise ValueError(f"truncated PNG: a {kind.decode('latin-1')!r} chunk of {length} bytes "
+                             "runs past the end of the file")
+        pos += 12 + length
+        if kind in (b"IDAT", b"IEND"):
+            return None  # text after the image data is not read (PIL's Image.open does not either)
+        if kind in _TEXT_CHUNKS and length <= max_chunk:
+            data = handle.read(length)
+            crc = handle.read(4)
+            if not data.startswith(wanted):
+                continue
+            if len(crc) < 4 or zlib.crc32(kind + data) != struct.unpack(">I", crc)[0]:
+                continue  # a damaged chunk is not trusted
+            decoded = _decode_text_chunk(kind, data, max_chars)
+            if decoded is not None and decoded[0] == key:
+                return decoded[1]
+        else:
+            handle.seek(length + 4, os.SEEK_CUR)
+    raise ValueError(f"malformed PNG: more than {MAX_CHUNKS} chunks before the image data")
+
+
+def read_png_parameters(path: str | Path, *, max_bytes: int = MAX_PNG_BYTES, max_chunk: int = MAX_CHUNK_BYTES,
+                        **bounds: Any) -> dict[str, Any]:
+    """Generation parameters stored in a PNG ({} when it carries none, or only an oversized or
+    broken ``parameters`` chunk). ``bounds`` go to ``parse_infotext``.
+
+    Raises ValueError naming the problem for a file that is not a regular file, is larger than
+    ``max_bytes``, is not a PNG or is truncated. No pixels are decoded."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
+    try:
+        fd = os.open(path, flags)  # non-blocking: a FIFO named x.png does not hang the open
+    except OSError as exc:
+        raise ValueError(f"cannot open the PNG: {exc.strerror or exc}") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise ValueError("not a regular file")
+    with os.fdopen(fd, "rb") as handle:
+        if info.st_size > max_bytes:
+            raise ValueError(f"the file is {info.st_size / 1e6:.1f} MB; PNGs over {max_bytes / 1e6:.0f} MB "
+                             "are not read")
+        max_chars = int(bounds.get("max_text", MAX_INFOTEXT))
+        try:
+            text = _png_text(handle, info.st_size, PARAMS_KEY, max_chunk, max_chars)
+        except OSError as exc:
+            raise ValueError(f"cannot read the PNG: {exc.strerror or exc}") from None
+    return parse_infotext(text, **bounds) if text is not None else {}

@@ -1,0 +1,240 @@
+"""A worker group's calls to rank 0 over its authenticated Unix socket: ``run`` (a generation,
+its pixels through the shared buffer or the socket), ``call`` (a request whose stall or error
+reply becomes the group's death or the exception it stands for), ``health``, stall detection (the
+ranks' heartbeats), and the ranks' log tails and pids.
+
+``GroupCalls`` is the base of ``backend.launch.group.WorkerGroup``, which launches, watches
+and stops the processes; these methods read what it keeps (``state``, ``error``, ``name``,
+``place``, ``degree``, ``dir``, ``socket_path``, ``ranks``, ``timings``, the token, the clock, the
+timeouts, the pixel buffer) and, when a call finds the group gone, call its ``_mark_dead``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+import time
+from typing import Any, Callable
+
+from backend.errors import BackendNotReady, GenerationFailed, GroupDead, StudioError
+from backend.request.records import EngineOutput, GenerationRequest, ProgressEvent
+from backend.launch import processes
+from backend.launch import protocol as proto
+
+STARTING = ("launching", "loading", "warming")
+
+
+def transport_parts(stamps: dict[str, float], sent: float, returned: float, built: float,
+                    worker_seconds: float) -> dict[str, float]:
+    """Where one request's round trip went, in seconds, from the app's and rank 0's stamps (one
+    monotonic clock); the parts add up to the round trip less the pipeline's own seconds: connect
+    + hello + request to rank 0; the hand-over to rank 0's job loop; the job's broadcast to the
+    ranks; the run beyond the pipeline's own seconds; the pixels written out and the header made;
+    the result's transfer and parse; the image made from the pixels."""
+    if not {"received", "taken", "broadcast", "ran", "sending"} <= set(stamps):
+        return {}
+    return {"request": stamps["received"] - sent, "queue": stamps["taken"] - stamps["received"],
+            "broadcast": stamps["broadcast"] - stamps["taken"],
+            "run_beyond_pipeline": stamps["ran"] - stamps["broadcast"] - worker_seconds,
+            "assemble": stamps["sending"] - stamps["ran"], "transfer": returned - stamps["sending"],
+            "decode": built - returned}
+
+
+class GroupCalls:
+    """What the app asks of a running group (see the module's docstring for what it relies on)."""
+
+    def require_ready(self) -> None:
+        """BackendNotReady, saying how to start it again, unless the group is ready."""
+        if self.state != "ready":
+            raise BackendNotReady(f"the {self.name} is {self.state}"
+                                  + (f" ({self.error})" if self.error else "")
+                                  + "; start it again (Start beside the mode, or the System tab)")
+
+    def run(self, request: GenerationRequest, on_progress: Callable[[ProgressEvent], None],
+            should_stop: Callable[[], bool], forbid_compile: bool = False) -> EngineOutput:
+        """Generate through the group (one request at a time: the caller's engine queues them)."""
+        from PIL import Image
+
+        self.require_ready()
+
+        def relay(msg: dict[str, Any]) -> None:
+            on_progress(ProgressEvent(msg["phase"], msg.get("step", 0), msg.get("steps", 0), request.mode,
+                                      msg.get("shape", "")))
+
+        # The job, built once: the request as validated, in the mode its ranks run (``Settings.runs_as``).
+        job = dataclasses.replace(request, mode=self._runs_as(request.mode))
+        header = {"type": "generate", **job.to_json(), "forbid_compile": forbid_compile}
+        with self._run_lock:  # the pixel buffer holds one result: copied out before the next request
+            pixels = self._pixels
+            began, sent = self._clock(), time.monotonic()
+            msg, payload = self.call(header, on_message=relay, should_stop=should_stop)
+            returned = time.monotonic()
+            self.last_ran = msg.get("ran")  # rank 0 says what its ranks ran: the job as sent, whole
+            if self.last_ran != job.to_json():
+                raise GenerationFailed(f"the {self.name} ran {self.last_ran!r}, not the job it was sent")
+            size = (msg.get("width"), msg.get("height"))
+            if not all(isinstance(v, int) and not isinstance(v, bool) and 0 < v <= 1 << 16 for v in size):
+                raise GenerationFailed(f"the {self.name} answered with an image of size {size}")
+            nbytes = size[0] * size[1] * 3
+            shared = msg.get("pixels") == "shared"
+            if shared and (pixels is None or nbytes > pixels.size):
+                raise GenerationFailed(f"the {self.name} put {nbytes} bytes of pixels in a buffer of "
+                                       f"{pixels.size if pixels else 0}")
+            if not shared and len(payload) != nbytes:
+                raise GenerationFailed(f"the {self.name} sent {len(payload)} bytes of pixels for a {size[0]}x{size[1]} image")
+            # Copied out of the shared buffer (the next result overwrites it), or a view onto the
+            # received bytes (no copy; the bytearray lives as long as the image).
+            image = (Image.frombytes("RGB", size, pixels.view[:nbytes]) if shared
+                     else Image.frombuffer("RGB", size, payload, "raw", "RGB", 0, 1))
+        self.timings["last_round_trip"] = self._clock() - began
+        self.timings["last_pixels"] = "shared" if shared else "socket"
+        self.timings["last_worker_seconds"] = msg["seconds"]
+        self.timings["last_parts"] = transport_parts(msg.get("stamps") or {}, sent, returned, time.monotonic(),
+                                                     msg["seconds"])
+        return EngineOutput.from_json(msg, image, place=self.place)
+
+    def ranks_beating(self, within: float) -> bool:
+        """True while every rank's heartbeat counter has moved within the last ``within`` seconds
+        (of this group's clock). Read on every poll of a request, so a change is seen when it happens."""
+        if not self.dir:
+            return False
+        now, fresh = self._clock(), True
+        for rank in range(self.degree):
+            try:
+                with open(os.path.join(self.dir, f"rank{rank}.heartbeat"), encoding="ascii") as handle:
+                    text = handle.read()
+            except OSError:
+                return False
+            seen = self._beats.get(rank)
+            if seen is None or seen[0] != text:
+                self._beats[rank] = (text, now)
+            elif now - seen[1] > within:
+                fresh = False
+        return fresh
+
+    def _connect(self, deadline: float) -> socket.socket:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(max(0.01, min(30.0, deadline - self._clock())))
+        try:
+            sock.connect(self.socket_path)
+        except OSError as exc:
+            sock.close()
+            raise GroupDead(self.error or f"cannot reach the worker group: {exc}") from None
+        return sock
+
+    def _request(self, header: dict[str, Any], deadline: float | None = None,
+                 on_message: Callable[[dict[str, Any]], None] | None = None,
+                 should_stop: Callable[[], bool] | None = None,
+                 stall: float | None = None) -> tuple[dict[str, Any], bytes]:
+        """One request on its own connection. Progress messages go to ``on_message``; the call fails
+        when the group dies, when ``deadline`` passes, or when no message arrives within ``stall``
+        seconds (default: the stall timeout, longer while compiling): TimeoutError(phase, seconds)."""
+        sock = self._connect(deadline or self._clock() + 30)
+        cancelled = False
+        try:
+            proto.send_message(sock, {"type": "hello", "token": self._token})
+            proto.send_message(sock, header)
+            phase, last = "", self._clock()
+            while True:
+                quiet = stall or (self.compile_timeout if phase == "compiling" else self.stall_timeout)
+                # While every rank's heartbeat moves, silence is a compile (the Neuron compiler says
+                # nothing, eager mode included): allowed up to the compile timeout.
+                if stall is None and self.ranks_beating(self.stall_timeout):
+                    quiet = max(quiet, self.compile_timeout)
+                limit = min(deadline or float("inf"), last + quiet)
+                if should_stop and not cancelled and should_stop():
+                    cancelled = True  # every rank stops at the next step (they vote on it)
+                    self._request({"type": "cancel"}, deadline=self._clock() + 5)
+                if not proto.wait_readable(sock, min(0.2, max(0.0, limit - self._clock()))):
+                    if self.state == "dead":
+                        raise GroupDead(self.error or "the worker group died")
+                    if self._clock() >= limit:
+                        raise TimeoutError(phase, quiet)
+                    continue
+                try:  # a message has begun: read all of it (a stalled peer still hits the limit)
+                    msg, payload = proto.recv_message(sock, deadline=limit, clock=self._clock)
+                except proto.DeadlineExceeded:
+                    raise TimeoutError(phase, quiet) from None
+                except proto.ProtocolError as exc:
+                    raise GroupDead(self.error or f"lost the worker group: {exc}") from None
+                last = self._clock()
+                if msg["type"] != "progress":
+                    return msg, payload
+                phase = msg.get("phase", phase)
+                if on_message:
+                    on_message(msg)
+        finally:
+            sock.close()
+
+    def call(self, header: dict[str, Any], **kwargs) -> tuple[dict[str, Any], bytes]:
+        """A request whose stall kills the group (a hung rank cannot be told apart from a dead one);
+        an error reply becomes the exception it stands for (its code in ``backend.errors``)."""
+        try:
+            msg, payload = self._request(header, **kwargs)
+        except TimeoutError as exc:
+            phase, stall = exc.args
+            reason = (f"no progress for {stall:g} s" + (f" while {phase}" if phase else "")
+                      + " — a rank is hung or too slow; the group is being stopped")
+            self._mark_dead(reason)
+            raise GroupDead(reason + self._tails_note()) from None
+        except GroupDead as exc:  # rank 0 hung up: it died, and torchrun is ending the group
+            raise self._group_lost(str(exc)) from None
+        if msg["type"] != "error":
+            return msg, payload
+        error = proto.error_from_message(msg)
+        ending = bool(getattr(error, "group_ending", False))
+        if isinstance(error, GroupDead):  # a rank died under a collective; torchrun is ending the group
+            raise self._group_lost(str(error)).evolve(group_ending=ending)
+        self.last_request_error = str(error)
+        if ending:
+            # The ranks leave after this failure (on Neuron a failed request may leave a collective
+            # half done); the error keeps its class, so a compile failure still marks its shape failed.
+            self._group_lost(f"the ranks ended after a failed request: {error}")
+            error = error.evolve(f"{error} — the {self.name} is restarting so that no rank serves on a "
+                                 f"possibly broken communicator")
+        raise error
+
+    def _group_lost(self, reason: str) -> GroupDead:
+        """The group is going down: wait (bounded) for the monitor to see torchrun exit and say which
+        rank died; mark it dead here if it does not. A group being stopped on purpose is not waited
+        for. Returns the error to raise."""
+        deadline = self._clock() + 10
+        while self.state in STARTING + ("ready",) and self._clock() < deadline:
+            time.sleep(0.05)
+        if self.state in ("stopping", "stopped"):
+            return GroupDead(f"the {self.name} was stopped")
+        if self.state != "dead":
+            self._mark_dead(reason)
+        return GroupDead((self.error or reason) + self._tails_note())
+
+    def health(self, timeout: float = 2.0) -> dict[str, Any]:
+        if self.state in ("stopped", "dead", "stopping") or not self.socket_path:
+            return {"state": self.state, "error": self.error}
+        try:
+            msg, _ = self._request({"type": "health"}, deadline=self._clock() + timeout)
+        except (StudioError, TimeoutError) as exc:
+            return {"state": self.state, "error": f"health check failed: {exc}"}
+        with self._lock:
+            if self.state in STARTING and msg.get("state") in ("loading", "warming"):
+                self.state = msg["state"]
+        return msg
+
+    # logs and pids -----------------------------------------------------------------------------
+    def _tail(self, name: str, lines: int = 20) -> str:
+        return processes.tail(os.path.join(self.dir, name), lines) if self.dir else ""
+
+    def rank_logs(self, lines: int = 20) -> dict[str, str]:
+        """Each rank's log tail and torchrun's, read now (only when someone looks at them)."""
+        logs = {f"rank {r}": self._tail(f"rank{r}.log", lines) for r in range(self.degree)}
+        logs["torchrun"] = self._tail("torchrun.log", lines)
+        return logs
+
+    def rank_pids(self) -> dict[int, int]:
+        """{rank: pid}, as each rank reported it at READY."""
+        return {int(r["rank"]): int(r["pid"]) for r in self.ranks if r.get("pid")}
+
+    def _tails_note(self) -> str:
+        last_lines = {r: self._tail(f"rank{r}.log", 3).strip() for r in range(self.degree)}
+        tails = [f"[rank {r}] {text.splitlines()[-1]}" for r, text in last_lines.items() if text]
+        return ("\n" + "\n".join(tails)) if tails else ""

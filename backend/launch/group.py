@@ -1,0 +1,386 @@
+"""A worker group: torchrun worker processes, launched, watched, called and stopped here.
+
+The tensor-parallel engine holds one group of N ranks (the transformer sharded over them); the
+replica pool holds N groups of one rank each (a whole pipeline per replica). What a group knows:
+
+- the lifecycle (as TGI and vLLM do it): ``launching`` (torchrun started) -> ``loading`` ->
+  ``warming`` -> ``ready`` (rank 0 answered ``wait_ready`` with READY: timings, and per rank its pid,
+  core and which transformer weights it holds) ... ``stopping`` -> ``stopped``; ``dead`` when any
+  rank exits (torchrun ends the group; the monitor thread sees it at once), when a call stalls past
+  its deadline, or when the start fails. Every background thread ends the group in a state (ready,
+  dead, stopped) with its reason, whatever it dies of. A request that fails (bad input, a compiler
+  error) is answered by the worker and leaves the group ``ready``;
+- stall detection: a request with no message for the stall timeout is hung, unless every rank's
+  heartbeat (a counter each rank's thread writes to ``<run dir>/rank<N>.heartbeat``) still moves:
+  on Neuron the compiler runs silently at a cold shape, eager mode included, often for longer than
+  the stall timeout. Such a silence may last up to the compile timeout; a rank that is stopped or
+  frozen stops beating and the group is declared dead within the stall timeout;
+- stop: a polite shutdown request, then SIGTERM to the whole process group, a grace period, then
+  SIGKILL; every pid seen is checked afterwards. Workers also exit when the app's process is gone.
+
+Which cores its ranks get and what it may run are its engine's business (the core plan is checked
+there, before a group is made). One clock (``clock``, injectable) serves every deadline, so the
+stall timeout is tested with a fake clock.
+
+Two modules: this one launches, watches and stops the processes (``WorkerGroup``); its base,
+``backend.launch.calls.GroupCalls``, holds the calls to rank 0 (run, call, health, stall
+detection) and the ranks' log tails.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import re
+import secrets
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from backend.launch.calls import STARTING, GroupCalls, transport_parts
+from backend.errors import BackendNotReady, InvalidRequest, StudioError
+from backend.settings import Settings
+from backend.launch import processes
+from backend.launch import protocol as proto
+
+__all__ = ["STARTING", "WorkerGroup", "check_degree", "transport_parts"]
+
+log = logging.getLogger(__name__)
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def check_degree(degree: Any, heads: int, core_plan=None, owner: str = "tensor-parallel") -> list[int]:
+    """Refuse a degree that cannot work, naming what can; return each rank's NeuronCore ([] off Neuron)."""
+    if isinstance(degree, bool) or not isinstance(degree, int) or not 1 <= degree <= 64:
+        raise InvalidRequest("tp_degree", f"must be a whole number from 1 to 64, got {degree!r}")
+    if heads % degree:
+        divisors = [d for d in range(1, min(heads, 64) + 1) if heads % d == 0]
+        raise InvalidRequest("tp_degree", f"{degree} does not divide the model's {heads} attention heads; "
+                                          f"use one of {', '.join(map(str, divisors))}")
+    if core_plan is None:
+        return []
+    from backend.hardware.core_plan import CoresDoNotFit
+
+    try:
+        return core_plan.claim(owner, degree, heads)
+    except CoresDoNotFit as exc:
+        raise InvalidRequest("tp_degree", str(exc)) from None
+
+
+class WorkerGroup(GroupCalls):
+    """One torchrun group: launched, brought to READY, watched (death, stall) and stopped here; the
+    calls to its rank 0 are ``GroupCalls``'."""
+
+    def __init__(self, settings: Settings, model_path: str, device, degree: int, cores: list[int], *,
+                 role: str = "tp", place: str = "tp", warm: list[str] | None = None,
+                 env: dict[str, str] | None = None, threads: int = 0,
+                 on_dead: Callable[["WorkerGroup"], None] | None = None,
+                 clock: Callable[[], float] = time.monotonic, grace: float = 5.0):
+        """``device`` is the app's ``backend.hardware.device.Device``: its kind, dtype and compile backend go
+        to the ranks. ``degree`` ranks, rank r on NeuronCore ``cores[r]`` ([] off Neuron); ``role``
+        ``tp`` shards the transformer over the ranks, ``replica`` (one rank) loads it whole. ``place``
+        names the group in the compile table; ``warm`` are shapes compiled before READY; ``env`` is
+        added to the ranks' environment; ``threads`` caps each rank's CPU threads (0: torch's);
+        ``on_dead(group)`` is called (from a background thread) once a group that was ready has
+        died and its processes are gone."""
+        self.degree, self.cores, self.role, self.place = degree, list(cores), role, place
+        self.name = "tensor-parallel group" if role == "tp" else place
+        info = device.info
+        self.device_kind = info.kind
+        self.compile_mode = settings.runs_as(role) if role == "tp" else None
+        self.last_ran: dict[str, Any] | None = None  # the last job, as rank 0 said its ranks ran it
+        self._runs_as = settings.runs_as
+        self.start_timeout, self.stall_timeout = settings.tp_start_timeout, settings.tp_stall_timeout
+        self.compile_timeout, self.grace = settings.compile_timeout, grace
+        self.torchrun_args = shlex.split(settings.tp_torchrun_args)
+        self._clock = clock
+        worker_settings = dataclasses.replace(settings, device=info.kind, dtype=info.dtype,
+                                              compile_backend=info.compile_backend, tp_degree=self.degree)
+        self._config = proto.WorkerConfig(
+            settings=worker_settings.to_json(), model_path=model_path, cores=self.cores,
+            warm=list(warm or []), parent_pid=os.getpid(), role=role, threads=threads)
+        self.env, self.threads, self._on_dead = dict(env or {}), threads, on_dead
+        self.was_ready = False
+        self.state = "stopped"
+        self.error: str | None = None
+        self.last_request_error: str | None = None
+        self.timings: dict[str, Any] = {}
+        self.ranks: list[dict[str, Any]] = []  # per-rank READY reports: pid, core, sharded weights
+        self.proc: subprocess.Popen | None = None
+        self.dir: str | None = None
+        self.socket_path: str | None = None
+        self._token = ""
+        self._pids: set[int] = set()
+        self._ready = threading.Event()
+        self._lock = threading.Lock()
+        self._log = None
+        self._teardown: threading.Thread | None = None
+        self._last_health = float("-inf")
+        self._beats: dict[int, tuple[str, float]] = {}  # rank -> (heartbeat text, when it last changed)
+        # Results' pixels come through shared memory (made at the first start, kept across restarts
+        # of this group, closed with it); one request at a time uses it.
+        self._pixels_bytes = min(proto.MAX_PAYLOAD, settings.max_size * settings.max_size * 3)
+        self._pixels: proto.PixelBuffer | None = None
+        self._run_lock = threading.Lock()
+        self.run_root: str | None = None  # where run dirs are made (None: the system's temp folder)
+
+    def close(self) -> None:
+        """Stop at once (the app is leaving or replacing the group): SIGTERM, grace, SIGKILL. A dead
+        group stays dead (its reason is what a request that ran into it reports)."""
+        self.stop(final_state="dead" if self.state == "dead" else "stopped", polite=False)
+        self._cleanup_dir()
+        pixels, self._pixels = self._pixels, None  # its processes are gone: nobody writes to it now
+        if pixels is not None:
+            pixels.close()
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-able status; cheap (pids, cores and shard reports were read once, at READY)."""
+        if self.state in STARTING and self._clock() - self._last_health >= 1.0:
+            self._last_health = self._clock()
+            self.health(timeout=0.5)  # refreshes the phase
+        return {
+            "state": self.state,
+            "place": self.place,
+            "world_size": self.degree,
+            "compile_mode": self.compile_mode,
+            "device": self.device_kind,
+            "cores": list(self.cores) if self.device_kind == "neuron" else None,
+            "pids": sorted(self._pids),
+            "rank_pids": {str(r): pid for r, pid in self.rank_pids().items()},  # JSON keys are text
+            "ranks": self.ranks,
+            "error": self.error,
+            "last_request_error": self.last_request_error,
+            "timings": self.timings,
+            "socket": self.socket_path,
+        }
+
+    # lifecycle ---------------------------------------------------------------------------------
+    # The state machine: launching -> loading/warming -> ready -> stopping -> stopped, or dead from
+    # any of them. The transitions below are the only code that sets ``state``; ``_spawn``,
+    # ``_watch``, ``_end_processes`` are what touches processes (a test double replaces those three
+    # and drives the same transitions).
+    def start(self) -> None:
+        if self._teardown is not None:
+            self._teardown.join()  # the previous group is fully gone before a new one starts
+        with self._lock:
+            if self.state not in ("stopped", "dead"):
+                raise BackendNotReady(f"the {self.name} is already {self.state}")
+            self._cleanup_dir()
+            self.dir = tempfile.mkdtemp(prefix=proto.RUN_DIR_PREFIX, dir=self.run_root)  # 0700: ours alone
+            self.socket_path = os.path.join(self.dir, "tp.sock")
+            self.error = self.last_request_error = None
+            self.timings, self.ranks, self._pids = {}, [], set()
+            self._ready.clear()
+            self.proc = self._spawn()
+            self.state = "launching"
+        self._watch(self.proc)
+
+    def _spawn(self):
+        """(lock held) Launch torchrun and its ranks in the run dir; returns the launcher process."""
+        self._token = secrets.token_hex(32)
+        if self._pixels is None:
+            self._pixels = proto.PixelBuffer.create(self._pixels_bytes)
+        config = dataclasses.replace(self._config, socket=self.socket_path, run_dir=self.dir,
+                                     pixels=self._pixels.path if self._pixels else "",
+                                     pixels_bytes=self._pixels.size if self._pixels else 0)
+        env = dict(os.environ, **{proto.CONFIG_VAR: config.to_json(), proto.TOKEN_VAR: self._token})
+        # The app's own NeuronCores are not the ranks': each rank sets its core before torch loads.
+        env.pop("NEURON_RT_VISIBLE_CORES", None)
+        env.update(self.env)
+        # torchrun's own log dir (its per-rank error files) inside the run dir, which goes with
+        # the group: by default it makes a torchelastic_* dir in /tmp and never removes it.
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+               f"--nproc-per-node={self.degree}", "--monitor-interval=0.5",
+               f"--log-dir={os.path.join(self.dir, 'torchrun')}", *self.torchrun_args,
+               "-m", "backend.workers.worker"]
+        self._log = open(os.path.join(self.dir, "torchrun.log"), "w")
+        return subprocess.Popen(cmd, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=self._log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+
+    def _watch(self, proc) -> None:
+        """Follow a launch: its exit (``_monitor``) and its READY (``_await_ready``)."""
+        threading.Thread(target=self._monitor, args=(proc,), name="tp-monitor", daemon=True).start()
+        threading.Thread(target=self._await_ready, args=(proc,), name="tp-ready", daemon=True).start()
+
+    def _became_ready(self, proc, timings: dict[str, Any], ranks: list[dict[str, Any]]) -> None:
+        """READY from rank 0 (for this launch, while it is still starting)."""
+        with self._lock:
+            if proc is self.proc and self.state in STARTING:
+                self.state, self.timings, self.was_ready = "ready", dict(timings), True
+                self.ranks = list(ranks)
+                self._pids = {int(r["pid"]) for r in self.ranks if r.get("pid")}
+
+    def _exited(self, proc, reason: str) -> bool:
+        """The launcher exited with ``reason``: dead, unless it was being stopped (or was replaced).
+        True when this made the group dead."""
+        with self._lock:
+            if proc is not self.proc or self.state in ("stopping", "stopped", "dead"):
+                self._ready.set()
+                return False
+            self.state, self.error = "dead", reason
+        self._ready.set()
+        return True
+
+    def wait_ready(self, timeout: float | None = None) -> bool:
+        self._ready.wait(timeout)
+        return self.state == "ready"
+
+    def _monitor(self, proc: subprocess.Popen) -> None:
+        code = proc.wait()
+        try:
+            reason = self._death_reason(code)
+        except Exception as exc:  # noqa: BLE001 - the group is dead whatever the log says
+            reason = f"torchrun exited with status {code} ({type(exc).__name__} reading its log)"
+        if self._exited(proc, reason):
+            self.stop(final_state="dead")  # torchrun is gone; make sure no rank outlives it
+            self._report_death(proc)
+
+    def _report_death(self, proc: subprocess.Popen) -> None:
+        if self._on_dead is not None and self.was_ready and proc is self.proc and self.state == "dead":
+            try:
+                self._on_dead(self)
+            except Exception:  # noqa: BLE001 - a failed restart must not hide the death
+                log.exception("on_dead of %s", self.name)
+
+    def exit_codes(self) -> list[tuple[int, int]]:
+        """(rank, exit code) of the ranks that failed, as torchrun's log of a dead group says
+        (negative: the signal that ended it)."""
+        text = self._tail("torchrun.log", 200)
+        failed = re.findall(r"rank\s*:\s*(\d+).*?\n.*?exitcode\s*:\s*(-?\d+)", text) or \
+            re.findall(r"rank: (\d+) \(local_rank: \d+\)\s+exitcode\s*:\s*(-?\d+)", text)
+        return [(int(rank), int(code)) for rank, code in failed]
+
+    @property
+    def ended_itself(self) -> bool:
+        """A rank left on purpose after a failed request (``RESTART_EXIT``): the group should be
+        restarted, whether or not rank 0's reply saying so got out before torchrun ended it."""
+        return self.state == "dead" and any(code == proto.RESTART_EXIT for _rank, code in self.exit_codes())
+
+    def _death_reason(self, code: int) -> str:
+        parts = []
+        for rank, exitcode in self.exit_codes()[:4]:
+            how = f"signal {signal.Signals(-exitcode).name}" if exitcode < 0 else f"status {exitcode}"
+            parts.append(f"rank {rank} exited with {how}")
+        if not parts:
+            text = self._tail("torchrun.log", 200)
+            errors = [line.strip() for line in text.splitlines()
+                      if re.search(r"error|Error|refused|in use", line) and "Traceback" not in line]
+            parts.append(f"torchrun exited with status {code}" + (f": {errors[-1][:300]}" if errors else ""))
+        return "; ".join(parts) + " — the group is down"
+
+    def _await_ready(self, proc: subprocess.Popen) -> None:
+        """Wait for READY; whatever happens (a timeout, an error reply, this thread's own failure),
+        the group ends in a state with its reason: ready or dead."""
+        try:
+            deadline = self._clock() + self.start_timeout
+            while self.state == "launching" and not os.path.exists(self.socket_path or ""):
+                if self._clock() > deadline:
+                    raise BackendNotReady(f"the workers did not open their socket within {self.start_timeout:g} s")
+                time.sleep(0.1)
+            if self.state not in STARTING:
+                return
+            # Loading is silent and may be slow on a busy machine: only the start deadline bounds it
+            # (a rank that exits meanwhile is seen by the monitor).
+            msg, _ = self._request({"type": "wait_ready"}, deadline=deadline, stall=self.start_timeout)
+            if msg.get("type") != "ready":
+                raise proto.error_from_message(msg)
+            self._became_ready(proc, msg.get("timings") or {}, msg.get("ranks") or [])
+        except TimeoutError as exc:
+            self._fail_start(proc, f"no READY from the workers within {exc.args[1]:g} s")
+        except Exception as exc:  # noqa: BLE001 - reported as the group's state, never lost in a thread
+            self._fail_start(proc, str(exc) if isinstance(exc, StudioError) else f"{type(exc).__name__}: {exc}")
+        finally:
+            self._ready.set()
+
+    def _fail_start(self, proc: subprocess.Popen, reason: str) -> None:
+        with self._lock:
+            if proc is not self.proc or self.state in ("dead", "stopping", "stopped"):
+                return
+        self._mark_dead(f"the group did not start: {reason}")
+
+    def _mark_dead(self, reason: str) -> None:
+        """Report the group dead now; tear it down in the background (a hung rank needs SIGKILL)."""
+        with self._lock:
+            self.state, self.error = "dead", reason
+        self._ready.set()
+        proc = self.proc
+
+        def teardown() -> None:
+            self.stop(final_state="dead")
+            self._report_death(proc)
+
+        self._teardown = threading.Thread(target=teardown, daemon=True)
+        self._teardown.start()
+
+    def stop(self, final_state: str = "stopped", polite: bool = True) -> None:
+        """Shut the group down: ask politely (a ready group; it cancels a running generation first),
+        then SIGTERM the group, then SIGKILL. Leaves no process."""
+        with self._lock:
+            proc = self.proc
+            if proc is None or self.state == "stopped" or (self.state == "stopping" and final_state == "stopped"):
+                return
+            polite = polite and self.state == "ready"
+            if final_state == "stopped":
+                self.state = "stopping"
+        pids = self._end_processes(proc, polite)
+        run_dir = None
+        with self._lock:
+            if self.proc is proc:  # a restart may already have begun
+                if final_state == "stopped" or self.state != "dead":
+                    self.state = final_state
+                self._pids = pids
+                # A stopped group leaves nothing behind; a dead one keeps its logs (the page shows
+                # their tails) until the next start or close.
+                run_dir = self.dir if self.state == "stopped" else None
+        self._ready.set()
+        if self._log and final_state == "stopped":
+            self._log.close()
+        if run_dir:
+            self._cleanup_dir(run_dir)
+
+    def _end_processes(self, proc, polite: bool) -> set[int]:
+        """End the launcher and every rank (politely first when asked); returns the pids it ended."""
+        pids = self._pids | processes.children(proc.pid)
+        if polite and proc.poll() is None and self.socket_path and os.path.exists(self.socket_path):
+            try:  # stop a running generation first, so the shutdown is not queued behind it
+                self._request({"type": "cancel"}, deadline=self._clock() + 1)
+                self._request({"type": "shutdown"}, deadline=self._clock() + self.grace)
+            except (StudioError, TimeoutError):
+                pass
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:  # after a polite shutdown the group leaves by itself: give it the grace period
+                proc.wait(timeout=self.grace if (sig == signal.SIGTERM and polite) else 0)
+            except subprocess.TimeoutExpired:
+                pass
+            alive = [p for p in pids if processes.alive(p)]
+            if proc.poll() is not None and not alive:
+                break
+            processes.signal_group(proc.pid, sig)
+            for pid in alive:
+                processes.signal_pid(pid, sig)
+            if sig == signal.SIGTERM:
+                processes.wait_gone([proc.pid, *alive], self.grace)
+        proc.wait()
+        processes.wait_gone(list(pids), self.grace)
+        return pids
+
+    def survivors(self) -> list[int]:
+        """Rank or launcher pids of this group still alive (empty after a stop)."""
+        pids = set(self._pids) | ({self.proc.pid} if self.proc else set())
+        return sorted(p for p in pids if processes.alive(p))
+
+    def _cleanup_dir(self, path: str | None = None) -> None:
+        """Remove the group's private run dir (``path``, default the current one) with its socket
+        and logs. Only a dir named like one (``protocol.RUN_DIR_PREFIX``) is ever removed."""
+        path = path or self.dir
+        if path is None or path == self.dir:
+            if self._log and not self._log.closed:
+                self._log.close()  # torchrun's log lives in it
+        proto.remove_run_dir(path, require_contents=False)

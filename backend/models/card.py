@@ -1,0 +1,151 @@
+"""What a model folder says about itself to the page: its resolution presets, the largest size it
+was trained at, and the prompt grammar it reads (``neuron_studio.json`` beside
+``model_index.json``).
+
+    {"preset_scale": 256, "trained_pixels": 65536, "prompt_grammar": "scenes", "start": "256x256"}
+
+- ``presets``: ``{"name": "WIDTHxHEIGHT", ...}`` in the page's order, or ``preset_scale``: the side
+  of the square the usual ~1 MP aspect-ratio buckets (``backend.shapes.PRESETS``) are scaled to
+  (rounded to multiples of 16). Neither: those ~1 MP buckets, as for the real FLUX.2-klein.
+- ``trained_pixels``: the largest image (in pixels) it was trained at; the page labels larger sizes
+  "beyond training". Absent: no label.
+- ``prompt_grammar``: the name of a prompt reading the app knows (only ``"scenes"``,
+  ``embedded.grammar``): every prompt is read as a caption of that grammar before the model sees it.
+- ``start``: the size the page starts at (default: the first preset).
+
+A folder without the file (a hub download, any diffusers folder) gets the ~1 MP presets and no
+grammar. The file is bounded and checked like any input: a bad one is refused naming the key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+from backend.errors import ModelNotFound
+from backend.shapes import MULTIPLE, PRESETS, Shape, parse_shape
+
+CARD_FILE = "neuron_studio.json"
+MAX_CARD_BYTES = 16 * 1024
+MAX_PRESETS = len(PRESETS)  # as many as a warm-up may cover (backend.serving.warmup.MAX_SHAPES)
+MAX_NAME = 16
+GRAMMARS = ("scenes",)
+SIDES = (64, 4096)
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelCard:
+    presets: tuple[tuple[str, Shape], ...] = PRESETS
+    trained_pixels: int | None = None
+    prompt_grammar: str | None = None
+    start: Shape | None = None
+    source: str | None = None  # the card file it was read from (None: the defaults)
+
+    @property
+    def start_shape(self) -> Shape:
+        return self.start or self.presets[0][1]
+
+    def beyond_training(self, shape: Shape) -> bool:
+        return self.trained_pixels is not None and shape.pixels > self.trained_pixels
+
+    def preset_name(self, shape: Shape) -> str | None:
+        return next((name for name, s in self.presets if s == shape), None)
+
+    def read_prompt(self, prompt: str):
+        """``embedded.grammar.Reading`` of ``prompt``, or None for a model without a grammar."""
+        if self.prompt_grammar is None:
+            return None
+        from embedded import grammar
+
+        return grammar.read(prompt)
+
+    def prompt_help(self, lang: str = "en") -> str | None:
+        """One sentence of what the model's grammar understands (None: any prompt), in ``lang``."""
+        if self.prompt_grammar is None:
+            return None
+        from embedded.words import describe  # the words only: the page needs nothing else of the model
+
+        return describe(lang)
+
+    def to_json(self) -> dict:
+        return {"presets": [[name, str(shape)] for name, shape in self.presets],
+                "trained_pixels": self.trained_pixels, "prompt_grammar": self.prompt_grammar,
+                "start": str(self.start_shape), "from_card": self.source is not None}
+
+
+def scaled_presets(side: int) -> tuple[tuple[str, Shape], ...]:
+    """The ~1 MP presets' aspect ratios at about ``side`` x ``side`` pixels, sides multiples of 16."""
+    def scale(value: int) -> int:
+        return max(MULTIPLE, round(value * side / 1024 / MULTIPLE) * MULTIPLE)
+
+    return tuple((name, Shape(scale(s.height), scale(s.width))) for name, s in PRESETS)
+
+
+def _shape(value, where: str) -> Shape:
+    if not isinstance(value, str) or len(value) > 16:
+        raise ValueError(f"{where}: expected WIDTHxHEIGHT such as 256x256")
+    shape = parse_shape(value)
+    for side in (shape.width, shape.height):
+        if side % MULTIPLE or not SIDES[0] <= side <= SIDES[1]:
+            raise ValueError(f"{where}: {value} — sides must be multiples of {MULTIPLE} "
+                             f"between {SIDES[0]} and {SIDES[1]}")
+    return shape
+
+
+def parse_card(data: object) -> ModelCard:
+    """A card from its JSON; ValueError naming the key that is wrong."""
+    if not isinstance(data, dict):
+        raise ValueError("expected a JSON object")
+    unknown = set(data) - {"presets", "preset_scale", "trained_pixels", "prompt_grammar", "start"}
+    if unknown:
+        raise ValueError(f"unknown key {sorted(unknown)[0]!r}")
+    presets = PRESETS
+    if "presets" in data and "preset_scale" in data:
+        raise ValueError("give presets or preset_scale, not both")
+    if "presets" in data:
+        given = data["presets"]
+        if not isinstance(given, dict) or not 1 <= len(given) <= MAX_PRESETS:
+            raise ValueError(f"presets: expected an object of 1 to {MAX_PRESETS} \"name\": \"WIDTHxHEIGHT\"")
+        for name in given:
+            if not name.strip() or len(name) > MAX_NAME or not name.isprintable():
+                raise ValueError(f"presets: a name of 1 to {MAX_NAME} printable characters, got {name[:MAX_NAME]!r}…")
+        presets = tuple((name, _shape(value, f"presets[{name!r}]")) for name, value in given.items())
+    elif "preset_scale" in data:
+        side = data["preset_scale"]
+        if isinstance(side, bool) or not isinstance(side, int) or not SIDES[0] <= side <= SIDES[1]:
+            raise ValueError(f"preset_scale: expected a whole number of pixels from {SIDES[0]} to {SIDES[1]}")
+        presets = scaled_presets(side)
+    trained = data.get("trained_pixels")
+    if trained is not None and (isinstance(trained, bool) or not isinstance(trained, int)
+                                or not SIDES[0] ** 2 <= trained <= SIDES[1] ** 2):
+        raise ValueError(f"trained_pixels: expected a whole number from {SIDES[0] ** 2} to {SIDES[1] ** 2}")
+    grammar = data.get("prompt_grammar")
+    if grammar is not None and grammar not in GRAMMARS:
+        raise ValueError(f"prompt_grammar: expected one of {', '.join(GRAMMARS)}")
+    start = _shape(data["start"], "start") if "start" in data else None
+    return ModelCard(presets, trained, grammar, start)
+
+
+def read_card(folder: str | Path | None) -> ModelCard:
+    """The card in ``folder`` (a diffusers pipeline folder), or the defaults when it has none."""
+    if folder is None:
+        return ModelCard()
+    path = Path(folder) / CARD_FILE
+    if not path.is_file():
+        return ModelCard()
+    try:
+        if path.stat().st_size > MAX_CARD_BYTES:
+            raise ValueError(f"larger than {MAX_CARD_BYTES // 1024} KiB")
+        card = parse_card(json.loads(path.read_text(encoding="utf-8")))
+    except (ValueError, UnicodeDecodeError) as exc:  # json.JSONDecodeError is a ValueError
+        raise ModelNotFound(f"{path}: {exc}; fix or remove the file (it is optional)") from None
+    return dataclasses.replace(card, source=str(path))
+
+
+def card_for(spec: str, cache_root: Path) -> ModelCard:
+    """The card of the model ``--model spec`` names, read without loading or downloading anything:
+    the embedded folders and local folders have theirs; a hub id, the defaults."""
+    from backend.models.source import local_folder
+
+    return read_card(local_folder(spec, cache_root))

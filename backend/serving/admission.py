@@ -1,0 +1,114 @@
+"""Admission: what a run at (mode, shape) will cost now, and whether it may run at all.
+
+A run is refused up front when it would compile while the app is locked to warm shapes, or when a
+compiled mode already holds ``--max-compiled-shapes`` graphs (past dynamo's recompile limit a new
+shape would raise or silently run eagerly). On Neuron every new shape compiles something, even in
+eager mode (TorchNeuron compiles each new eager op signature), and per exact (height, width).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from backend.serving import compile_state as cs
+from backend.errors import ShapeLimitReached, ShapeLocked, StudioError
+from backend.settings import Settings
+from backend.shapes import Shape
+
+
+# Seconds a first compile takes before the machine has measured one, by compile backend and mode
+# (see Admission.prior_compile_seconds): a prior, said to be one wherever it is shown.
+PRIOR_COMPILE_SECONDS = {"inductor": {"compiled": 60.0, "regional": 25.0},
+                         "aot_eager": {"compiled": 5.0, "regional": 5.0}}
+
+
+class Admission:
+    def __init__(self, settings: Settings, table: cs.CompileTable):
+        self.settings, self.table = settings, table
+
+    @staticmethod
+    def exact_shapes(device) -> bool:
+        """Whether every new (height, width) compiles on ``device``, graphs aside (Neuron's eager ops do)."""
+        return device is not None and device.eager_compiles
+
+    def compiles_here(self, device, mode: str) -> bool:
+        """Whether a new shape in ``mode`` compiles on ``device`` at all."""
+        if self.exact_shapes(device):
+            return True
+        return self.settings.runs_as(mode) in cs.COMPILED_MODES
+
+    def prior_compile_seconds(self, device, mode: str) -> float | None:
+        """What a first compile in ``mode`` costs before this machine has measured one: a prior by
+        compile backend, from this project's own CPU measurements (DESIGN.md, P5/P7 of the bench: a
+        small FLUX.2-klein transformer's first inductor compile took 20-100 s on 2 cores, regional
+        about a third of it; aot_eager a few seconds). None where nothing was measured (the neuron
+        backend, whose compiles this project has never timed)."""
+        backend = device.info.compile_backend if device is not None else None
+        return PRIOR_COMPILE_SECONDS.get(backend, {}).get(self.settings.runs_as(mode))
+
+    def decide(self, device, mode: str, shape: Shape, steps: int | None, locked: bool,
+               places: list[str] | None = None) -> "Decision":
+        """The prediction for a run at (mode, shape) served in ``places``, and whether it may start:
+        decided once per request; the prediction's ``refused`` says why not (None: it may run)."""
+        out = self.table.predict(mode, shape, steps or self.settings.steps, self.compiles_here(device, mode),
+                                 self.exact_shapes(device), places, prior=self.prior_compile_seconds(device, mode))
+        refusal = self._refusal(mode, shape, out["will_compile"], locked, places,
+                                steps_note=out["note"] if out["state"] == cs.WARM else None)
+        out["refused"] = str(refusal) if refusal else None
+        return Decision(out, refusal)
+
+    def _refusal(self, mode: str, shape: Shape, will_compile: bool, locked: bool,
+                 places: list[str] | None, steps_note: str | None = None) -> StudioError | None:
+        if not will_compile:
+            return None
+        if locked and steps_note:  # a warm size at a step count it has not run at (Neuron)
+            return ShapeLocked(f"{shape} in {mode} mode is {steps_note}, and the app is locked to warm "
+                               "shapes; use a step count it is warm at, or unlock it")
+        if locked:
+            warm = ", ".join(str(s) for s in self.table.warm_shapes(mode, places)) or "none"
+            return ShapeLocked(f"{shape} is not warm in {mode} mode and the app is locked to warm shapes "
+                               f"(warm: {warm}); pick a warm one, or the operator unlocks the app or warms it")
+        if mode in cs.COMPILED_MODES:
+            graphs = self.table.graph_tokens(mode, places)
+            if shape.tokens not in graphs and len(graphs) >= self.settings.max_compiled_shapes:
+                return ShapeLimitReached(
+                    f"{mode} mode already holds {len(graphs)} compiled shapes, the limit "
+                    f"(--max-compiled-shapes {self.settings.max_compiled_shapes}); use a warm shape, "
+                    "raise the limit, or restart to drop old graphs")
+        return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    """Admission's answer for one request: the prediction (JSON-able) and the refusal, if any."""
+
+    prediction: dict[str, Any]
+    refusal: StudioError | None
+
+    def enforce(self) -> None:
+        if self.refusal is not None:
+            raise self.refusal
+
+
+class PlaceBook:
+    """What the engines read of the compile table and report to it (``backend.engines.base.PlaceBook``):
+    the manager's table, seen through admission's rule for whether a shape compiles here."""
+
+    def __init__(self, admission: Admission, device):
+        self._admission, self._table, self._device = admission, admission.table, device
+
+    def warm_places(self, mode: str, shape: Shape) -> set[str]:
+        return self._table.warm_places(mode, shape)
+
+    def warm_at(self, place: str) -> list[str]:
+        return [f"{row['mode']} {row['shape']}" for row in self._table.snapshot() if place in row.get("warm_at", ())]
+
+    def compiles_here(self, mode: str) -> bool:
+        return self._admission.compiles_here(self._device, mode)
+
+    def lost_place(self, place: str) -> None:
+        self._table.forget_place(place)
+
+    def lost_mode(self, mode: str) -> None:
+        self._table.forget(mode)

@@ -1,0 +1,122 @@
+"""The manager's warm-start bundles and compile caches (a part of ``backend.serving.manager.Manager``).
+
+Export a bundle of what is warm, import one (checked against this install first), warm a bundle's
+shapes at start, and clear the on-disk compile caches — each the operator's, each holding the
+in-process engine so no run overlaps it, and clearing refused while a launched engine's workers
+use the caches.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Iterable
+
+from backend.errors import BackendBusy, BackendNotReady, InvalidRequest
+from backend.serving.roles import LOCAL_OPERATOR, Caller
+from backend.shapes import Shape
+
+log = logging.getLogger("backend.serving.manager")
+
+
+class CacheOps:
+    """Mixed into ``Manager``: uses its device, settings, table, engines and ``warmup``."""
+
+    def bundle_manifest(self, entries: list[dict[str, Any]] | None = None):
+        """This install's manifest fields (``backend.caches.bundles``): what a bundle must match to apply."""
+        from backend.caches import bundles
+
+        if self.device is None or self.model_path is None:
+            raise BackendNotReady("the device is not ready yet")
+        return bundles.describe_install(self.device, self.settings, self.model_path, self.model_label or "",
+                                        entries)
+
+    def export_bundle(self, path, pairs: Iterable[tuple[str, Shape]] | None = None, *,
+                      caller: Caller = LOCAL_OPERATOR):
+        """Write a bundle of the compile caches that warms ``pairs`` ((mode, shape); None: every warm
+        in-process shape). Each pair runs first if it is not warm yet. Returns the manifest."""
+        from backend.caches import bundles
+
+        caller.require_operator("Exporting a warm-start bundle")
+        if pairs is None:
+            pairs = [(r["mode"], Shape(r["height"], r["width"])) for r in self.table.snapshot()
+                     if r["state"] == "warm" and r["mode"] in self._local.modes]
+        pairs = list(dict.fromkeys(pairs))
+        if not pairs:
+            raise InvalidRequest("shapes", "no warm shape to export: warm some first (System tab) or name them")
+        for mode in dict.fromkeys(m for m, _s in pairs):
+            cold = [s for m, s in pairs if m == mode and self.table.state(m, s) != "warm"]
+            if cold:
+                self.warmup(cold, mode)
+        rows = {(r["mode"], Shape(r["height"], r["width"])): r for r in self.table.snapshot()}
+        entries = []
+        for mode, shape in pairs:
+            row = rows.get((mode, shape)) or {}
+            seconds = row.get("bundle_compile_seconds") or row.get("compile_seconds")
+            entries.append({"mode": mode, "shape": str(shape), "compile_seconds": seconds})
+        with self._local.exclusive():
+            return bundles.export(path, self.bundle_manifest(entries), self.device)
+
+    def import_bundle(self, path, *, caller: Caller = LOCAL_OPERATOR) -> dict[str, Any]:
+        """Check a bundle against this install and put its files in the compile caches (nothing on a
+        mismatch: ``bundles.BundleRefused`` names the field). Returns the manifest and counts."""
+        from backend.caches import bundles
+
+        caller.require_operator("Importing a warm-start bundle")
+        with self._local.exclusive():
+            return bundles.import_bundle(path, self.device, self.bundle_manifest())
+
+    def _import_at_start(self):
+        result = self.import_bundle(self.settings.cache_from)
+        log.info("imported %s: %d files (%d already there)", self.settings.cache_from, result["written"],
+                 result["already_there"])
+        return result["manifest"]
+
+    def warm_from_bundle(self, manifest) -> None:
+        """Run a bundle's shapes once (each mode the engines here serve), so they are warm and the
+        table says their compile came from the bundle."""
+        from backend.shapes import parse_shape
+
+        by_mode: dict[str, list[Shape]] = {}
+        for entry in manifest.entries:
+            if entry.get("mode") in self.modes:
+                by_mode.setdefault(entry["mode"], []).append(parse_shape(str(entry["shape"])))
+        from backend.hardware.device import diff_counters
+
+        before = self.device.compile_snapshot()
+        for mode, shapes in list(by_mode.items()):
+            try:
+                self.warmup(shapes, mode)
+            except BackendNotReady:  # its engine is not running here (a tensor-parallel group)
+                del by_mode[mode]
+        done = diff_counters(before, self.device.compile_snapshot())
+        # What the warm pass still compiled afresh: inductor graphs that missed its cache (CPU/CUDA),
+        # NEFFs the Neuron compiler built (Neuron); dynamo traces every graph either way.
+        self.bundle = {"source": str(self.settings.cache_from), "model": manifest.model, "entries": manifest.entries,
+                       "graphs_traced": int(done.get("graphs", 0)), "fxgraph_hits": int(done.get("fxgraph_hits", 0)),
+                       "fresh_compiles": int(done.get("fxgraph_misses", 0) + done.get("neff_compiles", 0)),
+                       "neff_disk_hits": int(done.get("neff_disk_hits", 0))}
+        for entry in manifest.entries:
+            if entry.get("mode") in by_mode:
+                self.table.mark_bundled(entry["mode"], parse_shape(str(entry["shape"])), entry.get("compile_seconds"))
+
+    def clear_compile_cache(self, *, caller: Caller = LOCAL_OPERATOR) -> int:
+        """Empty the on-disk compile caches between generations; returns bytes freed. Graphs already
+        in memory stay warm; only later processes lose the head start. Refused while a launched
+        engine runs: its workers hold lock files in the local NEFF cache (and read the caches while
+        they compile)."""
+        caller.require_operator("Clearing the compile cache")
+        if self.device is None:
+            raise BackendNotReady("the device is not ready yet")
+        for engine in self._launched:
+            why = engine.busy_with_cache()
+            if why:
+                raise BackendBusy(why)
+        with self._local.exclusive():
+            return self.device.clear_caches()
+
+    def cache_plan(self, *, caller: Caller = LOCAL_OPERATOR) -> list[dict[str, Any]]:
+        """What clearing the compile cache would remove (per folder: entries and bytes). The operator's."""
+        caller.require_operator("Clearing the compile cache")
+        if self.device is None:
+            raise BackendNotReady("the device is not ready yet")
+        return self.device.cache_plan()

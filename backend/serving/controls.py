@@ -1,0 +1,93 @@
+"""The operator's controls on the manager (a part of ``backend.serving.manager.Manager``): launched engines
+started and stopped by name, the warm-only lock, warm-ups.
+
+Every launched engine is the same here whatever it is (a worker group, a replica pool): started with
+a size, stopped, its logs read, its compile ended by stopping it — each the operator's.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Iterable
+
+from backend.errors import BackendNotReady, InvalidRequest
+from backend.serving.roles import LOCAL_OPERATOR, Caller
+from backend.shapes import Shape
+
+if TYPE_CHECKING:
+    from backend.request.records import GenerationResult
+    from backend.engines.base import LaunchedEngine
+
+
+class OperatorControls:
+    """Mixed into ``Manager``: uses its engines (by role), device, jobs and locks."""
+
+    def _named(self, name: str) -> "LaunchedEngine":
+        engine = next((e for e in self._launched if e.name == name), None)
+        if engine is None:
+            raise InvalidRequest("engine", f"must be one of {', '.join(e.name for e in self._launched)}, "
+                                           f"got {name!r}")
+        return engine
+
+    def start_engine(self, name: str, size: int | None = None, wait: bool = False, *,
+                     caller: Caller = LOCAL_OPERATOR) -> dict[str, Any]:
+        """Start (or resize) a launched engine: ``size`` its processes (the group's degree, the
+        pool's replicas; None: its setting). Checked, cores included, before anything starts;
+        returns its status. The operator's."""
+        caller.require_operator(f"Starting the {name} engine")
+        if self.device is None or self.model_path is None:
+            raise BackendNotReady("the device is not ready yet")
+        engine = self._named(name)
+        with self._life:
+            return engine.start(size, wait=wait)
+
+    def stop_engine(self, name: str, *, caller: Caller = LOCAL_OPERATOR) -> None:
+        """Stop a launched engine (no process of it survives). The operator's."""
+        caller.require_operator(f"Stopping the {name} engine")
+        engine = self._named(name)
+        with self._life:
+            engine.stop()
+
+    def engine_logs(self, name: str, lines: int = 20, *, caller: Caller = LOCAL_OPERATOR) -> dict[str, str]:
+        """The tail of each worker's log, read now: only when someone looks at them (the operator:
+        logs carry paths and the environment's traces)."""
+        caller.require_operator("Reading the worker logs")
+        return self._named(name).logs(lines)
+
+    def stop_compiling_workers(self, *, caller: Caller = LOCAL_OPERATOR) -> list[str]:
+        """End compiles now where they can be ended: stop each launched engine whose worker is
+        compiling (a compile inside this process cannot be interrupted; a worker process can be
+        killed). Its runs fail as stopped; the operator starts the engine again. The operator's."""
+        caller.require_operator("Stopping a compiling worker")
+        with self._state_lock:
+            names = sorted({job["engine"] for job in self._jobs.values() if job["phase"] == "compiling"})
+        stopped = [name for name in names if any(e.name == name for e in self._launched)]
+        with self._state_lock:
+            for job in self._jobs.values():
+                if job["engine"] in stopped:
+                    job["worker_stopped"] = True
+                    job["cancel"].set()
+        for name in stopped:
+            self.stop_engine(name, caller=caller)
+        return stopped
+
+    def capacity(self) -> int:
+        """How many requests can run at once now: the launched engines' capacity (a pool: its ready
+        replicas; a group: one), at least one (the in-process engine). Cheap: read often."""
+        return max(1, sum(e.capacity() for e in self._launched)) if self.engines else 1
+
+    def warmup(self, shapes: Iterable[Shape], mode: str | None = None,
+               progress: Callable[[int, int, Shape], None] | None = None) -> list[GenerationResult]:
+        """Compile (mode, shape) for each shape wherever that mode is served, and measure one steady
+        run; bypasses the warm-only lock."""
+        return self._warmups.run(list(shapes), mode or self.settings.mode, progress)
+
+    def start_warmup(self, shapes: Iterable[Shape], mode: str | None = None, *,
+                     caller: Caller = LOCAL_OPERATOR) -> None:
+        """Warm shapes in a background thread; ``status()["warmup"]`` shows its progress. The operator's."""
+        caller.require_operator("Warming up shapes")
+        self._warmups.start(list(shapes), mode or self.settings.mode)
+
+    def set_warm_only(self, locked: bool, *, caller: Caller = LOCAL_OPERATOR) -> None:
+        """Lock to warm shapes (or unlock). The operator's."""
+        caller.require_operator("Locking to warm shapes")
+        self.warm_only = bool(locked)

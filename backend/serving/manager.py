@@ -1,0 +1,394 @@
+"""The manager: the one door through which the UI, the CLI and the tests reach the device.
+
+Importing this module does not import torch: the device layer and the engines load in ``start``
+(in the background for the web app), so the page is served before the model stack has loaded.
+
+It validates requests up front, routes each to an engine by one rule, admits it once (the
+warm-only lock, the recompile limit), reports progress, cancels cooperatively, keeps the per
+(mode, shape) compile table from what each run measured, and publishes a JSON-able status
+snapshot. The engines are held by role (``backend.engines.base``: the in-process engine, and the
+launched ones, asked in order), never by type or position: the manager knows no group, replica,
+degree, process or core.
+
+The routing rule: the launched engines (a worker group, a replica pool) are asked in order whether
+a request is theirs (``Engine.route``); the first that answers serves it, or sends it to the
+in-process engine (``Route.to_in_process``) with the reason (degraded: its engine is starting or down); a request no
+launched engine takes runs in process.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING, Any, Callable, Iterable
+
+from backend.serving import compile_state as cs
+from backend.serving.admission import Admission, PlaceBook
+from backend.engines.base import Engines
+from backend.errors import BackendNotReady, GenerationCancelled, GenerationFailed, InvalidRequest, \
+    NotAllowed, StudioError
+from backend.request.records import GenerationRequest, GenerationResult, ProgressEvent
+from backend.serving.roles import LOCAL_OPERATOR, Caller
+from backend.settings import MODES, Settings
+from backend.shapes import Shape
+from backend.serving.caches import CacheOps
+from backend.serving.controls import OperatorControls
+from backend.serving.status import StatusView
+from backend.request.validation import validate_request
+from backend.serving.warmup import Warmups
+
+if TYPE_CHECKING:
+    from backend.hardware.device import Device
+    from backend.engines.base import Engine, LaunchedEngine, Route
+
+log = logging.getLogger(__name__)
+_KEEP_RECORDS = 1000
+
+ProgressFn = Callable[[ProgressEvent], None]
+
+
+class Manager(OperatorControls, CacheOps, StatusView):
+    """The one door (see the module's docstring); the operator's controls (launched engines, the lock,
+    warm-ups), its caches and bundles, and its status snapshot are in ``controls``, ``caches``, ``status``."""
+
+    def __init__(self, settings: Settings, engine_factory: Callable[[Device, str], Any] | None = None,
+                 clock: Callable[[], float] = time.monotonic):
+        """``engine_factory(device, model_path)`` replaces the in-process engine (tests give a fake)."""
+        self.settings = settings
+        self._engine_factory = engine_factory
+        self._clock = clock
+        self.table = cs.CompileTable(clock)
+        self.admission = Admission(settings, self.table)
+        self.device: Device | None = None
+        self.engines = Engines()  # by role: .local (in process) and .launched; none before the load
+        self.model_label: str | None = None
+        self.state = "idle"  # idle | loading | warming | ready | failed
+        self.load_error: str | None = None
+        self.last_error: str | None = None
+        self.warm_only = settings.warm_only
+        self.fallback_ops: dict[str, set[str]] = {}  # op that ran on the host -> the "mode shape"s it ran in
+        self.records: list[GenerationResult] = []
+        self._state_lock = threading.Lock()
+        self._jobs: dict[int, dict[str, Any]] = {}  # running generations, by id
+        self._job_ids = itertools.count(1)
+        self._closing = threading.Event()
+        self._ready = threading.Event()
+        self._loader: threading.Thread | None = None
+        self._warmups = Warmups(self)
+        self._life = threading.Lock()  # engines start and stop one at a time (they claim cores)
+        self.model_path: str | None = None
+        self._count_tokens: Callable[[str], int] | None = None  # set once the model's tokenizer loads
+        self.bundle: dict[str, Any] | None = None  # what --cache-from imported and warmed
+        # What the model folder says of itself (backend.models.card): presets, trained size, grammar.
+        # Read now, before anything loads: the page is built from it. A bad card fails the start.
+        from backend.models.card import ModelCard, card_for
+
+        self._card_error: StudioError | None = None
+        try:
+            self.card = card_for(settings.model, settings.cache_dir)
+        except StudioError as exc:
+            self.card, self._card_error = ModelCard(), exc
+
+    # lifecycle ---------------------------------------------------------------------------------
+    def start(self, background: bool = False) -> None:
+        """Load the model (and prewarm shapes from settings). In the background, errors go to status."""
+        if background:
+            self._loader = threading.Thread(target=self._start_logged, name="model-loader", daemon=True)
+            self._loader.start()
+        else:
+            self._start()
+
+    def _start_logged(self) -> None:
+        try:
+            self._start()
+        except Exception:  # noqa: BLE001 - the status carries the message; the log keeps the trace
+            log.exception("model load failed: %s", self.load_error)
+
+    def _start(self) -> None:
+        self.state = "loading"
+        try:
+            if self._card_error is not None:
+                raise self._card_error
+            from backend.hardware.core_plan import claim_app_cores
+
+            # Before the device layer loads torch (and TorchNeuron): this process's own NeuronCores.
+            claim_app_cores(self.settings.neuron_cores, self.settings.neuron_instance_cores)
+            from backend.hardware.device import Device, resolve_device
+            from backend.engines import build_engines
+            from backend.models.source import prompt_token_counter, resolve_model
+
+            info = resolve_device(self.settings)
+            self.device = Device(info, self.settings.max_compiled_shapes, self.settings.neuron_instance_cores)
+            self.model_path, self.model_label = resolve_model(self.settings.model, self.settings.cache_dir)
+            self._count_tokens = prompt_token_counter(self.model_path)
+            self.engines = build_engines(self.settings, self.device, self.model_path,
+                                         PlaceBook(self.admission, self.device),
+                                         self._engine_factory)
+            bundled = self._import_at_start() if self.settings.cache_from else None
+            launched = [e for e in self._launched if e.configured]
+            for engine in launched:  # each starts and waits for READY, or raises with the reason
+                engine.load()
+            if not any(self.settings.mode in e.modes for e in launched):
+                self._local.load()  # on Neuron this claims only the app's own cores (backend.hardware.core_plan)
+        except Exception as exc:
+            self.state = "failed"
+            self.load_error = str(exc) if isinstance(exc, StudioError) else f"{type(exc).__name__}: {exc}"
+            self.last_error = self.load_error
+            self._ready.set()
+            raise
+        self.state = "ready"
+        self._ready.set()
+        if bundled is not None:
+            self.state = "warming"
+            try:
+                self.warm_from_bundle(bundled)
+            except StudioError as exc:
+                self.last_error = f"warming the bundle's shapes: {exc}"
+                log.error("%s", self.last_error)
+            finally:
+                self.state = "ready"
+        if self.settings.prewarm and not any(self.settings.mode in e.modes for e in launched):
+            self.state = "warming"  # (a launched engine warms its own before READY)
+            try:
+                self.warmup(self.settings.prewarm, self.settings.mode)
+            except StudioError as exc:  # a shape that fails to warm leaves the app usable
+                self.last_error = f"prewarm: {exc}"
+                log.error("%s", self.last_error)
+            finally:
+                self.state = "ready"
+
+    @property
+    def _local(self) -> "Engine":
+        """The in-process engine: it serves what no launched engine takes."""
+        if self.engines.local is None:
+            raise BackendNotReady("the device is not ready yet")
+        return self.engines.local
+
+    @property
+    def _launched(self) -> tuple["LaunchedEngine", ...]:
+        return self.engines.launched
+
+    @property
+    def engine(self):
+        """The in-process engine once it is loaded (None before)."""
+        return self._local if self.engines and self._local.state == "ready" else None
+
+    def wait_ready(self, timeout: float | None = None) -> bool:
+        return self._ready.wait(timeout) and self.state in ("ready", "warming")
+
+    def close(self, wait: float | None = None) -> bool:
+        """Cancel the running generations, stop the launched engines, release the in-process one.
+        A generation stops at its next step boundary, but a compile cannot be interrupted: ``wait``
+        bounds how long to wait for it (None: as long as it takes). False when it was still running."""
+        self._closing.set()
+        if not self.engines:
+            return True
+        for engine in self._launched:
+            engine.close()
+        local = self._local
+        if not local.exclusive().acquire(timeout=-1 if wait is None else wait):
+            log.warning("a generation is still running (a compile cannot be interrupted); not waiting for it")
+            return False
+        try:
+            local.close()
+            self.state = "idle"
+        finally:
+            local.exclusive().release()
+        return True
+
+    @property
+    def modes(self) -> tuple[str, ...]:
+        return MODES
+
+    # validation --------------------------------------------------------------------------------
+    def validate(self, prompt: Any, height: Any, width: Any, steps: Any = None, guidance: Any = None,
+                 seed: Any = None, mode: Any = None) -> GenerationRequest:
+        """Turn raw inputs into a GenerationRequest, or raise InvalidRequest naming the field."""
+        request = validate_request(self.settings, self.modes, prompt, height, width, steps, guidance, seed, mode,
+                                   count_tokens=self._count_tokens)
+        reading = self.card.read_prompt(request.prompt)
+        if reading is not None and reading.caption != request.prompt:
+            # A model with a prompt grammar is given the caption it understands; the record keeps both.
+            request = dataclasses.replace(request, prompt=reading.caption, typed=request.prompt)
+        return request
+
+    # routing and admission ---------------------------------------------------------------------
+    def _route(self, request: GenerationRequest) -> "Route":
+        """The one routing rule (see the module's docstring); the Route's engine is set."""
+        from backend.engines.base import Route
+
+        for engine in self._launched:
+            route = engine.route(request)
+            if route is not None:
+                return Route(route.request, self._local, route.degraded) if route.in_process else route
+        route = self._local.route(request)
+        if route is None:
+            raise InvalidRequest("mode", f"must be one of {', '.join(self.modes)}, got {request.mode!r}")
+        return route
+
+    def _admit(self, request: GenerationRequest, locked: bool):
+        """Where ``request`` runs and admission's decision for it there: (route, places, decision)."""
+        route = self._route(request)
+        run = route.request
+        places = route.engine.places(run.mode)
+        return route, places, self.admission.decide(self.device, run.mode, run.shape, run.steps, locked, places)
+
+    def predict(self, mode: str, shape: Shape, steps: int | None = None) -> dict[str, Any]:
+        """What a run at (mode, shape) will cost now, including whether it would be refused."""
+        if self.engines:
+            try:
+                request = GenerationRequest("", shape.height, shape.width, steps or self.settings.steps,
+                                            self.settings.guidance, 0, mode)
+                return self._admit(request, self.warm_only)[2].prediction
+            except StudioError:
+                pass  # no engine serves it now: what the table alone says
+        return self.admission.decide(self.device, mode, shape, steps, self.warm_only).prediction
+
+    # generation --------------------------------------------------------------------------------
+    def _check_ready(self) -> None:
+        if self.state == "failed":
+            raise BackendNotReady(f"the model failed to load: {self.load_error}")
+        if self.device is None or self.model_path is None or self.state == "loading" or not self.engines:
+            raise BackendNotReady("the model is still loading; try again in a moment")
+        if self._closing.is_set():
+            raise BackendNotReady("the app is shutting down")
+
+    def _await_ready(self, progress: ProgressFn | None, still_wanted: Callable[[], bool] | None) -> bool:
+        """A request that comes while the model loads waits for it, saying so ("loading", with the
+        seconds waited as its step), and runs once it is ready: a click or an API call made right
+        after the start gets its image, not "try again". Returns whether it waited. A manager
+        never started, a failed load, a closing app or a caller gone away end the wait."""
+        if self._ready.is_set() or self._loader is None:
+            return False
+        began = self._clock()
+        while not self._ready.wait(0.25):
+            if self._closing.is_set() or (still_wanted is not None and not still_wanted()):
+                raise BackendNotReady("the app is shutting down" if self._closing.is_set()
+                                      else "nobody waits for this image any more")
+            if progress is not None:
+                progress(ProgressEvent("loading", int(self._clock() - began), 0, "", ""))
+        return True
+
+    def generate(self, request: GenerationRequest | dict[str, Any], progress: ProgressFn | None = None,
+                 _warming: bool = False, owner: str | None = None, still_wanted: Callable[[], bool] | None = None):
+        """Run one request; returns (PIL image, GenerationResult). Raises StudioError subclasses.
+
+        ``owner``: the page session it runs for (a viewer may stop only its own run). ``still_wanted``:
+        False once nobody waits for the image any more (the page closed); the run stops at its next
+        step as if cancelled. Requests run side by side as far as their engines can (a replica pool
+        runs one per free replica); the rest wait in their engine."""
+        if isinstance(request, dict):
+            request = self.validate(**request)
+        if self._await_ready(progress, still_wanted) and self._count_tokens is not None:
+            # Validated before the tokenizer had loaded: its prompt's length in tokens is checked now.
+            request = self.validate(request.typed or request.prompt, request.height, request.width, request.steps,
+                                    request.guidance, request.seed, request.mode)
+        self._check_ready()
+        locked = self.warm_only and not _warming
+        route, places, decision = self._admit(request, locked)
+        decision.enforce()
+        engine, run = route.engine, route.request
+        cancel = threading.Event()
+        job = {"mode": run.mode, "shape": run.shape, "phase": "starting", "step": 0, "owner": owner,
+               "steps": run.steps, "started": self._clock(), "engine": engine.name, "cancel": cancel}
+        with self._state_lock:
+            job_id = next(self._job_ids)
+            job["overlapped"] = job["running"] = False
+            self._jobs[job_id] = job
+
+        def on_progress(event: ProgressEvent) -> None:
+            if not job["running"]:  # its engine took it: it runs now (a queued job waited, it did not run)
+                with self._state_lock:
+                    # Runs side by side (replicas, a group and the app) share the machine: none of
+                    # them is a steady figure for its shape.
+                    others = [j for j in self._jobs.values() if j is not job and j["running"]]
+                    for other in others:
+                        other["overlapped"] = True
+                    job["running"], job["overlapped"] = True, job["overlapped"] or bool(others)
+            job["phase"], job["step"] = event.phase, event.step
+            if event.phase == "compiling":
+                self.table.mark_compiling(run.mode, run.shape)
+            if progress is not None:
+                progress(event)
+
+        def should_stop() -> bool:
+            return cancel.is_set() or self._closing.is_set() or (still_wanted is not None and not still_wanted())
+
+        started_at = time.time()
+        try:
+            out = engine.run(run, on_progress, should_stop, forbid_compile=locked, warming=_warming)
+        except Exception as exc:
+            if job.get("worker_stopped") and not isinstance(exc, GenerationCancelled):
+                # The operator ended its compile by stopping the worker: a stop, not a failure.
+                exc = GenerationCancelled(f"the operator stopped the {engine.name} workers while they compiled")
+            # On Neuron the components a cancel skipped (the eager VAE) compile too: a shape is
+            # warm there only after a whole run, so a cancelled run keeps no compile.
+            self.table.failed_run(run.mode, run.shape, exc, place=places[0] if len(places) == 1 else None,
+                                  keep_compiles=len(places) == 1 and not self.admission.exact_shapes(self.device))
+            if not isinstance(exc, GenerationCancelled):
+                self.last_error = str(exc) if isinstance(exc, StudioError) else f"{type(exc).__name__}: {exc}"
+            if isinstance(exc, StudioError):
+                raise exc
+            log.exception("engine error")  # an engine broke its contract: log the trace, answer plainly
+            raise GenerationFailed(self.last_error) from exc
+        finally:
+            with self._state_lock:
+                self._jobs.pop(job_id, None)
+        result = GenerationResult.of(run, out, device=self.device.kind, model=self.model_label or "",
+                                     engine=engine.name, started_at=started_at, requested_mode=request.mode,
+                                     degraded=route.degraded)
+        result.overlapped = job["overlapped"]
+        self.table.record(result)
+        with self._state_lock:
+            self.records = (self.records + [result])[-_KEEP_RECORDS:]
+            for op in result.fallback_ops:  # Neuron's silent CPU fallback, for the System tab and doctor
+                self.fallback_ops.setdefault(op, set()).add(f"{result.mode} {result.shape}")
+        return out.image, result
+
+    def cancel(self, *, caller: Caller = LOCAL_OPERATOR) -> bool:
+        """Ask running generations to stop at their next step: the operator's, every one; a
+        viewer's, its own (``owner`` of ``generate`` is its page session). True if one was asked."""
+        with self._state_lock:
+            jobs = list(self._jobs.values())
+            # A caller without a session (an event posted by hand) owns nothing; a run without an
+            # owner (a warm-up, a start-up pass) is the operator's alone to stop.
+            mine = jobs if caller.is_operator else [j for j in jobs
+                                                    if caller.session is not None and j.get("owner") == caller.session]
+            if jobs and not mine:
+                raise NotAllowed("the running generation is another viewer's; you can stop only your own")
+            for job in mine:
+                job["cancel"].set()
+        return bool(mine)
+
+    def compare(self, request: GenerationRequest, modes: Iterable[str],
+                progress: ProgressFn | None = None, owner: str | None = None) -> list[dict[str, Any]]:
+        """Run one request through several modes; each entry has image, result, and the max pixel
+        difference (0-255) from the first mode's image."""
+        import numpy as np
+
+        modes = list(dict.fromkeys(modes))
+        if not 2 <= len(modes) <= 3:
+            raise InvalidRequest("modes", f"choose two or three modes to compare, got {len(modes)}")
+        entries, first = [], None
+        for mode in modes:
+            if mode not in self.modes:
+                raise InvalidRequest("mode", f"must be one of {', '.join(self.modes)}, got {mode!r}")
+            image, result = self.generate(dataclasses.replace(request, mode=mode), progress, owner=owner)
+            pixels = np.asarray(image.convert("RGB"), dtype=np.int16)
+            first = pixels if first is None else first
+            entries.append({"mode": mode, "image": image, "result": result,
+                            "max_diff": int(np.abs(pixels - first).max())})
+        return entries
+
+    def save_image(self, image, result: GenerationResult) -> str:
+        """Write the PNG (with its parameters) to the output folder; sets and returns result.path.
+        The folder keeps the app's newest ``--keep-outputs`` images (``backend.images.folder``)."""
+        from backend.images.folder import prune
+        from backend.images.pngmeta import save_png, unique_output_path
+
+        result.path = str(save_png(image, result, unique_output_path(self.settings.output_dir, result)).resolve())
+        prune(self.settings.output_dir, self.settings.keep_outputs)
+        return result.path

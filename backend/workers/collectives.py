@@ -1,0 +1,97 @@
+"""The ranks' collectives over the gloo control group, outside the model: a job broadcast from
+rank 0 and the ranks' reports gathered to it, as JSON bytes (nothing is pickled); every rank's
+compile counters folded into one record; and whether an error is a broken collective."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+from backend.workers.distributed import Rank
+
+
+JOB_BYTES = 16 << 10  # one broadcast carries a job up to this long (a request's JSON is ~300 bytes)
+_JOB_LEN = 8
+
+
+def _bcast_json(obj: Any, me: Rank) -> Any:
+    """Rank 0's JSON-able object to every rank, as bytes over the control group (no pickle).
+
+    One collective for a job that fits ``JOB_BYTES`` (its length in the first 8 bytes); a longer
+    one follows in a second broadcast of its own size. Each collective is a round of the ranks'
+    threads (~0.3 ms on a CPU), paid on every request."""
+    import torch
+    import torch.distributed as dist
+
+    data = json.dumps(obj).encode() if me.rank == 0 else b""
+    first = torch.zeros(_JOB_LEN + JOB_BYTES, dtype=torch.uint8)
+    if me.rank == 0:
+        first[:_JOB_LEN] = torch.frombuffer(bytearray(len(data).to_bytes(_JOB_LEN, "little")), dtype=torch.uint8)
+        if len(data) <= JOB_BYTES:
+            first[_JOB_LEN:_JOB_LEN + len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+    dist.broadcast(first, src=0, group=me.control)
+    if me.rank == 0:
+        if len(data) > JOB_BYTES:
+            dist.broadcast(torch.frombuffer(bytearray(data), dtype=torch.uint8), src=0, group=me.control)
+        return obj
+    raw = first.numpy()
+    size = int.from_bytes(raw[:_JOB_LEN].tobytes(), "little")
+    if size <= JOB_BYTES:
+        return json.loads(raw[_JOB_LEN:_JOB_LEN + size].tobytes().decode())
+    rest = torch.empty(size, dtype=torch.uint8)
+    dist.broadcast(rest, src=0, group=me.control)
+    return json.loads(rest.numpy().tobytes().decode())
+
+
+def _gather_json(obj: Any, me: Rank) -> list[Any] | None:
+    """Every rank's JSON-able object to rank 0 (None elsewhere), as bytes over the control group."""
+    import torch
+    import torch.distributed as dist
+
+    data = json.dumps(obj).encode()
+    sizes = [torch.zeros(1, dtype=torch.int64) for _ in range(me.world)]
+    dist.all_gather(sizes, torch.tensor([len(data)], dtype=torch.int64), group=me.control)
+    longest = int(max(s.item() for s in sizes))
+    mine = torch.zeros(longest, dtype=torch.uint8)
+    mine[:len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+    bufs = [torch.zeros(longest, dtype=torch.uint8) for _ in range(me.world)]
+    dist.all_gather(bufs, mine, group=me.control)
+    if me.rank:
+        return None
+    return [json.loads(bytes(b[:int(n.item())].tolist()).decode()) for b, n in zip(bufs, sizes)]
+
+
+def every_ranks_compiles(out, me: Rank):
+    """Each rank compiles for itself (its shard's graphs, and on Neuron its own NEFFs, counted by
+    TorchNeuron per process): the record counts every rank's. NEFFs add up over the ranks, compile
+    seconds are the longest rank's (they compile side by side), host-run ops are the union. Every
+    rank that stays calls this once per job, with ``out`` None where its run failed; a rank that
+    leaves (``_ends_rank``) does not, and its exit fails its peers' gather."""
+    if me.world == 1:
+        return out
+    import torch.distributed as dist
+
+    mine = None if out is None else {"neff": out.neff_compiles, "seconds": out.compile_seconds,
+                                     "host": out.fallback_ops}
+    every: list = [None] * me.world
+    dist.all_gather_object(every, mine, group=me.control)
+    if out is None or any(part is None for part in every):
+        return out
+    return dataclasses.replace(out, neff_compiles=sum(p["neff"] for p in every),
+                               rank_neff_compiles=[p["neff"] for p in every],
+                               compile_seconds=max(p["seconds"] for p in every),
+                               fallback_ops=sorted({op for p in every for op in p["host"]}))
+
+
+def _collective_broken(exc: BaseException) -> bool:
+    """True when the error (or its cause) is a failed collective, i.e. a peer rank died or hung up."""
+    import torch.distributed as dist
+
+    seen = exc
+    while seen is not None:
+        text = str(seen).lower()
+        if isinstance(seen, dist.DistError) or "gloo" in text or "nccl" in text or "closed by peer" in text:
+            return True
+        seen = seen.__cause__
+    return False

@@ -1,0 +1,132 @@
+"""Phase 4 of a rank, ``serve``: the job loop. Rank 0 takes each job from its socket server, every
+rank runs it (the job broadcast over the control group), rank 0 streams progress and answers; a
+failure that may have left a collective half done ends the rank (``_ends_rank``)."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from backend.launch import protocol as proto
+from backend.workers.collectives import _bcast_json, _collective_broken, every_ranks_compiles
+from backend.workers.distributed import Rank
+from backend.workers.rank0_server import Rank0Server
+
+
+def _pixels_of(image) -> tuple[Any, int, int]:
+    """(bytes-like RGB pixels, width, height) of a result's image: the engine's uint8 array as it
+    is, or a PIL image's bytes."""
+    import numpy as np
+
+    if isinstance(image, np.ndarray):  # as flat bytes: len() is the byte count the header announces
+        flat = memoryview(np.ascontiguousarray(image, dtype=np.uint8)).cast("B")
+        return flat, int(image.shape[1]), int(image.shape[0])
+    rgb = image if image.mode == "RGB" else image.convert("RGB")
+    return rgb.tobytes(), rgb.width, rgb.height
+
+
+def _ends_rank(exc: BaseException, me: Rank) -> bool:
+    """Whether this rank must leave after ``exc`` (the app then restarts the group on Neuron): a
+    broken collective anywhere; on Neuron any failure the job reached, since a failed collective
+    inside the model does not say it is one and this rank may be out of step with its peers (cancels
+    and warm-only refusals happen on every rank alike, at a step boundary or before the first
+    collective)."""
+    from backend.errors import GenerationCancelled, ShapeLocked
+
+    suspect = me.device.kind == "neuron" and not isinstance(exc, (GenerationCancelled, ShapeLocked))
+    return _collective_broken(exc) or suspect
+
+
+def serve(server: Rank0Server | None, run, me: Rank) -> None:
+    """The job loop: rank 0 takes a job from its socket, every rank runs it, rank 0 answers."""
+    from backend.request.records import GenerationRequest
+
+    while True:
+        job, conn, finished = None, None, None
+        if server:
+            job, conn, finished = server.jobs.get()
+            if job["type"] == "generate":
+                # The app validated the request and resolved the mode it runs in (``Settings.runs_as``)
+                # before it sent it over the authenticated socket: the job is trusted as it is.
+                stamps = {**(job.pop("stamps", None) or {}), "taken": time.monotonic()}
+            server.cancel.clear()
+        job = _bcast_json(job, me)
+        if server and job["type"] == "generate":
+            stamps["broadcast"] = time.monotonic()
+        if job["type"] == "shutdown":
+            if server:
+                _safe(proto.send_message, conn, {"type": "ok"})
+                finished.set()
+            return
+        try:
+            request = GenerationRequest(**{k: job[k] for k in GenerationRequest.__dataclass_fields__})
+            if server:
+                server.busy = {"shape": f"{request.width}x{request.height}", "phase": "starting", "step": 0,
+                               "steps": request.steps}
+
+            def progress(event, conn=conn):
+                if server:
+                    server.busy.update(phase=event.phase, step=event.step)
+                    if not _safe(proto.send_message, conn, {"type": "progress", **event.to_json()}):
+                        server.cancel.set()  # nobody is waiting for this image any more
+
+            out = failure = None
+            try:
+                out = run(request, progress, forbid_compile=bool(job.get("forbid_compile")))
+            except Exception as exc:  # noqa: BLE001 - a rank that stays joins the counters' gather below
+                if _ends_rank(exc, me):
+                    raise  # it leaves at once (below); its peers' gather fails on its exit
+                failure = exc
+            out = every_ranks_compiles(out, me)
+            if failure is not None:
+                raise failure
+            if server:
+                stamps["ran"] = time.monotonic()
+                pixels, width, height = _pixels_of(out.image)
+                # Into the app's buffer when there is one (written before the header goes out).
+                shared = server.pixels is not None and server.pixels.write(pixels)
+                stamps["sending"] = time.monotonic()
+                header = {"type": "result", "width": width, "height": height, **out.to_json(),
+                          "ran": request.to_json(),
+                          "world_size": me.world, "stamps": stamps, **({"pixels": "shared"} if shared else {})}
+                _safe(proto.send_message, conn, header, b"" if shared else pixels)
+                server.done += 1
+        except Exception as exc:  # noqa: BLE001 - a failed request is not a dead group: answer and go on
+            print(f"request failed: {type(exc).__name__}: {exc}", flush=True)
+            from backend.errors import GenerationFailed, GroupDead
+
+            broken = _collective_broken(exc)
+            if _ends_rank(exc, me):
+                if server:
+                    # On Neuron the app restarts the group at once; elsewhere a broken collective
+                    # leaves it dead for the operator, as a rank that died does.
+                    ending = me.device.kind == "neuron"
+                    if broken:
+                        answer = GroupDead(f"a collective failed: {str(exc).splitlines()[0][:300]}",
+                                           group_ending=ending)
+                    else:
+                        failed = exc if isinstance(exc, GenerationFailed) else GenerationFailed(
+                            f"{type(exc).__name__}: {exc}")
+                        answer = failed.evolve(group_ending=ending)
+                    _safe(proto.send_message, conn, proto.error_message(answer))
+                    finished.set()
+                print("ending this rank: the group must be restarted", flush=True)
+                os._exit(1 if broken else proto.RESTART_EXIT)
+            if server:
+                server.error = f"{type(exc).__name__}: {exc}"
+                _safe(proto.send_message, conn, proto.error_message(exc))
+        finally:
+            if server:
+                server.busy = None
+                finished.set()
+
+
+def _safe(fn, *args) -> bool:
+    """Send to a client that may have gone away; the group must not die of a closed socket."""
+    try:
+        fn(*args)
+        return True
+    except OSError as exc:
+        print(f"client went away: {exc}", flush=True)
+        return False
