@@ -15,7 +15,7 @@ from typing import Any
 
 from backend.core_lists import check_on_instance, format_cores, parse_cores
 from backend.errors import InvalidRequest
-from backend.shapes import Shape, parse_shape_list, validate_shape
+from backend.shapes import Shape, parse_shape_list, validate_shape, whole_number
 
 IN_PROCESS_MODES = ("eager", "compiled", "regional")
 TP_MODE = "tp"
@@ -150,11 +150,20 @@ def _choice(choices: tuple[str, ...]):
     return parse
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise ValueError(f"expected a positive whole number, got {text!r}")
+def _count(text: str, least: int, what: str) -> int:
+    """A whole number of at least ``least`` from a flag or variable (``shapes.whole_number``'s rule:
+    ASCII digits only), or ValueError saying what was expected."""
+    try:
+        value = whole_number("value", text)
+    except InvalidRequest:
+        raise ValueError(f"expected {what}, got {text!r}") from None
+    if value < least:
+        raise ValueError(f"expected {what}, got {text!r}")
     return value
+
+
+def _positive_int(text: str) -> int:
+    return _count(text, 1, "a positive whole number")
 
 
 def _positive_float(text: str) -> float:
@@ -168,13 +177,7 @@ def _positive_float(text: str) -> float:
 
 
 def _whole(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise ValueError(f"expected a whole number of 0 or more, got {text!r}") from None
-    if value < 0:
-        raise ValueError(f"expected a whole number of 0 or more, got {text!r}")
-    return value
+    return _count(text, 0, "a whole number of 0 or more")
 
 
 def _core_list(text: str) -> str:

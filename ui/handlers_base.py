@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 from typing import Callable, Iterator
 
 import gradio as gr
 
 from backend.errors import InvalidRequest, StudioError
 from backend.serving.roles import COOKIE, LOCAL_OPERATOR, Caller
+from backend.shapes import whole_number
 from ui import gradio_queue
 from ui.i18n import error_message, text
 
@@ -74,14 +74,11 @@ def _whole(value, strict: bool = False, lang: str = "en", field: str = "tp_degre
     if value is None or value == "":
         return None
     try:
-        number = float(value)
-    except (TypeError, ValueError):
-        number = math.nan
-    if not math.isfinite(number) or number != int(number):
+        return whole_number(field, value, allow_point=True)  # the backend's one rule for whole numbers
+    except InvalidRequest as exc:
         if strict:
-            raise _page_error(InvalidRequest(field, f"must be a whole number, got {value!r}"), lang)
+            raise _page_error(exc, lang) from None
         return None
-    return int(number)
 
 
 def _cookie(page, name: str) -> str | None:

@@ -63,6 +63,11 @@ class TensorParallelEngine:
         return self.group.state if self.group is not None else "stopped"
 
     @property
+    def ready(self) -> bool:
+        """Whether the group serves requests now (the one place that decides it)."""
+        return self.group is not None and self.group.state == "ready"
+
+    @property
     def configured(self) -> bool:
         """Started at launch (``--mode tp``)."""
         return self.settings.mode == TP_MODE
@@ -74,7 +79,7 @@ class TensorParallelEngine:
     def route(self, request: GenerationRequest) -> Route | None:
         if request.mode not in self.modes:
             return None
-        if self.group is not None and self.group.state == "ready":
+        if self.ready:
             return Route.on(self, request)
         return Route.to_in_process(dataclasses.replace(request, mode=self.settings.runs_as(request.mode)),
                                    self._in_process_why())
@@ -98,7 +103,7 @@ class TensorParallelEngine:
         return [PLACE]
 
     def capacity(self) -> int:
-        return 1 if self.state == "ready" else 0
+        return 1 if self.ready else 0
 
     def cores_wanted(self) -> tuple[int, int | None]:
         """(cores, attention heads) this engine starts with: the core plan's view of it."""
@@ -124,7 +129,7 @@ class TensorParallelEngine:
     def load(self) -> None:
         """Start the group of the configured degree and wait for READY."""
         self.start(wait=True)
-        if self.state != "ready":
+        if not self.ready:
             raise BackendNotReady(f"the tensor-parallel group did not start: {self.group.error or self.state}")
 
     def start(self, size: int | None = None, wait: bool = False) -> dict[str, Any]:

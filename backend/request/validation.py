@@ -24,10 +24,6 @@ _ALLOWED_CONTROL = {"\n", "\t", "\r"}
 _BIDI_CONTROLS = {0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)}
 
 
-def _whole(field: str, value: Any) -> int:
-    return whole_number(field, value)
-
-
 _GUIDANCE_TEXT = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]{1,4})?")
 
 
@@ -82,7 +78,7 @@ def validate_request(s: Settings, modes: Iterable[str], prompt: Any, height: Any
             raise InvalidRequest("prompt", f"is {tokens} tokens with the chat template; the text encoder reads "
                                            f"{s.max_prompt_tokens}, so the end would be cut off — shorten it")
 
-    steps = s.steps if steps is None else _whole("steps", steps)
+    steps = s.steps if steps is None else whole_number("steps", steps)
     if not 1 <= steps <= s.max_steps:
         raise InvalidRequest("steps", f"must be between 1 and {s.max_steps}, got {show_value(steps)}")
 
@@ -95,7 +91,7 @@ def validate_request(s: Settings, modes: Iterable[str], prompt: Any, height: Any
     if seed is None or seed == "" or (isinstance(seed, (int, float)) and not isinstance(seed, bool) and seed == -1):
         seed = secrets.randbelow(RANDOM_SEED_BOUND)
     else:
-        seed = _whole("seed", seed)
+        seed = whole_number("seed", seed)
         if not 0 <= seed <= MAX_SEED:
             raise InvalidRequest("seed", "must be between 0 and 2^63-1 (or -1 for random), "
                                          f"got {show_value(seed)}")
