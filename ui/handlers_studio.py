@@ -92,7 +92,7 @@ class StudioHandlers(Handlers):
                 return None
         self.manager.save_image(image, result)
         if result.degraded:
-            _warning(lang or "en", result.degraded)
+            _warning(lang or "en", text(lang or "en", "warn_degraded", mode=result.mode, why=result.degraded))
         return result
 
     # generate / stop -------------------------------------------------------------------------

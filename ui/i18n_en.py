@@ -137,6 +137,7 @@ EN: dict[str, str] = {
     "run_line": "**{size}**, {mode}, {steps} steps, seed `{seed}` — **{total}** total: encode {encode}, "
                 "denoise {denoise}, decode {decode}; {compiled}.",
     "run_degraded": " **Degraded** — {reason}.",
+    "engine_degraded": " · **degraded**: {why}", "warn_degraded": "Served in process ({mode}), degraded: {why}.",
     "run_drawn_as": " Drawn as “{caption}” (the prompt read in the model's grammar).",
     "run_host_ops": " {count} op(s) ran on the host, not the NeuronCore (CPU fallback): {ops}.",
     "cost_beyond_training": " **Beyond training**: this model learnt sizes up to {pixels} pixels ({side}); "

@@ -132,6 +132,7 @@ TR: dict[str, str] = {
     "run_line": "**{size}**, {mode}, {steps} adım, tohum `{seed}` — toplam **{total}**: kodlama {encode}, "
                 "gürültü giderme {denoise}, çözme {decode}; {compiled}.",
     "run_degraded": " **Yedek yolda** — {reason}.",
+    "engine_degraded": " · **yedek yolda**: {why}", "warn_degraded": "Süreç içinde ({mode}) çalıştı, yedek yolda: {why}.",
     "run_drawn_as": " “{caption}” olarak çizildi (istem, modelin dilbilgisiyle okundu).",
     "run_host_ops": " {count} işlem NeuronCore yerine ana makinede çalıştı (CPU'ya geri dönüş): {ops}.",
     "cost_beyond_training": " **Eğitimin ötesinde**: bu model en çok {pixels} piksellik ({side}) boyutları "

@@ -97,7 +97,7 @@ def engine_markdown(status: dict[str, Any], lang: str = DEFAULT) -> str:
     if pool.get("size"):
         line += text(lang, "engine_replicas", ready=pool["ready"], size=pool["size"], busy=pool["busy"])
     if status.get("degraded"):  # something is wrong (a group died); an ordinary start says "starting" above
-        line += f" · **{status['degraded']}**"
+        line += text(lang, "engine_degraded", why=status["degraded"])
     warmup = status.get("warmup")
     if warmup and warmup.get("running"):
         line += text(lang, "engine_warming", done=warmup["done"], total=warmup["total"], mode=warmup["mode"])
@@ -121,11 +121,6 @@ def compile_text(result: dict[str, Any], lang: str = DEFAULT) -> str:
     if result.get("neff_compiles"):
         parts.append(text(lang, "run_neffs", count=result["neff_compiles"]))
     return text(lang, "run_compiled", parts=text(lang, "run_and").join(parts))
-
-
-def _degraded_reason(result: dict[str, Any]) -> str:
-    why = result["degraded"].removeprefix("degraded: ")
-    return why.split("; tensor-parallel requests run in process")[0]  # the run line says that already
 
 
 def mode_text(result: dict[str, Any], lang: str = DEFAULT) -> str:
@@ -153,7 +148,7 @@ def run_markdown(result: dict[str, Any], lang: str = DEFAULT) -> str:
                 encode=format_seconds(result["encode"]), denoise=format_seconds(result["denoise"]),
                 decode=format_seconds(result["decode"]), compiled=compile_text(result, lang))
     if result.get("degraded"):
-        line += text(lang, "run_degraded", reason=_degraded_reason(result))
+        line += text(lang, "run_degraded", reason=result["degraded"])
     if result.get("typed"):  # the model read the prompt as a caption of its grammar
         line += text(lang, "run_drawn_as", caption=result["prompt"])
     if result.get("fallback_ops"):  # Neuron ran these on the CPU, silently: say so

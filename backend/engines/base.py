@@ -25,7 +25,8 @@ if TYPE_CHECKING:
 @dataclasses.dataclass(frozen=True)
 class Route:
     """Where a request runs: on ``engine``, or — ``in_process`` — on the in-process engine because
-    the engine that should serve it cannot right now (``degraded`` says why). ``request`` is what
+    the engine that should serve it cannot right now (``degraded``: why, in a clause the page words
+    as "degraded: …"; the record's ``mode`` and ``requested_mode`` say the rest). ``request`` is what
     runs there (a tp request served in process runs in ``--tp-compile``'s mode)."""
 
     request: "GenerationRequest"

@@ -86,8 +86,7 @@ class ReplicaPool:
         if not self.replicas or self.state in ("ready", "stopped", "stopping"):
             return None
         errors = "; ".join(r.error for r in self.replicas if r.error)
-        return (f"degraded: no replica is ready (the pool is {self.state}{f': {errors}' if errors else ''}); "
-                f"its requests run in process meanwhile")
+        return f"no replica is ready (the pool is {self.state}{f': {errors}' if errors else ''})"
 
     def places(self, mode: str) -> list[str]:
         return [r.place for r in self.replicas]

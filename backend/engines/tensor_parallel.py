@@ -91,7 +91,7 @@ class TensorParallelEngine:
                 f"the tensor-parallel group is {group.state} (the operator stopped it)"
         else:
             why = f"the tensor-parallel group is {group.state}" + (f" ({group.error})" if group.state == "dead" else "")
-        return f"degraded: {why}; tensor-parallel requests run in process ({self.settings.runs_as(TP_MODE)}) meanwhile"
+        return why  # the record says it ran in process, and in which mode; the page words it
 
     def degraded(self) -> str | None:
         """Something is wrong with the group (it died) while tensor-parallel requests run in process;

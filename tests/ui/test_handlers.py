@@ -162,7 +162,7 @@ def test_tp_cost_line_says_what_to_do_and_what_it_costs(studio, manager, launche
     engine, cost, _b, tp_badge = studio.refresh_studio("tp", 64, 64, 4, 2)[:4]
     assert cost.startswith("**Down**") and "rank 1 exited with signal SIGKILL" in cost
     assert "Press **Start group**" in cost and 'Meanwhile Generate runs in process (eager)' in cost
-    assert 'data-state="dead"' in tp_badge and "group **dead**" in engine and "degraded:" in engine
+    assert 'data-state="dead"' in tp_badge and "group **dead**" in engine and "**degraded**: the tensor-parallel group is dead" in engine
 
 
 def test_runs_served_in_process_while_the_group_is_down_say_so(studio, manager):
