@@ -122,7 +122,6 @@ class WorkerGroup(GroupCalls):
         self._lock = threading.Lock()
         self._log = None
         self._teardown: threading.Thread | None = None
-        self._last_health = float("-inf")
         self._beats: dict[int, tuple[str, float]] = {}  # rank -> (heartbeat text, when it last changed)
         # Results' pixels come through shared memory (made at the first start, kept across restarts
         # of this group, closed with it); one request at a time uses it.
@@ -141,10 +140,8 @@ class WorkerGroup(GroupCalls):
             pixels.close()
 
     def describe(self) -> dict[str, Any]:
-        """JSON-able status; cheap (pids, cores and shard reports were read once, at READY)."""
-        if self.state in STARTING and self._clock() - self._last_health >= 1.0:
-            self._last_health = self._clock()
-            self.health(timeout=0.5)  # refreshes the phase
+        """JSON-able status; cheap, no I/O (pids, cores and shard reports were read once, at READY;
+        the phase of a start comes with the wait for READY: ``_phase``)."""
         return {
             "state": self.state,
             "place": self.place,
@@ -217,6 +214,12 @@ class WorkerGroup(GroupCalls):
                 self.ranks = list(ranks)
                 self._pids = {int(r["pid"]) for r in self.ranks if r.get("pid")}
 
+    def _phase(self, proc, phase: str | None) -> None:
+        """Rank 0 says which phase of the start it is in (``loading``, ``warming``)."""
+        with self._lock:
+            if proc is self.proc and self.state in STARTING and phase in ("loading", "warming"):
+                self.state = phase
+
     def _exited(self, proc, reason: str) -> bool:
         """The launcher exited with ``reason``: dead, unless it was being stopped (or was replaced).
         True when this made the group dead."""
@@ -288,7 +291,8 @@ class WorkerGroup(GroupCalls):
                 return
             # Loading is silent and may be slow on a busy machine: only the start deadline bounds it
             # (a rank that exits meanwhile is seen by the monitor).
-            msg, _ = self._request({"type": "wait_ready"}, deadline=deadline, stall=self.start_timeout)
+            msg, _ = self._request({"type": "wait_ready"}, deadline=deadline, stall=self.start_timeout,
+                                   on_message=lambda m: self._phase(proc, m.get("phase")))
             if msg.get("type") != "ready":
                 raise proto.error_from_message(msg)
             self._became_ready(proc, msg.get("timings") or {}, msg.get("ranks") or [])

@@ -131,7 +131,13 @@ class Rank0Server:
                 self.cancel.set()
                 proto.send_message(conn, {"type": "ok"})
             elif kind == "wait_ready":
-                self.ready.wait()
+                # Each phase as it begins (loading, warming), then READY: the app learns the
+                # group's phase from this one call, and asks nothing while it shows a status.
+                said = None
+                while not self.ready.wait(0.2):
+                    if self.state != said:
+                        said = self.state
+                        proto.send_message(conn, {"type": "progress", "phase": said})
                 reply = ({**self.describe(), "type": "ready", "ranks": self.ranks} if self.state == "ready"
                          else proto.error_message(BackendNotReady(self.error or self.state)))
                 proto.send_message(conn, reply)

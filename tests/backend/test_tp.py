@@ -89,6 +89,33 @@ class _Buffer(bytearray):
         self.extend(data)
 
 
+def test_a_starting_groups_phase_reaches_the_status_without_the_status_asking_the_ranks(mgr):
+    """Rank 0 says each phase of its start on the wait for READY; reading the status is no socket
+    call (it once asked the ranks' health from inside ``describe``, every second of a start)."""
+    mgr.stop_engine("tensor-parallel")
+    mgr.start_engine("tensor-parallel", 2)
+    group = _group(mgr)
+    asked, request = [], group._request
+
+    def counted(header, *args, **kwargs):
+        if threading.current_thread() is threading.main_thread():
+            asked.append(header["type"])
+        return request(header, *args, **kwargs)
+
+    group._request = counted
+    seen = []
+    try:
+        while group.describe()["state"] not in ("ready", "dead"):
+            state = mgr.status()["tp"]["state"]
+            if not seen or seen[-1] != state:
+                seen.append(state)
+            time.sleep(0.02)
+    finally:
+        del group._request
+    assert group.state == "ready", group.describe()
+    assert "loading" in seen and asked == []
+
+
 def test_wrong_token_is_refused_and_nothing_runs(mgr):
     _ensure_ready(mgr)
     before = _group(mgr).health()

@@ -228,9 +228,9 @@ class FakeWorkerGroup(WorkerGroup):
         self._ready.set()
 
     def phase(self, state: str) -> None:
-        """What a health reply during the start sets: ``loading`` or ``warming``."""
+        """What rank 0 says while the group starts: ``loading`` or ``warming`` (the real transition)."""
         assert state in STARTING, state
-        self.state = state
+        self._phase(self.proc, state)
 
     def die(self, reason: str) -> None:
         """A rank exited: what the real monitor does when torchrun ends (dead with the reason, every
