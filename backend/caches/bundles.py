@@ -248,9 +248,13 @@ def import_bundle(path: str | Path, device, here: Manifest) -> dict[str, Any]:
             for member in tar:
                 if member.name == "manifest.json":
                     continue
-                _safe_relative(member.name)
                 if not member.isfile():
                     raise BundleRefused(f"member {member.name!r}: only regular files are read (no links, devices)")
+                try:  # the standard library's rule for extracting untrusted archives (PEP 706)
+                    tarfile.data_filter(member, str(staging))
+                except tarfile.FilterError as exc:
+                    raise BundleRefused(f"member {member.name!r}: {exc} (absolute paths and '..' are refused)") from None
+                _safe_relative(member.name)  # and, as for the manifest's paths, no empty parts
                 meta = listed.get(member.name)
                 if meta is None:
                     raise BundleRefused(f"member {member.name!r} is not in the manifest")
