@@ -16,7 +16,7 @@ from backend.images.pngmeta import read_png_parameters
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _run(args, cwd, env_extra=None, timeout=240):  # under pytest.ini's 300 s per test
+def _run(args, cwd, env_extra=None, timeout=240):  # under pyproject.toml's 300 s per test
     env = {k: v for k, v in os.environ.items() if not k.startswith("NEURON_STUDIO_") or k == "NEURON_STUDIO_CACHE_DIR"}
     env.update(env_extra or {})
     return subprocess.run([sys.executable, str(ROOT / "app.py"), *args], cwd=cwd, env=env,
