@@ -15,7 +15,7 @@ import gradio as gr
 
 from backend.errors import GenerationCancelled, InvalidRequest
 from backend.images.pngmeta import read_png_parameters
-from backend.shapes import Shape, parse_shape, validate_shape
+from backend.shapes import Shape, validate_shape
 from ui.handlers_base import Handlers, _info, _whole, _warning, refusals
 from ui.i18n import error_message, language, text
 from ui.views_common import CUSTOM, format_seconds, preset_label, preset_shape
@@ -56,12 +56,7 @@ class StudioHandlers(Handlers):
         def on_progress(event) -> None:
             if event.phase == "compiling" and compiling["since"] is None:
                 compiling["since"], compiling["stop"] = time.monotonic(), threading.Event()
-                estimate = None
-                try:
-                    estimate = self.manager.predict(event.mode, parse_shape(event.shape)).get("estimate_compile_seconds")
-                except Exception:  # noqa: BLE001 - an estimate is a nicety; the bar still says "compiling"
-                    pass
-                threading.Thread(target=tick, args=(estimate,), name="compile-progress", daemon=True).start()
+                threading.Thread(target=tick, args=(event.estimate,), name="compile-progress", daemon=True).start()
             elif event.phase != "compiling" and compiling["since"] is not None:
                 compiling["since"] = None
                 compiling["stop"].set()
@@ -138,9 +133,8 @@ class StudioHandlers(Handlers):
             _info(lang, text(lang, "info_stopping"))
             return
         job = compiling[0]
-        prediction = self.manager.predict(job["mode"], parse_shape(job["shape"]))
-        estimate = prediction.get("estimate_compile_seconds")
-        left = format_seconds(max(0.0, estimate - (prediction.get("elapsed_seconds") or 0.0))) if estimate else "?"
+        estimate = job.get("compile_estimate")
+        left = format_seconds(max(0.0, estimate - (job.get("compile_elapsed") or 0.0))) if estimate else "?"
         key = "info_stopping_compile_operator" if caller.is_operator and job.get("engine") != "in-process" \
             else "info_stopping_compile"
         _info(lang, text(lang, key, left=left))

@@ -119,6 +119,7 @@ class ProgressEvent:
     steps: int = 0
     mode: str = ""
     shape: str = ""
+    estimate: float | None = None  # compiling: the seconds admission expected it to take (None: unknown)
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

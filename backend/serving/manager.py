@@ -311,6 +311,11 @@ class Manager(OperatorControls, CacheOps, StatusView):
             job["phase"], job["step"] = event.phase, event.step
             if event.phase == "compiling":
                 self.table.mark_compiling(run.mode, run.shape)
+                # What admission expected this compile to take, said with the event and kept on the
+                # job (the page's bar and Stop's answer need no second prediction).
+                job.setdefault("compile_started", self._clock())
+                job["compile_estimate"] = decision.prediction.get("estimate_compile_seconds")
+                event = dataclasses.replace(event, estimate=job["compile_estimate"])
             if progress is not None:
                 progress(event)
 

@@ -24,6 +24,8 @@ class StatusView:
             host_ops = {op: sorted(where) for op, where in sorted(self.fallback_ops.items())}
         for job in running:
             job["elapsed"] = round(now - job.pop("started"), 3)
+            if "compile_started" in job:
+                job["compile_elapsed"] = round(now - job.pop("compile_started"), 3)
         device, engines = self.device, list(self.engines.values())
         return {
             "state": self.state,

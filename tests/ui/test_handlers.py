@@ -566,11 +566,11 @@ def test_a_compile_shows_its_time_so_far_and_stop_is_heard_at_once(studio, manag
     adapter = studio._progress_adapter(lambda value=None, desc="", **kw: calls.append(desc))
     from backend.request.records import ProgressEvent
 
-    adapter(ProgressEvent("compiling", 0, 4, "compiled", "64x64"))
+    adapter(ProgressEvent("compiling", 0, 4, "compiled", "64x64", estimate=5.0))  # the manager says what to expect
     until(lambda: any(d.startswith("compiling — ") for d in calls), "a compile tick")
     adapter(ProgressEvent("denoising", 1, 4, "compiled", "64x64"))  # the tick ends with the compile
     tick = next(d for d in calls if d.startswith("compiling — "))
-    assert "so far, about 5.0 s expected" in tick  # the prior: nothing measured yet
+    assert "so far, about 5.0 s expected" in tick
     # A compile that fails sends no further step: the run's end stops the ticking all the same.
     import threading
 
@@ -580,6 +580,8 @@ def test_a_compile_shows_its_time_so_far_and_stop_is_heard_at_once(studio, manag
     until(lambda: not any(t.name == "compile-progress" for t in threading.enumerate()), "the tick ended")
     page_run = lambda: studio.generate_from_page("a fox", 64, 64, "compiled", 4, 1.0, 0, True, [])  # noqa: E731
     with engine.hold(page_run, after_step=0) as outcome:  # held while it compiles
+        job = manager.status()["running"][0]
+        assert job["compile_estimate"] == 5.0  # admission's prior (nothing measured yet), kept on the job
         studio.stop()
         assert "the compile that is running finishes first (about" in capsys.readouterr().out
     assert "Stopped" in outcome["result"][1]
