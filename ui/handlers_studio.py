@@ -128,15 +128,16 @@ class StudioHandlers(Handlers):
         if not running:
             _info(lang, text(lang, "info_nothing"))
             return
-        compiling = [job for job in self.manager.status().get("running") or [] if job.get("phase") == "compiling"]
+        status = self.manager.status()
+        compiling = [job for job in status.get("running") or [] if job.get("phase") == "compiling"]
         if not compiling:
             _info(lang, text(lang, "info_stopping"))
             return
         job = compiling[0]
         estimate = job.get("compile_estimate")
         left = format_seconds(max(0.0, estimate - (job.get("compile_elapsed") or 0.0))) if estimate else "?"
-        key = "info_stopping_compile_operator" if caller.is_operator and job.get("engine") != "in-process" \
-            else "info_stopping_compile"
+        endable = job.get("engine") in (status.get("compiling_workers") or ())
+        key = "info_stopping_compile_operator" if caller.is_operator and endable else "info_stopping_compile"
         _info(lang, text(lang, key, left=left))
 
     def stop_compiling_worker(self, page: gr.Request | None = None) -> list[str]:
@@ -173,8 +174,7 @@ class StudioHandlers(Handlers):
         tp_badge = tp_state_html(tp, lang)
         degree = _whole(degree)
         # The operator may end a compile a worker process runs (``stop_compiling_worker``).
-        end_compile = gr.update(visible=operator and any(
-            job.get("phase") == "compiling" and job.get("engine") != "in-process" for job in status.get("running") or []))
+        end_compile = gr.update(visible=operator and bool(status.get("compiling_workers")))
         if mode == "tp" and tp.get("state") != "ready":
             # Not ready: a click runs in process meanwhile (and says so), so Generate stays on.
             cost = tp_cost_markdown(tp, degree, operator, lang)

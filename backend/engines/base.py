@@ -52,8 +52,8 @@ class PlaceBook(Protocol):
     def warm_places(self, mode: str, shape: "Shape") -> set[str]:
         """Where (mode, shape) is warm now."""
 
-    def warm_at(self, place: str) -> list[str]:
-        """The "mode shape"s warm at one place."""
+    def warm_by_place(self) -> dict[str, list[str]]:
+        """The "mode shape"s warm at each place (one read of the table for all of them)."""
 
     def compiles_here(self, mode: str) -> bool:
         """Whether a new shape in ``mode`` compiles on this device at all."""

@@ -105,7 +105,7 @@ class ReplicaPool:
         return None
 
     def describe(self) -> dict[str, Any]:
-        replicas = []
+        replicas, warm = [], self.book.warm_by_place()
         for i, group in enumerate(self.replicas):
             info = group.describe()
             pids = info.get("rank_pids") or {}
@@ -113,7 +113,7 @@ class ReplicaPool:
                              "core": group.cores[0] if group.cores else None,
                              "pid": pids.get("0"), "busy": i in self._busy, "error": info.get("error"),
                              "served": self.served[i] if i < len(self.served) else 0,
-                             "warm": self.book.warm_at(group.place),
+                             "warm": warm.get(group.place, []),
                              "timings": info.get("timings") or {}})
         return {"state": self.state, "size": len(self.replicas), "configured": self.settings.replicas,
                 "ready": self.capacity(), "busy": len(self._busy), "restarts": self.restarts,

@@ -63,15 +63,15 @@ class GroupCalls:
                                       msg.get("shape", "")))
 
         # The job, built once: the request as validated, in the mode its ranks run (``Settings.runs_as``).
-        job = dataclasses.replace(request, mode=self._runs_as(request.mode))
-        header = {"type": "generate", **job.to_json(), "forbid_compile": forbid_compile}
+        job = dataclasses.replace(request, mode=self._runs_as(request.mode)).to_json()
+        header = {"type": "generate", **job, "forbid_compile": forbid_compile}
         with self._run_lock:  # the pixel buffer holds one result: copied out before the next request
             pixels = self._pixels
             began, sent = self._clock(), time.monotonic()
             msg, payload = self.call(header, on_message=relay, should_stop=should_stop)
             returned = time.monotonic()
             self.last_ran = msg.get("ran")  # rank 0 says what its ranks ran: the job as sent, whole
-            if self.last_ran != job.to_json():
+            if self.last_ran != job:
                 raise GenerationFailed(f"the {self.name} ran {self.last_ran!r}, not the job it was sent")
             size = (msg.get("width"), msg.get("height"))
             if not all(isinstance(v, int) and not isinstance(v, bool) and 0 < v <= 1 << 16 for v in size):

@@ -101,8 +101,12 @@ class PlaceBook:
     def warm_places(self, mode: str, shape: Shape) -> set[str]:
         return self._table.warm_places(mode, shape)
 
-    def warm_at(self, place: str) -> list[str]:
-        return [f"{row['mode']} {row['shape']}" for row in self._table.snapshot() if place in row.get("warm_at", ())]
+    def warm_by_place(self) -> dict[str, list[str]]:
+        found: dict[str, list[str]] = {}
+        for row in self._table.snapshot():
+            for place in row.get("warm_at", ()):
+                found.setdefault(place, []).append(f"{row['mode']} {row['shape']}")
+        return found
 
     def compiles_here(self, mode: str) -> bool:
         return self._admission.compiles_here(self._device, mode)

@@ -59,9 +59,7 @@ class OperatorControls:
         killed). Its runs fail as stopped; the operator starts the engine again. The operator's."""
         caller.require_operator("Stopping a compiling worker")
         with self._state_lock:
-            names = sorted({job["engine"] for job in self._jobs.values() if job["phase"] == "compiling"})
-        stopped = [name for name in names if any(e.name == name for e in self._launched)]
-        with self._state_lock:
+            stopped = self._compiling_workers()
             for job in self._jobs.values():
                 if job["engine"] in stopped:
                     job["worker_stopped"] = True
@@ -69,6 +67,13 @@ class OperatorControls:
         for name in stopped:
             self.stop_engine(name, caller=caller)
         return stopped
+
+    def _compiling_workers(self) -> list[str]:
+        """(``_state_lock`` held) The launched engines whose workers compile now: the compiles that
+        can be ended (``status()["compiling_workers"]``)."""
+        launched = {e.name for e in self._launched}
+        return sorted({job["engine"] for job in self._jobs.values()
+                       if job["phase"] == "compiling" and job["engine"] in launched})
 
     def capacity(self) -> int:
         """How many requests can run at once now: the launched engines' capacity (a pool: its ready

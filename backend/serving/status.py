@@ -19,8 +19,9 @@ class StatusView:
         now = self._clock()
         with self._state_lock:
             running = [{k: (str(v) if k == "shape" else v) for k, v in job.items()
-                        if k not in ("owner", "cancel", "overlapped", "running")}
+                        if k not in ("owner", "cancel", "overlapped", "running", "worker_stopped")}
                        for job in self._jobs.values()]  # a page session is its own business, not the room's
+            compiling_workers = self._compiling_workers()
             host_ops = {op: sorted(where) for op, where in sorted(self.fallback_ops.items())}
         for job in running:
             job["elapsed"] = round(now - job.pop("started"), 3)
@@ -41,6 +42,7 @@ class StatusView:
             "max_compiled_shapes": self.settings.max_compiled_shapes,
             "busy": running[0] if running else None,
             "running": running,
+            "compiling_workers": compiling_workers,  # compiles the operator can end now (End the compile)
             "shapes": self.table.snapshot(),
             "cache": device.cache_info() if device else None,
             "memory": device.memory() if device else None,
