@@ -7,9 +7,9 @@ Measured side by side in one run: for each call, the app-side round trip (reques
 received and decoded into an image) and the workers' own time for the same call (rank 0's
 pipeline seconds). Their difference is what the socket, the JSON headers and the raw pixel bytes
 cost. Prints the median and spread of both and of the difference, and the ratio, and the parts
-of the difference (``backend.launch.group.transport_parts``: request, broadcast to the
-ranks, run beyond the pipeline, result assembly, transfer, image decode). ``p4_tp_transport`` is
-the suite's row (``python -m bench --only P4``): this script in a fresh process, with an interval.
+of the difference (``transport_parts``, from the group's trace: ``WorkerGroup.trace``, which only
+a benchmark turns on). ``p4_tp_transport`` is the suite's row (``python -m bench --only P4``):
+this script in a fresh process, with an interval.
 """
 
 from __future__ import annotations
@@ -21,6 +21,21 @@ import statistics
 import sys
 import tempfile
 from pathlib import Path
+
+
+def transport_parts(stamps: dict[str, float]) -> dict[str, float]:
+    """Where one request's round trip went, in seconds, from the app's and rank 0's stamps (one
+    monotonic clock); the parts add up to the round trip less the pipeline's own seconds: the
+    request to rank 0; the hand-over to rank 0's job loop; the job's broadcast to the ranks; the
+    engine's run beyond the pipeline's own seconds; the ranks' compile counters gathered; the
+    pixels written out and the result made; the result's transfer and parse; the image made from
+    the pixels."""
+    return {"request": stamps["received"] - stamps["sent"], "queue": stamps["taken"] - stamps["received"],
+            "broadcast": stamps["broadcast"] - stamps["taken"],
+            "run_beyond_pipeline": stamps["run"] - stamps["broadcast"] - stamps["seconds"],
+            "gather": stamps["ran"] - stamps["run"],
+            "assemble": stamps["sending"] - stamps["ran"], "transfer": stamps["returned"] - stamps["sending"],
+            "decode": stamps["built"] - stamps["returned"]}
 
 
 def measure(size: str, reps: int, degree: int, steps: int) -> dict:
@@ -41,12 +56,13 @@ def measure(size: str, reps: int, degree: int, steps: int) -> dict:
             shape = parse_shape(size)
             request = manager.validate("transport probe", shape.height, shape.width, steps=steps, seed=0, mode="tp")
             manager.generate(request)  # the first call pays one-off costs
-            rows = []
+            group = manager.engines["tensor-parallel"].group
+            group.trace, rows = [], []
             for _ in range(reps):
                 manager.generate(request)
-                t = manager.engines["tensor-parallel"].group.timings
+                t = group.timings
                 rows.append({"round_trip": t["last_round_trip"], "worker": t["last_worker_seconds"],
-                             "parts": dict(t.get("last_parts") or {})})
+                             "parts": transport_parts(group.trace[-1])})
         finally:
             manager.close()
     overhead = [r["round_trip"] - r["worker"] for r in rows]

@@ -17,7 +17,6 @@ import threading
 import time
 from typing import Callable
 
-import numpy as np
 import torch
 
 from backend.hardware.device import COMPILE_EVENTS, Device, compile_error_text, diff_counters, is_compile_error
@@ -167,23 +166,19 @@ class InProcessEngine:
         forbid_compile: bool = False,
         warming: bool = False,
         decode: bool = True,
-        image_as: str = "pil",
     ) -> EngineOutput:
         """Generate one image. Raises GenerationCancelled, ShapeLocked, CompileFailure or GenerationFailed.
         Loads the pipeline first if it is not loaded yet; one run at a time (others wait).
 
         ``decode=False`` stops at the latents (image None): tensor-parallel ranks other than 0 have
-        no use for pixels, and skipping their VAE decode frees their device for rank 0.
-        ``image_as="array"``: the image as the uint8 (height, width, 3) array that diffusers would
-        make the PIL image from (the same pixels), for a worker that ships the bytes to the app —
-        packing them into a PIL image here only to unpack them again would cost two copies."""
+        no use for pixels, and skipping their VAE decode frees their device for rank 0."""
         with self._lock:
             if self.pipe is None:
                 on_progress(ProgressEvent("loading", 0, request.steps, request.mode, str(request.shape)))
                 self._load()
-            return self._run(request, on_progress, should_stop, forbid_compile, decode, image_as)
+            return self._run(request, on_progress, should_stop, forbid_compile, decode)
 
-    def _run(self, request, on_progress, should_stop, forbid_compile, decode, image_as="pil") -> EngineOutput:
+    def _run(self, request, on_progress, should_stop, forbid_compile, decode) -> EngineOutput:
         pipe, device = self.pipe, self.device
         shape = str(request.shape)
 
@@ -234,16 +229,10 @@ class InProcessEngine:
                     guidance_scale=request.guidance,
                     generator=torch.Generator("cpu").manual_seed(request.seed),
                     callback_on_step_end=step_done,
-                    output_type=("np" if image_as == "array" else "pil") if decode else "latent",
+                    output_type="pil" if decode else "latent",
                 )
             device.synchronize()
             image = output.images[0] if decode else None
-            if decode and image_as == "array":
-                # The pixels diffusers' numpy_to_pil makes, ``(x * 255).round().astype(uint8)``, without
-                # the PIL image; diffusers' array is a permuted view, so the product is asked for in C
-                # order (else every later copy is a strided one) and rounded in place: 3x faster.
-                scaled = np.multiply(image, 255, order="C")
-                image = np.round(scaled, out=scaled).astype(np.uint8)
         except GenerationCancelled as exc:
             counters = diff_counters(before, device.compile_snapshot())
             raise exc.evolve(compiles=int(counters["graphs"]), neff_compiles=int(counters.get("neff_compiles", 0)),

@@ -1,19 +1,21 @@
-"""A worker group's calls to rank 0 over its authenticated Unix socket: ``run`` (a generation,
-its pixels through the shared buffer or the socket), ``call`` (a request whose stall or error
-reply becomes the group's death or the exception it stands for), ``health``, stall detection (the
-ranks' heartbeats), and the ranks' log tails and pids.
+"""A worker group's calls to rank 0 over its authenticated Unix socket: ``run`` (a generation on
+the group's one persistent connection, its pixels through the shared buffer), ``call`` (a request
+whose stall or error reply becomes the group's death or the exception it stands for), ``health``,
+stall detection (the ranks' heartbeats), and the ranks' log tails and pids.
 
 ``GroupCalls`` is the base of ``backend.launch.group.WorkerGroup``, which launches, watches
 and stops the processes; these methods read what it keeps (``state``, ``error``, ``name``,
-``place``, ``degree``, ``dir``, ``socket_path``, ``ranks``, ``timings``, the token, the clock, the
+``place``, ``degree``, ``dir``, ``socket_path``, ``ranks``, ``timings``, the key, the clock, the
 timeouts, the pixel buffer) and, when a call finds the group gone, call its ``_mark_dead``.
+
+``trace``: None, or a list a benchmark sets (``bench.tp_transport``); each run then appends the
+monotonic stamps of its hops, the app's and rank 0's. Nothing is stamped otherwise.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-import socket
 import time
 from typing import Any, Callable
 
@@ -23,22 +25,6 @@ from backend.launch import processes
 from backend.launch import protocol as proto
 
 STARTING = ("launching", "loading", "warming")
-
-
-def transport_parts(stamps: dict[str, float], sent: float, returned: float, built: float,
-                    worker_seconds: float) -> dict[str, float]:
-    """Where one request's round trip went, in seconds, from the app's and rank 0's stamps (one
-    monotonic clock); the parts add up to the round trip less the pipeline's own seconds: connect
-    + hello + request to rank 0; the hand-over to rank 0's job loop; the job's broadcast to the
-    ranks; the run beyond the pipeline's own seconds; the pixels written out and the header made;
-    the result's transfer and parse; the image made from the pixels."""
-    if not {"received", "taken", "broadcast", "ran", "sending"} <= set(stamps):
-        return {}
-    return {"request": stamps["received"] - sent, "queue": stamps["taken"] - stamps["received"],
-            "broadcast": stamps["broadcast"] - stamps["taken"],
-            "run_beyond_pipeline": stamps["ran"] - stamps["broadcast"] - worker_seconds,
-            "assemble": stamps["sending"] - stamps["ran"], "transfer": returned - stamps["sending"],
-            "decode": built - returned}
 
 
 class GroupCalls:
@@ -65,10 +51,12 @@ class GroupCalls:
         # The job, built once: the request as validated, in the mode its ranks run (``Settings.runs_as``).
         job = dataclasses.replace(request, mode=self._runs_as(request.mode)).to_json()
         header = {"type": "generate", **job, "forbid_compile": forbid_compile}
-        with self._run_lock:  # the pixel buffer holds one result: copied out before the next request
-            pixels = self._pixels
+        trace = self.trace
+        if trace is not None:
+            header["trace"] = True
+        with self._run_lock:  # one connection, and the pixel buffer holds one result
             began, sent = self._clock(), time.monotonic()
-            msg, payload = self.call(header, on_message=relay, should_stop=should_stop)
+            msg = self.call(header, on_message=relay, should_stop=should_stop, persistent=True)
             returned = time.monotonic()
             self.last_ran = msg.get("ran")  # rank 0 says what its ranks ran: the job as sent, whole
             if self.last_ran != job:
@@ -77,21 +65,15 @@ class GroupCalls:
             if not all(isinstance(v, int) and not isinstance(v, bool) and 0 < v <= 1 << 16 for v in size):
                 raise GenerationFailed(f"the {self.name} answered with an image of size {size}")
             nbytes = size[0] * size[1] * 3
-            shared = msg.get("pixels") == "shared"
-            if shared and (pixels is None or nbytes > pixels.size):
+            if nbytes > self._pixels.size:
                 raise GenerationFailed(f"the {self.name} put {nbytes} bytes of pixels in a buffer of "
-                                       f"{pixels.size if pixels else 0}")
-            if not shared and len(payload) != nbytes:
-                raise GenerationFailed(f"the {self.name} sent {len(payload)} bytes of pixels for a {size[0]}x{size[1]} image")
-            # Copied out of the shared buffer (the next result overwrites it), or a view onto the
-            # received bytes (no copy; the bytearray lives as long as the image).
-            image = (Image.frombytes("RGB", size, pixels.view[:nbytes]) if shared
-                     else Image.frombuffer("RGB", size, payload, "raw", "RGB", 0, 1))
+                                       f"{self._pixels.size}")
+            image = Image.frombytes("RGB", size, self._pixels.view[:nbytes])  # copied: the next result overwrites it
         self.timings["last_round_trip"] = self._clock() - began
-        self.timings["last_pixels"] = "shared" if shared else "socket"
         self.timings["last_worker_seconds"] = msg["seconds"]
-        self.timings["last_parts"] = transport_parts(msg.get("stamps") or {}, sent, returned, time.monotonic(),
-                                                     msg["seconds"])
+        if trace is not None:
+            trace.append({**(msg.get("stamps") or {}), "sent": sent, "returned": returned,
+                          "built": time.monotonic(), "seconds": msg["seconds"]})
         return EngineOutput.from_json(msg, image, place=self.place)
 
     def ranks_beating(self, within: float) -> bool:
@@ -113,28 +95,30 @@ class GroupCalls:
                 fresh = False
         return fresh
 
-    def _connect(self, deadline: float) -> socket.socket:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(max(0.01, min(30.0, deadline - self._clock())))
+    def _connect(self, deadline: float) -> proto.Connection:
         try:
-            sock.connect(self.socket_path)
-        except OSError as exc:
-            sock.close()
+            return proto.connect(self.socket_path, self._token.encode(),
+                                 max(0.01, min(30.0, deadline - self._clock())))
+        except proto.ProtocolError as exc:  # unreachable, or it does not hold this launch's key
             raise GroupDead(self.error or f"cannot reach the worker group: {exc}") from None
-        return sock
 
     def _request(self, header: dict[str, Any], deadline: float | None = None,
                  on_message: Callable[[dict[str, Any]], None] | None = None,
                  should_stop: Callable[[], bool] | None = None,
-                 stall: float | None = None) -> tuple[dict[str, Any], bytes]:
-        """One request on its own connection. Progress messages go to ``on_message``; the call fails
-        when the group dies, when ``deadline`` passes, or when no message arrives within ``stall``
-        seconds (default: the stall timeout, longer while compiling): TimeoutError(phase, seconds)."""
-        sock = self._connect(deadline or self._clock() + 30)
+                 stall: float | None = None, persistent: bool = False) -> dict[str, Any]:
+        """One request: on the group's persistent connection (``persistent``, the caller holding
+        ``_run_lock``), else on a connection of its own. Progress messages go to ``on_message``; the
+        call fails when the group dies, when ``deadline`` passes, or when no message arrives within
+        ``stall`` seconds (default: the stall timeout, longer while compiling): TimeoutError(phase,
+        seconds). A persistent connection that fails is dropped: what it still carries is stale."""
+        conn = self._conn if persistent else None
+        if conn is None:
+            conn = self._connect(deadline or self._clock() + 30)
+        if persistent:
+            self._conn = None  # given back only when the request ends cleanly
         cancelled = False
         try:
-            proto.send_message(sock, {"type": "hello", "token": self._token})
-            proto.send_message(sock, header)
+            proto.send(conn, header)
             phase, last = "", self._clock()
             while True:
                 quiet = stall or (self.compile_timeout if phase == "compiling" else self.stall_timeout)
@@ -146,32 +130,38 @@ class GroupCalls:
                 if should_stop and not cancelled and should_stop():
                     cancelled = True  # every rank stops at the next step (they vote on it)
                     self._request({"type": "cancel"}, deadline=self._clock() + 5)
-                if not proto.wait_readable(sock, min(0.2, max(0.0, limit - self._clock()))):
+                msg = proto.receive(conn, min(0.2, max(0.0, limit - self._clock())))
+                if msg is None:
                     if self.state == "dead":
                         raise GroupDead(self.error or "the worker group died")
                     if self._clock() >= limit:
                         raise TimeoutError(phase, quiet)
                     continue
-                try:  # a message has begun: read all of it (a stalled peer still hits the limit)
-                    msg, payload = proto.recv_message(sock, deadline=limit, clock=self._clock)
-                except proto.DeadlineExceeded:
-                    raise TimeoutError(phase, quiet) from None
-                except proto.ProtocolError as exc:
-                    raise GroupDead(self.error or f"lost the worker group: {exc}") from None
                 last = self._clock()
                 if msg["type"] != "progress":
-                    return msg, payload
+                    if persistent:
+                        self._conn, conn = conn, None
+                    return msg
                 phase = msg.get("phase", phase)
                 if on_message:
                     on_message(msg)
+        except proto.ProtocolError as exc:
+            raise GroupDead(self.error or f"lost the worker group: {exc}") from None
         finally:
-            sock.close()
+            if conn is not None:
+                conn.close()
 
-    def call(self, header: dict[str, Any], **kwargs) -> tuple[dict[str, Any], bytes]:
+    def _drop_connection(self) -> None:
+        """Close the runs' connection (the group stopped, or a new launch has a new rank 0)."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    def call(self, header: dict[str, Any], **kwargs) -> dict[str, Any]:
         """A request whose stall kills the group (a hung rank cannot be told apart from a dead one);
         an error reply becomes the exception it stands for (its code in ``backend.errors``)."""
         try:
-            msg, payload = self._request(header, **kwargs)
+            msg = self._request(header, **kwargs)
         except TimeoutError as exc:
             phase, stall = exc.args
             reason = (f"no progress for {stall:g} s" + (f" while {phase}" if phase else "")
@@ -181,7 +171,7 @@ class GroupCalls:
         except GroupDead as exc:  # rank 0 hung up: it died, and torchrun is ending the group
             raise self._group_lost(str(exc)) from None
         if msg["type"] != "error":
-            return msg, payload
+            return msg
         error = proto.error_from_message(msg)
         ending = bool(getattr(error, "group_ending", False))
         if isinstance(error, GroupDead):  # a rank died under a collective; torchrun is ending the group
@@ -212,7 +202,7 @@ class GroupCalls:
         if self.state in ("stopped", "dead", "stopping") or not self.socket_path:
             return {"state": self.state, "error": self.error}
         try:
-            msg, _ = self._request({"type": "health"}, deadline=self._clock() + timeout)
+            msg = self._request({"type": "health"}, deadline=self._clock() + timeout)
         except (StudioError, TimeoutError) as exc:
             return {"state": self.state, "error": f"health check failed: {exc}"}
         with self._lock:

@@ -44,13 +44,13 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from backend.launch.calls import STARTING, GroupCalls, transport_parts
+from backend.launch.calls import STARTING, GroupCalls
 from backend.errors import BackendNotReady, InvalidRequest, StudioError
 from backend.settings import Settings
 from backend.launch import processes
 from backend.launch import protocol as proto
 
-__all__ = ["STARTING", "WorkerGroup", "check_degree", "transport_parts"]
+__all__ = ["STARTING", "WorkerGroup", "check_degree"]
 
 log = logging.getLogger(__name__)
 ROOT = Path(__file__).resolve().parents[2]
@@ -124,10 +124,12 @@ class WorkerGroup(GroupCalls):
         self._teardown: threading.Thread | None = None
         self._beats: dict[int, tuple[str, float]] = {}  # rank -> (heartbeat text, when it last changed)
         # Results' pixels come through shared memory (made at the first start, kept across restarts
-        # of this group, closed with it); one request at a time uses it.
-        self._pixels_bytes = min(proto.MAX_PAYLOAD, settings.max_size * settings.max_size * 3)
+        # of this group, closed with it); one request at a time uses it, on one connection.
+        self._pixels_bytes = min(proto.MAX_PIXELS, settings.max_size * settings.max_size * 3)
         self._pixels: proto.PixelBuffer | None = None
+        self._conn: proto.Connection | None = None  # the runs' persistent connection to rank 0
         self._run_lock = threading.Lock()
+        self.trace: list[dict[str, float]] | None = None  # a benchmark's (see GroupCalls)
         self.run_root: str | None = None  # where run dirs are made (None: the system's temp folder)
 
     def close(self) -> None:
@@ -135,7 +137,8 @@ class WorkerGroup(GroupCalls):
         group stays dead (its reason is what a request that ran into it reports)."""
         self.stop(final_state="dead" if self.state == "dead" else "stopped", polite=False)
         self._cleanup_dir()
-        pixels, self._pixels = self._pixels, None  # its processes are gone: nobody writes to it now
+        with self._run_lock:
+            pixels, self._pixels = self._pixels, None  # its processes are gone: nobody writes to it now
         if pixels is not None:
             pixels.close()
 
@@ -170,6 +173,7 @@ class WorkerGroup(GroupCalls):
             if self.state not in ("stopped", "dead"):
                 raise BackendNotReady(f"the {self.name} is already {self.state}")
             self._cleanup_dir()
+            self._drop_connection()  # it was to the last launch's rank 0
             self.dir = tempfile.mkdtemp(prefix=proto.RUN_DIR_PREFIX, dir=self.run_root)  # 0700: ours alone
             self.socket_path = os.path.join(self.dir, "tp.sock")
             self.error = self.last_request_error = None
@@ -183,10 +187,13 @@ class WorkerGroup(GroupCalls):
         """(lock held) Launch torchrun and its ranks in the run dir; returns the launcher process."""
         self._token = secrets.token_hex(32)
         if self._pixels is None:
-            self._pixels = proto.PixelBuffer.create(self._pixels_bytes)
+            try:
+                self._pixels = proto.PixelBuffer.create(self._pixels_bytes)
+            except OSError as exc:  # e.g. /dev/shm full
+                raise BackendNotReady(f"cannot make the {self.name}'s pixel buffer of {self._pixels_bytes} "
+                                      f"bytes in shared memory: {exc}") from None
         config = dataclasses.replace(self._config, socket=self.socket_path, run_dir=self.dir,
-                                     pixels=self._pixels.path if self._pixels else "",
-                                     pixels_bytes=self._pixels.size if self._pixels else 0)
+                                     pixels=self._pixels.name, pixels_bytes=self._pixels.size)
         env = dict(os.environ, **{proto.CONFIG_VAR: config.to_json(), proto.TOKEN_VAR: self._token})
         # The app's own NeuronCores are not the ranks': each rank sets its core before torch loads.
         env.pop("NEURON_RT_VISIBLE_CORES", None)
@@ -291,7 +298,7 @@ class WorkerGroup(GroupCalls):
                 return
             # Loading is silent and may be slow on a busy machine: only the start deadline bounds it
             # (a rank that exits meanwhile is seen by the monitor).
-            msg, _ = self._request({"type": "wait_ready"}, deadline=deadline, stall=self.start_timeout,
+            msg = self._request({"type": "wait_ready"}, deadline=deadline, stall=self.start_timeout,
                                    on_message=lambda m: self._phase(proc, m.get("phase")))
             if msg.get("type") != "ready":
                 raise proto.error_from_message(msg)
@@ -334,6 +341,7 @@ class WorkerGroup(GroupCalls):
             if final_state == "stopped":
                 self.state = "stopping"
         pids = self._end_processes(proc, polite)
+        self._drop_connection()
         run_dir = None
         with self._lock:
             if self.proc is proc:  # a restart may already have begun

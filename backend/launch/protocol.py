@@ -1,44 +1,42 @@
-"""What the app and the tensor-parallel worker group agree on: the wire format, the worker's
-config, the environment names that carry them, and the one table of error kinds.
+"""What the app and a worker group agree on: the wire, the worker's config, the environment names
+that carry them, and the one table of error kinds.
 
-Wire format:
+The wire is the standard library's ``multiprocessing.connection`` over the group's Unix socket
+(0600, in the group's private run dir). Every connection begins with its mutual HMAC challenge
+over the per-launch key (``connect`` on the app's side, ``accept`` on rank 0's): a peer without
+the key is refused after one frame of at most 256 bytes, and each side knows the other holds the
+key. Then each message is one frame of UTF-8 JSON, an object with a ``type`` (``send`` /
+``receive``); a frame announced longer than ``MAX_MESSAGE`` is refused before it is read, and
+nothing is pickled. A frame once begun must arrive whole within the socket's read timeout.
 
-A message is a 4-byte big-endian header length, a UTF-8 JSON header (an object with a ``type``),
-then ``header["payload_bytes"]`` raw bytes (only image pixels use a payload). Nothing is pickled
-or evaluated: JSON and raw bytes only, with bounded sizes. The first message on every connection is
-``{"type": "hello", "token": ...}``; a wrong or missing token is answered with an error and the
-connection is closed before anything else is read. The hello is read with ``recv_hello``: a header
-of at most ``HELLO_MAX_HEADER`` bytes and no payload, so a stranger on the socket makes rank 0
-allocate at most that much (the limits of other messages apply only after the token is checked).
-Requests carry no payload either; only the worker's ``result`` does, and only where the pixels
-cannot go through the group's ``PixelBuffer``: a result with ``"pixels": "shared"`` carries none,
-its ``width * height * 3`` bytes are at the start of the buffer.
-
-Request types: ``wait_ready``, ``generate``, ``health``, ``cancel``, ``shutdown``.
-Answers: ``progress`` (zero or more, for generate), then one ``ready``, ``result``, ``ok`` or
-``error``. An error's ``kind`` is its class's code in ``backend.errors``, the one table of errors:
-the worker turns an exception into a message with ``error_message`` and the app turns it back into
-the same exception class, with the fields it carries, with ``error_from_message``.
+Requests: ``wait_ready``, ``generate``, ``health``, ``cancel``, ``shutdown``; a connection may
+carry any number of them, one after another (the app keeps one open for its generations).
+Answers: ``progress`` (zero or more, for generate and wait_ready), then one ``ready``, ``result``,
+``ok`` or ``error``. A result's pixels are not on the wire: rank 0 writes them into the app's
+``PixelBuffer`` (``multiprocessing.shared_memory``) before it sends the result. An error's
+``kind`` is its class's code in ``backend.errors``, the one table of errors: the worker turns an
+exception into a message with ``error_message`` and the app turns it back into the same exception
+class, with the fields it carries, with ``error_from_message``.
 
 The worker's whole configuration travels once, as one JSON object (``WorkerConfig``) in the
 ``CONFIG_VAR`` environment variable, with the app's ``Settings`` inside it whole; the per-launch
-token travels in ``TOKEN_VAR`` and the worker removes it from its environment at once.
+key travels in ``TOKEN_VAR`` and the worker removes it from its environment at once.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hmac
 import json
-import mmap
 import os
-import select
 import shutil
 import socket
 import stat
 import struct
+import sys
 import time
-from typing import Any, Callable
+from multiprocessing import connection as mpc
+from multiprocessing import shared_memory
+from typing import Any
 
 from backend import errors
 from backend.errors import GenerationFailed, InvalidRequest, StudioError
@@ -46,101 +44,107 @@ from backend.errors import GenerationFailed, InvalidRequest, StudioError
 CONFIG_VAR = "NEURON_STUDIO_TP_CONFIG"
 TOKEN_VAR = "NEURON_STUDIO_TP_TOKEN"
 
-MAX_HEADER = 1 << 20  # 1 MiB of JSON is far more than any request needs
-MAX_PAYLOAD = 256 << 20  # a 2048x2048 RGB image is 12 MiB
-HELLO_MAX_HEADER = 4096  # {"type": "hello", "token": <64 hex digits>} is under 100 bytes
-_LEN = struct.Struct(">I")
+MAX_MESSAGE = 1 << 20  # 1 MiB of JSON is far more than any request or answer needs
+MAX_PIXELS = 256 << 20  # a 2048x2048 RGB image is 12 MiB
+Connection = mpc.Connection
 
 
 class ProtocolError(Exception):
     """The peer sent something that is not a well-formed message, or went away."""
 
 
-class DeadlineExceeded(ProtocolError):
-    """No complete message arrived before the deadline."""
-
-
 class ConnectionLost(ProtocolError):
-    """The peer hung up, or the connection failed, before a whole message arrived."""
+    """The peer hung up, or the connection failed or stalled, before a whole message arrived."""
 
 
-def _recv_exact(sock: socket.socket, n: int, deadline: float | None,
-                clock: Callable[[], float] = time.monotonic) -> bytearray:
-    buf = bytearray(n)
-    view, got = memoryview(buf), 0
-    while got < n:
-        if deadline is not None:
-            left = deadline - clock()
-            if left <= 0:
-                raise DeadlineExceeded(f"no answer within the deadline ({got}/{n} bytes read)")
-            sock.settimeout(left)
-        else:
-            sock.settimeout(None)
-        try:
-            k = sock.recv_into(view[got:], n - got)
-        except socket.timeout:
-            raise DeadlineExceeded(f"no answer within the deadline ({got}/{n} bytes read)") from None
-        except OSError as exc:
-            raise ConnectionLost(f"connection failed: {exc}") from None
-        if not k:
-            raise ConnectionLost("connection closed by the peer")
-        got += k
-    return buf
+class Refused(ProtocolError):
+    """The peer does not hold the group's key (or does not speak the handshake)."""
 
 
-def wait_readable(sock: socket.socket, timeout: float) -> bool:
-    """True when a message (or the peer's hang-up) is waiting; lets callers poll between messages
-    without ever abandoning one half read."""
-    readable, _, _ = select.select([sock], [], [], max(0.0, timeout))
-    return bool(readable)
+def _bound_io(sock: socket.socket, seconds: float) -> None:
+    """Every read and write on ``sock`` fails after ``seconds`` without progress (the kernel's
+    SO_RCVTIMEO / SO_SNDTIMEO: a frame begun and not finished, or a peer that stopped reading)."""
+    sock.settimeout(None)  # blocking, so that the kernel's timeouts are the ones that apply
+    whole = int(seconds)
+    value = struct.pack("ll", whole, int((seconds - whole) * 1e6))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, value)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, value)
 
 
-def send_message(sock: socket.socket, header: dict[str, Any], payload: bytes | memoryview = b"") -> None:
-    header = dict(header, payload_bytes=len(payload))
-    data = json.dumps(header, ensure_ascii=False, allow_nan=False).encode("utf-8")
-    if len(data) > MAX_HEADER:
-        raise ProtocolError(f"header too large ({len(data)} bytes)")
-    sock.sendall(_LEN.pack(len(data)) + data)
-    if payload:
-        sock.sendall(payload)  # pixels go out as they are: no copy into one big buffer
-
-
-def recv_message(sock: socket.socket, deadline: float | None = None,
-                 clock: Callable[[], float] = time.monotonic, *, max_header: int = MAX_HEADER,
-                 max_payload: int = MAX_PAYLOAD) -> tuple[dict[str, Any], bytearray]:
-    """Read one message; ``deadline`` is a ``clock()`` value (None waits forever). A header longer
-    than ``max_header`` or a payload longer than ``max_payload`` is refused when announced, before
-    anything more is read or allocated."""
-    (size,) = _LEN.unpack(_recv_exact(sock, _LEN.size, deadline, clock))
-    if size > max_header:
-        raise ProtocolError(f"header of {size} bytes refused (limit {max_header})")
+def _handshake(conn: Connection, key: bytes, first: bool) -> None:
+    steps = (mpc.deliver_challenge, mpc.answer_challenge) if first else (mpc.answer_challenge, mpc.deliver_challenge)
     try:
-        header = json.loads(_recv_exact(sock, size, deadline, clock).decode("utf-8"))
+        for step in steps:
+            step(conn, key)
+    except mpc.AuthenticationError as exc:
+        raise Refused(str(exc)) from None
+    except (EOFError, OSError, AssertionError) as exc:  # a stranger's frame, a hang-up, a timeout
+        raise Refused(f"no handshake: {exc or type(exc).__name__}") from None
+
+
+def connect(path: str, key: bytes, timeout: float) -> Connection:
+    """The app's authenticated connection to rank 0 (``Refused``, ``ConnectionLost``)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(timeout)
+        sock.connect(path)
+        _bound_io(sock, timeout)
+    except OSError as exc:
+        sock.close()
+        raise ConnectionLost(f"cannot connect: {exc}") from None
+    conn = Connection(sock.detach())
+    try:
+        _handshake(conn, key, first=False)
+    except Refused:
+        conn.close()
+        raise
+    return conn
+
+
+def accept(sock: socket.socket, key: bytes, timeout: float) -> Connection:
+    """Rank 0's side of a new connection: the handshake within ``timeout`` seconds (``Refused``);
+    afterwards a frame once begun must arrive whole within the same time."""
+    _bound_io(sock, timeout)
+    conn = Connection(sock.detach())
+    try:
+        _handshake(conn, key, first=True)
+    except Refused:
+        conn.close()
+        raise
+    return conn
+
+
+def send(conn: Connection, message: dict[str, Any]) -> None:
+    """One message (``ConnectionLost`` when the peer is gone or stopped reading)."""
+    data = json.dumps(message, ensure_ascii=False, allow_nan=False).encode("utf-8")
+    if len(data) > MAX_MESSAGE:
+        raise ProtocolError(f"message too large ({len(data)} bytes)")
+    try:
+        conn.send_bytes(data)
+    except (OSError, ValueError) as exc:
+        raise ConnectionLost(f"cannot send: {exc}") from None
+
+
+def receive(conn: Connection, timeout: float | None) -> dict[str, Any] | None:
+    """The next message, or None when none began within ``timeout`` seconds (None: wait for it).
+    A message is read whole once begun; a frame longer than ``MAX_MESSAGE`` is refused unread."""
+    try:
+        if not conn.poll(timeout):
+            return None
+        data = conn.recv_bytes(MAX_MESSAGE)
+    except EOFError:
+        raise ConnectionLost("connection closed by the peer") from None
+    except OSError as exc:
+        if "bad message length" in str(exc):  # multiprocessing.connection's words for "too long"
+            raise ProtocolError(f"a frame over {MAX_MESSAGE} bytes refused") from None
+        raise ConnectionLost(f"connection failed: {exc}") from None
+    try:
+        message = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        raise ProtocolError(f"header is not JSON: {exc}") from None
-    if not isinstance(header, dict) or not isinstance(header.get("type"), str):
-        raise ProtocolError("header must be a JSON object with a 'type'")
-    n = header.get("payload_bytes", 0)
-    if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= max_payload:
-        raise ProtocolError(f"payload of {str(n)[:40]} bytes refused (limit {max_payload})")
-    return header, _recv_exact(sock, n, deadline, clock) if n else bytearray()
-
-
-def recv_hello(sock: socket.socket, deadline: float | None,
-               clock: Callable[[], float] = time.monotonic) -> dict[str, Any]:
-    """Read the first message of a connection, from a peer not yet trusted: a header of at most
-    ``HELLO_MAX_HEADER`` bytes with no payload (its type and token are ``token_ok``'s to check).
-    Anything larger raises ProtocolError having read (and allocated) at most ``HELLO_MAX_HEADER``
-    + 4 bytes."""
-    header, _ = recv_message(sock, deadline, clock, max_header=HELLO_MAX_HEADER, max_payload=0)
-    return header
-
-
-def token_ok(expected: str, header: dict[str, Any]) -> bool:
-    """Constant-time check of a hello message's token."""
-    token = header.get("token")
-    return (header.get("type") == "hello" and isinstance(token, str)
-            and hmac.compare_digest(token.encode(), expected.encode()))
+        raise ProtocolError(f"message is not JSON: {exc}") from None
+    if not isinstance(message, dict) or not isinstance(message.get("type"), str):
+        raise ProtocolError("a message must be a JSON object with a 'type'")
+    return message
 
 
 RESTART_EXIT = 75  # a rank that ended itself after a failed request: the group should be restarted
@@ -186,75 +190,62 @@ def remove_run_dir(path: str | None, require_contents: bool = True, attempts: in
 
 
 class PixelBuffer:
-    """The pixels of one result, shared between the app and rank 0 instead of sent on the socket:
-    an anonymous memory file (``memfd``) the app makes for its group, mapped by both. Rank 0 opens
-    it through the app's ``/proc/<pid>/fd/<n>``, which only a process of the same user may; there
-    is no file anywhere to clean up, and the memory goes with the last process that holds it.
+    """The pixels of one result, in shared memory (``multiprocessing.shared_memory``) instead of on
+    the wire: the app makes it for its group (0600, its name in ``WorkerConfig.pixels``), rank 0
+    attaches to it by name and writes each result's pixels at its start before it sends the
+    result; the app copies them out before its next request on the group (``GroupCalls.run`` holds
+    a lock), and unlinks it when the group closes (the app's resource tracker does, should the app
+    die first). Sized for the largest image the app allows."""
 
-    The socket path stays the reference: where no memfd can be made (not Linux) or rank 0 cannot
-    open it, each result carries its pixels as a payload, as before. One result at a time uses the
-    buffer: rank 0 runs its jobs one by one and writes before it sends the result's header; the app
-    copies the pixels out before its next request on the group (``WorkerGroup.run`` holds a lock)."""
-
-    def __init__(self, fd: int, size: int):
-        self.fd, self.size = fd, size
-        self._map = mmap.mmap(fd, size)
-        self.view = memoryview(self._map)
+    def __init__(self, memory: shared_memory.SharedMemory, owner: bool):
+        self.memory, self.owner = memory, owner
+        self.name, self.size = memory.name, memory.size
 
     @classmethod
-    def create(cls, size: int) -> "PixelBuffer | None":
-        """The app's buffer of ``size`` bytes (None where memfd is not available)."""
-        if not hasattr(os, "memfd_create") or not 0 < size <= MAX_PAYLOAD:
-            return None
-        fd = os.memfd_create("neuron-studio-pixels", os.MFD_CLOEXEC)
-        try:
-            os.ftruncate(fd, size)  # sparse: only the pages a result writes become memory
-            return cls(fd, size)
-        except OSError:
-            os.close(fd)
-            return None
+    def create(cls, size: int) -> "PixelBuffer":
+        if not 0 < size <= MAX_PIXELS:
+            raise ValueError(f"a pixel buffer of {size} bytes (limit {MAX_PIXELS})")
+        return cls(shared_memory.SharedMemory(create=True, size=size), owner=True)
+
+    @classmethod
+    def attach(cls, name: str, size: int) -> "PixelBuffer":
+        """Rank 0's view of the app's buffer (OSError when it is missing or smaller than ``size``)."""
+        if sys.version_info >= (3, 13):
+            memory = shared_memory.SharedMemory(name=name, track=False)
+        else:  # attaching registers it with this process's resource tracker, which would unlink
+            memory = shared_memory.SharedMemory(name=name)  # the app's buffer when this rank exits
+            from multiprocessing import resource_tracker
+
+            resource_tracker.unregister(memory._name, "shared_memory")  # noqa: SLF001 - see above
+        if memory.size < size:
+            memory.close()
+            raise OSError(f"the pixel buffer {name} is smaller than {size} bytes")
+        return cls(memory, owner=False)
 
     @property
-    def path(self) -> str:
-        """What rank 0 opens (``WorkerConfig.pixels``)."""
-        return f"/proc/{os.getpid()}/fd/{self.fd}"
+    def view(self) -> memoryview:
+        return self.memory.buf
 
-    @classmethod
-    def open(cls, path: str, size: int) -> "PixelBuffer | None":
-        """Rank 0's view of the app's buffer (None when it cannot be opened: results use the socket)."""
-        if not path or not 0 < size <= MAX_PAYLOAD:
-            return None
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
-        except OSError:
-            return None
-        try:
-            if os.fstat(fd).st_size < size:
-                raise OSError("the pixel buffer is smaller than announced")
-            return cls(fd, size)
-        except (OSError, ValueError):
-            os.close(fd)
-            return None
-
-    def write(self, pixels) -> bool:
+    def write(self, pixels) -> int:
         """Copy ``pixels`` (bytes-like, or a C-contiguous uint8 array) to the start of the buffer;
-        False when they do not fit (send them on the socket instead)."""
+        returns their size (ValueError when they do not fit)."""
         data = memoryview(pixels).cast("B")
         if data.nbytes > self.size:
-            return False
-        self.view[:data.nbytes] = data
-        return True
+            raise ValueError(f"{data.nbytes} bytes of pixels do not fit the group's buffer of {self.size}")
+        self.memory.buf[:data.nbytes] = data
+        return data.nbytes
 
     def close(self) -> None:
+        """Unmap it; the app's (its owner's) close also removes it."""
         try:
-            self.view.release()
-            self._map.close()
-        except (BufferError, ValueError):
-            pass  # an image still maps it: the memory goes when that is collected
-        try:
-            os.close(self.fd)
-        except OSError:
-            pass
+            self.memory.close()
+        except BufferError:
+            pass  # a view is still held: the mapping goes when it is collected
+        if self.owner:
+            try:
+                self.memory.unlink()
+            except FileNotFoundError:
+                pass
 
 
 @dataclasses.dataclass
@@ -271,7 +262,7 @@ class WorkerConfig:
     parent_pid: int = 0
     role: str = "tp"  # tp: the transformer sharded over the ranks; replica: one rank, the whole pipeline
     threads: int = 0  # CPU threads per rank (0: torch's default)
-    pixels: str = ""  # the app's PixelBuffer (its path for rank 0), "" when results use the socket
+    pixels: str = ""  # the name of the app's PixelBuffer
     pixels_bytes: int = 0
 
     def to_json(self) -> str:

@@ -11,37 +11,40 @@ from typing import Any
 from backend.workers.distributed import Rank
 
 
-JOB_BYTES = 16 << 10  # one broadcast carries a job up to this long (a request's JSON is ~300 bytes)
 _JOB_LEN = 8
 
 
-def _bcast_json(obj: Any, me: Rank) -> Any:
-    """Rank 0's JSON-able object to every rank, as bytes over the control group (no pickle).
+def job_bytes(max_prompt_chars: int) -> int:
+    """The longest job's JSON (UTF-8, unescaped): the prompt and what was typed, each at most
+    ``max_prompt_chars`` characters of at most 4 bytes, and 8 KiB for the rest. Rank 0 refuses a
+    longer one at its door (``Rank0Server``); every job goes to the ranks in one broadcast of this size."""
+    return 2 * 4 * max_prompt_chars + (8 << 10)
 
-    One collective for a job that fits ``JOB_BYTES`` (its length in the first 8 bytes); a longer
-    one follows in a second broadcast of its own size. Each collective is a round of the ranks'
-    threads (~0.3 ms on a CPU), paid on every request."""
+
+def encode_job(obj: Any) -> bytes:
+    return json.dumps(obj, ensure_ascii=False).encode("utf-8")
+
+
+def _bcast_json(obj: Any, me: Rank) -> Any:
+    """Rank 0's job to every rank, as JSON bytes over the control group (no pickle): one collective
+    of ``job_bytes`` bytes, its length in the first 8."""
     import torch
     import torch.distributed as dist
 
-    data = json.dumps(obj).encode() if me.rank == 0 else b""
-    first = torch.zeros(_JOB_LEN + JOB_BYTES, dtype=torch.uint8)
+    size = job_bytes(me.settings.max_prompt_chars)
+    buf = torch.zeros(_JOB_LEN + size, dtype=torch.uint8)
     if me.rank == 0:
-        first[:_JOB_LEN] = torch.frombuffer(bytearray(len(data).to_bytes(_JOB_LEN, "little")), dtype=torch.uint8)
-        if len(data) <= JOB_BYTES:
-            first[_JOB_LEN:_JOB_LEN + len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
-    dist.broadcast(first, src=0, group=me.control)
+        data = encode_job(obj)
+        if len(data) > size:  # the door refused it already; never broadcast half a job
+            raise ValueError(f"a job of {len(data)} bytes is over the broadcast's {size}")
+        buf[:_JOB_LEN] = torch.frombuffer(bytearray(len(data).to_bytes(_JOB_LEN, "little")), dtype=torch.uint8)
+        buf[_JOB_LEN:_JOB_LEN + len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+    dist.broadcast(buf, src=0, group=me.control)
     if me.rank == 0:
-        if len(data) > JOB_BYTES:
-            dist.broadcast(torch.frombuffer(bytearray(data), dtype=torch.uint8), src=0, group=me.control)
         return obj
-    raw = first.numpy()
-    size = int.from_bytes(raw[:_JOB_LEN].tobytes(), "little")
-    if size <= JOB_BYTES:
-        return json.loads(raw[_JOB_LEN:_JOB_LEN + size].tobytes().decode())
-    rest = torch.empty(size, dtype=torch.uint8)
-    dist.broadcast(rest, src=0, group=me.control)
-    return json.loads(rest.numpy().tobytes().decode())
+    raw = buf.numpy()
+    length = int.from_bytes(raw[:_JOB_LEN].tobytes(), "little")
+    return json.loads(raw[_JOB_LEN:_JOB_LEN + length].tobytes().decode("utf-8"))
 
 
 def _gather_json(obj: Any, me: Rank) -> list[Any] | None:
@@ -70,13 +73,10 @@ def every_ranks_compiles(out, me: Rank):
     leaves (``_ends_rank``) does not, and its exit fails its peers' gather."""
     if me.world == 1:
         return out
-    import torch.distributed as dist
-
     mine = None if out is None else {"neff": out.neff_compiles, "seconds": out.compile_seconds,
                                      "host": out.fallback_ops}
-    every: list = [None] * me.world
-    dist.all_gather_object(every, mine, group=me.control)
-    if out is None or any(part is None for part in every):
+    every = _gather_json(mine, me)  # rank 0's list; None on the others, which report nothing
+    if out is None or every is None or any(part is None for part in every):
         return out
     return dataclasses.replace(out, neff_compiles=sum(p["neff"] for p in every),
                                rank_neff_compiles=[p["neff"] for p in every],

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any
 
 from backend.launch import protocol as proto
 from backend.workers.collectives import _bcast_json, _collective_broken, every_ranks_compiles
@@ -14,14 +13,8 @@ from backend.workers.distributed import Rank
 from backend.workers.rank0_server import Rank0Server
 
 
-def _pixels_of(image) -> tuple[Any, int, int]:
-    """(bytes-like RGB pixels, width, height) of a result's image: the engine's uint8 array as it
-    is, or a PIL image's bytes."""
-    import numpy as np
-
-    if isinstance(image, np.ndarray):  # as flat bytes: len() is the byte count the header announces
-        flat = memoryview(np.ascontiguousarray(image, dtype=np.uint8)).cast("B")
-        return flat, int(image.shape[1]), int(image.shape[0])
+def _pixels_of(image) -> tuple[bytes, int, int]:
+    """(RGB pixels, width, height) of the image diffusers made."""
     rgb = image if image.mode == "RGB" else image.convert("RGB")
     return rgb.tobytes(), rgb.width, rgb.height
 
@@ -39,24 +32,23 @@ def _ends_rank(exc: BaseException, me: Rank) -> bool:
 
 
 def serve(server: Rank0Server | None, run, me: Rank) -> None:
-    """The job loop: rank 0 takes a job from its socket, every rank runs it, rank 0 answers."""
+    """The job loop: rank 0 takes a job from its connections, every rank runs it, rank 0 answers."""
     from backend.request.records import GenerationRequest
 
     while True:
-        job, conn, finished = None, None, None
+        job, conn, finished, stamps = None, None, None, None
         if server:
+            # The app validated the request and resolved the mode it runs in (``Settings.runs_as``)
+            # before it sent it over the authenticated connection: the job is trusted as it is.
             job, conn, finished = server.jobs.get()
-            if job["type"] == "generate":
-                # The app validated the request and resolved the mode it runs in (``Settings.runs_as``)
-                # before it sent it over the authenticated socket: the job is trusted as it is.
-                stamps = {**(job.pop("stamps", None) or {}), "taken": time.monotonic()}
+            stamps = job.pop("stamps", None)  # a benchmark's trace, when it asked for one
+            _stamp(stamps, "taken")
             server.cancel.clear()
         job = _bcast_json(job, me)
-        if server and job["type"] == "generate":
-            stamps["broadcast"] = time.monotonic()
+        _stamp(stamps, "broadcast")
         if job["type"] == "shutdown":
             if server:
-                _safe(proto.send_message, conn, {"type": "ok"})
+                _safe(proto.send, conn, {"type": "ok"})
                 finished.set()
             return
         try:
@@ -68,7 +60,7 @@ def serve(server: Rank0Server | None, run, me: Rank) -> None:
             def progress(event, conn=conn):
                 if server:
                     server.busy.update(phase=event.phase, step=event.step)
-                    if not _safe(proto.send_message, conn, {"type": "progress", **event.to_json()}):
+                    if not _safe(proto.send, conn, {"type": "progress", **event.to_json()}):
                         server.cancel.set()  # nobody is waiting for this image any more
 
             out = failure = None
@@ -78,19 +70,18 @@ def serve(server: Rank0Server | None, run, me: Rank) -> None:
                 if _ends_rank(exc, me):
                     raise  # it leaves at once (below); its peers' gather fails on its exit
                 failure = exc
+            _stamp(stamps, "run")
             out = every_ranks_compiles(out, me)
             if failure is not None:
                 raise failure
             if server:
-                stamps["ran"] = time.monotonic()
+                _stamp(stamps, "ran")
                 pixels, width, height = _pixels_of(out.image)
-                # Into the app's buffer when there is one (written before the header goes out).
-                shared = server.pixels is not None and server.pixels.write(pixels)
-                stamps["sending"] = time.monotonic()
-                header = {"type": "result", "width": width, "height": height, **out.to_json(),
-                          "ran": request.to_json(),
-                          "world_size": me.world, "stamps": stamps, **({"pixels": "shared"} if shared else {})}
-                _safe(proto.send_message, conn, header, b"" if shared else pixels)
+                server.pixels.write(pixels)  # into the app's buffer, before the result says they are there
+                _stamp(stamps, "sending")
+                _safe(proto.send, conn, {"type": "result", "width": width, "height": height, **out.to_json(),
+                                         "ran": request.to_json(), "world_size": me.world,
+                                         **({"stamps": stamps} if stamps is not None else {})})
                 server.done += 1
         except Exception as exc:  # noqa: BLE001 - a failed request is not a dead group: answer and go on
             print(f"request failed: {type(exc).__name__}: {exc}", flush=True)
@@ -109,13 +100,13 @@ def serve(server: Rank0Server | None, run, me: Rank) -> None:
                         failed = exc if isinstance(exc, GenerationFailed) else GenerationFailed(
                             f"{type(exc).__name__}: {exc}")
                         answer = failed.evolve(group_ending=ending)
-                    _safe(proto.send_message, conn, proto.error_message(answer))
+                    _safe(proto.send, conn, proto.error_message(answer))
                     finished.set()
                 print("ending this rank: the group must be restarted", flush=True)
                 os._exit(1 if broken else proto.RESTART_EXIT)
             if server:
                 server.error = f"{type(exc).__name__}: {exc}"
-                _safe(proto.send_message, conn, proto.error_message(exc))
+                _safe(proto.send, conn, proto.error_message(exc))
         finally:
             if server:
                 server.busy = None
@@ -123,10 +114,17 @@ def serve(server: Rank0Server | None, run, me: Rank) -> None:
 
 
 def _safe(fn, *args) -> bool:
-    """Send to a client that may have gone away; the group must not die of a closed socket."""
+    """Send to a client that may have gone away; the group must not die of a closed connection."""
     try:
         fn(*args)
         return True
-    except OSError as exc:
+    except (OSError, proto.ProtocolError) as exc:
         print(f"client went away: {exc}", flush=True)
         return False
+
+
+def _stamp(stamps: dict[str, float] | None, name: str) -> None:
+    """A benchmark's trace (``bench.tp_transport``): when this point of the job was reached, on
+    CLOCK_MONOTONIC (one clock for every process on the machine); nothing when no trace was asked."""
+    if stamps is not None:
+        stamps[name] = time.monotonic()

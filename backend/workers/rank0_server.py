@@ -1,9 +1,10 @@
 """Rank 0's Unix socket server: the one door of a worker group to the outside.
 
-It authenticates each connection (the hello's token), answers health, cancel and wait_ready at once
-from the connection's thread, and queues generate/shutdown jobs for the job loop
-(``backend.workers.job_loop``), which answers them on the same connection. The socket is 0600 in the
-group's private run dir; the messages are ``backend.launch.protocol``'s."""
+It authenticates each connection (``protocol.accept``: the standard library's challenge over the
+group's key), then serves its requests one after another: health, cancel and wait_ready at once
+from the connection's thread, generate and shutdown queued for the job loop
+(``backend.workers.job_loop``), which answers them on the same connection. The socket is 0600 in
+the group's private run dir; the messages are ``backend.launch.protocol``'s."""
 
 from __future__ import annotations
 
@@ -14,21 +15,21 @@ import threading
 import time
 from typing import Any
 
-from backend.errors import BackendNotReady, InvalidRequest, Unauthorized
+from backend.errors import BackendNotReady, InvalidRequest
 from backend.launch import protocol as proto
+from backend.workers.collectives import encode_job
 
 
 class Rank0Server:
     """Rank 0's socket: authenticates, answers quick requests, queues device work.
 
     Bounded against whoever can reach the socket: at most ``max_connections`` connections at once
-    (one more is closed as soon as it is accepted), each with ``read_timeout`` seconds to send each
-    message, and a first message (the hello) of at most ``protocol.HELLO_MAX_HEADER`` bytes with
-    no payload, refused before anything larger is read or allocated."""
+    (one more is closed as soon as it is accepted); ``read_timeout`` seconds for the handshake,
+    whose first frame from the peer is at most 256 bytes, and for each message once begun."""
 
-    def __init__(self, path: str, token: str, world: int, *, max_connections: int = 16,
+    def __init__(self, path: str, key: bytes, world: int, *, max_job: int, max_connections: int = 16,
                  read_timeout: float = 10.0):
-        self.token, self.world = token, world
+        self.key, self.world, self.max_job = key, world, max_job
         self.jobs: queue.Queue = queue.Queue()
         self.cancel = threading.Event()
         self.state = "loading"
@@ -37,8 +38,8 @@ class Rank0Server:
         self.error: str | None = None
         self.busy: dict[str, Any] | None = None
         self.done = 0  # requests answered with a result
-        self.pixels: proto.PixelBuffer | None = None  # the app's buffer for results (None: the socket)
-        self.refused = 0  # connections refused for a wrong token or a malformed hello
+        self.pixels: proto.PixelBuffer | None = None  # the app's buffer for results
+        self.refused = 0  # connections refused: no key, a wrong one, or no handshake in time
         self.turned_away = 0  # connections closed at once: max_connections were already open
         self.max_connections, self.read_timeout = max_connections, read_timeout
         self._slots = threading.BoundedSemaphore(max_connections)
@@ -102,60 +103,52 @@ class Rank0Server:
             self.open_connections -= 1
         self._slots.release()
 
-    def _refuse(self, conn: socket.socket, why: str) -> None:
-        self.refused += 1
-        print(f"refused a connection: {why}", flush=True)
-        try:
-            proto.send_message(conn, proto.error_message(Unauthorized("bad token")))
-        except OSError:
-            pass
-
-    def _serve(self, conn: socket.socket) -> None:
+    def _serve(self, sock: socket.socket) -> None:
         try:
             try:
-                hello = proto.recv_hello(conn, deadline=time.monotonic() + self.read_timeout)
-            except (proto.DeadlineExceeded, proto.ConnectionLost):
-                raise  # silent or gone: dropped below, not counted as refused
-            except proto.ProtocolError as exc:
-                self._refuse(conn, f"malformed hello ({exc})")
+                conn = proto.accept(sock, self.key, self.read_timeout)
+            except proto.Refused as exc:
+                self.refused += 1
+                print(f"refused a connection: {exc}", flush=True)
                 return
-            if not proto.token_ok(self.token, hello):
-                self._refuse(conn, "missing or wrong token")
-                return
-            # Requests carry no payload (only results do).
-            request, _ = proto.recv_message(conn, deadline=time.monotonic() + self.read_timeout, max_payload=0)
-            kind = request["type"]
-            if kind == "health":
-                proto.send_message(conn, self.describe())
-            elif kind == "cancel":
-                self.cancel.set()
-                proto.send_message(conn, {"type": "ok"})
-            elif kind == "wait_ready":
-                # Each phase as it begins (loading, warming), then READY: the app learns the
-                # group's phase from this one call, and asks nothing while it shows a status.
-                said = None
-                while not self.ready.wait(0.2):
-                    if self.state != said:
-                        said = self.state
-                        proto.send_message(conn, {"type": "progress", "phase": said})
-                reply = ({**self.describe(), "type": "ready", "ranks": self.ranks} if self.state == "ready"
-                         else proto.error_message(BackendNotReady(self.error or self.state)))
-                proto.send_message(conn, reply)
-            elif kind in ("generate", "shutdown"):
-                if self.state != "ready":
-                    proto.send_message(conn, proto.error_message(
-                        BackendNotReady(f"the worker group is {self.state}")))
-                    return
-                finished = threading.Event()
-                # When it arrived (CLOCK_MONOTONIC is one clock for every process on the machine:
-                # the app reads the transport's parts off these stamps, bench.tp_transport).
-                request["stamps"] = {"received": time.monotonic()}
-                self.jobs.put((request, conn, finished))
-                finished.wait()  # the main loop answers on this connection
-            else:
-                proto.send_message(conn, proto.error_message(
-                    InvalidRequest("type", f"unknown request {kind[:40]!r}")))
+            with conn:
+                while True:
+                    self._answer(conn, proto.receive(conn, None))
+        except proto.ConnectionLost:
+            pass  # the app closed it (or went away)
         except (proto.ProtocolError, OSError, KeyError) as exc:
             print(f"connection dropped: {exc}", flush=True)
         finally:
-            self._release(conn)
+            self._release(sock)
+
+    def _answer(self, conn: proto.Connection, request: dict[str, Any]) -> None:
+        kind = request["type"]
+        if kind == "health":
+            proto.send(conn, self.describe())
+        elif kind == "cancel":
+            self.cancel.set()
+            proto.send(conn, {"type": "ok"})
+        elif kind == "wait_ready":
+            # Each phase as it begins (loading, warming), then READY: the app learns the
+            # group's phase from this one call, and asks nothing while it shows a status.
+            said = None
+            while not self.ready.wait(0.2):
+                if self.state != said:
+                    said = self.state
+                    proto.send(conn, {"type": "progress", "phase": said})
+            proto.send(conn, {**self.describe(), "type": "ready", "ranks": self.ranks} if self.state == "ready"
+                       else proto.error_message(BackendNotReady(self.error or self.state)))
+        elif kind in ("generate", "shutdown"):
+            if self.state != "ready":
+                proto.send(conn, proto.error_message(BackendNotReady(f"the worker group is {self.state}")))
+                return
+            if len(encode_job(request)) > self.max_job:  # it would not fit the ranks' broadcast
+                proto.send(conn, proto.error_message(InvalidRequest("request", f"over {self.max_job} bytes")))
+                return
+            if request.get("trace"):  # a benchmark's trace (bench.tp_transport): when it arrived
+                request["stamps"] = {"received": time.monotonic()}
+            finished = threading.Event()
+            self.jobs.put((request, conn, finished))
+            finished.wait()  # the job loop answers on this connection
+        else:
+            proto.send(conn, proto.error_message(InvalidRequest("type", f"unknown request {kind[:40]!r}")))

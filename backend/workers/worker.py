@@ -54,7 +54,7 @@ import os
 import time
 
 from backend.launch import protocol as proto
-from backend.workers.collectives import _gather_json
+from backend.workers.collectives import _gather_json, job_bytes
 from backend.workers.distributed import init_distributed
 from backend.workers.job_loop import serve
 from backend.workers.loading import load_sharded, shard_report, warm_up
@@ -71,11 +71,10 @@ def main() -> None:
     _watch_parent(cfg.parent_pid, cfg.run_dir, rank)
     stall = float(cfg.settings.get("tp_stall_timeout") or 60.0)
     _heartbeat(cfg.run_dir, rank, max(0.1, min(5.0, stall / 5)))
-    server = Rank0Server(cfg.socket, token, world) if rank == 0 else None
+    max_job = job_bytes(int(cfg.settings["max_prompt_chars"]))
+    server = Rank0Server(cfg.socket, token.encode(), world, max_job=max_job) if rank == 0 else None
     if server:
-        server.pixels = proto.PixelBuffer.open(cfg.pixels, cfg.pixels_bytes)
-        if cfg.pixels and server.pixels is None:
-            print("the app's pixel buffer could not be opened: results carry their pixels on the socket", flush=True)
+        server.pixels = proto.PixelBuffer.attach(cfg.pixels, cfg.pixels_bytes)
     try:
         began = time.perf_counter()
         me = init_distributed(cfg, rank, local_rank, world)
@@ -94,21 +93,9 @@ def main() -> None:
             return bool(flag.item())
 
         def run(request, progress=lambda e: None, forbid_compile=False):
-            # The engine asks before it starts and after each step. The first question comes right
-            # after the job's broadcast, which rank 0 made just after clearing its cancel flag: a
-            # collective (~0.3 ms a request) to vote on nothing. Every rank skips that one alike,
-            # so the votes stay in step; a cancel is seen at the first step's vote.
-            asked = []
-
-            def should_stop() -> bool:
-                if not asked:
-                    asked.append(True)
-                    return False
-                return vote_stop()
-
-            # Only rank 0 returns pixels (as the array it ships); the others stop at the latents.
-            return engine.run(request, progress, should_stop, forbid_compile=forbid_compile, decode=rank == 0,
-                              image_as="array")
+            # Every rank asks the same questions at the same points (before the run, after each
+            # step), so the votes stay in step. Only rank 0 decodes; the others stop at the latents.
+            return engine.run(request, progress, vote_stop, forbid_compile=forbid_compile, decode=rank == 0)
 
         warm_began = time.perf_counter()
         warm_stats = warm_up(cfg, run, me)

@@ -5,7 +5,6 @@ import dataclasses
 import json
 import os
 import signal
-import socket
 import stat
 import subprocess
 import sys
@@ -19,7 +18,7 @@ import pytest
 
 from backend.errors import GenerationCancelled, GroupDead
 from backend.serving.manager import Manager
-from backend.launch.protocol import recv_message, send_message
+from backend.launch import protocol as proto
 from tests.conftest import ROOT, make_settings
 
 
@@ -54,18 +53,13 @@ def _ensure_ready(mgr):
     assert _group(mgr).state == "ready", _group(mgr).describe()
 
 
-def _raw_call(mgr, token, request):
-    sock = socket.socket(socket.AF_UNIX)
-    sock.connect(_group(mgr).socket_path)
-    try:
-        send_message(sock, {"type": "hello", "token": token})
-        send_message(sock, request)
+def _raw_call(mgr, key, request):
+    with proto.connect(_group(mgr).socket_path, key.encode(), 30) as conn:
+        proto.send(conn, request)
         while True:
-            header, payload = recv_message(sock, deadline=time.monotonic() + 30)
-            if header["type"] != "progress":
-                return header, payload
-    finally:
-        sock.close()
+            answer = proto.receive(conn, 30)
+            if answer["type"] != "progress":
+                return answer
 
 
 def test_two_rank_image_matches_the_one_process_eager_image(mgr):
@@ -76,17 +70,11 @@ def test_two_rank_image_matches_the_one_process_eager_image(mgr):
     diff = np.abs(np.asarray(tp_image, dtype=int) - np.asarray(eager_image, dtype=int)).max()
     assert diff <= 2
     assert tp_result.world_size == 2 and tp_result.mode == "tp"
-    assert _group(mgr).timings["last_pixels"] == "shared"  # through the app's memfd, not the socket
     assert [e.step for e in events if e.phase == "denoising"] == [0, 1, 2, 3]  # progress streams back
     status = mgr.status()
     assert json.loads(json.dumps(status)) == status
     assert status["tp"]["state"] == "ready" and set(status["tp"]["rank_pids"]) == {"0", "1"}
     assert any(r["mode"] == "tp" and r["state"] == "warm" for r in mgr.status()["shapes"])
-
-
-class _Buffer(bytearray):
-    def sendall(self, data: bytes) -> None:
-        self.extend(data)
 
 
 def test_a_starting_groups_phase_reaches_the_status_without_the_status_asking_the_ranks(mgr):
@@ -116,24 +104,14 @@ def test_a_starting_groups_phase_reaches_the_status_without_the_status_asking_th
     assert "loading" in seen and asked == []
 
 
-def test_wrong_token_is_refused_and_nothing_runs(mgr):
+def test_a_wrong_key_is_refused_and_nothing_runs(mgr):
+    """A peer without the launch's key fails the handshake; the request it sends after it is
+    never read, and the group serves on. The socket is 0600 in a 0700 run dir."""
     _ensure_ready(mgr)
     before = _group(mgr).health()
-    sock = socket.socket(socket.AF_UNIX)
-    sock.connect(_group(mgr).socket_path)
-    # The request follows the bad hello in the same write: the server must not act on it.
-    wire = _Buffer()
-    send_message(wire, {"type": "hello", "token": "0" * 64})
-    send_message(wire, {"type": "generate", "prompt": "x", "height": 64, "width": 64, "steps": 1,
-                        "guidance": 1.0, "seed": 1})
-    sock.sendall(bytes(wire))
-    header, _ = recv_message(sock, deadline=time.monotonic() + 10)
-    assert header == {"type": "error", "kind": "unauthorized", "error": "bad token", "payload_bytes": 0}
-    try:  # and hangs up (a reset, since the unread request is discarded)
-        assert sock.recv(1) == b""
-    except ConnectionResetError:
-        pass
-    sock.close()
+    with pytest.raises(proto.Refused):
+        _raw_call(mgr, "0" * 64, {"type": "generate", "prompt": "x", "height": 64, "width": 64, "steps": 1,
+                                  "guidance": 1.0, "seed": 1})
     after = _group(mgr).health()
     assert after["refused"] == before["refused"] + 1 and after["requests_done"] == before["requests_done"]
     assert stat.S_IMODE(os.stat(_group(mgr).socket_path).st_mode) == 0o600
@@ -144,8 +122,8 @@ def test_a_job_that_fails_on_the_ranks_is_a_failed_request_not_a_dead_group(mgr)
     """The ranks trust the app's job (validated once, in the app); one that breaks anyway — here a
     field missing — fails that request on every rank alike and the group serves the next."""
     _ensure_ready(mgr)
-    header, _ = _raw_call(mgr, _group(mgr)._token, {"type": "generate", "prompt": "x", "height": 64, "width": 64,
-                                                "steps": 1, "guidance": 1.0, "mode": "eager"})  # no seed
+    header = _raw_call(mgr, _group(mgr)._token, {"type": "generate", "prompt": "x", "height": 64, "width": 64,
+                                             "steps": 1, "guidance": 1.0, "mode": "eager"})  # no seed
     assert header["type"] == "error" and "seed" in header["error"]
     assert _group(mgr).health()["state"] == "ready"
     assert mgr.generate(_req(mgr, "tp"))[1].world_size == 2
@@ -205,11 +183,8 @@ def _run_long_in_thread(mgr):
     return thread, outcome
 
 
-def test_a_killed_rank_is_reported_dead_with_its_log_and_restart_works(mgr, monkeypatch):
-    """...and the new group, made where no shared pixel buffer can be (not Linux), sends its
-    pixels on the socket: the same image."""
-    from backend.launch import protocol
-
+def test_a_killed_rank_is_reported_dead_with_its_log_and_restart_works(mgr):
+    """...and the new group serves the same image, through the same pixel buffer."""
     _ensure_ready(mgr)
     pids = _group(mgr).rank_pids()
     thread, outcome = _run_long_in_thread(mgr)
@@ -220,11 +195,10 @@ def test_a_killed_rank_is_reported_dead_with_its_log_and_restart_works(mgr, monk
     assert tp["state"] == "dead" and "rank 1 exited with signal SIGKILL" in tp["error"]
     assert "rank 1/2 starting" in mgr.engine_logs("tensor-parallel")["rank 1"]
     old = _group(mgr)
-    monkeypatch.setattr(protocol.PixelBuffer, "create", classmethod(lambda cls, size: None))
     mgr.start_engine("tensor-parallel", 2, wait=True)
     assert old.survivors() == []
     image, record = mgr.generate(_req(mgr, "tp"))
-    assert record.world_size == 2 and _group(mgr).timings["last_pixels"] == "socket"
+    assert record.world_size == 2
     eager = np.asarray(mgr.generate(_req(mgr, "eager"))[0], dtype=int)
     assert np.abs(np.asarray(image, dtype=int) - eager).max() <= 2
 
@@ -259,14 +233,16 @@ def test_workers_exit_when_the_app_dies(tmp_path):
         m.start_engine("tensor-parallel", 2, wait=True)
         group = m.engines["tensor-parallel"].group
         print(json.dumps(sorted(group.rank_pids().values()) + [group.proc.pid]), flush=True)
+        print(group._pixels.name, flush=True)
         time.sleep(600)
     """)
     app = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=tmp_path)
-    pids = __import__("json").loads(app.stdout.readline())
-    assert len(pids) == 3
+    pids = json.loads(app.stdout.readline())
+    pixels = os.path.join("/dev/shm", app.stdout.readline().strip().lstrip("/"))
+    assert len(pids) == 3 and os.path.exists(pixels)
     app.kill()
     app.wait()
     deadline = time.monotonic() + 15
-    while any(_running(p) for p in pids):
-        assert time.monotonic() < deadline, "worker processes outlived the app"
+    while any(_running(p) for p in pids) or os.path.exists(pixels):
+        assert time.monotonic() < deadline, "worker processes or the pixel buffer outlived the app"
         time.sleep(0.2)

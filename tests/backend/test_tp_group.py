@@ -36,7 +36,7 @@ class FakeClock:
 
 
 class FakeRank0:
-    """Accepts connections on ``path``; reads hello and the request, then answers with ``reply``
+    """Accepts a connection on ``path`` with the group's key; reads the request, then answers with ``reply``
     (a dict) or, when ``reply`` is None, says nothing until the test ends."""
 
     def __init__(self, path: str, reply: dict | None = None):
@@ -47,12 +47,11 @@ class FakeRank0:
         threading.Thread(target=self._serve, daemon=True).start()
 
     def _serve(self) -> None:
-        conn, _ = self.sock.accept()
-        with conn:
-            proto.recv_message(conn)
-            self.requests.append(proto.recv_message(conn)[0])
+        sock, _ = self.sock.accept()
+        with proto.accept(sock, b"t" * 64, 30) as conn:
+            self.requests.append(proto.receive(conn, 30))
             if self.reply is not None:
-                proto.send_message(conn, self.reply)
+                proto.send(conn, self.reply)
             self.done.wait(30)
 
     def close(self) -> None:
@@ -83,7 +82,7 @@ def test_a_silent_group_is_declared_hung_after_the_stall_timeout(group):
     finally:
         peer.close()
     assert group.state == "dead" and "no progress for 30 s" in group.error
-    assert peer.requests == [{"type": "generate", "payload_bytes": 0}]
+    assert peer.requests == [{"type": "generate"}]
 
 
 @pytest.mark.parametrize("beating", [True, False])
