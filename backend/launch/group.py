@@ -32,7 +32,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import re
 import secrets
 import shlex
 import signal
@@ -47,7 +46,7 @@ from typing import Any, Callable
 from backend.launch.calls import STARTING, GroupCalls
 from backend.errors import BackendNotReady, InvalidRequest, StudioError
 from backend.settings import Settings
-from backend.launch import processes
+from backend.launch import deaths, processes
 from backend.launch import protocol as proto
 
 __all__ = ["STARTING", "WorkerGroup", "check_degree"]
@@ -259,31 +258,20 @@ class WorkerGroup(GroupCalls):
             except Exception:  # noqa: BLE001 - a failed restart must not hide the death
                 log.exception("on_dead of %s", self.name)
 
+    def rank_failures(self) -> dict[int, str]:
+        return deaths.rank_failures(self.dir)
+
     def exit_codes(self) -> list[tuple[int, int]]:
-        """(rank, exit code) of the ranks that failed, as torchrun's log of a dead group says
-        (negative: the signal that ended it)."""
-        text = self._tail("torchrun.log", 200)
-        failed = re.findall(r"rank\s*:\s*(\d+).*?\n.*?exitcode\s*:\s*(-?\d+)", text) or \
-            re.findall(r"rank: (\d+) \(local_rank: \d+\)\s+exitcode\s*:\s*(-?\d+)", text)
-        return [(int(rank), int(code)) for rank, code in failed]
+        return deaths.exit_codes(self._tail("torchrun.log", 200))
 
     @property
     def ended_itself(self) -> bool:
-        """A rank left on purpose after a failed request (``RESTART_EXIT``): the group should be
-        restarted, whether or not rank 0's reply saying so got out before torchrun ended it."""
-        return self.state == "dead" and any(code == proto.RESTART_EXIT for _rank, code in self.exit_codes())
+        """A rank left on purpose after a failed request: the group should be restarted, whether or
+        not rank 0's reply saying so got out before torchrun ended it."""
+        return self.state == "dead" and deaths.ended_itself(self.dir)
 
     def _death_reason(self, code: int) -> str:
-        parts = []
-        for rank, exitcode in self.exit_codes()[:4]:
-            how = f"signal {signal.Signals(-exitcode).name}" if exitcode < 0 else f"status {exitcode}"
-            parts.append(f"rank {rank} exited with {how}")
-        if not parts:
-            text = self._tail("torchrun.log", 200)
-            errors = [line.strip() for line in text.splitlines()
-                      if re.search(r"error|Error|refused|in use", line) and "Traceback" not in line]
-            parts.append(f"torchrun exited with status {code}" + (f": {errors[-1][:300]}" if errors else ""))
-        return "; ".join(parts) + " — the group is down"
+        return deaths.death_reason(self.dir, self._tail("torchrun.log", 200), code)
 
     def _await_ready(self, proc: subprocess.Popen) -> None:
         """Wait for READY; whatever happens (a timeout, an error reply, this thread's own failure),

@@ -32,12 +32,24 @@ def signal_group(pgid: int, sig: int) -> None:
 
 
 def wait_gone(pids: list[int], timeout: float) -> bool:
-    """Wait until none of ``pids`` is alive, at most ``timeout`` seconds. True when all are gone."""
+    """Wait until none of ``pids`` is alive, at most ``timeout`` seconds (``psutil.wait_procs``;
+    a zombie no one has reaped yet counts as gone, looked at every half second). True when all are."""
+    import psutil
+
+    procs = []
+    for pid in pids:
+        try:
+            procs.append(psutil.Process(pid))
+        except psutil.NoSuchProcess:
+            pass
     deadline = time.monotonic() + timeout
-    while any(alive(p) for p in pids):
-        if time.monotonic() >= deadline:
+    procs = [p for p in procs if alive(p.pid)]
+    while procs:
+        left = deadline - time.monotonic()
+        if left <= 0:
             return False
-        time.sleep(0.05)
+        _gone, procs = psutil.wait_procs(procs, timeout=min(left, 0.5))
+        procs = [p for p in procs if alive(p.pid)]
     return True
 
 

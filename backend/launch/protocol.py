@@ -148,6 +148,11 @@ def receive(conn: Connection, timeout: float | None) -> dict[str, Any] | None:
 
 
 RESTART_EXIT = 75  # a rank that ended itself after a failed request: the group should be restarted
+
+
+class RankEnding(Exception):
+    """What a rank that leaves on purpose after a failed request records in its torchelastic error
+    file (``WorkerGroup.ended_itself`` reads it): the group should be restarted."""
 RUN_DIR_PREFIX = "neuron-studio-tp-"  # the group's private run dir: tempfile.mkdtemp(prefix=...)
 
 

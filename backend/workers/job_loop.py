@@ -103,6 +103,7 @@ def serve(server: Rank0Server | None, run, me: Rank) -> None:
                     _safe(proto.send, conn, proto.error_message(answer))
                     finished.set()
                 print("ending this rank: the group must be restarted", flush=True)
+                record_exit(exc if broken else proto.RankEnding(f"{type(exc).__name__}: {exc}"))
                 os._exit(1 if broken else proto.RESTART_EXIT)
             if server:
                 server.error = f"{type(exc).__name__}: {exc}"
@@ -121,6 +122,14 @@ def _safe(fn, *args) -> bool:
     except (OSError, proto.ProtocolError) as exc:
         print(f"client went away: {exc}", flush=True)
         return False
+
+
+def record_exit(exc: BaseException) -> None:
+    """Write the exception to this rank's torchelastic error file (``TORCHELASTIC_ERROR_FILE``)
+    with torch's own writer: the app reads why the rank left there (``backend.launch.deaths``)."""
+    from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
+
+    ErrorHandler().record_exception(exc)
 
 
 def _stamp(stamps: dict[str, float] | None, name: str) -> None:

@@ -56,7 +56,7 @@ import time
 from backend.launch import protocol as proto
 from backend.workers.collectives import _gather_json, job_bytes
 from backend.workers.distributed import init_distributed
-from backend.workers.job_loop import serve
+from backend.workers.job_loop import record_exit, serve
 from backend.workers.loading import load_sharded, shard_report, warm_up
 from backend.workers.rank0_server import Rank0Server
 from backend.workers.rank_process import _heartbeat, _redirect_output, _watch_parent
@@ -123,5 +123,16 @@ def main() -> None:
     os._exit(0)
 
 
+def run() -> None:
+    """``main``, with an exception that ends the rank written to its torchelastic error file (what
+    torch's ``record`` decorator does; applied here so that torch loads only after the rank's
+    NeuronCore is set): the app tells why a rank died from it (``backend.launch.deaths``)."""
+    try:
+        main()
+    except Exception as exc:
+        record_exit(exc)
+        raise
+
+
 if __name__ == "__main__":
-    main()
+    run()

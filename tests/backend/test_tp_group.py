@@ -268,11 +268,23 @@ TORCHRUN_FAILURE = """Root Cause (first observed failure):
 """
 
 
-@pytest.mark.parametrize("signs", ["reply, then death", "death, then reply", "exit status only", "none"])
-def test_a_group_whose_ranks_ended_themselves_restarts_once_its_processes_are_gone(tmp_path, signs):
+def _rank_ends_itself(run_dir: str, rank: int, monkeypatch) -> None:
+    """What a rank that leaves after a failed request writes (``job_loop.record_exit``), with torch's
+    own ErrorHandler, where torchrun tells it to (``TORCHELASTIC_ERROR_FILE`` under --log-dir)."""
+    from backend.workers.job_loop import record_exit
+
+    folder = Path(run_dir, "torchrun", "none_k2x9", "attempt_0", str(rank))
+    folder.mkdir(parents=True)
+    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(folder / "error.json"))
+    record_exit(proto.RankEnding("RuntimeError: x"))
+
+
+@pytest.mark.parametrize("signs", ["reply, then death", "death, then reply", "error file only", "none"])
+def test_a_group_whose_ranks_ended_themselves_restarts_once_its_processes_are_gone(tmp_path, signs, monkeypatch):
     """Rank 0's reply (``group_ending``) and the group's death (its processes gone: on Neuron its
-    cores free) come in either order; an exit status of RESTART_EXIT alone also says it (torchrun
-    may end rank 0 before its reply gets out). A rank that was killed is left dead for the operator."""
+    cores free) come in either order; the rank's torchelastic error file saying ``RankEnding``
+    alone also says it (torchrun may end rank 0 before its reply gets out). A rank that was killed
+    (no error file; the signal in torchrun's summary) is left dead for the operator."""
     from backend.errors import GenerationFailed
     from tests.ui.fake_engines import start_manager
 
@@ -281,7 +293,7 @@ def test_a_group_whose_ranks_ended_themselves_restarts_once_its_processes_are_go
         engine = manager.engines["tensor-parallel"]
         engine.start(2, wait=True)
         old = engine.group
-        code = proto.RESTART_EXIT if signs == "exit status only" else -9
+        code = -9
 
         def reply() -> None:
             def fails(*args, **kwargs):
@@ -292,11 +304,14 @@ def test_a_group_whose_ranks_ended_themselves_restarts_once_its_processes_are_go
                            lambda: False)
 
         def death() -> None:
-            Path(old.dir, "torchrun.log").write_text(TORCHRUN_FAILURE.format(code=code))
+            if signs == "error file only":  # and no summary in torchrun's log: the file alone says it
+                _rank_ends_itself(old.dir, 1, monkeypatch)
+            else:
+                Path(old.dir, "torchrun.log").write_text(TORCHRUN_FAILURE.format(code=code))
             old.die("rank 1 exited — the group is down")
 
         order = {"reply, then death": [reply, death], "death, then reply": [death, reply],
-                 "exit status only": [death], "none": [death]}[signs]
+                 "error file only": [death], "none": [death]}[signs]
         order[0]()
         if len(order) == 2:
             assert engine.group is old and len(launches.made) == 1  # one of the two signs restarts nothing
@@ -312,3 +327,24 @@ def test_a_group_whose_ranks_ended_themselves_restarts_once_its_processes_are_go
         assert engine.group is not old and engine.group.state == "ready" and len(launches.made) == 2
     finally:
         manager.close()
+
+
+def test_a_death_names_each_rank_and_what_it_died_of(tmp_path, monkeypatch):
+    """A rank that raised: its exception, from its torchelastic error file (written by torch's
+    ErrorHandler, as ``worker.run`` does); a rank killed by a signal: the signal, from torchrun's
+    summary; nothing from either: torchrun's status."""
+    from backend.launch import deaths
+    from backend.workers.job_loop import record_exit
+
+    folder = tmp_path / "torchrun" / "none_abc" / "attempt_0" / "0"
+    folder.mkdir(parents=True)
+    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(folder / "error.json"))
+    try:
+        raise RuntimeError("the model folder has no transformer")
+    except RuntimeError as exc:
+        record_exit(exc)
+    reason = deaths.death_reason(str(tmp_path), TORCHRUN_FAILURE.format(code=-9), 1)
+    assert reason == ("rank 0 failed: RuntimeError: the model folder has no transformer; "
+                      "rank 1 exited with signal SIGKILL — the group is down")
+    assert not deaths.ended_itself(str(tmp_path))
+    assert deaths.death_reason(str(tmp_path / "none"), "", 1) == "torchrun exited with status 1 — the group is down"
