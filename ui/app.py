@@ -13,13 +13,14 @@ The process around it (the model load, signals, the temp folder) is ``ui.serve``
 from __future__ import annotations
 
 import sys
+import weakref
 from pathlib import Path
 
 import gradio as gr
 
 from ui import gradio_queue
 from ui.api import add_api
-from ui.constants import ASSETS, CSS, I18N, MAX_UPLOAD, PROMPT_KEYS
+from ui.constants import ASSETS, CSS, DEVICE_QUEUE, I18N, MAX_UPLOAD, PROMPT_KEYS
 from ui.handlers import Studio
 from ui.layout import build_page
 from ui.temp_dir import own_temp_dir
@@ -39,8 +40,22 @@ def build_ui(manager, operator_key=None) -> gr.Blocks:
         add_api(studio, manager)
     studio.operator_controls = len(page.operator_only)
     studio.blocks = demo
-    gradio_queue.follow(studio, Studio.follow_capacity)
+    follow_capacity(manager, studio)
     return demo
+
+
+def follow_capacity(manager, studio: Studio) -> None:
+    """Keep the page's device queue as wide as the engines' capacity: set again each time a
+    launched engine's capacity changes (``Manager.on_capacity``), for as long as the page lives
+    (the manager holds only a weak reference to its handlers)."""
+    handlers = weakref.WeakMethod(studio.follow_capacity)
+
+    def changed(_width: int) -> None:
+        follow = handlers()
+        if follow is not None:
+            follow()
+
+    manager.on_capacity(changed)
 
 
 def parse_auth(spec: str | None) -> list[tuple[str, str]] | None:
@@ -83,6 +98,7 @@ def launch(manager, settings, block: bool = True) -> gr.Blocks:
                 allowed_paths=[str(Path(settings.output_dir).resolve())], quiet=False,
                 max_file_size=MAX_UPLOAD, app_kwargs={"middleware": [guard]})
     gradio_queue.calm(demo)  # an idle app should not poll 1,000 times a second
+    gradio_queue.set_width(demo, DEVICE_QUEUE, manager.capacity())  # then at each change (build_ui)
     shown = "127.0.0.1" if settings.host in ("0.0.0.0", "::", "") else settings.host
     link = key.link(f"http://{'[' + shown + ']' if ':' in shown else shown}:{demo.server_port}")
     print(f"operator link (keep it to yourself; other pages are viewers): {link}" if link else

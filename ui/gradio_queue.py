@@ -13,10 +13,6 @@ a no-op that returns False/None, and the page still works, with less honest queu
 """
 from __future__ import annotations
 
-import logging
-import threading
-import time
-import weakref
 from typing import Callable
 
 # While idle, the queue looks for work every 20 ms (Gradio: 1 ms) and sends progress every 50 ms
@@ -60,25 +56,3 @@ def set_width(blocks, concurrency_id: str, width: int) -> bool:
         return False
     event_queue.concurrency_limit = width
     return True
-
-
-def follow(owner, width: Callable[[object], bool], period: float = 0.5) -> threading.Thread:
-    """Call ``width(owner)`` every ``period`` seconds from a daemon thread that ends once ``owner`` is
-    gone (it holds only a weak reference), so a group's width follows what the engines can run."""
-    held = weakref.ref(owner)
-
-    def loop() -> None:
-        while True:
-            current = held()
-            if current is None:
-                return
-            try:
-                width(current)
-            except Exception:  # noqa: BLE001 - a status read must not end the follower; the log says why
-                logging.getLogger(__name__).exception("following the engines' capacity")
-            del current
-            time.sleep(period)
-
-    thread = threading.Thread(target=loop, name="queue-width", daemon=True)
-    thread.start()
-    return thread

@@ -40,8 +40,9 @@ class Studio(CompareHandlers, ApiHandlers, SystemHandlers, PerformanceHandlers):
     def follow_capacity(self) -> bool:
         """Let the page's device queue through as many requests at once as the engines can run now
         (``Manager.capacity``: a replica pool runs one per ready replica; each engine still queues
-        what it cannot run, so this keeps Gradio's queue positions honest, nothing more). False when
-        there is no queue to follow (yet)."""
+        what it cannot run, so this keeps Gradio's queue positions honest, nothing more). Called
+        when a launched engine's capacity changes (``Manager.on_capacity``, set in ``build_ui``).
+        False when there is no queue to follow (yet)."""
         return gradio_queue.set_width(self.blocks, DEVICE_QUEUE, self.manager.capacity())
 
     def page_opened(self):

@@ -61,6 +61,9 @@ class PlaceBook(Protocol):
     def lost_place(self, place: str) -> None:
         """A process that held graphs is gone (a replica restarted): nothing is warm there now."""
 
+    def capacity_changed(self) -> None:
+        """A worker group became ready, died or stopped: how many requests can run at once may differ."""
+
     def lost_mode(self, mode: str) -> None:
         """Every graph of ``mode`` is gone (its worker group was replaced)."""
 

@@ -176,7 +176,8 @@ class ReplicaPool:
         warm = [str(s) for s in self.settings.prewarm] if self.settings.mode in self.modes else []
         return self._group_factory(self.settings, self.model_path, self.device, 1, cores, role="replica",
                                    place=place(index), warm=warm, env=env, threads=threads,
-                                   on_dead=lambda group: self._replace(index, group))
+                                   on_dead=lambda group: self._replace(index, group),
+                                   on_change=self.book.capacity_changed)
 
     def stop(self) -> None:
         """Stop every replica (no process of the pool survives); the pool is then empty."""

@@ -156,7 +156,8 @@ class TensorParallelEngine:
             group.close()
         warm = [str(s) for s in self.settings.prewarm] if self.settings.mode == TP_MODE else []
         running = self._group_factory(self.settings, self.model_path, self.device, degree, cores,
-                                      role="tp", place=PLACE, warm=warm, on_dead=self._died)
+                                      role="tp", place=PLACE, warm=warm, on_dead=self._died,
+                                      on_change=self.book.capacity_changed)
         self.group = running
         self.book.lost_mode(TP_MODE)  # a new group has none of the old one's graphs
         running.start()

@@ -81,6 +81,7 @@ class WorkerGroup(GroupCalls):
                  role: str = "tp", place: str = "tp", warm: list[str] | None = None,
                  env: dict[str, str] | None = None, threads: int = 0,
                  on_dead: Callable[["WorkerGroup"], None] | None = None,
+                 on_change: Callable[[], None] = lambda: None,
                  clock: Callable[[], float] = time.monotonic, grace: float = 5.0):
         """``device`` is the app's ``backend.hardware.device.Device``: its kind, dtype and compile backend go
         to the ranks. ``degree`` ranks, rank r on NeuronCore ``cores[r]`` ([] off Neuron); ``role``
@@ -88,7 +89,8 @@ class WorkerGroup(GroupCalls):
         names the group in the compile table; ``warm`` are shapes compiled before READY; ``env`` is
         added to the ranks' environment; ``threads`` caps each rank's CPU threads (0: torch's);
         ``on_dead(group)`` is called (from a background thread) once a group that was ready has
-        died and its processes are gone."""
+        died and its processes are gone; ``on_change()`` whenever it becomes ready or stops being
+        ready (its engine's capacity)."""
         self.degree, self.cores, self.role, self.place = degree, list(cores), role, place
         self.name = "tensor-parallel group" if role == "tp" else place
         info = device.info
@@ -105,7 +107,7 @@ class WorkerGroup(GroupCalls):
         self._config = proto.WorkerConfig(
             settings=worker_settings.to_json(), model_path=model_path, cores=self.cores,
             warm=list(warm or []), parent_pid=os.getpid(), role=role, threads=threads)
-        self.env, self.threads, self._on_dead = dict(env or {}), threads, on_dead
+        self.env, self.threads, self._on_dead, self._on_change = dict(env or {}), threads, on_dead, on_change
         self.was_ready = False
         self.state = "stopped"
         self.error: str | None = None
@@ -219,6 +221,7 @@ class WorkerGroup(GroupCalls):
                 self.state, self.timings, self.was_ready = "ready", dict(timings), True
                 self.ranks = list(ranks)
                 self._pids = {int(r["pid"]) for r in self.ranks if r.get("pid")}
+        self._on_change()
 
     def _phase(self, proc, phase: str | None) -> None:
         """Rank 0 says which phase of the start it is in (``loading``, ``warming``)."""
@@ -235,6 +238,7 @@ class WorkerGroup(GroupCalls):
                 return False
             self.state, self.error = "dead", reason
         self._ready.set()
+        self._on_change()
         return True
 
     def wait_ready(self, timeout: float | None = None) -> bool:
@@ -309,6 +313,7 @@ class WorkerGroup(GroupCalls):
         with self._lock:
             self.state, self.error = "dead", reason
         self._ready.set()
+        self._on_change()
         proc = self.proc
 
         def teardown() -> None:
@@ -340,6 +345,7 @@ class WorkerGroup(GroupCalls):
                 # their tails) until the next start or close.
                 run_dir = self.dir if self.state == "stopped" else None
         self._ready.set()
+        self._on_change()
         if self._log and final_state == "stopped":
             self._log.close()
         if run_dir:

@@ -9,7 +9,7 @@ eager mode (TorchNeuron compiles each new eager op signature), and per exact (he
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Callable
 
 from backend.serving import compile_state as cs
 from backend.errors import ShapeLimitReached, ShapeLocked, StudioError
@@ -95,8 +95,9 @@ class PlaceBook:
     """What the engines read of the compile table and report to it (``backend.engines.base.PlaceBook``):
     the manager's table, seen through admission's rule for whether a shape compiles here."""
 
-    def __init__(self, admission: Admission, device):
+    def __init__(self, admission: Admission, device, capacity_changed: Callable[[], None] = lambda: None):
         self._admission, self._table, self._device = admission, admission.table, device
+        self.capacity_changed = capacity_changed
 
     def warm_places(self, mode: str, shape: Shape) -> set[str]:
         return self._table.warm_places(mode, shape)

@@ -7,11 +7,14 @@ a size, stopped, its logs read, its compile ended by stopping it — each the op
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from backend.errors import BackendNotReady, InvalidRequest
 from backend.serving.roles import LOCAL_OPERATOR, Caller
 from backend.shapes import Shape
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from backend.request.records import GenerationResult
@@ -74,6 +77,19 @@ class OperatorControls:
         launched = {e.name for e in self._launched}
         return sorted({job["engine"] for job in self._jobs.values()
                        if job["phase"] == "compiling" and job["engine"] in launched})
+
+    def on_capacity(self, listener: Callable[[int], Any]) -> None:
+        """Call ``listener(capacity())`` whenever a launched engine's capacity may have changed (a
+        group became ready, died or stopped), from the thread that saw it."""
+        self._capacity_listeners.append(listener)
+
+    def _capacity_changed(self) -> None:
+        width = self.capacity()
+        for listener in list(self._capacity_listeners):
+            try:
+                listener(width)
+            except Exception:  # noqa: BLE001 - a listener's failure must not break a group's transition
+                log.exception("capacity listener")
 
     def capacity(self) -> int:
         """How many requests can run at once now: the launched engines' capacity (a pool: its ready

@@ -72,6 +72,7 @@ class Manager(OperatorControls, CacheOps, StatusView):
         self.fallback_ops: dict[str, set[str]] = {}  # op that ran on the host -> the "mode shape"s it ran in
         self.records: list[GenerationResult] = []
         self._state_lock = threading.Lock()
+        self._capacity_listeners: list[Callable[[int], Any]] = []  # see on_capacity
         self._jobs: dict[int, dict[str, Any]] = {}  # running generations, by id
         self._job_ids = itertools.count(1)
         self._closing = threading.Event()
@@ -125,7 +126,7 @@ class Manager(OperatorControls, CacheOps, StatusView):
             self.model_path, self.model_label = resolve_model(self.settings.model, self.settings.cache_dir)
             self._count_tokens = prompt_token_counter(self.model_path)
             self.engines = build_engines(self.settings, self.device, self.model_path,
-                                         PlaceBook(self.admission, self.device),
+                                         PlaceBook(self.admission, self.device, self._capacity_changed),
                                          self._engine_factory)
             bundled = self._import_at_start() if self.settings.cache_from else None
             launched = [e for e in self._launched if e.configured]

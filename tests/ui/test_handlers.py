@@ -268,16 +268,20 @@ def test_stopping_replicas_that_never_started_says_so(studio, launches, capsys):
     assert not launches.made
 
 
-def test_the_device_queue_follows_the_engines_capacity(studio, manager):
+def test_the_device_queue_follows_the_engines_capacity_as_it_changes(studio, manager):
+    """No thread polls: each replica that becomes ready, and the pool's stop, widen and narrow the
+    queue as they happen (the fake groups drive the real group's transitions)."""
+    from ui.app import follow_capacity
     from ui.constants import DEVICE_QUEUE
 
     assert studio.follow_capacity() is False  # no page, no queue yet
     device_queue = SimpleNamespace(concurrency_limit=1)
     studio.blocks = SimpleNamespace(_queue=SimpleNamespace(event_queue_per_concurrency_id={DEVICE_QUEUE: device_queue}))
+    follow_capacity(manager, studio)
     studio.start_replicas(3)
-    assert studio.follow_capacity() is True and device_queue.concurrency_limit == 3
+    assert device_queue.concurrency_limit == 3
     studio.stop_replicas()
-    assert studio.follow_capacity() is True and device_queue.concurrency_limit == 1
+    assert device_queue.concurrency_limit == 1
 
 
 def test_cost_line_and_badges_follow_the_compile_state(studio, manager):
