@@ -1,6 +1,7 @@
 """The ranks' collectives over the gloo control group, outside the model: a job broadcast from
-rank 0 and the ranks' reports gathered to it, as JSON bytes (nothing is pickled); every rank's
-compile counters folded into one record; and whether an error is a broken collective."""
+rank 0 and the ranks' reports gathered to it, each one collective of a fixed size, as JSON bytes
+(nothing is pickled); every rank's compile counters folded into one record; and whether an error
+is a broken collective."""
 
 from __future__ import annotations
 
@@ -47,22 +48,41 @@ def _bcast_json(obj: Any, me: Rank) -> Any:
     return json.loads(raw[_JOB_LEN:_JOB_LEN + length].tobytes().decode("utf-8"))
 
 
-def _gather_json(obj: Any, me: Rank) -> list[Any] | None:
-    """Every rank's JSON-able object to rank 0 (None elsewhere), as bytes over the control group."""
+REPORT_BYTES = 256 << 10  # a rank's READY report (its shard: the names of the weights it holds)
+COUNTERS_BYTES = 4 << 10  # a rank's compile counters after a job
+
+
+def _gather_json(obj: Any, me: Rank, size: int = REPORT_BYTES) -> list[Any] | None:
+    """Every rank's JSON-able object to rank 0 (None elsewhere): one gather over the control group
+    of ``size`` bytes a rank, its length in the first 8 (ValueError for a longer one)."""
     import torch
     import torch.distributed as dist
 
-    data = json.dumps(obj).encode()
-    sizes = [torch.zeros(1, dtype=torch.int64) for _ in range(me.world)]
-    dist.all_gather(sizes, torch.tensor([len(data)], dtype=torch.int64), group=me.control)
-    longest = int(max(s.item() for s in sizes))
-    mine = torch.zeros(longest, dtype=torch.uint8)
-    mine[:len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
-    bufs = [torch.zeros(longest, dtype=torch.uint8) for _ in range(me.world)]
-    dist.all_gather(bufs, mine, group=me.control)
+    data = encode_job(obj)
+    if len(data) > size:
+        raise ValueError(f"a report of {len(data)} bytes is over the gather's {size}")
+    mine = torch.zeros(_JOB_LEN + size, dtype=torch.uint8)
+    mine[:_JOB_LEN] = torch.frombuffer(bytearray(len(data).to_bytes(_JOB_LEN, "little")), dtype=torch.uint8)
+    mine[_JOB_LEN:_JOB_LEN + len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+    bufs = [torch.empty_like(mine) for _ in range(me.world)] if me.rank == 0 else None
+    dist.gather(mine, bufs, dst=0, group=me.control)
     if me.rank:
         return None
-    return [json.loads(bytes(b[:int(n.item())].tolist()).decode()) for b, n in zip(bufs, sizes)]
+    raw = [b.numpy() for b in bufs]
+    return [json.loads(r[_JOB_LEN:_JOB_LEN + int.from_bytes(r[:_JOB_LEN].tobytes(), "little")].tobytes().decode())
+            for r in raw]
+
+
+def _counters(out) -> dict[str, Any] | None:
+    """A rank's counters for the gather, its host-run op names cut to fit ``COUNTERS_BYTES``."""
+    if out is None:
+        return None
+    host = list(out.fallback_ops)
+    report = {"neff": out.neff_compiles, "seconds": out.compile_seconds, "host": host}
+    while len(encode_job(report)) > COUNTERS_BYTES and host:
+        host = host[:len(host) // 2]
+        report["host"] = host + [f"(and {len(out.fallback_ops) - len(host)} more)"]
+    return report
 
 
 def every_ranks_compiles(out, me: Rank):
@@ -73,9 +93,7 @@ def every_ranks_compiles(out, me: Rank):
     leaves (``_ends_rank``) does not, and its exit fails its peers' gather."""
     if me.world == 1:
         return out
-    mine = None if out is None else {"neff": out.neff_compiles, "seconds": out.compile_seconds,
-                                     "host": out.fallback_ops}
-    every = _gather_json(mine, me)  # rank 0's list; None on the others, which report nothing
+    every = _gather_json(_counters(out), me, COUNTERS_BYTES)  # rank 0's list; None on the others
     if out is None or every is None or any(part is None for part in every):
         return out
     return dataclasses.replace(out, neff_compiles=sum(p["neff"] for p in every),

@@ -74,6 +74,13 @@ def test_two_rank_image_matches_the_one_process_eager_image(mgr):
     status = mgr.status()
     assert json.loads(json.dumps(status)) == status
     assert status["tp"]["state"] == "ready" and set(status["tp"]["rank_pids"]) == {"0", "1"}
+    # The System tab's rows, from the real group's READY and its last call (the UI tests' fake
+    # group writes the same keys; this is where a renamed key would show).
+    from ui.views_tp import tp_markdown
+
+    timings, panel = status["tp"]["timings"], tp_markdown(status["tp"])
+    assert f"| Load / warm-up | {timings['load']:.1f} s / {timings['warm']:.1f} s |" in panel
+    assert f"| Last call | {timings['last_round_trip']:.3f} s" in panel
     assert any(r["mode"] == "tp" and r["state"] == "warm" for r in mgr.status()["shapes"])
 
 
