@@ -129,7 +129,23 @@ class Settings:
         values["output_dir"] = Path(values["output_dir"])
         values["cache_from"] = Path(values["cache_from"]) if values.get("cache_from") else None
         values["auth"] = values["operator_auth"] = None
-        return cls(**values)
+        return cls(**values).check()
+
+    def check(self) -> "Settings":
+        """The checks across fields (ValueError naming the flag), made wherever Settings are built
+        from outside: the flags and environment (``load_settings``) and a worker's config
+        (``from_json``). Returns the settings."""
+        if self.min_size % 16 or self.max_size % 16 or self.min_size > self.max_size:
+            raise ValueError(f"--min-size/--max-size: bounds must be multiples of 16 with min <= max, "
+                             f"got {self.min_size}..{self.max_size}")
+        if self.neuron_cores is not None and self.neuron_instance_cores is not None:
+            check_on_instance(self.neuron_cores, self.neuron_instance_cores)  # ValueError names the flag
+        for shape in self.prewarm:
+            try:
+                validate_shape(shape.height, shape.width, self.min_size, self.max_size)
+            except InvalidRequest as exc:
+                raise ValueError(f"--prewarm {shape}: {exc}") from None
+        return self
 
 
 def _bool(text: str) -> bool:
@@ -280,20 +296,7 @@ def load_settings(flags: dict[str, Any] | None = None, environ: dict[str, str] |
             values[dest] = parse(raw) if isinstance(raw, str) else raw
         except ValueError as exc:
             raise ValueError(f"{source}: {exc}") from None
-    settings = Settings(**values)
-    if settings.min_size % 16 or settings.max_size % 16 or settings.min_size > settings.max_size:
-        raise ValueError(
-            f"--min-size/--max-size: bounds must be multiples of 16 with min <= max, "
-            f"got {settings.min_size}..{settings.max_size}"
-        )
-    if settings.neuron_cores is not None and settings.neuron_instance_cores is not None:
-        check_on_instance(settings.neuron_cores, settings.neuron_instance_cores)  # ValueError names the flag
-    for shape in settings.prewarm:
-        try:
-            validate_shape(shape.height, shape.width, settings.min_size, settings.max_size)
-        except InvalidRequest as exc:
-            raise ValueError(f"--prewarm {shape}: {exc}") from None
-    return settings
+    return Settings(**values).check()
 
 
 def settings_table() -> str:

@@ -155,6 +155,9 @@ def test_the_worker_config_carries_the_whole_settings():
     config = proto.WorkerConfig(settings=settings.to_json(), model_path="m", cores=[1, 2], warm=["64x64"])
     back = proto.WorkerConfig.from_json(config.to_json())
     assert back == config
+    broken = dict(back.settings, min_size=512, max_size=256)  # the app's checks hold on the way back
+    with pytest.raises(ValueError, match="--min-size/--max-size"):
+        Settings.from_json(broken)
     rebuilt = Settings.from_json(back.settings)
     assert rebuilt == Settings(**{**vars(settings), "auth": None})  # everything but the credentials
     assert "secret" not in config.to_json()
