@@ -185,7 +185,6 @@ class CorePlan:
             except CoresDoNotFit as exc:
                 entry["error"] = str(exc)
             engines[owner] = entry
-        tp = engines.get("tensor-parallel") or {}
         return {
             "instance_cores": self.instance_cores,
             "physical_cores": self.instance.physical,
@@ -193,7 +192,6 @@ class CorePlan:
             "source": self.instance.source,
             "app_cores": format_cores(list(self.app_cores)),
             "free_cores": None if free is None else format_cores(free),
-            "tp_degree": tp.get("count"), "tp_cores": tp.get("cores"), "tp_error": tp.get("error"),
             "engines": engines,
             "devices": [{"device": d.index, "cores": format_cores(list(d.cores)), "memory_bytes": d.memory_bytes}
                         for d in self.instance.devices],
@@ -215,14 +213,13 @@ def plan_text(plan: dict[str, Any]) -> str:
     instance as logical / physical / LNC and where that came from, what is free."""
     instance = plan.get("instance_cores")
     text = f"app {plan['app_cores']}"
-    engines = plan.get("engines") or ({"tensor-parallel": {"cores": plan.get("tp_cores"), "error": plan.get("tp_error")}}
-                                      if plan.get("tp_cores") or plan.get("tp_error") else {})
+    engines = plan.get("engines") or {}
     for owner, entry in engines.items():
         if entry.get("cores"):
             text += f" · {_OWNER_WORDS.get(owner, (owner, owner))[1]} {entry['cores']}"
     if instance is None:
         text += " · instance size unknown"
-        if not plan.get("tp_error"):
+        if not any(entry.get("error") for entry in engines.values()):
             text += f" ({str(plan.get('source', '')).removeprefix('unknown: ')})"
     else:
         text += f" · instance {instance} logical"

@@ -50,8 +50,11 @@ def death_reason(run_dir: str | None, log_text: str, code: int) -> str:
     """One line for the page: each failed rank and what it died of (its error file's exception, or
     the signal or status torchrun reports), else torchrun's own last error line."""
     failures, parts = rank_failures(run_dir), []
+    ending = RankEnding.__name__ + ": "
     for rank, message in sorted(failures.items())[:4]:
-        parts.append(f"rank {rank} failed: {message.splitlines()[0][:300]}")
+        line = message.splitlines()[0]
+        parts.append(f"rank {rank} ended itself after a failed request ({line.removeprefix(ending)[:300]})"
+                     if line.startswith(ending) else f"rank {rank} failed: {line[:300]}")
     for rank, exitcode in exit_codes(log_text)[:4]:
         if rank not in failures:
             how = f"signal {signal.Signals(-exitcode).name}" if exitcode < 0 else f"status {exitcode}"

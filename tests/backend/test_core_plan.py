@@ -41,7 +41,8 @@ def test_a_degree_that_does_not_fit_is_refused_naming_what_fits():
     assert "4 tensor-parallel ranks need 4 NeuronCores" in text and "app holds 0" in text
     assert "degrees that fit are 1, 2" in text  # 3 fits the cores but does not divide 4 heads
     described = make_plan("0-1", 4).describe(degree=4, heads=4)
-    assert described["tp_cores"] is None and "degrees that fit are 1, 2" in described["tp_error"]
+    tp = described["engines"]["tensor-parallel"]
+    assert tp["cores"] is None and "degrees that fit are 1, 2" in tp["error"]
 
 
 def test_unknown_instance_size_refuses_tensor_parallel_naming_the_flag():
