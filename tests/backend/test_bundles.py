@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import io
 import json
 import tarfile
@@ -87,7 +88,10 @@ def _tampered(members, manifest):
 
 
 def _dotdot(members, manifest):
-    manifest["files"][0]["path"] = "../../escape.py"
+    """A bundle true to itself (its one file's size and hash are the manifest's) that names a path
+    outside the cache: only the path guards stand between it and the disk."""
+    manifest["files"] = [dict(manifest["files"][0], path="../../escape.py", bytes=1,
+                              sha256=hashlib.sha256(b"x").hexdigest())]
     first = members[0][0]
     evil = tarfile.TarInfo("files/inductor/../../escape.py")
     return [(first, json.dumps(manifest).encode()), (evil, b"x")]
@@ -115,7 +119,8 @@ def test_a_tampered_or_hostile_bundle_is_refused_with_one_line_and_changes_nothi
     with pytest.raises(bundles.BundleRefused, match=words) as refused:
         bundles.import_bundle(bad, device, _here(device))
     assert "\n" not in str(refused.value)
-    assert _snapshot(tmp_path / "elsewhere") == before and not (tmp_path / "escape.py").exists()
+    assert _snapshot(tmp_path / "elsewhere") == before
+    assert not [p for p in (tmp_path, tmp_path.parent, tmp_path / "elsewhere") if (p / "escape.py").exists()]
 
 
 def test_a_bundle_for_another_model_or_install_is_refused_naming_the_field(tmp_path, caches):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from backend.errors import GroupDead, InvalidRequest
+from backend.errors import BackendNotReady, GroupDead, InvalidRequest
 from backend.launch import protocol as proto
 from backend.launch.group import WorkerGroup, check_degree
 from tests.conftest import ROOT, make_settings
@@ -317,13 +317,12 @@ def test_a_group_whose_ranks_ended_themselves_restarts_once_its_processes_are_go
             assert engine.group is old and len(launches.made) == 1  # one of the two signs restarts nothing
         for step in order[1:]:
             step()
+        for thread in threading.enumerate():  # a restart, if one was decided, runs on its own thread
+            if thread.name == "tp-restart":
+                thread.join(60)
         if signs == "none":
             assert engine.group is old and old.state == "dead" and len(launches.made) == 1
             return
-        for _ in range(500):  # the restart runs on its own thread after a death
-            if engine.group is not old and engine.group.state == "ready":
-                break
-            threading.Event().wait(0.01)
         assert engine.group is not old and engine.group.state == "ready" and len(launches.made) == 2
     finally:
         manager.close()
@@ -348,3 +347,20 @@ def test_a_death_names_each_rank_and_what_it_died_of(tmp_path, monkeypatch):
                       "rank 1 exited with signal SIGKILL — the group is down")
     assert not deaths.ended_itself(str(tmp_path))
     assert deaths.death_reason(str(tmp_path / "none"), "", 1) == "torchrun exited with status 1 — the group is down"
+
+
+def test_a_group_that_runs_is_not_started_again(tmp_path):
+    """The real start guard (the fake group replaces only its process steps): a second start of a
+    group that is starting or ready is refused and launches nothing."""
+    from tests.ui.fake_engines import start_manager
+
+    manager, launches = start_manager(tmp_path, tp_degree=2)
+    try:
+        engine = manager.engines["tensor-parallel"]
+        engine.start(2, wait=True)
+        group = engine.group
+        with pytest.raises(BackendNotReady, match="already ready"):
+            group.start()
+        assert group.state == "ready" and len(launches.made) == 1
+    finally:
+        manager.close()

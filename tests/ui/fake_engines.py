@@ -181,7 +181,7 @@ class FakeWorkerGroup(WorkerGroup):
 
     ``_spawn`` writes each rank's first log line in the run dir; ``_watch`` says READY at once
     unless its ``FakeLaunches`` holds starts; ``phase`` is what a health reply sets during the
-    start. ``log_reads`` counts reads of its rank logs. ``at_step``: called at each step (0: while
+    start. ``log_reads`` counts reads of its log files. ``at_step``: called at each step (0: while
     it compiles); a group stopped meanwhile fails the run with ``GroupDead``, as the real group's
     call does when its socket closes."""
 
@@ -243,9 +243,9 @@ class FakeWorkerGroup(WorkerGroup):
     def health(self, timeout: float = 2.0) -> dict[str, Any]:
         return {"state": self.state, "error": self.error}  # no socket to ask; the phase is set by ``phase``
 
-    def rank_logs(self, lines: int = 20) -> dict[str, str]:
-        self.log_reads += 1
-        return super().rank_logs(lines)
+    def _tail(self, name: str, lines: int = 20) -> str:
+        self.log_reads += 1  # every read of a log file goes through here, whoever asks
+        return super()._tail(name, lines)
 
     # requests --------------------------------------------------------------------------------
     def run(self, request: GenerationRequest, on_progress: Callable[[ProgressEvent], None],

@@ -1,0 +1,180 @@
+"""Mutation check: break a guard on purpose, in a throw-away copy, and see that a test notices.
+
+    python -m tools.mutations              # every mutation in MUTATIONS, one copy each
+    python -m tools.mutations --only M03,G2
+    python -m tools.mutations --list
+
+Each mutation names the tests that must catch it (issue 32: the ten mutations that once passed
+the suite, and one per guard the README promises). For each, the working tree's files (tracked,
+and untracked ones git does not ignore) are copied to a temporary folder, the one edit is made
+there (it must match the source exactly once: a stale mutation is reported, not skipped), and
+``python -m pytest -q -x -p no:cacheprovider`` runs the named tests in the copy. *killed*: the
+tests failed, as they should; *survived*: they passed with the guard broken — a test that
+cannot fail for the reason in its name. Exit status 1 when any survived or is stale.
+
+Not part of CI's time budget (a few minutes): run it before changing one of these guards or
+the tests that hold them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclasses.dataclass(frozen=True)
+class Mutation:
+    id: str
+    what: str  # the guard it breaks, in a line
+    path: str
+    old: str
+    new: str
+    tests: tuple[str, ...]
+    more: tuple[tuple[str, str], ...] = ()  # further (old, new) edits in the same file: one guard in layers
+
+
+MUTATIONS = (
+    # The ten that once passed the suite (issue 32's table: rows 1, 5, 9, 10, 11 twice, 14, 15, 16, 25).
+    Mutation("M01", "Compare's gallery is empty (row 1)", "ui/handlers_compare.py",
+             "            gallery.append((r.path,", "            (lambda *a: None)((r.path,",
+             ("tests/ui/test_handlers.py::test_compare_shows_side_by_side_with_max_difference",)),
+    Mutation("M02", "a bundle's '..' and absolute paths are not refused, in the manifest or a member (row 5)",
+             "backend/caches/bundles.py",
+             "                    tarfile.data_filter(member, str(staging))", "                    pass",
+             ("tests/backend/test_bundles.py",),
+             more=(("        raise BundleRefused(f\"member {name!r}: absolute paths",
+                    "        pass  # BundleRefused(f\"member {name!r}: absolute paths"),)),
+    Mutation("M03", "the real group's last-call timing is renamed (row 9)", "backend/launch/calls.py",
+             'self.timings["last_round_trip"] =', 'self.timings["round_trip_last"] =',
+             ("tests/backend/test_tp.py::test_two_rank_image_matches_the_one_process_eager_image",)),
+    Mutation("M04", "the ranks' READY load time is renamed (row 10)", "backend/workers/worker.py",
+             'server.timings = {"load":', 'server.timings = {"load_s":',
+             ("tests/backend/test_tp.py::test_two_rank_image_matches_the_one_process_eager_image",)),
+    Mutation("M05", "a group starts again while it runs (row 11: the real start guard)", "backend/launch/group.py",
+             'if self.state not in ("stopped", "dead"):\n                raise BackendNotReady',
+             'if False:\n                raise BackendNotReady',
+             ("tests/ui/test_handlers.py", "tests/backend/test_tp_group.py")),
+    Mutation("M06", "a stopped group stays 'stopping' (row 11: the real stop)", "backend/launch/group.py",
+             "                if final_state == \"stopped\" or self.state != \"dead\":\n"
+             "                    self.state = final_state",
+             "                if final_state == \"stopped\" or self.state != \"dead\":\n"
+             "                    self.state = \"stopping\"",
+             ("tests/ui/test_handlers.py",)),
+    Mutation("M07", "the bench reports no child CPU time (row 14)", "bench/harness.py",
+             "    child_cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)",
+             "    child_cpu = 0.0",
+             ("tests/bench/test_bench.py::test_child_compile_reports_the_childs_cpu_time",)),
+    Mutation("M08", "the SIGTERM test's request is refused, so nothing runs (row 15)", "backend/settings.py",
+             "    max_steps: int = 50", "    max_steps: int = 40",
+             ("tests/test_hardening.py::test_sigterm_mid_generation_exits_cleanly_with_no_orphan[compiled]",)),
+    Mutation("M09", "the status reads the rank logs on every poll (row 16)", "backend/launch/group.py",
+             '            "socket": self.socket_path,\n',
+             '            "socket": self.socket_path, "logs": self.rank_logs(),\n',
+             ("tests/ui/test_handlers.py::test_the_timer_reads_no_logs_and_the_logs_button_does",)),
+    Mutation("M10", "a killed group restarts as if its ranks had ended themselves (row 25)",
+             "backend/engines/tensor_parallel.py",
+             "self._sign(group, said=group.ended_itself, died=True)", "self._sign(group, said=True, died=True)",
+             ("tests/backend/test_tp_group.py",)),
+    # One per guard the README and SECURITY.md promise.
+    Mutation("G1", "a viewer may do what is the operator's", "backend/serving/roles.py",
+             "        if not self.is_operator:\n            raise NotAllowed(",
+             "        if False:\n            raise NotAllowed(",
+             ("tests/ui/test_roles.py",)),
+    Mutation("G2", "the warm-only lock lets a cold shape compile", "backend/serving/admission.py",
+             "        if locked:\n            warm =", "        if False:\n            warm =",
+             ("tests/backend/test_manager.py",)),
+    Mutation("G3", "a bundle file whose hash is not the manifest's is imported", "backend/caches/bundles.py",
+             'if digest.hexdigest() != meta.get("sha256"):', "if False:",
+             ("tests/backend/test_bundles.py",)),
+    Mutation("G4", "the output folder keeps every PNG", "backend/images/folder.py",
+             "    for path in mine[max(0, keep):]:", "    for path in mine[len(mine):]:",
+             ("tests/backend/test_cache_layout.py",)),
+    Mutation("G5", "rank 0 takes a 17th connection", "backend/workers/rank0_server.py",
+             "if not self._slots.acquire(blocking=False):", "if not self._slots.acquire(blocking=False) and False:",
+             ("tests/backend/test_tp_protocol.py",)),
+    Mutation("G6", "rank 0 serves a peer without the key", "backend/launch/protocol.py",
+             "        _handshake(conn, key, first=True)\n", "        pass\n",
+             ("tests/backend/test_tp_protocol.py",)),
+    Mutation("G7", "a job longer than the ranks' broadcast is queued", "backend/workers/rank0_server.py",
+             "if len(encode_job(request)) > self.max_job:", "if False:",
+             ("tests/backend/test_tp_protocol.py",)),
+)
+
+
+def copy_tree(dest: Path) -> None:
+    """The working tree as git sees it (tracked files and untracked ones it does not ignore)."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                            cwd=ROOT, capture_output=True, check=True).stdout.split(b"\0")
+    for name in filter(None, listed):
+        src = ROOT / os.fsdecode(name)
+        if src.is_file():
+            target = dest / os.fsdecode(name)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, target)
+
+
+def apply(mutation: Mutation, tree: Path) -> bool:
+    """Make the edit in ``tree``; False when the source no longer holds it exactly once (stale)."""
+    path = tree / mutation.path
+    text = path.read_text(encoding="utf-8")
+    for old, new in ((mutation.old, mutation.new), *mutation.more):
+        if text.count(old) != 1:
+            return False
+        text = text.replace(old, new)
+    path.write_text(text, encoding="utf-8")
+    return True
+
+
+def run_one(mutation: Mutation) -> dict:
+    with tempfile.TemporaryDirectory(prefix="ns-mutation-") as tmp:
+        tree = Path(tmp)
+        copy_tree(tree)
+        if not apply(mutation, tree):
+            return {"id": mutation.id, "outcome": "stale", "seconds": 0.0}
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        env["PYTHONPATH"] = str(tree)  # the copy's code, not the installed checkout's
+        began = time.monotonic()
+        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
+                               *mutation.tests], cwd=tree, env=env, capture_output=True, text=True)
+        outcome = "survived" if done.returncode == 0 else ("killed" if done.returncode == 1 else
+                                                            f"error (pytest exit {done.returncode})")
+        tail = done.stdout.strip().splitlines()[-1:] if done.stdout.strip() else []
+        return {"id": mutation.id, "outcome": outcome, "seconds": time.monotonic() - began, "last_line": tail}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", help="comma-separated mutation ids")
+    parser.add_argument("--list", action="store_true", help="list the mutations and exit")
+    args = parser.parse_args(argv)
+    chosen = MUTATIONS
+    if args.only:
+        wanted = {part.strip() for part in args.only.split(",")}
+        unknown = wanted - {m.id for m in MUTATIONS}
+        if unknown:
+            parser.error(f"unknown mutation(s): {', '.join(sorted(unknown))}")
+        chosen = tuple(m for m in MUTATIONS if m.id in wanted)
+    if args.list:
+        for m in chosen:
+            print(f"{m.id:4} {m.what}  [{m.path}] -> {' '.join(m.tests)}")
+        return 0
+    bad = 0
+    for m in chosen:
+        result = run_one(m)
+        bad += result["outcome"] != "killed"
+        print(f"{m.id:4} {result['outcome']:9} {result['seconds']:6.1f} s  {m.what}", flush=True)
+    print(f"{len(chosen) - bad} of {len(chosen)} killed" + (f"; {bad} survived or stale" if bad else ""))
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
