@@ -13,6 +13,7 @@ import pytest
 from backend import errors
 from backend.errors import (BackendBusy, BackendNotReady, CompileFailure, GenerationCancelled, GenerationFailed,
                             GroupDead, InvalidRequest, ModelNotFound, ShapeLimitReached, ShapeLocked, StudioError)
+from tests.conftest import ROOT
 from tests.ui.fake_engines import calm_refusal, system_views
 from ui import i18n, views
 
@@ -83,9 +84,25 @@ def test_error_codes_and_messages_in_both_languages(exc, code):
     assert i18n.error_message(exc, "tr") != i18n.error_message(exc, "en")
 
 
+# Fields the backend names that never reach a page: the worker's own protocol checks (a request's
+# type, a job too long for the ranks' broadcast) and the manager's engine names (the page sends
+# only its own). A refusal naming any of them still gets the generic sentence.
+NOT_ON_A_PAGE = {"type", "request", "engine", "value"}  # "value": a flag's number, turned into ValueError
+
+
 def test_every_field_the_backend_names_has_a_sentence():
+    """The fields are collected from the backend's source (every ``InvalidRequest("field", ...)``
+    and every whole-number or number check that names one), not from the UI's own list."""
+    named = set()
+    for path in (ROOT / "backend").rglob("*.py"):
+        source = path.read_text(encoding="utf-8")
+        named |= set(re.findall(r'(?:InvalidRequest|whole_number|_number|_as_int)\(\s*"([a-z_]+)"', source))
+    assert {"prompt", "width", "height", "size", "steps", "tp_degree"} <= named  # the scan finds what it should
+    for field in sorted(named - NOT_ON_A_PAGE):
+        assert field in i18n.INVALID_FIELDS, field
     for field in i18n.INVALID_FIELDS:
-        assert f"err_invalid_{field}" in i18n.MESSAGES["en"]
+        for lang in i18n.LANGUAGES:
+            assert f"err_invalid_{field}" in i18n.MESSAGES[lang], (lang, field)
     for code in errors.codes():
         assert f"err_{code}" in i18n.MESSAGES["en"]
 
