@@ -79,7 +79,8 @@ def main(argv: list[str] | None = None) -> int:
           f"({mem['rss_before_MiB']:.0f} -> {mem['rss_after_MiB']:.0f} MiB)")
     print(f"faults injected / recovered: {len(faults) - 1} / {sum(r['recovered'] for r in faults[:-1])}")
     for r in faults:
-        print(f"  {r['fault']}: {'recovered' if r['recovered'] else 'NOT RECOVERED'}; {r['error'][:120]}")
+        print(f"  {r['fault']}: {'recovered' if r['recovered'] else 'NOT RECOVERED'}"
+              f"{'; ERROR UNCLEAR' if r['clear_error'] is False else ''}; {r['error'][:120]}")
     for sig in report["sigterm"]:
         print(f"SIGTERM mid-generation ({sig['mode']}): exit {sig['exit_code']} after {sig['seconds_to_exit']} s, "
               f"half-written PNGs {sig['half_written_pngs']}, orphans {sig['orphans']}, "
