@@ -146,6 +146,8 @@ def test_the_output_folder_keeps_only_its_newest_pngs(app):
         client.predict("keep", 64, 64, "eager", 1, seed, 1.0, api_name="/generate")
     made = [p for p in (workdir / "outputs").glob("*.png") if p.name != "mine.png"]
     assert len(made) == KEEP and (workdir / "outputs" / "mine.png").exists()
+    kept_seeds = {int(p.stem.split("-")[4]) for p in made}  # <date>-<time>-64x64-eager-<seed>
+    assert kept_seeds == set(range(2, KEEP + 2))  # the newest: the first two made are the ones gone
     assert all(p.stat().st_mode & 0o077 == 0 for p in made)  # not readable by other users
 
 
