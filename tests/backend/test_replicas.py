@@ -120,9 +120,16 @@ def test_a_killed_replica_fails_only_its_request_and_comes_back(mgr):
             outcome["error"] = exc
 
     # One replica is kept busy first, so the long request lands on the other: the victim.
-    hold = threading.Event()
-    blocker = threading.Thread(target=lambda: mgr.generate(
-        _req(mgr, steps=40, seed=8), lambda e: hold.wait(BOUND) if e.phase == "denoising" else None))
+    hold, held = threading.Event(), {}
+
+    def block():
+        try:
+            held["result"] = mgr.generate(_req(mgr, steps=40, seed=8),
+                                          lambda e: hold.wait(BOUND) if e.phase == "denoising" else None)[1]
+        except Exception as exc:  # noqa: BLE001 - checked below
+            held["error"] = exc
+
+    blocker = threading.Thread(target=block)
     blocker.start()
     _until(lambda: 1 in pool._busy or 0 in pool._busy, "the first request to take a replica")
     busy_first = next(iter(pool._busy))
@@ -137,6 +144,9 @@ def test_a_killed_replica_fails_only_its_request_and_comes_back(mgr):
     blocker.join(BOUND)
     error = outcome.get("error")
     assert isinstance(error, GroupDead), outcome
+    # The other replica's request, in flight (its page still reading progress) when the victim
+    # died, ends with its image, made where it was sent.
+    assert "result" in held and held["result"].place == pool.replicas[busy_first].place, held
     assert f"{victim.place} died while serving this request" in str(error) and "other replicas keep serving" in str(error)
     _until(lambda: pool.replicas[1 - busy_first] is not victim and pool.replicas[1 - busy_first].state == "ready",
            "the killed replica to come back")
