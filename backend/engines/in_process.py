@@ -45,6 +45,9 @@ def load_pipeline(device: Device, model_path: str):
     return pipe
 
 
+# What a run refused by the warm-only lock's compile safety net says (torch's fail_on_recompile).
+WOULD_COMPILE = "this shape would compile, and the app is locked to warm shapes"
+
 class InProcessEngine:
     """The in-process role (``backend.engines.base``) in the app's own process: one request at a time
     (``run`` queues on a lock, which ``exclusive`` also takes for work that must not overlap a run),
@@ -277,7 +280,7 @@ class InProcessEngine:
         # torch raises a plain RuntimeError for a compile its fail_on_recompile stance forbids: no
         # type says it, so its own words do (the one classification by text; torch/_dynamo/eval_frame).
         if "stance is 'fail_on_recompile'" in str(exc):
-            return ShapeLocked("this shape would compile, and the app is locked to warm shapes")
+            return ShapeLocked(WOULD_COMPILE)
         # The neuron backend compiles at the graph's first execution, so its errors come from the run:
         # the device layer knows them by type, whatever phase the progress reached.
         compiler = during_compile or is_compile_error(exc)

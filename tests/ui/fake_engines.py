@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterator
 from PIL import Image
 
 from backend.serving.compile_state import COMPILED_MODES
-from backend.engines.in_process import InProcessEngine
+from backend.engines.in_process import WOULD_COMPILE, InProcessEngine
 from backend.launch.group import STARTING, WorkerGroup
 from backend.errors import GenerationCancelled, GroupDead, ShapeLocked
 from backend.request.records import EngineOutput, GenerationRequest, ProgressEvent
@@ -123,7 +123,7 @@ class FakeEngine(InProcessEngine):
 
         compiles = _compiles(self.graphs, request.mode, request)
         if compiles and forbid_compile:  # what torch's fail_on_recompile stance makes of it
-            raise ShapeLocked("this shape would compile, and the app is locked to warm shapes")
+            raise ShapeLocked(WOULD_COMPILE)
         self.active_mode = request.mode
         self._variants.setdefault(request.mode, [])
         if self.fail_with is not None:
@@ -258,7 +258,7 @@ class FakeWorkerGroup(WorkerGroup):
         mode = self.compile_mode or request.mode  # each tensor-parallel rank runs --tp-compile
         compiles = _compiles(self.graphs, mode, request)
         if compiles and forbid_compile:
-            raise ShapeLocked("this shape would compile, and the app is locked to warm shapes")
+            raise ShapeLocked(WOULD_COMPILE)
         def at_step(step: int) -> None:
             self.at_step(step)
             if self.state != "ready":
