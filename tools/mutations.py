@@ -107,6 +107,11 @@ MUTATIONS = (
     Mutation("G7", "a job longer than the ranks' broadcast is queued", "backend/workers/rank0_server.py",
              "if len(encode_job(request)) > self.max_job:", "if False:",
              ("tests/backend/test_tp_protocol.py",)),
+    Mutation("G8", "the app opens its runs' connection only at the first run (strangers may hold every slot)",
+             "backend/launch/group.py",
+             "on_message=lambda m: self._phase(proc, m.get(\"phase\")), persistent=True)",
+             "on_message=lambda m: self._phase(proc, m.get(\"phase\")))",
+             ("tests/backend/test_tp.py::test_a_process_that_fills_rank0s_connection_slots_does_not_keep_requests_out",)),
 )
 
 

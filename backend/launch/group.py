@@ -290,8 +290,11 @@ class WorkerGroup(GroupCalls):
                 return
             # Loading is silent and may be slow on a busy machine: only the start deadline bounds it
             # (a rank that exits meanwhile is seen by the monitor).
-            msg = self._request({"type": "wait_ready"}, deadline=deadline, stall=self.start_timeout,
-                                   on_message=lambda m: self._phase(proc, m.get("phase")))
+            # On the connection the runs will use (kept from READY on: a process that fills rank
+            # 0's other connection slots cannot keep the app's requests out).
+            with self._run_lock:
+                msg = self._request({"type": "wait_ready"}, deadline=deadline, stall=self.start_timeout,
+                                    on_message=lambda m: self._phase(proc, m.get("phase")), persistent=True)
             if msg.get("type") != "ready":
                 raise proto.error_from_message(msg)
             self._became_ready(proc, msg.get("timings") or {}, msg.get("ranks") or [])

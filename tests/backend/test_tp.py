@@ -5,6 +5,7 @@ import dataclasses
 import json
 import os
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -109,6 +110,28 @@ def test_a_starting_groups_phase_reaches_the_status_without_the_status_asking_th
         del group._request
     assert group.state == "ready", group.describe()
     assert "loading" in seen and asked == []
+
+
+def test_a_process_that_fills_rank0s_connection_slots_does_not_keep_requests_out(mgr):
+    """Issue 33 (6): 16 silent connections from a process of the same user take every slot rank 0
+    has for newcomers; the app's requests go through the connection it has held since READY (a
+    group just started: it has run nothing yet)."""
+    mgr.start_engine("tensor-parallel", 2, wait=True)
+    strangers = []
+    try:
+        for _ in range(16):
+            sock = socket.socket(socket.AF_UNIX)
+            sock.connect(_group(mgr).socket_path)
+            strangers.append(sock)
+        deadline = time.monotonic() + 30
+        while "error" not in _group(mgr).health(timeout=0.5):  # until a newcomer (a health check) is turned away
+            assert time.monotonic() < deadline, "rank 0 never filled its slots"
+            time.sleep(0.05)
+        _image, record = mgr.generate(_req(mgr, "tp", steps=1))
+        assert record.world_size == 2 and _group(mgr).state == "ready"
+    finally:
+        for sock in strangers:
+            sock.close()
 
 
 def test_a_wrong_key_is_refused_and_nothing_runs(mgr):
