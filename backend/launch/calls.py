@@ -128,8 +128,11 @@ class GroupCalls:
                     quiet = max(quiet, self.compile_timeout)
                 limit = min(deadline or float("inf"), last + quiet)
                 if should_stop and not cancelled and should_stop():
-                    cancelled = True  # every rank stops at the next step (they vote on it)
-                    self._request({"type": "cancel"}, deadline=self._clock() + 5)
+                    try:  # every rank stops at the next step (they vote on it)
+                        self._request({"type": "cancel"}, deadline=self._clock() + 5)
+                        cancelled = True
+                    except (GroupDead, TimeoutError):
+                        pass  # no slot for it now (or the group is going): asked again at the next poll
                 msg = proto.receive(conn, min(0.2, max(0.0, limit - self._clock())))
                 if msg is None:
                     if self.state == "dead":
