@@ -112,6 +112,9 @@ MUTATIONS = (
              "on_message=lambda m: self._phase(proc, m.get(\"phase\")), persistent=True)",
              "on_message=lambda m: self._phase(proc, m.get(\"phase\")))",
              ("tests/backend/test_tp.py::test_a_process_that_fills_rank0s_connection_slots_does_not_keep_requests_out",)),
+    Mutation("G9", "a bundle import that fails midway keeps what it had written", "backend/caches/bundles.py",
+             "        for path in placed + [temp for temp, _ in temps]:", "        for path in []:",
+             ("tests/backend/test_bundles.py",)),
 )
 
 

@@ -219,6 +219,44 @@ def _safe_relative(name: str) -> PurePosixPath:
     return pure
 
 
+def _place_all(moves: list[tuple[Path, Path]]) -> None:
+    """Put every staged file in place, or none: each is first copied next to its destination under
+    a temporary name (the step that needs disk space, and may fail: ENOSPC), then each is linked
+    into place (same folder: no space needed; a name taken meanwhile is refused, not overwritten).
+    Any failure removes what this import made — temporary copies, files already placed, folders it
+    created — so the caches are as they were, and says so (BundleRefused)."""
+    made_dirs: list[Path] = []
+    temps: list[tuple[Path, Path]] = []
+    placed: list[Path] = []
+    try:
+        for source, destination in moves:
+            missing = [p for p in (destination.parent, *destination.parent.parents) if not p.exists()]
+            for folder in reversed(missing):
+                folder.mkdir()
+                made_dirs.append(folder)
+            temp = destination.with_name(f".{destination.name}.neuron-studio-import")
+            temps.append((temp, destination))
+            shutil.copyfile(source, temp)
+        for temp, destination in temps:
+            os.link(temp, destination)
+            placed.append(destination)
+        for temp, _destination in temps:
+            temp.unlink()
+    except OSError as exc:
+        for path in placed + [temp for temp, _ in temps]:
+            try:
+                path.unlink()
+            except FileNotFoundError:
+                pass
+        for folder in reversed(made_dirs):
+            try:
+                folder.rmdir()
+            except OSError:
+                pass
+        raise BundleRefused(f"the bundle could not be written into the caches ({type(exc).__name__}: {exc}); "
+                            "nothing was imported, the caches are as they were") from None
+
+
 def import_bundle(path: str | Path, device, here: Manifest) -> dict[str, Any]:
     """Check the bundle against this install, stage and verify every file, then move them into the
     caches. Returns {"manifest", "written", "already_there"}. BundleRefused (and no change) otherwise."""
@@ -281,6 +319,11 @@ def import_bundle(path: str | Path, device, here: Manifest) -> dict[str, Any]:
             if meta["cache"] not in dirs:
                 raise BundleRefused(f"{name}: this device has no {meta['cache']} cache")
             destination = dirs[meta["cache"]] / meta["path"]
+            blocked = next((parent for parent in destination.parents
+                            if parent.exists() and not parent.is_dir()), None)
+            if blocked is not None or destination.is_symlink():
+                raise BundleRefused(f"{destination}: {blocked or destination} is in the way (a file, not a "
+                                    "folder); the import overwrites nothing")
             if destination.exists():
                 if destination.is_file() and _sha256(destination) == meta["sha256"]:
                     already += 1
@@ -288,9 +331,7 @@ def import_bundle(path: str | Path, device, here: Manifest) -> dict[str, Any]:
                 raise BundleRefused(f"{destination} exists with other contents; the import overwrites nothing "
                                     "(clear the compile cache first if the bundle should replace it)")
             moves.append((staging / name, destination))
-        for source, destination in moves:
-            destination.parent.mkdir(parents=True, exist_ok=True)
-            shutil.move(str(source), str(destination))
+        _place_all(moves)
         device.cache_info(fresh=True)
         return {"manifest": manifest, "written": len(moves), "already_there": already}
     except (tarfile.TarError, OSError) as exc:

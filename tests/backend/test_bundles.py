@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import hashlib
 import io
 import json
@@ -200,3 +201,47 @@ def test_a_fresh_install_serves_the_bundled_shapes_warm_without_a_fresh_compile(
         assert record["compiled"] is False
         with pytest.raises(Exception, match="locked to warm shapes"):
             client.predict("a fox", 96, 96, "compiled", 2, 1, 1.0, api_name="/generate")
+
+
+def _tree(root: Path) -> dict:
+    """Every path under ``root`` with its kind and bytes: folders count too."""
+    return {p.relative_to(root).as_posix(): (p.read_bytes() if p.is_file() else "dir")
+            for p in root.rglob("*")} if root.exists() else {}
+
+
+def test_a_bundle_refused_at_its_last_file_leaves_the_cache_as_it_was(tmp_path, caches):
+    """Issue 33 (3): a new file, then one *under* a file the cache already has — refused before
+    anything moves, so the new one does not stay."""
+    _manifest, bundle = _made(tmp_path, caches)
+    device = caches("elsewhere")
+    (tmp_path / "elsewhere" / "fxgraph").mkdir(parents=True)
+    (tmp_path / "elsewhere" / "fxgraph" / "ab").write_bytes(b"a file where the bundle wants a folder")
+    before = _tree(tmp_path / "elsewhere")
+    with pytest.raises(bundles.BundleRefused, match="in the way"):
+        bundles.import_bundle(bundle, device, _here(device))
+    assert _tree(tmp_path / "elsewhere") == before
+
+
+def test_a_disk_that_fills_mid_import_leaves_the_cache_as_it_was(tmp_path, caches):
+    """Issue 33 (3), on a real full disk: the cache on a 64 KiB tmpfs with room for one file's
+    page, not two. The import fails at the second copy; the first is taken back, and so are the
+    folders it made."""
+    import subprocess
+
+    _manifest, bundle = _made(tmp_path, caches)
+    mount = tmp_path / "elsewhere"
+    mount.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)],
+                      capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here (needs root): the full disk cannot be made")
+    try:
+        device = caches("elsewhere")
+        page = os.statvfs(mount).f_frsize
+        free = os.statvfs(mount).f_bavail * page
+        (mount / "filler").write_bytes(b"\0" * (free - page))  # one page left
+        before = _tree(mount)
+        with pytest.raises(bundles.BundleRefused, match="No space left on device.*nothing was imported"):
+            bundles.import_bundle(bundle, device, _here(device))
+        assert _tree(mount) == before
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
