@@ -115,6 +115,9 @@ MUTATIONS = (
     Mutation("G9", "a bundle import that fails midway keeps what it had written", "backend/caches/bundles.py",
              "        for path in placed + [temp for temp, _ in temps]:", "        for path in []:",
              ("tests/backend/test_bundles.py",)),
+    Mutation("G10", "a bundle's tar headers reach the tar reader unbounded", "backend/caches/bundles.py",
+             "        tar_headers.check(path, MAX_TOTAL_BYTES + MAX_MANIFEST_BYTES)\n", "        pass\n",
+             ("tests/backend/test_bundles.py",)),
 )
 
 

@@ -38,6 +38,7 @@ import time
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from backend.caches import tar_headers
 from backend.hardware import cache_layout
 
 from backend.hardware import env as device_env
@@ -198,9 +199,16 @@ def export(path: str | Path, manifest: Manifest, device) -> Manifest:
 
 
 def read_manifest(path: str | Path) -> Manifest:
-    """The bundle's manifest (its first member), bounded; BundleRefused if it is not a bundle."""
+    """The bundle's manifest (its first member), bounded; BundleRefused if it is not a bundle. Its
+    headers are checked first (``tar_headers``), so the tar reader never meets an unbounded one."""
     try:
-        with tarfile.open(path, mode="r:*") as tar:
+        tar_headers.check(path, MAX_TOTAL_BYTES + MAX_MANIFEST_BYTES)
+    except tar_headers.HeaderRefused as exc:
+        raise BundleRefused(f"{path}: not a readable bundle ({exc})") from None
+    except OSError as exc:
+        raise BundleRefused(f"{path}: not a readable bundle ({type(exc).__name__}: {exc})") from None
+    try:
+        with tarfile.open(path, mode="r:") as tar:
             first = tar.next()
             if first is None or first.name != "manifest.json" or not first.isfile():
                 raise BundleRefused(f"{path}: not a Neuron Studio bundle (no manifest.json first)")
@@ -282,12 +290,13 @@ def import_bundle(path: str | Path, device, here: Manifest) -> dict[str, Any]:
     staging = Path(tempfile.mkdtemp(prefix="neuron-studio-bundle-"))
     try:
         seen = set()
-        with tarfile.open(path, mode="r:*") as tar:
+        with tarfile.open(path, mode="r:") as tar:
             for member in tar:
                 if member.name == "manifest.json":
                     continue
-                if not member.isfile():
-                    raise BundleRefused(f"member {member.name!r}: only regular files are read (no links, devices)")
+                if not member.isfile() or member.issparse():
+                    raise BundleRefused(f"member {member.name!r}: only regular files are read, whole (no "
+                                        "links, devices or sparse files)")
                 try:  # the standard library's rule for extracting untrusted archives (PEP 706)
                     tarfile.data_filter(member, str(staging))
                 except tarfile.FilterError as exc:
