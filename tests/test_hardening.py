@@ -155,3 +155,15 @@ def test_clearing_caches_keeps_every_foreign_file(tmp_path):
     figures = foreign_files.run_foreign_files(tmp_path)
     assert figures["foreign_kept"] == figures["foreign_planted"] > 0
     assert figures["entries_removed"] == figures["entries_written"]
+
+
+@pytest.mark.slow
+def test_the_running_app_refuses_an_upload_from_another_site(app_url):
+    """The upload door (ui.guard; its bounds: tests/ui/test_uploads.py) is in the running app's
+    chain, before Gradio's upload route."""
+    request = urllib.request.Request(f"{app_url}gradio_api/upload", data=b"--x--\r\n", method="POST",
+                                     headers={"Origin": "https://evil.example",
+                                              "Content-Type": "multipart/form-data; boundary=x"})
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=10)
+    assert refused.value.code == 403 and b"another site" in refused.value.read()

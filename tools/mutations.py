@@ -118,6 +118,11 @@ MUTATIONS = (
     Mutation("G10", "a bundle's tar headers reach the tar reader unbounded", "backend/caches/bundles.py",
              "        tar_headers.check(path, MAX_TOTAL_BYTES + MAX_MANIFEST_BYTES)\n", "        pass\n",
              ("tests/backend/test_bundles.py",)),
+    Mutation("G11", "one caller may upload without end", "ui/guard.py",
+             "        if sum(n for _, n in recent) + length > UPLOAD_BYTES_PER_CALLER:",
+             "        if False:", ("tests/ui/test_uploads.py",)),
+    Mutation("G12", "an upload the app has read is kept", "ui/temp_dir.py",
+             "        os.unlink(target)\n", "        pass\n", ("tests/ui/test_uploads.py",)),
 )
 
 

@@ -12,6 +12,7 @@ The process around it (the model load, signals, the temp folder) is ``ui.serve``
 
 from __future__ import annotations
 
+import os
 import sys
 import weakref
 from pathlib import Path
@@ -92,7 +93,7 @@ def launch(manager, settings, block: bool = True) -> gr.Blocks:
     demo = build_ui(manager, key)
     demo.queue(default_concurrency_limit=1)
     guard = Middleware(RoomGuard, key=key, hosts=allowed_hosts(settings.host),
-                       output_dir=str(Path(settings.output_dir).resolve()))
+                       output_dir=str(Path(settings.output_dir).resolve()), upload_dir=os.environ.get("GRADIO_TEMP_DIR"))
     demo.launch(server_name=settings.host, server_port=settings.port, share=settings.share, auth=auth,
                 enable_monitoring=False, show_error=False, prevent_thread_lock=True, css=CSS, js=PROMPT_KEYS, i18n=I18N,
                 allowed_paths=[str(Path(settings.output_dir).resolve())], quiet=False,

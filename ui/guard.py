@@ -9,6 +9,11 @@
   output folder among them, to anyone who knows a name; there only the PNGs the app wrote (its own
   file names, ``backend.images.folder.APP_PNG``) are answered — not a user's own file kept beside them,
   nor an HTML file that would be served as a page from the app's address (404).
+- **Uploads are bounded** (Gradio caps each file, ``MAX_UPLOAD``, but not their number or total):
+  a caller (its address) may upload ``UPLOAD_BYTES_PER_CALLER`` in ``UPLOAD_WINDOW_S`` (429 past
+  it), all uploads held together stay under ``UPLOADS_TOTAL_BYTES`` (413), and an upload whose
+  ``Origin`` names another site is refused (403). The handlers delete an upload once they have
+  read it.
 - **The operator's login** (``backend.serving.roles``): ``GET /operator?token=T`` with the token the app
   printed, or ``/operator`` with HTTP Basic credentials from ``--operator-auth``, sets this run's
   operator session key as an HttpOnly, SameSite=Strict cookie and redirects to the page. A wrong
@@ -20,8 +25,10 @@ Pure ASGI (no Gradio), so it runs before any of Gradio's routes, the API and the
 from __future__ import annotations
 
 import base64
+import collections
 import os
-from urllib.parse import parse_qs, unquote
+import time
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from backend.images.folder import APP_PNG
 from backend.serving.roles import COOKIE, OperatorKey
@@ -45,12 +52,54 @@ def allowed_hosts(bind: str) -> frozenset[str] | None:
 
 
 FILE_ROUTE = "/gradio_api/file="
+UPLOAD_ROUTE = "/gradio_api/upload"
+UPLOAD_BYTES_PER_CALLER = 100 * 2**20  # five of the largest uploads; thousands of parameter PNGs
+UPLOAD_WINDOW_S = 600.0
+UNKNOWN_LENGTH = 20 * 2**20  # a body without a Content-Length counts as the largest upload (MAX_UPLOAD)
+UPLOADS_TOTAL_BYTES = 200 * 2**20
+
+
+def folder_bytes(folder: str | None) -> int:
+    """What the files under ``folder`` hold (0 when there is none)."""
+    total = 0
+    for parent, _dirs, files in os.walk(folder or "", followlinks=False):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(parent, name)).st_size
+            except OSError:
+                pass
+    return total
 
 
 class RoomGuard:
-    def __init__(self, app, key: OperatorKey, hosts: frozenset[str] | None, output_dir: str | None = None):
+    def __init__(self, app, key: OperatorKey, hosts: frozenset[str] | None, output_dir: str | None = None,
+                 upload_dir: str | None = None, clock=time.monotonic):
         self.app, self.key, self.hosts = app, key, hosts
         self.output_dir = os.path.realpath(output_dir) if output_dir else None
+        self.upload_dir, self._clock = upload_dir, clock
+        self._uploads: dict[str, collections.deque] = {}  # caller -> when its recent uploads came
+
+    def _upload_refusal(self, scope, headers) -> tuple[int, str] | None:
+        """(status, why) when this upload is over a bound; None lets it through (and counts it)."""
+        origin = headers.get("origin")
+        if origin and host_name(urlsplit(origin).netloc) != host_name(headers.get("host", "")):
+            return 403, f"Uploads come only from this app's own page; {origin!r} is another site."
+        caller = (scope.get("client") or ("unknown",))[0]
+        now, recent = self._clock(), self._uploads.setdefault(caller, collections.deque())
+        while recent and now - recent[0][0] > UPLOAD_WINDOW_S:
+            recent.popleft()
+        text = headers.get("content-length") or ""
+        length = int(text) if text.isdigit() and len(text) < 16 else UNKNOWN_LENGTH
+        if sum(n for _, n in recent) + length > UPLOAD_BYTES_PER_CALLER:
+            wait = int(UPLOAD_WINDOW_S - (now - recent[0][0])) + 1 if recent else int(UPLOAD_WINDOW_S)
+            return 429, (f"Too much uploaded from this address: at most {UPLOAD_BYTES_PER_CALLER / 2**20:.0f} MB "
+                         f"every {UPLOAD_WINDOW_S / 60:g} minutes; try again in {wait} s.")
+        held = folder_bytes(self.upload_dir)
+        if held + length > UPLOADS_TOTAL_BYTES:
+            return 413, (f"The app holds {held / 2**20:.0f} MB of uploads; at most {UPLOADS_TOTAL_BYTES / 2**20:.0f} MB "
+                         "are kept at once. Try again when they have been read.")
+        recent.append((now, length))
+        return None
 
     def _foreign_output(self, path: str) -> bool:
         """A file route into the output folder for a file the app did not write there."""
@@ -75,6 +124,10 @@ class RoomGuard:
             return await self._login(scope, headers, send)
         if scope["type"] == "http" and self._foreign_output(scope.get("path", "")):
             return await _reply(send, 404, "Not found: the output folder serves only the images the app made.")
+        if scope["type"] == "http" and scope.get("path") == UPLOAD_ROUTE and scope.get("method") == "POST":
+            refused = self._upload_refusal(scope, headers)
+            if refused:
+                return await _reply(send, *refused)
         return await self.app(scope, receive, send)
 
     async def _login(self, scope, headers, send):

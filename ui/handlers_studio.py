@@ -15,6 +15,7 @@ import gradio as gr
 
 from backend.errors import GenerationCancelled, InvalidRequest
 from backend.images.pngmeta import read_png_parameters
+from ui.temp_dir import discard_upload
 from backend.shapes import Shape, validate_shape
 from ui.handlers_base import Handlers, _info, _whole, _warning, refusals
 from ui.i18n import error_message, language, text
@@ -227,6 +228,8 @@ class StudioHandlers(Handlers):
                                          max_size=bounds.max_size)
         except Exception:  # noqa: BLE001 - not a PNG (or a broken one): say so, change nothing
             raise gr.Error(text(lang, "err_not_png"), title=text(lang, "title_error")) from None
+        finally:
+            discard_upload(path)  # read: the upload is not kept (ui.guard bounds what is held)
         if not params:
             _warning(lang, text(lang, "warn_no_params"))
             return (gr.skip(),) * 9

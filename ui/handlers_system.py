@@ -9,6 +9,7 @@ import gradio as gr
 
 from ui.handlers_base import REPLICA_ENGINE, TP_ENGINE, Handlers, _info, _whole, refusals
 from ui.i18n import language, text
+from ui.temp_dir import discard_upload
 from ui.views_common import preset_shape
 from ui.views_system import bundle_markdown, replicas_markdown, shapes_frame, system_markdown, warmup_markdown
 from ui.views_tp import TP_RUNNING, tp_logs_text, tp_markdown, tp_state_html, tp_state_name
@@ -122,7 +123,11 @@ class SystemHandlers(Handlers):
 
         lang = language(page)
         with refusals(lang):
-            self._caller(page).require_operator("Importing a warm-start bundle")
+            try:
+                self._caller(page).require_operator("Importing a warm-start bundle")
+            except Exception:
+                discard_upload(path)  # a viewer's upload is not kept
+                raise
             manifest = bundles.read_manifest(path)
             mismatch = bundles.check(manifest, self.manager.bundle_manifest())
         return bundle_markdown(manifest.to_json(), mismatch, lang), gr.update(visible=mismatch is None)
@@ -130,7 +135,10 @@ class SystemHandlers(Handlers):
     def import_bundle(self, path, page: gr.Request | None = None) -> str:
         lang = language(page)
         with refusals(lang):
-            result = self.manager.import_bundle(path, caller=self._caller(page))
+            try:
+                result = self.manager.import_bundle(path, caller=self._caller(page))
+            finally:
+                discard_upload(path)  # imported or refused: the upload is not kept
         _info(lang, text(lang, "info_bundle_imported", written=result["written"], already=result["already_there"]))
         return system_markdown(self.manager.status(), lang)
 

@@ -52,3 +52,26 @@ def remove_dead_runs_folders(root: str) -> list[str]:
         shutil.rmtree(path, ignore_errors=True)
         removed.append(path)
     return removed
+
+
+def discard_upload(path) -> bool:
+    """Delete an upload the app has read (a PNG's parameters, a bundle): only a file inside the
+    app's own temporary folder (``own_temp_dir``, named ``TEMP_PREFIX<pid>-``), never anything else.
+    True when it was deleted."""
+    folder = os.environ.get("GRADIO_TEMP_DIR", "")
+    if not path or not os.path.basename(folder).startswith(f"{TEMP_PREFIX}{os.getpid()}-"):
+        return False
+    target, root = os.path.realpath(str(path)), os.path.realpath(folder)
+    if os.path.commonpath([target, root]) != root or target == root or not os.path.isfile(target):
+        return False
+    try:
+        os.unlink(target)
+    except OSError:
+        return False
+    parent = os.path.dirname(target)  # Gradio keeps each upload in a folder of its own
+    if parent != root:
+        try:
+            os.rmdir(parent)
+        except OSError:
+            pass
+    return True
