@@ -120,9 +120,11 @@ MUTATIONS = (
              ("tests/backend/test_bundles.py",)),
     Mutation("G11", "one caller may upload without end", "ui/guard.py",
              "        if sum(n for _, n in recent) + length > UPLOAD_BYTES_PER_CALLER:",
-             "        if False:", ("tests/ui/test_uploads.py",)),
+             "        if False:", ("tests/ui/test_door.py",)),
+    Mutation("G13", "wrong operator logins are not slowed down", "ui/guard.py",
+             "        if len(failed) >= LOGIN_FAILURES:", "        if False:", ("tests/ui/test_door.py",)),
     Mutation("G12", "an upload the app has read is kept", "ui/temp_dir.py",
-             "        os.unlink(target)\n", "        pass\n", ("tests/ui/test_uploads.py",)),
+             "        os.unlink(target)\n", "        pass\n", ("tests/ui/test_door.py",)),
 )
 
 

@@ -17,7 +17,8 @@
 - **The operator's login** (``backend.serving.roles``): ``GET /operator?token=T`` with the token the app
   printed, or ``/operator`` with HTTP Basic credentials from ``--operator-auth``, sets this run's
   operator session key as an HttpOnly, SameSite=Strict cookie and redirects to the page. A wrong
-  token or login changes nothing and says so.
+  token or login changes nothing and says so; after ``LOGIN_FAILURES`` wrong ones from an address
+  within ``LOGIN_WINDOW_S``, that address waits out the window (429) before it may try again.
 
 Pure ASGI (no Gradio), so it runs before any of Gradio's routes, the API and the queue included.
 """
@@ -53,6 +54,8 @@ def allowed_hosts(bind: str) -> frozenset[str] | None:
 
 FILE_ROUTE = "/gradio_api/file="
 UPLOAD_ROUTE = "/gradio_api/upload"
+LOGIN_FAILURES = 5
+LOGIN_WINDOW_S = 60.0
 UPLOAD_BYTES_PER_CALLER = 100 * 2**20  # five of the largest uploads; thousands of parameter PNGs
 UPLOAD_WINDOW_S = 600.0
 UNKNOWN_LENGTH = 20 * 2**20  # a body without a Content-Length counts as the largest upload (MAX_UPLOAD)
@@ -77,7 +80,8 @@ class RoomGuard:
         self.app, self.key, self.hosts = app, key, hosts
         self.output_dir = os.path.realpath(output_dir) if output_dir else None
         self.upload_dir, self._clock = upload_dir, clock
-        self._uploads: dict[str, collections.deque] = {}  # caller -> when its recent uploads came
+        self._uploads: dict[str, collections.deque] = {}  # caller -> (when, bytes) of its recent uploads
+        self._failures: dict[str, collections.deque] = {}  # caller -> when its recent wrong logins came
 
     def _upload_refusal(self, scope, headers) -> tuple[int, str] | None:
         """(status, why) when this upload is over a bound; None lets it through (and counts it)."""
@@ -131,6 +135,14 @@ class RoomGuard:
         return await self.app(scope, receive, send)
 
     async def _login(self, scope, headers, send):
+        caller = (scope.get("client") or ("unknown",))[0]
+        now, failed = self._clock(), self._failures.setdefault(caller, collections.deque())
+        while failed and now - failed[0] > LOGIN_WINDOW_S:
+            failed.popleft()
+        if len(failed) >= LOGIN_FAILURES:
+            wait = int(LOGIN_WINDOW_S - (now - failed[0])) + 1
+            return await _reply(send, 429, f"Too many wrong operator logins from this address; try again in {wait} s.",
+                                [(b"retry-after", str(wait).encode())])
         query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
         ok = self.key.check_token((query.get("token") or [None])[0])
         if not ok and self.key.pairs:
@@ -142,9 +154,12 @@ class RoomGuard:
                     user = password = None
                 ok = self.key.check_login(user, password)
             if not ok:
+                if auth or query.get("token"):
+                    failed.append(now)
                 return await _reply(send, 401, "Operator login required.",
                                     [(b"www-authenticate", b'Basic realm="Neuron Studio operator"')])
         if not ok:
+            failed.append(now)
             return await _reply(send, 403, "That is not this run's operator token: the page stays a viewer's.")
         cookie = f"{COOKIE}={self.key.session_key}; Path=/; HttpOnly; SameSite=Strict"
         await send({"type": "http.response.start", "status": 303,

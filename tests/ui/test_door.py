@@ -1,5 +1,6 @@
-"""Issue 33 (2): uploads are bounded per caller and in total, cross-origin ones are refused, and an
-upload the app has read is not kept. The guard is driven as the server drives it (ASGI calls),
+"""The server's door (ui.guard), issue 33: uploads are bounded per caller and in total,
+cross-origin ones are refused, and an upload the app has read is not kept (2); wrong operator
+logins from one address are slowed down (9). The guard is driven as the server drives it (ASGI calls),
 below a stand-in for Gradio's upload route that stores what it is sent."""
 
 from __future__ import annotations
@@ -117,3 +118,30 @@ def test_the_handlers_discard_what_they_read(studio, tmp_path, monkeypatch, hand
     except Exception:  # noqa: BLE001 - a refusal is fine: what counts is that the upload is gone
         pass
     assert not upload.exists()
+
+
+def _login(door, query: bytes, client: str = "10.0.0.1") -> int:
+    scope = {"type": "http", "method": "GET", "path": "/operator", "headers": [(b"host", b"studio:7860")],
+             "client": (client, 5555), "query_string": query}
+    sent = []
+
+    async def receive():
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message):
+        sent.append(message)
+
+    asyncio.run(door(scope, receive, send))
+    return sent[0]["status"]
+
+
+def test_wrong_operator_logins_from_one_address_are_slowed_down(tmp_path):
+    clock = Clock()
+    key = OperatorKey(None)
+    door = RoomGuard(None, key, hosts=None, clock=clock)
+    wrong = [_login(door, b"token=" + b"0" * 43) for _ in range(guard.LOGIN_FAILURES + 1)]
+    assert wrong == [403] * guard.LOGIN_FAILURES + [429]
+    assert _login(door, f"token={key.token}".encode()) == 429  # even the right one waits out the window
+    assert _login(door, f"token={key.token}".encode(), client="10.0.0.2") == 303  # another address may
+    clock.now += guard.LOGIN_WINDOW_S + 1
+    assert _login(door, f"token={key.token}".encode()) == 303
