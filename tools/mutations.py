@@ -123,6 +123,9 @@ MUTATIONS = (
              "        if False:", ("tests/ui/test_door.py",)),
     Mutation("G13", "wrong operator logins are not slowed down", "ui/guard.py",
              "        if len(failed) >= LOGIN_FAILURES:", "        if False:", ("tests/ui/test_door.py",)),
+    Mutation("G14", "a viewer's status shows the worker socket and the pids", "backend/serving/status.py",
+             '    for key in ("socket", "pids", "rank_pids"):\n        tp.pop(key, None)\n', "",
+             ("tests/ui/test_roles.py",)),
     Mutation("G12", "an upload the app has read is kept", "ui/temp_dir.py",
              "        os.unlink(target)\n", "        pass\n", ("tests/ui/test_door.py",)),
 )

@@ -76,8 +76,9 @@ def add_api(studio, manager) -> None:
     api_button.click(studio.api_generate, api_inputs, [api_image, api_record], api_name="generate",
                      concurrency_id=DEVICE_QUEUE, concurrency_limit=1)
 
-    def status() -> dict:
-        """The manager's status snapshot: device, model, engine state, per-shape compile states, caches."""
-        return manager.status()
+    def status(request: gr.Request) -> dict:
+        """The manager's status snapshot: device, model, engine state, per-shape compile states, caches
+        (a viewer's without the operator's details: ``backend.serving.status.for_viewer``)."""
+        return studio.status_for(request)
 
     gr.api(status, api_name="status", concurrency_limit=None)

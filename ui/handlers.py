@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import gradio as gr
 
+from backend.serving.status import for_viewer
 from ui import gradio_queue
 from ui.constants import DEVICE_QUEUE
 from ui.handlers_api import ApiHandlers
@@ -33,9 +34,15 @@ class Studio(CompareHandlers, ApiHandlers, SystemHandlers, PerformanceHandlers):
     def refresh_all(self, mode, width, height, steps, degree=None, page: gr.Request | None = None):
         """The timer's tick: one status read for both the studio line and the system panel. It reads
         no rank logs: those are read only when someone presses "Show rank logs"."""
-        status, lang, operator = self.manager.status(), language(page), self._caller(page).is_operator
+        lang, operator = language(page), self._caller(page).is_operator
+        status = self.status_for(page)
         return (self._studio_views(status, mode, width, height, steps, degree, lang, operator)
                 + self._system_views(status, lang, operator))
+
+    def status_for(self, page: gr.Request | None = None) -> dict:
+        """The status as this caller may read it: whole for the operator, ``for_viewer`` otherwise."""
+        status = self.manager.status()
+        return status if self._caller(page).is_operator else for_viewer(status)
 
     def follow_capacity(self) -> bool:
         """Let the page's device queue through as many requests at once as the engines can run now

@@ -170,7 +170,7 @@ class GroupCalls:
             reason = (f"no progress for {stall:g} s" + (f" while {phase}" if phase else "")
                       + " — a rank is hung or too slow; the group is being stopped")
             self._mark_dead(reason)
-            raise GroupDead(reason + self._tails_note()) from None
+            raise GroupDead(reason) from None
         except GroupDead as exc:  # rank 0 hung up: it died, and torchrun is ending the group
             raise self._group_lost(str(exc)) from None
         if msg["type"] != "error":
@@ -199,7 +199,7 @@ class GroupCalls:
             return GroupDead(f"the {self.name} was stopped")
         if self.state != "dead":
             self._mark_dead(reason)
-        return GroupDead((self.error or reason) + self._tails_note())
+        return GroupDead(self.error or reason)
 
     def health(self, timeout: float = 2.0) -> dict[str, Any]:
         if self.state in ("stopped", "dead", "stopping") or not self.socket_path:
@@ -226,8 +226,3 @@ class GroupCalls:
     def rank_pids(self) -> dict[int, int]:
         """{rank: pid}, as each rank reported it at READY."""
         return {int(r["rank"]): int(r["pid"]) for r in self.ranks if r.get("pid")}
-
-    def _tails_note(self) -> str:
-        last_lines = {r: self._tail(f"rank{r}.log", 3).strip() for r in range(self.degree)}
-        tails = [f"[rank {r}] {text.splitlines()[-1]}" for r, text in last_lines.items() if text]
-        return ("\n" + "\n".join(tails)) if tails else ""

@@ -55,3 +55,35 @@ class StatusView:
             "bundle": self.bundle,
             "fallback_ops": host_ops,
         }
+
+
+def for_viewer(status: dict[str, Any]) -> dict[str, Any]:
+    """What a viewer's page and a viewer's ``/status`` get: the status without what only the
+    operator needs — the worker socket's path, process ids, the cache folders' paths — and with each
+    error cut to its first line. A copy; the operator's status is ``Manager.status()`` itself."""
+    import copy
+
+    seen = copy.deepcopy(status)
+
+    def first_line(holder: dict[str, Any], *keys: str) -> None:
+        for key in keys:
+            if isinstance(holder.get(key), str):
+                holder[key] = holder[key].splitlines()[0] if holder[key] else holder[key]
+
+    tp = seen.get("tp") or {}
+    for key in ("socket", "pids", "rank_pids"):
+        tp.pop(key, None)
+    for rank in tp.get("ranks") or []:
+        rank.pop("pid", None)
+    first_line(tp, "error", "last_request_error")
+    replicas = seen.get("replicas") or {}
+    for replica in replicas.get("replicas") or []:
+        replica.pop("pid", None)
+        first_line(replica, "error")
+    first_line(replicas, "error")
+    cache = seen.get("cache") or {}
+    cache.pop("dir", None)
+    for entry in cache.get("caches") or []:
+        entry.pop("dir", None)
+    first_line(seen, "load_error", "last_error", "degraded")
+    return seen

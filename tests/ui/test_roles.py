@@ -3,6 +3,7 @@ operator; a viewer stops only its own run. Driven through the handlers with an O
 page's events call them, over the real manager (``tests/ui/test_api.py`` posts the same events to a
 running app)."""
 
+import json
 import types
 
 import gradio as gr
@@ -64,7 +65,7 @@ def test_a_viewer_is_refused_every_operator_event_and_nothing_changes(room, mana
 def test_every_handler_that_asks_for_the_caller_is_in_the_list():
     """A handler that decides by the caller's role is an operator event above, except those that
     answer a viewer too (stop: its own run; page_role and show_tp_controls: which controls show; the
-    status views: which sentences a viewer's page reads). Read from the source of every class
+    status views and status_for: which sentences and details a viewer's page reads). Read from the source of every class
     ``Studio`` is composed of (each tab's handlers live in their own module)."""
     import ast
     import inspect
@@ -76,7 +77,7 @@ def test_every_handler_that_asks_for_the_caller_is_in_the_list():
         body = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls.__name__).body
         asking |= {f.name for f in body if isinstance(f, ast.FunctionDef) and f.name != "_caller"
                    and any(isinstance(n, ast.Attribute) and n.attr == "_caller" for n in ast.walk(f))}
-    answering_viewers = {"stop", "page_role", "show_tp_controls", "refresh_studio", "refresh_all"}
+    answering_viewers = {"stop", "page_role", "show_tp_controls", "refresh_studio", "refresh_all", "status_for"}
     assert asking - answering_viewers == {name for name, _args in OPERATOR_EVENTS}
     assert answering_viewers <= asking  # each still asks (a stale name here would hide a new operator handler)
 
@@ -228,3 +229,23 @@ def test_a_run_an_api_client_owns_cannot_be_stopped_by_a_sessionless_or_other_ca
         with pytest.raises(gr.Error, match="another viewer's"):
             studio.stop(page=page(session=None))
     assert "result" in outcome  # a warm-up has no owner: no viewer stops it
+
+
+def test_a_viewer_reads_no_socket_pids_cache_paths_or_log_lines(room, manager):
+    """Issue 33 (5): the status a viewer's page and a viewer's /status get leaves out the worker
+    socket, process ids and cache folders, and cuts each error to its first line; the operator's
+    is whole."""
+    studio, key = room
+    manager.start_engine("tensor-parallel", 2, wait=True)
+    manager.start_engine("replicas", 1, wait=True)
+    manager.last_error = "RuntimeError: boom\n[rank 1] a line of its log"
+    whole = studio.status_for(page(cookie=key.session_key, session="s-operator"))
+    seen = studio.status_for(page())
+    assert whole["tp"]["socket"] and whole["tp"]["rank_pids"] and whole["cache"]["dir"]
+    text = json.dumps(seen)
+    assert whole["tp"]["socket"] not in text and whole["cache"]["dir"] not in text
+    assert not {"socket", "pids", "rank_pids"} & set(seen["tp"])
+    assert all("pid" not in r for r in seen["tp"]["ranks"] + seen["replicas"]["replicas"])
+    assert seen["last_error"] == "RuntimeError: boom" and seen["tp"]["state"] == "ready"
+    panel = " ".join(map(str, system_views(studio, page=page())))
+    assert "| Rank pids | … |" in panel and whole["cache"]["dir"] not in panel  # the System tab, a viewer's
