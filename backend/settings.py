@@ -103,6 +103,7 @@ class Settings:
     cache_from: Path | None = None
     # Generated PNGs kept in the output dir (the oldest of the app's own are removed past it).
     keep_outputs: int = 200
+    max_queued_per_viewer: int = 4
 
     def runs_as(self, mode: str) -> str:
         """How a request in ``mode`` runs on a process: itself, except ``tp``, whose ranks (and the
@@ -263,6 +264,9 @@ OPTIONS: dict[str, tuple[str, str, Any, str]] = {
     "cache_from": ("--cache-from", "NEURON_STUDIO_CACHE_FROM", Path,
                    "a warm-start bundle to import at start (its shapes then run once, so they are warm); "
                    "importing a bundle runs its author's code: use only bundles you trust"),
+    "max_queued_per_viewer": ("--max-queued-per-viewer", "NEURON_STUDIO_MAX_QUEUED_PER_VIEWER", _positive_int,
+                              "runs one page or API client may have waiting in the device queue; one more is "
+                              "refused with its place in line (the running one does not count)"),
     "keep_outputs": ("--keep-outputs", "NEURON_STUDIO_KEEP_OUTPUTS", _positive_int,
                      "generated PNGs kept in the output dir; the app's oldest are removed past it"),
 }

@@ -30,7 +30,8 @@ PROBE = textwrap.dedent("""
     page = urllib.request.urlopen(f"http://127.0.0.1:{demo.server_port}/", timeout=60)
     queue = demo._queue
     print(json.dumps({"status": page.status, "modules": sorted(sys.modules),
-                      "idle_poll": [queue.sleep_when_free, queue.progress_update_sleep_when_free]}))
+                      "idle_poll": [queue.sleep_when_free, queue.progress_update_sleep_when_free],
+                      "push": queue.push.__qualname__}))
     sys.stdout.flush()
     os._exit(0)
 """)
@@ -65,6 +66,13 @@ def test_an_idle_app_polls_its_queue_at_most_every_20_ms(started):
     app nobody uses (``python -m bench.idle`` measures it). The launched app polls at 20 and 50 ms."""
     look_for_work, send_progress = started["idle_poll"]
     assert look_for_work >= 0.02 and send_progress >= 0.05
+
+
+@pytest.mark.slow
+def test_the_launched_apps_queue_caps_each_viewers_waiting_runs(started):
+    """``launch`` wraps the queue's join with the per-viewer cap (its behaviour:
+    tests/ui/test_fair_queue.py)."""
+    assert started["push"] == "cap_per_session.<locals>.capped"
 
 
 def test_the_next_start_removes_what_a_killed_run_left_in_tmp_and_nothing_else(tmp_path):

@@ -126,6 +126,8 @@ MUTATIONS = (
     Mutation("G14", "a viewer's status shows the worker socket and the pids", "backend/serving/status.py",
              '    for key in ("socket", "pids", "rank_pids"):\n        tp.pop(key, None)\n', "",
              ("tests/ui/test_roles.py",)),
+    Mutation("G15", "one viewer may queue runs without end", "ui/gradio_queue.py",
+             "            if len(waiting) >= cap():", "            if False:", ("tests/ui/test_fair_queue.py",)),
     Mutation("G12", "an upload the app has read is kept", "ui/temp_dir.py",
              "        os.unlink(target)\n", "        pass\n", ("tests/ui/test_door.py",)),
 )

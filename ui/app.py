@@ -100,6 +100,10 @@ def launch(manager, settings, block: bool = True) -> gr.Blocks:
                 max_file_size=MAX_UPLOAD, app_kwargs={"middleware": [guard]})
     gradio_queue.calm(demo)  # an idle app should not poll 1,000 times a second
     gradio_queue.set_width(demo, DEVICE_QUEUE, manager.capacity())  # then at each change (build_ui)
+    gradio_queue.cap_per_session(demo, DEVICE_QUEUE, lambda: settings.max_queued_per_viewer,
+                                 lambda position, cap: (f"You have {cap} runs waiting already (the first at place "
+                                                        f"{position}); at most {cap} wait per viewer, so that "
+                                                        "others get a turn. Try again when one has started."))
     shown = "127.0.0.1" if settings.host in ("0.0.0.0", "::", "") else settings.host
     link = key.link(f"http://{'[' + shown + ']' if ':' in shown else shown}:{demo.server_port}")
     print(f"operator link (keep it to yourself; other pages are viewers): {link}" if link else

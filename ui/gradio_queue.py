@@ -8,6 +8,8 @@ a no-op that returns False/None, and the page still works, with less honest queu
   cleared when the page's event stream closes),
 - the width of one concurrency group (``event_queue_per_concurrency_id[id].concurrency_limit``,
   read by Gradio at every dispatch),
+- how many runs one session may have waiting (``cap_per_session``: Gradio's ``Queue.push`` is
+  wrapped, and reads each concurrency group's waiting events),
 - how often the queue polls while nothing waits: Gradio polls every 1 ms for a free worker and every
   10 ms for progress, which on an idle app is most of its CPU (measured: ``python -m bench.idle``).
 """
@@ -55,4 +57,30 @@ def set_width(blocks, concurrency_id: str, width: int) -> bool:
     if event_queue is None:
         return False
     event_queue.concurrency_limit = width
+    return True
+
+
+def cap_per_session(blocks, concurrency_id: str, cap: Callable[[], int],
+                    refusal: Callable[[int, int], str]) -> bool:
+    """Refuse a session's new event in one concurrency group while ``cap()`` of its events already
+    wait there: Gradio's queue has no per-session bound, so one page or API client could queue
+    hundreds of runs ahead of everyone. The join is answered 503 with ``refusal(position, cap)``
+    (``position``: where that session's first waiting run stands; gradio_client and the page say
+    "Queue is full", the words are in the answer's body). False: no queue to cap."""
+    queue = _queue(blocks)
+    if queue is None or not hasattr(queue, "push"):
+        return False
+    push = queue.push
+
+    async def capped(body, request, username):
+        fn = (getattr(blocks, "fns", None) or {}).get(getattr(body, "fn_index", None))
+        session = getattr(body, "session_hash", None)
+        group = (getattr(queue, "event_queue_per_concurrency_id", None) or {}).get(concurrency_id)
+        if session and group is not None and getattr(fn, "concurrency_id", None) == concurrency_id:
+            waiting = [i for i, event in enumerate(list(group.queue)) if event.session_hash == session]
+            if len(waiting) >= cap():
+                return False, refusal(waiting[0] + 1, cap()), "queue_full"
+        return await push(body, request, username)
+
+    queue.push = capped
     return True
