@@ -128,6 +128,9 @@ MUTATIONS = (
              ("tests/ui/test_roles.py",)),
     Mutation("G15", "one viewer may queue runs without end", "ui/gradio_queue.py",
              "            if len(waiting) >= cap():", "            if False:", ("tests/ui/test_fair_queue.py",)),
+    Mutation("G16", "the operator's Log out leaves the old cookie an operator's", "backend/serving/roles.py",
+             "        self._session_key = secrets.token_urlsafe(32)\n        if self.token is not None:",
+             "        if self.token is not None:", ("tests/ui/test_roles.py",)),
     Mutation("G12", "an upload the app has read is kept", "ui/temp_dir.py",
              "        os.unlink(target)\n", "        pass\n", ("tests/ui/test_door.py",)),
 )

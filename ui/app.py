@@ -105,7 +105,8 @@ def launch(manager, settings, block: bool = True) -> gr.Blocks:
                                                         f"{position}); at most {cap} wait per viewer, so that "
                                                         "others get a turn. Try again when one has started."))
     shown = "127.0.0.1" if settings.host in ("0.0.0.0", "::", "") else settings.host
-    link = key.link(f"http://{'[' + shown + ']' if ':' in shown else shown}:{demo.server_port}")
+    key.base_url = f"http://{'[' + shown + ']' if ':' in shown else shown}:{demo.server_port}"
+    link = key.link(key.base_url)
     print(f"operator link (keep it to yourself; other pages are viewers): {link}" if link else
           "operator: log in at /operator with the --operator-auth credentials", flush=True)
     if block:

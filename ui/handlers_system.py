@@ -83,6 +83,16 @@ class SystemHandlers(Handlers):
         return replicas_markdown(self.manager.status(), lang)
 
     # system panel ----------------------------------------------------------------------------
+    def log_out(self, page: gr.Request | None = None) -> None:
+        """The operator's Log out: a new operator key (``OperatorKey.rotate``), so this page and the
+        old link are a viewer's from now on; the new link is printed where the app was started."""
+        lang = language(page)
+        with refusals(lang):
+            self._caller(page).require_operator("Logging out")
+        self.key.rotate()
+        link = self.key.link(getattr(self.key, "base_url", "") or "")
+        print("the operator logged out" + (f"; the new operator link: {link}" if link else ""), flush=True)
+
     def clear_plan(self, page: gr.Request | None = None):
         """The clear button: what will be removed, and its size, before the operator confirms."""
         lang = language(page)

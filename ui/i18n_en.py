@@ -28,6 +28,7 @@ EN: dict[str, str] = {
     "compare_modes": "Modes (two or three)", "compare": "Compare", "side_by_side": "Side by side",
     "timings": "Timings",
     "warm_only": "Lock to warm shapes (refuse new compiles)", "clear_cache": "Clear compile cache…",
+    "log_out": "Log out (operator)",
     "confirm_clear": "Delete every compiled artifact on disk? Warm shapes stay warm in this process; the next "
                      "start compiles from scratch.",
     "confirm_yes": "Yes, clear it", "confirm_no": "Keep it", "shapes": "Shapes",

@@ -27,6 +27,7 @@ TR: dict[str, str] = {
     "timings": "Süreler",
     "warm_only": "Sıcak boyutlarla sınırla (yeni derlemeleri reddet)",
     "clear_cache": "Derleme önbelleğini temizle…",
+    "log_out": "Oturumu kapat (operatör)",
     "confirm_clear": "Diskteki tüm derlenmiş çıktılar silinsin mi? Sıcak boyutlar bu süreçte sıcak kalır; "
                      "sonraki başlangıç sıfırdan derler.",
     "confirm_yes": "Evet, temizle", "confirm_no": "Kalsın", "shapes": "Boyutlar",

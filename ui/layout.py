@@ -155,6 +155,7 @@ def system_tab(manager) -> dict:
             warm_only = gr.Checkbox(manager.warm_only, label=I18N("warm_only"),
                                     elem_id="warm-only")
             clear_btn = gr.Button(I18N("clear_cache"), elem_id="clear-cache")
+            log_out_btn = gr.Button(I18N("log_out"), elem_id="log-out", scale=0, min_width=280)
         with gr.Row(visible=False) as confirm_row:
             clear_plan = gr.Markdown(I18N("confirm_clear"), elem_id="clear-plan")
             confirm_btn = gr.Button(I18N("confirm_yes"), variant="stop", elem_id="confirm-clear")

@@ -46,7 +46,8 @@ def system_markdown(status: dict[str, Any], lang: str = DEFAULT) -> str:
                           f"{t(state_key) if state_key in MESSAGES_EN else status['state']}"
                           + (t("sys_active_mode", mode=engine["active_mode"]) if engine.get("active_mode") else "")),
         (t("sys_compile_backend"), dev.get("compile_backend", "…")),
-        *[(t("sys_cache"), (f"`{c['dir']}` " if c.get("dir") else "") + f"({format_bytes(c['bytes'])}, {c['variable']})")
+        *[(t("sys_cache"), f"`{c['dir']}` ({format_bytes(c['bytes'])}, {c['variable']})" if c.get("dir")
+           else f"{format_bytes(c['bytes'])} ({c['variable']})")
           for c in cache.get("caches") or [{"dir": "…", "bytes": None, "variable": ""}]],  # a viewer's: no dir
         *([(t("sys_cores"), core_plan_text(status["neuron_cores"]))] if status.get("neuron_cores") else []),
         (t("sys_memory"), t("sys_memory_value", rss=format_bytes(mem.get("rss_bytes")),

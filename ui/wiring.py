@@ -101,6 +101,8 @@ def system_events(studio, page) -> None:
     """The operator's System tab: the lock, clearing the cache (after a confirmation), warm-up, bundles."""
     page.warm_only.input(studio.set_warm_only, page.warm_only, None, **LIGHT)
     page.clear_btn.click(studio.clear_plan, None, [page.clear_plan, page.confirm_row], **LIGHT)
+    page.log_out_btn.click(studio.log_out, None, None, **LIGHT).success(
+        None, None, None, js="() => { window.location.reload(); }")  # the page comes back a viewer's
     page.cancel_btn.click(lambda: gr.update(visible=False), None, page.confirm_row, **LIGHT)
     page.confirm_btn.click(studio.clear_cache, None, page.system_info, **LIGHT).then(
         lambda: gr.update(visible=False), None, page.confirm_row, **LIGHT)

@@ -75,6 +75,13 @@ class OperatorKey:
         self.token = None if self.pairs else secrets.token_urlsafe(32)
         self._session_key = secrets.token_urlsafe(32)
 
+    def rotate(self) -> None:
+        """The operator logs out: a new session key (every operator cookie is now a viewer's) and,
+        without --operator-auth, a new token (the old link no longer logs in)."""
+        self._session_key = secrets.token_urlsafe(32)
+        if self.token is not None:
+            self.token = secrets.token_urlsafe(32)
+
     def link(self, base_url: str) -> str | None:
         """The operator link to print (None when operators log in with --operator-auth)."""
         return f"{base_url.rstrip('/')}/operator?token={self.token}" if self.token else None

@@ -31,7 +31,7 @@ OPERATOR_EVENTS = [
     ("clear_plan", ()), ("clear_cache", ()), ("set_warm_only", (True,)),
     ("start_warmup", (["1:1 · 1024x1024"], "compiled")), ("export_bundle", ()),
     ("show_bundle", ("/nonexistent.bundle",)), ("import_bundle", ("/nonexistent.bundle",)),
-    ("stop_compiling_worker", ()),
+    ("stop_compiling_worker", ()), ("log_out", ()),
 ]
 
 
@@ -106,7 +106,7 @@ def test_a_viewers_page_hides_every_operator_control(manager):
 
     key = OperatorKey()
     demo = build_ui(manager, key)
-    event = next(f for f in demo.fns.values() if f.fn.__name__ == "page_role")
+    event = next(f for f in demo.fns.values() if getattr(f.fn, "__name__", None) == "page_role")
     studio = event.fn.__self__
     controls = {block.elem_id or type(block).__name__ for block in event.outputs[1:]}
     assert len(event.outputs) - 1 == studio.operator_controls == 8
@@ -249,3 +249,18 @@ def test_a_viewer_reads_no_socket_pids_cache_paths_or_log_lines(room, manager):
     assert seen["last_error"] == "RuntimeError: boom" and seen["tp"]["state"] == "ready"
     panel = " ".join(map(str, system_views(studio, page=page())))
     assert "| Rank pids | … |" in panel and whole["cache"]["dir"] not in panel  # the System tab, a viewer's
+
+
+def test_the_operator_logs_out_and_the_old_cookie_and_link_are_a_viewers(room):
+    """Issue 33 (9): Log out gives the run a new operator key: the page that pressed it, and the
+    link it came in by, are a viewer's from then on; a viewer's Log out changes nothing."""
+    studio, key = room
+    old_cookie, old_token = key.session_key, key.token
+    with pytest.raises(gr.Error):
+        studio.log_out(page())
+    assert key.session_key == old_cookie and key.token == old_token
+    operator = page(cookie=old_cookie, session="s-operator")
+    assert studio._caller(operator).is_operator
+    studio.log_out(operator)
+    assert not studio._caller(operator).is_operator and not key.check_token(old_token)
+    assert key.check_token(key.token) and studio._caller(page(cookie=key.session_key)).is_operator
