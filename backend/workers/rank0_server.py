@@ -66,7 +66,8 @@ class Rank0Server:
 
     def describe(self) -> dict[str, Any]:
         return {"type": "ok", "state": self.state, "world_size": self.world, "timings": self.timings,
-                "busy": self.busy, "error": self.error, "requests_done": self.done, "refused": self.refused}
+                "busy": self.busy, "error": self.error, "requests_done": self.done, "refused": self.refused,
+                "open_connections": self.open_connections}
 
     def close(self) -> None:
         """Stop accepting (the accept thread ends); open connections finish on their own."""

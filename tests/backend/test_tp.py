@@ -132,6 +132,10 @@ def test_a_process_that_fills_rank0s_connection_slots_does_not_keep_requests_out
     finally:
         for sock in strangers:
             sock.close()
+    deadline = time.monotonic() + 30  # until rank 0 has dropped them all: the app's and this check's left
+    while _group(mgr).health(timeout=2).get("open_connections") != 2:
+        assert time.monotonic() < deadline, "rank 0 kept the strangers' connections"
+        time.sleep(0.05)
 
 
 def test_a_wrong_key_is_refused_and_nothing_runs(mgr):
