@@ -31,6 +31,7 @@ import os
 import time
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from backend.hardware.env import dir_size
 from backend.images.folder import APP_PNG
 from backend.serving.roles import COOKIE, OperatorKey
 
@@ -62,18 +63,6 @@ UNKNOWN_LENGTH = 20 * 2**20  # a body without a Content-Length counts as the lar
 UPLOADS_TOTAL_BYTES = 200 * 2**20
 
 
-def folder_bytes(folder: str | None) -> int:
-    """What the files under ``folder`` hold (0 when there is none)."""
-    total = 0
-    for parent, _dirs, files in os.walk(folder or "", followlinks=False):
-        for name in files:
-            try:
-                total += os.lstat(os.path.join(parent, name)).st_size
-            except OSError:
-                pass
-    return total
-
-
 class RoomGuard:
     def __init__(self, app, key: OperatorKey, hosts: frozenset[str] | None, output_dir: str | None = None,
                  upload_dir: str | None = None, clock=time.monotonic):
@@ -98,7 +87,7 @@ class RoomGuard:
             wait = int(UPLOAD_WINDOW_S - (now - recent[0][0])) + 1 if recent else int(UPLOAD_WINDOW_S)
             return 429, (f"Too much uploaded from this address: at most {UPLOAD_BYTES_PER_CALLER / 2**20:.0f} MB "
                          f"every {UPLOAD_WINDOW_S / 60:g} minutes; try again in {wait} s.")
-        held = folder_bytes(self.upload_dir)
+        held = dir_size(self.upload_dir) if self.upload_dir else 0
         if held + length > UPLOADS_TOTAL_BYTES:
             return 413, (f"The app holds {held / 2**20:.0f} MB of uploads; at most {UPLOADS_TOTAL_BYTES / 2**20:.0f} MB "
                          "are kept at once. Try again when they have been read.")

@@ -37,12 +37,8 @@ def _door(tmp_path, clock):
     return RoomGuard(store, OperatorKey(None), hosts=None, upload_dir=str(folder), clock=clock), folder
 
 
-def _post(door, size: int, client: str = "10.0.0.1", origin: str | None = None) -> int:
-    headers = [(b"host", b"studio:7860"), (b"content-length", str(size).encode())]
-    if origin:
-        headers.append((b"origin", origin.encode()))
-    scope = {"type": "http", "method": "POST", "path": guard.UPLOAD_ROUTE, "headers": headers,
-             "client": (client, 5555), "query_string": b""}
+def _status(door, scope: dict) -> int:
+    """Drive one HTTP request through the door as the server does; its answer's status."""
     sent = []
 
     async def receive():
@@ -51,8 +47,15 @@ def _post(door, size: int, client: str = "10.0.0.1", origin: str | None = None) 
     async def send(message):
         sent.append(message)
 
-    asyncio.run(door(scope, receive, send))
+    asyncio.run(door({"type": "http", "query_string": b"", **scope}, receive, send))
     return sent[0]["status"]
+
+
+def _post(door, size: int, client: str = "10.0.0.1", origin: str | None = None) -> int:
+    headers = [(b"host", b"studio:7860"), (b"content-length", str(size).encode())]
+    if origin:
+        headers.append((b"origin", origin.encode()))
+    return _status(door, {"method": "POST", "path": guard.UPLOAD_ROUTE, "headers": headers, "client": (client, 5555)})
 
 
 def test_one_caller_past_its_bytes_is_refused_and_nothing_more_is_kept(tmp_path, monkeypatch):
@@ -121,18 +124,8 @@ def test_the_handlers_discard_what_they_read(studio, tmp_path, monkeypatch, hand
 
 
 def _login(door, query: bytes, client: str = "10.0.0.1") -> int:
-    scope = {"type": "http", "method": "GET", "path": "/operator", "headers": [(b"host", b"studio:7860")],
-             "client": (client, 5555), "query_string": query}
-    sent = []
-
-    async def receive():
-        return {"type": "http.request", "body": b"", "more_body": False}
-
-    async def send(message):
-        sent.append(message)
-
-    asyncio.run(door(scope, receive, send))
-    return sent[0]["status"]
+    return _status(door, {"method": "GET", "path": "/operator", "headers": [(b"host", b"studio:7860")],
+                          "client": (client, 5555), "query_string": query})
 
 
 def test_wrong_operator_logins_from_one_address_are_slowed_down(tmp_path):
