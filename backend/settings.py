@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -104,6 +105,7 @@ class Settings:
     # Generated PNGs kept in the output dir (the oldest of the app's own are removed past it).
     keep_outputs: int = 200
     max_queued_per_viewer: int = 4
+    max_work: float = 0.0  # megapixel-steps one request may ask (width x height x steps / 1e6); 0: no bound
 
     def runs_as(self, mode: str) -> str:
         """How a request in ``mode`` runs on a process: itself, except ``tp``, whose ranks (and the
@@ -193,6 +195,13 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _non_negative_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"expected a number of at least 0, got {text!r}")
+    return value
+
+
 def _whole(text: str) -> int:
     return _count(text, 0, "a whole number of 0 or more")
 
@@ -267,6 +276,9 @@ OPTIONS: dict[str, tuple[str, str, Any, str]] = {
     "max_queued_per_viewer": ("--max-queued-per-viewer", "NEURON_STUDIO_MAX_QUEUED_PER_VIEWER", _positive_int,
                               "runs one page or API client may have waiting in the device queue; one more is "
                               "refused with its place in line (the running one does not count)"),
+    "max_work": ("--max-work", "NEURON_STUDIO_MAX_WORK", _non_negative_float,
+                 "megapixel-steps one request may ask (width x height x steps / 1e6; 2048x2048 at 50 steps is "
+                 "210); the cost line states it before the click (0: no bound beyond --max-size and --max-steps)"),
     "keep_outputs": ("--keep-outputs", "NEURON_STUDIO_KEEP_OUTPUTS", _positive_int,
                      "generated PNGs kept in the output dir; the app's oldest are removed past it"),
 }

@@ -131,6 +131,9 @@ MUTATIONS = (
     Mutation("G16", "the operator's Log out leaves the old cookie an operator's", "backend/serving/roles.py",
              "        self._session_key = secrets.token_urlsafe(32)\n        if self.token is not None:",
              "        if self.token is not None:", ("tests/ui/test_roles.py",)),
+    Mutation("G17", "a request past --max-work runs", "backend/request/validation.py",
+             "    if s.max_work and work(shape, steps) > s.max_work:", "    if False:",
+             ("tests/backend/test_validation.py", "tests/ui/test_handlers.py")),
     Mutation("G12", "an upload the app has read is kept", "ui/temp_dir.py",
              "        os.unlink(target)\n", "        pass\n", ("tests/ui/test_door.py",)),
 )

@@ -16,6 +16,7 @@ import gradio as gr
 from backend.errors import GenerationCancelled, InvalidRequest
 from backend.images.pngmeta import read_png_parameters
 from ui.temp_dir import discard_upload
+from backend.request.validation import check_work, work
 from backend.shapes import Shape, validate_shape
 from ui.handlers_base import Handlers, _info, _whole, _warning, refusals
 from ui.i18n import error_message, language, text
@@ -182,17 +183,21 @@ class StudioHandlers(Handlers):
             # Its requests run in process meanwhile: the badges are that mode's.
             badges = self._badges(status, self.manager.settings.runs_as("tp"), steps, lang)
             return engine, cost, badges, tp_badge, gr.update(interactive=True), end_compile
+        steps = steps if isinstance(steps, (int, float)) and steps >= 1 else None
+        bounds = self.manager.settings
         try:
-            bounds = self.manager.settings
             shape = validate_shape(height, width, bounds.min_size, bounds.max_size)
+            check_work(bounds, shape, int(steps or bounds.steps))  # --max-work, stated before the click
         except InvalidRequest as exc:
             shape, error = None, error_message(exc, lang)
         else:
             error = None
-        steps = steps if isinstance(steps, (int, float)) and steps >= 1 else None
         ready = status["state"] not in ("idle", "loading", "failed")
         prediction = self.manager.predict(mode, shape, steps) if ready and shape else None
         cost = cost_markdown(prediction, error, lang)
+        if bounds.max_work and shape is not None and prediction is not None:
+            cost += text(lang, "cost_work", work=f"{work(shape, int(steps or bounds.steps)):.1f}",
+                         limit=f"{bounds.max_work:g}")
         card = self.manager.card
         if shape is not None and card.beyond_training(shape):
             nearest = min((s for _n, s in card.presets if not card.beyond_training(s)),

@@ -48,6 +48,8 @@ EN: dict[str, str] = {
     "err_invalid": "A value is not valid", "err_invalid_prompt": "The prompt is not valid",
     "err_invalid_width": "The width is not valid", "err_invalid_height": "The height is not valid",
     "err_invalid_size": "The image size is not valid", "err_invalid_steps": "The number of steps is not valid",
+    "err_invalid_work": "The request is more work than one run may be",
+    "cost_work": " · {work} of the {limit} megapixel-steps a run may take",
     "err_invalid_guidance": "The guidance is not valid", "err_invalid_seed": "The seed is not valid",
     "err_invalid_mode": "The mode is not valid", "err_invalid_modes": "Choose two or three modes",
     "err_invalid_shapes": "Choose at least one preset", "err_invalid_tp_degree": "The TP degree is not valid",

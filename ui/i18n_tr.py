@@ -62,6 +62,8 @@ TR: dict[str, str] = {
     "err_invalid": "Bir değer geçerli değil", "err_invalid_prompt": "İstem geçerli değil",
     "err_invalid_width": "Genişlik geçerli değil", "err_invalid_height": "Yükseklik geçerli değil",
     "err_invalid_size": "Görsel boyutu geçerli değil", "err_invalid_steps": "Adım sayısı geçerli değil",
+    "err_invalid_work": "İstek, bir çalıştırmanın alabileceğinden fazla iş",
+    "cost_work": " · bir çalıştırmanın alabileceği {limit} megapiksel-adımın {work} kadarı",
     "err_invalid_guidance": "Yönlendirme değeri geçerli değil", "err_invalid_seed": "Tohum geçerli değil",
     "err_invalid_mode": "Mod geçerli değil", "err_invalid_modes": "İki ya da üç mod seçin",
     "err_invalid_shapes": "En az bir hazır boyut seçin", "err_invalid_tp_degree": "TP derecesi geçerli değil",

@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterable
 from backend.errors import InvalidRequest
 from backend.request.records import GenerationRequest
 from backend.settings import Settings
-from backend.shapes import show_value, validate_shape, whole_number
+from backend.shapes import Shape, show_value, validate_shape, whole_number
 
 MAX_SEED = 2**63 - 1
 RANDOM_SEED_BOUND = 2**53  # random seeds stay exact as JavaScript numbers in the browser
@@ -40,6 +40,18 @@ def _number(field: str, value: Any) -> float:
         return float(value)
     except (TypeError, ValueError, OverflowError):
         raise InvalidRequest(field, f"must be a number, got {show_value(value)}") from None
+
+
+def work(shape: Shape, steps: int) -> float:
+    """A request's work in megapixel-steps (width x height x steps / 1e6)."""
+    return shape.pixels * steps / 1e6
+
+
+def check_work(s: Settings, shape: Shape, steps: int) -> None:
+    """InvalidRequest("work") past ``--max-work`` (the operator's bound on one request's work)."""
+    if s.max_work and work(shape, steps) > s.max_work:
+        raise InvalidRequest("work", f"{shape} at {steps} steps is {work(shape, steps):.1f} megapixel-steps; the "
+                                     f"limit is {s.max_work:g} — fewer steps or a smaller size")
 
 
 def validate_request(s: Settings, modes: Iterable[str], prompt: Any, height: Any, width: Any, steps: Any = None,
@@ -81,6 +93,7 @@ def validate_request(s: Settings, modes: Iterable[str], prompt: Any, height: Any
     steps = s.steps if steps is None else whole_number("steps", steps)
     if not 1 <= steps <= s.max_steps:
         raise InvalidRequest("steps", f"must be between 1 and {s.max_steps}, got {show_value(steps)}")
+    check_work(s, shape, steps)
 
     if guidance is None:
         guidance = s.guidance

@@ -112,3 +112,14 @@ def test_bidirectional_control_characters_are_refused_naming_the_position(char):
 
     with pytest.raises(InvalidRequest, match=rf"bidirectional control character U\+{ord(char):04X} at position 2"):
         validate_request(Settings(), ("eager",), f"a {char}red fox", 64, 64)
+
+
+def test_a_request_past_the_operators_work_bound_is_refused_naming_it():
+    """Issue 33 (8): ``--max-work`` bounds one request's megapixel-steps (0: no bound)."""
+    bounded = Manager(make_settings(max_work=30.0))
+    assert bounded.validate("a fox", 1024, 1024, steps=28).steps == 28  # 29.4 megapixel-steps
+    with pytest.raises(InvalidRequest) as refused:
+        bounded.validate("a fox", 1024, 1024, steps=29)
+    assert refused.value.field == "work"
+    assert "1024x1024 at 29 steps is 30.4 megapixel-steps; the limit is 30" in refused.value.message
+    assert Manager(make_settings()).validate("a fox", 2048, 2048, steps=50).steps == 50  # unbounded by default

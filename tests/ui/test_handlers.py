@@ -506,6 +506,8 @@ def test_the_first_page_fits_the_model(model, tmp_path):
     manager, _launches = start_manager(tmp_path, model=model)
     try:
         demo = build_ui(manager)
+        from ui.handlers import Studio
+
         studio = Studio(manager)
         value = {b.elem_id: b.value for b in demo.blocks.values()
                  if getattr(b, "elem_id", None) and hasattr(b, "value")}
@@ -676,8 +678,28 @@ def test_a_png_made_past_the_default_step_bound_loads_with_its_steps(tmp_path):
 
     manager, _launches = start_manager(tmp_path, max_steps=100)
     try:
+        from ui.handlers import Studio
+
         studio = Studio(manager)
         path, *_ = studio.generate_from_page("a lighthouse", 64, 64, "eager", 80, 1.0, 7, False, [])
         assert studio.load_png(path)[4] == 80
+    finally:
+        manager.close()
+
+
+def test_the_cost_line_states_the_work_bound_before_the_click_and_generate_refuses_past_it(tmp_path):
+    from tests.ui.fake_engines import start_manager
+
+    manager, _launches = start_manager(tmp_path, max_work=30.0)
+    try:
+        from ui.handlers import Studio
+
+        studio = Studio(manager)
+        cost = studio.refresh_studio("eager", 1024, 1024, 20)[1]
+        assert cost.endswith(" · 21.0 of the 30 megapixel-steps a run may take"), cost
+        over = studio.refresh_studio("eager", 1024, 1024, 40)[1]
+        assert "more work than one run may be" in over and "the limit is 30" in over, over
+        assert "the limit is 30" in calm_refusal(studio.generate_from_page("a fox", 1024, 1024, "eager", 40, 1.0,
+                                                                           0, True, []))
     finally:
         manager.close()
