@@ -134,6 +134,8 @@ MUTATIONS = (
     Mutation("G17", "a request past --max-work runs", "backend/request/validation.py",
              "    if s.max_work and work(shape, steps) > s.max_work:", "    if False:",
              ("tests/backend/test_validation.py", "tests/ui/test_handlers.py")),
+    Mutation("G18", "the device queue is first come first served (no round robin)", "ui/gradio_queue.py",
+             "            round_robin(group.queue)\n", "            pass\n", ("tests/ui/test_fair_queue.py",)),
     Mutation("G12", "an upload the app has read is kept", "ui/temp_dir.py",
              "        os.unlink(target)\n", "        pass\n", ("tests/ui/test_door.py",)),
 )

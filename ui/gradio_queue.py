@@ -8,8 +8,9 @@ a no-op that returns False/None, and the page still works, with less honest queu
   cleared when the page's event stream closes),
 - the width of one concurrency group (``event_queue_per_concurrency_id[id].concurrency_limit``,
   read by Gradio at every dispatch),
-- how many runs one session may have waiting (``cap_per_session``: Gradio's ``Queue.push`` is
-  wrapped, and reads each concurrency group's waiting events),
+- how many runs one session may have waiting, and in which order they wait (``cap_per_session``:
+  Gradio's ``Queue.push`` is wrapped; it reads a concurrency group's waiting events, and puts them
+  in round-robin order between sessions after each join),
 - how often the queue polls while nothing waits: Gradio polls every 1 ms for a free worker and every
   10 ms for progress, which on an idle app is most of its CPU (measured: ``python -m bench.idle``).
 """
@@ -80,7 +81,27 @@ def cap_per_session(blocks, concurrency_id: str, cap: Callable[[], int],
             waiting = [i for i, event in enumerate(list(group.queue)) if event.session_hash == session]
             if len(waiting) >= cap():
                 return False, refusal(waiting[0] + 1, cap()), "queue_full"
-        return await push(body, request, username)
+        result = await push(body, request, username)
+        group = (getattr(queue, "event_queue_per_concurrency_id", None) or {}).get(concurrency_id)
+        if result[0] and group is not None and getattr(fn, "concurrency_id", None) == concurrency_id:
+            round_robin(group.queue)
+            if hasattr(queue, "broadcast_estimations"):
+                queue.broadcast_estimations(concurrency_id)  # the places each page shows, in the new order
+        return result
 
     queue.push = capped
     return True
+
+
+def round_robin(events: list) -> None:
+    """Reorder waiting events in place, fairly between sessions: each session's first waiting event
+    in the order they came, then each one's second, and so on — one viewer's burst waits behind
+    everyone else's next run, not in front of it. (Run right after a join, in the queue's own event
+    loop, between two of its dispatches: nothing else touches the list meanwhile.)"""
+    turn: dict[str, int] = {}
+    keyed = []
+    for position, event in enumerate(events):
+        nth = turn.get(event.session_hash, 0)
+        turn[event.session_hash] = nth + 1
+        keyed.append((nth, position, event))
+    events[:] = [event for _nth, _position, event in sorted(keyed, key=lambda k: k[:2])]

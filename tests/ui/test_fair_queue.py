@@ -53,7 +53,16 @@ def _waiting(demo) -> list:
     return list(demo._queue.event_queue_per_concurrency_id[DEVICE_QUEUE].queue)
 
 
-def test_one_viewer_queues_at_most_the_cap_and_another_viewer_waits_behind_only_that(room):
+def test_round_robin_puts_each_sessions_next_run_before_anyones_second():
+    from types import SimpleNamespace as Event
+
+    events = [Event(session_hash=s, n=i) for i, s in enumerate("aaaabca")]
+    gradio_queue.round_robin(events)
+    assert [(e.session_hash, e.n) for e in events] == [("a", 0), ("b", 4), ("c", 5), ("a", 1), ("a", 2),
+                                                        ("a", 3), ("a", 6)]
+
+
+def test_one_viewer_queues_at_most_the_cap_and_another_viewers_run_goes_next(room):
     demo, release, started = room
     url = demo.local_url
     greedy, other = Client(url, verbose=False), Client(url, verbose=False)
@@ -71,7 +80,9 @@ def test_one_viewer_queues_at_most_the_cap_and_another_viewer_waits_behind_only_
     assert len(_waiting(demo)) == CAP  # the refused ones never joined
     mine = other.submit("other", api_name="/run")
     _until(lambda: len(_waiting(demo)) == CAP + 1, "the other viewer's run to join")
-    assert [e.session_hash for e in _waiting(demo)].index(other.session_hash) == CAP  # place CAP + 1
+    # Round robin: the other viewer's one run waits behind the greedy one's next, not all four.
+    assert [e.session_hash for e in _waiting(demo)].index(other.session_hash) == 1
     release.set()
     assert mine.result(timeout=60) == "other" and first.result(timeout=60) == "greedy 0"
+    assert started.index("other") == 2  # it ran right after the greedy viewer's second
     assert [job.result(timeout=60) for job in waiting] == [f"greedy {i}" for i in range(1, CAP + 1)]
