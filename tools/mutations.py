@@ -136,6 +136,11 @@ MUTATIONS = (
              ("tests/backend/test_validation.py", "tests/ui/test_handlers.py")),
     Mutation("G18", "the device queue is first come first served (no round robin)", "ui/gradio_queue.py",
              "            round_robin(group.queue)\n", "            pass\n", ("tests/ui/test_fair_queue.py",)),
+    Mutation("G19", "clearing takes inductor's fxgraph/ folder whole, a user's files in it too",
+             "backend/hardware/cache_layout.py",
+             '_INDUCTOR_WHOLE_DIRS = ("triton", "cache", "precompiled_headers")',
+             '_INDUCTOR_WHOLE_DIRS = ("triton", "cache", "precompiled_headers", "fxgraph")',
+             ("tests/backend/test_cache_layout.py",)),
     Mutation("G12", "an upload the app has read is kept", "ui/temp_dir.py",
              "        os.unlink(target)\n", "        pass\n", ("tests/ui/test_door.py",)),
 )

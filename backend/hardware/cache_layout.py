@@ -11,10 +11,13 @@ writers themselves:
   ``<dir>/<sha256>/<sha256>.neff`` with its temp files ``tmpXXXXXXXX.tmp`` (NamedTemporaryFile);
 - NEFF locks (``TORCH_NEURONX_NEFF_LOCAL_CACHE_DIR``): ``<dir>/locks/<key>.lock`` (C++ path) and
   ``<dir>/<sha256>/locks/compile.lock`` (Python path);
-- inductor (``TORCHINDUCTOR_CACHE_DIR``; torch/_inductor/codecache.py, as it writes on torch 2.13):
-  its own sub-folders ``fxgraph``, ``aotautograd``, ``triton``, ``locks``, ``cache`` and
-  ``precompiled_headers``, and generated code in two-character folders named after the code's
-  hash, each file ``c<hash>.<ext>`` whose hash starts with the folder's name.
+- inductor (``TORCHINDUCTOR_CACHE_DIR``; torch/_inductor/codecache.py, as it writes on torch 2.13,
+  captured in ``tests/captures/inductor_cache_tree.txt``): generated code in two-character folders
+  named after the code's hash, each file ``c<hash>.<ext>`` whose hash starts with the folder's
+  name; FX graphs as ``fxgraph/<key[1:3]>/f<key>/<entry>``; AOT autograd entries as
+  ``aotautograd/a<key>/<entry>``; locks as ``locks/c<hash>.lock`` (hashes and entries are base32,
+  lower case). ``triton``, ``cache`` and ``precompiled_headers`` (not written on a CPU, so not
+  captured here) still go whole.
 
 Anything else — a file at the top, a folder of another name, a file in a hash folder that is not
 named like the writer's — stays. Folders emptied by the removal go too (the cache folder itself
@@ -33,7 +36,11 @@ _NEFF = re.compile(r"^([0-9a-f]{32})\.neff$")
 _NEFF_TEMP = re.compile(r"^\.tmp\.[A-Za-z0-9]{6}$")
 _PY_NEFF_TEMP = re.compile(r"^tmp[a-z0-9_]{8}\.tmp$")
 _LOCK = re.compile(r"^([0-9a-f]{32})\.lock$")
-_INDUCTOR_DIRS = ("fxgraph", "aotautograd", "triton", "locks", "cache", "precompiled_headers")
+_INDUCTOR_WHOLE_DIRS = ("triton", "cache", "precompiled_headers")
+_FX_KEY = re.compile(r"^f([a-z0-9]{2})[a-z0-9]{40,}$")
+_AOT_KEY = re.compile(r"^a[a-z0-9]{40,}$")
+_ENTRY = re.compile(r"^[a-z0-9]{40,}$")
+_INDUCTOR_LOCK = re.compile(r"^c[a-z0-9]{40,}\.lock$")
 _CODE_DIR = re.compile(r"^[a-z0-9]{2}$")  # "j6", "35": the code hash's second and third characters
 _INDUCTOR_CODE = re.compile(r"^c([a-z0-9]{2})[a-z0-9]{30,}(\.[A-Za-z0-9_.]+)?$")
 
@@ -94,8 +101,16 @@ def entries(kind: str, root: str | Path) -> list[Path]:
         return _lock_files(root)
     if kind != "inductor":
         raise ValueError(f"unknown cache kind {kind!r}")
-    found: list[Path] = [root / name for name in _INDUCTOR_DIRS if (root / name).is_dir()
+    found: list[Path] = [root / name for name in _INDUCTOR_WHOLE_DIRS if (root / name).is_dir()
                          and not (root / name).is_symlink()]
+    for first in (p for p in _dirs(root / "fxgraph") if _CODE_DIR.match(p.name)):
+        for key in _dirs(first):
+            match = _FX_KEY.match(key.name)
+            if match and match.group(1) == first.name:
+                found.extend(f for f in _files(key) if _ENTRY.match(f.name))
+    for key in (p for p in _dirs(root / "aotautograd") if _AOT_KEY.match(p.name)):
+        found.extend(f for f in _files(key) if _ENTRY.match(f.name))
+    found.extend(f for f in _files(root / "locks") if _INDUCTOR_LOCK.match(f.name))
     for folder in (p for p in _dirs(root) if _CODE_DIR.match(p.name)):
         for file in _files(folder):
             match = _INDUCTOR_CODE.match(file.name)

@@ -17,6 +17,7 @@ from backend.caches import bundles
 from backend.hardware import env as device_env
 
 CODE = "j6/cj6za2bike3u7tduddk6hzww7rezwfxjykobuwzmevoumg5c2rey.py"
+GRAPH = "fxgraph/a7/fa7lpgotpuddcmkfmmuaswn5ur2nagb4ofwukojqjaq4laqexsbg/ulq5tkt4tknoy7t4ble5gz3fh3khcltyv4gyza3mbu42n5altkf"  # an FX graph entry as inductor writes it (tests/captures/inductor_cache_tree.txt)
 
 
 @pytest.fixture
@@ -47,7 +48,7 @@ def _here(dev, model=None, **changes):
 def _made(tmp_path, caches):
     device = caches("made")
     root = tmp_path / "made"
-    for relative, data in (("fxgraph/ab/entry", b"graph"), (CODE, b"print('kernel')"), ("notes.txt", b"mine")):
+    for relative, data in ((GRAPH, b"graph"), (CODE, b"print('kernel')"), ("notes.txt", b"mine")):
         (root / relative).parent.mkdir(parents=True, exist_ok=True)
         (root / relative).write_bytes(data)
     manifest = bundles.export(tmp_path / "warm.bundle", _here(device), device)
@@ -56,7 +57,7 @@ def _made(tmp_path, caches):
 
 def test_export_then_import_elsewhere_brings_exactly_the_compile_entries(tmp_path, caches):
     manifest, bundle = _made(tmp_path, caches)
-    assert sorted(f["path"] for f in manifest.files) == sorted(["fxgraph/ab/entry", CODE])  # not notes.txt
+    assert sorted(f["path"] for f in manifest.files) == sorted([GRAPH, CODE])  # not notes.txt
     assert bundles.read_manifest(bundle).entries == [{"mode": "compiled", "shape": "64x64", "compile_seconds": 1.5}]
     device = caches("elsewhere")
     result = bundles.import_bundle(bundle, device, _here(device))
@@ -85,7 +86,7 @@ def _snapshot(root: Path) -> dict:
 
 
 def _tampered(members, manifest):
-    return [(m, d[:-1] + b"!" if m.name.endswith("entry") else d) for m, d in members]  # same size
+    return [(m, d[:-1] + b"!" if m.name.endswith(GRAPH) else d) for m, d in members]  # same size
 
 
 def _dotdot(members, manifest):
@@ -142,11 +143,11 @@ def test_a_bundle_for_another_model_or_install_is_refused_naming_the_field(tmp_p
 def test_an_existing_cache_file_with_other_contents_is_never_overwritten(tmp_path, caches):
     _manifest, bundle = _made(tmp_path, caches)
     device = caches("elsewhere")
-    (tmp_path / "elsewhere" / "fxgraph" / "ab").mkdir(parents=True)
-    (tmp_path / "elsewhere" / "fxgraph" / "ab" / "entry").write_bytes(b"local compile")
+    (tmp_path / "elsewhere" / GRAPH).parent.mkdir(parents=True)
+    (tmp_path / "elsewhere" / GRAPH).write_bytes(b"local compile")
     with pytest.raises(bundles.BundleRefused, match="exists with other contents"):
         bundles.import_bundle(bundle, device, _here(device))
-    assert _snapshot(tmp_path / "elsewhere") == {"fxgraph/ab/entry": b"local compile"}
+    assert _snapshot(tmp_path / "elsewhere") == {GRAPH: b"local compile"}
 
 
 def test_not_a_bundle_is_a_clear_refusal(tmp_path):
@@ -215,7 +216,7 @@ def test_a_bundle_refused_at_its_last_file_leaves_the_cache_as_it_was(tmp_path, 
     _manifest, bundle = _made(tmp_path, caches)
     device = caches("elsewhere")
     (tmp_path / "elsewhere" / "fxgraph").mkdir(parents=True)
-    (tmp_path / "elsewhere" / "fxgraph" / "ab").write_bytes(b"a file where the bundle wants a folder")
+    (tmp_path / "elsewhere" / "fxgraph" / "a7").write_bytes(b"a file where the bundle wants a folder")
     before = _tree(tmp_path / "elsewhere")
     with pytest.raises(bundles.BundleRefused, match="in the way"):
         bundles.import_bundle(bundle, device, _here(device))
