@@ -506,8 +506,6 @@ def test_the_first_page_fits_the_model(model, tmp_path):
     manager, _launches = start_manager(tmp_path, model=model)
     try:
         demo = build_ui(manager)
-        from ui.handlers import Studio
-
         studio = Studio(manager)
         value = {b.elem_id: b.value for b in demo.blocks.values()
                  if getattr(b, "elem_id", None) and hasattr(b, "value")}
@@ -678,8 +676,6 @@ def test_a_png_made_past_the_default_step_bound_loads_with_its_steps(tmp_path):
 
     manager, _launches = start_manager(tmp_path, max_steps=100)
     try:
-        from ui.handlers import Studio
-
         studio = Studio(manager)
         path, *_ = studio.generate_from_page("a lighthouse", 64, 64, "eager", 80, 1.0, 7, False, [])
         assert studio.load_png(path)[4] == 80
