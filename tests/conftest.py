@@ -49,3 +49,18 @@ def manager(tmp_path):
     mgr.start()
     yield mgr
     mgr.close()
+
+
+# Inductor's own cache entries as a real compile wrote them (tests/captures/inductor_cache_tree.txt):
+# what "Clear compile cache" recognises and removes; anything else in the folder is a user's.
+INDUCTOR_GRAPH = ("fxgraph/a7/fa7lpgotpuddcmkfmmuaswn5ur2nagb4ofwukojqjaq4laqexsbg/"
+                  "ulq5tkt4tknoy7t4ble5gz3fh3khcltyv4gyza3mbu42n5altkf")
+INDUCTOR_LOCK = "locks/c244b2rga7kqcbbf2xhybporem2yeo55qusvywqyipbcdmkdmkrr.lock"
+
+
+def plant_inductor_entry(cache_dir: Path, size: int, relative: str = INDUCTOR_GRAPH) -> Path:
+    """A compile-cache entry of ``size`` bytes under ``cache_dir``, named as inductor names it."""
+    path = Path(cache_dir) / relative
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"x" * size)
+    return path

@@ -11,7 +11,7 @@ from backend.errors import (BackendBusy, BackendNotReady, GenerationCancelled, G
                             InvalidRequest, ShapeLimitReached, ShapeLocked)
 from backend.serving.manager import Manager
 from backend.shapes import Shape
-from tests.conftest import make_settings
+from tests.conftest import INDUCTOR_LOCK, make_settings, plant_inductor_entry
 
 
 def _req(manager, mode, h, w, steps=2, seed=1):
@@ -319,8 +319,7 @@ def test_a_warm_up_list_is_deduplicated_and_capped(manager):
 
 def test_clear_compile_cache_empties_the_folder(manager):
     folder = Path(manager.device.cache_info()["dir"])
-    (folder / "fxgraph" / "ab").mkdir(parents=True, exist_ok=True)
-    (folder / "fxgraph" / "ab" / "x.bin").write_bytes(b"0" * 1000)
+    plant_inductor_entry(folder, 1000)
     (folder / "mine.txt").write_text("a user's file")
     assert manager.clear_compile_cache() >= 1000
     assert folder.is_dir() and sorted(p.name for p in folder.iterdir()) == ["mine.txt"]
@@ -331,13 +330,12 @@ def test_clear_compile_cache_is_refused_while_a_group_runs(manager, monkeypatch)
     import types
 
     folder = Path(manager.device.cache_info()["dir"])
-    (folder / "locks").mkdir(parents=True, exist_ok=True)
-    (folder / "locks" / "held.lock").write_bytes(b"0" * 10)
+    held = plant_inductor_entry(folder, 10, INDUCTOR_LOCK)
     group = types.SimpleNamespace(state="ready")
     monkeypatch.setattr(manager.engines["tensor-parallel"], "group", group)
     with pytest.raises(BackendBusy, match="stop the group first"):
         manager.clear_compile_cache()
-    assert (folder / "locks" / "held.lock").exists()
+    assert held.exists()
     group.state = "dead"
     assert manager.clear_compile_cache() >= 10
 

@@ -14,6 +14,7 @@ from PIL import Image
 from backend.errors import GenerationFailed
 from backend.images.pngmeta import read_png_parameters
 from backend.shapes import PRESETS, Shape
+from tests.conftest import plant_inductor_entry
 from tests.ui.fake_engines import WAIT, calm_refusal, system_views, until
 from ui import views
 
@@ -372,8 +373,7 @@ def test_system_panel_table_warmup_lock_and_cache(studio, manager, engine, cache
     assert manager.warm_only is True and manager.status()["warm_only"] is True
 
     # clearing the cache: the real one, on this test's cache folder; the user's own files stay
-    (cache_dir / "fxgraph").mkdir()
-    (cache_dir / "fxgraph" / "entry").write_bytes(b"x" * 1_500_000)
+    plant_inductor_entry(cache_dir, 1_500_000)
     (cache_dir / "notes.txt").write_text("mine")
     plan, confirm = studio.clear_plan()
     assert f"- 1 compile-cache entries, 1.5 MB, in `{cache_dir}`" in plan and confirm["visible"] is True
@@ -384,12 +384,11 @@ def test_system_panel_table_warmup_lock_and_cache(studio, manager, engine, cache
 
 
 def test_the_cache_is_not_cleared_while_a_group_holds_it(studio, manager, cache_dir):
-    (cache_dir / "fxgraph").mkdir()
-    (cache_dir / "fxgraph" / "entry").write_bytes(b"x" * 1000)
+    entry = plant_inductor_entry(cache_dir, 1000)
     studio.start_tp(2)
     with pytest.raises(gr.Error, match="stop the group first"):
         studio.clear_cache()
-    assert (cache_dir / "fxgraph" / "entry").is_file()
+    assert entry.is_file()
     studio.stop_tp()
     studio.clear_cache()
     assert not (cache_dir / "fxgraph").exists()

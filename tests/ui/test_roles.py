@@ -12,6 +12,7 @@ import pytest
 from backend.errors import GenerationCancelled
 from backend.serving.roles import COOKIE, OperatorKey
 from backend.shapes import Shape
+from tests.conftest import plant_inductor_entry
 from tests.ui.fake_engines import system_views, until
 from ui.handlers import Studio
 
@@ -53,8 +54,7 @@ def test_a_viewer_is_refused_every_operator_event_and_nothing_changes(room, mana
     temp_dir.mkdir()
     monkeypatch.setenv("GRADIO_TEMP_DIR", str(temp_dir))
     manager.start_engine("tensor-parallel", 2)
-    (cache_dir / "fxgraph").mkdir()
-    (cache_dir / "fxgraph" / "entry").write_bytes(b"x" * 100)
+    plant_inductor_entry(cache_dir, 100)
     before = _room_state(manager, launches, cache_dir, temp_dir)
     for who in (page(), page(cookie="forged"), page(cookie=key.token)):  # the link token is not the session key
         with pytest.raises(gr.Error, match="Not allowed for a viewer"):
