@@ -185,21 +185,23 @@ def _positive_int(text: str) -> int:
     return _count(text, 1, "a positive whole number")
 
 
-def _positive_float(text: str) -> float:
+def _float(text: str, what: str, ok) -> float:
+    """A number from a flag or variable that ``ok`` accepts, or ValueError saying ``what`` was expected."""
     try:
         value = float(text)
     except ValueError:
-        raise ValueError(f"expected a number of seconds, got {text!r}") from None
-    if not value > 0:
-        raise ValueError(f"expected a positive number of seconds, got {text!r}")
+        raise ValueError(f"expected {what}, got {text!r}") from None
+    if not ok(value):
+        raise ValueError(f"expected {what}, got {text!r}")
     return value
+
+
+def _positive_float(text: str) -> float:
+    return _float(text, "a positive number of seconds", lambda v: v > 0)
 
 
 def _non_negative_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value) or value < 0:
-        raise ValueError(f"expected a number of at least 0, got {text!r}")
-    return value
+    return _float(text, "a number of at least 0", lambda v: math.isfinite(v) and v >= 0)
 
 
 def _whole(text: str) -> int:

@@ -63,35 +63,63 @@ UNKNOWN_LENGTH = 20 * 2**20  # a body without a Content-Length counts as the lar
 UPLOADS_TOTAL_BYTES = 200 * 2**20
 
 
+class Window:
+    """What each caller (its address) spent in the last ``seconds``: bytes uploaded, wrong logins.
+    A caller whose entries have all aged out is forgotten."""
+
+    def __init__(self, seconds: float, clock):
+        self.seconds, self._clock = seconds, clock
+        self._spent: dict[str, collections.deque] = {}  # caller -> (when, amount), oldest first
+
+    def _recent(self, caller: str) -> collections.deque:
+        now, recent = self._clock(), self._spent.get(caller, collections.deque())
+        while recent and now - recent[0][0] > self.seconds:
+            recent.popleft()
+        if not recent:
+            self._spent.pop(caller, None)
+        return recent
+
+    def spent(self, caller: str) -> float:
+        return sum(amount for _when, amount in self._recent(caller))
+
+    def wait(self, caller: str) -> int:
+        """Whole seconds until the caller's oldest entry ages out (the whole window when it has none)."""
+        recent = self._recent(caller)
+        return int(self.seconds - (self._clock() - recent[0][0])) + 1 if recent else int(self.seconds)
+
+    def add(self, caller: str, amount: float = 1) -> None:
+        self._spent.setdefault(caller, collections.deque()).append((self._clock(), amount))
+
+
+def _address(scope) -> str:
+    return (scope.get("client") or ("unknown",))[0]
+
+
 class RoomGuard:
     def __init__(self, app, key: OperatorKey, hosts: frozenset[str] | None, output_dir: str | None = None,
                  upload_dir: str | None = None, clock=time.monotonic):
         self.app, self.key, self.hosts = app, key, hosts
         self.output_dir = os.path.realpath(output_dir) if output_dir else None
-        self.upload_dir, self._clock = upload_dir, clock
-        self._uploads: dict[str, collections.deque] = {}  # caller -> (when, bytes) of its recent uploads
-        self._failures: dict[str, collections.deque] = {}  # caller -> when its recent wrong logins came
+        self.upload_dir = upload_dir
+        self._uploads = Window(UPLOAD_WINDOW_S, clock)  # bytes each address uploaded
+        self._failures = Window(LOGIN_WINDOW_S, clock)  # wrong operator logins from each address
 
     def _upload_refusal(self, scope, headers) -> tuple[int, str] | None:
         """(status, why) when this upload is over a bound; None lets it through (and counts it)."""
         origin = headers.get("origin")
         if origin and host_name(urlsplit(origin).netloc) != host_name(headers.get("host", "")):
             return 403, f"Uploads come only from this app's own page; {origin!r} is another site."
-        caller = (scope.get("client") or ("unknown",))[0]
-        now, recent = self._clock(), self._uploads.setdefault(caller, collections.deque())
-        while recent and now - recent[0][0] > UPLOAD_WINDOW_S:
-            recent.popleft()
+        caller = _address(scope)
         text = headers.get("content-length") or ""
         length = int(text) if text.isdigit() and len(text) < 16 else UNKNOWN_LENGTH
-        if sum(n for _, n in recent) + length > UPLOAD_BYTES_PER_CALLER:
-            wait = int(UPLOAD_WINDOW_S - (now - recent[0][0])) + 1 if recent else int(UPLOAD_WINDOW_S)
+        if self._uploads.spent(caller) + length > UPLOAD_BYTES_PER_CALLER:
             return 429, (f"Too much uploaded from this address: at most {UPLOAD_BYTES_PER_CALLER / 2**20:.0f} MB "
-                         f"every {UPLOAD_WINDOW_S / 60:g} minutes; try again in {wait} s.")
+                         f"every {UPLOAD_WINDOW_S / 60:g} minutes; try again in {self._uploads.wait(caller)} s.")
         held = dir_size(self.upload_dir) if self.upload_dir else 0
         if held + length > UPLOADS_TOTAL_BYTES:
             return 413, (f"The app holds {held / 2**20:.0f} MB of uploads; at most {UPLOADS_TOTAL_BYTES / 2**20:.0f} MB "
                          "are kept at once. Try again when they have been read.")
-        recent.append((now, length))
+        self._uploads.add(caller, length)
         return None
 
     def _foreign_output(self, path: str) -> bool:
@@ -124,12 +152,9 @@ class RoomGuard:
         return await self.app(scope, receive, send)
 
     async def _login(self, scope, headers, send):
-        caller = (scope.get("client") or ("unknown",))[0]
-        now, failed = self._clock(), self._failures.setdefault(caller, collections.deque())
-        while failed and now - failed[0] > LOGIN_WINDOW_S:
-            failed.popleft()
-        if len(failed) >= LOGIN_FAILURES:
-            wait = int(LOGIN_WINDOW_S - (now - failed[0])) + 1
+        caller = _address(scope)
+        if self._failures.spent(caller) >= LOGIN_FAILURES:
+            wait = self._failures.wait(caller)
             return await _reply(send, 429, f"Too many wrong operator logins from this address; try again in {wait} s.",
                                 [(b"retry-after", str(wait).encode())])
         query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
@@ -144,11 +169,11 @@ class RoomGuard:
                 ok = self.key.check_login(user, password)
             if not ok:
                 if auth or query.get("token"):
-                    failed.append(now)
+                    self._failures.add(caller)
                 return await _reply(send, 401, "Operator login required.",
                                     [(b"www-authenticate", b'Basic realm="Neuron Studio operator"')])
         if not ok:
-            failed.append(now)
+            self._failures.add(caller)
             return await _reply(send, 403, "That is not this run's operator token: the page stays a viewer's.")
         cookie = f"{COOKIE}={self.key.session_key}; Path=/; HttpOnly; SameSite=Strict"
         await send({"type": "http.response.start", "status": 303,

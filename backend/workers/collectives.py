@@ -26,6 +26,27 @@ def encode_job(obj: Any) -> bytes:
     return json.dumps(obj, ensure_ascii=False).encode("utf-8")
 
 
+def _pack(obj: Any, size: int, what: str):
+    """``obj``'s JSON in a uint8 tensor of 8 + ``size`` bytes, its length in the first 8
+    (ValueError when it is longer than ``size``)."""
+    import torch
+
+    data = encode_job(obj)
+    if len(data) > size:
+        raise ValueError(f"{what} of {len(data)} bytes is over the collective's {size}")
+    buf = torch.zeros(_JOB_LEN + size, dtype=torch.uint8)
+    buf[:_JOB_LEN] = torch.frombuffer(bytearray(len(data).to_bytes(_JOB_LEN, "little")), dtype=torch.uint8)
+    buf[_JOB_LEN:_JOB_LEN + len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+    return buf
+
+
+def _unpack(buf) -> Any:
+    """The object ``_pack`` put in ``buf``."""
+    raw = buf.numpy()
+    length = int.from_bytes(raw[:_JOB_LEN].tobytes(), "little")
+    return json.loads(raw[_JOB_LEN:_JOB_LEN + length].tobytes().decode("utf-8"))
+
+
 def _bcast_json(obj: Any, me: Rank) -> Any:
     """Rank 0's job to every rank, as JSON bytes over the control group (no pickle): one collective
     of ``job_bytes`` bytes, its length in the first 8."""
@@ -33,19 +54,10 @@ def _bcast_json(obj: Any, me: Rank) -> Any:
     import torch.distributed as dist
 
     size = job_bytes(me.settings.max_prompt_chars)
-    buf = torch.zeros(_JOB_LEN + size, dtype=torch.uint8)
-    if me.rank == 0:
-        data = encode_job(obj)
-        if len(data) > size:  # the door refused it already; never broadcast half a job
-            raise ValueError(f"a job of {len(data)} bytes is over the broadcast's {size}")
-        buf[:_JOB_LEN] = torch.frombuffer(bytearray(len(data).to_bytes(_JOB_LEN, "little")), dtype=torch.uint8)
-        buf[_JOB_LEN:_JOB_LEN + len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+    # On rank 0 the door refused a longer job already: never broadcast half a job.
+    buf = _pack(obj, size, "a job") if me.rank == 0 else torch.zeros(_JOB_LEN + size, dtype=torch.uint8)
     dist.broadcast(buf, src=0, group=me.control)
-    if me.rank == 0:
-        return obj
-    raw = buf.numpy()
-    length = int.from_bytes(raw[:_JOB_LEN].tobytes(), "little")
-    return json.loads(raw[_JOB_LEN:_JOB_LEN + length].tobytes().decode("utf-8"))
+    return obj if me.rank == 0 else _unpack(buf)
 
 
 REPORT_BYTES = 256 << 10  # a rank's READY report (its shard: the names of the weights it holds)
@@ -58,19 +70,10 @@ def _gather_json(obj: Any, me: Rank, size: int = REPORT_BYTES) -> list[Any] | No
     import torch
     import torch.distributed as dist
 
-    data = encode_job(obj)
-    if len(data) > size:
-        raise ValueError(f"a report of {len(data)} bytes is over the gather's {size}")
-    mine = torch.zeros(_JOB_LEN + size, dtype=torch.uint8)
-    mine[:_JOB_LEN] = torch.frombuffer(bytearray(len(data).to_bytes(_JOB_LEN, "little")), dtype=torch.uint8)
-    mine[_JOB_LEN:_JOB_LEN + len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+    mine = _pack(obj, size, "a report")
     bufs = [torch.empty_like(mine) for _ in range(me.world)] if me.rank == 0 else None
     dist.gather(mine, bufs, dst=0, group=me.control)
-    if me.rank:
-        return None
-    raw = [b.numpy() for b in bufs]
-    return [json.loads(r[_JOB_LEN:_JOB_LEN + int.from_bytes(r[:_JOB_LEN].tobytes(), "little")].tobytes().decode())
-            for r in raw]
+    return [_unpack(buf) for buf in bufs] if me.rank == 0 else None
 
 
 def _counters(out) -> dict[str, Any] | None:
