@@ -7,8 +7,9 @@ hold each figure to its promise; this script is how a person reads them.
 
 The probes live by topic: ``bench.bad_input`` (API, CLI and PNG cases), ``bench.traffic`` (concurrent
 clients, RSS over sequential requests), ``bench.faults`` (injected faults, SIGTERM, orphans),
-``bench.foreign_files`` (clearing caches) and ``bench.room`` (a replica killed under load); this
-module runs them all and prints their figures.
+``bench.foreign_files`` (clearing caches), ``bench.room`` (a replica killed under load) and
+``bench.bounds`` (the room's bounds: a sessionless Stop, uploads, logins, the work bound, a greedy
+viewer, import atomicity, header bombs); this module runs them all and prints their figures.
 """
 
 from __future__ import annotations
@@ -22,12 +23,14 @@ from pathlib import Path
 from typing import Any
 
 from bench.bad_input import run_api_cases, run_cli_cases, run_png_cases
+from bench.bounds import bundle_bounds, room_bounds
 from bench.faults import run_faults, run_sigterm
 from bench.foreign_files import run_foreign_files
 from bench.traffic import run_load, run_memory
 from bench.room import replica_killed
 
 KEEP_OUTPUTS = 5  # the app under test keeps this many PNGs (--keep-outputs)
+MAX_WORK = 100.0  # megapixel-steps (--max-work): 1024x1024 at 50 steps is 52, 2048x2048 at 50 is 210
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,17 +46,24 @@ def main(argv: list[str] | None = None) -> int:
     report: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        with running_app(tmp, "--compile-backend", "aot_eager", "--keep-outputs", str(KEEP_OUTPUTS)) as url:
+        uploads = tmp / "gradio"  # the app's upload folder, so that the probe can weigh what it holds
+        os.environ["GRADIO_TEMP_DIR"] = str(uploads)
+        with running_app(tmp, "--compile-backend", "aot_eager", "--keep-outputs", str(KEEP_OUTPUTS),
+                         "--max-work", str(MAX_WORK)) as url:
+            from tools.app_process import operator_token
             from tools.room_client import refused_operator_events
 
             client = Client(url, verbose=False)
             report["api"] = run_api_cases(client, lambda: client.predict(api_name="/status"))
             report["load"] = run_load(url)
-            report["operator_events"] = [{"event": e, "refused": r, "caller": who} for who, cookie in
-                                         (("anonymous", None), ("forged key", "forged")) for e, r, _m in
+            report["operator_events"] = [{"event": e, "refused": r, "caller": who, "answer": m} for who, cookie in
+                                         (("anonymous", None), ("forged key", "forged")) for e, r, m in
                                          refused_operator_events(url, cookie)]
             report["png"] = run_png_cases(url, tmp)
             report["outputs_kept"] = len(list((tmp / "outputs").glob("*.png")))
+            report["bounds"] = room_bounds(url, client, operator_token(tmp), uploads, MAX_WORK)
+        os.environ.pop("GRADIO_TEMP_DIR")
+        report["bundles"] = bundle_bounds(tmp / "bundles")
         report["foreign_files"] = run_foreign_files(tmp / "caches")
         report["cli"] = run_cli_cases(tmp / "cli-out")
         report["memory"] = run_memory()
@@ -94,6 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     events = report["operator_events"]
     print(f"operator events posted by fn_index as a viewer / refused: {len(events)} / "
           f"{sum(e['refused'] for e in events)} (anonymous and forged key)")
+    for e in events:
+        if not e["refused"]:
+            print(f"  NOT REFUSED as a viewer's: {e['event']} ({e['caller']}): {e['answer']}")
     for row in report["png"]:
         print(f"hostile PNG '{row['case']}' ({row['bytes']} bytes): answered {row['answered']}, "
               f"{row['ratio_to_normal']}x a normal PNG's time, slowest /status meanwhile {row['slowest_status_s']} s")
@@ -102,7 +115,41 @@ def main(argv: list[str] | None = None) -> int:
           f"(compile entries removed {ff['entries_removed']} / {ff['entries_written']})")
     print(f"output PNGs kept after {len(report['api']) + report['load']['sent']} requests: "
           f"{report['outputs_kept']} (limit --keep-outputs {KEEP_OUTPUTS})")
+    print_bounds(report["bounds"], report["bundles"])
     return 0
+
+
+def print_bounds(room: dict[str, Any], bundles: dict[str, Any]) -> None:
+    stop = room["sessionless_stop"]
+    print(f"Stop posted without a session during an API client's run: {stop['stop_status']} "
+          f"\"{stop['stop_says']}\"; the API run {stop['api_run']}")
+    work = room["work_bound"]
+    print(f"a request of {work['asked']:.0f} megapixel-steps with --max-work {work['bound']:g}: refused in "
+          f"{work['seconds']} s: \"{work['says']}\"")
+    greedy = room["greedy_viewer"]
+    print(f"one viewer asks {greedy['asked']} runs at once: {greedy['ran']} ran, {greedy['refused']} refused "
+          f"(\"{greedy['refused_says']}\", the app's words: \"{greedy['app_says']}\"); another viewer's one run finished after "
+          f"{greedy['others_run_finished_after_greedy_runs']} of the first viewer's")
+    up = room["uploads"]
+    refusal = up["refusal"] or {}
+    print(f"uploads of 19.9 MB from one address: {up['accepted']} taken ({up['accepted_MB']} MB, bound "
+          f"{up['bound_MB']} MB), the next answered {refusal.get('status')} \"{refusal.get('says')}\" with "
+          f"{refusal.get('kept_bytes')} bytes kept; from another site: {up['foreign_origin']['status']} "
+          f"\"{up['foreign_origin']['says']}\"")
+    logins = room["logins"]
+    print(f"{len(logins['wrong'])} wrong operator logins in {logins['seconds']} s answered {logins['wrong']}; "
+          f"the right token from that address then: {logins['right_token_then']}")
+    imports = bundles["import"]
+    for case in ("last_file_in_the_way", "disk_full"):
+        row = imports[case]
+        if "not_measured" in row:
+            print(f"bundle import, {case}: not measured ({row['not_measured']})")
+            continue
+        print(f"bundle import ({imports['bundle_files']} files, {imports['bundle_MB']} MB), {case}: exit "
+              f"{row['exit']}, cache tree's hash unchanged: {row['tree_unchanged']}; \"…{row['says'][-110:]}\"")
+    for row in bundles["header_bombs"]:
+        print(f"header bomb '{row['bomb']}' ({row['file_bytes']} bytes announcing {row['announces']}): peak memory "
+              f"{row['extra_peak_MiB']:+.1f} MiB over a junk file's; \"{row['says'][-100:]}\"")
 
 
 if __name__ == "__main__":

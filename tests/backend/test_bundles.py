@@ -248,19 +248,6 @@ def test_a_disk_that_fills_mid_import_leaves_the_cache_as_it_was(tmp_path, cache
         subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
-def _header(name: bytes, kind: bytes, size: int) -> bytes:
-    """A ustar header by hand (what a hostile bundle's author writes), its checksum right."""
-    block = bytearray(512)
-    block[0:len(name)] = name
-    block[100:108] = b"0000644\0"
-    block[124:136] = f"{size:011o}\0".encode() if size < 8**11 else bytes([0x80]) + size.to_bytes(11, "big")
-    block[156:157] = kind
-    block[257:265] = b"ustar\x0000"
-    block[148:156] = b" " * 8
-    block[148:156] = f"{sum(block):06o}\0 ".encode()
-    return bytes(block)
-
-
 @pytest.mark.parametrize("kind, size, words", [
     (b"L", 1 << 30, "GNU long name header announces 1073741824 bytes"),
     (b"x", 2 << 20, "PAX header announces 2097152 bytes"),  # and carries them: 2 MB of records
@@ -274,30 +261,12 @@ def test_a_header_bomb_is_refused_before_the_tar_reader_sees_it_within_a_fixed_m
     refuses it naming what is wrong, and its peak memory stays that of a process that read
     nothing (measured by the kernel: the child's ru_maxrss, against the same command on a
     one-byte junk file)."""
-    import subprocess
-    import sys
+    from bench.bounds import header_bomb, peak_rss_of_show
 
-    from tests.conftest import ROOT
-
-    bomb = tmp_path / "bomb.bundle"
-    record = b"15 comment=abc\n"  # a PAX record: its own length first
-    body = record * (size // len(record)) + b"\n" * (size % len(record)) if kind == b"x" else b"a" * 1024
-    bomb.write_bytes(_header(b"files/inductor/x", kind, size) + body)
+    bomb = header_bomb(tmp_path / "bomb.bundle", kind, size)
     junk = tmp_path / "junk.bundle"
     junk.write_bytes(b"x")
-
-    def peak(path: Path) -> tuple[int, str]:
-        """(peak RSS in KiB, output) of the command, measured by a fresh parent of its own (this
-        process's RUSAGE_CHILDREN keeps the largest child of any earlier test)."""
-        command = [sys.executable, "app.py", "cache", "show", str(path), "--cache-dir", str(tmp_path / "cache"),
-                   "--model", "embedded-random"]
-        probe = ("import json, resource, subprocess, sys; "
-                 f"done = subprocess.run({command!r}, capture_output=True, text=True); "
-                 "print(json.dumps([resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, done.stdout + done.stderr]))")
-        out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120)
-        return tuple(json.loads(out.stdout))
-
-    baseline, _ = peak(junk)
-    used, said = peak(bomb)
+    baseline, _ = peak_rss_of_show(junk, tmp_path / "cache")
+    used, said = peak_rss_of_show(bomb, tmp_path / "cache")
     assert words in said, said
     assert used < baseline + 64 * 1024, (used, baseline)  # KiB: well under the gigabyte it announces

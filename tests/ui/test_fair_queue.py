@@ -86,3 +86,30 @@ def test_one_viewer_queues_at_most_the_cap_and_another_viewers_run_goes_next(roo
     assert mine.result(timeout=60) == "other" and first.result(timeout=60) == "greedy 0"
     assert started.index("other") == 2  # it ran right after the greedy viewer's second
     assert [job.result(timeout=60) for job in waiting] == [f"greedy {i}" for i in range(1, CAP + 1)]
+
+
+def test_the_waiting_runs_of_a_page_that_closed_leave_the_queue(room):
+    """Issue 33 (8): runs nobody reads any more do not hold the room's places. A page's runs wait
+    while its event stream is open; when the stream closes (the tab went away), Gradio's queue drops
+    them (``Queue.clean_events``) and the next viewer's run goes next. (The run already going stops
+    at its next step: ``gradio_queue.page_alive``, tested in test_roles.)"""
+    demo, release, started = room
+    url = demo.local_url
+    fn_index = next(i for i, fn in demo.fns.items() if fn.api_name == "run")
+
+    def join(label: str, session: str) -> None:
+        answer = httpx.post(f"{url}gradio_api/queue/join", timeout=30,
+                            json={"data": [label], "fn_index": fn_index, "session_hash": session})
+        assert answer.status_code == 200, answer.text
+
+    for label in ("gone 0", "gone 1", "gone 2"):
+        join(label, "gone")  # a page joins, then listens (a stream before any join is a 404)
+    with httpx.stream("GET", f"{url}gradio_api/queue/data", params={"session_hash": "gone"}, timeout=60) as page:
+        lines = page.iter_lines()  # held: a dropped iterator closes the stream
+        assert '"msg":"estimation"' in next(lines)  # open and answering
+        _until(lambda: started == ["gone 0"] and len(_waiting(demo)) == 2, "one run going and two waiting")
+        join("stays", "stays")
+        assert [e.session_hash for e in _waiting(demo)] == ["gone", "stays", "gone"]
+    _until(lambda: [e.session_hash for e in _waiting(demo)] == ["stays"], "the closed page's runs to leave")
+    release.set()
+    _until(lambda: started == ["gone 0", "stays"], "the remaining run to go next")
