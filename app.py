@@ -57,6 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("prompt")
     gen.add_argument("--size", action="append", type=_shape_arg, metavar="WxH",
                      help="image size, WIDTHxHEIGHT; repeat for several images in one process")
+    gen.add_argument("--image", action="append", default=None, metavar="PATH",
+                     help="a reference image to edit from (repeat for several, up to --max-references)")
+    gen.add_argument("--count", default=None, metavar="N", help="images per prompt, 1 to 4 (one batch)")
     gen.add_argument("--seed", default=None, help="seed (default: random; the used seed is reported)")
     gen.add_argument("--out", default=None,
                      help="output folder, or a .png file name (default: the output dir setting)")

@@ -30,7 +30,8 @@ def _fail(message: str, code: int) -> int:
 
 # The flag (or argument) of ``generate`` behind each request field, so an error names what to change.
 FIELD_FLAGS = {"prompt": "prompt", "size": "--size", "width": "--size", "height": "--size", "steps": "--steps",
-               "guidance": "--guidance", "seed": "--seed", "mode": "--mode"}
+               "guidance": "--guidance", "seed": "--seed", "mode": "--mode", "images": "--image", "count": "--count",
+               "work": "--max-work"}
 
 
 def _refusal(exc: StudioError) -> str:
@@ -80,10 +81,15 @@ def _out_paths(out: str | None, default_dir: Path, n: int):
 
     target = Path(out) if out else default_dir
     if target.suffix.lower() != ".png":
-        return lambda result: unique_output_path(target, result)
+        return lambda result, index=0: unique_output_path(target, result)
     if n == 1:
-        return lambda result: target
-    return lambda result: target.with_name(f"{target.stem}-{result.width}x{result.height}{target.suffix}")
+        return lambda result, index=0: target
+
+    def named(result, index=0) -> Path:
+        batch = f"-{index + 1}" if result.count > 1 else ""
+        return target.with_name(f"{target.stem}-{result.width}x{result.height}{batch}{target.suffix}")
+
+    return named
 
 
 class _TerminalProgress:
@@ -141,9 +147,11 @@ def generate(settings: Settings, args: argparse.Namespace) -> int:
     manager = Manager(settings)
     try:
         # Validate everything before loading anything: a typo should not cost a model load.
-        first = manager.validate(args.prompt, sizes[0].height, sizes[0].width, seed=args.seed)
+        edit = {"images": list(getattr(args, "image", None) or []), "count": getattr(args, "count", None)}
+        first = manager.validate(args.prompt, sizes[0].height, sizes[0].width, seed=args.seed, **edit)
+        edit["images"] = first.references  # read and fitted once
         # One seed for the whole batch (a random one if none was given), reported per image.
-        requests = [first] + [manager.validate(args.prompt, s.height, s.width, seed=first.seed)
+        requests = [first] + [manager.validate(args.prompt, s.height, s.width, seed=first.seed, **edit)
                               for s in sizes[1:]]
         unwritable = None if args.no_save else _unwritable(args.out, settings.output_dir)
         if unwritable:
@@ -152,12 +160,12 @@ def generate(settings: Settings, args: argparse.Namespace) -> int:
         manager.start()
         # Once the model's tokenizer is loaded, prompts are also held to the text encoder's limit.
         # (What was typed is validated again, not the model's reading of it: the record keeps both.)
-        requests = [manager.validate(r.typed or r.prompt, r.height, r.width, r.steps, r.guidance, r.seed, r.mode)
-                    for r in requests]
+        requests = [manager.validate(r.typed or r.prompt, r.height, r.width, r.steps, r.guidance, r.seed, r.mode,
+                                     images=r.references, count=r.count) for r in requests]
     except StudioError as exc:
         manager.close()
         return _fail(_one_line(_refusal(exc)), EXIT_BAD_INPUT)
-    name = _out_paths(args.out, settings.output_dir, len(requests))
+    name = _out_paths(args.out, settings.output_dir, sum(r.count for r in requests))
     try:
         for request in requests:
             try:
@@ -172,7 +180,9 @@ def generate(settings: Settings, args: argparse.Namespace) -> int:
                 return _fail(_one_line(_refusal(exc)), EXIT_BAD_INPUT)
             if not args.no_save:
                 try:
-                    result.path = str(save_png(image, result, name(result)).resolve())
+                    for index, each in enumerate(result.images or [image]):
+                        result.paths.append(str(save_png(each, result, name(result, index)).resolve()))
+                    result.path = result.paths[0]
                 except OSError as exc:
                     flag = "--out" if args.out else "--output-dir"
                     return _fail(f"{flag}: cannot write {name(result)}: {exc.strerror or exc}", EXIT_FAILED)
@@ -182,8 +192,12 @@ def generate(settings: Settings, args: argparse.Namespace) -> int:
                 how = (f"compiled ({result.compiles} graph(s), {result.compile_seconds:.2f} s"
                        + (f"; {result.neff_compiles} NEFF(s)" if result.neff_compiles else "") + ")"
                        if result.compiled else "no compile")
-                print(f"{result.width}x{result.height} {result.mode}: {result.seconds:.2f} s, {how}, "
-                      f"seed {result.seed}" + (f" -> {result.path}" if result.path else ""), flush=True)
+                saved = ", ".join(result.paths)
+                print(f"{result.signature or f'{result.width}x{result.height}'} {result.mode}: {result.seconds:.2f} s, "
+                      f"{how}, seed {result.seed}" + (f" -> {saved}" if saved else ""), flush=True)
+                for number, reference in enumerate(result.references, 1):
+                    print(f"  reference {number}: {reference['source']} -> {reference['fitted']} "
+                          f"({reference['fit']}), sha256 {reference['sha256'][:12]}…", flush=True)
                 if result.typed:  # the model read the prompt as a caption of its grammar
                     print(f"  drawn as: {result.prompt}", flush=True)
                 if result.fallback_ops:

@@ -16,7 +16,7 @@ from typing import Any
 
 from backend.core_lists import check_on_instance, format_cores, parse_cores
 from backend.errors import InvalidRequest
-from backend.shapes import Shape, parse_shape_list, validate_shape, whole_number
+from backend.shapes import MAX_COUNT, Shape, parse_shape_list, validate_shape, whole_number
 
 IN_PROCESS_MODES = ("eager", "compiled", "regional")
 TP_MODE = "tp"
@@ -106,6 +106,13 @@ class Settings:
     keep_outputs: int = 200
     max_queued_per_viewer: int = 4
     max_work: float = 0.0  # megapixel-steps one request may ask (width x height x steps / 1e6); 0: no bound
+    # Editing: reference images per request, the sizes they are fitted to (empty: the model's
+    # presets), how (crop or pad), and the transformer's sequence budget (0: four times the
+    # largest preset's tokens: the output and three references at a preset's size).
+    max_references: int = 4
+    reference_sizes: list[Shape] = dataclasses.field(default_factory=list)
+    reference_fit: str = "crop"
+    max_sequence_tokens: int = 0
 
     def runs_as(self, mode: str) -> str:
         """How a request in ``mode`` runs on a process: itself, except ``tp``, whose ranks (and the
@@ -116,6 +123,7 @@ class Settings:
     def to_json(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         out["prewarm"] = [str(s) for s in self.prewarm]
+        out["reference_sizes"] = [str(s) for s in self.reference_sizes]
         out["cache_dir"] = str(self.cache_dir)
         out["output_dir"] = str(self.output_dir)
         out["cache_from"] = str(self.cache_from) if self.cache_from else None
@@ -128,6 +136,7 @@ class Settings:
         """The inverse of ``to_json`` (credentials are never carried: ``auth`` comes back None)."""
         values = dict(data)
         values["prewarm"] = parse_shape_list(",".join(values.get("prewarm") or []))
+        values["reference_sizes"] = parse_shape_list(",".join(values.get("reference_sizes") or []))
         values["cache_dir"] = Path(values["cache_dir"]).expanduser()
         values["output_dir"] = Path(values["output_dir"])
         values["cache_from"] = Path(values["cache_from"]) if values.get("cache_from") else None
@@ -148,6 +157,13 @@ class Settings:
                 validate_shape(shape.height, shape.width, self.min_size, self.max_size)
             except InvalidRequest as exc:
                 raise ValueError(f"--prewarm {shape}: {exc}") from None
+            if len(shape.refs) > self.max_references:
+                raise ValueError(f"--prewarm {shape}: {len(shape.refs)} references; --max-references is "
+                                 f"{self.max_references}")
+            if self.reference_sizes and not set(shape.refs) <= {(s.height, s.width) for s in self.reference_sizes}:
+                raise ValueError(f"--prewarm {shape}: a reference size is not one of --reference-sizes")
+            if shape.count > MAX_COUNT:
+                raise ValueError(f"--prewarm {shape}: at most {MAX_COUNT} images per prompt")
         return self
 
 
@@ -206,6 +222,16 @@ def _non_negative_float(text: str) -> float:
 
 def _whole(text: str) -> int:
     return _count(text, 0, "a whole number of 0 or more")
+
+
+def _plain_shape_list(text: str) -> list[Shape]:
+    """Sizes (WIDTHxHEIGHT, no batch or references), each a multiple of 16 with area up to
+    1024x1024 (the pipeline resizes a larger reference itself, which would undo the fit)."""
+    shapes = parse_shape_list(text)
+    for shape in shapes:
+        if not shape.plain or shape.width % 16 or shape.height % 16 or shape.pixels > 1024 * 1024 or not shape.pixels:
+            raise ValueError(f"expected sizes WIDTHxHEIGHT, multiples of 16 of at most 1024x1024 pixels, got {shape}")
+    return shapes
 
 
 def _core_list(text: str) -> str:
@@ -281,6 +307,16 @@ OPTIONS: dict[str, tuple[str, str, Any, str]] = {
     "max_work": ("--max-work", "NEURON_STUDIO_MAX_WORK", _non_negative_float,
                  "megapixel-steps one request may ask (width x height x steps / 1e6; 2048x2048 at 50 steps is "
                  "210); the cost line states it before the click (0: no bound beyond --max-size and --max-steps)"),
+    "max_references": ("--max-references", "NEURON_STUDIO_MAX_REFERENCES", _whole,
+                       "reference images one edit may take (0: no editing)"),
+    "reference_sizes": ("--reference-sizes", "NEURON_STUDIO_REFERENCE_SIZES", _plain_shape_list,
+                        "the sizes references are fitted to, e.g. 1024x1024,768x1344 (default: the model's "
+                        "presets); each is a compile on Trainium, so keep them few"),
+    "reference_fit": ("--reference-fit", "NEURON_STUDIO_REFERENCE_FIT", _choice(("crop", "pad")),
+                      "how a reference reaches its size: crop (cover, cut the middle) or pad (fit, white around)"),
+    "max_sequence_tokens": ("--max-sequence-tokens", "NEURON_STUDIO_MAX_SEQUENCE_TOKENS", _whole,
+                            "image tokens (the output's and every reference's, 256 pixels each) one request may "
+                            "ask (0: four times the largest preset's)"),
     "keep_outputs": ("--keep-outputs", "NEURON_STUDIO_KEEP_OUTPUTS", _positive_int,
                      "generated PNGs kept in the output dir; the app's oldest are removed past it"),
 }

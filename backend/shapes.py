@@ -11,28 +11,79 @@ import dataclasses
 import math
 import numbers
 import operator
+import re
+from typing import Iterable
 
 from backend.errors import InvalidRequest
 
 MULTIPLE = 16  # the VAE's 8x downsampling times the 2x2 latent patches
+MAX_COUNT = 4  # images per prompt (one batch)
 
 
 @dataclasses.dataclass(frozen=True, order=True)
 class Shape:
+    """A static signature: what one compiled pipeline is for. The output's height and width, and
+    for an edit or a batch also ``count`` (images per prompt: the batch) and ``refs`` (each
+    reference image's (height, width) after fitting, sorted: their order changes no tensor's
+    shape). A plain text-to-image shape is ``Shape(height, width)``; its spelling is unchanged."""
+
     height: int
     width: int
+    count: int = 1
+    refs: tuple[tuple[int, int], ...] = ()
 
     def __str__(self) -> str:
-        return f"{self.width}x{self.height}"
+        text = f"{self.width}x{self.height}" + (f"*{self.count}" if self.count != 1 else "")
+        for (height, width), repeat in _runs(self.refs):
+            text += f"+ref{width}x{height}" + (f"x{repeat}" if repeat > 1 else "")
+        return text
+
+    @property
+    def output(self) -> "Shape":
+        """The output size alone (what a text-to-image run of it would be)."""
+        return Shape(self.height, self.width)
+
+    @property
+    def plain(self) -> bool:
+        return self.count == 1 and not self.refs
 
     @property
     def pixels(self) -> int:
         return self.height * self.width
 
     @property
+    def ref_tokens(self) -> int:
+        """The references' latent tokens, appended to the image tokens."""
+        return sum((h // MULTIPLE) * (w // MULTIPLE) for h, w in self.refs)
+
+    @property
     def tokens(self) -> int:
-        """Image tokens the transformer sees; compiled graphs are keyed by this, not by (h, w)."""
-        return (self.height // MULTIPLE) * (self.width // MULTIPLE)
+        """Tokens in the transformer's image sequence (the output's and every reference's):
+        compiled graphs are keyed by this and the batch, not by (h, w)."""
+        return (self.height // MULTIPLE) * (self.width // MULTIPLE) + self.ref_tokens
+
+    @property
+    def graph_key(self) -> tuple[int, int]:
+        """What the transformer's graph depends on: (batch, sequence tokens)."""
+        return self.count, self.tokens
+
+    @property
+    def work_pixels(self) -> int:
+        """Pixels the transformer works on per step: the output's and the references', per image."""
+        return (self.pixels + sum(h * w for h, w in self.refs)) * self.count
+
+    def with_inputs(self, count: int = 1, refs: "Iterable[tuple[int, int]]" = ()) -> "Shape":
+        return Shape(self.height, self.width, count, tuple(sorted(refs)))
+
+
+def _runs(refs: tuple[tuple[int, int], ...]) -> list[tuple[tuple[int, int], int]]:
+    out: list[tuple[tuple[int, int], int]] = []
+    for ref in refs:
+        if out and out[-1][0] == ref:
+            out[-1] = (ref, out[-1][1] + 1)
+        else:
+            out.append((ref, 1))
+    return out
 
 
 # Usual aspect ratios at about one megapixel, all multiples of 16.
@@ -58,9 +109,52 @@ def parse_shape(text: str) -> Shape:
     return Shape(height=height, width=width)
 
 
+MAX_SIGNATURE_REFS = 16  # more references than any setting allows; a longer spelling is refused unread
+_REF = re.compile(r"\+ref([0-9]{1,6})x([0-9]{1,6})(?:x([0-9]{1,2}))?")
+
+
+def parse_signature(text: str) -> Shape:
+    """Parse a signature: ``WIDTHxHEIGHT``, then ``*COUNT`` for several images per prompt, then one
+    ``+refWIDTHxHEIGHT`` per reference size (``xN`` after it: N references of that size). E.g.
+    ``1024x1024``, ``1024x1024*2``, ``1024x1024+ref768x768``, ``1024x1024*2+ref1024x1024x2``.
+    Raises ValueError with the expected form."""
+    raw = text.strip().lower().replace("×", "x")
+    head, plus, rest = raw.partition("+")
+    size, star, count_text = head.partition("*")
+    form = "WIDTHxHEIGHT[*COUNT][+refWIDTHxHEIGHT[xN]...] such as 1024x1024 or 1024x1024*2+ref768x768x2"
+    if len(raw) > 400:
+        raise ValueError(f"expected {form}, got {show_value(text)}")
+    shape = parse_shape(size) if not (star or plus) else _parse_or(size, form, text)
+    count = 1
+    if star:
+        if not (count_text and len(count_text) <= 2 and _ASCII_DIGITS.issuperset(count_text)) or int(count_text) < 1:
+            raise ValueError(f"expected {form}, got {show_value(text)}")
+        count = int(count_text)
+    refs: list[tuple[int, int]] = []
+    tail = plus + rest
+    position = 0
+    while position < len(tail):
+        match = _REF.match(tail, position)
+        if not match:
+            raise ValueError(f"expected {form}, got {show_value(text)}")
+        width, height, repeat = int(match[1]), int(match[2]), int(match[3] or 1)
+        if repeat < 1 or len(refs) + repeat > MAX_SIGNATURE_REFS:
+            raise ValueError(f"expected {form} with at most {MAX_SIGNATURE_REFS} references, got {show_value(text)}")
+        refs += [(height, width)] * repeat
+        position = match.end()
+    return shape.with_inputs(count, refs)
+
+
+def _parse_or(size: str, form: str, text: str) -> Shape:
+    try:
+        return parse_shape(size)
+    except ValueError:
+        raise ValueError(f"expected {form}, got {show_value(text)}") from None
+
+
 def parse_shape_list(text: str) -> list[Shape]:
-    """Parse '1024x1024,768x1344' into shapes (empty text gives an empty list)."""
-    return [parse_shape(part) for part in text.split(",") if part.strip()]
+    """Parse '1024x1024,768x1344*2+ref768x768' into signatures (empty text gives an empty list)."""
+    return [parse_signature(part) for part in text.split(",") if part.strip()]
 
 
 def _nearest(value: int, lo: int, hi: int) -> int:

@@ -51,6 +51,15 @@ class ApiText(gr.Textbox):
         return {"type": "string", "additional_description": self.api_text}
 
 
+class ApiFiles(gr.File):
+    """The reference images of an edit; its view_api line carries a description."""
+
+    def api_info(self) -> dict:
+        info = super().api_info()
+        return {**info, "additional_description": "reference images to edit from (gradio_client's handle_file), 0 to "
+                                       "--max-references; each is fitted to a reference size (a new size compiles)"}
+
+
 def add_api(studio, manager) -> None:
     """The API's hidden inputs and its two endpoints, inside the open Blocks."""
     s = manager.settings
@@ -69,6 +78,10 @@ def add_api(studio, manager) -> None:
                    "integer"),
         _api_field(RawNumber(s.guidance, visible=False, label="guidance"),
                    f"guidance scale, 0 to {s.max_guidance:g} (ignored by distilled models)"),
+        ApiFiles(None, file_count="multiple", type="filepath", visible=False, label="images"),
+        _api_field(RawNumber(1, visible=False, label="count"),
+                   "images per prompt, 1 to 4 (the image output is the batch's first; the record lists them)",
+                   "integer"),
     ]
     api_image = gr.Image(type="filepath", format="png", visible=False)
     api_record = gr.JSON(visible=False)

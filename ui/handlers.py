@@ -31,12 +31,13 @@ class Studio(CompareHandlers, ApiHandlers, SystemHandlers, PerformanceHandlers):
     """Every handler of the page, bound to one manager (real or fake): ``Studio(manager, operator_key)``
     (``ui.handlers_base.Handlers`` says how the key decides each event's caller)."""
 
-    def refresh_all(self, mode, width, height, steps, degree=None, page: gr.Request | None = None):
+    def refresh_all(self, mode, width, height, steps, degree=None, count=None, references=None,
+                    page: gr.Request | None = None):
         """The timer's tick: one status read for both the studio line and the system panel. It reads
         no rank logs: those are read only when someone presses "Show rank logs"."""
         lang, operator = language(page), self._caller(page).is_operator
         status = self.status_for(page)
-        return (self._studio_views(status, mode, width, height, steps, degree, lang, operator)
+        return (self._studio_views(status, mode, width, height, steps, degree, lang, operator, count, references)
                 + self._system_views(status, lang, operator))
 
     def status_for(self, page: gr.Request | None = None) -> dict:

@@ -13,12 +13,13 @@ from ui.handlers_studio import StudioHandlers
 class ApiHandlers(StudioHandlers):
     """The API's events: the same validation and run as the Generate button, no page around them."""
 
-    def api_generate(self, prompt, width, height, mode, steps, seed, guidance, page: gr.Request | None = None,
-                     progress: Callable = gr.Progress()):
-        """Generate one image; returns the PNG (with its parameters inside) and the run's record as JSON.
-        Every value is checked by the backend: a bad one is refused naming the field (and, for a
-        size, the nearest valid one)."""
-        request = self._validate(prompt, width, height, mode, steps, guidance, seed)
+    def api_generate(self, prompt, width, height, mode, steps, seed, guidance, images=None, count=1,
+                     page: gr.Request | None = None, progress: Callable = gr.Progress()):
+        """Generate one image (or a batch of ``count``: the first is returned); returns the PNG (with
+        its parameters inside) and the run's record as JSON. ``images``: reference images for an
+        edit (gradio_client's ``handle_file``). Every value is checked by the backend: a bad one is
+        refused naming the field (and, for a size, the nearest valid one)."""
+        request = self._validate(prompt, width, height, mode, steps, guidance, seed, references=images, count=count)
         result = self._run(request, progress, page=page)  # owned by the API client's session
         if result is None:
             raise gr.Error("the generation was stopped")
@@ -26,4 +27,5 @@ class ApiHandlers(StudioHandlers):
         # client (and gradio_client would mistake a dict with a "path" key for a file).
         record = result.to_json()
         record.pop("path")
+        record.pop("paths")
         return result.path, record

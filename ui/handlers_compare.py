@@ -26,12 +26,13 @@ class CompareHandlers(StudioHandlers):
         language, no rows (a bare Dataframe shows headers "1 2 3")."""
         return compare_frame([], language(page))
 
-    def compare(self, prompt, width, height, steps, guidance, seed, randomize, modes,
+    def compare(self, prompt, width, height, steps, guidance, seed, randomize, modes, references=None,
                 page: gr.Request | None = None, progress: Callable = gr.Progress()):
-        """The Compare button: the gallery (one image per mode, captioned) and the timings table."""
+        """The Compare button: the gallery (one image per mode, captioned) and the timings table.
+        With the Studio tab's reference images, each mode runs the same edit."""
         lang = language(page)
         request = self._validate(prompt, width, height, (modes or ["eager"])[0], steps, guidance,
-                                 -1 if randomize else seed, lang)
+                                 -1 if randomize else seed, lang, references=references)
         adapter = self._progress_adapter(progress, lang)
         with contextlib.closing(adapter), refusals(lang):
             try:

@@ -16,6 +16,7 @@ import gradio as gr
 from backend.errors import GenerationCancelled, InvalidRequest
 from backend.images.pngmeta import read_png_parameters
 from ui.temp_dir import discard_upload
+from backend.request.references import check_count, reference_files, reference_sizes
 from backend.request.validation import check_work, work
 from backend.shapes import Shape, validate_shape
 from ui.handlers_base import Handlers, _info, _whole, _warning, refusals
@@ -28,16 +29,31 @@ from ui.views_tp import tp_cost_markdown, tp_group_note, tp_state_html
 HISTORY_KEEP = 24
 
 
+def contact_sheet(images):
+    """A batch's images side by side (two rows for four): one picture for the image box and one
+    history entry."""
+    from PIL import Image
+
+    columns = 2 if len(images) == 4 else len(images)
+    rows = -(-len(images) // columns)
+    width, height = images[0].size
+    sheet = Image.new("RGB", (columns * width + (columns - 1) * 8, rows * height + (rows - 1) * 8), "white")
+    for index, image in enumerate(images):
+        sheet.paste(image.convert("RGB"), ((index % columns) * (width + 8), (index // columns) * (height + 8)))
+    return sheet
+
+
 class StudioHandlers(Handlers):
     """The Studio tab's events (and the runs Compare and the API share)."""
 
     # runs: shared with Compare and the API ---------------------------------------------------
-    def _validate(self, prompt, width, height, mode, steps, guidance, seed, lang: str | None = None):
+    def _validate(self, prompt, width, height, mode, steps, guidance, seed, lang: str | None = None,
+                  references=None, count=None):
         """A GenerationRequest, or a page error: translated when ``lang`` is given (the page), the
-        backend's own words when not (the API)."""
+        backend's own words when not (the API). ``references``: the Edit area's (or the API's) files."""
         with refusals(lang):
             return self.manager.validate(prompt, height, width, steps=steps, guidance=guidance,
-                                         seed=seed, mode=mode)
+                                         seed=seed, mode=mode, images=reference_files(references), count=count)
 
     def _progress_adapter(self, progress: Callable, lang: str = "en") -> Callable:
         """Step progress for the page's bar; while a shape compiles (silently: no step for seconds,
@@ -94,11 +110,14 @@ class StudioHandlers(Handlers):
 
     # generate / stop -------------------------------------------------------------------------
     def generate_from_page(self, prompt, width, height, mode, steps, guidance, seed, randomize, history,
-                           page: gr.Request | None = None, progress: Callable = gr.Progress()):
-        """The Generate button: returns image, run line, record, used seed, gallery, history state."""
+                           references=None, count=1, page: gr.Request | None = None,
+                           progress: Callable = gr.Progress()):
+        """The Generate button: returns image, run line, record, used seed, gallery, history state,
+        and the run's image files (a batch shows as one sheet, and is one history entry)."""
         lang = language(page)
         try:
-            request = self._validate(prompt, width, height, mode, steps, guidance, -1 if randomize else seed, lang)
+            request = self._validate(prompt, width, height, mode, steps, guidance, -1 if randomize else seed, lang,
+                                     references=references, count=count)
             result = self._run(request, progress, lang, page)
         except gr.Error as refusal:
             # A refusal (a bad prompt, a cold shape under the lock, a failed run): a calm notice in
@@ -106,19 +125,34 @@ class StudioHandlers(Handlers):
             # "Error" badge over every output.
             reason = str(refusal.message).removeprefix(text(lang, "title_error") + " — ")
             _warning(lang, reason)
-            return (gr.skip(), text(lang, "run_refused", reason=reason), gr.skip(), gr.skip(), gr.skip(), gr.skip())
+            return (gr.skip(), text(lang, "run_refused", reason=reason), gr.skip(), gr.skip(), gr.skip(), gr.skip(),
+                    gr.skip())
         if result is None:
             return (gr.skip(), text(lang, "run_stopped", seed=request.seed), gr.skip(), gr.skip(), gr.skip(),
-                    gr.skip())
+                    gr.skip(), gr.skip())
         record = result.to_json()
-        caption = (f"{result.width}x{result.height} · {mode_caption(record, lang)} · "
-                   f"{format_seconds(result.seconds)}")
-        history = ([(result.path, caption)] + list(history or []))[:HISTORY_KEEP]
+        shown = result.path if result.count == 1 else contact_sheet(result.images)
+        caption = (f"{result.width}x{result.height}{f' ×{result.count}' if result.count > 1 else ''} · "
+                   f"{mode_caption(record, lang)} · {format_seconds(result.seconds)}")
+        history = ([(shown, caption)] + list(history or []))[:HISTORY_KEEP]
         line = run_markdown(record, lang)
         reading = self.manager.card.read_prompt(result.typed) if result.typed else None
         if reading is not None:  # the model drew its reading of the prompt: say what it did not understand
             line += reading_note(reading, self.examples, lang)
-        return result.path, line, record, result.seed, history, history
+        return shown, line, record, result.seed, history, history, list(result.paths)
+
+    def use_as_reference(self, paths, references, page: gr.Request | None = None):
+        """"Use as reference": the last run's image (a batch's first) joins the Edit area's references."""
+        lang = language(page)
+        current = [item for item in (references or [])]
+        if not paths:
+            return gr.skip()
+        limit = self.manager.settings.max_references
+        if len(current) >= limit:
+            _warning(lang, text(lang, "warn_references_full", n=limit))
+            return gr.skip()
+        _info(lang, text(lang, "info_reference_added", n=len(current) + 1))
+        return current + [(paths[0], None)]
 
     def stop(self, page: gr.Request | None = None) -> None:
         """Stop this page's run (the operator's: every run) at its next step, and say so at once —
@@ -164,13 +198,15 @@ class StudioHandlers(Handlers):
         name = card.preset_name(Shape(height, width))  # the boxes may hold floats: label the preset's own
         return preset_label(name, dict(card.presets)[name]) if name else CUSTOM
 
-    def refresh_studio(self, mode, width, height, steps, degree=None, page: gr.Request | None = None):
-        """Engine line, cost of the chosen (mode, shape), preset badges for that mode, TP group badge,
-        whether Generate may be pressed."""
+    def refresh_studio(self, mode, width, height, steps, degree=None, count=None, references=None,
+                       page: gr.Request | None = None):
+        """Engine line, cost of the chosen (mode, signature: size, count, references' sizes), preset
+        badges for that mode, TP group badge, whether Generate may be pressed."""
         return self._studio_views(self.manager.status(), mode, width, height, steps, degree, language(page),
-                                  self._caller(page).is_operator)
+                                  self._caller(page).is_operator, count, references)
 
-    def _studio_views(self, status, mode, width, height, steps, degree=None, lang: str = "en", operator: bool = True):
+    def _studio_views(self, status, mode, width, height, steps, degree=None, lang: str = "en", operator: bool = True,
+                      count=None, references=None):
         engine = engine_markdown(status, lang)
         tp = status.get("tp") or {}
         tp_badge = tp_state_html(tp, lang)
@@ -187,6 +223,9 @@ class StudioHandlers(Handlers):
         bounds = self.manager.settings
         try:
             shape = validate_shape(height, width, bounds.min_size, bounds.max_size)
+            # the signature: a batch and the references' fitted sizes (their headers only are read)
+            shape = shape.with_inputs(check_count(count), reference_sizes(reference_files(references),
+                                                                          self.manager.reference_sizes))
             check_work(bounds, shape, int(steps or bounds.steps))  # --max-work, stated before the click
         except InvalidRequest as exc:
             shape, error = None, error_message(exc, lang)
@@ -224,7 +263,7 @@ class StudioHandlers(Handlers):
     def load_png(self, path, page: gr.Request | None = None):
         """Fill the controls from a PNG's parameters: prompt, size, steps, guidance, seed, mode."""
         if not path:
-            return (gr.skip(),) * 9
+            return (gr.skip(),) * 10
         lang = language(page)
         bounds = self.manager.settings  # the app's own bounds: a PNG it made at 80 of --max-steps 100 loads whole
         try:
@@ -237,7 +276,10 @@ class StudioHandlers(Handlers):
             discard_upload(path)  # read: the upload is not kept (ui.guard bounds what is held)
         if not params:
             _warning(lang, text(lang, "warn_no_params"))
-            return (gr.skip(),) * 9
+            return (gr.skip(),) * 10
+        if params.get("references"):  # the images themselves are not in the PNG: say which files it needs
+            refs = "; ".join(f"{r['source']} (SHA-256 {r['sha256'][:12]}…)" for r in params["references"])
+            _warning(lang, text(lang, "warn_png_references", count=len(params["references"]), refs=refs))
         width, height = params.get("width"), params.get("height")
         mode = params.get("mode")
         if mode not in self.manager.modes:
@@ -252,6 +294,7 @@ class StudioHandlers(Handlers):
             params.get("seed", gr.skip()),
             False if "seed" in params else gr.skip(),  # a loaded seed is meant to be reused
             mode or gr.skip(),
+            params.get("count", 1),
         )
 
     # the tensor-parallel controls: started and stopped only by their buttons (ui.handlers_system) --

@@ -27,7 +27,7 @@ DEFAULT = "en"
 
 # InvalidRequest fields the backend names (validation, shapes, the TP degree, compare, warm-up).
 INVALID_FIELDS = ("prompt", "width", "height", "size", "steps", "guidance", "seed", "mode", "modes", "shapes",
-                  "tp_degree", "replicas", "work")
+                  "tp_degree", "replicas", "work", "images", "count")
 
 MESSAGES: dict[str, dict[str, str]] = {"en": EN, "tr": TR}
 

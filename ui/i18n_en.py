@@ -49,6 +49,7 @@ EN: dict[str, str] = {
     "err_invalid_width": "The width is not valid", "err_invalid_height": "The height is not valid",
     "err_invalid_size": "The image size is not valid", "err_invalid_steps": "The number of steps is not valid",
     "err_invalid_work": "The request is more work than one run may be",
+    "err_invalid_images": "A reference image is not valid", "err_invalid_count": "The number of images is not valid",
     "cost_work": " · {work} of the {limit} megapixel-steps a run may take",
     "err_invalid_guidance": "The guidance is not valid", "err_invalid_seed": "The seed is not valid",
     "err_invalid_mode": "The mode is not valid", "err_invalid_modes": "Choose two or three modes",
@@ -74,6 +75,15 @@ EN: dict[str, str] = {
     "err_compile_failed": "The compile failed", "err_group_dead": "The tensor-parallel group died",
     "err_failed": "The generation failed", "err_model_not_found": "The model was not found",
     "cost_warm_on": " · warm on {warm} of {of} replicas",
+    "cost_nearest_warm": " Nearest warm: **{signature}**.",
+    "fit_crop": "cropped", "fit_pad": "padded", "fit_as_is": "as is",
+    "edit_accordion": "Edit: reference images", "references": "Reference images (each is fitted to a reference size: "
+    "a new size compiles once)", "count": "Images per prompt",
+    "use_as_reference": "Use as reference", "info_reference_added": "Added as reference {n}.",
+    "warn_references_full": "Already {n} references, the most an edit takes.",
+    "run_references": " Edited from {refs}.", "run_batch": " {count} images in one batch.",
+    "warn_png_references": "This image was an edit of {count} reference image(s): {refs}. Add those files "
+    "under “Edit: reference images” to run it again.",
     "engine_replicas": " · replicas {ready}/{size} ready, {busy} busy",
     "replicas_none": "No replicas running. Start some to serve several requests at once, one per replica.",
     "replicas_none_viewer": "No replicas running: requests run one at a time in the app (the operator can "

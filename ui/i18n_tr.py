@@ -63,6 +63,7 @@ TR: dict[str, str] = {
     "err_invalid_width": "Genişlik geçerli değil", "err_invalid_height": "Yükseklik geçerli değil",
     "err_invalid_size": "Görsel boyutu geçerli değil", "err_invalid_steps": "Adım sayısı geçerli değil",
     "err_invalid_work": "İstek, bir çalıştırmanın alabileceğinden fazla iş",
+    "err_invalid_images": "Bir referans görsel geçerli değil", "err_invalid_count": "Görsel sayısı geçerli değil",
     "cost_work": " · bir çalıştırmanın alabileceği {limit} megapiksel-adımın {work} kadarı",
     "err_invalid_guidance": "Yönlendirme değeri geçerli değil", "err_invalid_seed": "Tohum geçerli değil",
     "err_invalid_mode": "Mod geçerli değil", "err_invalid_modes": "İki ya da üç mod seçin",
@@ -74,6 +75,15 @@ TR: dict[str, str] = {
     "err_compile_failed": "Derleme başarısız oldu", "err_group_dead": "Tensör paralel grup çöktü",
     "err_failed": "Üretim başarısız oldu", "err_model_not_found": "Model bulunamadı",
     "cost_warm_on": " · {of} kopyanın {warm} tanesinde sıcak",
+    "cost_nearest_warm": " En yakın sıcak imza: **{signature}**.",
+    "fit_crop": "kırpıldı", "fit_pad": "kenar eklendi", "fit_as_is": "olduğu gibi",
+    "edit_accordion": "Düzenle: referans görseller", "references": "Referans görseller (her biri bir referans boyutuna "
+    "uydurulur: yeni bir boyut bir kez derlenir)", "count": "İstem başına görsel",
+    "use_as_reference": "Referans olarak kullan", "info_reference_added": "{n}. referans olarak eklendi.",
+    "warn_references_full": "Zaten {n} referans var; bir düzenleme en çok bu kadar alır.",
+    "run_references": " Düzenlenen: {refs}.", "run_batch": " Tek toplu işte {count} görsel.",
+    "warn_png_references": "Bu görsel {count} referans görselin düzenlemesiydi: {refs}. Yeniden çalıştırmak için "
+    "bu dosyaları “Düzenle: referans görseller” altına ekleyin.",
     "engine_replicas": " · kopyalar {ready}/{size} hazır, {busy} meşgul",
     "replicas_none": "Çalışan kopya yok. Aynı anda birkaç istek sunmak için başlatın, her kopyaya bir istek.",
     "replicas_none_viewer": "Çalışan kopya yok: istekler uygulamada tek tek çalışır (operatör aynı anda birkaç "

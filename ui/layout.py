@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import gradio as gr
 
+from backend.request.references import MAX_COUNT
 from ui.constants import ASSETS, I18N
 from ui.views_common import CUSTOM, MODE_KEYS, load_example_prompts, preset_label
 from ui.views_common import preset_choices as preset_labels
@@ -92,6 +93,8 @@ def studio_tab(manager) -> dict:
                                        allow_custom_value=True, scale=2)
                     tp_degree = gr.Number(s.tp_degree, label=I18N("tp_degree"), precision=0, minimum=1,
                                           maximum=64, elem_id="tp-degree", scale=1, visible=s.mode == "tp")
+                    count = gr.Number(1, label=I18N("count"), precision=0, minimum=1, maximum=MAX_COUNT, step=1,
+                                      elem_id="count", scale=1)
                 # The group is shared by every page: only these buttons (or the System tab's)
                 # start or stop it; picking a mode starts and stops nothing.
                 # The state on its own line (it never runs into the buttons), the buttons below.
@@ -109,6 +112,12 @@ def studio_tab(manager) -> dict:
                 with gr.Row():
                     seed = gr.Number(0, label=I18N("seed"), precision=0, elem_id="seed")
                     randomize = gr.Checkbox(True, label=I18N("randomize"), elem_id="randomize")
+                # Editing (FLUX.2-klein's second job): each reference is fitted to a reference size,
+                # part of the static signature the cost line prices before the click.
+                with gr.Accordion(I18N("edit_accordion"), open=False, elem_id="edit"):
+                    references = gr.Gallery(label=I18N("references"), type="filepath",
+                                            interactive=True, columns=4, rows=1, height=130, object_fit="contain",
+                                            file_types=["image"], elem_id="references")
                 if examples:
                     with gr.Accordion(I18N("examples"), open=False, elem_id="examples"):
                         gr.Examples([[e] for e in examples], inputs=[prompt], label=I18N("examples"))
@@ -118,7 +127,11 @@ def studio_tab(manager) -> dict:
             with gr.Column(scale=3):
                 image = gr.Image(label="Image", type="filepath", format="png", interactive=False,
                                  elem_id="image", height=420)
-                run_info = gr.Markdown("", elem_id="run-info")
+                with gr.Row():
+                    run_info = gr.Markdown("", elem_id="run-info")
+                    use_reference = gr.Button(I18N("use_as_reference"), size="sm", scale=0, min_width=150,
+                                              elem_id="use-reference")
+                last_paths = gr.State([])  # the last run's image files (a batch: all of them)
                 # Thumbnails in a row (no preview opened on its own: it showed the first image as
                 # a zoomed strip); a click enlarges one.
                 history = gr.Gallery(label=I18N("history"), columns=6, rows=1, height=140, object_fit="contain",

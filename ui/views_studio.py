@@ -31,7 +31,9 @@ def cost_markdown(prediction: dict[str, Any] | None, error: str | None = None, l
                  else text(lang, "cost_prior", estimate=format_seconds(est)) if p.get("estimate_source") == "prior"
                  else text(lang, "cost_estimate", estimate=format_seconds(est)))
         prefix = text(lang, "cost_failed_before") if p["state"] == "failed" else ""
-        return text(lang, "cost_cold", where=where, prefix=prefix, guess=guess) + warm_on_text(p, lang)
+        nearest = (text(lang, "cost_nearest_warm", signature=p["nearest_warm"])
+                   if p.get("nearest_warm") and p["nearest_warm"] != p["shape"] else "")
+        return text(lang, "cost_cold", where=where, prefix=prefix, guess=guess) + warm_on_text(p, lang) + nearest
     expected = p.get("expected_seconds")
     tail = (text(lang, "cost_expected", seconds=format_seconds(expected)) if expected is not None
             else text(lang, "cost_no_timing"))
@@ -143,10 +145,17 @@ def mode_caption(result: dict[str, Any], lang: str = DEFAULT) -> str:
 
 
 def run_markdown(result: dict[str, Any], lang: str = DEFAULT) -> str:
-    line = text(lang, "run_line", size=f"{result['width']}x{result['height']}", mode=mode_text(result, lang),
+    size = result.get("signature") or f"{result['width']}x{result['height']}"
+    line = text(lang, "run_line", size=size, mode=mode_text(result, lang),
                 steps=result["steps"], seed=result["seed"], total=format_seconds(result["seconds"]),
                 encode=format_seconds(result["encode"]), denoise=format_seconds(result["denoise"]),
                 decode=format_seconds(result["decode"]), compiled=compile_text(result, lang))
+    if result.get("count", 1) > 1:
+        line += text(lang, "run_batch", count=result["count"])
+    if result.get("references"):  # each reference's fit: a new reference size is a new compile
+        refs = "; ".join(f"{r['source']} → {r['fitted']} ({text(lang, 'fit_' + r['fit'].replace(' ', '_'))})"
+                         for r in result["references"])
+        line += text(lang, "run_references", refs=refs)
     if result.get("degraded"):
         line += text(lang, "run_degraded", reason=result["degraded"])
     if result.get("typed"):  # the model read the prompt as a caption of its grammar

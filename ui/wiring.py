@@ -31,7 +31,7 @@ def wire(studio, page, demo: gr.Blocks) -> None:
 
 
 def studio_inputs(page) -> list:
-    return [page.mode, page.width, page.height, page.steps, page.tp_degree]
+    return [page.mode, page.width, page.height, page.steps, page.tp_degree, page.count, page.references]
 
 
 def studio_outputs(page) -> list:
@@ -51,12 +51,14 @@ def studio_events(studio, page) -> None:
     for number in (page.width, page.height):
         number.input(studio.size_changed, [page.width, page.height], page.preset, **LIGHT)
     page.mode.change(studio.show_tp_controls, page.mode, [page.tp_degree, page.tp_controls], **LIGHT)
-    for control in (page.mode, page.width, page.height, page.steps, page.preset, page.tp_degree):
+    for control in (page.mode, page.width, page.height, page.steps, page.preset, page.tp_degree, page.count,
+                    page.references):
         control.change(studio.refresh_studio, studio_inputs(page), studio_outputs(page), **LIGHT)
 
     run_inputs = [page.prompt, page.width, page.height, page.mode, page.steps, page.guidance, page.seed,
-                  page.randomize, page.history_state]
-    run_outputs = [page.image, page.run_info, page.record, page.seed, page.history, page.history_state]
+                  page.randomize, page.history_state, page.references, page.count]
+    run_outputs = [page.image, page.run_info, page.record, page.seed, page.history, page.history_state,
+                   page.last_paths]
     generated = page.generate_btn.click(studio.generate_from_page, run_inputs, run_outputs,
                                         show_progress_on=[page.image], **DEVICE)
     generated.then(studio.refresh_studio, studio_inputs(page), studio_outputs(page), **LIGHT)
@@ -64,12 +66,13 @@ def studio_events(studio, page) -> None:
     # Stop must not queue behind the generation it stops.
     page.stop_btn.click(studio.stop, None, None, queue=False, **PRIVATE)
     page.stop_worker.click(studio.stop_compiling_worker, None, None, queue=False, **PRIVATE)
+    page.use_reference.click(studio.use_as_reference, [page.last_paths, page.references], page.references, **LIGHT)
 
     # Parsing an upload is bounded (backend.images.pngmeta) and runs one at a time, apart from the
     # device queue and the status events, so no file can hold the server.
     page.png_in.upload(studio.load_png, page.png_in,
                        [page.prompt, page.width, page.height, page.preset, page.steps, page.guidance, page.seed,
-                        page.randomize, page.mode], **UPLOAD)
+                        page.randomize, page.mode, page.count], **UPLOAD)
 
 
 def group_events(studio, page) -> None:
@@ -93,7 +96,7 @@ def group_events(studio, page) -> None:
 def compare_events(studio, page) -> None:
     """Compare: the Studio tab's prompt and settings through the chosen modes."""
     page.compare_btn.click(studio.compare, [page.prompt, page.width, page.height, page.steps, page.guidance,
-                                            page.seed, page.randomize, page.compare_modes],
+                                            page.seed, page.randomize, page.compare_modes, page.references],
                            [page.compare_gallery, page.compare_table], **DEVICE)
 
 

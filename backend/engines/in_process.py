@@ -233,9 +233,12 @@ class InProcessEngine:
                     generator=torch.Generator("cpu").manual_seed(request.seed),
                     callback_on_step_end=step_done,
                     output_type="pil" if decode else "latent",
+                    num_images_per_prompt=request.count,
+                    # each already at a reference size, which the pipeline keeps (backend.request.references)
+                    image=[r.image() for r in request.references] or None,
                 )
             device.synchronize()
-            image = output.images[0] if decode else None
+            images = list(output.images) if decode else [None]
         except GenerationCancelled as exc:
             counters = diff_counters(before, device.compile_snapshot())
             raise exc.evolve(compiles=int(counters["graphs"]), neff_compiles=int(counters.get("neff_compiles", 0)),
@@ -255,7 +258,8 @@ class InProcessEngine:
         last_step = marks.get("last_step", encoded)
         emit("done", request.steps)
         return EngineOutput(
-            image=image,
+            image=images[0],
+            more_images=images[1:],
             compiles=int(counters["graphs"]),
             compile_seconds=float(counters["compile_seconds"]),
             neff_compiles=int(counters.get("neff_compiles", 0)),

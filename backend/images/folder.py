@@ -26,3 +26,16 @@ def prune(folder: str | Path, keep: int) -> list[Path]:
         except FileNotFoundError:
             pass
     return removed
+
+
+def save_outputs(folder: str | Path, keep: int, image, result) -> str:
+    """Write a run's PNGs (with its parameters) to ``folder``: its one image, or every image of a
+    batch; sets ``result.paths`` and ``result.path`` (the first) and returns it. The folder keeps
+    the app's newest ``keep`` images, and always the whole of this batch."""
+    from backend.images.pngmeta import save_png, unique_output_path
+
+    images = result.images if len(result.images) > 1 else [image]
+    result.paths = [str(save_png(each, result, unique_output_path(folder, result)).resolve()) for each in images]
+    result.path = result.paths[0]
+    prune(folder, max(keep, len(result.paths)))
+    return result.path

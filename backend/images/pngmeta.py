@@ -69,7 +69,31 @@ def infotext(result: GenerationResult) -> str:
         ("Mode", result.mode),
         ("Device", result.device),
     ]
+    if result.count > 1:
+        fields.append(("Batch size", result.count))
+    for letter, reference in zip(REFERENCE_LETTERS, result.references):
+        fields.append((f"Reference {letter}", f"{reference['sha256']} {reference['source']} {reference['fitted']} "
+                                              f"{reference['fit'].replace(' ', '-')}"))
     return result.prompt + "\n" + ", ".join(f"{k}: {v}" for k, v in fields)
+
+
+REFERENCE_LETTERS = "ABCDEFGHIJKLMNOP"  # infotext keys are letters and spaces: "Reference A", "Reference B", ...
+_HEX = frozenset("0123456789abcdef")
+
+
+def _reference(value: str, max_size: int = 8192) -> dict[str, str] | None:
+    """"<sha256> <source WxH> <fitted WxH> <fit>" back into a record's reference; None if malformed."""
+    parts = value.split()
+    if len(parts) != 4 or len(parts[0]) != 64 or not _HEX.issuperset(parts[0]):
+        return None
+    for size in parts[1:3]:
+        width, x, height = size.partition("x")
+        w, h = _ascii_int(width, 5), _ascii_int(height, 5)
+        if not x or w is None or h is None or not (0 < w <= max_size and 0 < h <= max_size):
+            return None
+    if parts[3] not in ("crop", "pad", "as-is"):
+        return None
+    return {"sha256": parts[0], "source": parts[1], "fitted": parts[2], "fit": parts[3].replace("-", " ")}
 
 
 def save_png(image: Image.Image, result: GenerationResult, path: str | Path) -> Path:
@@ -173,6 +197,17 @@ def parse_infotext(text: str, *, max_text: int = MAX_INFOTEXT, max_params_line: 
     for key in ("mode", "model", "device"):
         if fields.get(key):
             out[key] = fields[key]
+    count = _ascii_int(fields.get("batch size", ""), 2)
+    if count is not None and 1 <= count <= 4:
+        out["count"] = count
+    references = []
+    for letter in REFERENCE_LETTERS:
+        found = _reference(fields.get(f"reference {letter.lower()}", ""))
+        if found is None:
+            break
+        references.append(found)
+    if references:
+        out["references"] = references
     return out
 
 

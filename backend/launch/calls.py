@@ -19,8 +19,9 @@ import os
 import time
 from typing import Any, Callable
 
-from backend.errors import BackendNotReady, GenerationFailed, GroupDead, StudioError
+from backend.errors import BackendNotReady, GenerationFailed, GroupDead, InvalidRequest, StudioError
 from backend.request.records import EngineOutput, GenerationRequest, ProgressEvent
+from backend.request.references import pixel_layout
 from backend.launch import processes
 from backend.launch import protocol as proto
 
@@ -50,11 +51,16 @@ class GroupCalls:
 
         # The job, built once: the request as validated, in the mode its ranks run (``Settings.runs_as``).
         job = dataclasses.replace(request, mode=self._runs_as(request.mode)).to_json()
-        header = {"type": "generate", **job, "forbid_compile": forbid_compile}
+        layout = pixel_layout(request.references)
+        header = {"type": "generate", **job, "forbid_compile": forbid_compile, "reference_pixels": layout}
         trace = self.trace
         if trace is not None:
             header["trace"] = True
-        with self._run_lock:  # one connection, and the pixel buffer holds one result
+        with self._run_lock:  # one connection, and the pixel buffer holds one job's pixels
+            if sum(part["bytes"] for part in layout) > self._pixels.size:
+                raise InvalidRequest("images", f"the references do not fit the {self.name}'s pixel buffer")
+            for reference, part in zip(request.references, layout):  # rank 0 reads them before it answers
+                self._pixels.view[part["offset"]:part["offset"] + part["bytes"]] = reference.rgb
             began, sent = self._clock(), time.monotonic()
             msg = self.call(header, on_message=relay, should_stop=should_stop, persistent=True)
             returned = time.monotonic()
@@ -65,16 +71,18 @@ class GroupCalls:
             if not all(isinstance(v, int) and not isinstance(v, bool) and 0 < v <= 1 << 16 for v in size):
                 raise GenerationFailed(f"the {self.name} answered with an image of size {size}")
             nbytes = size[0] * size[1] * 3
-            if nbytes > self._pixels.size:
-                raise GenerationFailed(f"the {self.name} put {nbytes} bytes of pixels in a buffer of "
-                                       f"{self._pixels.size}")
-            image = Image.frombytes("RGB", size, self._pixels.view[:nbytes])  # copied: the next result overwrites it
+            if nbytes * request.count > self._pixels.size:
+                raise GenerationFailed(f"the {self.name} put {nbytes * request.count} bytes of pixels in a buffer "
+                                       f"of {self._pixels.size}")
+            # copied: the next job overwrites them; a batch's images lie one after the other
+            images = [Image.frombytes("RGB", size, self._pixels.view[i * nbytes:(i + 1) * nbytes])
+                      for i in range(request.count)]
         self.timings["last_round_trip"] = self._clock() - began
         self.timings["last_worker_seconds"] = msg["seconds"]
         if trace is not None:
             trace.append({**(msg.get("stamps") or {}), "sent": sent, "returned": returned,
                           "built": time.monotonic(), "seconds": msg["seconds"]})
-        return EngineOutput.from_json(msg, image, place=self.place)
+        return EngineOutput.from_json(msg, images[0], place=self.place, more_images=images[1:])
 
     def ranks_beating(self, within: float) -> bool:
         """True while every rank's heartbeat counter has moved within the last ``within`` seconds

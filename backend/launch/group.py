@@ -46,6 +46,7 @@ from typing import Any, Callable
 from backend.launch.calls import STARTING, GroupCalls
 from backend.errors import BackendNotReady, InvalidRequest, StudioError
 from backend.settings import Settings
+from backend.request.references import MAX_COUNT, MAX_REFERENCE_RGB
 from backend.launch import deaths, processes
 from backend.launch import protocol as proto
 
@@ -126,7 +127,9 @@ class WorkerGroup(GroupCalls):
         self._beats: dict[int, tuple[str, float]] = {}  # rank -> (heartbeat text, when it last changed)
         # Results' pixels come through shared memory (made at the first start, kept across restarts
         # of this group, closed with it); one request at a time uses it, on one connection.
-        self._pixels_bytes = min(proto.MAX_PIXELS, settings.max_size * settings.max_size * 3)
+        # A job's pixels: its references on the way in, its images (a batch of up to MAX_COUNT) on the way out.
+        self._pixels_bytes = min(proto.MAX_PIXELS, max(MAX_COUNT * settings.max_size * settings.max_size * 3,
+                                                       settings.max_references * MAX_REFERENCE_RGB))
         self._pixels: proto.PixelBuffer | None = None
         self._conn: proto.Connection | None = None  # the runs' persistent connection to rank 0
         self._run_lock = threading.Lock()

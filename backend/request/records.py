@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from typing import Any
 
@@ -20,13 +21,19 @@ class GenerationRequest:
     seed: int
     mode: str
     typed: str | None = None  # what the person typed, when ``prompt`` is the model's reading of it
+    count: int = 1  # images per prompt (the batch)
+    references: tuple[Any, ...] = ()  # backend.request.references.Reference, fitted; an edit when not empty
 
     @property
     def shape(self) -> Shape:
-        return Shape(self.height, self.width)
+        """The static signature: output size, batch and reference sizes (backend.shapes.Shape)."""
+        return Shape(self.height, self.width).with_inputs(self.count, (r.size for r in self.references))
 
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """What a record or a log keeps (the references described, without pixels)."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out["references"] = [r.describe() for r in self.references]
+        return out
 
 
 @dataclasses.dataclass
@@ -61,23 +68,32 @@ class GenerationResult:
     fallback_ops: list[str] = dataclasses.field(default_factory=list)  # Neuron: ops that ran on the host (CPU fallback)
     rank_neff_compiles: list[int] | None = None  # tensor-parallel: each rank's NEFFs; neff_compiles is their sum
     overlapped: bool = False  # another run ran at the same time: its seconds are not a steady figure
+    count: int = 1  # images per prompt: ``path`` is the first, ``paths`` all of them
+    references: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # sha256, source, fitted, fit
+    paths: list[str] = dataclasses.field(default_factory=list)
+    signature: str = ""  # the static signature it ran at (backend.shapes.Shape's spelling)
+    # The run's images in order (PIL; several for a batch): held for the caller, never in the JSON.
+    images: list[Any] = dataclasses.field(default_factory=list, repr=False, compare=False)
 
     @classmethod
     def of(cls, request: GenerationRequest, out: "EngineOutput", *, device: str, model: str, engine: str,
            started_at: float, requested_mode: str | None = None, degraded: str | None = None) -> "GenerationResult":
         """The record of a run: the request, what the engine measured, where it ran. Built here only."""
-        fields = {f.name: getattr(out, f.name) for f in dataclasses.fields(EngineOutput) if f.name != "image"}
+        fields = {f.name: getattr(out, f.name) for f in dataclasses.fields(EngineOutput) if f.name not in _PIXELS}
         return cls(prompt=request.prompt, typed=request.typed, width=request.width, height=request.height, mode=request.mode,
                    steps=request.steps, guidance=request.guidance, seed=request.seed, device=device, model=model,
                    compiled=bool(out.compiles or out.neff_compiles), engine=engine, started_at=started_at,
-                   requested_mode=requested_mode if degraded else None, degraded=degraded, **fields)
+                   requested_mode=requested_mode if degraded else None, degraded=degraded, count=request.count,
+                   references=[r.describe() for r in request.references], signature=str(request.shape), **fields)
 
     @property
     def shape(self) -> Shape:
-        return Shape(self.height, self.width)
+        """The signature it ran at (the compile table's key)."""
+        refs = [tuple(int(v) for v in r["fitted"].split("x"))[::-1] for r in self.references]
+        return Shape(self.height, self.width).with_inputs(self.count, refs)
 
     def to_json(self) -> dict[str, Any]:
-        out = dataclasses.asdict(self)
+        out = {f.name: copy.deepcopy(getattr(self, f.name)) for f in dataclasses.fields(self) if f.name != "images"}
         for key in ("compile_seconds", "seconds", "encode", "denoise", "decode"):
             out[key] = round(out[key], 4)
         return out
@@ -89,6 +105,7 @@ class EngineOutput:
     sends it as its result header (``to_json``) and the app reads it back (``from_json``)."""
 
     image: Any  # PIL.Image.Image; a uint8 (height, width, 3) array for image_as="array"; None: latents only
+    # (several images per prompt: ``image`` is the first, ``more_images`` the rest, in order)
     compiles: int  # torch.compile graphs built during the run
     compile_seconds: float
     neff_compiles: int  # Neuron only: NEFFs built during the run (graphs and eager ops alike)
@@ -100,14 +117,22 @@ class EngineOutput:
     place: str = "app"  # the process that ran it
     fallback_ops: list[str] = dataclasses.field(default_factory=list)  # Neuron: ops that ran on the host
     rank_neff_compiles: list[int] | None = None  # tensor-parallel: each rank's NEFFs (neff_compiles is their sum)
+    more_images: list[Any] = dataclasses.field(default_factory=list)
+
+    @property
+    def images(self) -> list[Any]:
+        return [self.image, *self.more_images]
 
     def to_json(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "image"}
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in _PIXELS}
 
     @classmethod
     def from_json(cls, data: dict[str, Any], image: Any, **overrides: Any) -> "EngineOutput":
-        fields = {f.name: data[f.name] for f in dataclasses.fields(cls) if f.name != "image" and f.name in data}
+        fields = {f.name: data[f.name] for f in dataclasses.fields(cls) if f.name not in _PIXELS and f.name in data}
         return cls(image=image, **{**fields, **overrides})
+
+
+_PIXELS = ("image", "more_images")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -13,6 +13,7 @@ from typing import Any, Callable, Iterable
 
 from backend.errors import InvalidRequest
 from backend.request.records import GenerationRequest
+from backend.request.references import check_count
 from backend.settings import Settings
 from backend.shapes import Shape, show_value, validate_shape, whole_number
 
@@ -43,8 +44,9 @@ def _number(field: str, value: Any) -> float:
 
 
 def work(shape: Shape, steps: int) -> float:
-    """A request's work in megapixel-steps (width x height x steps / 1e6)."""
-    return shape.pixels * steps / 1e6
+    """A request's work in megapixel-steps (width x height x steps / 1e6; an edit's references and
+    a batch's images count too: ``Shape.work_pixels``)."""
+    return shape.work_pixels * steps / 1e6
 
 
 def check_work(s: Settings, shape: Shape, steps: int) -> None:
@@ -54,13 +56,23 @@ def check_work(s: Settings, shape: Shape, steps: int) -> None:
                                      f"limit is {s.max_work:g} — fewer steps or a smaller size")
 
 
+def check_sequence(shape: Shape, budget: int) -> None:
+    """InvalidRequest("images") when the output's and the references' tokens pass the budget."""
+    if shape.tokens > budget:
+        raise InvalidRequest("images", f"{shape} is {shape.tokens} image tokens (the output's and the references'); "
+                                       f"the budget is {budget} (--max-sequence-tokens) — fewer or smaller "
+                                       "references, or a smaller size")
+
+
 def validate_request(s: Settings, modes: Iterable[str], prompt: Any, height: Any, width: Any, steps: Any = None,
                      guidance: Any = None, seed: Any = None, mode: Any = None,
-                     count_tokens: Callable[[str], int] | None = None) -> GenerationRequest:
+                     count_tokens: Callable[[str], int] | None = None, count: Any = None,
+                     references: tuple = ()) -> GenerationRequest:
     """Turn raw inputs into a GenerationRequest, or raise InvalidRequest naming the field.
 
     ``count_tokens`` (the loaded model's tokenizer, with its chat template) lets the prompt be
-    checked against what the text encoder reads; without it only the character limit applies."""
+    checked against what the text encoder reads; without it only the character limit applies.
+    ``references``: already read and fitted (``backend.request.references.load_references``)."""
     modes = tuple(modes)
     if not isinstance(prompt, str):
         raise InvalidRequest("prompt", f"must be text, got {type(prompt).__name__}")
@@ -93,7 +105,11 @@ def validate_request(s: Settings, modes: Iterable[str], prompt: Any, height: Any
     steps = s.steps if steps is None else whole_number("steps", steps)
     if not 1 <= steps <= s.max_steps:
         raise InvalidRequest("steps", f"must be between 1 and {s.max_steps}, got {show_value(steps)}")
-    check_work(s, shape, steps)
+    count = check_count(count)
+    references = tuple(references)
+    if len(references) > s.max_references:
+        raise InvalidRequest("images", f"{len(references)} reference images; at most {s.max_references} per request")
+    check_work(s, shape.with_inputs(count, (r.size for r in references)), steps)
 
     if guidance is None:
         guidance = s.guidance
@@ -112,4 +128,5 @@ def validate_request(s: Settings, modes: Iterable[str], prompt: Any, height: Any
     mode = s.mode if mode in (None, "") else mode
     if mode not in modes:
         raise InvalidRequest("mode", f"must be one of {', '.join(modes)}, got {show_value(mode)}")
-    return GenerationRequest(text, shape.height, shape.width, steps, guidance, seed, mode)
+    return GenerationRequest(text, shape.height, shape.width, steps, guidance, seed, mode, count=count,
+                             references=references)

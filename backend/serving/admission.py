@@ -67,11 +67,13 @@ class Admission:
                                "shapes; use a step count it is warm at, or unlock it")
         if locked:
             warm = ", ".join(str(s) for s in self.table.warm_shapes(mode, places)) or "none"
+            nearest = self.table.nearest_warm(mode, shape, places)
             return ShapeLocked(f"{shape} is not warm in {mode} mode and the app is locked to warm shapes "
-                               f"(warm: {warm}); pick a warm one, or the operator unlocks the app or warms it")
+                               f"(warm: {warm}{f'; nearest: {nearest}' if nearest else ''}); pick a warm one, "
+                               "or the operator unlocks the app or warms it")
         if mode in cs.COMPILED_MODES:
-            graphs = self.table.graph_tokens(mode, places)
-            if shape.tokens not in graphs and len(graphs) >= self.settings.max_compiled_shapes:
+            graphs = self.table.graph_keys(mode, places)
+            if shape.graph_key not in graphs and len(graphs) >= self.settings.max_compiled_shapes:
                 return ShapeLimitReached(
                     f"{mode} mode already holds {len(graphs)} compiled shapes, the limit "
                     f"(--max-compiled-shapes {self.settings.max_compiled_shapes}); use a warm shape, "

@@ -74,12 +74,12 @@ class CacheOps:
     def warm_from_bundle(self, manifest) -> None:
         """Run a bundle's shapes once (each mode the engines here serve), so they are warm and the
         table says their compile came from the bundle."""
-        from backend.shapes import parse_shape
+        from backend.shapes import parse_signature
 
         by_mode: dict[str, list[Shape]] = {}
         for entry in manifest.entries:
             if entry.get("mode") in self.modes:
-                by_mode.setdefault(entry["mode"], []).append(parse_shape(str(entry["shape"])))
+                by_mode.setdefault(entry["mode"], []).append(parse_signature(str(entry["shape"])))
         from backend.hardware.device import diff_counters
 
         before = self.device.compile_snapshot()
@@ -97,7 +97,7 @@ class CacheOps:
                        "neff_disk_hits": int(done.get("neff_disk_hits", 0))}
         for entry in manifest.entries:
             if entry.get("mode") in by_mode:
-                self.table.mark_bundled(entry["mode"], parse_shape(str(entry["shape"])), entry.get("compile_seconds"))
+                self.table.mark_bundled(entry["mode"], parse_signature(str(entry["shape"])), entry.get("compile_seconds"))
 
     def clear_compile_cache(self, *, caller: Caller = LOCAL_OPERATOR) -> int:
         """Empty the on-disk compile caches between generations; returns bytes freed. Graphs already

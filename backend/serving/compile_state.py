@@ -156,10 +156,10 @@ class CompileTable:
     def _warm(rec: ShapeRecord, places: list[str] | None) -> bool:
         return rec.state == WARM and (places is None or bool(rec.warm_at.intersection(places)))
 
-    def graph_tokens(self, mode: str, places: list[str] | None = None) -> set[int]:
-        """Image-token counts that have a warm graph in ``mode`` (in one of ``places``; None: anywhere)."""
+    def graph_keys(self, mode: str, places: list[str] | None = None) -> set[tuple[int, int]]:
+        """(batch, image tokens) that have a warm graph in ``mode`` (in one of ``places``; None: anywhere)."""
         with self._lock:
-            return {s.tokens for (m, s), r in self._records.items() if m == mode and self._warm(r, places)}
+            return {s.graph_key for (m, s), r in self._records.items() if m == mode and self._warm(r, places)}
 
     def warm_shapes(self, mode: str, places: list[str] | None = None) -> list[Shape]:
         with self._lock:
@@ -177,7 +177,8 @@ class CompileTable:
                 if m == mode and r.compiles and r.compile_seconds is not None]
         if not past:
             return None
-        nearest = min(past, key=lambda r: abs(r.shape.tokens - shape.tokens))
+        nearest = min(past, key=lambda r: (abs(r.shape.tokens * r.shape.count - shape.tokens * shape.count),
+                                           r.shape.count != shape.count))
         return nearest.compile_seconds
 
     def _estimate_into(self, out: dict[str, Any], mode: str, shape: Shape, prior: float | None) -> None:
@@ -233,16 +234,25 @@ class CompileTable:
             else:
                 sharing = [] if exact_shapes else [
                     s for (m, s), r in self._records.items()
-                    if m == mode and self._warm(r, places) and s.tokens == shape.tokens]
+                    if m == mode and self._warm(r, places) and s.graph_key == shape.graph_key]
                 if sharing:
-                    out["note"] = f"probably reuses the graph of {sharing[0]} (same token count)"
+                    out["note"] = f"probably reuses the graph of {sharing[0]} (same batch and token count)"
                     out["expected_seconds"] = self._expected_seconds(self._records[(mode, sharing[0])], steps)
                 else:
                     out["will_compile"] = True
                     self._estimate_into(out, mode, shape, prior)
                     out["note"] = "will compile first" + (
                         f" (last error: {rec.error})" if state == FAILED and rec and rec.error else "")
+            if out["will_compile"]:
+                warm = [s for (m, s), r in self._records.items() if m == mode and self._warm(r, places)]
+                out["nearest_warm"] = str(nearest_signature(shape, warm)) if warm else None
             return out
+
+    def nearest_warm(self, mode: str, shape: Shape, places: list[str] | None = None) -> Shape | None:
+        """The warm signature in ``mode`` nearest to ``shape`` (None: nothing is warm there)."""
+        with self._lock:
+            warm = [s for (m, s), r in self._records.items() if m == mode and self._warm(r, places)]
+        return nearest_signature(shape, warm) if warm else None
 
     def snapshot(self) -> list[dict[str, Any]]:
         with self._lock:
@@ -269,3 +279,13 @@ class CompileTable:
                     "warm_at": sorted(rec.warm_at),
                 })
             return rows
+
+
+def nearest_signature(shape: Shape, warm: list[Shape]) -> Shape:
+    """Of ``warm``, the one nearest ``shape``: same batch first, then the same references, then the
+    nearest output size (by aspect ratio on a log scale, then area)."""
+    import math
+
+    return min(warm, key=lambda s: (s.count != shape.count, s.refs != shape.refs,
+                                    round(abs(math.log(s.width / s.height) - math.log(shape.width / shape.height)), 6),
+                                    abs(s.pixels - shape.pixels), str(s)))

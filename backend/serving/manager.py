@@ -37,7 +37,8 @@ from backend.shapes import Shape
 from backend.serving.caches import CacheOps
 from backend.serving.controls import OperatorControls
 from backend.serving.status import StatusView
-from backend.request.validation import validate_request
+from backend.request.references import blank_references, load_references, sequence_budget, sizes_for
+from backend.request.validation import check_sequence, validate_request
 from backend.serving.warmup import Warmups
 
 if TYPE_CHECKING:
@@ -206,15 +207,29 @@ class Manager(OperatorControls, CacheOps, StatusView):
 
     # validation --------------------------------------------------------------------------------
     def validate(self, prompt: Any, height: Any, width: Any, steps: Any = None, guidance: Any = None,
-                 seed: Any = None, mode: Any = None) -> GenerationRequest:
-        """Turn raw inputs into a GenerationRequest, or raise InvalidRequest naming the field."""
+                 seed: Any = None, mode: Any = None, images: Any = None, count: Any = None) -> GenerationRequest:
+        """Turn raw inputs into a GenerationRequest, or raise InvalidRequest naming the field.
+        ``images``: reference images for an edit (paths, bytes, Gradio file data, or references
+        already fitted); ``count``: images per prompt."""
+        references = load_references(images, self.reference_sizes, self.settings.reference_fit,
+                                     self.settings.max_references)
         request = validate_request(self.settings, self.modes, prompt, height, width, steps, guidance, seed, mode,
-                                   count_tokens=self._count_tokens)
+                                   count_tokens=self._count_tokens, count=count, references=references)
+        check_sequence(request.shape, self.sequence_budget)
         reading = self.card.read_prompt(request.prompt)
         if reading is not None and reading.caption != request.prompt:
             # A model with a prompt grammar is given the caption it understands; the record keeps both.
             request = dataclasses.replace(request, prompt=reading.caption, typed=request.prompt)
         return request
+
+    @property
+    def reference_sizes(self) -> list[Shape]:
+        """The sizes references are fitted to (``backend.request.references.sizes_for``)."""
+        return sizes_for(self.settings, self.card.presets)
+
+    @property
+    def sequence_budget(self) -> int:
+        return sequence_budget(self.settings, self.card.presets)
 
     # routing and admission ---------------------------------------------------------------------
     def _route(self, request: GenerationRequest) -> "Route":
@@ -242,7 +257,8 @@ class Manager(OperatorControls, CacheOps, StatusView):
         if self.engines:
             try:
                 request = GenerationRequest("", shape.height, shape.width, steps or self.settings.steps,
-                                            self.settings.guidance, 0, mode)
+                                            self.settings.guidance, 0, mode, count=shape.count,
+                                            references=blank_references(shape))
                 return self._admit(request, self.warm_only)[2].prediction
             except StudioError:
                 pass  # no engine serves it now: what the table alone says
@@ -286,7 +302,8 @@ class Manager(OperatorControls, CacheOps, StatusView):
         if self._await_ready(progress, still_wanted) and self._count_tokens is not None:
             # Validated before the tokenizer had loaded: its prompt's length in tokens is checked now.
             request = self.validate(request.typed or request.prompt, request.height, request.width, request.steps,
-                                    request.guidance, request.seed, request.mode)
+                                    request.guidance, request.seed, request.mode, images=request.references,
+                                    count=request.count)
         self._check_ready()
         locked = self.warm_only and not _warming
         route, places, decision = self._admit(request, locked)
@@ -347,6 +364,7 @@ class Manager(OperatorControls, CacheOps, StatusView):
                                      engine=engine.name, started_at=started_at, requested_mode=request.mode,
                                      degraded=route.degraded)
         result.overlapped = job["overlapped"]
+        result.images = out.images
         self.table.record(result)
         with self._state_lock:
             self.records = (self.records + [result])[-_KEEP_RECORDS:]
@@ -371,30 +389,12 @@ class Manager(OperatorControls, CacheOps, StatusView):
 
     def compare(self, request: GenerationRequest, modes: Iterable[str],
                 progress: ProgressFn | None = None, owner: str | None = None) -> list[dict[str, Any]]:
-        """Run one request through several modes; each entry has image, result, and the max pixel
-        difference (0-255) from the first mode's image."""
-        import numpy as np
-
-        modes = list(dict.fromkeys(modes))
-        if not 2 <= len(modes) <= 3:
-            raise InvalidRequest("modes", f"choose two or three modes to compare, got {len(modes)}")
-        entries, first = [], None
-        for mode in modes:
-            if mode not in self.modes:
-                raise InvalidRequest("mode", f"must be one of {', '.join(self.modes)}, got {mode!r}")
-            image, result = self.generate(dataclasses.replace(request, mode=mode), progress, owner=owner)
-            pixels = np.asarray(image.convert("RGB"), dtype=np.int16)
-            first = pixels if first is None else first
-            entries.append({"mode": mode, "image": image, "result": result,
-                            "max_diff": int(np.abs(pixels - first).max())})
-        return entries
+        """Run one request through several modes (``backend.serving.compare.compare``)."""
+        from backend.serving.compare import compare
+        return compare(self, request, modes, progress, owner)
 
     def save_image(self, image, result: GenerationResult) -> str:
-        """Write the PNG (with its parameters) to the output folder; sets and returns result.path.
-        The folder keeps the app's newest ``--keep-outputs`` images (``backend.images.folder``)."""
-        from backend.images.folder import prune
-        from backend.images.pngmeta import save_png, unique_output_path
-
-        result.path = str(save_png(image, result, unique_output_path(self.settings.output_dir, result)).resolve())
-        prune(self.settings.output_dir, self.settings.keep_outputs)
-        return result.path
+        """Write the run's PNGs to the output folder (``backend.images.folder.save_outputs``); returns
+        ``result.path``, the first."""
+        from backend.images.folder import save_outputs
+        return save_outputs(self.settings.output_dir, self.settings.keep_outputs, image, result)

@@ -14,6 +14,7 @@ import threading
 from typing import Any, Callable
 
 from backend.errors import BackendBusy, InvalidRequest, StudioError
+from backend.request.references import blank_references
 from backend.shapes import PRESETS, Shape
 
 MAX_SHAPES = len(PRESETS)  # one warm-up covers at most the presets of one mode
@@ -34,7 +35,8 @@ class Warmups:
         for i, shape in enumerate(shapes):
             if progress:
                 progress(i, len(shapes), shape)
-            request = manager.validate(WARMUP_PROMPT, shape.height, shape.width, seed=0, mode=mode)
+            request = manager.validate(WARMUP_PROMPT, shape.height, shape.width, seed=0, mode=mode,
+                                       images=blank_references(shape), count=shape.count)
             _img, first = manager.generate(request, _warming=True)
             results.append(first)
             # Served by several processes (replicas), it runs until it is warm on each of them.

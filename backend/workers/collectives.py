@@ -15,11 +15,15 @@ from backend.workers.distributed import Rank
 _JOB_LEN = 8
 
 
-def job_bytes(max_prompt_chars: int) -> int:
+REFERENCE_JOB_BYTES = 512  # one reference described in a job (its hash, sizes, fit; its pixels go apart)
+
+
+def job_bytes(max_prompt_chars: int, max_references: int = 0) -> int:
     """The longest job's JSON (UTF-8, unescaped): the prompt and what was typed, each at most
-    ``max_prompt_chars`` characters of at most 4 bytes, and 8 KiB for the rest. Rank 0 refuses a
-    longer one at its door (``Rank0Server``); every job goes to the ranks in one broadcast of this size."""
-    return 2 * 4 * max_prompt_chars + (8 << 10)
+    ``max_prompt_chars`` characters of at most 4 bytes, each reference's description, and 8 KiB for
+    the rest. Rank 0 refuses a longer one at its door (``Rank0Server``); every job goes to the
+    ranks in one broadcast of this size (a reference's pixels follow in one of their own)."""
+    return 2 * 4 * max_prompt_chars + max_references * REFERENCE_JOB_BYTES + (8 << 10)
 
 
 def encode_job(obj: Any) -> bytes:
@@ -53,7 +57,7 @@ def _bcast_json(obj: Any, me: Rank) -> Any:
     import torch
     import torch.distributed as dist
 
-    size = job_bytes(me.settings.max_prompt_chars)
+    size = job_bytes(me.settings.max_prompt_chars, me.settings.max_references)
     # On rank 0 the door refused a longer job already: never broadcast half a job.
     buf = _pack(obj, size, "a job") if me.rank == 0 else torch.zeros(_JOB_LEN + size, dtype=torch.uint8)
     dist.broadcast(buf, src=0, group=me.control)

@@ -13,10 +13,69 @@ from backend.workers.distributed import Rank
 from backend.workers.rank0_server import Rank0Server
 
 
-def _pixels_of(image) -> tuple[bytes, int, int]:
-    """(RGB pixels, width, height) of the image diffusers made."""
-    rgb = image if image.mode == "RGB" else image.convert("RGB")
-    return rgb.tobytes(), rgb.width, rgb.height
+def _pixels_of(images) -> tuple[bytes, int, int]:
+    """(RGB pixels, width, height) of the images diffusers made: a batch's one after the other."""
+    rgbs = [image if image.mode == "RGB" else image.convert("RGB") for image in images]
+    return b"".join(rgb.tobytes() for rgb in rgbs), rgbs[0].width, rgbs[0].height
+
+
+def _read_references(job: dict, server: Rank0Server) -> list[bytes] | None:
+    """Rank 0: each reference's pixels from the app's buffer where the job says they lie, checked
+    whole (their SHA-256) and bounded (``MAX_REFERENCE_RGB`` each, inside the buffer). None when the
+    job's description is wrong: the job then fails on every rank alike (``_bcast_references``)."""
+    import hashlib
+
+    from backend.errors import InvalidRequest
+    from backend.request.references import expected_rgb_bytes
+
+    described, layout = job.get("references") or [], job.pop("reference_pixels", None) or []
+    try:
+        if len(described) != len(layout):
+            return None
+        rgbs = []
+        for item, part in zip(described, layout):
+            size, offset = expected_rgb_bytes(item), int(part["offset"])
+            if int(part["bytes"]) != size or offset < 0 or offset + size > server.pixels.size:
+                return None
+            data = bytes(server.pixels.view[offset:offset + size])
+            if hashlib.sha256(data).hexdigest() != part.get("sha256"):
+                return None
+            rgbs.append(data)
+        return rgbs
+    except (TypeError, ValueError, KeyError, AttributeError, InvalidRequest):  # a wrong description fails the job
+        return None
+
+
+def _bcast_references(job: dict, rgbs: list[bytes] | None, me: Rank) -> list[bytes]:
+    """Every rank gets rank 0's reference pixels whole: a one-byte verdict (rank 0 read them, or
+    not), then one broadcast per reference of exactly its bytes (its size from the job, bounded)."""
+    import torch
+    import torch.distributed as dist
+
+    from backend.errors import InvalidRequest
+    from backend.request.references import expected_rgb_bytes
+
+    described = job.get("references") or []
+    if not described:
+        return []
+    if me.world > 1:
+        verdict = torch.tensor([1 if (me.rank != 0 or rgbs is not None) else 0], dtype=torch.uint8)
+        dist.broadcast(verdict, src=0, group=me.control)
+        ok = bool(verdict.item())
+    else:
+        ok = rgbs is not None
+    if not ok:
+        raise InvalidRequest("images", "the references did not arrive whole (size or SHA-256)")
+    if me.world == 1:
+        return rgbs
+    out = []
+    for index, item in enumerate(described):
+        size = expected_rgb_bytes(item)
+        buf = (torch.frombuffer(bytearray(rgbs[index]), dtype=torch.uint8) if me.rank == 0
+               else torch.empty(size, dtype=torch.uint8))
+        dist.broadcast(buf, src=0, group=me.control)
+        out.append(rgbs[index] if me.rank == 0 else buf.numpy().tobytes())
+    return out
 
 
 def _ends_rank(exc: BaseException, me: Rank) -> bool:
@@ -34,6 +93,7 @@ def _ends_rank(exc: BaseException, me: Rank) -> bool:
 def serve(server: Rank0Server | None, run, me: Rank) -> None:
     """The job loop: rank 0 takes a job from its connections, every rank runs it, rank 0 answers."""
     from backend.request.records import GenerationRequest
+    from backend.request.references import from_job
 
     while True:
         job, conn, finished, stamps = None, None, None, None
@@ -44,6 +104,9 @@ def serve(server: Rank0Server | None, run, me: Rank) -> None:
             stamps = job.pop("stamps", None)  # a benchmark's trace, when it asked for one
             _stamp(stamps, "taken")
             server.cancel.clear()
+        rgbs = None
+        if server and job.get("type") == "generate":
+            rgbs = _read_references(job, server)  # from the app's buffer, before a result overwrites it
         job = _bcast_json(job, me)
         _stamp(stamps, "broadcast")
         if job["type"] == "shutdown":
@@ -52,7 +115,9 @@ def serve(server: Rank0Server | None, run, me: Rank) -> None:
                 finished.set()
             return
         try:
-            request = GenerationRequest(**{k: job[k] for k in GenerationRequest.__dataclass_fields__})
+            rgbs = _bcast_references(job, rgbs, me)
+            fields = {k: job[k] for k in GenerationRequest.__dataclass_fields__ if k in job}
+            request = GenerationRequest(**{**fields, "references": from_job(job.get("references") or [], rgbs)})
             if server:
                 server.busy = {"shape": f"{request.width}x{request.height}", "phase": "starting", "step": 0,
                                "steps": request.steps}
@@ -76,7 +141,7 @@ def serve(server: Rank0Server | None, run, me: Rank) -> None:
                 raise failure
             if server:
                 _stamp(stamps, "ran")
-                pixels, width, height = _pixels_of(out.image)
+                pixels, width, height = _pixels_of(out.images)
                 server.pixels.write(pixels)  # into the app's buffer, before the result says they are there
                 _stamp(stamps, "sending")
                 _safe(proto.send, conn, {"type": "result", "width": width, "height": height, **out.to_json(),

@@ -73,13 +73,15 @@ def warm_up(cfg: proto.WorkerConfig, run, me: Rank) -> list[dict[str, Any]]:
     """The shapes the app asked the group to warm before READY (settings the app checked)."""
     from backend.request.records import GenerationRequest
     from backend.settings import TP_MODE
-    from backend.shapes import parse_shape
+    from backend.request.references import blank_references
+    from backend.shapes import parse_signature
 
     stats = []
     for text in cfg.warm:
-        shape = parse_shape(text)
+        shape = parse_signature(text)
         request = GenerationRequest("warm-up", shape.height, shape.width, me.settings.steps, me.settings.guidance,
-                                    0, me.settings.runs_as(TP_MODE))
+                                    0, me.settings.runs_as(TP_MODE), count=shape.count,
+                                    references=blank_references(shape))
         out = run(request)
         stats.append({"shape": text, "compiles": out.compiles, "compile_seconds": out.compile_seconds,
                       "seconds": out.seconds})

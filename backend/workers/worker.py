@@ -71,7 +71,7 @@ def main() -> None:
     _watch_parent(cfg.parent_pid, cfg.run_dir, rank)
     stall = float(cfg.settings.get("tp_stall_timeout") or 60.0)
     _heartbeat(cfg.run_dir, rank, max(0.1, min(5.0, stall / 5)))
-    max_job = job_bytes(int(cfg.settings["max_prompt_chars"]))
+    max_job = job_bytes(int(cfg.settings["max_prompt_chars"]), int(cfg.settings.get("max_references", 0)))
     server = Rank0Server(cfg.socket, token.encode(), world, max_job=max_job) if rank == 0 else None
     if server:
         server.pixels = proto.PixelBuffer.attach(cfg.pixels, cfg.pixels_bytes)

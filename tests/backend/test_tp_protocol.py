@@ -336,7 +336,7 @@ def _broadcast_rank(rank: int, store_path: str, jobs: list, out_dir: str) -> Non
     dist.init_process_group("gloo", init_method=f"file://{store_path}", rank=rank, world_size=2)
     try:
         me = types.SimpleNamespace(rank=rank, control=dist.group.WORLD,
-                                   settings=types.SimpleNamespace(max_prompt_chars=2000))
+                                   settings=types.SimpleNamespace(max_prompt_chars=2000, max_references=4))
         collectives, broadcast = [], dist.broadcast
 
         def counted(*args, **kwargs):
@@ -361,9 +361,11 @@ def test_the_longest_job_the_app_can_send_reaches_every_rank_whole_in_one_broadc
 
     jobs = [{"type": "generate", "prompt": "a red circle", "seed": 3},
             {"type": "generate", "prompt": "🦊" * 2000, "typed": "🦊" * 2000, "mode": "eager", "seed": 4,
-             "height": 2048, "width": 2048, "steps": 100, "guidance": 10.0, "forbid_compile": False},
+             "height": 2048, "width": 2048, "steps": 100, "guidance": 10.0, "forbid_compile": False, "count": 4,
+             # an edit's references, described (their pixels follow in broadcasts of their own)
+             "references": [{"sha256": "f" * 64, "source": "16384x16384", "fitted": "1024x1024", "fit": "crop"}] * 4},
             {"type": "shutdown"}]
-    assert len(encode_job(jobs[1])) > 16_000 and len(encode_job(jobs[1])) <= job_bytes(2000)
+    assert len(encode_job(jobs[1])) > 16_000 and len(encode_job(jobs[1])) <= job_bytes(2000, 4)
     folder = tempfile.mkdtemp(prefix="ns-bcast-")
     try:
         mp.spawn(_broadcast_rank, args=(os.path.join(folder, "store"), jobs, folder), nprocs=2, join=True)

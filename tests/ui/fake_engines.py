@@ -316,8 +316,8 @@ def calm_refusal(outputs) -> str:
     output. Returns the run line."""
     import gradio as gr
 
-    image, line, record, seed, gallery, state = outputs
-    assert all(value == gr.skip() for value in (image, record, seed, gallery, state)), outputs
+    image, line, record, seed, gallery, state, paths = outputs
+    assert all(value == gr.skip() for value in (image, record, seed, gallery, state, paths)), outputs
     assert isinstance(line, str) and line.startswith(("**Not run.**", "**Çalıştırılmadı.**")), line
     return line
 

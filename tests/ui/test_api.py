@@ -119,10 +119,32 @@ def test_only_prompt_is_required_and_view_api_describes_every_parameter(app_url)
                  for p in params}
     assert described == {"prompt": ("str", False, None), "width": ("int", True, 1024), "height": ("int", True, 1024),
                          "mode": ("str", True, "eager"), "steps": ("int", True, 4), "seed": ("int", True, -1),
-                         "guidance": ("float", True, 1.0)}
+                         "guidance": ("float", True, 1.0), "images": ("list[filepath]", True, None),
+                         "count": ("int", True, 1)}
     assert all(p["python_type"]["description"] for p in params)
     _image, exact = client.predict(prompt="x", width=64, height=64, steps=1, seed=2**63 - 1, api_name="/generate")
     assert exact["seed"] == 2**63 - 1
+
+
+def test_an_edit_with_references_and_a_batch_through_gradio_client(app_url, tmp_path):
+    """Issue 34: /generate takes reference images (gradio_client's handle_file) and a count; the
+    record names the signature, each reference's SHA-256 and fit, and the batch."""
+    import hashlib
+
+    from gradio_client import handle_file
+    from PIL import Image
+
+    Image.new("RGB", (300, 200), "red").save(tmp_path / "wide.png")
+    client = Client(app_url, verbose=False)
+    image, record = client.predict("a red fox", 64, 64, "eager", 2, 3, 1.0, [handle_file(tmp_path / "wide.png")], 2,
+                                   api_name="/generate")
+    assert Path(image).is_file() and record["count"] == 2 and "paths" not in record
+    assert record["signature"] == "64x64*2+ref1216x832"  # 3:2 fitted to the 3:2 preset
+    assert record["references"] == [{"sha256": hashlib.sha256((tmp_path / "wide.png").read_bytes()).hexdigest(),
+                                     "source": "300x200", "fitted": "1216x832", "fit": "crop"}]
+    (tmp_path / "x.png").write_text("not an image")
+    with pytest.raises(Exception, match="images: reference 1 is not an image"):
+        client.predict("a fox", 64, 64, "eager", 2, 3, 1.0, [handle_file(tmp_path / "x.png")], api_name="/generate")
 
 
 # --- the room: roles, the Host header -------------------------------------------------------------

@@ -31,7 +31,7 @@ def tp_group(manager):
 
 def test_generate_shows_image_timings_seed_and_history(studio, manager):
     calls, progress = recorder()
-    path, info, record, seed, gallery, state = studio.generate_from_page(
+    path, info, record, seed, gallery, state, _paths = studio.generate_from_page(
         "a fox", 256, 128, "compiled", 4, 1.0, 0, True, [], progress=progress)
     assert Path(path).is_file() and read_png_parameters(path)["seed"] == seed == record["seed"]
     assert "**256x128**" in info and "compiled 1 graph(s)" in info and f"`{seed}`" in info
@@ -42,7 +42,7 @@ def test_generate_shows_image_timings_seed_and_history(studio, manager):
     assert calls[3][0] == (1, 4) and calls[2][0] is None  # a compile has no fraction to show
     assert manager.records[-1].engine == "in-process" and manager.records[-1].place == "app"
     # the same seed again, not randomised; history grows newest first
-    path2, info2, record2, seed2, gallery2, _ = studio.generate_from_page("a fox", 256, 128, "compiled", 4, 1.0, 77,
+    path2, info2, record2, seed2, gallery2, _, _paths = studio.generate_from_page("a fox", 256, 128, "compiled", 4, 1.0, 77,
                                                                           False, state, progress=progress)
     assert seed2 == 77 and "no compile (warm)" in info2 and len(gallery2) == 2 and gallery2[0][0] == path2
 
@@ -173,14 +173,14 @@ def test_runs_served_in_process_while_the_group_is_down_say_so(studio, manager):
     studio.start_tp(2)
     tp_group(manager).die("rank 1 exited with code 1")
     with pytest.warns(UserWarning, match="degraded"):  # gr.Warning outside a request
-        _p, info, record, _s, gallery, _h = studio.generate_from_page("a fox", 64, 64, "tp", 2, 1.0, 1, False, [])
+        _p, info, record, _s, gallery, _h, _paths = studio.generate_from_page("a fox", 64, 64, "tp", 2, 1.0, 1, False, [])
     assert (record["mode"], record["requested_mode"]) == ("eager", "tp") and "dead" in record["degraded"]
     assert (record["engine"], record["place"]) == ("in-process", "app")
     assert ", served in process (eager) instead of tp, 2 steps" in info
     assert info.endswith("**Degraded** — the tensor-parallel group is dead (rank 1 exited with code 1).")
     assert ", tp" not in info and "eager in process (tp down)" in gallery[0][1]
     studio.start_tp(2)  # a dead group is replaced by a fresh one
-    _p, info, record, _s, gallery, _h = studio.generate_from_page("a fox", 64, 64, "tp", 2, 1.0, 1, False, [])
+    _p, info, record, _s, gallery, _h, _paths = studio.generate_from_page("a fox", 64, 64, "tp", 2, 1.0, 1, False, [])
     assert record["mode"] == "tp" and record["degraded"] is None and record["world_size"] == 2
     assert (record["engine"], record["place"]) == ("tensor-parallel", "tp")
     assert ", tp (2 ranks)," in info and "served in process" not in info and "tp ×2" in gallery[0][1]
@@ -327,14 +327,14 @@ def test_presets_and_custom_sizes_stay_in_step(studio):
 
 def test_load_parameters_from_png_fills_the_controls(studio, tmp_path):
     path, *_ = studio.generate_from_page("a lighthouse", 256, 128, "regional", 7, 1.0, 4242, False, [])
-    prompt, width, height, preset, steps, guidance, seed, randomize, mode = studio.load_png(path)
+    prompt, width, height, preset, steps, guidance, seed, randomize, mode, count = studio.load_png(path)
     assert (prompt, width, height, preset, steps, seed, randomize, mode) == (
         "a lighthouse", 256, 128, views.CUSTOM, 7, 4242, False, "regional")
     plain = tmp_path / "plain.png"
     Image.new("RGB", (8, 8)).save(plain)
     with pytest.warns(UserWarning, match="no generation parameters"):  # gr.Warning outside a request
         loaded = studio.load_png(str(plain))
-        assert len(loaded) == 9 and all(v == gr.skip() for v in loaded)
+        assert len(loaded) == 10 and all(v == gr.skip() for v in loaded)
     (tmp_path / "not.png").write_text("hello")
     with pytest.raises(gr.Error, match="not a readable PNG"):
         studio.load_png(str(tmp_path / "not.png"))
@@ -434,7 +434,7 @@ def test_gradio_tracks_progress_for_the_device_handlers(studio):
     """Gradio injects its progress tracker only into a parameter whose default is ``gr.Progress()``;
     with anything else the page's progress bar never follows the denoising steps."""
     from gradio.helpers import special_args
-    for handler, n_inputs in ((studio.generate_from_page, 9), (studio.api_generate, 7), (studio.compare, 8)):
+    for handler, n_inputs in ((studio.generate_from_page, 11), (studio.api_generate, 9), (studio.compare, 9)):
         progress_index = special_args(handler, [None] * n_inputs)[1]
         assert progress_index is not None, handler.__name__
 

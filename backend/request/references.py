@@ -1,0 +1,292 @@
+"""Reference images for FLUX.2-klein's editing: read bounded, fitted to a reference size, kept whole.
+
+``Flux2KleinPipeline(image=[...])`` keeps each reference at its own size (cropped to a multiple of
+16, its area capped at 1024x1024) and appends its latent tokens to the image tokens, so every new
+reference size is a new sequence length: on Trainium, a new compile. To keep compiles few, each
+reference is fitted here to one of a small set of **reference sizes** (the model's presets unless
+``--reference-sizes`` says otherwise): the size of the nearest aspect ratio, reached by cropping
+(scale to cover, cut the middle: the default) or padding (scale to fit, white around it:
+``--reference-fit pad``). The pipeline then receives images already at a reference size, which it
+leaves as they are.
+
+A file is hostile until bounded: its bytes are counted before it is opened, its header (format,
+size, frame count) is read before a pixel is decoded, and only single-frame PNG, JPEG and WebP
+images whose pixel count is within ``MAX_SOURCE_PIXELS`` are decoded at all. Every refusal names
+the field ("images") and which reference.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import io
+import math
+from pathlib import Path
+from typing import Any, Sequence
+
+from backend.errors import InvalidRequest
+from backend.shapes import MAX_COUNT, Shape
+
+FIELD = "images"
+MAX_REFERENCE_BYTES = 20 * 2**20  # the page's upload cap (Gradio's max_file_size, the app's MAX_UPLOAD)
+MAX_SOURCE_PIXELS = 4096 * 4096  # decoded at most: 48 MiB of RGB, before fitting
+FORMATS = ("PNG", "JPEG", "WEBP")  # single images; GIF is refused (counting its frames decodes them)
+FITS = ("crop", "pad")
+
+
+@dataclasses.dataclass(frozen=True)
+class Reference:
+    """One reference image, fitted: what the pipeline gets (``rgb``: height x width x 3 bytes) and
+    what the record keeps (its source's SHA-256 and size, the size it was fitted to, and how)."""
+
+    sha256: str
+    source_width: int
+    source_height: int
+    width: int
+    height: int
+    fit: str  # crop | pad | as is
+    rgb: bytes = dataclasses.field(repr=False, compare=False)
+
+    @property
+    def size(self) -> tuple[int, int]:
+        """(height, width): its part of the signature."""
+        return self.height, self.width
+
+    def describe(self) -> dict[str, Any]:
+        """What the record and the PNG keep (no pixels)."""
+        return {"sha256": self.sha256, "source": f"{self.source_width}x{self.source_height}",
+                "fitted": f"{self.width}x{self.height}", "fit": self.fit}
+
+    def line(self) -> str:
+        """The run line's words for it."""
+        if self.fit == "as is":
+            return f"{self.width}x{self.height}"
+        verb = "cropped" if self.fit == "crop" else "padded"
+        return f"{self.source_width}x{self.source_height} → {self.width}x{self.height} ({verb})"
+
+    def image(self):
+        from PIL import Image
+
+        return Image.frombytes("RGB", (self.width, self.height), self.rgb)
+
+
+def nearest_size(width: int, height: int, sizes: Sequence[Shape]) -> Shape:
+    """The reference size for an image of width x height: the nearest aspect ratio (on a log scale,
+    so 2:1 and 1:2 are as far from 1:1), then the nearest area."""
+    aspect = math.log(width / height)
+    return min(sizes, key=lambda s: (round(abs(math.log(s.width / s.height) - aspect), 6),
+                                     abs(s.pixels - width * height), s.pixels))
+
+
+def _open(data: bytes, which: str):
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        image = Image.open(io.BytesIO(data))  # reads the header only
+    except (UnidentifiedImageError, OSError, ValueError) as error:
+        raise InvalidRequest(FIELD, f"{which} is not an image (PNG, JPEG or WebP): "
+                                    f"{type(error).__name__}") from None
+    except Image.DecompressionBombError:
+        raise InvalidRequest(FIELD, f"{which} announces more pixels than an image may have") from None
+    if image.format not in FORMATS:
+        raise InvalidRequest(FIELD, f"{which} is {image.format or 'an unknown format'}; references are PNG, "
+                                    "JPEG or WebP")
+    width, height = image.size
+    if width * height > MAX_SOURCE_PIXELS:
+        raise InvalidRequest(FIELD, f"{which} is {width}x{height} ({width * height / 1e6:.1f} megapixels); the "
+                                    f"limit is {MAX_SOURCE_PIXELS / 1e6:.1f} megapixels")
+    if getattr(image, "is_animated", False) or getattr(image, "n_frames", 1) != 1:
+        raise InvalidRequest(FIELD, f"{which} is an animation; a reference is one still image")
+    return image
+
+
+def _decode(image, which: str):
+    from PIL import Image
+
+    try:
+        image.load()  # within MAX_SOURCE_PIXELS (checked from the header), far below PIL's own bomb bound
+    except (OSError, ValueError, Image.DecompressionBombError, SyntaxError) as error:
+        raise InvalidRequest(FIELD, f"{which} could not be decoded ({type(error).__name__}: "
+                                    f"{' '.join(str(error).split())[:120]})") from None
+    if image.mode in ("RGBA", "LA", "PA") or (image.mode == "P" and "transparency" in image.info):
+        flat = Image.new("RGB", image.size, "white")
+        flat.paste(image.convert("RGBA"), mask=image.convert("RGBA").getchannel("A"))
+        return flat
+    return image.convert("RGB")
+
+
+def fit_image(image, size: Shape, fit: str):
+    """``image`` (RGB) at exactly ``size``: cropped from the middle after scaling to cover it, or
+    padded with white after scaling to fit inside it."""
+    from PIL import Image
+
+    width, height = image.size
+    if (width, height) == (size.width, size.height):
+        return image
+    if fit == "pad":
+        scale = min(size.width / width, size.height / height)
+        inner = image.resize((max(1, round(width * scale)), max(1, round(height * scale))), Image.LANCZOS)
+        canvas = Image.new("RGB", (size.width, size.height), "white")
+        canvas.paste(inner, ((size.width - inner.width) // 2, (size.height - inner.height) // 2))
+        return canvas
+    scale = max(size.width / width, size.height / height)
+    cover = image.resize((max(size.width, round(width * scale)), max(size.height, round(height * scale))),
+                         Image.LANCZOS)
+    left, top = (cover.width - size.width) // 2, (cover.height - size.height) // 2
+    return cover.crop((left, top, left + size.width, top + size.height))
+
+
+def read_bytes(item: Any, which: str, limit: int = MAX_REFERENCE_BYTES) -> bytes:
+    """The bytes of one reference as a caller gives it: bytes, a path (the page's and the API's
+    uploads), or a dict with a ``path`` (Gradio's FileData). At most ``limit`` bytes are read."""
+    if isinstance(item, dict):
+        item = item.get("path")
+    if isinstance(item, (bytes, bytearray)):
+        data = bytes(item)
+    elif isinstance(item, (str, Path)) and str(item):
+        path = Path(item)
+        try:
+            if not path.is_file():
+                raise InvalidRequest(FIELD, f"{which} is not a file")
+            with path.open("rb") as handle:
+                data = handle.read(limit + 1)
+        except OSError as error:
+            raise InvalidRequest(FIELD, f"{which} could not be read ({type(error).__name__})") from None
+    else:
+        raise InvalidRequest(FIELD, f"{which} must be an image file, got {type(item).__name__}")
+    if len(data) > limit:
+        raise InvalidRequest(FIELD, f"{which} is over {limit / 2**20:.0f} MB; the limit is {limit / 2**20:.0f} MB")
+    return data
+
+
+def load_references(items: Sequence[Any] | None, sizes: Sequence[Shape], fit: str = "crop",
+                    max_references: int = 4) -> tuple[Reference, ...]:
+    """Each reference read, checked and fitted (``sizes``: the reference sizes), or InvalidRequest
+    naming "images" and which one."""
+    if items and all(isinstance(item, Reference) for item in items):
+        return tuple(items)  # already read and fitted (a request validated again)
+    items = reference_files(items)
+    if len(items) > max_references:
+        raise InvalidRequest(FIELD, f"{len(items)} reference images; at most {max_references} per request")
+    if fit not in FITS:
+        raise InvalidRequest("reference fit", f"must be one of {', '.join(FITS)}, got {fit!r}")
+    references = []
+    for number, item in enumerate(items, 1):
+        which = f"reference {number}"
+        data = read_bytes(item, which)
+        image = _decode(_open(data, which), which)
+        size = nearest_size(*image.size, sizes)
+        fitted = fit_image(image, size, fit)
+        references.append(Reference(hashlib.sha256(data).hexdigest(), image.width, image.height, size.width,
+                                    size.height, "as is" if image.size == (size.width, size.height) else fit,
+                                    fitted.tobytes()))
+    return tuple(references)
+
+
+def check_count(value: Any) -> int:
+    from backend.shapes import whole_number
+
+    count = 1 if value in (None, "") else whole_number("count", value)
+    if not 1 <= count <= MAX_COUNT:
+        raise InvalidRequest("count", f"must be between 1 and {MAX_COUNT} images per prompt, got {count}")
+    return count
+
+
+# The worker wire (backend.launch.calls, backend.workers.job_loop): a job carries each reference
+# described (``describe``) and where its fitted pixels lie in the group's shared pixel buffer; rank
+# 0 reads them there, checks their SHA-256, and broadcasts them whole to every rank.
+MAX_REFERENCE_RGB = 1024 * 1024 * 3  # a reference size is at most 1024x1024 pixels (the pipeline's cap)
+
+
+def pixel_layout(references: Sequence[Reference]) -> list[dict[str, Any]]:
+    """Where each reference's RGB goes in the pixel buffer, and its SHA-256."""
+    layout, offset = [], 0
+    for reference in references:
+        layout.append({"offset": offset, "bytes": len(reference.rgb),
+                       "sha256": hashlib.sha256(reference.rgb).hexdigest()})
+        offset += len(reference.rgb)
+    return layout
+
+
+def _size(text: Any) -> tuple[int, int]:
+    width, _, height = str(text).partition("x")
+    if not (width.isdigit() and height.isdigit() and len(width) <= 5 and len(height) <= 5):
+        raise InvalidRequest(FIELD, f"a reference's size must be WIDTHxHEIGHT, got {str(text)[:20]!r}")
+    return int(width), int(height)
+
+
+def expected_rgb_bytes(described: Any) -> int:
+    """The RGB bytes of a described reference (InvalidRequest past ``MAX_REFERENCE_RGB``)."""
+    if not isinstance(described, dict):
+        raise InvalidRequest(FIELD, "a reference must be described by its fields")
+    width, height = _size(described.get("fitted"))
+    if not 0 < width * height * 3 <= MAX_REFERENCE_RGB:
+        raise InvalidRequest(FIELD, f"a reference of {width}x{height} is past 1024x1024 pixels")
+    return width * height * 3
+
+
+def from_job(described: Sequence[Any], rgbs: Sequence[bytes]) -> tuple[Reference, ...]:
+    """The references a job describes, with their pixels (checked: sizes and lengths agree)."""
+    if len(described) != len(rgbs):
+        raise InvalidRequest(FIELD, f"{len(described)} references described, {len(rgbs)} sent")
+    out = []
+    for item, rgb in zip(described, rgbs):
+        if expected_rgb_bytes(item) != len(rgb):
+            raise InvalidRequest(FIELD, "a reference's pixels do not match its size")
+        width, height = _size(item["fitted"])
+        source_width, source_height = _size(item.get("source"))
+        out.append(Reference(str(item.get("sha256", ""))[:64], source_width, source_height, width, height,
+                             str(item.get("fit", ""))[:8], bytes(rgb)))
+    return tuple(out)
+
+
+def blank_references(shape: Shape) -> tuple[Reference, ...]:
+    """Grey references at a signature's reference sizes: what a warm-up runs with (a compile
+    depends on their sizes, not on what they show)."""
+    out = []
+    for height, width in shape.refs:
+        rgb = bytes([128]) * (width * height * 3)
+        out.append(Reference(hashlib.sha256(rgb).hexdigest(), width, height, width, height, "as is", rgb))
+    return tuple(out)
+
+
+def reference_files(items: Any) -> list[Any]:
+    """The files of an Edit area's value: a Gallery's (path, caption) pairs, Gradio file data,
+    paths; empties dropped. Anything else is passed on for ``load_references`` to refuse."""
+    out = []
+    for item in items or []:
+        if isinstance(item, (tuple, list)) and item:
+            item = item[0]
+        if isinstance(item, dict) and "path" in item:
+            item = item["path"]
+        if isinstance(item, dict) and isinstance(item.get("image"), dict):  # a Gallery's JSON form
+            item = item["image"].get("path")
+        if item not in (None, ""):
+            out.append(item)
+    return out
+
+
+def reference_sizes(items: Sequence[Any], sizes: Sequence[Shape]) -> list[tuple[int, int]]:
+    """The reference sizes ``items`` would be fitted to, from their headers alone (for the cost
+    line before the click; InvalidRequest for a file that would be refused)."""
+    out = []
+    for number, item in enumerate(items, 1):
+        which = f"reference {number}"
+        if isinstance(item, Reference):
+            out.append(item.size)
+            continue
+        image = _open(read_bytes(item, which), which)
+        size = nearest_size(*image.size, sizes)
+        out.append((size.height, size.width))
+    return out
+
+
+def sizes_for(settings, presets) -> list[Shape]:
+    """The sizes references are fitted to: ``--reference-sizes``, else the model's presets."""
+    return list(settings.reference_sizes) or [shape for _name, shape in presets]
+
+
+def sequence_budget(settings, presets) -> int:
+    """Image tokens one request may ask: ``--max-sequence-tokens``, else four times the largest
+    preset's (the output and three references at a preset's size)."""
+    return settings.max_sequence_tokens or 4 * max(shape.tokens for _name, shape in presets)

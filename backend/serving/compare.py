@@ -1,0 +1,28 @@
+"""Compare: one request through two or three modes, side by side, with each image's largest pixel
+difference from the first mode's."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Iterable
+
+from backend.errors import InvalidRequest
+
+
+def compare(manager, request, modes: Iterable[str], progress=None, owner: str | None = None) -> list[dict[str, Any]]:
+    """Each entry has image, result, and the max pixel difference (0-255) from the first mode's image."""
+    import numpy as np
+
+    modes = list(dict.fromkeys(modes))
+    if not 2 <= len(modes) <= 3:
+        raise InvalidRequest("modes", f"choose two or three modes to compare, got {len(modes)}")
+    entries, first = [], None
+    for mode in modes:
+        if mode not in manager.modes:
+            raise InvalidRequest("mode", f"must be one of {', '.join(manager.modes)}, got {mode!r}")
+        image, result = manager.generate(dataclasses.replace(request, mode=mode), progress, owner=owner)
+        pixels = np.asarray(image.convert("RGB"), dtype=np.int16)
+        first = pixels if first is None else first
+        entries.append({"mode": mode, "image": image, "result": result,
+                        "max_diff": int(np.abs(pixels - first).max())})
+    return entries
