@@ -144,6 +144,18 @@ MUTATIONS = (
              ("tests/backend/test_cache_layout.py",)),
     Mutation("G12", "an upload the app has read is kept", "ui/temp_dir.py",
              "        os.unlink(target)\n", "        pass\n", ("tests/ui/test_door.py",)),
+    Mutation("G20", "a reference's pixel count is not checked before it is decoded", "backend/request/references.py",
+             "    if width * height > MAX_SOURCE_PIXELS:\n", "    if False:\n",
+             ("tests/backend/test_editing.py",)),
+    Mutation("G21", "a reference's bytes are read whole, unbounded", "backend/request/references.py",
+             "    if len(data) > limit:\n", "    if False:\n", ("tests/backend/test_editing.py",)),
+    Mutation("G22", "a page event's reference path is read wherever it points", "ui/handlers_studio.py",
+             "            if not (is_upload(path) or is_app_output(path, self.manager.settings.output_dir)):\n",
+             "            if False:\n", ("tests/ui/test_handlers.py",)),
+    Mutation("G23", "a reference does not change the signature (every edit shares the plain size's graph)",
+             "backend/request/records.py",
+             "        return Shape(self.height, self.width).with_inputs(self.count, (r.size for r in self.references))\n",
+             "        return Shape(self.height, self.width)\n", ("tests/backend/test_editing.py",)),
 )
 
 

@@ -15,7 +15,7 @@ import gradio as gr
 
 from backend.errors import GenerationCancelled, InvalidRequest
 from backend.images.pngmeta import read_png_parameters
-from ui.temp_dir import discard_upload
+from ui.temp_dir import discard_upload, is_upload
 from backend.request.references import check_count, reference_files, reference_sizes
 from backend.request.validation import check_work, work
 from backend.shapes import Shape, validate_shape
@@ -53,7 +53,19 @@ class StudioHandlers(Handlers):
         backend's own words when not (the API). ``references``: the Edit area's (or the API's) files."""
         with refusals(lang):
             return self.manager.validate(prompt, height, width, steps=steps, guidance=guidance,
-                                         seed=seed, mode=mode, images=reference_files(references), count=count)
+                                         seed=seed, mode=mode, images=self._page_files(references), count=count)
+
+    def _page_files(self, references) -> list:
+        """The reference files an event names, each an upload or an image this app wrote (Use as
+        reference); InvalidRequest("images") for any other path: an event's paths are the caller's
+        word, and a file elsewhere on the server is never read on it."""
+        from backend.images.folder import is_app_output
+
+        files = reference_files(references)
+        for number, path in enumerate(files, 1):
+            if not (is_upload(path) or is_app_output(path, self.manager.settings.output_dir)):
+                raise InvalidRequest("images", f"reference {number} is not a file uploaded to this app")
+        return files
 
     def _progress_adapter(self, progress: Callable, lang: str = "en") -> Callable:
         """Step progress for the page's bar; while a shape compiles (silently: no step for seconds,
@@ -224,7 +236,7 @@ class StudioHandlers(Handlers):
         try:
             shape = validate_shape(height, width, bounds.min_size, bounds.max_size)
             # the signature: a batch and the references' fitted sizes (their headers only are read)
-            shape = shape.with_inputs(check_count(count), reference_sizes(reference_files(references),
+            shape = shape.with_inputs(check_count(count), reference_sizes(self._page_files(references),
                                                                           self.manager.reference_sizes))
             check_work(bounds, shape, int(steps or bounds.steps))  # --max-work, stated before the click
         except InvalidRequest as exc:
@@ -245,18 +257,20 @@ class StudioHandlers(Handlers):
             cost += beyond_training_note(card.trained_pixels, preset_label(name, nearest) if name else None, lang)
         if mode == "tp" and prediction is not None and not prediction.get("refused"):
             cost += tp_group_note(tp, degree, lang)
-        badges = self._badges(status, mode, steps, lang)
+        badges = self._badges(status, mode, steps, lang, shape)
         # Generate waits while the cost line says the click would be refused (a bad size, a cold
         # shape under the lock); while the model loads it stays on: the click waits for the model.
         refused = error is not None or bool(prediction and prediction.get("refused"))
         return engine, cost, badges, tp_badge, gr.update(interactive=not refused), end_compile
 
-    def _badges(self, status, mode: str, steps, lang: str) -> str:
-        """One badge per preset: its state in ``mode`` (none until the model has loaded)."""
+    def _badges(self, status, mode: str, steps, lang: str, chosen: Shape | None = None) -> str:
+        """One badge per preset: its state in ``mode`` (none until the model has loaded), with the
+        chosen count and references (an edit's badges are its signatures' at each preset)."""
         if status["state"] in ("idle", "loading", "failed"):
             return badges_html([])
         steps = steps if isinstance(steps, (int, float)) and steps >= 1 else None
-        return badges_html([(preset_label(n, s), self.manager.predict(mode, s, steps))
+        count, refs = (chosen.count, chosen.refs) if chosen is not None else (1, ())
+        return badges_html([(preset_label(n, s), self.manager.predict(mode, s.with_inputs(count, refs), steps))
                             for n, s in self.manager.card.presets], lang)
 
     # PNG parameters --------------------------------------------------------------------------
@@ -266,6 +280,8 @@ class StudioHandlers(Handlers):
             return (gr.skip(),) * 10
         lang = language(page)
         bounds = self.manager.settings  # the app's own bounds: a PNG it made at 80 of --max-steps 100 loads whole
+        if not is_upload(path):  # only what was uploaded: never a server file an event names
+            raise gr.Error(text(lang, "err_not_png"), title=text(lang, "title_error"))
         try:
             params = read_png_parameters(path, max_prompt=bounds.max_prompt_chars, max_steps=bounds.max_steps,
                                          max_guidance=bounds.max_guidance, min_size=bounds.min_size,

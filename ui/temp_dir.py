@@ -75,3 +75,14 @@ def discard_upload(path) -> bool:
         except OSError:
             pass
     return True
+
+
+def is_upload(path) -> bool:
+    """Whether ``path`` is a file in Gradio's upload folder (``GRADIO_TEMP_DIR``): what a page or an
+    API client uploaded. A path an event names is the caller's word: a file elsewhere on the server
+    is never read on its say."""
+    folder = os.environ.get("GRADIO_TEMP_DIR", "")
+    if not path or not folder:
+        return False
+    target, root = os.path.realpath(str(path)), os.path.realpath(folder)
+    return os.path.commonpath([target, root]) == root and target != root and os.path.isfile(target)

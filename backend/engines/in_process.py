@@ -103,6 +103,7 @@ class InProcessEngine:
         quiet_libraries()
         pipe = self._loader(self.device, self.model_path)
         pipe.set_progress_bar_config(disable=True)
+        dense_references(pipe)
         self.device.reset_compiled()
         self.pipe = pipe
         self._variants = {"eager": []}
@@ -291,3 +292,21 @@ class InProcessEngine:
         cls = CompileFailure if compiler else GenerationFailed
         where = "while compiling" if compiler else "in the pipeline"
         return cls(f"{type(root).__name__} {where}: {text}")
+
+
+def dense_references(pipe) -> None:
+    """Make the reference images' tensors dense before the VAE encodes them. Diffusers' image
+    processor transposes an HWC array to NCHW (``numpy_to_pt``), so a reference reaches the VAE with
+    channels-last strides; a device whose group norm falls back to ATen's composite kernel
+    (``math_group_norm``, built on ``view``) refuses those strides. On the CPU and CUDA this changes
+    nothing but a copy of each reference."""
+    processor = getattr(pipe, "image_processor", None)
+    if processor is None or getattr(processor, "_dense", False):
+        return
+    preprocess = processor.preprocess
+
+    def dense(*args, **kwargs):
+        out = preprocess(*args, **kwargs)
+        return out.contiguous() if isinstance(out, torch.Tensor) else out
+
+    processor.preprocess, processor._dense = dense, True

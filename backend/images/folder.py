@@ -28,6 +28,15 @@ def prune(folder: str | Path, keep: int) -> list[Path]:
     return removed
 
 
+def is_app_output(path, folder: str | Path) -> bool:
+    """Whether ``path`` is a PNG this app wrote in ``folder`` (its own name, a plain file there)."""
+    import os
+
+    target = Path(os.path.realpath(str(path))) if path else None
+    return bool(target and target.parent == Path(os.path.realpath(str(folder))) and APP_PNG.match(target.name)
+                and target.is_file() and not Path(str(path)).is_symlink())
+
+
 def save_outputs(folder: str | Path, keep: int, image, result) -> str:
     """Write a run's PNGs (with its parameters) to ``folder``: its one image, or every image of a
     batch; sets ``result.paths`` and ``result.path`` (the first) and returns it. The folder keeps

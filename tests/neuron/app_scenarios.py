@@ -5,7 +5,7 @@ Run by ``tests/neuron/test_app_on_standin.py`` with ``tests/standin`` on PYTHONP
 the unit here because the Neuron runtime is: cores are claimed per process until it exits, and the
 NEFF cache's persistent hits are only visible to a later process.
 
-    python -m tests.neuron.app_scenarios inprocess|second|tp|replicas WORKDIR
+    python -m tests.neuron.app_scenarios inprocess|second|tp|replicas|edit WORKDIR
 """
 
 from __future__ import annotations
@@ -126,6 +126,34 @@ def second(workdir: Path) -> dict:
     out["failed_compiled_96"] = _error(lambda: _run(mgr, 96, "compiled"))
     _img, out["after_failure_compiled_64"] = _run(mgr, 64, "compiled")
     out["status"] = mgr.status()
+    mgr.close()
+    return out
+
+
+def edit(workdir: Path) -> dict:
+    """Issue 34 on "neuron": a reference's tokens join the sequence, so a new reference size is a new
+    compile (NEFFs keyed by shape, as TorchNeuron's are) and a fitted reference at a warm size is not."""
+    from PIL import Image
+
+    from backend.serving.manager import Manager
+    from backend.shapes import parse_shape_list
+
+    mgr = Manager(_settings(workdir, reference_sizes=parse_shape_list("64x64,96x64")))
+    mgr.start()
+    refs = {}
+    for name, size in (("square", (64, 64)), ("wide", (96, 64)), ("big square", (200, 200))):
+        refs[name] = str(workdir / f"{name.replace(' ', '-')}.png")
+        Image.new("RGB", size, "red").save(refs[name])
+    out: dict = {}
+    for label, ref in (("square", "square"), ("square again", "square"), ("wide", "wide"),
+                       ("wide again", "wide"), ("big square fitted", "big square")):
+        request = mgr.validate(PROMPT, 64, 64, steps=2, seed=0, mode="compiled", images=[refs[ref]])
+        predicted = mgr.predict("compiled", request.shape, 2)
+        _img, result = mgr.generate(request)
+        out[label] = {"signature": result.signature, "neff_compiles": result.neff_compiles,
+                      "compiled": result.compiled, "predicted_state": predicted["state"],
+                      "fit": result.references[0]["fit"]}
+    out["status"] = [r for r in mgr.status()["shapes"] if r["mode"] == "compiled"]
     mgr.close()
     return out
 
@@ -268,7 +296,8 @@ def main() -> None:
     from backend.hardware import env as device_env
 
     device_env.prepare_environment(workdir / "cache")
-    result = {"inprocess": inprocess, "second": second, "tp": tp, "replicas": replicas}[scenario](workdir)
+    result = {"inprocess": inprocess, "second": second, "tp": tp, "replicas": replicas,
+              "edit": edit}[scenario](workdir)
     print(json.dumps(result, default=str))
     sys.stdout.flush()
     os._exit(0)  # after DTensor collectives a normal exit may abort (DESIGN.md)

@@ -65,6 +65,22 @@ def test_doctor_says_neuron_and_shows_the_core_plan(neuron_env):
     assert "3 are free (0-2), so degrees that fit are 1, 2 " in json.loads(four.stdout)["torch_neuronx"]["core_plan"]["engines"]["tensor-parallel"]["error"]
 
 
+def test_a_second_reference_size_compiles_once_then_is_warm(neuron_env):
+    """Issue 34: on the stand-in (NEFFs keyed by shape, as TorchNeuron's), an edit's reference adds
+    its tokens to the sequence: each new reference size compiles NEFFs once; a repeat, and a
+    reference of another source size fitted to a warm size, compile none."""
+    root, env = neuron_env
+    out = _scenario("edit", root / "edit", env)
+    assert out["square"]["signature"] == "64x64+ref64x64" and out["square"]["neff_compiles"] > 0
+    assert out["square"]["predicted_state"] == "cold"
+    assert out["square again"]["neff_compiles"] == 0 and out["square again"]["predicted_state"] == "warm"
+    assert out["wide"]["signature"] == "64x64+ref96x64" and out["wide"]["neff_compiles"] > 0  # a new length
+    assert out["wide again"]["neff_compiles"] == 0 and out["wide again"]["compiled"] is False
+    fitted = out["big square fitted"]
+    assert fitted["signature"] == "64x64+ref64x64" and fitted["fit"] == "crop" and fitted["neff_compiles"] == 0
+    assert {r["shape"]: r["state"] for r in out["status"]} == {"64x64+ref64x64": "warm", "64x64+ref96x64": "warm"}
+
+
 @pytest.mark.slow
 def test_modes_run_on_neuron_match_the_cpu_and_count_compiles_apart(neuron_env):
     root, env = neuron_env

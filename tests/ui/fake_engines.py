@@ -61,8 +61,8 @@ def until(predicate: Callable[[], bool], what: str, timeout: float = WAIT) -> No
 
 def _compiles(graphs: set, mode: str, request: GenerationRequest) -> bool:
     """Dynamo's rule on this device, as the fakes keep it: a compiled mode builds a graph the first
-    time it meets an image-token count, and eager builds none."""
-    return mode in COMPILED_MODES and (mode, request.shape.tokens) not in graphs
+    time it meets a (batch, image-token count), and eager builds none."""
+    return mode in COMPILED_MODES and (mode, request.shape.graph_key) not in graphs
 
 
 def _steps(request: GenerationRequest, emit: Callable[..., None], should_stop: Callable[[], bool],
@@ -131,9 +131,10 @@ class FakeEngine(InProcessEngine):
             raise self.fail_with
         _steps(request, emit, should_stop, compiles, at_step)
         if compiles:
-            self.graphs.add((request.mode, request.shape.tokens))
-        image = Image.new("RGB", (request.width, request.height), COLOURS[request.mode]) if decode else None
-        return EngineOutput(image=image, compiles=int(compiles), neff_compiles=0,
+            self.graphs.add((request.mode, request.shape.graph_key))
+        images = [Image.new("RGB", (request.width, request.height), COLOURS[request.mode]) if decode else None
+                  for _ in range(request.count)]  # a batch: one image per count
+        return EngineOutput(image=images[0], more_images=images[1:], compiles=int(compiles), neff_compiles=0,
                             **(COMPILING_RUN if compiles else STEADY_RUN))
 
     @contextlib.contextmanager
@@ -266,13 +267,13 @@ class FakeWorkerGroup(WorkerGroup):
 
         _steps(request, emit, should_stop, compiles, at_step)
         if compiles:
-            self.graphs.add((mode, request.shape.tokens))
+            self.graphs.add((mode, request.shape.graph_key))
         timings = COMPILING_RUN if compiles else STEADY_RUN
         self.timings["last_round_trip"] = timings["seconds"] + ROUND_TRIP_EXTRA
         self.timings["last_worker_seconds"] = timings["seconds"]
-        image = Image.new("RGB", (request.width, request.height), COLOURS[request.mode])
-        return EngineOutput(image=image, compiles=int(compiles), neff_compiles=0, world_size=self.degree,
-                            place=self.place, **timings)
+        images = [Image.new("RGB", (request.width, request.height), COLOURS[request.mode]) for _ in range(request.count)]
+        return EngineOutput(image=images[0], more_images=images[1:], compiles=int(compiles), neff_compiles=0,
+                            world_size=self.degree, place=self.place, **timings)
 
 
 class FakeLaunches:

@@ -698,3 +698,33 @@ def test_the_cost_line_states_the_work_bound_before_the_click_and_generate_refus
                                                                            0, True, []))
     finally:
         manager.close()
+
+
+def test_an_edit_on_the_page_takes_uploads_and_the_apps_own_images_only(studio, manager, tmp_path, monkeypatch):
+    """Issue 34 on the page: references from the Edit area (uploads) or Use as reference (an image
+    the app wrote); a path the event names anywhere else is refused before it is read; a batch is
+    one sheet and one history entry; the cost line prices the whole signature."""
+    from PIL import Image
+
+    uploads = tmp_path / "uploads"
+    monkeypatch.setenv("GRADIO_TEMP_DIR", str(uploads))
+    (uploads / "a1").mkdir(parents=True)
+    upload = uploads / "a1" / "wide.png"
+    Image.new("RGB", (300, 200), "red").save(upload)
+    outside = tmp_path / "elsewhere.png"
+    Image.new("RGB", (64, 64)).save(outside)
+    line = calm_refusal(studio.generate_from_page("a fox", 64, 64, "eager", 4, 1.0, 1, False, [],
+                                                  [(str(outside), None)], 1))
+    assert "reference 1 is not a file uploaded to this app" in line
+    cost = studio.refresh_studio("compiled", 1024, 1024, 4, None, 2, [(str(upload), None)])[1]
+    assert "1024x1024*2+ref1216x832" in cost  # 3:2 fitted to the 3:2 preset, priced before the click
+    shown, line, record, _seed, gallery, _state, paths = studio.generate_from_page(
+        "a fox", 64, 64, "eager", 4, 1.0, 1, False, [], [(str(upload), None)], 2)
+    assert record["signature"] == "64x64*2+ref1216x832" and len(paths) == 2
+    assert "2 images in one batch" in line and "300x200 → 1216x832 (cropped)" in line
+    assert shown.size == (64 * 2 + 8, 64) and len(gallery) == 1  # one sheet, one history entry
+    references = studio.use_as_reference(paths, [(str(upload), None)])
+    assert references[-1] == (paths[0], None)  # the app's own image joins the references
+    _s, _line, again, *_ = studio.generate_from_page("a fox", 64, 64, "eager", 4, 1.0, 1, False, [], references, 1)
+    assert again["signature"] == "64x64+ref1216x832+ref1024x1024"  # the 64x64 result fitted to the 1:1 preset
+    assert again["references"][1]["source"] == "64x64" and again["references"][1]["fitted"] == "1024x1024"
