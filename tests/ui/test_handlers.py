@@ -728,3 +728,6 @@ def test_an_edit_on_the_page_takes_uploads_and_the_apps_own_images_only(studio, 
     _s, _line, again, *_ = studio.generate_from_page("a fox", 64, 64, "eager", 4, 1.0, 1, False, [], references, 1)
     assert again["signature"] == "64x64+ref1216x832+ref1024x1024"  # the 64x64 result fitted to the 1:1 preset
     assert again["references"][1]["source"] == "64x64" and again["references"][1]["fitted"] == "1024x1024"
+    _gallery, table = studio.compare("a fox", 64, 64, 4, 1.0, 3, False, ["eager", "compiled"], [(str(upload), None)])
+    assert [r.signature for r in manager.records[-2:]] == ["64x64+ref1216x832"] * 2  # Compare runs the same edit
+    assert list(table["mode"]) == ["eager", "compiled"]
