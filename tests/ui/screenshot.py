@@ -4,7 +4,8 @@ Starts the app (the trained embedded model, aot_eager), generates the page's fir
 in compiled and eager mode at three of the model's presets (its own, from its card) so that the
 shape table and the plots have something to show, and writes PNGs under assets/: what a laptop
 screen shows (1280x800, no scrolling) of each tab, a compile in progress with its estimate, a
-refused click, and the Studio tab as a Turkish browser sees it (studio-tr.png).
+refused click, the Studio tab as a Turkish browser sees it (studio-tr.png), and an edit from a
+reference image with two images per prompt (edit.png).
 """
 
 from __future__ import annotations
@@ -95,7 +96,33 @@ def make_screenshots(out_dir: Path) -> list[Path]:
             written.append(out_dir / name)
             _shoot(page, written[-1])
         written.append(_turkish_studio(browser, url, out_dir / "studio-tr.png"))
+        written.append(_edit(browser, url, Path(tmp), out_dir / "edit.png"))
     return written
+
+
+def _edit(browser, url: str, tmp: Path, path: Path) -> Path:
+    """An edit (docs/editing.md): one reference in the Edit area, two images per prompt, the cost
+    line pricing the whole signature and the run line saying how the reference was fitted."""
+    from PIL import Image, ImageDraw
+
+    reference = tmp / "reference.png"
+    image = Image.new("RGB", (320, 240), "white")
+    ImageDraw.Draw(image).ellipse((110, 70, 210, 170), fill="red")
+    image.save(reference)
+    page = browser.new_page(locale="en-US", viewport=LAPTOP)
+    page.goto(url)
+    page.wait_for_selector("#badges .ns-badge", timeout=30000)
+    page.fill("#prompt textarea", "a red circle on a blue background")
+    page.click("#edit .label-wrap")
+    page.set_input_files("#references input[type=file]", str(reference))
+    page.fill("#count input", "2")
+    page.press("#count input", "Tab")
+    page.wait_for_function("document.querySelector('#cost').innerText.includes('*2+ref')", timeout=30000)
+    _generate(page, 1)
+    page.wait_for_timeout(1000)
+    _shoot(page, path)
+    page.close()
+    return path
 
 
 def _turkish_studio(browser, url: str, path: Path) -> Path:
