@@ -24,7 +24,7 @@ def p12_edit_cost(tmp: Path, quick: bool) -> list[dict]:
 
     from backend.shapes import parse_shape
 
-    sizes = ["128x128"] if quick else ["256x256", "512x512"]
+    sizes = ["64x64"] if quick else ["256x256", "512x512"]
     reps = 4 if quick else 15
     rows = []
     manager = start_manager(tmp, reference_sizes=[parse_shape(s) for s in sizes])

@@ -153,8 +153,15 @@ class StudioHandlers(Handlers):
             line += reading_note(reading, self.examples, lang)
         return shown, line, record, result.seed, history, history, list(result.paths)
 
+    def history_selected(self, evt: gr.SelectData):
+        """A click on an image of this session's history: Use as reference then takes that one."""
+        value = evt.value if isinstance(evt.value, dict) else {}
+        path = (value.get("image") or {}).get("path") if isinstance(value.get("image"), dict) else None
+        return [path] if path else gr.skip()
+
     def use_as_reference(self, paths, references, page: gr.Request | None = None):
-        """"Use as reference": the last run's image (a batch's first) joins the Edit area's references."""
+        """"Use as reference": the last run's image (a batch's first), or the history image last
+        clicked, joins the Edit area's references (checked like any reference when it is used)."""
         lang = language(page)
         current = [item for item in (references or [])]
         if not paths:

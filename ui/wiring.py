@@ -67,6 +67,7 @@ def studio_events(studio, page) -> None:
     page.stop_btn.click(studio.stop, None, None, queue=False, **PRIVATE)
     page.stop_worker.click(studio.stop_compiling_worker, None, None, queue=False, **PRIVATE)
     page.use_reference.click(studio.use_as_reference, [page.last_paths, page.references], page.references, **LIGHT)
+    page.history.select(studio.history_selected, None, page.last_paths, **LIGHT)
 
     # Parsing an upload is bounded (backend.images.pngmeta) and runs one at a time, apart from the
     # device queue and the status events, so no file can hold the server.

@@ -38,7 +38,7 @@ def test_in_process_rows_run_interleaved_and_judge_by_interval(tmp_path):
     rows = result["rows"]
     assert [r["id"] for r in rows] == ["P1", "P1", "P2", "P2", "P12"]
     edit = rows[-1]  # an edit against text to image at the same size: the references' tokens named
-    assert edit["unit"] == "x" and "tokens 128 vs 64" in edit["name"] and "not measured" in edit["note"]
+    assert edit["unit"] == "x" and "tokens 32 vs 16" in edit["name"] and "not measured" in edit["note"]
     for row in rows:
         _check_row(row)
     timed = [r for r in rows if r["unit"] == "x"]

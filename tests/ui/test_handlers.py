@@ -725,6 +725,8 @@ def test_an_edit_on_the_page_takes_uploads_and_the_apps_own_images_only(studio, 
     assert shown.size == (64 * 2 + 8, 64) and len(gallery) == 1  # one sheet, one history entry
     references = studio.use_as_reference(paths, [(str(upload), None)])
     assert references[-1] == (paths[0], None)  # the app's own image joins the references
+    clicked = gr.SelectData(None, {"index": 1, "value": {"image": {"path": paths[1]}, "caption": "x"}})
+    assert studio.history_selected(clicked) == [paths[1]]  # or the history image clicked last
     _s, _line, again, *_ = studio.generate_from_page("a fox", 64, 64, "eager", 4, 1.0, 1, False, [], references, 1)
     assert again["signature"] == "64x64+ref1216x832+ref1024x1024"  # the 64x64 result fitted to the 1:1 preset
     assert again["references"][1]["source"] == "64x64" and again["references"][1]["fitted"] == "1024x1024"
