@@ -76,6 +76,29 @@ def test_two_replicas_serve_two_requests_at_once(mgr):
     assert results["a"].engine == results["b"].engine == "replicas"
 
 
+def test_an_edit_with_two_references_and_a_batch_on_a_replica_gives_the_in_process_pixels(mgr, tmp_path):
+    """Issue 34: a replica is a group of one rank: the references go through its pixel buffer
+    (checked by SHA-256) and the batch comes back whole, the app's own engine's pixels within the
+    tensor-parallel tests' tolerance (another process may split its matmuls over other threads)."""
+    import numpy as np
+    from PIL import Image
+
+    Image.new("RGB", (300, 200), "red").save(tmp_path / "wide.png")
+    Image.new("RGB", (100, 150), "blue").save(tmp_path / "tall.png")
+    from backend.request.references import load_references
+    from backend.shapes import Shape
+
+    # Fitted to small reference sizes (this model's presets are a megapixel: slow on two cores).
+    refs = load_references([str(tmp_path / "wide.png"), str(tmp_path / "tall.png")], [Shape(64, 96), Shape(96, 64)])
+    request = mgr.validate("a fox", 64, 64, steps=2, seed=1, mode="eager", images=refs, count=2)
+    _image, served = mgr.generate(request)
+    assert served.engine == "replicas" and served.place.startswith("replica ")
+    assert served.signature == "64x64*2+ref96x64+ref64x96" and len(served.images) == 2
+    here = mgr.engines["in-process"].run(request)  # the same request in the app's own process
+    for mine, theirs in zip(here.images, served.images):
+        assert np.abs(np.asarray(mine, dtype=int) - np.asarray(theirs, dtype=int)).max() <= 2
+
+
 def test_a_warm_shape_goes_to_its_warm_replica_and_the_cost_line_says_where(mgr):
     mgr.generate(_req(mgr, "compiled", 64, seed=4))
     warm_at = set(mgr.table.warm_places("compiled", _req(mgr, "compiled").shape))

@@ -85,6 +85,27 @@ def test_two_rank_image_matches_the_one_process_eager_image(mgr):
     assert any(r["mode"] == "tp" and r["state"] == "warm" for r in mgr.status()["shapes"])
 
 
+def test_an_edit_with_two_references_and_a_batch_gives_the_in_process_pixels(mgr, tmp_path):
+    """Issue 34: references reach every rank whole (their pixels through the group's buffer, checked
+    by SHA-256 on rank 0, then one broadcast each), and a batch comes back whole: the in-process
+    run's pixels within the two-rank tolerance."""
+    from PIL import Image
+
+    _ensure_ready(mgr)
+    Image.new("RGB", (300, 200), "red").save(tmp_path / "wide.png")
+    Image.new("RGB", (100, 150), "blue").save(tmp_path / "tall.png")
+    refs = [str(tmp_path / "wide.png"), str(tmp_path / "tall.png")]
+    tp = mgr.generate(mgr.validate("a red circle", 64, 64, steps=2, seed=1, mode="tp", images=refs, count=2))[1]
+    local = mgr.generate(mgr.validate("a red circle", 64, 64, steps=2, seed=1, mode="eager", images=refs,
+                                      count=2))[1]
+    assert tp.engine == "tensor-parallel" and tp.degraded is None and tp.world_size == 2
+    assert tp.signature == local.signature == "64x64*2+ref304x208+ref208x304"  # the model's 3:2 and 2:3 presets
+    assert tp.references == local.references and len(tp.images) == len(local.images) == 2
+    for mine, theirs in zip(local.images, tp.images):
+        assert np.abs(np.asarray(mine, dtype=int) - np.asarray(theirs, dtype=int)).max() <= 2
+    assert not np.array_equal(np.asarray(tp.images[0]), np.asarray(tp.images[1]))  # a batch, not one image twice
+
+
 def test_a_starting_groups_phase_reaches_the_status_without_the_status_asking_the_ranks(mgr):
     """Rank 0 says each phase of its start on the wait for READY; reading the status is no socket
     call (it once asked the ranks' health from inside ``describe``, every second of a start)."""

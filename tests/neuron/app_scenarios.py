@@ -5,7 +5,7 @@ Run by ``tests/neuron/test_app_on_standin.py`` with ``tests/standin`` on PYTHONP
 the unit here because the Neuron runtime is: cores are claimed per process until it exits, and the
 NEFF cache's persistent hits are only visible to a later process.
 
-    python -m tests.neuron.app_scenarios inprocess|second|tp|replicas|edit WORKDIR
+    python -m tests.neuron.app_scenarios inprocess|second|tp|replicas WORKDIR
 """
 
 from __future__ import annotations
@@ -108,10 +108,13 @@ def inprocess(workdir: Path) -> dict:
 
 
 def second(workdir: Path) -> dict:
-    """A later process on the same caches: persistent NEFF hits, the warm-only lock, a failed compile."""
+    """A later process on the same caches: persistent NEFF hits, the warm-only lock, a failed compile;
+    then edits (``_edits``)."""
     from backend.serving.manager import Manager
 
-    mgr = Manager(_settings(workdir))
+    from backend.shapes import parse_shape_list
+
+    mgr = Manager(_settings(workdir, reference_sizes=parse_shape_list("64x64,96x64")))
     mgr.start()
     out: dict = {}
     _img, out["first_compiled_64"] = _run(mgr, 64, "compiled")
@@ -126,20 +129,17 @@ def second(workdir: Path) -> dict:
     out["failed_compiled_96"] = _error(lambda: _run(mgr, 96, "compiled"))
     _img, out["after_failure_compiled_64"] = _run(mgr, 64, "compiled")
     out["status"] = mgr.status()
+    out["edits"] = _edits(mgr, workdir)
     mgr.close()
     return out
 
 
-def edit(workdir: Path) -> dict:
+def _edits(mgr, workdir: Path) -> dict:
     """Issue 34 on "neuron": a reference's tokens join the sequence, so a new reference size is a new
-    compile (NEFFs keyed by shape, as TorchNeuron's are) and a fitted reference at a warm size is not."""
+    compile (NEFFs keyed by shape, as TorchNeuron's are) and a fitted reference at a warm size is not.
+    (The manager's reference sizes are 64x64 and 96x64.)"""
     from PIL import Image
 
-    from backend.serving.manager import Manager
-    from backend.shapes import parse_shape_list
-
-    mgr = Manager(_settings(workdir, reference_sizes=parse_shape_list("64x64,96x64")))
-    mgr.start()
     refs = {}
     for name, size in (("square", (64, 64)), ("wide", (96, 64)), ("big square", (200, 200))):
         refs[name] = str(workdir / f"{name.replace(' ', '-')}.png")
@@ -153,8 +153,7 @@ def edit(workdir: Path) -> dict:
         out[label] = {"signature": result.signature, "neff_compiles": result.neff_compiles,
                       "compiled": result.compiled, "predicted_state": predicted["state"],
                       "fit": result.references[0]["fit"]}
-    out["status"] = [r for r in mgr.status()["shapes"] if r["mode"] == "compiled"]
-    mgr.close()
+    out["status"] = [r for r in mgr.status()["shapes"] if r["mode"] == "compiled" and "+ref" in r["shape"]]
     return out
 
 
@@ -296,8 +295,7 @@ def main() -> None:
     from backend.hardware import env as device_env
 
     device_env.prepare_environment(workdir / "cache")
-    result = {"inprocess": inprocess, "second": second, "tp": tp, "replicas": replicas,
-              "edit": edit}[scenario](workdir)
+    result = {"inprocess": inprocess, "second": second, "tp": tp, "replicas": replicas}[scenario](workdir)
     print(json.dumps(result, default=str))
     sys.stdout.flush()
     os._exit(0)  # after DTensor collectives a normal exit may abort (DESIGN.md)

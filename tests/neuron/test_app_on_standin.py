@@ -65,12 +65,11 @@ def test_doctor_says_neuron_and_shows_the_core_plan(neuron_env):
     assert "3 are free (0-2), so degrees that fit are 1, 2 " in json.loads(four.stdout)["torch_neuronx"]["core_plan"]["engines"]["tensor-parallel"]["error"]
 
 
-def test_a_second_reference_size_compiles_once_then_is_warm(neuron_env):
+def test_a_second_reference_size_compiles_once_then_is_warm(second_process):
     """Issue 34: on the stand-in (NEFFs keyed by shape, as TorchNeuron's), an edit's reference adds
     its tokens to the sequence: each new reference size compiles NEFFs once; a repeat, and a
     reference of another source size fitted to a warm size, compile none."""
-    root, env = neuron_env
-    out = _scenario("edit", root / "edit", env)
+    out = second_process["edits"]
     assert out["square"]["signature"] == "64x64+ref64x64" and out["square"]["neff_compiles"] > 0
     assert out["square"]["predicted_state"] == "cold"
     assert out["square again"]["neff_compiles"] == 0 and out["square again"]["predicted_state"] == "warm"
@@ -119,12 +118,19 @@ def test_modes_run_on_neuron_match_the_cpu_and_count_compiles_apart(neuron_env):
 
 
 @pytest.mark.slow
-def test_a_second_process_hits_the_neff_cache_and_warm_only_refuses_what_would_compile(neuron_env):
+@pytest.fixture(scope="module")
+def second_process(neuron_env) -> dict:
+    """The "second" scenario, run once for the tests that read it."""
     root, env = neuron_env
     if not (root / "cache" / "neff").exists():
         _scenario("inprocess", root, env)
     # The same op runs on the host here as in the first process (an unsupported op is so everywhere).
-    out = _scenario("second", root, dict(env, NEURON_STANDIN_FAIL_COMPILE_DIM="36", NEURON_STANDIN_FALLBACK_OPS="aten::silu"))
+    return _scenario("second", root, dict(env, NEURON_STANDIN_FAIL_COMPILE_DIM="36",
+                                          NEURON_STANDIN_FALLBACK_OPS="aten::silu"))
+
+
+def test_a_second_process_hits_the_neff_cache_and_warm_only_refuses_what_would_compile(second_process):
+    out = second_process
     first = out["first_compiled_64"]
     assert first["compiles"] == 1 and first["neff_compiles"] == 0  # a new dynamo graph, its NEFF from disk
     assert out["locked_warm_64"]["neff_compiles"] == 0

@@ -325,19 +325,32 @@ def test_presets_and_custom_sizes_stay_in_step(studio):
     assert gr.skip() == keep and studio.preset_changed(views.CUSTOM, 1000, 768) == (keep, keep)
 
 
-def test_load_parameters_from_png_fills_the_controls(studio, tmp_path):
+def _uploaded(path, tmp_path, monkeypatch) -> str:
+    """``path`` as the page's file box hands it over: a copy in Gradio's upload folder."""
+    import shutil
+
+    uploads = tmp_path / "uploads"
+    monkeypatch.setenv("GRADIO_TEMP_DIR", str(uploads))
+    (uploads / "u1").mkdir(parents=True, exist_ok=True)
+    return shutil.copy(path, uploads / "u1" / Path(path).name)
+
+
+def test_load_parameters_from_png_fills_the_controls(studio, tmp_path, monkeypatch):
     path, *_ = studio.generate_from_page("a lighthouse", 256, 128, "regional", 7, 1.0, 4242, False, [])
-    prompt, width, height, preset, steps, guidance, seed, randomize, mode, count = studio.load_png(path)
-    assert (prompt, width, height, preset, steps, seed, randomize, mode) == (
-        "a lighthouse", 256, 128, views.CUSTOM, 7, 4242, False, "regional")
+    with pytest.raises(gr.Error, match="not a readable PNG"):  # a path the event names, not an upload
+        studio.load_png(path)
+    prompt, width, height, preset, steps, guidance, seed, randomize, mode, count = studio.load_png(
+        _uploaded(path, tmp_path, monkeypatch))
+    assert (prompt, width, height, preset, steps, seed, randomize, mode, count) == (
+        "a lighthouse", 256, 128, views.CUSTOM, 7, 4242, False, "regional", 1)
     plain = tmp_path / "plain.png"
     Image.new("RGB", (8, 8)).save(plain)
     with pytest.warns(UserWarning, match="no generation parameters"):  # gr.Warning outside a request
-        loaded = studio.load_png(str(plain))
+        loaded = studio.load_png(_uploaded(plain, tmp_path, monkeypatch))
         assert len(loaded) == 10 and all(v == gr.skip() for v in loaded)
     (tmp_path / "not.png").write_text("hello")
     with pytest.raises(gr.Error, match="not a readable PNG"):
-        studio.load_png(str(tmp_path / "not.png"))
+        studio.load_png(_uploaded(tmp_path / "not.png", tmp_path, monkeypatch))
 
 
 def test_system_panel_table_warmup_lock_and_cache(studio, manager, engine, cache_dir, capsys):
@@ -667,7 +680,7 @@ def test_the_embedded_models_page_says_what_it_did_not_understand_and_what_it_ca
     assert "The nearest size it draws well: **1:1 · 256x256**." in cost
 
 
-def test_a_png_made_past_the_default_step_bound_loads_with_its_steps(tmp_path):
+def test_a_png_made_past_the_default_step_bound_loads_with_its_steps(tmp_path, monkeypatch):
     """The PNG loader checks against the app's own bounds, not the defaults: with --max-steps 100,
     a PNG made at 80 steps loads its steps."""
     from tests.ui.fake_engines import start_manager
@@ -677,7 +690,7 @@ def test_a_png_made_past_the_default_step_bound_loads_with_its_steps(tmp_path):
     try:
         studio = Studio(manager)
         path, *_ = studio.generate_from_page("a lighthouse", 64, 64, "eager", 80, 1.0, 7, False, [])
-        assert studio.load_png(path)[4] == 80
+        assert studio.load_png(_uploaded(path, tmp_path, monkeypatch))[4] == 80
     finally:
         manager.close()
 
