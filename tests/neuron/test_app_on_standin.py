@@ -65,21 +65,6 @@ def test_doctor_says_neuron_and_shows_the_core_plan(neuron_env):
     assert "3 are free (0-2), so degrees that fit are 1, 2 " in json.loads(four.stdout)["torch_neuronx"]["core_plan"]["engines"]["tensor-parallel"]["error"]
 
 
-def test_a_second_reference_size_compiles_once_then_is_warm(second_process):
-    """Issue 34: on the stand-in (NEFFs keyed by shape, as TorchNeuron's), an edit's reference adds
-    its tokens to the sequence: each new reference size compiles NEFFs once; a repeat, and a
-    reference of another source size fitted to a warm size, compile none."""
-    out = second_process["edits"]
-    assert out["square"]["signature"] == "64x64+ref64x64" and out["square"]["neff_compiles"] > 0
-    assert out["square"]["predicted_state"] == "cold"
-    assert out["square again"]["neff_compiles"] == 0 and out["square again"]["predicted_state"] == "warm"
-    assert out["wide"]["signature"] == "64x64+ref96x64" and out["wide"]["neff_compiles"] > 0  # a new length
-    assert out["wide again"]["neff_compiles"] == 0 and out["wide again"]["compiled"] is False
-    fitted = out["big square fitted"]
-    assert fitted["signature"] == "64x64+ref64x64" and fitted["fit"] == "crop" and fitted["neff_compiles"] == 0
-    assert {r["shape"]: r["state"] for r in out["status"]} == {"64x64+ref64x64": "warm", "64x64+ref96x64": "warm"}
-
-
 @pytest.mark.slow
 def test_modes_run_on_neuron_match_the_cpu_and_count_compiles_apart(neuron_env):
     root, env = neuron_env
@@ -117,7 +102,6 @@ def test_modes_run_on_neuron_match_the_cpu_and_count_compiles_apart(neuron_env):
     assert out["status"]["cache"]["bytes"] > 0
 
 
-@pytest.mark.slow
 @pytest.fixture(scope="module")
 def second_process(neuron_env) -> dict:
     """The "second" scenario, run once for the tests that read it."""
@@ -129,6 +113,7 @@ def second_process(neuron_env) -> dict:
                                           NEURON_STANDIN_FALLBACK_OPS="aten::silu"))
 
 
+@pytest.mark.slow
 def test_a_second_process_hits_the_neff_cache_and_warm_only_refuses_what_would_compile(second_process):
     out = second_process
     first = out["first_compiled_64"]
@@ -144,6 +129,22 @@ def test_a_second_process_hits_the_neff_cache_and_warm_only_refuses_what_would_c
     rows = {(r["mode"], r["shape"]): r for r in out["status"]["shapes"]}
     assert rows[("compiled", "96x96")]["state"] == "failed"
     assert out["after_failure_compiled_64"]["neff_compiles"] == 0
+
+
+@pytest.mark.slow
+def test_a_second_reference_size_compiles_once_then_is_warm(second_process):
+    """Issue 34: on the stand-in (NEFFs keyed by shape, as TorchNeuron's), an edit's reference adds
+    its tokens to the sequence: each new reference size compiles NEFFs once; a repeat, and a
+    reference of another source size fitted to a warm size, compile none."""
+    out = second_process["edits"]
+    assert out["square"]["signature"] == "64x64+ref64x64" and out["square"]["neff_compiles"] > 0
+    assert out["square"]["predicted_state"] == "cold"
+    assert out["square again"]["neff_compiles"] == 0 and out["square again"]["predicted_state"] == "warm"
+    assert out["wide"]["signature"] == "64x64+ref96x64" and out["wide"]["neff_compiles"] > 0  # a new length
+    assert out["wide again"]["neff_compiles"] == 0 and out["wide again"]["compiled"] is False
+    fitted = out["big square fitted"]
+    assert fitted["signature"] == "64x64+ref64x64" and fitted["fit"] == "crop" and fitted["neff_compiles"] == 0
+    assert {r["shape"]: r["state"] for r in out["status"]} == {"64x64+ref64x64": "warm", "64x64+ref96x64": "warm"}
 
 
 @pytest.mark.slow
