@@ -8,6 +8,7 @@ A shape is written WIDTHxHEIGHT everywhere a person types or reads one (``--size
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import numbers
 import operator
@@ -37,11 +38,6 @@ class Shape:
         for (height, width), repeat in _runs(self.refs):
             text += f"+ref{width}x{height}" + (f"x{repeat}" if repeat > 1 else "")
         return text
-
-    @property
-    def output(self) -> "Shape":
-        """The output size alone (what a text-to-image run of it would be)."""
-        return Shape(self.height, self.width)
 
     @property
     def plain(self) -> bool:
@@ -77,13 +73,8 @@ class Shape:
 
 
 def _runs(refs: tuple[tuple[int, int], ...]) -> list[tuple[tuple[int, int], int]]:
-    out: list[tuple[tuple[int, int], int]] = []
-    for ref in refs:
-        if out and out[-1][0] == ref:
-            out[-1] = (ref, out[-1][1] + 1)
-        else:
-            out.append((ref, 1))
-    return out
+    """Equal neighbouring reference sizes as (size, how many): the spelling's ``xN``."""
+    return [(ref, len(list(same))) for ref, same in itertools.groupby(refs)]
 
 
 # Usual aspect ratios at about one megapixel, all multiples of 16.

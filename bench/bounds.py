@@ -111,11 +111,9 @@ def uploads(url: str, upload_dir: Path, tries: int = 7) -> dict[str, Any]:
 def logins(url: str, token: str, wrong: int = 8) -> dict[str, Any]:
     """Wrong operator tokens from one address, then the right one from the same address
     (tests/ui/test_door.py::test_wrong_operator_logins_from_one_address_are_slowed_down)."""
-    class NoRedirect(urllib.request.HTTPRedirectHandler):
-        def redirect_request(self, *args, **kwargs):
-            return None
+    from tools.room_client import no_redirect_opener
 
-    opener = urllib.request.build_opener(NoRedirect)
+    opener = no_redirect_opener()
 
     def login(value: str) -> int:
         try:

@@ -73,13 +73,19 @@ def post_event(url: str, fn_index: int, data: list, cookie: str | None = None, t
     raise AssertionError("the event stream ended without an answer")
 
 
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args, **kwargs):
+        return None
+
+
+def no_redirect_opener() -> urllib.request.OpenerDirector:
+    """An opener that hands a redirect back as the answer (the login's 303 carries the cookie)."""
+    return urllib.request.build_opener(_NoRedirect)
+
+
 def operator_cookie(url: str, token: str) -> str:
     """Log in at /operator with the printed token; returns the session key the app set as its cookie."""
-    class NoRedirect(urllib.request.HTTPRedirectHandler):
-        def redirect_request(self, *args, **kwargs):
-            return None
-
-    opener = urllib.request.build_opener(NoRedirect)
+    opener = no_redirect_opener()
     try:
         opener.open(url + f"operator?token={token}", timeout=10)
     except urllib.error.HTTPError as answer:  # the 303 to the page

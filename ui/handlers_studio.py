@@ -163,7 +163,7 @@ class StudioHandlers(Handlers):
         """"Use as reference": the last run's image (a batch's first), or the history image last
         clicked, joins the Edit area's references (checked like any reference when it is used)."""
         lang = language(page)
-        current = [item for item in (references or [])]
+        current = list(references or [])
         if not paths:
             return gr.skip()
         limit = self.manager.settings.max_references

@@ -6,7 +6,7 @@ import copy
 import dataclasses
 from typing import Any
 
-from backend.shapes import Shape
+from backend.shapes import Shape, parse_shape
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,8 +89,8 @@ class GenerationResult:
     @property
     def shape(self) -> Shape:
         """The signature it ran at (the compile table's key)."""
-        refs = [tuple(int(v) for v in r["fitted"].split("x"))[::-1] for r in self.references]
-        return Shape(self.height, self.width).with_inputs(self.count, refs)
+        fitted = [parse_shape(r["fitted"]) for r in self.references]
+        return Shape(self.height, self.width).with_inputs(self.count, ((f.height, f.width) for f in fitted))
 
     def to_json(self) -> dict[str, Any]:
         out = {f.name: copy.deepcopy(getattr(self, f.name)) for f in dataclasses.fields(self) if f.name != "images"}

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from backend.errors import InvalidRequest
-from backend.shapes import MAX_COUNT, Shape
+from backend.shapes import MAX_COUNT, Shape, parse_shape
 
 FIELD = "images"
 MAX_REFERENCE_BYTES = 20 * 2**20  # the page's upload cap (Gradio's max_file_size, the app's MAX_UPLOAD)
@@ -57,13 +57,6 @@ class Reference:
         return {"sha256": self.sha256, "source": f"{self.source_width}x{self.source_height}",
                 "fitted": f"{self.width}x{self.height}", "fit": self.fit}
 
-    def line(self) -> str:
-        """The run line's words for it."""
-        if self.fit == "as is":
-            return f"{self.width}x{self.height}"
-        verb = "cropped" if self.fit == "crop" else "padded"
-        return f"{self.source_width}x{self.source_height} → {self.width}x{self.height} ({verb})"
-
     def image(self):
         from PIL import Image
 
@@ -78,11 +71,13 @@ def nearest_size(width: int, height: int, sizes: Sequence[Shape]) -> Shape:
                                      abs(s.pixels - width * height), s.pixels))
 
 
-def _open(data: bytes, which: str):
+def _open(source, which: str):
+    """The image in ``source`` (a binary file object) with only its header read, checked: format,
+    pixel count, frame count."""
     from PIL import Image, UnidentifiedImageError
 
     try:
-        image = Image.open(io.BytesIO(data))  # reads the header only
+        image = Image.open(source)  # reads the header only
     except (UnidentifiedImageError, OSError, ValueError) as error:
         raise InvalidRequest(FIELD, f"{which} is not an image (PNG, JPEG or WebP): "
                                     f"{type(error).__name__}") from None
@@ -174,7 +169,7 @@ def load_references(items: Sequence[Any] | None, sizes: Sequence[Shape], fit: st
     for number, item in enumerate(items, 1):
         which = f"reference {number}"
         data = read_bytes(item, which)
-        image = _decode(_open(data, which), which)
+        image = _decode(_open(io.BytesIO(data), which), which)
         size = nearest_size(*image.size, sizes)
         fitted = fit_image(image, size, fit)
         references.append(Reference(hashlib.sha256(data).hexdigest(), image.width, image.height, size.width,
@@ -209,10 +204,11 @@ def pixel_layout(references: Sequence[Reference]) -> list[dict[str, Any]]:
 
 
 def _size(text: Any) -> tuple[int, int]:
-    width, _, height = str(text).partition("x")
-    if not (width.isdigit() and height.isdigit() and len(width) <= 5 and len(height) <= 5):
-        raise InvalidRequest(FIELD, f"a reference's size must be WIDTHxHEIGHT, got {str(text)[:20]!r}")
-    return int(width), int(height)
+    try:
+        shape = parse_shape(str(text))
+    except ValueError:
+        raise InvalidRequest(FIELD, f"a reference's size must be WIDTHxHEIGHT, got {str(text)[:20]!r}") from None
+    return shape.width, shape.height
 
 
 def expected_rgb_bytes(described: Any) -> int:
@@ -240,13 +236,15 @@ def from_job(described: Sequence[Any], rgbs: Sequence[bytes]) -> tuple[Reference
     return tuple(out)
 
 
-def blank_references(shape: Shape) -> tuple[Reference, ...]:
+def blank_references(shape: Shape, pixels: bool = True) -> tuple[Reference, ...]:
     """Grey references at a signature's reference sizes: what a warm-up runs with (a compile
-    depends on their sizes, not on what they show)."""
+    depends on their sizes, not on what they show). ``pixels=False``: their sizes alone, for a
+    prediction that runs nothing (no megabytes made and hashed per badge, every second)."""
     out = []
     for height, width in shape.refs:
-        rgb = bytes([128]) * (width * height * 3)
-        out.append(Reference(hashlib.sha256(rgb).hexdigest(), width, height, width, height, "as is", rgb))
+        rgb = bytes([128]) * (width * height * 3) if pixels else b""
+        out.append(Reference(hashlib.sha256(rgb).hexdigest() if pixels else "", width, height, width, height,
+                             "as is", rgb))
     return tuple(out)
 
 
@@ -275,10 +273,28 @@ def reference_sizes(items: Sequence[Any], sizes: Sequence[Shape]) -> list[tuple[
         if isinstance(item, Reference):
             out.append(item.size)
             continue
-        image = _open(read_bytes(item, which), which)
-        size = nearest_size(*image.size, sizes)
+        with _header_source(item, which) as source:
+            size = nearest_size(*_open(source, which).size, sizes)
         out.append((size.height, size.width))
     return out
+
+
+def _header_source(item: Any, which: str, limit: int = MAX_REFERENCE_BYTES):
+    """A binary file object for ``item``'s header: a path's file, opened after its size is checked
+    against ``limit`` (the cost line runs every second: the file is not read whole); anything else
+    through ``read_bytes``."""
+    path = item.get("path") if isinstance(item, dict) else item
+    if not isinstance(path, (str, Path)) or not str(path):
+        return io.BytesIO(read_bytes(item, which, limit))
+    try:
+        if not Path(path).is_file():
+            raise InvalidRequest(FIELD, f"{which} is not a file")
+        if Path(path).stat().st_size > limit:
+            raise InvalidRequest(FIELD, f"{which} is over {limit / 2**20:.0f} MB; the limit is "
+                                        f"{limit / 2**20:.0f} MB")
+        return open(path, "rb")
+    except OSError as error:
+        raise InvalidRequest(FIELD, f"{which} could not be read ({type(error).__name__})") from None
 
 
 def sizes_for(settings, presets) -> list[Shape]:

@@ -66,8 +66,9 @@ class Admission:
             return ShapeLocked(f"{shape} in {mode} mode is {steps_note}, and the app is locked to warm "
                                "shapes; use a step count it is warm at, or unlock it")
         if locked:
-            warm = ", ".join(str(s) for s in self.table.warm_shapes(mode, places)) or "none"
-            nearest = self.table.nearest_warm(mode, shape, places)
+            warm_shapes = self.table.warm_shapes(mode, places)
+            warm = ", ".join(str(s) for s in warm_shapes) or "none"
+            nearest = cs.nearest_signature(shape, warm_shapes) if warm_shapes else None
             return ShapeLocked(f"{shape} is not warm in {mode} mode and the app is locked to warm shapes "
                                f"(warm: {warm}{f'; nearest: {nearest}' if nearest else ''}); pick a warm one, "
                                "or the operator unlocks the app or warms it")

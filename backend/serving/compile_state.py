@@ -161,9 +161,13 @@ class CompileTable:
         with self._lock:
             return {s.graph_key for (m, s), r in self._records.items() if m == mode and self._warm(r, places)}
 
+    def _warm_signatures(self, mode: str, places: list[str] | None) -> list[Shape]:
+        """(lock held) The signatures warm in ``mode`` (in one of ``places``; None: anywhere), sorted."""
+        return sorted(s for (m, s), r in self._records.items() if m == mode and self._warm(r, places))
+
     def warm_shapes(self, mode: str, places: list[str] | None = None) -> list[Shape]:
         with self._lock:
-            return sorted(s for (m, s), r in self._records.items() if m == mode and self._warm(r, places))
+            return self._warm_signatures(mode, places)
 
     def warm_places(self, mode: str, shape: Shape) -> set[str]:
         """Where (mode, shape) is warm now."""
@@ -244,15 +248,9 @@ class CompileTable:
                     out["note"] = "will compile first" + (
                         f" (last error: {rec.error})" if state == FAILED and rec and rec.error else "")
             if out["will_compile"]:
-                warm = [s for (m, s), r in self._records.items() if m == mode and self._warm(r, places)]
+                warm = self._warm_signatures(mode, places)
                 out["nearest_warm"] = str(nearest_signature(shape, warm)) if warm else None
             return out
-
-    def nearest_warm(self, mode: str, shape: Shape, places: list[str] | None = None) -> Shape | None:
-        """The warm signature in ``mode`` nearest to ``shape`` (None: nothing is warm there)."""
-        with self._lock:
-            warm = [s for (m, s), r in self._records.items() if m == mode and self._warm(r, places)]
-        return nearest_signature(shape, warm) if warm else None
 
     def snapshot(self) -> list[dict[str, Any]]:
         with self._lock:

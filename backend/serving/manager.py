@@ -258,7 +258,7 @@ class Manager(OperatorControls, CacheOps, StatusView):
             try:
                 request = GenerationRequest("", shape.height, shape.width, steps or self.settings.steps,
                                             self.settings.guidance, 0, mode, count=shape.count,
-                                            references=blank_references(shape))
+                                            references=blank_references(shape, pixels=False))
                 return self._admit(request, self.warm_only)[2].prediction
             except StudioError:
                 pass  # no engine serves it now: what the table alone says
