@@ -43,7 +43,7 @@ PLACE_PHRASES = (
     ("on the right", "right"), ("to the right", "right"), ("at the right", "right"), ("right", "right"),
     ("at the top", "top"), ("on the top", "top"), ("on top", "top"), ("top", "top"), ("above", "top"),
     ("upper", "top"), ("at the bottom", "bottom"), ("on the bottom", "bottom"), ("bottom", "bottom"),
-    ("below", "bottom"), ("lower", "bottom"),
+    ("below", "bottom"), ("lower", "bottom"), ("up", "top"), ("down", "bottom"),
 )
 PATTERN_WORDS = {"background": "flat", "backdrop": "flat", "stripes": "stripes", "striped": "stripes",
                  "stripe": "stripes", "checkerboard": "checkerboard", "checkered": "checkerboard",
@@ -86,8 +86,13 @@ TURKISH = {
     "çizgili": "striped", "çizgi": "stripes", "damalı": "checkered", "dama": "checkerboard",
     "gökyüzü": "sky", "gece": "night", "günbatımı": "sunset", "gradyan": "gradient",
     "ve": "and", "bir": "a", "iki": "two",
+    # edits ("daireyi mavi yap", "yıldızı kaldır", "kareyi sola taşı", "üste sarı bir yıldız ekle")
+    "yap": "make", "boya": "make", "taşı": "move", "ekle": "add", "kaldır": "remove", "sil": "remove",
+    "yerine": "instead", "yukarı": "top", "aşağı": "bottom",
 }
-_TURKISH_SUFFIXES = ("nda", "nde", "lar", "ler", "da", "de", "ta", "te")
+# plural, locative, accusative (the edits' object) and dative (where to) suffixes, longest first
+_TURKISH_SUFFIXES = ("nda", "nde", "lar", "ler", "yi", "yı", "yu", "yü", "ya", "ye", "da", "de", "ta", "te",
+                     "i", "ı", "u", "ü", "a", "e")
 
 
 def _turkish(word: str) -> str | None:
@@ -233,6 +238,70 @@ def _place(shapes: list[list]) -> None:
         shapes[0][2] = OPPOSITE[b]
     else:
         shapes[0][2], shapes[1][2] = "left", "right"
+
+
+EDIT_VERBS = (  # (kind, words), in the order they are looked for: "remove" before "make" etc.
+    ("remove", {"remove", "delete", "erase", "without", "drop"}),
+    ("add", {"add", "plus"}),
+    ("move", {"move", "put", "place", "shift", "slide"}),
+    ("recolour", {"make", "turn", "colour", "color", "paint", "recolour", "recolor", "change"}),
+)
+EDIT_FILLER = FILLER | {"it", "instead", "into", "so", "that", "now", "new", "other", "another", "its",
+                        "this", "more", "also", "be", "becomes", "colored", "coloured"}
+
+
+def read_edit(prompt: str) -> Reading | None:
+    """An edit instruction of the grammar (``embedded.editing``: "make the circle blue", "on a green
+    background instead", "move the square to the left", "add a yellow star at the top", "remove the
+    star") that ``prompt`` asks for, or None when it asks for no edit (then ``read`` makes it a
+    caption). Synonyms and Turkish as in ``read``; what is missing is filled in and said in
+    ``guessed``."""
+    words = _words(prompt)
+    places = _find_places(words)
+    place_at = {i + k: pos for i, (pos, n) in places.items() for k in range(n)}
+    place = next((pos for i, (pos, _n) in sorted(places.items())), None)
+    kind = next((k for k, verbs in EDIT_VERBS if verbs & set(words)), None)
+    verbs = set().union(*(v for _, v in EDIT_VERBS))
+    background, bg_words = _background(words, set(place_at))
+    if background is None and "background" in words:  # "change the background to green"
+        after = words.index("background")
+        colour = next((COLOUR_WORDS[w] for w in words[after + 1:] if w in COLOUR_WORDS), None)
+        if colour in FLAT_BACKGROUNDS:
+            background, bg_words = Background("flat", colour), {after} | {
+                i for i, w in enumerate(words) if i > after and COLOUR_WORDS.get(w) == colour}
+    shapes = [SHAPE_WORDS[w] for i, w in enumerate(words) if w in SHAPE_WORDS and i not in bg_words]
+    colours = [COLOUR_WORDS[w] for i, w in enumerate(words) if w in COLOUR_WORDS and i not in bg_words]
+    if background is not None and not shapes:  # "put it on grey stripes", "make it a sunset"
+        kind = "background"
+    if kind is None:
+        return None
+    ignored = [w for i, w in enumerate(words) if i not in bg_words and i not in place_at and w not in verbs
+               and w not in EDIT_FILLER and w not in SHAPE_WORDS and w not in COLOUR_WORDS
+               and w not in PATTERN_WORDS]
+    ignored += [f"{c} (not a shape colour)" for c in colours if c not in COLOURS and kind != "background"]
+    guessed: list[str] = []
+
+    def pick(found: list[str], default: str, what: str) -> str:
+        if found:
+            return found[0]
+        guessed.append(f"{what}: {default}")
+        return default
+
+    if kind == "background":
+        return Reading(f"on {background.phrase} instead", (), tuple(dict.fromkeys(ignored)))
+    shape = pick(shapes, "circle", "a shape")
+    if kind == "remove":
+        text = f"remove the {shape}"
+    elif kind == "move":
+        text = f"move the {shape} to the {pick([place] if place else [], 'centre', 'a place')}"
+    elif kind == "recolour":  # the new colour is said last ("paint the red square yellow")
+        colour = pick([c for c in colours if c in COLOURS][-1:], "red", "a colour")
+        text = f"make the {shape} {colour}"
+    else:
+        colour = pick([c for c in colours if c in COLOURS], "red", "a colour")
+        position = pick([place] if place else [], "right", "a place")
+        text = f"add {ShapeSpec(colour, shape, position).phrase}"
+    return Reading(text, tuple(guessed), tuple(dict.fromkeys(ignored)))
 
 
 def describe() -> str:

@@ -238,22 +238,55 @@ CARD_FILE = "neuron_studio.json"
 SCENES_CARD = {"preset_scale": 256, "trained_pixels": 256 * 256, "prompt_grammar": "scenes", "start": "256x256"}
 
 
-def train_and_save(dest: Path, train_cfg=None, cfg: TinyFluxConfig = SCENES_GEOMETRY) -> dict:
-    """Build ``cfg`` from its seed, train it on the scene set, save it at ``dest``; returns timings."""
+def train_and_save(dest: Path, train_cfg=None, cfg: TinyFluxConfig = SCENES_GEOMETRY, edit_cfg=None) -> dict:
+    """Build ``cfg`` from its seed, train it on the scene set and then to edit (``embedded.edit_training``),
+    save it at ``dest``; returns timings."""
+    from embedded import edit_training
     from embedded import training as scene_training
 
     train_cfg = train_cfg or scene_training.TrainConfig()
+    edit_cfg = edit_cfg or edit_training.EditConfig(seed=train_cfg.seed, threads=train_cfg.threads)
     dest = Path(dest)
     pipe = build_pipeline(dataclasses.replace(cfg, seed=train_cfg.seed))
     timings = scene_training.train(pipe, train_cfg)
+    timings.update(edit_training.train_edits(pipe, edit_cfg))
+    timings["total"] += timings["edit_data"] + timings["edits"]
+    _save_trained(pipe, dest, cfg, train_cfg, edit_cfg, timings)
+    return timings
+
+
+def train_edits_and_save(source: Path, dest: Path, edit_cfg) -> dict:
+    """The edit phase alone: load the trained folder ``source`` (its first phases done), train it to
+    edit, save it at ``dest`` (``python -m embedded train-edits``). The same as the whole recipe's last
+    phase: the folder keeps the weights' exact bits."""
+    from diffusers import Flux2KleinPipeline
+
+    from embedded import edit_training
+
+    source, dest = Path(source), Path(dest)
+    before = json.loads((source / "training.json").read_text())
+    pipe = Flux2KleinPipeline.from_pretrained(source)
+    cfg = TinyFluxConfig(**{k: tuple(v) if isinstance(v, list) else v
+                            for k, v in json.loads((source / "tiny_config.json").read_text()).items()})
+    timings = edit_training.train_edits(pipe, edit_cfg)
+    minutes = {k: v for k, v in before["minutes"].items() if k not in ("edit_data", "edits")}
+    timings = {**{k: v * 60 for k, v in minutes.items()}, **timings}
+    timings["total"] = sum(v for k, v in timings.items() if k != "total")
+    _save_trained(pipe, dest, cfg, before["train_config"], edit_cfg, timings)
+    return timings
+
+
+def _save_trained(pipe, dest: Path, cfg: TinyFluxConfig, train_cfg, edit_cfg, timings: dict) -> None:
     pipe.save_pretrained(dest, safe_serialization=True)
+    train_cfg = train_cfg if isinstance(train_cfg, dict) else dataclasses.asdict(train_cfg)
     (dest / "tiny_config.json").write_text(
-        json.dumps(dataclasses.asdict(dataclasses.replace(cfg, seed=train_cfg.seed)), indent=2, sort_keys=True) + "\n")
+        json.dumps(dataclasses.asdict(dataclasses.replace(cfg, seed=train_cfg["seed"])), indent=2, sort_keys=True)
+        + "\n")
     (dest / "training.json").write_text(json.dumps(
-        {"train_config": dataclasses.asdict(train_cfg), "minutes": {k: round(v / 60, 2) for k, v in timings.items()},
+        {"train_config": train_cfg, "edit_config": dataclasses.asdict(edit_cfg),
+         "minutes": {k: round(v / 60, 2) for k, v in timings.items()},
          "torch_threads": torch.get_num_threads()}, indent=2, sort_keys=True) + "\n")
     (dest / CARD_FILE).write_text(json.dumps(SCENES_CARD, indent=2) + "\n")
-    return timings
 
 
 def _train_main(argv: list[str]) -> None:
@@ -265,10 +298,32 @@ def _train_main(argv: list[str]) -> None:
     parser.add_argument("dest", type=Path, nargs="?", default=SCENES_MODEL_DIR)
     for field in ("seed", "threads", "vae_steps", "steps", "finetune_steps", "captions", "batch"):
         parser.add_argument("--" + field.replace("_", "-"), type=int, default=getattr(defaults, field))
+    from embedded.edit_training import EditConfig
+
+    parser.add_argument("--edit-steps", type=int, default=EditConfig().steps, help="steps of the edit phase")
     args = parser.parse_args(argv)
     overrides = {f: getattr(args, f) for f in ("seed", "threads", "vae_steps", "steps", "finetune_steps", "captions", "batch")}
-    train_and_save(args.dest, dataclasses.replace(defaults, **overrides))
+    from embedded.edit_training import EditConfig
+
+    edits = EditConfig(seed=args.seed, threads=args.threads, steps=args.edit_steps)
+    train_and_save(args.dest, dataclasses.replace(defaults, **overrides), edit_cfg=edits)
     print(args.dest)
+
+
+def _train_edits_main(argv: list[str]) -> None:
+    from embedded.edit_training import EditConfig
+
+    defaults = EditConfig()
+    parser = argparse.ArgumentParser(prog="python -m embedded train-edits",
+                                     description="Only the last phase: teach a trained scene model to edit.")
+    parser.add_argument("source", type=Path, nargs="?", default=SCENES_MODEL_DIR)
+    parser.add_argument("--dest", type=Path, default=None, help="where to save (default: over the source)")
+    for field in ("seed", "threads", "steps", "pairs", "batch"):
+        parser.add_argument("--" + field, type=int, default=getattr(defaults, field))
+    args = parser.parse_args(argv)
+    cfg = dataclasses.replace(defaults, **{f: getattr(args, f) for f in ("seed", "threads", "steps", "pairs", "batch")})
+    train_edits_and_save(args.source, args.dest or args.source, cfg)
+    print(args.dest or args.source)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -277,6 +332,8 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["train"]:
         return _train_main(argv[1:])
+    if argv[:1] == ["train-edits"]:
+        return _train_edits_main(argv[1:])
     parser = argparse.ArgumentParser(
         description="Write the random-weight embedded FLUX.2-klein pipeline "
                     "(`python -m embedded train` trains the scene model instead).")

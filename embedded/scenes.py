@@ -236,21 +236,44 @@ def _shape_mask(shape: str, height: int, width: int, cx: float, cy: float, r: fl
     raise ValueError(f"unknown shape {shape!r}")
 
 
-def render(scene: Scene, height: int, width: int, rng: random.Random | None = None) -> np.ndarray:
-    """uint8 (H, W, 3). ``rng`` jitters each shape's centre and size a little; None draws the
-    canonical layout."""
-    image = scene.background.render(height, width)
-    side = min(height, width)
+@dataclasses.dataclass(frozen=True)
+class Placed:
+    """A shape where a render put it: centre (x, y) and radius as fractions of the width, the height and
+    the shorter side (an edit keeps a reference's shapes exactly where they were)."""
+
+    spec: ShapeSpec
+    x: float
+    y: float
+    radius: float
+
+
+def place(scene: Scene, rng: random.Random | None = None) -> list[Placed]:
+    """Where ``render`` puts each shape: its named place, jittered a little by ``rng`` (None: exactly)."""
     base_r = SHAPE_RADIUS[len(scene.shapes) > 1]
+    out = []
     for spec in scene.shapes:
         fx, fy = POSITIONS[spec.position][1]
         jx = jy = js = 0.0
         if rng is not None:
             jx, jy, js = rng.uniform(-0.03, 0.03), rng.uniform(-0.03, 0.03), rng.uniform(-0.02, 0.02)
-        mask = _shape_mask(spec.shape, height, width, (fx + jx) * width, (fy + jy) * height,
-                           (base_r + js) * side)
-        image[mask] = COLOURS[spec.colour]
+        out.append(Placed(spec, fx + jx, fy + jy, base_r + js))
+    return out
+
+
+def draw(background: Background, shapes: list[Placed], height: int, width: int) -> np.ndarray:
+    """uint8 (H, W, 3): ``shapes`` on ``background``."""
+    image = background.render(height, width)
+    side = min(height, width)
+    for p in shapes:
+        mask = _shape_mask(p.spec.shape, height, width, p.x * width, p.y * height, p.radius * side)
+        image[mask] = COLOURS[p.spec.colour]
     return image.clip(0, 255).astype(np.uint8)
+
+
+def render(scene: Scene, height: int, width: int, rng: random.Random | None = None) -> np.ndarray:
+    """uint8 (H, W, 3). ``rng`` jitters each shape's centre and size a little; None draws the
+    canonical layout."""
+    return draw(scene.background, place(scene, rng), height, width)
 
 
 def scene_seeded(seed: int, height: int, width: int, held_out: bool | None = False) -> tuple[str, np.ndarray]:

@@ -57,3 +57,18 @@ def describe(lang: str = "en") -> str:
     return (f"This model draws up to two shapes ({shapes}) in a colour ({colours}), "
             f"each {places} (left out: the centre), on a background: any of those colours or grey, a "
             f"{gradients} gradient, or {patterns} stripes or checkerboard.")
+
+
+# The edits the model learned (embedded.editing), as the page shows them under "Edit".
+EDIT_EXAMPLES = ("make the circle blue", "on a green background instead", "move the square to the left",
+                 "add a yellow star at the top", "remove the star")
+
+
+def describe_edits(lang: str = "en") -> str:
+    """What an edit prompt may ask of this model, in English or Turkish."""
+    examples = ", ".join(f"“{e}”" for e in EDIT_EXAMPLES)
+    if lang == "tr":
+        return (f"Bu model bir referans görselde bir şeyi değiştirir; istemde yazın: {examples} "
+                f"(ya da Türkçe: “daireyi mavi yap”, “yıldızı kaldır”). Geri kalanı referanstan kalır.")
+    return (f"This model changes one thing in a reference image; say it in the prompt: {examples}. "
+            f"The rest is kept from the reference.")

@@ -72,7 +72,10 @@ class Studio(CompareHandlers, ApiHandlers, SystemHandlers, PerformanceHandlers):
     def page_labels(self, page: gr.Request | None = None):
         """Words the browser's translation does not reach, set when the page opens, in its language:
         the image's label (gr.Image's block label shows "[object Object]" for an ``I18N`` key in
-        Gradio 6.31) and, for a model with a prompt grammar, what it understands (from its card)."""
+        Gradio 6.31) and, for a model with a prompt grammar, what it understands and what it can edit
+        (from its card)."""
         lang = language(page)
-        helps = self.manager.card.prompt_help(lang)
-        return gr.update(label=text(lang, "image")), (gr.update(info=helps) if helps else gr.skip())
+        card = self.manager.card
+        helps, edits = card.prompt_help(lang), card.edit_help(lang)
+        return (gr.update(label=text(lang, "image")), (gr.update(info=helps) if helps else gr.skip()),
+                (gr.update(value=edits) if edits else gr.skip()))

@@ -118,6 +118,8 @@ def studio_tab(manager) -> dict:
                     references = gr.Gallery(label=I18N("references"), type="filepath",
                                             interactive=True, columns=4, rows=1, height=130, object_fit="contain",
                                             file_types=["image"], elem_id="references")
+                    edit_help = gr.Markdown(card.edit_help() or "", visible=card.edit_help() is not None,
+                                            elem_id="edit-help")
                 if examples:
                     with gr.Accordion(I18N("examples"), open=False, elem_id="examples"):
                         gr.Examples([[e] for e in examples], inputs=[prompt], label=I18N("examples"))

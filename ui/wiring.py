@@ -129,7 +129,7 @@ def page_events(studio, page, demo: gr.Blocks) -> None:
     demo.load(studio.page_opened, None, [page.tp_degree, page.tp_system_degree], **LIGHT)
     demo.load(studio.page_role, None, [page.role_line, *page.operator_only], **LIGHT)
     demo.load(studio.show_tp_controls, page.mode, [page.tp_degree, page.tp_controls], **LIGHT)
-    demo.load(studio.page_labels, None, [page.image, page.prompt], **LIGHT)  # set per language on the server
+    demo.load(studio.page_labels, None, [page.image, page.prompt, page.edit_help], **LIGHT)  # set per language on the server
     demo.load(studio.empty_compare_table, None, page.compare_table, **LIGHT)
     demo.load(studio.refresh_all, studio_inputs(page), all_outputs(page), **LIGHT)
     demo.load(studio.refresh_plots, None, plots, **LIGHT)

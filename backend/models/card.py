@@ -52,13 +52,23 @@ class ModelCard:
     def preset_name(self, shape: Shape) -> str | None:
         return next((name for name, s in self.presets if s == shape), None)
 
-    def read_prompt(self, prompt: str):
-        """``embedded.grammar.Reading`` of ``prompt``, or None for a model without a grammar."""
+    def read_prompt(self, prompt: str, editing: bool = False):
+        """``embedded.grammar.Reading`` of ``prompt``, or None for a model without a grammar. With
+        ``editing`` (the request has reference images), an edit instruction of the grammar where the
+        prompt asks for one ("make the circle blue"), else a caption."""
         if self.prompt_grammar is None:
             return None
         from embedded import grammar
 
-        return grammar.read(prompt)
+        return (grammar.read_edit(prompt) if editing else None) or grammar.read(prompt)
+
+    def edit_help(self, lang: str = "en") -> str | None:
+        """One sentence of what an edit prompt may ask of the model (None: any prompt), in ``lang``."""
+        if self.prompt_grammar is None:
+            return None
+        from embedded.words import describe_edits
+
+        return describe_edits(lang)
 
     def prompt_help(self, lang: str = "en") -> str | None:
         """One sentence of what the model's grammar understands (None: any prompt), in ``lang``."""

@@ -216,7 +216,7 @@ class Manager(OperatorControls, CacheOps, StatusView):
         request = validate_request(self.settings, self.modes, prompt, height, width, steps, guidance, seed, mode,
                                    count_tokens=self._count_tokens, count=count, references=references)
         check_sequence(request.shape, self.sequence_budget)
-        reading = self.card.read_prompt(request.prompt)
+        reading = self.card.read_prompt(request.prompt, editing=bool(request.references))
         if reading is not None and reading.caption != request.prompt:
             # A model with a prompt grammar is given the caption it understands; the record keeps both.
             request = dataclasses.replace(request, prompt=reading.caption, typed=request.prompt)

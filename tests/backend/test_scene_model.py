@@ -1,6 +1,7 @@
 """The trained embedded model (assets/scenes-flux2-klein), the app's default: it draws what it is
 told on prompts it never saw, its modes give the same picture, and its recipe is deterministic."""
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -62,17 +63,26 @@ def _weights(folder: Path) -> dict[str, torch.Tensor]:
 
 
 def test_training_is_deterministic_for_a_seed(tmp_path):
-    # Every phase of the recipe, a few steps each, twice: the same bits, and not the untrained ones.
+    # Every phase of the recipe (the edit phase last), a few steps each, twice: the same bits, and not
+    # the untrained ones; the edit phase alone, from the saved folder (python -m embedded train-edits),
+    # gives the whole recipe's bits again.
+    from embedded.edit_training import EditConfig
+    from embedded.recipe import SCENES_GEOMETRY, build_pipeline, train_and_save, train_edits_and_save
     from embedded.training import TrainConfig
-    from embedded.recipe import SCENES_GEOMETRY, build_pipeline, train_and_save
 
     tiny = dict(vae_steps=2, vae_batch=2, captions=12, images_per_caption=1, steps=3, finetune_steps=2,
                 finetune_captions=4, batch=2, reader_steps=2)
+    edits = EditConfig(pairs=6, captions=3, steps=3, batch=2)
     for name in "ab":
-        train_and_save(tmp_path / name, TrainConfig(seed=0, **tiny))
+        train_and_save(tmp_path / name, TrainConfig(seed=0, **tiny), edit_cfg=edits)
+    train_and_save(tmp_path / "base", TrainConfig(seed=0, **tiny), edit_cfg=dataclasses.replace(edits, steps=0))
+    train_edits_and_save(tmp_path / "base", tmp_path / "c", edits)
     build_pipeline(SCENES_GEOMETRY).save_pretrained(tmp_path / "untrained")
-    a, b, untrained = (_weights(tmp_path / n) for n in ("a", "b", "untrained"))
-    assert a.keys() == b.keys() == untrained.keys()
-    assert all(torch.equal(a[k], b[k]) for k in a)
+    a, b, c, base, untrained = (_weights(tmp_path / n) for n in ("a", "b", "c", "base", "untrained"))
+    assert a.keys() == b.keys() == c.keys() == untrained.keys()
+    assert all(torch.equal(a[k], b[k]) and torch.equal(a[k], c[k]) for k in a)
     for part in ("transformer", "vae", "text_encoder"):
         assert not all(torch.equal(a[k], untrained[k]) for k in a if k.startswith(part)), part
+    # the edit phase trains the transformer only
+    assert not all(torch.equal(a[k], base[k]) for k in a if k.startswith("transformer"))
+    assert all(torch.equal(a[k], base[k]) for k in a if not k.startswith("transformer"))

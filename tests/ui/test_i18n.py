@@ -146,18 +146,21 @@ def test_a_turkish_page_gets_turkish_status_lines_with_the_same_numbers(studio):
     assert "| Kopya | durum | NeuronCore | pid | Sunulan | Sıcak boyutlar |" in system_views(studio, TR)[5]
 
 
-def test_the_grammar_help_under_the_prompt_speaks_the_pages_language(tmp_path):
-    """The embedded model's card reads a grammar: its help sentence is Turkish on a Turkish page,
-    with the grammar's own (English) words, which are what the model reads."""
+def test_the_grammar_and_edit_help_speak_the_pages_language(tmp_path):
+    """The embedded model's card reads a grammar: its help sentences (under the prompt, and in the
+    Edit area: what an edit may ask) are Turkish on a Turkish page, with the grammar's own (English)
+    words, which are what the model reads."""
     from backend.models.card import card_for
     from types import SimpleNamespace as NS
     from ui.handlers import Studio
 
     studio = Studio(NS(card=card_for("embedded", tmp_path)))
-    _image, turkish = studio.page_labels(TR)
-    _image, english = studio.page_labels(EN)
+    _image, turkish, turkish_edits = studio.page_labels(TR)
+    _image, english, english_edits = studio.page_labels(EN)
     assert turkish["info"].startswith("Bu model en fazla iki şekil (circle") and "İngilizce" in turkish["info"]
     assert english["info"].startswith("This model draws up to two shapes (circle")
+    assert turkish_edits["value"].startswith("Bu model bir referans görselde") and "“remove the star”" in turkish_edits["value"]
+    assert english_edits["value"].startswith("This model changes one thing") and "“make the circle blue”" in english_edits["value"]
 
 
 def test_the_table_has_each_key_once_per_language():

@@ -1,0 +1,214 @@
+"""Teach the trained embedded model to edit a reference image (``embedded.editing``), on the CPU.
+
+Run: ``python -m embedded train-edits`` (after ``python -m embedded train``, which ends with this
+phase too): loads ``assets/scenes-flux2-klein``, trains, saves it back. One seed; the same seed on
+the same machine (and thread count) gives the same weights.
+
+The objective is the text-to-image one (``embedded.training``: flow matching on the pipeline's
+4-step schedule) with the reference as Flux2KleinPipeline passes it: the reference's VAE latents
+(posterior mode, patchified, bn-normalised, packed) appended after the noisy image tokens, with the
+pipeline's own position ids for them (``_prepare_image_ids``: time coordinate 10, then the
+reference's rows and columns), and the loss on the image tokens only. The instruction's text states
+come from the (frozen) text encoder exactly as the pipeline computes them at its 512-token length,
+and are cut at random lengths as in the main phase (causal attention: the prompt's own states do not
+change). A latent token's loss is weighted up by the share of it a target shape covers and, more,
+by the share of it the edit changes. Text-to-image batches (no reference) are mixed in, so that the
+model still draws a caption from nothing (P9). Only the transformer learns; what is saved is an
+exponential moving average of its weights.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import time
+
+import numpy as np
+import torch
+
+from embedded import editing, scenes
+from embedded.components import (FULL_PROMPT_TOKENS, SHAPE_LOSS_WEIGHT, SHORT_PROMPT_TOKENS, _lr_at, _progress,
+                                 _shape_pixels, _to_tensor, encode_patchified, normalise)
+from embedded.training import sample_sigmas
+
+EDIT_LOSS_WEIGHT = 8.0  # extra loss weight of a latent token, times the share of it the edit changes
+
+
+@dataclasses.dataclass(frozen=True)
+class EditConfig:
+    seed: int = 0
+    threads: int = 2
+    pairs: int = 4000  # (reference, target) renders
+    captions: int = 600  # text-to-image renders mixed in
+    steps: int = 4500
+    batch: int = 16
+    lr: float = 1e-3
+    text_to_image_share: float = 0.25
+    full_prompt_share: float = 0.05  # steps at the pipeline's full 512 tokens
+    ema_decay: float = 0.995
+    # (height, width, relative frequency): the presets' aspect ratios at ~128x128 pixels, and 256x256
+    sizes: tuple[tuple[int, int, float], ...] = (
+        (128, 128, 4), (112, 144, 1), (144, 112, 1), (112, 160, 1), (160, 112, 1), (96, 176, 1), (176, 96, 1),
+        (80, 192, 0.6), (192, 80, 0.6), (256, 256, 1),
+    )
+
+
+@dataclasses.dataclass
+class Batchable:
+    """Samples of one size: target latents (N, L, C), reference latents (N, L, C) or None, text row
+    (N,), token weights (N, L); and the position ids of both."""
+
+    x0: torch.Tensor
+    ref: torch.Tensor | None
+    text: torch.Tensor
+    weight: torch.Tensor
+    ids: torch.Tensor
+    ref_ids: torch.Tensor | None
+
+
+def _cover(mask: np.ndarray) -> np.ndarray:
+    h, w = mask.shape
+    return mask.reshape(h // 16, 16, w // 16, 16).mean(axis=(1, 3)).reshape(-1)
+
+
+@torch.no_grad()
+def _encode(pipe, images: list[np.ndarray]) -> torch.Tensor:
+    out = []
+    for start in range(0, len(images), 32):
+        out.append(normalise(pipe, encode_patchified(pipe, _to_tensor(images[start:start + 32]))))
+    return torch.cat(out)
+
+
+@torch.no_grad()
+def build_data(pipe, cfg: EditConfig, texts: list[str]) -> tuple[dict, dict]:
+    """(edit samples by size, text-to-image samples by size), as ``Batchable``; the text rows index
+    ``texts``, to which each instruction and caption is appended as it is first drawn."""
+    rng = random.Random(cfg.seed * 1000 + 11)
+    row = {t: i for i, t in enumerate(texts)}
+
+    def text_row(text: str) -> int:
+        if text not in row:
+            row[text] = len(texts)
+            texts.append(text)
+        return row[text]
+
+    sizes, freq = [(h, w) for h, w, _ in cfg.sizes], [f for _, _, f in cfg.sizes]
+    edits: dict = {s: [] for s in sizes}
+    for _ in range(cfg.pairs):
+        edit = editing.sample_edit(rng)
+        h, w = rng.choices(sizes, freq)[0]
+        ref, target = editing.render_pair(edit, h, w, rng)
+        changed = np.any(ref != target, axis=-1)
+        weight = 1 + SHAPE_LOSS_WEIGHT * _cover(_shape_pixels(edit.target, target)) + EDIT_LOSS_WEIGHT * _cover(changed)
+        edits[(h, w)].append((ref, target, text_row(edit.instruction), weight))
+    t2i: dict = {s: [] for s in sizes}
+    for _ in range(cfg.captions):
+        scene = scenes.sample_scene(rng)
+        h, w = rng.choices(sizes, freq)[0]
+        image = scenes.render(scene, h, w, rng)
+        t2i[(h, w)].append((None, image, text_row(scene.caption), 1 + SHAPE_LOSS_WEIGHT * _cover(_shape_pixels(scene, image))))
+    out = []
+    with _progress(cfg.pairs * 2 + cfg.captions, "encode") as bar:
+        for group in (edits, t2i):
+            done = {}
+            for size, items in group.items():
+                if not items:
+                    continue
+                x0 = _encode(pipe, [t for _, t, _, _ in items])
+                ref = _encode(pipe, [r for r, _, _, _ in items]) if items[0][0] is not None else None
+                bar.update(len(items) * (2 if ref is not None else 1))
+                ids = pipe._prepare_latent_ids(x0[:1])[0]
+                ref_ids = pipe._prepare_image_ids([ref[:1]])[0] if ref is not None else None
+                done[size] = Batchable(pipe._pack_latents(x0), pipe._pack_latents(ref) if ref is not None else None,
+                                       torch.tensor([i for _, _, i, _ in items]),
+                                       torch.from_numpy(np.stack([wt for *_, wt in items])).float(), ids, ref_ids)
+            out.append(done)
+    return out[0], out[1]
+
+
+@torch.no_grad()
+def text_states(pipe, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(prompt embeds at the pipeline's full length (N, 512, D), each text's token count (N,))."""
+    embeds, lengths = [], []
+    for start in range(0, len(texts), 32):
+        chunk = texts[start:start + 32]
+        embeds.append(pipe._get_qwen3_prompt_embeds(pipe.text_encoder, pipe.tokenizer, chunk,
+                                                   max_sequence_length=FULL_PROMPT_TOKENS))
+        for text in chunk:
+            templ = pipe.tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
+                                                       add_generation_prompt=True, enable_thinking=False)
+            lengths.append(len(pipe.tokenizer(templ)["input_ids"]))
+    return torch.cat(embeds), torch.tensor(lengths)
+
+
+def _loss(pipe, data: Batchable, pick, embeds, gen) -> torch.Tensor:
+    x0 = data.x0[pick]
+    b, seq, _ = x0.shape
+    sigma = sample_sigmas(pipe, b, seq, gen)
+    noise = torch.randn(x0.shape, generator=gen)
+    s = sigma.view(-1, 1, 1)
+    hidden = (1 - s) * x0 + s * noise
+    ids = data.ids.unsqueeze(0).expand(b, -1, -1)
+    if data.ref is not None:
+        hidden = torch.cat([hidden, data.ref[pick]], dim=1)
+        ids = torch.cat([ids, data.ref_ids.unsqueeze(0).expand(b, -1, -1)], dim=1)
+    pred = pipe.transformer(hidden_states=hidden, timestep=sigma, guidance=None, encoder_hidden_states=embeds,
+                            txt_ids=pipe._prepare_text_ids(embeds), img_ids=ids, return_dict=False)[0][:, :seq]
+    per_token = (pred - (noise - x0)).pow(2).mean(-1)
+    weight = data.weight[pick]
+    return (per_token * weight).sum() / weight.sum()
+
+
+def train_edits(pipe, cfg: EditConfig = EditConfig(), log=print) -> dict:
+    """Train ``pipe`` (the trained scene model) to edit, in place; returns timings in seconds."""
+    torch.set_num_threads(cfg.threads)
+    torch.manual_seed(cfg.seed)
+    t0 = time.perf_counter()
+    pipe.text_encoder.requires_grad_(False)
+    pipe.vae.requires_grad_(False)
+    rng = random.Random(cfg.seed * 1000 + 12)
+    texts: list[str] = []
+    edits, t2i = build_data(pipe, cfg, texts)  # fills texts with the instructions and captions drawn
+    embeds, lengths = text_states(pipe, texts)
+    t1 = time.perf_counter()
+    gen = torch.Generator().manual_seed(cfg.seed * 1000 + 13)
+    tr = pipe.transformer
+    tr.requires_grad_(True)
+    tr.train()
+    params = list(tr.parameters())
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.01)
+    shadow = [p.detach().clone() for p in params]
+    groups = [(edits, [s for s in edits]), (t2i, [s for s in t2i])]
+    freq = {(h, w): f for h, w, f in cfg.sizes}
+    smooth = None
+    with _progress(cfg.steps, "edits") as bar:
+        for step in range(cfg.steps):
+            data_by_size, sizes = groups[rng.random() < cfg.text_to_image_share]
+            size = rng.choices(sizes, [freq[s] * len(data_by_size[s].text) ** 0.5 for s in sizes])[0]
+            data = data_by_size[size]
+            pick = torch.randint(0, len(data.text), (cfg.batch,), generator=gen)
+            rows = data.text[pick]
+            cut = (FULL_PROMPT_TOKENS if rng.random() < cfg.full_prompt_share
+                   else rng.randint(int(lengths[rows].max()), SHORT_PROMPT_TOKENS))
+            for group in opt.param_groups:
+                group["lr"] = _lr_at(step, cfg.steps, cfg.lr)
+            loss = _loss(pipe, data, pick, embeds[rows, :cut], gen)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            opt.step()
+            with torch.no_grad():
+                decay = min(cfg.ema_decay, (1 + step) / (10 + step))
+                torch._foreach_lerp_(shadow, [p.detach() for p in params], 1 - decay)
+            smooth = loss.item() if smooth is None else 0.98 * smooth + 0.02 * loss.item()
+            bar.set_postfix(loss=f"{smooth:.4f}")
+            bar.update()
+    with torch.no_grad():
+        for p, avg in zip(params, shadow):
+            p.copy_(avg)
+    tr.eval()
+    tr.requires_grad_(False)
+    timings = {"edit_data": t1 - t0, "edits": time.perf_counter() - t1}
+    log("edit training took " + ", ".join(f"{k} {v / 60:.1f} min" for k, v in timings.items()))
+    return timings
+

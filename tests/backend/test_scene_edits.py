@@ -1,0 +1,120 @@
+"""The embedded model's edits (embedded.editing): what an edit asks, how its pairs are drawn, the judge
+that decides from pixels whether an image is the edit of its reference, and how a person's edit
+prompt is read (embedded.grammar.read_edit). No torch, no model."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from embedded import editing, grammar, scenes
+
+SIZES = ((256, 256), (128, 128), (160, 384), (224, 288))
+
+
+@pytest.mark.parametrize("kind", editing.KINDS)
+def test_the_judge_takes_the_edit_and_refuses_the_unedited_reference(kind):
+    """The judge can fail for the reason in its name: the reference itself (nothing edited) is refused,
+    the drawn target accepted, at every preset's aspect ratio, for held-out and training references."""
+    rng = random.Random(kind)
+    for i in range(40):
+        edit = editing.sample_edit(rng, held_out=bool(i % 2), kinds=(kind,))
+        height, width = SIZES[i % len(SIZES)]
+        reference, target = editing.render_pair(edit, height, width, rng)
+        assert editing.judge_edit(target, edit).agrees, (edit.instruction, editing.judge_edit(target, edit).reason)
+        verdict = editing.judge_edit(reference, edit)
+        assert not verdict.agrees, (edit.instruction, edit.reference.caption)
+
+
+def test_a_shape_the_edit_should_have_taken_away_is_named():
+    rng = random.Random(3)
+    for kind, says in (("recolour", "old colour"), ("remove", "still covers"), ("move", "is still")):
+        edit = editing.sample_edit(rng, kinds=(kind,))
+        ref_place, target_place = editing.placements(edit, rng)
+        both = scenes.draw(edit.target.background, target_place + [p for p in ref_place
+                                                                    if p.spec in edit.changed], 256, 256)
+        verdict = editing.judge_edit(both, edit)
+        assert not verdict.agrees and says in verdict.reason, (kind, verdict.reason)
+
+
+def test_an_edit_keeps_what_it_does_not_name_where_the_reference_had_it():
+    rng = random.Random(5)
+    for _ in range(100):
+        edit = editing.sample_edit(rng)
+        reference, target = editing.render_pair(edit, 128, 128, rng)
+        changed = np.any(reference != target, axis=-1)
+        if edit.kind == "background":
+            assert changed.mean() > 0.3  # the background is most of the picture
+            continue
+        # outside the edited shape(s) nothing moves: the rest is copied from the reference
+        assert changed.mean() < 0.3, edit.instruction
+        kept = [s for s in edit.reference.shapes if s in edit.target.shapes]
+        ref_at, target_at = editing.placements(edit, random.Random(0))
+        for spec in kept:
+            assert next(p for p in ref_at if p.spec == spec) == next(p for p in target_at if p.spec == spec)
+
+
+def test_held_out_edits_come_from_held_out_references_and_training_never_draws_one():
+    held = editing.held_out_edits(50)
+    assert {e.kind for e in held} == set(editing.KINDS)
+    for edit in held:
+        assert all(scenes.is_held_out(s.colour, s.shape, edit.reference.background) for s in edit.reference.shapes)
+    rng = random.Random(9)
+    for _ in range(500):
+        edit = editing.sample_edit(rng)
+        for scene in (edit.reference, edit.target):
+            assert not any(scenes.is_held_out(s.colour, s.shape, scene.background) for s in scene.shapes)
+        assert edit.instruction in editing.instruction_words()
+
+
+@pytest.mark.parametrize("prompt, instruction", [
+    ("make the circle blue", "make the circle blue"),
+    ("Turn the disc green", "make the circle green"),
+    ("paint the red square yellow", "make the square yellow"),
+    ("on a green background instead", "on a green background instead"),
+    ("change the background to green", "on a green background instead"),
+    ("make it a sunset", "on a sunset gradient instead"),
+    ("put it on grey stripes", "on grey stripes instead"),
+    ("move the square to the left", "move the square to the left"),
+    ("move the star up", "move the star to the top"),
+    ("add a yellow star at the top", "add a yellow star at the top"),
+    ("remove the star", "remove the star"),
+    ("delete the red triangle", "remove the triangle"),
+    # Turkish: the object's accusative and the place's dative suffixes come off
+    ("daireyi mavi yap", "make the circle blue"),
+    ("kareyi sola taşı", "move the square to the left"),
+    ("üste sarı bir yıldız ekle", "add a yellow star at the top"),
+    ("yıldızı kaldır", "remove the star"),
+])
+def test_edit_prompts_as_people_write_them_read_as_the_grammars_instruction(prompt, instruction):
+    reading = grammar.read_edit(prompt)
+    assert reading is not None and reading.caption == instruction, reading
+    assert reading.caption in editing.instruction_words()
+
+
+def test_an_edit_prompt_that_leaves_something_out_says_what_was_made_up_and_a_caption_is_no_edit():
+    reading = grammar.read_edit("add a star")
+    assert reading.caption == "add a red star on the right" and reading.guessed == ("a colour: red", "a place: right")
+    assert grammar.read_edit("a red circle on the left, on a blue background") is None
+    rng = random.Random(11)
+    for _ in range(300):
+        edit = editing.sample_edit(rng)
+        assert grammar.read_edit(edit.instruction).caption == edit.instruction
+
+
+def test_a_request_with_references_reads_its_prompt_as_an_edit_and_without_as_a_caption():
+    """The serving side (backend.models.card): the embedded model's card reads an edit prompt as the
+    grammar's instruction only when the request carries references; every instruction the page's
+    help names is one the model was trained on."""
+    from backend.models.card import ModelCard
+    from embedded.words import EDIT_EXAMPLES
+
+    card = ModelCard(prompt_grammar="scenes")
+    assert card.read_prompt("turn the disc blue", editing=True).caption == "make the circle blue"
+    scenes.parse_caption(card.read_prompt("turn the disc blue").caption)  # without references: a caption
+    caption = "a red circle on the left, on a blue background"
+    assert card.read_prompt(caption, editing=True).caption == caption
+    assert ModelCard().read_prompt("turn the disc blue", editing=True) is None
+    assert all(example in editing.instruction_words() for example in EDIT_EXAMPLES)
