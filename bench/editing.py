@@ -54,7 +54,12 @@ def p12_edit_cost(tmp: Path, quick: bool) -> list[dict]:
                 note="the edit's accuracy: the P12 rows 'edit accuracy of the trained embedded model'"))
     finally:
         manager.close()
-    return rows + p12_edit_accuracy(quick)
+    return rows
+
+
+def p12_edits(tmp: Path, quick: bool) -> list[dict]:
+    """The suite's P12: what an edit costs, then how well the embedded model edits."""
+    return p12_edit_cost(tmp, quick) + p12_edit_accuracy(quick)
 
 
 def edit_images(pipe, edits, height: int, width: int, seed: int = 0) -> list:

@@ -29,6 +29,7 @@ import torch
 from embedded import editing, scenes
 from embedded.components import (FULL_PROMPT_TOKENS, SHAPE_LOSS_WEIGHT, SHORT_PROMPT_TOKENS, _lr_at, _progress,
                                  _shape_pixels, _to_tensor, encode_patchified, normalise)
+from embedded.components import TrainConfig
 from embedded.training import sample_sigmas
 
 EDIT_LOSS_WEIGHT = 8.0  # extra loss weight of a latent token, times the share of it the edit changes
@@ -39,11 +40,11 @@ class EditConfig:
     seed: int = 0
     threads: int = 2
     pairs: int = 4000  # (reference, target) renders
-    captions: int = 600  # text-to-image renders mixed in
+    captions: int = 1200  # text-to-image renders mixed in
     steps: int = 4500
     batch: int = 16
-    lr: float = 1e-3
-    text_to_image_share: float = 0.25
+    lr: float = 7e-4
+    text_to_image_share: float = 0.4
     full_prompt_share: float = 0.05  # steps at the pipeline's full 512 tokens
     ema_decay: float = 0.995
     # (height, width, relative frequency): the presets' aspect ratios at ~128x128 pixels, and 256x256
@@ -51,6 +52,9 @@ class EditConfig:
         (128, 128, 4), (112, 144, 1), (144, 112, 1), (112, 160, 1), (160, 112, 1), (96, 176, 1), (176, 96, 1),
         (80, 192, 0.6), (192, 80, 0.6), (256, 256, 1),
     )
+    # the text-to-image renders mixed in: the main phase's sizes, every preset among them (with the
+    # edits' sizes only, the model forgot how to place shapes at the wide presets: 11 of 32 at 384x160)
+    text_to_image_sizes: tuple[tuple[int, int, float], ...] = TrainConfig.sizes
 
 
 @dataclasses.dataclass
@@ -101,10 +105,11 @@ def build_data(pipe, cfg: EditConfig, texts: list[str]) -> tuple[dict, dict]:
         changed = np.any(ref != target, axis=-1)
         weight = 1 + SHAPE_LOSS_WEIGHT * _cover(_shape_pixels(edit.target, target)) + EDIT_LOSS_WEIGHT * _cover(changed)
         edits[(h, w)].append((ref, target, text_row(edit.instruction), weight))
-    t2i: dict = {s: [] for s in sizes}
+    t2i_sizes, t2i_freq = [(h, w) for h, w, _ in cfg.text_to_image_sizes], [f for *_, f in cfg.text_to_image_sizes]
+    t2i: dict = {s: [] for s in t2i_sizes}
     for _ in range(cfg.captions):
         scene = scenes.sample_scene(rng)
-        h, w = rng.choices(sizes, freq)[0]
+        h, w = rng.choices(t2i_sizes, t2i_freq)[0]
         image = scenes.render(scene, h, w, rng)
         t2i[(h, w)].append((None, image, text_row(scene.caption), 1 + SHAPE_LOSS_WEIGHT * _cover(_shape_pixels(scene, image))))
     out = []
@@ -178,12 +183,12 @@ def train_edits(pipe, cfg: EditConfig = EditConfig(), log=print) -> dict:
     params = list(tr.parameters())
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.01)
     shadow = [p.detach().clone() for p in params]
-    groups = [(edits, [s for s in edits]), (t2i, [s for s in t2i])]
-    freq = {(h, w): f for h, w, f in cfg.sizes}
+    groups = [(edits, {(h, w): f for h, w, f in cfg.sizes}), (t2i, {(h, w): f for h, w, f in cfg.text_to_image_sizes})]
     smooth = None
     with _progress(cfg.steps, "edits") as bar:
         for step in range(cfg.steps):
-            data_by_size, sizes = groups[rng.random() < cfg.text_to_image_share]
+            data_by_size, freq = groups[rng.random() < cfg.text_to_image_share]
+            sizes = list(data_by_size)
             size = rng.choices(sizes, [freq[s] * len(data_by_size[s].text) ** 0.5 for s in sizes])[0]
             data = data_by_size[size]
             pick = torch.randint(0, len(data.text), (cfg.batch,), generator=gen)

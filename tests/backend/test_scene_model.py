@@ -63,9 +63,10 @@ def _weights(folder: Path) -> dict[str, torch.Tensor]:
 
 
 def test_training_is_deterministic_for_a_seed(tmp_path):
-    # Every phase of the recipe (the edit phase last), a few steps each, twice: the same bits, and not
-    # the untrained ones; the edit phase alone, from the saved folder (python -m embedded train-edits),
-    # gives the whole recipe's bits again.
+    # Every phase of the recipe (the edit phase last), a few steps each: not the untrained bits; then
+    # the first phases again and the edit phase alone from their saved folder (python -m embedded
+    # train-edits): the whole recipe's bits again (the VAE and text encoder from the first phases, the
+    # transformer through both).
     from embedded.edit_training import EditConfig
     from embedded.recipe import SCENES_GEOMETRY, build_pipeline, train_and_save, train_edits_and_save
     from embedded.training import TrainConfig
@@ -73,14 +74,13 @@ def test_training_is_deterministic_for_a_seed(tmp_path):
     tiny = dict(vae_steps=2, vae_batch=2, captions=12, images_per_caption=1, steps=3, finetune_steps=2,
                 finetune_captions=4, batch=2, reader_steps=2)
     edits = EditConfig(pairs=6, captions=3, steps=3, batch=2)
-    for name in "ab":
-        train_and_save(tmp_path / name, TrainConfig(seed=0, **tiny), edit_cfg=edits)
+    train_and_save(tmp_path / "a", TrainConfig(seed=0, **tiny), edit_cfg=edits)
     train_and_save(tmp_path / "base", TrainConfig(seed=0, **tiny), edit_cfg=dataclasses.replace(edits, steps=0))
     train_edits_and_save(tmp_path / "base", tmp_path / "c", edits)
     build_pipeline(SCENES_GEOMETRY).save_pretrained(tmp_path / "untrained")
-    a, b, c, base, untrained = (_weights(tmp_path / n) for n in ("a", "b", "c", "base", "untrained"))
-    assert a.keys() == b.keys() == c.keys() == untrained.keys()
-    assert all(torch.equal(a[k], b[k]) and torch.equal(a[k], c[k]) for k in a)
+    a, c, base, untrained = (_weights(tmp_path / n) for n in ("a", "c", "base", "untrained"))
+    assert a.keys() == c.keys() == untrained.keys()
+    assert all(torch.equal(a[k], c[k]) for k in a)
     for part in ("transformer", "vae", "text_encoder"):
         assert not all(torch.equal(a[k], untrained[k]) for k in a if k.startswith(part)), part
     # the edit phase trains the transformer only

@@ -1,4 +1,5 @@
-"""Make the README's screenshots with the browser-test tooling: `python -m tests.ui.screenshot`.
+"""Make the README's screenshots with the browser-test tooling: `python -m tests.ui.screenshot`
+(`python -m tests.ui.screenshot assets edit`: only edit.png).
 
 Starts the app (the trained embedded model, aot_eager), generates the page's first example prompt
 in compiled and eager mode at three of the model's presets (its own, from its card) so that the
@@ -22,6 +23,7 @@ from ui.views import load_example_prompts
 LAPTOP = {"width": 1280, "height": 800}  # a presenter's screen: what shows without scrolling
 # The page's first example prompt, as a person writes it (the model reads it in its grammar).
 PROMPT = load_example_prompts(ROOT / "assets" / "prompts.txt")[0]
+EDIT_PROMPT = "on a sky gradient instead"
 
 
 def _size(page, width: int, height: int) -> None:
@@ -44,11 +46,13 @@ def _generate(page, runs: int) -> None:
         page.wait_for_function(f"document.querySelectorAll('#history img').length > {count}", timeout=120000)
 
 
-def make_screenshots(out_dir: Path) -> list[Path]:
+def make_screenshots(out_dir: Path, only: str | None = None) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     with tempfile.TemporaryDirectory() as tmp, running_app(Path(tmp), "--compile-backend", "aot_eager") as url, \
             chromium() as browser:
+        if only == "edit":
+            return [_edit(browser, url, Path(tmp), out_dir / "edit.png")]
         page = browser.new_page(locale="en-US", viewport=LAPTOP)
         page.goto(url + "operator?token=" + operator_token(Path(tmp)))  # the operator's page: every control
         page.wait_for_selector("#badges .ns-badge", timeout=30000)
@@ -101,18 +105,21 @@ def make_screenshots(out_dir: Path) -> list[Path]:
 
 
 def _edit(browser, url: str, tmp: Path, path: Path) -> Path:
-    """An edit (docs/editing.md): one reference in the Edit area, two images per prompt, the cost
-    line pricing the whole signature and the run line saying how the reference was fitted."""
-    from PIL import Image, ImageDraw
+    """An edit (docs/editing.md): one reference in the Edit area (a scene of the embedded model's
+    grammar, drawn at a size the fit crops to the 4:3 preset), an edit the model learned, two images
+    per prompt, the cost line pricing the whole signature and the run line saying how the reference
+    was fitted."""
+    from PIL import Image
+
+    from embedded import scenes
 
     reference = tmp / "reference.png"
-    image = Image.new("RGB", (320, 240), "white")
-    ImageDraw.Draw(image).ellipse((110, 70, 210, 170), fill="red")
-    image.save(reference)
+    scene = scenes.parse_caption("a red circle on the left, on a white background")
+    Image.fromarray(scenes.render(scene, 240, 320)).save(reference)
     page = browser.new_page(locale="en-US", viewport=LAPTOP)
     page.goto(url)
     page.wait_for_selector("#badges .ns-badge", timeout=30000)
-    page.fill("#prompt textarea", "a red circle on a blue background")
+    page.fill("#prompt textarea", EDIT_PROMPT)
     page.click("#edit .label-wrap")
     page.set_input_files("#references input[type=file]", str(reference))
     page.fill("#count input", "2")
@@ -142,5 +149,6 @@ def _turkish_studio(browser, url: str, path: Path) -> Path:
 
 
 if __name__ == "__main__":
-    for path in make_screenshots(Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "assets"):
+    for path in make_screenshots(Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "assets",
+                                 sys.argv[2] if len(sys.argv) > 2 else None):
         print(path)
