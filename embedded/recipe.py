@@ -303,8 +303,6 @@ def _train_main(argv: list[str]) -> None:
     parser.add_argument("--edit-steps", type=int, default=EditConfig().steps, help="steps of the edit phase")
     args = parser.parse_args(argv)
     overrides = {f: getattr(args, f) for f in ("seed", "threads", "vae_steps", "steps", "finetune_steps", "captions", "batch")}
-    from embedded.edit_training import EditConfig
-
     edits = EditConfig(seed=args.seed, threads=args.threads, steps=args.edit_steps)
     train_and_save(args.dest, dataclasses.replace(defaults, **overrides), edit_cfg=edits)
     print(args.dest)
