@@ -4,6 +4,7 @@
     python app.py generate "a red fox" --size 512x512 [--size 768x1344 ...] [--mode compiled] [--json]
     python app.py demo [--demo-modes eager,compiled] [--tp]   # warm the presets, lock, serve
     python app.py doctor                            # versions, chosen device and why, caches
+    python app.py cost [--sizes 512x512] [--price-per-hour 1.34]  # what an image costs here, measured
     python app.py cache export|import|show BUNDLE   # warm-start bundles (backend.cache_cli)
 
 Flags for every command come from ``backend.settings`` (flag > NEURON_STUDIO_* env > default).
@@ -67,6 +68,19 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--no-save", action="store_true", help="do not write PNG files")
     # generate takes --mode/--steps/--guidance from the settings flags above.
 
+    cost = sub.add_parser("cost", help="measure what an image costs here: warm each size, time --runs runs, print "
+                                       "the receipt (images/hour, price of 1,000 at --price-per-hour)")
+    add_setting_flags(cost)
+    cost.add_argument("--sizes", default=None, help="comma-separated WIDTHxHEIGHT (default: --prewarm, else the "
+                                                    "model's first preset)")
+    cost.add_argument("--runs", type=int, default=3, help="steady runs per size after its warm-up (default 3)")
+    cost.add_argument("--reference-price", type=float, default=None, metavar="USD_PER_HOUR",
+                      help="another machine's price per hour, shown beside this one (with --reference-seconds)")
+    cost.add_argument("--reference-seconds", type=float, default=None, metavar="S",
+                      help="that machine's seconds per image (your figure: it is not measured here)")
+    cost.add_argument("--reference-label", default="reference", help="its name in the receipt")
+    cost.add_argument("--json", action="store_true")
+
     doctor = sub.add_parser("doctor", help="print versions, the chosen device and why, cache dirs")
     add_setting_flags(doctor)
     doctor.add_argument("--json", action="store_true")
@@ -109,6 +123,21 @@ def main(argv: list[str] | None = None) -> int:
         return cli.generate(settings, args)
     if command == "doctor":
         return cli.doctor(settings, as_json=args.json)
+    if command == "cost":
+        from backend import cost_cli
+        from backend.serving.cost import Reference
+
+        if args.runs < 1 or args.runs > 100:
+            parser.error("--runs: between 1 and 100")
+        reference = None
+        if (args.reference_price is None) != (args.reference_seconds is None):
+            parser.error("--reference-price and --reference-seconds go together")
+        if args.reference_price is not None:
+            try:
+                reference = Reference(args.reference_label, args.reference_price, args.reference_seconds)
+            except ValueError as exc:
+                parser.error(str(exc))
+        return cost_cli.cost(settings, args.sizes, args.runs, reference, args.json)
     if command == "cache":
         from backend import cache_cli
 

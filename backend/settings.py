@@ -113,6 +113,11 @@ class Settings:
     reference_sizes: list[Shape] = dataclasses.field(default_factory=list)
     reference_fit: str = "crop"
     max_sequence_tokens: int = 0
+    # The OpenAI-compatible API (web.openai_images): a file of API keys (none: loopback callers only),
+    # the key /metrics asks of non-loopback scrapers, and the instance's price for the cost receipt.
+    api_keys: Path | None = None
+    metrics_key: str | None = None
+    price_per_hour: float = 0.0
 
     def runs_as(self, mode: str) -> str:
         """How a request in ``mode`` runs on a process: itself, except ``tp``, whose ranks (and the
@@ -129,6 +134,8 @@ class Settings:
         out["cache_from"] = str(self.cache_from) if self.cache_from else None
         out["auth"] = "set" if self.auth else None  # never echo credentials
         out["operator_auth"] = "set" if self.operator_auth else None
+        out["api_keys"] = str(self.api_keys) if self.api_keys else None
+        out["metrics_key"] = "set" if self.metrics_key else None
         return out
 
     @classmethod
@@ -140,7 +147,8 @@ class Settings:
         values["cache_dir"] = Path(values["cache_dir"]).expanduser()
         values["output_dir"] = Path(values["output_dir"])
         values["cache_from"] = Path(values["cache_from"]) if values.get("cache_from") else None
-        values["auth"] = values["operator_auth"] = None
+        values["auth"] = values["operator_auth"] = values["metrics_key"] = None
+        values["api_keys"] = Path(values["api_keys"]) if values.get("api_keys") else None
         return cls(**values).check()
 
     def check(self) -> "Settings":
@@ -317,6 +325,15 @@ OPTIONS: dict[str, tuple[str, str, Any, str]] = {
     "max_sequence_tokens": ("--max-sequence-tokens", "NEURON_STUDIO_MAX_SEQUENCE_TOKENS", _whole,
                             "image tokens (the output's and every reference's, 256 pixels each) one request may "
                             "ask (0: four times the largest preset's)"),
+    "api_keys": ("--api-keys", "NEURON_STUDIO_API_KEYS", Path,
+                 "a file of API keys for /v1/images (one per line, or name:key; # comments): each caller a "
+                 "viewer (default: no key, loopback callers only)"),
+    "metrics_key": ("--metrics-key", "NEURON_STUDIO_METRICS_KEY", str,
+                    "a key (or a file holding it) that lets a non-loopback scraper read /metrics as a Bearer "
+                    "token (default: loopback scrapers only)"),
+    "price_per_hour": ("--price-per-hour", "NEURON_STUDIO_PRICE_PER_HOUR", _non_negative_float,
+                       "the instance's price per hour (USD) for the cost receipt (0: the dated on-demand table "
+                       "for the instance type neuron-ls reports, if it lists it)"),
     "keep_outputs": ("--keep-outputs", "NEURON_STUDIO_KEEP_OUTPUTS", _positive_int,
                      "generated PNGs kept in the output dir; the app's oldest are removed past it"),
 }

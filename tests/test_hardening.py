@@ -159,7 +159,7 @@ def test_clearing_caches_keeps_every_foreign_file(tmp_path):
 
 @pytest.mark.slow
 def test_the_running_app_refuses_an_upload_from_another_site(app_url):
-    """The upload door (ui.guard; its bounds: tests/ui/test_door.py) is in the running app's
+    """The upload door (web.guard; its bounds: tests/ui/test_guard.py) is in the running app's
     chain, before Gradio's upload route."""
     request = urllib.request.Request(f"{app_url}gradio_api/upload", data=b"--x--\r\n", method="POST",
                                      headers={"Origin": "https://evil.example",

@@ -74,9 +74,14 @@ def launch(manager, settings, block: bool = True) -> gr.Blocks:
     from starlette.middleware import Middleware
 
     from backend.serving.roles import OperatorKey, parse_pairs
-    from ui.guard import RoomGuard, allowed_hosts
+    from web.door import ApiDoor, ApiKeys
+    from web.guard import RoomGuard, allowed_hosts
 
     auth = parse_auth(settings.auth)
+    try:
+        api_keys = ApiKeys.load(settings.api_keys)
+    except OSError as exc:
+        raise ValueError(f"--api-keys: {exc}") from None
     for flag, spec in (("--auth", settings.auth), ("--operator-auth", settings.operator_auth)):
         if spec and not Path(spec).expanduser().is_file() and any(a.startswith(flag) for a in sys.argv):
             print(f"warning: {flag} user:pass on the command line is visible to every local user (ps); "
@@ -94,10 +99,12 @@ def launch(manager, settings, block: bool = True) -> gr.Blocks:
     demo.queue(default_concurrency_limit=1)
     guard = Middleware(RoomGuard, key=key, hosts=allowed_hosts(settings.host),
                        output_dir=str(Path(settings.output_dir).resolve()), upload_dir=os.environ.get("GRADIO_TEMP_DIR"))
+    # The Images API, the probes and the metrics (web.door), behind the guard's Host check.
+    door = Middleware(ApiDoor, manager=manager, keys=api_keys, metrics_key=settings.metrics_key)
     demo.launch(server_name=settings.host, server_port=settings.port, share=settings.share, auth=auth,
                 enable_monitoring=False, show_error=False, prevent_thread_lock=True, css=CSS, js=PROMPT_KEYS, i18n=I18N,
                 allowed_paths=[str(Path(settings.output_dir).resolve())], quiet=False,
-                max_file_size=MAX_UPLOAD, app_kwargs={"middleware": [guard]})
+                max_file_size=MAX_UPLOAD, app_kwargs={"middleware": [guard, door]})
     gradio_queue.calm(demo)  # an idle app should not poll 1,000 times a second
     gradio_queue.set_width(demo, DEVICE_QUEUE, manager.capacity())  # then at each change (build_ui)
     gradio_queue.cap_per_session(demo, DEVICE_QUEUE, lambda: settings.max_queued_per_viewer,
@@ -109,6 +116,9 @@ def launch(manager, settings, block: bool = True) -> gr.Blocks:
     link = key.link(key.base_url)
     print(f"operator link (keep it to yourself; other pages are viewers): {link}" if link else
           "operator: log in at /operator with the --operator-auth credentials", flush=True)
+    print(f"api: {api_keys.describe()}: {key.base_url}/v1/images/generations; probes /healthz /readyz; "
+          f"metrics /metrics ({'loopback, or the --metrics-key' if settings.metrics_key else 'loopback only'})",
+          flush=True)
     if block:
         demo.block_thread()
     return demo

@@ -296,7 +296,7 @@ class StudioHandlers(Handlers):
         except Exception:  # noqa: BLE001 - not a PNG (or a broken one): say so, change nothing
             raise gr.Error(text(lang, "err_not_png"), title=text(lang, "title_error")) from None
         finally:
-            discard_upload(path)  # read: the upload is not kept (ui.guard bounds what is held)
+            discard_upload(path)  # read: the upload is not kept (web.guard bounds what is held)
         if not params:
             _warning(lang, text(lang, "warn_no_params"))
             return (gr.skip(),) * 10

@@ -41,6 +41,22 @@ EN: dict[str, str] = {
     "latency_empty": "Latency vs image size — no steady run yet: generate an image and it appears here",
     "compile_empty": "Compile time per shape and mode — nothing compiled yet: a compiled or regional run at a "
                      "new shape adds a bar here",
+    "receipt_title": "### Cost receipt",
+    "receipt_intro": "What an image costs here, from this machine's steady runs of each warm shape and the "
+                     "instance's price per hour. Enter another machine's price and seconds per image to set it "
+                     "beside this one.",
+    "receipt_price": "This instance's price (USD/hour; 0: the dated on-demand table)",
+    "receipt_ref_label": "Reference machine", "receipt_ref_price": "Its price (USD/hour)",
+    "receipt_ref_seconds": "Its seconds per image", "receipt_button": "Make the receipt",
+    "receipt_head": "Measured on **{measured_on}**; price {price} ({source}).", "receipt_price_unit": "${price:g}/hour", "receipt_unknown": "unknown",
+    "receipt_columns": "mode|signature|median s/run|steady runs|images/hour|per 1,000 images",
+    "receipt_reference_column": "{label} per 1,000", "receipt_at_once": "{n} at once",
+    "receipt_none": "no warm shape with a steady run yet",
+    "receipt_reference": "{label}: ${price:g}/hour at {seconds:g} s/image ({per_hour:,.0f} images/hour) — figures "
+                         "you entered, not measured here.",
+    "receipt_caveat": "Each figure is this machine's median of warm runs that ran alone; idle time, compiles and "
+                      "other requests are not in it. It says nothing of hardware this app has not run on.",
+    "receipt_bad": "The reference needs a positive price and seconds per image: {reason}",
     "compare_hint": "Pick two or three modes and press **Compare**: the same prompt and seed run through each, "
                     "the images appear side by side and their timings in the table below.",
     "refresh_plots": "Refresh plots",

@@ -42,6 +42,23 @@ TR: dict[str, str] = {
     "latency_empty": "Gecikme ve görsel boyutu — henüz kararlı çalıştırma yok: bir görsel üretin, burada görünür",
     "compile_empty": "Boyut ve mod başına derleme süresi — henüz derleme yok: yeni bir boyutta derlenmiş ya da "
                      "bölgesel bir çalıştırma buraya bir çubuk ekler",
+    "receipt_title": "### Maliyet fişi",
+    "receipt_intro": "Burada bir görselin maliyeti: bu makinenin her sıcak boyuttaki kararlı çalıştırmalarından ve "
+                     "sunucunun saatlik fiyatından. Yanına koymak için başka bir makinenin fiyatını ve görsel "
+                     "başına saniyesini girin.",
+    "receipt_price": "Bu sunucunun fiyatı (USD/saat; 0: tarihli isteğe bağlı fiyat tablosu)",
+    "receipt_ref_label": "Karşılaştırılan makine", "receipt_ref_price": "Fiyatı (USD/saat)",
+    "receipt_ref_seconds": "Görsel başına saniyesi", "receipt_button": "Fişi çıkar",
+    "receipt_head": "Ölçüldüğü yer: **{measured_on}**; fiyat {price} ({source}).", "receipt_price_unit": "${price:g}/saat", "receipt_unknown": "bilinmiyor",
+    "receipt_columns": "mod|imza|medyan sn/çalıştırma|kararlı çalıştırma|görsel/saat|1.000 görsel başına",
+    "receipt_reference_column": "{label}, 1.000 görsel", "receipt_at_once": "aynı anda {n}",
+    "receipt_none": "henüz kararlı çalıştırması olan sıcak boyut yok",
+    "receipt_reference": "{label}: ${price:g}/saat, görsel başına {seconds:g} sn ({per_hour:,.0f} görsel/saat) — "
+                         "sizin girdiğiniz değerler, burada ölçülmedi.",
+    "receipt_caveat": "Her değer bu makinede tek başına çalışan sıcak çalıştırmaların medyanıdır; boşta geçen "
+                      "süre, derlemeler ve diğer istekler dahil değildir. Bu uygulamanın çalışmadığı donanım "
+                      "hakkında hiçbir şey söylemez.",
+    "receipt_bad": "Karşılaştırma için pozitif bir fiyat ve görsel başına saniye gerekir: {reason}",
     "compare_hint": "İki ya da üç mod seçip **Karşılaştır**'a basın: aynı istem ve tohum her birinden geçer, "
                     "görseller yan yana, süreleri aşağıdaki tabloda görünür.",
     "refresh_plots": "Grafikleri yenile",

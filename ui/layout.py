@@ -44,7 +44,7 @@ def build_page(manager) -> SimpleNamespace:
     engine_line = gr.Markdown(I18N("starting"), elem_id="engine-line")
     history_state = gr.State([])
     page = SimpleNamespace(role_line=role_line, engine_line=engine_line, history_state=history_state)
-    for tab in (studio_tab(manager), compare_tab(manager), system_tab(manager), performance_tab()):
+    for tab in (studio_tab(manager), compare_tab(manager), system_tab(manager), performance_tab(manager)):
         assert not vars(page).keys() & tab.keys(), vars(page).keys() & tab.keys()  # one name, one component
         vars(page).update(tab)
     # The groups only the operator's page shows (``Studio.page_role`` hides them for viewers).
@@ -220,8 +220,8 @@ def system_tab(manager) -> dict:
     return _components(locals())
 
 
-def performance_tab() -> dict:
-    """Latency and compile-time plots."""
+def performance_tab(manager) -> dict:
+    """Latency and compile-time plots; the cost receipt."""
     with gr.Tab(I18N("tab_performance"), id="performance"):
         gr.Markdown(I18N("perf_intro"))
         latency_plot = gr.ScatterPlot(latency_frame([]), x="megapixels", y="seconds", color="mode",
@@ -230,4 +230,16 @@ def performance_tab() -> dict:
                                   color="mode", title=I18N("compile_empty"),
                                   elem_id="compile-plot")
         plots_btn = gr.Button(I18N("refresh_plots"))
+        gr.Markdown(I18N("receipt_title"))
+        gr.Markdown(I18N("receipt_intro"))
+        with gr.Row():
+            receipt_price = gr.Number(manager.settings.price_per_hour, label=I18N("receipt_price"), minimum=0,
+                                      elem_id="receipt-price")
+            receipt_ref_label = gr.Textbox("", label=I18N("receipt_ref_label"), max_length=40,
+                                           elem_id="receipt-ref-label")
+            receipt_ref_price = gr.Number(None, label=I18N("receipt_ref_price"), minimum=0, elem_id="receipt-ref-price")
+            receipt_ref_seconds = gr.Number(None, label=I18N("receipt_ref_seconds"), minimum=0,
+                                            elem_id="receipt-ref-seconds")
+        receipt_btn = gr.Button(I18N("receipt_button"), elem_id="receipt-button")
+        receipt = gr.Markdown("", elem_id="cost-receipt")
     return _components(locals())

@@ -119,8 +119,10 @@ def system_events(studio, page) -> None:
 
 
 def performance_events(studio, page) -> None:
-    """The plots' button."""
+    """The plots' button, and the cost receipt's."""
     page.plots_btn.click(studio.refresh_plots, None, [page.latency_plot, page.compile_plot], **LIGHT)
+    page.receipt_btn.click(studio.cost_receipt, [page.receipt_price, page.receipt_ref_label, page.receipt_ref_price,
+                                                 page.receipt_ref_seconds], page.receipt, **LIGHT)
 
 
 def page_events(studio, page, demo: gr.Blocks) -> None:

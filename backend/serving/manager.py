@@ -36,6 +36,7 @@ from backend.settings import MODES, Settings
 from backend.shapes import Shape
 from backend.serving.caches import CacheOps
 from backend.serving.controls import OperatorControls
+from backend.serving.metrics import RunMetrics
 from backend.serving.status import StatusView
 from backend.request.references import blank_references, load_references, sequence_budget, sizes_for
 from backend.request.validation import check_sequence, validate_request
@@ -54,6 +55,8 @@ ProgressFn = Callable[[ProgressEvent], None]
 class Manager(OperatorControls, CacheOps, StatusView):
     """The one door (see the module's docstring); the operator's controls (launched engines, the lock,
     warm-ups), its caches and bundles, and its status snapshot are in ``controls``, ``caches``, ``status``."""
+
+    modes: tuple[str, ...] = MODES
 
     def __init__(self, settings: Settings, engine_factory: Callable[[Device, str], Any] | None = None,
                  clock: Callable[[], float] = time.monotonic):
@@ -93,6 +96,7 @@ class Manager(OperatorControls, CacheOps, StatusView):
             self.card = card_for(settings.model, settings.cache_dir)
         except StudioError as exc:
             self.card, self._card_error = ModelCard(), exc
+        self.metrics = RunMetrics(self)  # what /metrics serves (backend.serving.metrics)
 
     # lifecycle ---------------------------------------------------------------------------------
     def start(self, background: bool = False) -> None:
@@ -201,21 +205,21 @@ class Manager(OperatorControls, CacheOps, StatusView):
             local.exclusive().release()
         return True
 
-    @property
-    def modes(self) -> tuple[str, ...]:
-        return MODES
-
     # validation --------------------------------------------------------------------------------
     def validate(self, prompt: Any, height: Any, width: Any, steps: Any = None, guidance: Any = None,
                  seed: Any = None, mode: Any = None, images: Any = None, count: Any = None) -> GenerationRequest:
         """Turn raw inputs into a GenerationRequest, or raise InvalidRequest naming the field.
         ``images``: reference images for an edit (paths, bytes, Gradio file data, or references
         already fitted); ``count``: images per prompt."""
-        references = load_references(images, self.reference_sizes, self.settings.reference_fit,
-                                     self.settings.max_references)
-        request = validate_request(self.settings, self.modes, prompt, height, width, steps, guidance, seed, mode,
-                                   count_tokens=self._count_tokens, count=count, references=references)
-        check_sequence(request.shape, self.sequence_budget)
+        try:
+            references = load_references(images, self.reference_sizes, self.settings.reference_fit,
+                                         self.settings.max_references)
+            request = validate_request(self.settings, self.modes, prompt, height, width, steps, guidance, seed, mode,
+                                       count_tokens=self._count_tokens, count=count, references=references)
+            check_sequence(request.shape, self.sequence_budget)
+        except InvalidRequest as exc:
+            self.metrics.ended(mode if mode is not None else self.settings.mode, error=exc)
+            raise
         reading = self.card.read_prompt(request.prompt, editing=bool(request.references))
         if reading is not None and reading.caption != request.prompt:
             # A model with a prompt grammar is given the caption it understands; the record keeps both.
@@ -265,30 +269,6 @@ class Manager(OperatorControls, CacheOps, StatusView):
         return self.admission.decide(self.device, mode, shape, steps, self.warm_only).prediction
 
     # generation --------------------------------------------------------------------------------
-    def _check_ready(self) -> None:
-        if self.state == "failed":
-            raise BackendNotReady(f"the model failed to load: {self.load_error}")
-        if self.device is None or self.model_path is None or self.state == "loading" or not self.engines:
-            raise BackendNotReady("the model is still loading; try again in a moment")
-        if self._closing.is_set():
-            raise BackendNotReady("the app is shutting down")
-
-    def _await_ready(self, progress: ProgressFn | None, still_wanted: Callable[[], bool] | None) -> bool:
-        """A request that comes while the model loads waits for it, saying so ("loading", with the
-        seconds waited as its step), and runs once it is ready: a click or an API call made right
-        after the start gets its image, not "try again". Returns whether it waited. A manager
-        never started, a failed load, a closing app or a caller gone away end the wait."""
-        if self._ready.is_set() or self._loader is None:
-            return False
-        began = self._clock()
-        while not self._ready.wait(0.25):
-            if self._closing.is_set() or (still_wanted is not None and not still_wanted()):
-                raise BackendNotReady("the app is shutting down" if self._closing.is_set()
-                                      else "nobody waits for this image any more")
-            if progress is not None:
-                progress(ProgressEvent("loading", int(self._clock() - began), 0, "", ""))
-        return True
-
     def generate(self, request: GenerationRequest | dict[str, Any], progress: ProgressFn | None = None,
                  _warming: bool = False, owner: str | None = None, still_wanted: Callable[[], bool] | None = None):
         """Run one request; returns (PIL image, GenerationResult). Raises StudioError subclasses.
@@ -304,10 +284,14 @@ class Manager(OperatorControls, CacheOps, StatusView):
             request = self.validate(request.typed or request.prompt, request.height, request.width, request.steps,
                                     request.guidance, request.seed, request.mode, images=request.references,
                                     count=request.count)
-        self._check_ready()
-        locked = self.warm_only and not _warming
-        route, places, decision = self._admit(request, locked)
-        decision.enforce()
+        try:
+            self._check_ready()
+            locked = self.warm_only and not _warming
+            route, places, decision = self._admit(request, locked)
+            decision.enforce()
+        except StudioError as exc:
+            self.metrics.ended(request.mode, error=exc)
+            raise
         engine, run = route.engine, route.request
         cancel = threading.Event()
         job = {"mode": run.mode, "shape": run.shape, "phase": "starting", "step": 0, "owner": owner,
@@ -353,6 +337,7 @@ class Manager(OperatorControls, CacheOps, StatusView):
                                   keep_compiles=len(places) == 1 and not self.admission.exact_shapes(self.device))
             if not isinstance(exc, GenerationCancelled):
                 self.last_error = str(exc) if isinstance(exc, StudioError) else f"{type(exc).__name__}: {exc}"
+            self.metrics.ended(request.mode, error=exc)
             if isinstance(exc, StudioError):
                 raise exc
             log.exception("engine error")  # an engine broke its contract: log the trace, answer plainly
@@ -366,6 +351,7 @@ class Manager(OperatorControls, CacheOps, StatusView):
         result.overlapped = job["overlapped"]
         result.images = out.images
         self.table.record(result)
+        self.metrics.ended(request.mode, result)
         with self._state_lock:
             self.records = (self.records + [result])[-_KEEP_RECORDS:]
             for op in result.fallback_ops:  # Neuron's silent CPU fallback, for the System tab and doctor

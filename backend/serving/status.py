@@ -1,13 +1,84 @@
 """The manager's status snapshot (a part of ``backend.serving.manager.Manager``): one JSON-able dict that
-the page, the API and the tests all read. Cheap: it reads what the engines and the device keep."""
+the page, the API and the tests all read. Cheap: it reads what the engines and the device keep. And
+whether the manager is ready: for a run (``_check_ready``, ``_await_ready``) and for a load
+balancer (``readiness``: ``/readyz``)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
+
+from backend.errors import BackendNotReady
+from backend.request.records import ProgressEvent
 
 
 class StatusView:
     """Mixed into ``Manager``: reads its state, engines, device, table, jobs and warm-ups."""
+
+    def readiness(self) -> tuple[bool, str]:
+        """(ready, why): ready once the model is loaded and every ``--prewarm`` shape is warm in the
+        default mode — what a load balancer asks before it sends traffic (``/readyz``)."""
+        if self._closing.is_set():
+            return False, "the app is shutting down"
+        if self.state == "failed":
+            return False, "the model failed to load: " + (self.load_error or "").split("\n", 1)[0]
+        if self.state in ("idle", "loading") or not self.engines:
+            return False, "the model is loading"
+        mode = self.settings.mode
+        states = {str(shape): self.table.state(mode, shape) for shape in self.settings.prewarm}
+        failed = [shape for shape, state in states.items() if state == "failed"]
+        if failed:
+            return False, f"{', '.join(failed)} failed to warm in {mode} mode (the System tab says why)"
+        cold = [shape for shape, state in states.items() if state != "warm"]
+        if self.state == "warming" or cold:
+            return False, f"warming the configured shapes in {mode} mode" + (f" ({', '.join(cold)} not warm yet)"
+                                                                             if cold else "")
+        return True, "ready"
+
+    def receipt(self, price_per_hour: float | None = None, reference=None) -> dict[str, Any]:
+        """The cost receipt (``backend.serving.cost``) of what is warm now; ``reference``: a
+        ``cost.Reference`` to set beside it."""
+        from backend.serving.cost import receipt
+
+        capacity = {mode: max((e.capacity() for e in self._launched if mode in e.modes), default=1) or 1
+                    for mode in self.modes}
+        seen = {"device": vars(self.device.info) if self.device else None, "neuron_cores": self._core_plan_status(),
+                "shapes": self.table.snapshot(), "model": self.model_label}
+        price = self.settings.price_per_hour if price_per_hour is None else price_per_hour
+        return receipt(seen, capacity, price, reference)
+
+    def engine_load(self) -> dict[str, tuple[int, int]]:
+        """Per engine: (requests waiting for it, requests it is running)."""
+        load: dict[str, list[int]] = {}
+        with self._state_lock:
+            for job in self._jobs.values():
+                counts = load.setdefault(job["engine"], [0, 0])
+                counts[1 if job["running"] else 0] += 1
+        return {name: (waiting, running) for name, (waiting, running) in load.items()}
+
+    def _check_ready(self) -> None:
+        if self.state == "failed":
+            raise BackendNotReady(f"the model failed to load: {self.load_error}")
+        if self.device is None or self.model_path is None or self.state == "loading" or not self.engines:
+            raise BackendNotReady("the model is still loading; try again in a moment")
+        if self._closing.is_set():
+            raise BackendNotReady("the app is shutting down")
+
+    def _await_ready(self, progress: Callable[[ProgressEvent], None] | None, still_wanted: Callable[[], bool] | None) -> bool:
+        """A request that comes while the model loads waits for it, saying so ("loading", with the
+        seconds waited as its step), and runs once it is ready: a click or an API call made right
+        after the start gets its image, not "try again". Returns whether it waited. A manager
+        never started, a failed load, a closing app or a caller gone away end the wait."""
+        if self._ready.is_set() or self._loader is None:
+            return False
+        began = self._clock()
+        while not self._ready.wait(0.25):
+            if self._closing.is_set() or (still_wanted is not None and not still_wanted()):
+                raise BackendNotReady("the app is shutting down" if self._closing.is_set()
+                                      else "nobody waits for this image any more")
+            if progress is not None:
+                progress(ProgressEvent("loading", int(self._clock() - began), 0, "", ""))
+        return True
+
 
     def _core_plan_status(self) -> dict[str, Any] | None:
         plan = self.device.core_plan if self.device is not None else None

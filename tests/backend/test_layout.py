@@ -31,7 +31,7 @@ def test_importing_every_backend_module_imports_no_gradio_and_no_training_code()
     assert not {"embedded.training", "embedded.components", "embedded.recipe"} & set(modules), modules
 
 
-PROJECT = ("app.py", "backend", "ui", "embedded", "bench", "tools")  # the code outside tests/
+PROJECT = ("app.py", "backend", "ui", "web", "embedded", "bench", "tools")  # the code outside tests/
 MAX_LINES = 400
 
 
@@ -133,3 +133,9 @@ def test_importing_every_ui_module_imports_no_torch():
     modules = _imported("ui")
     assert "gradio" in modules
     assert not [m for m in modules if m.split(".")[0] == "torch"]
+
+
+def test_importing_every_web_module_imports_neither_gradio_nor_torch():
+    """The server's doors run before Gradio's routes and answer probes while the model loads."""
+    modules = _imported("web")
+    assert not [m for m in modules if m.split(".")[0] in ("gradio", "torch")], modules

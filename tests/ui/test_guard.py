@@ -1,4 +1,4 @@
-"""The server's door (ui.guard), issue 33: uploads are bounded per caller and in total,
+"""The server's door (web.guard), issue 33: uploads are bounded per caller and in total,
 cross-origin ones are refused, and an upload the app has read is not kept (2); wrong operator
 logins from one address are slowed down (9). The guard is driven as the server drives it (ASGI calls),
 below a stand-in for Gradio's upload route that stores what it is sent."""
@@ -11,8 +11,8 @@ import os
 import pytest
 
 from backend.serving.roles import OperatorKey
-from ui import guard
-from ui.guard import RoomGuard
+from web import guard
+from web.guard import RoomGuard
 
 
 class Clock:

@@ -1,0 +1,130 @@
+"""The manager's Prometheus metrics (served at ``/metrics`` by ``web.door``), in a registry of its own.
+
+Counted where every request ends (``Manager.validate`` and ``Manager.generate`` call ``ended``):
+requests by mode and outcome, latency by mode and shape, compiles and compile seconds by mode. Read
+at scrape time from what the manager keeps (``ScrapeCollector``): the app's state, each engine's
+state, capacity, queue and busy workers, NeuronCores planned and held, warm signatures per mode.
+
+Every label takes values from a bounded set, whatever callers send: a mode outside the app's modes
+is ``other``, a shape outside the model's presets (an edit, a batch, any other size) is ``other``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+
+from backend.errors import (BackendBusy, BackendNotReady, GenerationCancelled, InvalidRequest, NotAllowed,
+                            ShapeLimitReached, ShapeLocked, Unauthorized)
+from backend.settings import MODES
+
+PREFIX = "neuron_studio"
+# Seconds: from a warm CPU run of the embedded model (under a second) to a cold Neuron compile (tens of minutes).
+LATENCY_BUCKETS = (0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800)
+OUTCOMES = ("ok", "invalid", "refused", "not_ready", "cancelled", "failed")
+
+
+def outcome(error: BaseException | None) -> str:
+    """The ``outcome`` label of a request that ended with ``error`` (None: an image)."""
+    if error is None:
+        return "ok"
+    if isinstance(error, InvalidRequest):
+        return "invalid"
+    if isinstance(error, (ShapeLocked, ShapeLimitReached, NotAllowed, Unauthorized, BackendBusy)):
+        return "refused"
+    if isinstance(error, BackendNotReady):
+        return "not_ready"
+    if isinstance(error, GenerationCancelled):
+        return "cancelled"
+    return "failed"
+
+
+class RunMetrics:
+    """The counters and histograms of one manager, and the collector that reads it at scrape time."""
+
+    def __init__(self, manager):
+        self.registry = CollectorRegistry()
+        self._presets = frozenset(str(shape) for _name, shape in manager.card.presets)
+        self.requests = Counter(f"{PREFIX}_requests", "Generation requests, by requested mode and outcome "
+                                f"({', '.join(OUTCOMES)})", ["mode", "outcome"], registry=self.registry)
+        self.latency = Histogram(f"{PREFIX}_request_seconds", "Seconds from admission to the image, by the mode it "
+                                 "ran in and its shape (a preset, else other)", ["mode", "shape"],
+                                 buckets=LATENCY_BUCKETS, registry=self.registry)
+        self.compiles = Counter(f"{PREFIX}_compiles", "Runs that compiled (torch.compile graphs or NEFFs), by mode",
+                                ["mode"], registry=self.registry)
+        self.compile_seconds = Counter(f"{PREFIX}_compile_seconds", "Seconds spent compiling, by mode", ["mode"],
+                                       registry=self.registry)
+        self.registry.register(ScrapeCollector(manager))
+
+    def mode_label(self, mode: Any) -> str:
+        return mode if isinstance(mode, str) and mode in MODES else "other"
+
+    def shape_label(self, shape) -> str:
+        text = str(shape)
+        return text if text in self._presets else "other"
+
+    def ended(self, mode: Any, result=None, error: BaseException | None = None) -> None:
+        """A request in ``mode`` ended: with ``result`` (a GenerationResult) or ``error``."""
+        self.requests.labels(self.mode_label(mode), outcome(error)).inc()
+        if result is None:
+            return
+        ran = self.mode_label(result.mode)
+        self.latency.labels(ran, self.shape_label(result.shape)).observe(result.seconds)
+        if result.compiled:
+            self.compiles.labels(ran).inc()
+            self.compile_seconds.labels(ran).inc(result.compile_seconds or 0.0)
+
+
+class ScrapeCollector:
+    """What is now, read from the manager at each scrape (cheap: no status snapshot, no disk)."""
+
+    def __init__(self, manager):
+        self._manager = manager
+
+    def describe(self):
+        return []  # the families vary with the engines; describe nothing so registration does not collect
+
+    def collect(self):
+        m = self._manager
+        state = GaugeMetricFamily(f"{PREFIX}_state", "The app's state (1 for the current one)", labels=["state"])
+        for name in ("idle", "loading", "warming", "ready", "failed"):
+            state.add_metric([name], 1.0 if m.state == name else 0.0)
+        yield state
+        engine_state = GaugeMetricFamily(f"{PREFIX}_engine_state", "Each engine's state (1 for its current one)",
+                                         labels=["engine", "state"])
+        capacity = GaugeMetricFamily(f"{PREFIX}_engine_capacity", "Requests each engine can run at once now",
+                                     labels=["engine"])
+        queued = GaugeMetricFamily(f"{PREFIX}_queue_depth", "Requests waiting for each engine", labels=["engine"])
+        busy = GaugeMetricFamily(f"{PREFIX}_busy_workers", "Requests each engine is running now", labels=["engine"])
+        load = m.engine_load()
+        for name in m.engines:
+            engine = m.engines[name]
+            engine_state.add_metric([name, str(engine.state)], 1.0)
+            capacity.add_metric([name], float(engine.capacity()))
+            waiting, running = load.get(name, (0, 0))
+            queued.add_metric([name], float(waiting))
+            busy.add_metric([name], float(running))
+        yield from (engine_state, capacity, queued, busy)
+        warm = GaugeMetricFamily(f"{PREFIX}_warm_signatures", "Compiled signatures warm now, by mode", labels=["mode"])
+        for mode in MODES:
+            warm.add_metric([mode], float(len(m.table.warm_shapes(mode))))
+        yield warm
+        yield from _cores(m)
+
+
+def _cores(manager):
+    """NeuronCores planned for and held by the app and each engine (Neuron only: none elsewhere)."""
+    plan = manager.device.core_plan if manager.device is not None else None
+    planned = GaugeMetricFamily(f"{PREFIX}_neuron_cores_planned", "NeuronCores planned, by owner", labels=["owner"])
+    held = GaugeMetricFamily(f"{PREFIX}_neuron_cores_in_use", "NeuronCores held now, by owner", labels=["owner"])
+    if plan is not None:
+        app = len(plan.app_cores)
+        planned.add_metric(["app"], float(app))
+        held.add_metric(["app"], float(app if manager.engine is not None else 0))
+        for engine in manager.engines.launched:
+            planned.add_metric([engine.name], float(engine.cores_wanted()[0]))
+            held.add_metric([engine.name], float(len(plan.claims.get(engine.name, ()))))
+    yield planned
+    yield held
