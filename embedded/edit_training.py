@@ -30,7 +30,7 @@ from embedded import editing, scenes
 from embedded.components import (FULL_PROMPT_TOKENS, SHAPE_LOSS_WEIGHT, SHORT_PROMPT_TOKENS, _lr_at, _progress,
                                  _shape_pixels, _to_tensor, encode_patchified, normalise)
 from embedded.components import TrainConfig
-from embedded.training import sample_sigmas
+from embedded.training import flow_loss
 
 EDIT_LOSS_WEIGHT = 8.0  # extra loss weight of a latent token, times the share of it the edit changes
 
@@ -146,24 +146,6 @@ def text_states(pipe, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.cat(embeds), torch.tensor(lengths)
 
 
-def _loss(pipe, data: Batchable, pick, embeds, gen) -> torch.Tensor:
-    x0 = data.x0[pick]
-    b, seq, _ = x0.shape
-    sigma = sample_sigmas(pipe, b, seq, gen)
-    noise = torch.randn(x0.shape, generator=gen)
-    s = sigma.view(-1, 1, 1)
-    hidden = (1 - s) * x0 + s * noise
-    ids = data.ids.unsqueeze(0).expand(b, -1, -1)
-    if data.ref is not None:
-        hidden = torch.cat([hidden, data.ref[pick]], dim=1)
-        ids = torch.cat([ids, data.ref_ids.unsqueeze(0).expand(b, -1, -1)], dim=1)
-    pred = pipe.transformer(hidden_states=hidden, timestep=sigma, guidance=None, encoder_hidden_states=embeds,
-                            txt_ids=pipe._prepare_text_ids(embeds), img_ids=ids, return_dict=False)[0][:, :seq]
-    per_token = (pred - (noise - x0)).pow(2).mean(-1)
-    weight = data.weight[pick]
-    return (per_token * weight).sum() / weight.sum()
-
-
 def train_edits(pipe, cfg: EditConfig = EditConfig(), log=print) -> dict:
     """Train ``pipe`` (the trained scene model) to edit, in place; returns timings in seconds."""
     torch.set_num_threads(cfg.threads)
@@ -197,7 +179,8 @@ def train_edits(pipe, cfg: EditConfig = EditConfig(), log=print) -> dict:
                    else rng.randint(int(lengths[rows].max()), SHORT_PROMPT_TOKENS))
             for group in opt.param_groups:
                 group["lr"] = _lr_at(step, cfg.steps, cfg.lr)
-            loss = _loss(pipe, data, pick, embeds[rows, :cut], gen)
+            loss = flow_loss(pipe, data.x0[pick], embeds[rows, :cut], data.ids, gen, data.weight[pick],
+                             None if data.ref is None else data.ref[pick], data.ref_ids)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, 1.0)

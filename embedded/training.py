@@ -116,19 +116,24 @@ def build_latents(pipe, captions: list[str], cfg: TrainConfig) -> LatentSet:
     return LatentSet(by_size, ids)
 
 
-def _flow_loss(pipe, x0, embeds, img_ids, gen, weight) -> torch.Tensor:
+def flow_loss(pipe, x0, embeds, img_ids, gen, weight, reference=None, reference_ids=None) -> torch.Tensor:
+    """Flow matching at a sampled sigma: the transformer's velocity against noise - x0, per latent
+    token weighted by ``weight``. ``reference`` (B, R, C) and ``reference_ids`` (R, 3): an edit's
+    reference latents, appended after the noisy tokens as Flux2KleinPipeline passes them; the loss
+    is on the image tokens only."""
     b, seq, _ = x0.shape
     sigma = sample_sigmas(pipe, b, seq, gen)
     noise = torch.randn(x0.shape, generator=gen)
     s = sigma.view(-1, 1, 1)
-    xt = (1 - s) * x0 + s * noise
-    txt_ids = pipe._prepare_text_ids(embeds)
-    pred = pipe.transformer(hidden_states=xt, timestep=sigma, guidance=None, encoder_hidden_states=embeds,
-                            txt_ids=txt_ids, img_ids=img_ids.unsqueeze(0).expand(b, -1, -1),
-                            return_dict=False)[0]
+    hidden = (1 - s) * x0 + s * noise
+    ids = img_ids.unsqueeze(0).expand(b, -1, -1)
+    if reference is not None:
+        hidden = torch.cat([hidden, reference], dim=1)
+        ids = torch.cat([ids, reference_ids.unsqueeze(0).expand(b, -1, -1)], dim=1)
+    pred = pipe.transformer(hidden_states=hidden, timestep=sigma, guidance=None, encoder_hidden_states=embeds,
+                            txt_ids=pipe._prepare_text_ids(embeds), img_ids=ids, return_dict=False)[0][:, :seq]
     per_token = (pred - (noise - x0)).pow(2).mean(-1)
     return (per_token * weight).sum() / weight.sum()
-
 
 
 def train_transformer(pipe, captions: list[str], latents: LatentSet, cfg: TrainConfig) -> None:
@@ -161,7 +166,7 @@ def train_transformer(pipe, captions: list[str], latents: LatentSet, cfg: TrainC
         embeds, reading = embeds_fn(cap_all[pick])
         for group in opt.param_groups:
             group["lr"] = _lr_at(step, total, group["peak"])
-        loss = _flow_loss(pipe, x0_all[pick], embeds, latents.ids[size], gen, w_all[pick])
+        loss = flow_loss(pipe, x0_all[pick], embeds, latents.ids[size], gen, w_all[pick])
         opt.zero_grad(set_to_none=True)
         (loss + READER_WEIGHT * reading).backward()
         torch.nn.utils.clip_grad_norm_(tr.parameters(), 1.0)
