@@ -17,6 +17,7 @@ paths before any of Gradio's routes and passes every other request through.
 from __future__ import annotations
 
 import hmac
+import logging
 import time
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -27,6 +28,7 @@ from starlette.responses import JSONResponse, Response
 from web.guard import LOGIN_FAILURES, LOGIN_WINDOW_S, LOOPBACK_NAMES, Window, host_name
 from web.replies import ApiError
 
+log = logging.getLogger(__name__)
 IMAGES = ("/v1/images/generations", "/v1/images/edits")
 PROBES = ("/healthz", "/readyz", "/ping")
 METRICS = "/metrics"
@@ -110,6 +112,10 @@ class ApiDoor:
             response = await self._answer(path, request)
         except ApiError as refusal:
             response = refusal.response()
+        except Exception:  # a bug here: logged with its trace, answered in the clients' shape
+            log.exception("the clients' door failed on %s", path)
+            response = ApiError(500, "the server failed on this request (its log has the details)",
+                                code="internal_error", kind="server_error").response()
         await response(scope, receive, send)
 
     async def _answer(self, path: str, request: Request) -> Response:

@@ -261,3 +261,22 @@ def test_json_fields_that_change_nothing_here_are_accepted(door):
     response = generate(door, steps=1, user="someone", quality="standard", style="vivid")
     assert response.status_code == 200, response.text
     assert json.loads(response.text)["neuron_studio"]["steps"] == 1
+
+
+def test_neuron_core_gauges_count_the_plan_and_the_claims():
+    """On Neuron the plan says which cores the app and each engine own; a CPU run has none, so the
+    plan here is a stand-in object with the two fields the collector reads (``app_cores``, ``claims``)."""
+    from types import SimpleNamespace
+
+    from backend.serving.metrics import _cores
+
+    group = SimpleNamespace(name="tensor-parallel", cores_wanted=lambda: (2, None))
+    pool = SimpleNamespace(name="replicas", cores_wanted=lambda: (2, None))
+    plan = SimpleNamespace(app_cores=(3,), claims={"tensor-parallel": (0, 1)})
+    manager = SimpleNamespace(device=SimpleNamespace(core_plan=plan), engine=object(),
+                              engines=SimpleNamespace(launched=(group, pool)))
+    planned, held = _cores(manager)
+    assert {s.labels["owner"]: s.value for s in planned.samples} == {"app": 1, "tensor-parallel": 2, "replicas": 2}
+    assert {s.labels["owner"]: s.value for s in held.samples} == {"app": 1, "tensor-parallel": 2, "replicas": 0}
+    cpu = SimpleNamespace(device=SimpleNamespace(core_plan=None), engine=object(), engines=manager.engines)
+    assert [list(family.samples) for family in _cores(cpu)] == [[], []]
