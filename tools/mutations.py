@@ -156,6 +156,16 @@ MUTATIONS = (
              "backend/request/records.py",
              "        return Shape(self.height, self.width).with_inputs(self.count, (r.size for r in self.references))\n",
              "        return Shape(self.height, self.width)\n", ("tests/backend/test_editing.py",)),
+    Mutation("G24", "any API key opens the Images API", "web/door.py",
+             "        name = self.keys.name_of(token)\n", "        name = \"anyone\"\n", ("tests/web/test_door.py",)),
+    Mutation("G25", "the Images API answers any address without keys", "web/door.py",
+             "            if not _loopback(request):\n                raise ApiError(403, \"this app's",
+             "            if False:\n                raise ApiError(403, \"this app's", ("tests/web/test_door.py",)),
+    Mutation("G26", "one API caller may have requests in flight without end", "web/openai_images.py",
+             "            if held >= cap:", "            if False:", ("tests/web/test_door.py",)),
+    Mutation("G27", "/metrics answers any scraper", "web/door.py",
+             "        if not _loopback(request):\n            raise ApiError(403, \"/metrics",
+             "        if False:\n            raise ApiError(403, \"/metrics", ("tests/web/test_door.py",)),
 )
 
 

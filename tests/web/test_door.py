@@ -206,9 +206,17 @@ def test_metrics_count_requests_and_show_queues_while_a_caller_is_held_to_its_sh
         seen = _metrics(door)
         assert seen[("neuron_studio_queue_depth", (("engine", engine.name),))] == 1
         assert seen[("neuron_studio_busy_workers", (("engine", engine.name),))] == 1
-        # --max-queued-per-viewer 1: this caller's running request and one waiting; a third is refused at once.
-        assert error(generate(door, steps=2), 429)["code"] == "rate_limit_exceeded"
+        # --max-queued-per-viewer 1: this caller's running request and one waiting; a third is refused
+        # at once — not queued behind them (which the engine's load would show).
+        third: dict = {}
+        late = threading.Thread(target=lambda: third.setdefault("response", generate(door, steps=2)))
+        late.start()
+        until(lambda: "response" in third or started.engine_load().get(engine.name) == (2, 1),
+              "the third request answered or queued")
+        assert "response" in third, "a third request from the same caller was queued, not refused"
+        assert error(third["response"], 429)["code"] == "rate_limit_exceeded"
     thread.join(30)
+    late.join(30)
     assert held["result"].status_code == 200 and waiting["response"].status_code == 200
     seen = _metrics(door)
     assert seen[("neuron_studio_requests_total", (("mode", "eager"), ("outcome", "ok")))] == 3
