@@ -129,6 +129,7 @@ class ImagesApi:
                         mode=fields.get("mode") or self.manager.settings.mode, images=images or None,
                         count=fields.get("n", 1))
             run = self.manager.validate(fields.get("prompt"), height, width, **args)
+            args["images"] = run.references or None  # read and fitted once
             if auto:  # the nearest warm signature, else the start size (an edit: its first reference's)
                 if run.references:
                     height, width = run.references[0].size
