@@ -286,6 +286,13 @@ def replicas(workdir: Path) -> dict:
     out["after_restart"] = holders()
     out["after_restart_record"] = _run(mgr, 64, "eager", seed=5)[1]
     out["neuron_cores"] = mgr.status()["neuron_cores"]
+    # What /metrics says of the same cores (web.door serves this registry's text).
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out["core_gauges"] = {f"{s.name} {s.labels['owner']}": s.value
+                          for family in text_string_to_metric_families(generate_latest(mgr.metrics.registry).decode())
+                          for s in family.samples if s.name.startswith("neuron_studio_neuron_cores")}
     mgr.close()
     return out
 

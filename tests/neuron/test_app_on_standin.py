@@ -251,3 +251,9 @@ def test_replicas_hold_disjoint_cores_beside_the_app_and_a_group(tmp_path):
     assert out["after_restart_record"]["engine"] == "replicas"
     engines = out["neuron_cores"]["engines"]
     assert engines["replicas"]["cores"] == "0-1" and engines["tensor-parallel"]["cores"] == "2-3"
+    gauges = out["core_gauges"]  # /metrics' NeuronCore gauges: the plan, and the cores held
+    assert {k: v for k, v in gauges.items() if "planned" in k} == {
+        "neuron_studio_neuron_cores_planned app": 1, "neuron_studio_neuron_cores_planned replicas": 2,
+        "neuron_studio_neuron_cores_planned tensor-parallel": 2}, gauges
+    assert gauges["neuron_studio_neuron_cores_in_use replicas"] == 2, gauges
+    assert gauges["neuron_studio_neuron_cores_in_use tensor-parallel"] == 2, gauges
