@@ -33,6 +33,7 @@ from backend.errors import (BackendBusy, BackendNotReady, GenerationCancelled, I
                             ShapeLimitReached, ShapeLocked, StudioError)
 from backend.request.references import MAX_REFERENCE_BYTES
 from backend.serving.compile_state import nearest_signature
+from backend.shapes import show_value
 from web.replies import ApiError
 
 MAX_JSON_BYTES = 64 * 1024
@@ -72,8 +73,8 @@ class ImagesApi:
             raise ApiError(400, "image: references go to /v1/images/edits", param="image")
         response_format = fields.get("response_format") or "b64_json"
         if response_format not in FORMATS:
-            raise ApiError(400, f"response_format: must be one of {', '.join(FORMATS)}, got {response_format!r}",
-                           param="response_format")
+            raise ApiError(400, f"response_format: must be one of {', '.join(FORMATS)}, got "
+                                f"{show_value(response_format)}", param="response_format")
         self._check_model(fields.get("model"))
         run = await run_in_threadpool(self._validate, fields, images)
         prediction = self.manager.predict(run.mode, run.shape, run.steps)
@@ -110,18 +111,19 @@ class ImagesApi:
         known = {name for name in (*MODEL_NAMES, self.manager.settings.model, self.manager.model_label) if name}
         if model not in (None, "") and model not in known:
             raise ApiError(400, f"model: this app serves {self.manager.model_label or self.manager.settings.model}; "
-                                f"give one of {', '.join(sorted(known))} or leave it out, got {str(model)[:80]!r}",
+                                f"give one of {', '.join(sorted(known))} or leave it out, got {show_value(model)}",
                            param="model", code="model_not_found")
 
     def _validate(self, fields: dict[str, Any], images: list[bytes]):
         """The GenerationRequest (``Manager.validate``: every field checked, the references read)."""
         size = fields.get("size")
-        auto = size in (None, "", "auto")
-        shape = self.manager.card.start_shape
+        auto = size == "auto"
+        shape = self.manager.card.start_shape  # no size: the page's first size, as the page starts with
         try:
-            if not auto:
+            if size is not None and not auto:
                 if not isinstance(size, str):
-                    raise InvalidRequest("size", f"must be text such as \"1024x1024\" or \"auto\", got {size!r}")
+                    raise InvalidRequest("size", f"must be text such as \"1024x1024\" or \"auto\", got "
+                                                 f"{show_value(size)}")
                 width, height = _size(size)
             else:
                 width, height = shape.width, shape.height
