@@ -20,12 +20,11 @@ import hmac
 import logging
 import time
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from web.guard import LOGIN_FAILURES, LOGIN_WINDOW_S, LOOPBACK_NAMES, Window, host_name
+from web.guard import LOGIN_FAILURES, LOGIN_WINDOW_S, LOOPBACK_NAMES, Window, foreign_origin, host_name
 from web.replies import ApiError
 
 log = logging.getLogger(__name__)
@@ -145,8 +144,8 @@ class ApiDoor:
 
     @staticmethod
     def _same_site(request: Request) -> None:
-        origin = request.headers.get("origin")
-        if origin and host_name(urlsplit(origin).netloc) != host_name(request.headers.get("host", "")):
+        origin = foreign_origin(request.headers)
+        if origin:
             raise ApiError(403, f"requests from another site's page ({origin!r}) are refused", code="cross_origin",
                            kind="permission_error")
 

@@ -63,6 +63,21 @@ UNKNOWN_LENGTH = 20 * 2**20  # a body without a Content-Length counts as the lar
 UPLOADS_TOTAL_BYTES = 200 * 2**20
 
 
+def foreign_origin(headers) -> str | None:
+    """The request's ``Origin`` when it names another site than its ``Host`` (a page elsewhere made
+    the browser send it), else None. ``headers``: lower-case names (a dict, or Starlette's headers)."""
+    origin = headers.get("origin")
+    if origin and host_name(urlsplit(origin).netloc) != host_name(headers.get("host", "")):
+        return origin
+    return None
+
+
+def content_length(headers) -> int | None:
+    """The declared body length, or None when it is missing or not a plain number of sane size."""
+    text = headers.get("content-length") or ""
+    return int(text) if text.isdigit() and len(text) < 16 else None
+
+
 class Window:
     """What each caller (its address) spent in the last ``seconds``: bytes uploaded, wrong logins.
     A caller whose entries have all aged out is forgotten."""
@@ -106,12 +121,12 @@ class RoomGuard:
 
     def _upload_refusal(self, scope, headers) -> tuple[int, str] | None:
         """(status, why) when this upload is over a bound; None lets it through (and counts it)."""
-        origin = headers.get("origin")
-        if origin and host_name(urlsplit(origin).netloc) != host_name(headers.get("host", "")):
+        origin = foreign_origin(headers)
+        if origin:
             return 403, f"Uploads come only from this app's own page; {origin!r} is another site."
         caller = _address(scope)
-        text = headers.get("content-length") or ""
-        length = int(text) if text.isdigit() and len(text) < 16 else UNKNOWN_LENGTH
+        declared = content_length(headers)
+        length = UNKNOWN_LENGTH if declared is None else declared
         if self._uploads.spent(caller) + length > UPLOAD_BYTES_PER_CALLER:
             return 429, (f"Too much uploaded from this address: at most {UPLOAD_BYTES_PER_CALLER / 2**20:.0f} MB "
                          f"every {UPLOAD_WINDOW_S / 60:g} minutes; try again in {self._uploads.wait(caller)} s.")

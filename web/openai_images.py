@@ -34,6 +34,7 @@ from backend.errors import (BackendBusy, BackendNotReady, GenerationCancelled, I
 from backend.request.references import MAX_REFERENCE_BYTES
 from backend.serving.compile_state import nearest_signature
 from backend.shapes import show_value
+from web.guard import content_length
 from web.replies import ApiError
 
 MAX_JSON_BYTES = 64 * 1024
@@ -237,8 +238,8 @@ def _fields(raw: dict[str, Any]) -> dict[str, Any]:
 
 async def _body(request: Request, limit: int) -> bytes:
     """The request's body, refused (413) past ``limit`` bytes before more is read."""
-    length = request.headers.get("content-length", "")
-    if length and (not length.isdigit() or len(length) > 15 or int(length) > limit):
+    length = content_length(request.headers)
+    if request.headers.get("content-length") and (length is None or length > limit):
         raise ApiError(413, f"the request body is over {limit / 2**20:.1f} MB", code="body_too_large")
     chunks, size = [], 0
     async for chunk in request.stream():
