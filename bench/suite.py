@@ -80,13 +80,39 @@ def run(only: list[str] | None, quick: bool, progress: Callable[[str], None] = l
             "rows": rows, "errors": errors}
 
 
+def merge_into_latest(result: dict[str, Any], only: list[str]) -> dict[str, Any]:
+    """Some rows measured again (``--only ... --save``), put into this device's latest full result:
+    those rows replace theirs (or join, in ``BENCHMARKS``' order), the others are kept; every row
+    says the day it was measured (``measured``) and the note names the file the others come from.
+    A quick run, or no earlier full result, is saved as it is."""
+    from bench.report import latest
+
+    source = None if result["quick"] else latest(f"*-{result['machine']['device']}.json")
+    if source is None:
+        return result
+    old = json.loads(source.read_text())
+    for row in old["rows"]:
+        row.setdefault("measured", old["date"])
+    for row in result["rows"]:
+        row["measured"] = result["date"]
+    order = list(BENCHMARKS)
+    rows = sorted([r for r in old["rows"] if r["id"] not in only] + result["rows"], key=lambda r: order.index(r["id"]))
+    errors = {**{k: v for k, v in old.get("errors", {}).items() if k not in only}, **result["errors"]}
+    kept = sorted({r["measured"] for r in rows if r["id"] not in only})
+    note = (f"{old['note']} " if old.get("note") else "") + (f"{', '.join(only)} measured {result['date']} (`python -m bench --only {','.join(only)} --save`); "
+            f"the other rows as measured {', '.join(kept)} (kept from `{source.name}`).")
+    return {**old, "date": result["date"], "machine": result["machine"], "rows": rows, "errors": errors,
+            "note": note}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description="Neuron Studio benchmark suite")
     parser.add_argument("--quick", action="store_true", help="small sizes and few repetitions (CI)")
     parser.add_argument("--only", help="comma-separated ids, e.g. P1,P4")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.add_argument("--save", action="store_true",
-                        help="write bench/results/<date>-cpu.json (default for a full run of every row)")
+                        help="write bench/results/<date>-cpu.json (default for a full run of every row); "
+                             "with --only, the rows run replace theirs in the latest full result")
     args = parser.parse_args(argv)
     only = [p.strip().upper() for p in args.only.split(",")] if args.only else None
     if only and not set(only) <= set(BENCHMARKS):
@@ -94,6 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
     result = run(only, args.quick, lambda s: print(f"[bench] {s}", file=sys.stderr, flush=True))
     if args.save or (not args.quick and not only):
+        if only:
+            result = merge_into_latest(result, only)
         RESULTS.mkdir(exist_ok=True)
         path = RESULTS / f"{result['date']}-{result['machine']['device']}.json"
         path.write_text(json.dumps(result, indent=2) + "\n")

@@ -164,6 +164,25 @@ def _result(verdict="fail", pid="P9", ci=(1.4, 1.6)):
                       "absolute": {}, "note": ""}]}
 
 
+def test_some_rows_saved_again_replace_theirs_in_the_latest_full_result(monkeypatch, tmp_path):
+    monkeypatch.setattr(report, "RESULTS", tmp_path)
+    full = _result("pass", "P1")
+    full["rows"] += [dict(full["rows"][0], id=pid) for pid in ("P9", "P9", "P10")]
+    full["note"] = "P4 from another run."
+    full["machine"]["device"] = "cpu"
+    (tmp_path / "2026-01-01-cpu.json").write_text(json.dumps({**full, "quick": False}))
+    again = {**_result("fail", "P9"), "date": "2026-01-05", "quick": False}
+    again["machine"]["device"] = "cpu"
+    again["rows"].append(dict(again["rows"][0], id="P12"))
+    merged = suite.merge_into_latest(again, ["P9", "P12"])
+    assert [(r["id"], r["verdict"], r["measured"]) for r in merged["rows"]] == [
+        ("P1", "pass", "2026-01-01"), ("P9", "fail", "2026-01-05"), ("P10", "pass", "2026-01-01"),
+        ("P12", "fail", "2026-01-05")]
+    assert merged["date"] == "2026-01-05" and merged["note"].startswith("P4 from another run. P9, P12 measured 2026-01-05")
+    assert "kept from `2026-01-01-cpu.json`" in merged["note"]
+    assert suite.merge_into_latest({**again, "quick": True}, ["P9"]) == {**again, "quick": True}  # a quick run stays apart
+
+
 def test_the_readme_section_lists_what_did_not_pass_without_excuses():
     text = report.section(_result(), report.RESULTS / "x.json", None, None)
     assert "| P9 | thing | 1.5 x | 1.4–1.6 | 5 | <= 1 | fail |" in text
