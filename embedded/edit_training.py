@@ -41,10 +41,14 @@ class EditConfig:
     threads: int = 2
     pairs: int = 4000  # (reference, target) renders
     captions: int = 1200  # text-to-image renders mixed in
-    steps: int = 4500
+    steps: int = 5000
     batch: int = 16
-    lr: float = 7e-4
+    lr: float = 8e-4
     text_to_image_share: float = 0.4
+    uncoloured_share: float = 0.2  # instructions that name a shape without its colour ("remove the star")
+    # The phase first grows the transformer to this many single-stream blocks (``grow``): room for
+    # the second job without taking the first one's.
+    single_layers: int = 3
     full_prompt_share: float = 0.05  # steps at the pipeline's full 512 tokens
     ema_decay: float = 0.995
     # (height, width, relative frequency): the presets' aspect ratios at ~128x128 pixels, and 256x256
@@ -104,7 +108,8 @@ def build_data(pipe, cfg: EditConfig, texts: list[str]) -> tuple[dict, dict]:
         ref, target = editing.render_pair(edit, h, w, rng)
         changed = np.any(ref != target, axis=-1)
         weight = 1 + SHAPE_LOSS_WEIGHT * _cover(_shape_pixels(edit.target, target)) + EDIT_LOSS_WEIGHT * _cover(changed)
-        edits[(h, w)].append((ref, target, text_row(edit.instruction), weight))
+        words = editing.without_colour(edit) if rng.random() < cfg.uncoloured_share else edit.instruction
+        edits[(h, w)].append((ref, target, text_row(words), weight))
     t2i_sizes, t2i_freq = [(h, w) for h, w, _ in cfg.text_to_image_sizes], [f for *_, f in cfg.text_to_image_sizes]
     t2i: dict = {s: [] for s in t2i_sizes}
     for _ in range(cfg.captions):
@@ -146,11 +151,41 @@ def text_states(pipe, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.cat(embeds), torch.tensor(lengths)
 
 
+def grow(pipe, single_layers: int) -> int:
+    """Give ``pipe``'s transformer ``single_layers`` single-stream blocks by putting new ones first;
+    returns how many were added (none when it has that many already). A new block starts as a copy
+    of the first one with its output projection at zero: its residual adds nothing, so the grown
+    model draws exactly what it drew before, and training gives the block its own job."""
+    from diffusers import Flux2Transformer2DModel
+
+    old = pipe.transformer
+    add = single_layers - len(old.single_transformer_blocks)
+    if add <= 0:
+        return 0
+    grown = Flux2Transformer2DModel.from_config({**old.config, "num_single_layers": single_layers})
+    state = {}
+    for key, value in old.state_dict().items():
+        if key.startswith("single_transformer_blocks."):
+            _, index, rest = key.split(".", 2)
+            state[f"single_transformer_blocks.{int(index) + add}.{rest}"] = value
+            if index == "0":
+                for new in range(add):
+                    state[f"single_transformer_blocks.{new}.{rest}"] = (
+                        torch.zeros_like(value) if rest.startswith("attn.to_out.") else value.clone())
+        else:
+            state[key] = value
+    grown.load_state_dict(state, strict=True)
+    pipe.register_modules(transformer=(grown if grown.dtype == old.dtype else grown.to(old.dtype)).eval())
+    return add
+
+
 def train_edits(pipe, cfg: EditConfig = EditConfig(), log=print) -> dict:
     """Train ``pipe`` (the trained scene model) to edit, in place; returns timings in seconds."""
     torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
     t0 = time.perf_counter()
+    if cfg.steps:
+        grow(pipe, cfg.single_layers)
     pipe.text_encoder.requires_grad_(False)
     pipe.vae.requires_grad_(False)
     rng = random.Random(cfg.seed * 1000 + 12)

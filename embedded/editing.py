@@ -3,11 +3,16 @@
 An edit takes a reference scene (``embedded.scenes``) and changes one thing, said in a short
 instruction of the grammar:
 
-    make the circle blue              recolour a shape
+    make the red circle blue          recolour a shape
     on a green background instead     change the background
-    move the square to the left       move the (only) shape
+    move the blue square to the left  move the (only) shape
     add a yellow star at the top      add a second shape where the grammar pairs it with the first
-    remove the star                   remove one of two shapes
+    remove the white star             remove one of two shapes
+
+A shape is named with its colour in the reference ("the red circle"): the small model finds a shape
+by its colour far more surely than by its outline (trained on shape names alone, it removed both
+shapes of a two-shape reference, or neither). The instruction without the colour ("remove the
+star", ``without_colour``) is trained too, less often.
 
 Everything else is kept exactly: the target is drawn with the reference's shapes where the
 reference's render put them (``scenes.place``), so the model learns to copy what the instruction
@@ -66,7 +71,7 @@ def make_edit(reference: Scene, kind: str, rng: random.Random) -> Edit:
         colour = rng.choice([c for c in COLOURS if c not in used and scenes.colour_fits(c, bg)])
         old = shapes[i]
         shapes[i] = dataclasses.replace(old, colour=colour)
-        return Edit(kind, reference, Scene(tuple(shapes), bg), f"make the {old.shape} {colour}", (old,))
+        return Edit(kind, reference, Scene(tuple(shapes), bg), f"make the {old.colour} {old.shape} {colour}", (old,))
     if kind == "background":
         options = [b for b in scenes.all_backgrounds()
                    if b != bg and all(scenes.colour_fits(s.colour, b) for s in shapes)]
@@ -76,7 +81,7 @@ def make_edit(reference: Scene, kind: str, rng: random.Random) -> Edit:
         old = shapes[0]
         position = rng.choice([p for p in POSITIONS if p != old.position])
         target = Scene((dataclasses.replace(old, position=position),), bg)
-        return Edit(kind, reference, target, f"move the {old.shape} {TO_PLACE[position]}", (old,))
+        return Edit(kind, reference, target, f"move the {old.colour} {old.shape} {TO_PLACE[position]}", (old,))
     if kind == "add":
         have = shapes[0]
         position = rng.choice(_pairs_with(have.position))
@@ -86,8 +91,16 @@ def make_edit(reference: Scene, kind: str, rng: random.Random) -> Edit:
     if kind == "remove":
         i = rng.randrange(2)
         gone = shapes.pop(i)
-        return Edit(kind, reference, Scene(tuple(shapes), bg), f"remove the {gone.shape}", (gone,))
+        return Edit(kind, reference, Scene(tuple(shapes), bg), f"remove the {gone.colour} {gone.shape}", (gone,))
     raise ValueError(f"unknown edit {kind!r}")
+
+
+def without_colour(edit: Edit) -> str:
+    """The edit's instruction with the named shape's colour left out ("remove the star")."""
+    if edit.kind in ("recolour", "move", "remove"):
+        old = edit.changed[0]
+        return edit.instruction.replace(f" the {old.colour} {old.shape}", f" the {old.shape}", 1)
+    return edit.instruction
 
 
 def sample_edit(rng: random.Random, held_out: bool = False, kinds=KINDS) -> Edit:
@@ -187,9 +200,10 @@ def held_out_edits(count: int, seed: int = 2468) -> list[Edit]:
 
 def instruction_words() -> tuple[str, ...]:
     """Every instruction the edits can give (the training caches their text states)."""
-    out = [f"make the {s} {c}" for s in SHAPES for c in COLOURS]
+    named = [f"{c} {s}" for s in SHAPES for c in COLOURS] + list(SHAPES)  # with and without the colour
+    out = [f"make the {n} {c}" for n in named for c in COLOURS]
     out += [f"on {b.phrase} instead" for b in scenes.all_backgrounds()]
-    out += [f"move the {s} {TO_PLACE[p]}" for s in SHAPES for p in POSITIONS]
+    out += [f"move the {n} {TO_PLACE[p]}" for n in named for p in POSITIONS]
     out += [f"add {ShapeSpec(c, s, p).phrase}" for c in COLOURS for s in SHAPES for p in POSITIONS]
-    out += [f"remove the {s}" for s in SHAPES]
+    out += [f"remove the {n}" for n in named]
     return tuple(out)

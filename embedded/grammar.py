@@ -251,9 +251,9 @@ EDIT_FILLER = FILLER | {"it", "instead", "into", "so", "that", "now", "new", "ot
 
 
 def read_edit(prompt: str) -> Reading | None:
-    """An edit instruction of the grammar (``embedded.editing``: "make the circle blue", "on a green
-    background instead", "move the square to the left", "add a yellow star at the top", "remove the
-    star") that ``prompt`` asks for, or None when it asks for no edit (then ``read`` makes it a
+    """An edit instruction of the grammar (``embedded.editing``: "make the red circle blue", "on a
+    green background instead", "move the square to the left", "add a yellow star at the top",
+    "remove the white star"; a shape's colour is kept when the prompt names it) that ``prompt`` asks for, or None when it asks for no edit (then ``read`` makes it a
     caption). Synonyms and Turkish as in ``read``; what is missing is filled in and said in
     ``guessed``."""
     words = _words(prompt)
@@ -290,13 +290,17 @@ def read_edit(prompt: str) -> Reading | None:
     if kind == "background":
         return Reading(f"on {background.phrase} instead", (), tuple(dict.fromkeys(ignored)))
     shape = pick(shapes, "circle", "a shape")
+    shape_colours = [c for c in colours if c in COLOURS]
+    # the shape as named, with its colour when the prompt says it ("the red square"); a recolour's
+    # new colour is said last ("paint the red square yellow"), its old one first
+    named = f"{shape_colours[0]} {shape}" if shape_colours[:len(shape_colours) - (kind == "recolour")] else shape
     if kind == "remove":
-        text = f"remove the {shape}"
+        text = f"remove the {named}"
     elif kind == "move":
-        text = f"move the {shape} to the {pick([place] if place else [], 'centre', 'a place')}"
-    elif kind == "recolour":  # the new colour is said last ("paint the red square yellow")
-        colour = pick([c for c in colours if c in COLOURS][-1:], "red", "a colour")
-        text = f"make the {shape} {colour}"
+        text = f"move the {named} to the {pick([place] if place else [], 'centre', 'a place')}"
+    elif kind == "recolour":
+        colour = pick(shape_colours[-1:], "red", "a colour")
+        text = f"make the {named} {colour}"
     else:
         colour = pick([c for c in colours if c in COLOURS], "red", "a colour")
         position = pick([place] if place else [], "right", "a place")

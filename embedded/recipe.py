@@ -278,6 +278,7 @@ def train_edits_and_save(source: Path, dest: Path, edit_cfg) -> dict:
 
 def _save_trained(pipe, dest: Path, cfg: TinyFluxConfig, train_cfg, edit_cfg, timings: dict) -> None:
     pipe.save_pretrained(dest, safe_serialization=True)
+    cfg = dataclasses.replace(cfg, num_single_layers=len(pipe.transformer.single_transformer_blocks))  # grown by the edit phase
     train_cfg = train_cfg if isinstance(train_cfg, dict) else dataclasses.asdict(train_cfg)
     (dest / "tiny_config.json").write_text(
         json.dumps(dataclasses.asdict(dataclasses.replace(cfg, seed=train_cfg["seed"])), indent=2, sort_keys=True)

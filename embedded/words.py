@@ -60,8 +60,9 @@ def describe(lang: str = "en") -> str:
 
 
 # The edits the model learned (embedded.editing), as the page shows them under "Edit".
-EDIT_EXAMPLES = ("make the circle blue", "on a green background instead", "move the square to the left",
-                 "add a yellow star at the top", "remove the star")
+# A shape is named with its colour, as it was trained most ("the red circle").
+EDIT_EXAMPLES = ("make the red circle blue", "on a green background instead", "move the white square to the left",
+                 "add a yellow star at the top", "remove the pink star")
 
 
 def describe_edits(lang: str = "en") -> str:
@@ -69,6 +70,6 @@ def describe_edits(lang: str = "en") -> str:
     examples = ", ".join(f"“{e}”" for e in EDIT_EXAMPLES)
     if lang == "tr":
         return (f"Bu model bir referans görselde bir şeyi değiştirir; istemde yazın: {examples} "
-                f"(ya da Türkçe: “daireyi mavi yap”, “yıldızı kaldır”). Geri kalanı referanstan kalır.")
+                f"(ya da Türkçe: “kırmızı daireyi mavi yap”, “pembe yıldızı kaldır”). Geri kalanı referanstan kalır.")
     return (f"This model changes one thing in a reference image; say it in the prompt: {examples}. "
             f"The rest is kept from the reference.")

@@ -72,7 +72,8 @@ def test_held_out_edits_come_from_held_out_references_and_training_never_draws_o
 @pytest.mark.parametrize("prompt, instruction", [
     ("make the circle blue", "make the circle blue"),
     ("Turn the disc green", "make the circle green"),
-    ("paint the red square yellow", "make the square yellow"),
+    ("paint the red square yellow", "make the red square yellow"),
+    ("make the red circle blue", "make the red circle blue"),
     ("on a green background instead", "on a green background instead"),
     ("change the background to green", "on a green background instead"),
     ("make it a sunset", "on a sunset gradient instead"),
@@ -81,12 +82,15 @@ def test_held_out_edits_come_from_held_out_references_and_training_never_draws_o
     ("move the star up", "move the star to the top"),
     ("add a yellow star at the top", "add a yellow star at the top"),
     ("remove the star", "remove the star"),
-    ("delete the red triangle", "remove the triangle"),
+    ("delete the red triangle", "remove the red triangle"),
+    ("move the blue square left", "move the blue square to the left"),
     # Turkish: the object's accusative and the place's dative suffixes come off
     ("daireyi mavi yap", "make the circle blue"),
     ("kareyi sola taşı", "move the square to the left"),
     ("üste sarı bir yıldız ekle", "add a yellow star at the top"),
     ("yıldızı kaldır", "remove the star"),
+    ("kırmızı kareyi mavi yap", "make the red square blue"),
+    ("beyaz yıldızı kaldır", "remove the white star"),
 ])
 def test_edit_prompts_as_people_write_them_read_as_the_grammars_instruction(prompt, instruction):
     reading = grammar.read_edit(prompt)
@@ -102,6 +106,7 @@ def test_an_edit_prompt_that_leaves_something_out_says_what_was_made_up_and_a_ca
     for _ in range(300):
         edit = editing.sample_edit(rng)
         assert grammar.read_edit(edit.instruction).caption == edit.instruction
+        assert grammar.read_edit(editing.without_colour(edit)).caption == editing.without_colour(edit)
 
 
 def test_a_request_with_references_reads_its_prompt_as_an_edit_and_without_as_a_caption():

@@ -2,6 +2,7 @@
 told on prompts it never saw, its modes give the same picture, and its recipe is deterministic."""
 
 import dataclasses
+import json
 from pathlib import Path
 
 import numpy as np
@@ -79,10 +80,15 @@ def test_training_is_deterministic_for_a_seed(tmp_path):
     train_edits_and_save(tmp_path / "base", tmp_path / "c", edits)
     build_pipeline(SCENES_GEOMETRY).save_pretrained(tmp_path / "untrained")
     a, c, base, untrained = (_weights(tmp_path / n) for n in ("a", "c", "base", "untrained"))
-    assert a.keys() == c.keys() == untrained.keys()
+    assert a.keys() == c.keys() and base.keys() == untrained.keys()
     assert all(torch.equal(a[k], c[k]) for k in a)
     for part in ("transformer", "vae", "text_encoder"):
-        assert not all(torch.equal(a[k], untrained[k]) for k in a if k.startswith(part)), part
-    # the edit phase trains the transformer only
-    assert not all(torch.equal(a[k], base[k]) for k in a if k.startswith("transformer"))
-    assert all(torch.equal(a[k], base[k]) for k in a if not k.startswith("transformer"))
+        assert not all(torch.equal(base[k], untrained[k]) for k in base if k.startswith(part)), part
+    # the edit phase grows the transformer by single-stream blocks (embedded.edit_training.grow) and
+    # trains the transformer only
+    names = [k.split(":", 1)[1] for k in a if k.startswith("transformer/")]
+    blocks = {n.split(".")[1] for n in names if n.startswith("single_transformer_blocks.")}
+    assert len(blocks) == edits.single_layers > SCENES_GEOMETRY.num_single_layers
+    assert json.loads((tmp_path / "a" / "transformer" / "config.json").read_text())["num_single_layers"] == edits.single_layers
+    assert not all(torch.equal(a[k], base[k]) for k in base if k.startswith("transformer"))
+    assert all(torch.equal(a[k], base[k]) for k in base if not k.startswith("transformer"))

@@ -159,8 +159,8 @@ def test_the_grammar_and_edit_help_speak_the_pages_language(tmp_path):
     _image, english, english_edits = studio.page_labels(EN)
     assert turkish["info"].startswith("Bu model en fazla iki şekil (circle") and "İngilizce" in turkish["info"]
     assert english["info"].startswith("This model draws up to two shapes (circle")
-    assert turkish_edits["value"].startswith("Bu model bir referans görselde") and "“remove the star”" in turkish_edits["value"]
-    assert english_edits["value"].startswith("This model changes one thing") and "“make the circle blue”" in english_edits["value"]
+    assert turkish_edits["value"].startswith("Bu model bir referans görselde") and "“remove the pink star”" in turkish_edits["value"]
+    assert english_edits["value"].startswith("This model changes one thing") and "“make the red circle blue”" in english_edits["value"]
 
 
 def test_the_table_has_each_key_once_per_language():
