@@ -99,8 +99,10 @@ def merge_into_latest(result: dict[str, Any], only: list[str]) -> dict[str, Any]
     rows = sorted([r for r in old["rows"] if r["id"] not in only] + result["rows"], key=lambda r: order.index(r["id"]))
     errors = {**{k: v for k, v in old.get("errors", {}).items() if k not in only}, **result["errors"]}
     kept = sorted({r["measured"] for r in rows if r["id"] not in only})
-    note = (f"{old['note']} " if old.get("note") else "") + (f"{', '.join(only)} measured {result['date']} (`python -m bench --only {','.join(only)} --save`); "
+    note = (f"{', '.join(only)} measured {result['date']} (`python -m bench --only {','.join(only)} --save`); "
             f"the other rows as measured {', '.join(kept)} (kept from `{source.name}`).")
+    if old.get("note"):
+        note = f"{old['note']} {note}"
     return {**old, "date": result["date"], "machine": result["machine"], "rows": rows, "errors": errors,
             "note": note}
 

@@ -253,9 +253,9 @@ EDIT_FILLER = FILLER | {"it", "instead", "into", "so", "that", "now", "new", "ot
 def read_edit(prompt: str) -> Reading | None:
     """An edit instruction of the grammar (``embedded.editing``: "make the red circle blue", "on a
     green background instead", "move the square to the left", "add a yellow star at the top",
-    "remove the white star"; a shape's colour is kept when the prompt names it) that ``prompt`` asks for, or None when it asks for no edit (then ``read`` makes it a
-    caption). Synonyms and Turkish as in ``read``; what is missing is filled in and said in
-    ``guessed``."""
+    "remove the white star"; a shape's colour is kept when the prompt names it) that ``prompt``
+    asks for, or None when it asks for no edit (then ``read`` makes it a caption). Synonyms and
+    Turkish as in ``read``; what is missing is filled in and said in ``guessed``."""
     words = _words(prompt)
     places = _find_places(words)
     place_at = {i + k: pos for i, (pos, n) in places.items() for k in range(n)}
@@ -292,8 +292,9 @@ def read_edit(prompt: str) -> Reading | None:
     shape = pick(shapes, "circle", "a shape")
     shape_colours = [c for c in colours if c in COLOURS]
     # the shape as named, with its colour when the prompt says it ("the red square"); a recolour's
-    # new colour is said last ("paint the red square yellow"), its old one first
-    named = f"{shape_colours[0]} {shape}" if shape_colours[:len(shape_colours) - (kind == "recolour")] else shape
+    # new colour is said last ("paint the red square yellow"), so only the ones before it name the shape
+    own_colours = shape_colours[:-1] if kind == "recolour" else shape_colours
+    named = f"{own_colours[0]} {shape}" if own_colours else shape
     if kind == "remove":
         text = f"remove the {named}"
     elif kind == "move":
@@ -302,7 +303,7 @@ def read_edit(prompt: str) -> Reading | None:
         colour = pick(shape_colours[-1:], "red", "a colour")
         text = f"make the {named} {colour}"
     else:
-        colour = pick([c for c in colours if c in COLOURS], "red", "a colour")
+        colour = pick(shape_colours, "red", "a colour")
         position = pick([place] if place else [], "right", "a place")
         text = f"add {ShapeSpec(colour, shape, position).phrase}"
     return Reading(text, tuple(guessed), tuple(dict.fromkeys(ignored)))
