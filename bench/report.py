@@ -67,9 +67,9 @@ METHOD = (
     "How to read it: each timed ratio (P1, P2, P8) runs its two sides interleaved, every repetition in a "
     "random order, and the value is the median of the per-repetition ratios (wall clock; the process-CPU "
     "ratio is given beside it). P3, P5, P6 and P7 repeat whole measurements in fresh processes, P4 repeats "
-    "calls. The interval is a 95 % percentile bootstrap interval of the median; for P9, a share of "
-    "held-out prompts whose image agrees with the prompt, it is the 95 % Wilson score interval of that "
-    "share. A row passes only when "
+    "calls; P12's cost rows are timed ratios too. The interval is a 95 % percentile bootstrap interval of "
+    "the median; for P9 and P12's accuracy, a share of held-out prompts or edits whose image agrees with "
+    "it, it is the 95 % Wilson score interval of that share. A row passes only when "
     "the whole interval meets its goal, fails when the whole interval misses it, and is inconclusive "
     "otherwise or with fewer than 3 repetitions (with a rough count of the repetitions that would decide "
     "it). Counts (compiles) are exact. Absolute seconds are this machine's.")

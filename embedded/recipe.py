@@ -238,53 +238,72 @@ CARD_FILE = "neuron_studio.json"
 SCENES_CARD = {"preset_scale": 256, "trained_pixels": 256 * 256, "prompt_grammar": "scenes", "start": "256x256"}
 
 
-def train_and_save(dest: Path, train_cfg=None, cfg: TinyFluxConfig = SCENES_GEOMETRY, edit_cfg=None) -> dict:
-    """Build ``cfg`` from its seed, train it on the scene set and then to edit (``embedded.edit_training``),
-    save it at ``dest``; returns timings."""
+def train_and_save(dest: Path, train_cfg=None, cfg: TinyFluxConfig = SCENES_GEOMETRY, edit_cfgs=None) -> dict:
+    """Build ``cfg`` from its seed, train it on the scene set and then to edit (``embedded.edit_training``,
+    the rounds ``edit_cfgs``), save it at ``dest``; returns timings."""
     from embedded import edit_training
     from embedded import training as scene_training
 
     train_cfg = train_cfg or scene_training.TrainConfig()
-    edit_cfg = edit_cfg or edit_training.EditConfig(seed=train_cfg.seed, threads=train_cfg.threads)
+    edit_cfgs = edit_cfgs or edit_training.rounds(seed=train_cfg.seed, threads=train_cfg.threads)
     dest = Path(dest)
     pipe = build_pipeline(dataclasses.replace(cfg, seed=train_cfg.seed))
     timings = scene_training.train(pipe, train_cfg)
-    timings.update(edit_training.train_edits(pipe, edit_cfg))
+    timings.update(edit_training.train_rounds(pipe, edit_cfgs))
     timings["total"] += timings["edit_data"] + timings["edits"]
-    _save_trained(pipe, dest, cfg, train_cfg, edit_cfg, timings)
+    _save_trained(pipe, dest, cfg, train_cfg, edit_cfgs, timings)
     return timings
 
 
-def train_edits_and_save(source: Path, dest: Path, edit_cfg) -> dict:
+def train_edits_and_save(source: Path, dest: Path, edit_cfgs) -> dict:
     """The edit phase alone: load the trained folder ``source`` (its first phases done), train it to
     edit, save it at ``dest`` (``python -m embedded train-edits``). The same as the whole recipe's last
-    phase: the folder keeps the weights' exact bits."""
+    phase: the folder keeps the weights' exact bits. Only the transformer is rewritten (the phase
+    trains nothing else); the other components are copied as they are when ``dest`` is elsewhere."""
+    import shutil
+
     from diffusers import Flux2KleinPipeline
 
     from embedded import edit_training
 
     source, dest = Path(source), Path(dest)
     before = json.loads((source / "training.json").read_text())
+    if any(r.get("steps") for r in before.get("edit_rounds", [before.get("edit_config") or {}])):
+        raise ValueError(f"{source} has been trained to edit already: run the edit phase on a folder that "
+                         "`python -m embedded train --edit-steps 0` wrote")
     pipe = Flux2KleinPipeline.from_pretrained(source)
     cfg = TinyFluxConfig(**{k: tuple(v) if isinstance(v, list) else v
                             for k, v in json.loads((source / "tiny_config.json").read_text()).items()})
-    timings = edit_training.train_edits(pipe, edit_cfg)
+    timings = edit_training.train_rounds(pipe, edit_cfgs)
     minutes = {k: v for k, v in before["minutes"].items() if k not in ("edit_data", "edits")}
     timings = {**{k: v * 60 for k, v in minutes.items()}, **timings}
     timings["total"] = sum(v for k, v in timings.items() if k != "total")
-    _save_trained(pipe, dest, cfg, before["train_config"], edit_cfg, timings)
+    if dest.resolve() != source.resolve():
+        shutil.copytree(source, dest, dirs_exist_ok=True)
+    pipe.transformer.save_pretrained(dest / "transformer", safe_serialization=True)
+    # loaded from a folder, the transformer names it in its config: not what it was trained from
+    config_file = dest / "transformer" / "config.json"
+    config = json.loads(config_file.read_text())
+    if config.pop("_name_or_path", None) is not None:
+        config_file.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    _save_records(pipe, dest, cfg, before["train_config"], edit_cfgs, timings)
     return timings
 
 
-def _save_trained(pipe, dest: Path, cfg: TinyFluxConfig, train_cfg, edit_cfg, timings: dict) -> None:
+def _save_trained(pipe, dest: Path, cfg: TinyFluxConfig, train_cfg, edit_cfgs, timings: dict) -> None:
     pipe.save_pretrained(dest, safe_serialization=True)
+    _save_records(pipe, dest, cfg, train_cfg, edit_cfgs, timings)
+
+
+def _save_records(pipe, dest: Path, cfg: TinyFluxConfig, train_cfg, edit_cfgs, timings: dict) -> None:
+    """What the folder says of its geometry (tiny_config.json), its training and itself to the app."""
     cfg = dataclasses.replace(cfg, num_single_layers=len(pipe.transformer.single_transformer_blocks))  # grown by the edit phase
     train_cfg = train_cfg if isinstance(train_cfg, dict) else dataclasses.asdict(train_cfg)
     (dest / "tiny_config.json").write_text(
         json.dumps(dataclasses.asdict(dataclasses.replace(cfg, seed=train_cfg["seed"])), indent=2, sort_keys=True)
         + "\n")
     (dest / "training.json").write_text(json.dumps(
-        {"train_config": train_cfg, "edit_config": dataclasses.asdict(edit_cfg),
+        {"train_config": train_cfg, "edit_rounds": [dataclasses.asdict(c) for c in edit_cfgs],
          "minutes": {k: round(v / 60, 2) for k, v in timings.items()},
          "torch_threads": torch.get_num_threads()}, indent=2, sort_keys=True) + "\n")
     (dest / CARD_FILE).write_text(json.dumps(SCENES_CARD, indent=2) + "\n")
@@ -299,29 +318,36 @@ def _train_main(argv: list[str]) -> None:
     parser.add_argument("dest", type=Path, nargs="?", default=SCENES_MODEL_DIR)
     for field in ("seed", "threads", "vae_steps", "steps", "finetune_steps", "captions", "batch"):
         parser.add_argument("--" + field.replace("_", "-"), type=int, default=getattr(defaults, field))
-    from embedded.edit_training import EditConfig
+    from embedded.edit_training import rounds
 
-    parser.add_argument("--edit-steps", type=int, default=EditConfig().steps, help="steps of the edit phase")
+    parser.add_argument("--edit-steps", type=int, default=None,
+                        help="steps of each round of the edit phase (default: each round's own; 0: no edit phase)")
     args = parser.parse_args(argv)
     overrides = {f: getattr(args, f) for f in ("seed", "threads", "vae_steps", "steps", "finetune_steps", "captions", "batch")}
-    edits = EditConfig(seed=args.seed, threads=args.threads, steps=args.edit_steps)
-    train_and_save(args.dest, dataclasses.replace(defaults, **overrides), edit_cfg=edits)
+    steps = {} if args.edit_steps is None else {"steps": args.edit_steps}
+    train_and_save(args.dest, dataclasses.replace(defaults, **overrides),
+                   edit_cfgs=rounds(seed=args.seed, threads=args.threads, **steps))
     print(args.dest)
 
 
 def _train_edits_main(argv: list[str]) -> None:
-    from embedded.edit_training import EditConfig
+    from embedded.edit_training import EditConfig, rounds
 
     defaults = EditConfig()
     parser = argparse.ArgumentParser(prog="python -m embedded train-edits",
                                      description="Only the last phase: teach a trained scene model to edit.")
-    parser.add_argument("source", type=Path, nargs="?", default=SCENES_MODEL_DIR)
+    parser.add_argument("source", type=Path, help="a folder `python -m embedded train --edit-steps 0` wrote")
     parser.add_argument("--dest", type=Path, default=None, help="where to save (default: over the source)")
-    for field in ("seed", "threads", "steps", "pairs", "batch"):
+    for field in ("seed", "threads"):
         parser.add_argument("--" + field, type=int, default=getattr(defaults, field))
+    for field in ("steps", "pairs", "batch"):
+        parser.add_argument("--" + field, type=int, default=None, help="of each round (default: its own)")
     args = parser.parse_args(argv)
-    cfg = dataclasses.replace(defaults, **{f: getattr(args, f) for f in ("seed", "threads", "steps", "pairs", "batch")})
-    train_edits_and_save(args.source, args.dest or args.source, cfg)
+    given = {f: getattr(args, f) for f in ("steps", "pairs", "batch") if getattr(args, f) is not None}
+    try:
+        train_edits_and_save(args.source, args.dest or args.source, rounds(seed=args.seed, threads=args.threads, **given))
+    except ValueError as exc:
+        parser.error(str(exc))
     print(args.dest or args.source)
 
 

@@ -57,4 +57,5 @@ CSS = """
 .ns-tp-ready i {background: #16a34a;} .ns-tp-dead i {background: #dc2626;}
 .ns-tp-launching i, .ns-tp-loading i, .ns-tp-warming i, .ns-tp-stopping i {background: #eab308;}
 #history .caption-label {white-space: normal; max-width: calc(100% - 8px); font-size: 11px; line-height: 1.25;}
+#references .grid-container {padding-top: 48px;}
 """

@@ -115,9 +115,11 @@ def studio_tab(manager) -> dict:
                 # Editing (FLUX.2-klein's second job): each reference is fitted to a reference size,
                 # part of the static signature the cost line prices before the click.
                 with gr.Accordion(I18N("edit_accordion"), open=False, elem_id="edit"):
+                    # Four thumbnails a row, whole (one reference does not stretch to the strip's width,
+                    # where its middle alone showed), below the label that floats over them (CSS).
                     references = gr.Gallery(label=I18N("references"), type="filepath",
-                                            interactive=True, columns=4, rows=1, height=130, object_fit="contain",
-                                            file_types=["image"], elem_id="references")
+                                            interactive=True, columns=4, rows=1, height=165, object_fit="contain",
+                                            fit_columns=False, file_types=["image"], elem_id="references")
                     edit_help = gr.Markdown(card.edit_help() or "", visible=card.edit_help() is not None,
                                             elem_id="edit-help")
                 if examples:

@@ -23,7 +23,7 @@ from ui.views import load_example_prompts
 LAPTOP = {"width": 1280, "height": 800}  # a presenter's screen: what shows without scrolling
 # The page's first example prompt, as a person writes it (the model reads it in its grammar).
 PROMPT = load_example_prompts(ROOT / "assets" / "prompts.txt")[0]
-EDIT_PROMPT = "on a sky gradient instead"
+EDIT_PROMPT = "make the red circle blue"
 
 
 def _size(page, width: int, height: int) -> None:
@@ -32,11 +32,22 @@ def _size(page, width: int, height: int) -> None:
     page.press("#height input", "Tab")
 
 
-def _shoot(page, path: Path) -> None:
-    """What the screen shows with the page at its top (a click may have scrolled it)."""
+def _shoot(page, path: Path, down_to: str | None = None) -> None:
+    """What the screen shows with the page at its top (a click may have scrolled it); with
+    ``down_to``, the page from its top to the bottom of that element, however tall."""
     page.evaluate("window.scrollTo(0, 0)")
     page.wait_for_timeout(300)
-    page.screenshot(path=str(path))
+    if down_to is None:
+        page.screenshot(path=str(path))
+        return
+    # images below the fold load lazily: bring the element into view until its images have loaded
+    page.locator(down_to).scroll_into_view_if_needed()
+    page.wait_for_function(f"[...document.querySelectorAll('{down_to} img')].every(i => i.complete && i.naturalWidth > 0)",
+                           timeout=15000)
+    page.evaluate("window.scrollTo(0, 0)")
+    box = page.locator(down_to).bounding_box()
+    page.screenshot(path=str(path), full_page=True,
+                    clip={"x": 0, "y": 0, "width": LAPTOP["width"], "height": box["y"] + box["height"] + 16})
 
 
 def _generate(page, runs: int) -> None:
@@ -106,9 +117,9 @@ def make_screenshots(out_dir: Path, only: str | None = None) -> list[Path]:
 
 def _edit(browser, url: str, tmp: Path, path: Path) -> Path:
     """An edit (docs/editing.md): one reference in the Edit area (a scene of the embedded model's
-    grammar, drawn at a size the fit crops to the 4:3 preset), an edit the model learned, two images
-    per prompt, the cost line pricing the whole signature and the run line saying how the reference
-    was fitted."""
+    grammar, drawn at a size the fit crops to the 4:3 preset), an edit the model learned, at that
+    preset, two images per prompt, the cost line pricing the whole signature and the run line saying
+    how the reference was fitted; the page down to the Edit area, so that both show."""
     from PIL import Image
 
     from embedded import scenes
@@ -120,14 +131,15 @@ def _edit(browser, url: str, tmp: Path, path: Path) -> Path:
     page.goto(url)
     page.wait_for_selector("#badges .ns-badge", timeout=30000)
     page.fill("#prompt textarea", EDIT_PROMPT)
+    page.get_by_text("4:3 · 288x224", exact=True).click()  # the output at the reference's fitted size
     page.click("#edit .label-wrap")
     page.set_input_files("#references input[type=file]", str(reference))
     page.fill("#count input", "2")
     page.press("#count input", "Tab")
-    page.wait_for_function("document.querySelector('#cost').innerText.includes('*2+ref')", timeout=30000)
+    page.wait_for_function("document.querySelector('#cost').innerText.includes('288x224*2+ref')", timeout=30000)
     _generate(page, 1)
     page.wait_for_timeout(1000)
-    _shoot(page, path)
+    _shoot(page, path, down_to="#edit")
     page.close()
     return path
 
