@@ -572,6 +572,10 @@ def test_runs_side_by_side_are_not_steady_figures(studio, manager, engine):
     assert row["runs"] == 2 and row["steady_runs"] == 1 and row["steady_seconds"] == eager_lone.seconds
     assert "(median of 1 lone runs)" in views.shapes_frame(manager.status()).iloc[0]["steady s"]
     assert len(views.latency_frame(manager.records)) == 1  # the lone eager run only
+    # Before any run the modes are still words: an untyped empty column read as numbers drew a "NaN" legend.
+    empty = views.latency_frame([])
+    assert [pd.api.types.is_string_dtype(empty[c]) for c in ("mode", "shape", "megapixels", "seconds")] == [
+        True, True, False, False]
     latency, compiles = views.plot_axes()
     assert latency["color_map"] == compiles["color_map"] == views.MODE_COLORS  # one colour per mode in both plots
 
