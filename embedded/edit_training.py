@@ -67,13 +67,19 @@ class EditConfig:
 # left weakest drawn more often (after it, held-out edits at 256x256: recolour 2 of 8, add and remove
 # 4 of 8, background and move 7 of 8).
 SECOND_ROUND = {"steps": 4000, "lr": 5e-4, "kinds": ("recolour",) * 3 + ("background", "move") + ("add", "remove") * 2}
+# The third: edits at the wide presets' own sizes too (after the second, P12 at 21:9 was 16 of 40,
+# at 1:1 28), recolour and remove still drawn twice as often.
+THIRD_ROUND = {"steps": 2500, "lr": 4e-4, "kinds": ("recolour",) * 2 + ("background", "move", "add") + ("remove",) * 2,
+               "sizes": EditConfig.sizes + ((160, 384, 1), (384, 160, 1), (192, 336, 1), (336, 192, 1))}
 
 
-def rounds(seed: int = 0, threads: int = 2, **overrides) -> tuple[EditConfig, EditConfig]:
-    """The edit phase's two rounds: all five kinds alike, then ``SECOND_ROUND`` from where the first
-    ended (seed + 1: other pairs). ``overrides`` (steps, pairs, batch, ...) apply to both."""
+def rounds(seed: int = 0, threads: int = 2, **overrides) -> tuple[EditConfig, ...]:
+    """The edit phase's rounds: all five kinds alike, then ``SECOND_ROUND`` and ``THIRD_ROUND``, each
+    from where the one before ended (seed + 1, + 2: other pairs). ``overrides`` (steps, pairs, batch,
+    ...) apply to every round."""
     first = EditConfig(seed=seed, threads=threads, **overrides)
-    return first, dataclasses.replace(first, seed=seed + 1, **{**SECOND_ROUND, **overrides})
+    return (first, dataclasses.replace(first, seed=seed + 1, **{**SECOND_ROUND, **overrides}),
+            dataclasses.replace(first, seed=seed + 2, **{**THIRD_ROUND, **overrides}))
 
 
 @dataclasses.dataclass
