@@ -1,7 +1,7 @@
 """Teach the trained embedded model to edit a reference image (``embedded.editing``), on the CPU.
 
 Run: ``python -m embedded train --edit-steps 0 BASE`` then ``python -m embedded train-edits BASE
---dest D`` (``python -m embedded train`` ends with this phase): loads BASE, trains it in two rounds
+--dest D`` (``python -m embedded train`` ends with this phase): loads BASE, trains it in three rounds
 (``rounds``), saves D. One seed; the same seed on the same machine (and thread count) gives the
 same weights.
 
