@@ -37,7 +37,9 @@ def cost_markdown(prediction: dict[str, Any] | None, error: str | None = None, l
     expected = p.get("expected_seconds")
     tail = (text(lang, "cost_expected", seconds=format_seconds(expected)) if expected is not None
             else text(lang, "cost_no_timing"))
-    note = p.get("note") or ""
+    # The backend's note in English; a note the page knows (``note_key``) in the page's language.
+    note = (text(lang, "note_" + p["note_key"], **p.get("note_args", {})) if p.get("note_key")
+            else p.get("note") or "")
     extra = "" if note in ("warm", "") else f" ({note})"
     return text(lang, "cost_ready", where=where, tail=tail, extra=extra) + warm_on_text(p, lang)
 

@@ -235,12 +235,14 @@ class CompileTable:
                 out["note"] = "compiling now"
             elif not compiles_here:
                 out["note"] = f"{mode} mode does not compile on this device"
+                out["note_key"], out["note_args"] = "no_compile", {"mode": mode}
             else:
                 sharing = [] if exact_shapes else [
                     s for (m, s), r in self._records.items()
                     if m == mode and self._warm(r, places) and s.graph_key == shape.graph_key]
                 if sharing:
                     out["note"] = f"probably reuses the graph of {sharing[0]} (same batch and token count)"
+                    out["note_key"], out["note_args"] = "shares_graph", {"shape": str(sharing[0])}
                     out["expected_seconds"] = self._expected_seconds(self._records[(mode, sharing[0])], steps)
                 else:
                     out["will_compile"] = True

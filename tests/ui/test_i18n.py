@@ -50,6 +50,9 @@ def test_every_key_the_page_and_the_code_use_is_in_the_table():
     used |= {f"tp_state_{s}" for s in views.TP_RUNNING + ("stopping", "stopped", "dead")}
     used |= {f"phase_{p}" for p in ("encoding", "compiling", "denoising", "decoding")}
     used |= {f"badge_{s}" for s in ("warm", "cold", "compiling", "failed", "locked")}
+    notes = re.findall(r'out\["note_key"\], out\["note_args"\] = "(\w+)"',
+                       (ROOT / "backend" / "serving" / "compile_state.py").read_text())
+    used |= {f"note_{key}" for key in notes} if len(notes) == 2 else {"the backend's note keys"}
     used |= {"err_" + i18n.error_code(InvalidRequest(f, "x")).replace(".", "_") for f in i18n.INVALID_FIELDS}
     assert len(used) > 100 and used <= set(i18n.MESSAGES["en"]), used - set(i18n.MESSAGES["en"])
 
@@ -144,6 +147,18 @@ def test_a_turkish_page_gets_turkish_status_lines_with_the_same_numbers(studio):
         studio.start_replicas(1.5, TR)
     assert "**Kopyalar**: 2 kopyanın 2 tanesi hazır, 0 meşgul, 0 yeniden başlatıldı" in studio.start_replicas(2, TR)
     assert "| Kopya | durum | NeuronCore | pid | Sunulan | Sıcak boyutlar |" in system_views(studio, TR)[5]
+
+
+def test_the_cost_lines_notes_speak_turkish_too(studio):
+    """The backend's notes on a ready (mode, shape) reach a Turkish page in Turkish."""
+    assert studio.refresh_studio("eager", 64, 64, 4, None, page=TR)[1] == (
+        "**Hazır** — **eager** modunda **64x64**: henüz kararlı süre yok (eager modu bu cihazda derlenmez).")
+    studio.generate_from_page("a fox", 256, 128, "compiled", 4, 1.0, 7, False, [], page=TR)
+    cost = studio.refresh_studio("compiled", 128, 256, 4, None, page=TR)[1]
+    assert "(büyük olasılıkla 256x128 grafiğini yeniden kullanır (aynı toplu iş ve token sayısı))." in cost, cost
+    assert "probably" not in cost
+    assert "(probably reuses the graph of 256x128 (same batch and token count))." in studio.refresh_studio(
+        "compiled", 128, 256, 4, None, page=EN)[1]
 
 
 def test_the_grammar_and_edit_help_speak_the_pages_language(tmp_path):
