@@ -99,12 +99,12 @@ def merge_into_latest(result: dict[str, Any], only: list[str]) -> dict[str, Any]
     rows = sorted([r for r in old["rows"] if r["id"] not in only] + result["rows"], key=lambda r: order.index(r["id"]))
     errors = {**{k: v for k, v in old.get("errors", {}).items() if k not in only}, **result["errors"]}
     kept = sorted({r["measured"] for r in rows if r["id"] not in only})
+    # The full run's own note and file, kept apart: merged again, the note says this merge once.
+    full_note, full_source = old.get("full_note", old.get("note") or ""), old.get("full_source", source.name)
     note = (f"{', '.join(only)} measured {result['date']} (`python -m bench --only {','.join(only)} --save`); "
-            f"the other rows as measured {', '.join(kept)} (kept from `{source.name}`).")
-    if old.get("note"):
-        note = f"{old['note']} {note}"
+            f"the other rows as measured {', '.join(kept)} (kept from `{full_source}`).")
     return {**old, "date": result["date"], "machine": result["machine"], "rows": rows, "errors": errors,
-            "note": note}
+            "note": f"{full_note} {note}".strip(), "full_note": full_note, "full_source": full_source}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -180,6 +180,11 @@ def test_some_rows_saved_again_replace_theirs_in_the_latest_full_result(monkeypa
         ("P12", "fail", "2026-01-05")]
     assert merged["date"] == "2026-01-05" and merged["note"].startswith("P4 from another run. P9, P12 measured 2026-01-05")
     assert "kept from `2026-01-01-cpu.json`" in merged["note"]
+    # Measured again and merged into the merged file: its sentence is replaced, not added to.
+    (tmp_path / "2026-01-05-cpu.json").write_text(json.dumps(merged))
+    twice = suite.merge_into_latest({**again, "date": "2026-01-06"}, ["P9", "P12"])
+    assert twice["note"] == ("P4 from another run. P9, P12 measured 2026-01-06 (`python -m bench --only P9,P12 "
+                             "--save`); the other rows as measured 2026-01-01 (kept from `2026-01-01-cpu.json`).")
     assert suite.merge_into_latest({**again, "quick": True}, ["P9"]) == {**again, "quick": True}  # a quick run stays apart
 
 
