@@ -8,7 +8,6 @@ import base64
 import io
 import json
 import re
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -20,34 +19,17 @@ from gradio_client.exceptions import AuthenticationError
 from PIL import Image
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.ui.conftest import ROOM_KEY, http_get as _get
 from tools.app_process import running_app
 
 pytestmark = pytest.mark.slow
-KEY = "room-key-0123456789abcdef"
-
-
-def _get(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=10) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as refused:
-        return refused.code, refused.read().decode()
+KEY = ROOM_KEY
 
 
 @pytest.fixture(scope="module")
-def started(tmp_path_factory):
-    """(url, workdir, the /readyz answers from the page's first minute until 200)."""
-    workdir = tmp_path_factory.mktemp("api")
-    (workdir / "keys").write_text(f"# the room's key\nroom:{KEY}\n")
-    with running_app(workdir, "--compile-backend", "aot_eager", "--api-keys", str(workdir / "keys"),
-                     "--prewarm", "64x64", ready=False, timeout=240) as url:
-        answers = []
-        deadline = time.monotonic() + 240
-        while not answers or answers[-1][0] != 200:  # wait for the state, however long the load takes
-            assert time.monotonic() < deadline, answers[-3:]
-            answers.append(_get(url + "readyz"))
-            time.sleep(0.1)
-        yield url, workdir, answers
+def started(launched_app):
+    """(url, workdir, the /readyz answers from the page's first minute until 200): tests/ui/conftest.py."""
+    return launched_app
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.ui.browser import CHROMIUM, IN_CI, badge_state, choose_mode, chromium
-from tools.app_process import operator_token, running_app
+from tools.app_process import operator_token
 
 # .ci/run installs Debian's chromium, so in CI (CI=true) a missing browser fails instead of skipping.
 pytestmark = [pytest.mark.slow,
@@ -21,10 +21,10 @@ def test_the_browser_is_there_when_ci_needs_it():
 
 
 @pytest.fixture(scope="module")
-def app(tmp_path_factory):
-    workdir = tmp_path_factory.mktemp("app")
-    with running_app(workdir, "--compile-backend", "aot_eager") as url:
-        yield url, url + "operator?token=" + operator_token(workdir)
+def app(launched_app):
+    """The app tests/ui/test_api.py launched (tests/ui/conftest.py), and its operator link."""
+    url, workdir, _answers = launched_app
+    return url, url + "operator?token=" + operator_token(workdir)
 
 
 @pytest.fixture(scope="module")
