@@ -1,5 +1,5 @@
 """Faults injected, and what is left after them: a compile that fails, an exception in the pipeline,
-tensor-parallel ranks killed or hung mid-generation, a worker group that fails to start
+a worker group that fails to start, tensor-parallel ranks killed or hung mid-generation
 (``run_faults``), and SIGTERM to a serving app mid-generation (``run_sigterm``); the orphan
 processes each leaves are counted (``alive``). Figures of ``python -m bench.hardening``;
 tests/test_hardening.py holds each. (A replica killed under load: ``bench.room.replica_killed``.)"""
@@ -122,9 +122,18 @@ def _inject_faults(manager, tmp: Path, tp_faults=TP_FAULTS) -> list[dict[str, An
     vae.decode = real_decode
     record("exception in the pipeline", error, works())
 
-    # 3-4. a tensor-parallel rank killed, then hung, mid-generation
+    # 3. the group fails to start (bad torchrun arguments); the start after it is the one the
+    # faults below begin with (each group start imports the model stack in every rank)
+    manager.settings.tp_torchrun_args = "--no-such-torchrun-flag"
+    manager.start_engine("tensor-parallel", 2, wait=True)
+    error = _group(manager).error if _group(manager).state == "dead" else None
+    manager.settings.tp_torchrun_args = ""
+    manager.start_engine("tensor-parallel", 2, wait=True)
+    record("TP group fails to start (bad torchrun arguments)", error, _group(manager).state == "ready" and works("tp"))
+
+    # 4-5. a tensor-parallel rank killed, then hung, mid-generation
     for name, sig, rank in tp_faults:
-        manager.start_engine("tensor-parallel", 2, wait=True)
+        manager.start_engine("tensor-parallel", 2, wait=True)  # the group running already: no new start
         pids = set(_group(manager).rank_pids().values()) | {_group(manager).proc.pid}
         victim = _group(manager).rank_pids()[rank]
         started = threading.Event()
@@ -149,15 +158,6 @@ def _inject_faults(manager, tmp: Path, tp_faults=TP_FAULTS) -> list[dict[str, An
         with contextlib.suppress(ProcessLookupError):
             os.kill(victim, signal.SIGCONT)
         record(name, outcome.get("error"), degraded_ok and works("tp"), len(alive(pids)))  # old group gone?
-
-    # 5. the group fails to start (bad torchrun arguments)
-    manager.stop_engine("tensor-parallel")
-    manager.settings.tp_torchrun_args = "--no-such-torchrun-flag"
-    manager.start_engine("tensor-parallel", 2, wait=True)
-    error = _group(manager).error if _group(manager).state == "dead" else None
-    manager.settings.tp_torchrun_args = ""
-    manager.start_engine("tensor-parallel", 2, wait=True)
-    record("TP group fails to start (bad torchrun arguments)", error, _group(manager).state == "ready" and works("tp"))
 
     group = _group(manager)
     pids = set(group.rank_pids().values()) | {group.proc.pid}
