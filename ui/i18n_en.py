@@ -147,7 +147,7 @@ EN: dict[str, str] = {
     "cost_failed_before": "failed before; ", "cost_ready": "**Ready** — {where}: {tail}{extra}.",
     "cost_expected": "expected {seconds}", "cost_no_timing": "no steady timing yet",
     "note_no_compile": "{mode} mode does not compile on this device",
-    "note_shares_graph": "probably reuses the graph of {shape} (same batch and token count)",
+    "note_shares_graph": "probably reuses the graph of {shape}: the same batch and token count",
     "col_mode": "mode", "col_shape": "shape", "col_state": "state", "col_compile_s": "compile s",
     "steady_of": "{seconds} (median of {count} lone runs)",
     "col_steady_s": "steady s", "col_runs": "runs", "col_error": "error", "col_seconds": "seconds",

@@ -145,7 +145,7 @@ TR: dict[str, str] = {
     "cost_failed_before": "daha önce başarısız oldu; ", "cost_ready": "**Hazır** — {where}: {tail}{extra}.",
     "cost_expected": "beklenen {seconds}", "cost_no_timing": "henüz kararlı süre yok",
     "note_no_compile": "{mode} modu bu cihazda derlenmez",
-    "note_shares_graph": "büyük olasılıkla {shape} grafiğini yeniden kullanır (aynı toplu iş ve token sayısı)",
+    "note_shares_graph": "büyük olasılıkla {shape} grafiğini yeniden kullanır: aynı toplu iş ve token sayısı",
     "col_mode": "mod", "col_shape": "boyut", "col_state": "durum", "col_compile_s": "derleme s",
     "steady_of": "{seconds} (tek başına {count} çalıştırmanın medyanı)",
     "col_steady_s": "kararlı s", "col_runs": "çalıştırma", "col_error": "hata", "col_seconds": "saniye",

@@ -155,9 +155,9 @@ def test_the_cost_lines_notes_speak_turkish_too(studio):
         "**Hazır** — **eager** modunda **64x64**: henüz kararlı süre yok (eager modu bu cihazda derlenmez).")
     studio.generate_from_page("a fox", 256, 128, "compiled", 4, 1.0, 7, False, [], page=TR)
     cost = studio.refresh_studio("compiled", 128, 256, 4, None, page=TR)[1]
-    assert "(büyük olasılıkla 256x128 grafiğini yeniden kullanır (aynı toplu iş ve token sayısı))." in cost, cost
+    assert "(büyük olasılıkla 256x128 grafiğini yeniden kullanır: aynı toplu iş ve token sayısı)." in cost, cost
     assert "probably" not in cost
-    assert "(probably reuses the graph of 256x128 (same batch and token count))." in studio.refresh_studio(
+    assert "(probably reuses the graph of 256x128: the same batch and token count)." in studio.refresh_studio(
         "compiled", 128, 256, 4, None, page=EN)[1]
 
 
