@@ -6,6 +6,9 @@ import atexit
 import os
 import shutil
 import tempfile
+import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent  # (the code is an installed package: pyproject.toml)
@@ -64,3 +67,39 @@ def plant_inductor_entry(cache_dir: Path, size: int, relative: str = INDUCTOR_GR
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(b"x" * size)
     return path
+
+
+ROOM_KEY = "room-key-0123456789abcdef"  # the launched app's one Images API key
+LAUNCHED_KEEP = 3  # its --keep-outputs
+
+
+def http_get(url: str) -> tuple[int, str]:
+    """(status, body) of a GET, an HTTP error's included."""
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as refused:
+        return refused.code, refused.read().decode()
+
+
+@pytest.fixture(scope="session")
+def launched_app(tmp_path_factory):
+    """One real app process for the hardening, API and browser tests (tests/test_hardening.py,
+    tests/ui/test_api.py, test_browser.py): the random-weight model, aot_eager, an API key,
+    ``--prewarm 64x64`` and ``--keep-outputs LAUNCHED_KEEP``; started once (each start imports gradio
+    and the model stack: ~15 s on two cores). Yields (url, workdir, the /readyz answers from the
+    page's first minute until 200). The tests that share it leave the app as they found it (lock
+    off, group stopped), or assert only on what they made themselves."""
+    from tools.app_process import running_app
+
+    workdir = tmp_path_factory.mktemp("app")
+    (workdir / "keys").write_text(f"# the room's key\nroom:{ROOM_KEY}\n")
+    with running_app(workdir, "--compile-backend", "aot_eager", "--api-keys", str(workdir / "keys"),
+                     "--prewarm", "64x64", "--keep-outputs", str(LAUNCHED_KEEP), ready=False, timeout=240) as url:
+        answers = []
+        deadline = time.monotonic() + 240
+        while not answers or answers[-1][0] != 200:  # wait for the state, however long the load takes
+            assert time.monotonic() < deadline, answers[-3:]
+            answers.append(http_get(url + "readyz"))
+            time.sleep(0.1)
+        yield url, workdir, answers

@@ -12,17 +12,17 @@ import pytest
 from gradio_client import Client
 
 from bench import bad_input, faults, foreign_files, traffic
+from tests.conftest import LAUNCHED_KEEP
 from tools.app_process import running_app
 
 
-KEEP = 3  # --keep-outputs of the app under test
+KEEP = LAUNCHED_KEEP  # --keep-outputs of the app under test
 
 
 @pytest.fixture(scope="module")
-def app(tmp_path_factory):
-    workdir = tmp_path_factory.mktemp("hardening")
-    with running_app(workdir, "--compile-backend", "aot_eager", "--keep-outputs", str(KEEP)) as url:
-        yield url, workdir
+def app(launched_app):
+    """The app the API and browser tests use too (tests/conftest.py): (url, workdir)."""
+    return launched_app[:2]
 
 
 @pytest.fixture(scope="module")

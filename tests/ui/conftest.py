@@ -1,10 +1,7 @@
 """Fixtures for the page's handler tests: ``Studio`` over the real ``Manager``, with the fakes of
-``tests/ui/fake_engines.py`` behind its engine seam (no model run, no worker process); and the one
-real app process the API and browser tests share (``launched_app``)."""
+``tests/ui/fake_engines.py`` behind its engine seam (no model run, no worker process). The real app
+process the API, browser and hardening tests share is ``tests.conftest.launched_app``."""
 
-import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -58,36 +55,3 @@ def cache_dir(manager) -> Path:
 def studio(manager):
     return Studio(manager)
 
-
-ROOM_KEY = "room-key-0123456789abcdef"  # the launched app's one Images API key
-
-
-def http_get(url: str) -> tuple[int, str]:
-    """(status, body) of a GET, an HTTP error's included."""
-    try:
-        with urllib.request.urlopen(url, timeout=10) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as refused:
-        return refused.code, refused.read().decode()
-
-
-@pytest.fixture(scope="package")
-def launched_app(tmp_path_factory):
-    """One real app process for the API and browser tests (tests/ui/test_api.py, test_browser.py):
-    the random-weight model, aot_eager, an API key and ``--prewarm 64x64``; started once (each start
-    imports gradio and the model stack: ~15 s on two cores). Yields (url, workdir, the /readyz
-    answers from the page's first minute until 200). The tests that share it leave the app as they
-    found it (lock off, group stopped), or assert only on what they made themselves."""
-    from tools.app_process import running_app
-
-    workdir = tmp_path_factory.mktemp("app")
-    (workdir / "keys").write_text(f"# the room's key\nroom:{ROOM_KEY}\n")
-    with running_app(workdir, "--compile-backend", "aot_eager", "--api-keys", str(workdir / "keys"),
-                     "--prewarm", "64x64", ready=False, timeout=240) as url:
-        answers = []
-        deadline = time.monotonic() + 240
-        while not answers or answers[-1][0] != 200:  # wait for the state, however long the load takes
-            assert time.monotonic() < deadline, answers[-3:]
-            answers.append(http_get(url + "readyz"))
-            time.sleep(0.1)
-        yield url, workdir, answers

@@ -19,7 +19,7 @@ from gradio_client.exceptions import AuthenticationError
 from PIL import Image
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.ui.conftest import ROOM_KEY, http_get as _get
+from tests.conftest import ROOM_KEY, http_get as _get
 from tools.app_process import running_app
 
 pytestmark = pytest.mark.slow
@@ -28,7 +28,7 @@ KEY = ROOM_KEY
 
 @pytest.fixture(scope="module")
 def started(launched_app):
-    """(url, workdir, the /readyz answers from the page's first minute until 200): tests/ui/conftest.py."""
+    """(url, workdir, the /readyz answers from the page's first minute until 200): tests/conftest.py."""
     return launched_app
 
 

@@ -22,7 +22,7 @@ def test_the_browser_is_there_when_ci_needs_it():
 
 @pytest.fixture(scope="module")
 def app(launched_app):
-    """The app tests/ui/test_api.py launched (tests/ui/conftest.py), and its operator link."""
+    """The app the hardening and API tests use too (tests/conftest.py), and its operator link."""
     url, workdir, _answers = launched_app
     return url, url + "operator?token=" + operator_token(workdir)
 
