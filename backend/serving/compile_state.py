@@ -22,6 +22,9 @@ from backend.shapes import Shape
 
 COLD, COMPILING, WARM, FAILED = "cold", "compiling", "warm", "failed"
 COMPILED_MODES = ("compiled", "regional")
+# The notes a page says in its own language (ui/i18n: ``note_<key>``), here in English for /status.
+NOTES = {"no_compile": "{mode} mode does not compile on this device",
+         "shares_graph": "probably reuses the graph of {shape} (same batch and token count)"}
 _STEADY_KEEP = 20
 
 
@@ -234,15 +237,13 @@ class CompileTable:
                 self._estimate_into(out, mode, shape, prior)
                 out["note"] = "compiling now"
             elif not compiles_here:
-                out["note"] = f"{mode} mode does not compile on this device"
-                out["note_key"], out["note_args"] = "no_compile", {"mode": mode}
+                _note(out, "no_compile", mode=mode)
             else:
                 sharing = [] if exact_shapes else [
                     s for (m, s), r in self._records.items()
                     if m == mode and self._warm(r, places) and s.graph_key == shape.graph_key]
                 if sharing:
-                    out["note"] = f"probably reuses the graph of {sharing[0]} (same batch and token count)"
-                    out["note_key"], out["note_args"] = "shares_graph", {"shape": str(sharing[0])}
+                    _note(out, "shares_graph", shape=str(sharing[0]))
                     out["expected_seconds"] = self._expected_seconds(self._records[(mode, sharing[0])], steps)
                 else:
                     out["will_compile"] = True
@@ -289,3 +290,8 @@ def nearest_signature(shape: Shape, warm: list[Shape]) -> Shape:
     return min(warm, key=lambda s: (s.count != shape.count, s.refs != shape.refs,
                                     round(abs(math.log(s.width / s.height) - math.log(shape.width / shape.height)), 6),
                                     abs(s.pixels - shape.pixels), str(s)))
+
+
+def _note(out: dict[str, Any], key: str, **args: str) -> None:
+    """``NOTES[key]`` into a prediction: the English ``note``, and the key and values a page translates."""
+    out.update(note=NOTES[key].format(**args), note_key=key, note_args=args)

@@ -54,4 +54,3 @@ def cache_dir(manager) -> Path:
 @pytest.fixture
 def studio(manager):
     return Studio(manager)
-

@@ -11,6 +11,7 @@ import gradio as gr
 import pytest
 
 from backend import errors
+from backend.serving import compile_state
 from backend.errors import (BackendBusy, BackendNotReady, CompileFailure, GenerationCancelled, GenerationFailed,
                             GroupDead, InvalidRequest, ModelNotFound, ShapeLimitReached, ShapeLocked, StudioError)
 from tests.conftest import ROOT
@@ -50,9 +51,7 @@ def test_every_key_the_page_and_the_code_use_is_in_the_table():
     used |= {f"tp_state_{s}" for s in views.TP_RUNNING + ("stopping", "stopped", "dead")}
     used |= {f"phase_{p}" for p in ("encoding", "compiling", "denoising", "decoding")}
     used |= {f"badge_{s}" for s in ("warm", "cold", "compiling", "failed", "locked")}
-    notes = re.findall(r'out\["note_key"\], out\["note_args"\] = "(\w+)"',
-                       (ROOT / "backend" / "serving" / "compile_state.py").read_text())
-    used |= {f"note_{key}" for key in notes} if len(notes) == 2 else {"the backend's note keys"}
+    used |= {f"note_{key}" for key in compile_state.NOTES}
     used |= {"err_" + i18n.error_code(InvalidRequest(f, "x")).replace(".", "_") for f in i18n.INVALID_FIELDS}
     assert len(used) > 100 and used <= set(i18n.MESSAGES["en"]), used - set(i18n.MESSAGES["en"])
 
