@@ -51,6 +51,23 @@ def run_py(code: str, env: dict[str, str], timeout: float = 120) -> subprocess.C
                           timeout=timeout)
 
 
+def run_all(*runs: tuple[list[str], dict[str, str]], timeout: float = 240) -> list[subprocess.CompletedProcess]:
+    """Start every ``(argv, env)`` child at once in the repo root and wait for all of them (each
+    child imports torch: independent children side by side take less than one after the other);
+    their results in order, stdout/stderr captured as text. ``argv`` after the interpreter."""
+    procs = [subprocess.Popen([sys.executable, *argv], env=env, cwd=REPO, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for argv, env in runs]
+    try:
+        outputs = [proc.communicate(timeout=timeout) for proc in procs]
+        return [subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+                for proc, (out, err) in zip(procs, outputs)]
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
 @functools.lru_cache(maxsize=1)
 def _runtime():
     """The stand-in's runtime module, loaded from its file: no torch, no package import."""

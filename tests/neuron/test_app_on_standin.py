@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from tests.neuron.standin import standin_env
+from tests.neuron.standin import run_all, standin_env
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
 
@@ -33,9 +33,13 @@ def neuron_env(tmp_path_factory):
 
 
 def test_doctor_says_neuron_and_shows_the_core_plan(neuron_env):
-    root, env = neuron_env
-    proc = subprocess.run([sys.executable, "app.py", "doctor", "--json", "--cache-dir", str(root / "cache")],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    root, _ = neuron_env
+    cache = ["--cache-dir", str(root / "cache")]
+    # three processes side by side, each with its own core claims
+    proc, text, four = run_all((["app.py", "doctor", "--json", *cache], standin_env(root / "doctor-1")),
+                               (["app.py", "doctor", "--neuron-cores", "1", *cache], standin_env(root / "doctor-2")),
+                               (["app.py", "doctor", "--json", "--tp-degree", "4", *cache], standin_env(root / "doctor-3")),
+                               timeout=120)
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     assert report["device"]["kind"] == "neuron" and report["device"]["compile_backend"] == "neuron"
@@ -53,15 +57,11 @@ def test_doctor_says_neuron_and_shows_the_core_plan(neuron_env):
     assert nx["neff_key"] == {"neuron_target": "trn2", "lnc": 2, "neuron_opt_level": None, "neuron_cc_flags": ""}
     assert nx["lock_timeout"] == "1800" and nx["neuronx_cc"]["path"] is None  # the stand-in ships no compiler
     assert {"TORCH_NEURONX_NEFF_CACHE_DIR", "TORCH_NEURONX_NEFF_LOCAL_CACHE_DIR"} <= set(report["caches"])
-    text = subprocess.run([sys.executable, "app.py", "doctor", "--neuron-cores", "1",
-                           "--cache-dir", str(root / "cache")],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120).stdout
+    assert text.returncode == 0, text.stderr
+    text = text.stdout
     assert ("NeuronCores   app 1 · tensor-parallel ranks 0,2 · instance 4 logical = 8 physical / LNC 2 on 1 device "
             "(from neuron-ls, trn2.3xlarge), HBM 24 GiB per core") in text
     assert "neuronx-cc    NOT ON PATH" in text and "NEFF key      target trn2, LNC 2" in text
-    four = subprocess.run([sys.executable, "app.py", "doctor", "--json", "--tp-degree", "4",
-                           "--cache-dir", str(root / "cache")],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert "3 are free (0-2), so degrees that fit are 1, 2 " in json.loads(four.stdout)["torch_neuronx"]["core_plan"]["engines"]["tensor-parallel"]["error"]
 
 

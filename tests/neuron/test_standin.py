@@ -18,7 +18,7 @@ import pytest
 
 from tests.neuron.captures import load as load_capture
 
-from tests.neuron.standin import REPO, core_holder, run_py, standin_env
+from tests.neuron.standin import REPO, core_holder, run_all, run_py, standin_env
 
 # How a failed graph compile reaches Python, as TorchNeuron raised it in a real run (the captured
 # text up to the compiler's own words; captures/torchneuron/errors.json): a plain RuntimeError.
@@ -582,21 +582,21 @@ BOUND_RANK = PRELUDE + textwrap.dedent("""
 @pytest.fixture(scope="module")
 def second(tmp_path_factory):
     root = tmp_path_factory.mktemp("standin-second")
-    common = dict(TORCH_NEURONX_NEFF_CACHE_DIR=str(root / "neff"), TORCH_NEURONX_NEFF_LOCAL_CACHE_DIR=str(root / "l"),
-                  TORCH_NEURONX_METRICS_ENABLED="1")
-    found = {}
-    proc = run_py(SECOND, standin_env(root / "s1", NEURON_STANDIN_COMPILE_SECONDS="0.6",
-                                      NEURON_STANDIN_EAGER_COMPILE_SECONDS="0.3", **common), timeout=240)
-    assert proc.returncode == 0, proc.stderr
-    found["second"] = _result(proc.stdout)
-    torchrun = dict(LOCAL_RANK="1", LOCAL_WORLD_SIZE="2", RANK="1", TORCHELASTIC_RUN_ID="standin-test", **common)
-    proc = run_py(QUERY_FIRST, standin_env(root / "s2", **torchrun), timeout=240)
-    assert proc.returncode == 0, proc.stderr
-    found["query_first"] = _result(proc.stdout)
-    proc = run_py(BOUND_RANK, standin_env(root / "s3", FAIL_FILE=str(root / "fail"),
-                                          NEURON_STANDIN_FAIL_COLLECTIVE=str(root / "fail"), **torchrun), timeout=240)
-    assert proc.returncode == 0, proc.stderr
-    found["bound"] = _result(proc.stdout)
+
+    def own(name: str, **extra: str) -> dict[str, str]:  # each child its own state and caches: none sees another's NEFFs
+        return standin_env(root / name, TORCH_NEURONX_NEFF_CACHE_DIR=str(root / name / "neff"),
+                           TORCH_NEURONX_NEFF_LOCAL_CACHE_DIR=str(root / name / "l"), TORCH_NEURONX_METRICS_ENABLED="1",
+                           **extra)
+
+    torchrun = dict(LOCAL_RANK="1", LOCAL_WORLD_SIZE="2", RANK="1", TORCHELASTIC_RUN_ID="standin-test")
+    procs = run_all(  # three independent processes, side by side
+        (["-c", SECOND], own("s1", NEURON_STANDIN_COMPILE_SECONDS="0.6", NEURON_STANDIN_EAGER_COMPILE_SECONDS="0.3")),
+        (["-c", QUERY_FIRST], own("s2", **torchrun)),
+        (["-c", BOUND_RANK], own("s3", FAIL_FILE=str(root / "fail"), NEURON_STANDIN_FAIL_COLLECTIVE=str(root / "fail"),
+                                 **torchrun)))
+    for proc in procs:
+        assert proc.returncode == 0, proc.stderr
+    found = {name: _result(proc.stdout) for name, proc in zip(("second", "query_first", "bound"), procs)}
     return found
 
 
