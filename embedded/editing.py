@@ -147,16 +147,8 @@ def render_pair(edit: Edit, height: int, width: int, rng: random.Random) -> tupl
 
 def _colour_pixels(pixels: np.ndarray, background: scenes.Background, colour: str) -> np.ndarray:
     """(H, W) bool: pixels off the background whose nearest named colour is ``colour``."""
-    height, width = pixels.shape[:2]
-    if background.kind in ("flat", "gradient"):
-        off = np.linalg.norm(pixels - background.expected(height, width), axis=-1) >= scenes.BACKGROUND_TOLERANCE
-    else:
-        off = np.min([np.linalg.norm(pixels - np.array(c, np.float32), axis=-1) for c in background.colours()],
-                     axis=0) >= scenes.BACKGROUND_TOLERANCE
-    names = list(COLOURS)
-    palette = np.array([COLOURS[n] for n in names], np.float32)
-    nearest = np.argmin(np.linalg.norm(pixels[..., None, :] - palette, axis=-1), axis=-1)
-    return off & (nearest == names.index(colour))
+    foreground, nearest = scenes.pixel_classes(pixels, background)
+    return foreground & (nearest == list(COLOURS).index(colour))
 
 
 def judge_edit(image, edit: Edit) -> scenes.Verdict:

@@ -333,24 +333,27 @@ class Verdict:
         return dataclasses.asdict(self)
 
 
+def pixel_classes(pixels: np.ndarray, bg: Background) -> tuple[np.ndarray, np.ndarray]:
+    """(foreground, nearest): (H, W) bool, the pixels off ``bg`` (farther than BACKGROUND_TOLERANCE
+    from what it draws there), and (H, W) int, each pixel's nearest named colour (its index in COLOURS)."""
+    height, width = pixels.shape[:2]
+    if bg.kind in ("flat", "gradient"):
+        bg_dist = np.linalg.norm(pixels - bg.expected(height, width), axis=-1)
+    else:
+        bg_dist = np.min([np.linalg.norm(pixels - np.array(c, np.float32), axis=-1) for c in bg.colours()], axis=0)
+    palette = np.array(list(COLOURS.values()), np.float32)
+    return bg_dist >= BACKGROUND_TOLERANCE, np.argmin(np.linalg.norm(pixels[..., None, :] - palette, axis=-1), axis=-1)
+
+
 def judge(image, caption: str | Scene) -> Verdict:
     """Do the image's statistics agree with the caption? ``image``: uint8 (H, W, 3) array or PIL."""
     scene = parse_caption(caption) if isinstance(caption, str) else caption
     pixels = np.asarray(image, dtype=np.float32)[..., :3]
     height, width = pixels.shape[:2]
     bg = scene.background
-    if bg.kind in ("flat", "gradient"):
-        bg_dist = np.linalg.norm(pixels - bg.expected(height, width), axis=-1)
-    else:
-        bg_dist = np.min([np.linalg.norm(pixels - np.array(c, np.float32), axis=-1) for c in bg.colours()], axis=0)
-    background = bg_dist < BACKGROUND_TOLERANCE
-    bg_fraction = float(background.mean())
-
-    # Foreground pixels take the nearest named colour; each named shape must own enough of them.
+    foreground, nearest = pixel_classes(pixels, bg)
+    bg_fraction = float((~foreground).mean())
     names = list(COLOURS)
-    palette = np.array([COLOURS[n] for n in names], np.float32)
-    nearest = np.argmin(np.linalg.norm(pixels[..., None, :] - palette, axis=-1), axis=-1)
-    foreground = ~background
     ys, xs = np.mgrid[0:height, 0:width].astype(np.float32) + 0.5
     results, reasons = [], []
     if bg_fraction < MIN_BACKGROUND_FRACTION:
