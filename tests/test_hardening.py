@@ -16,9 +16,6 @@ from tests.conftest import LAUNCHED_KEEP
 from tools.app_process import running_app
 
 
-KEEP = LAUNCHED_KEEP  # --keep-outputs of the app under test
-
-
 @pytest.fixture(scope="module")
 def app(launched_app):
     """The app the API and browser tests use too (tests/conftest.py): (url, workdir)."""
@@ -143,12 +140,12 @@ def test_the_output_folder_keeps_only_its_newest_pngs(app):
     client = Client(url, verbose=False)
     (workdir / "outputs").mkdir(exist_ok=True)
     (workdir / "outputs" / "mine.png").write_bytes(b"a user's file")
-    for seed in range(KEEP + 2):
+    for seed in range(LAUNCHED_KEEP + 2):
         client.predict("keep", 64, 64, "eager", 1, seed, 1.0, api_name="/generate")
     made = [p for p in (workdir / "outputs").glob("*.png") if p.name != "mine.png"]
-    assert len(made) == KEEP and (workdir / "outputs" / "mine.png").exists()
+    assert len(made) == LAUNCHED_KEEP and (workdir / "outputs" / "mine.png").exists()
     kept_seeds = {int(p.stem.split("-")[4]) for p in made}  # <date>-<time>-64x64-eager-<seed>
-    assert kept_seeds == set(range(2, KEEP + 2))  # the newest: the first two made are the ones gone
+    assert kept_seeds == set(range(2, LAUNCHED_KEEP + 2))  # the newest: the first two made are the ones gone
     assert all(p.stat().st_mode & 0o077 == 0 for p in made)  # not readable by other users
 
 

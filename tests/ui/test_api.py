@@ -23,18 +23,12 @@ from tests.conftest import ROOM_KEY, http_get as _get
 from tools.app_process import running_app
 
 pytestmark = pytest.mark.slow
-KEY = ROOM_KEY
 
 
 @pytest.fixture(scope="module")
-def started(launched_app):
-    """(url, workdir, the /readyz answers from the page's first minute until 200): tests/conftest.py."""
-    return launched_app
-
-
-@pytest.fixture(scope="module")
-def app(started):
-    return started[:2]
+def app(launched_app):
+    """(url, workdir) of the app the hardening and browser tests use too (tests/conftest.py)."""
+    return launched_app[:2]
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +38,7 @@ def app_url(app):
 
 @pytest.fixture(scope="module")
 def client(app_url):
-    return openai.OpenAI(base_url=app_url + "v1", api_key=KEY, max_retries=0)
+    return openai.OpenAI(base_url=app_url + "v1", api_key=ROOM_KEY, max_retries=0)
 
 
 def test_generate_and_status_endpoints(app_url):
@@ -228,8 +222,8 @@ def test_a_loopback_app_refuses_other_host_names(app_url, host):
             assert page.status == 200
 
 
-def test_readyz_flips_from_503_to_200_across_the_prewarm(started):
-    url, workdir, answers = started
+def test_readyz_flips_from_503_to_200_across_the_prewarm(launched_app):
+    url, workdir, answers = launched_app
     assert answers[0][0] == 503 and ("loading" in answers[0][1] or "warming" in answers[0][1]), answers[0]
     assert {code for code, _ in answers} == {503, 200} and answers[-1][0] == 200
     assert _get(url + "healthz")[0] == 200 and _get(url + "ping")[0] == 200
