@@ -146,9 +146,10 @@ def render_pair(edit: Edit, height: int, width: int, rng: random.Random) -> tupl
 
 
 def _colour_pixels(pixels: np.ndarray, background: scenes.Background, colour: str) -> np.ndarray:
-    """(H, W) bool: pixels off the background whose nearest named colour is ``colour``."""
+    """(H, W) bool: solid foreground pixels (``scenes.solid``: not a soft edge's rim) whose nearest
+    named colour is ``colour``."""
     foreground, nearest = scenes.pixel_classes(pixels, background)
-    return foreground & (nearest == list(COLOURS).index(colour))
+    return scenes.solid(foreground) & (nearest == list(COLOURS).index(colour))
 
 
 def judge_edit(image, edit: Edit) -> scenes.Verdict:

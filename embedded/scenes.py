@@ -271,8 +271,7 @@ def draw(background: Background, shapes: list[Placed], height: int, width: int) 
 
 
 def render(scene: Scene, height: int, width: int, rng: random.Random | None = None) -> np.ndarray:
-    """uint8 (H, W, 3). ``rng`` jitters each shape's centre and size a little; None draws the
-    canonical layout."""
+    """uint8 (H, W, 3). ``rng`` jitters each shape's centre and size a little (None: canonical)."""
     return draw(scene.background, place(scene, rng), height, width)
 
 
@@ -289,16 +288,15 @@ BACKGROUND_TOLERANCE = 60.0  # RGB distance under which a pixel counts as backgr
 MIN_BACKGROUND_FRACTION = 0.45
 MIN_PATTERN_SHARE = 0.15  # each colour of stripes / a checkerboard covers ~half the background
 MIN_SHAPE_FRACTION = 0.006  # of the image; a shape of radius 0.14 covers >= 3 % (ring, star less)
-# Which foreground colours dominate is counted on solid regions only: pixels whose whole
-# (2r+1)-square neighbourhood is foreground. Thin lines -- the soft edges between a pattern's cells,
-# a few pixels wide -- are not shapes; a shape (radius >= 0.14 of the shorter side, >= 22 px at
-# the smallest preset) keeps its core. At a narrow size (160x384) a checkerboard has several times
-# more edge pixels than a shape has pixels, and counting them let the edges outvote a shape
-# drawn right.
+# Which colours dominate, where a colour sits and what an edit left (editing) are counted on solid
+# pixels: those whose (2r+1)-square neighbourhood is all foreground. Soft edges (a pattern's cell
+# edges; a shape's rim, where red on white turns pink) are not shapes, and at 160x384 a
+# checkerboard's edges outvoted a shape drawn right, and rims failed VAE-decoded ground truth. A
+# shape (radius >= 0.14 of the shorter side, >= 22 px at the smallest preset) keeps its core.
 SOLID_RADIUS = 2
 
 
-def _solid(mask: np.ndarray, r: int = SOLID_RADIUS) -> np.ndarray:
+def solid(mask: np.ndarray, r: int = SOLID_RADIUS) -> np.ndarray:
     """``mask`` eroded by a (2r+1)-square: True where the whole neighbourhood is True."""
     padded = np.pad(mask, r, constant_values=False)
     out = np.ones_like(mask)
@@ -363,16 +361,18 @@ def judge(image, caption: str | Scene) -> Verdict:
             share = float((np.linalg.norm(pixels - np.array(c, np.float32), axis=-1) < BACKGROUND_TOLERANCE).mean())
             if share < MIN_PATTERN_SHARE:
                 reasons.append(f"{bg.phrase!r} has only {share:.0%} of {c}")
-    fg_counts = np.bincount(nearest[_solid(foreground)], minlength=len(names))
+    cores = solid(foreground)
+    fg_counts = np.bincount(nearest[cores], minlength=len(names))
     for spec in scene.shapes:
         own = foreground & (nearest == names.index(spec.colour))
-        frac = float(own.mean())
+        frac, core = float(own.mean()), own & cores
         entry = {"colour": spec.colour, "position": spec.position, "fraction": round(frac, 4),
                  "centroid": None, "ok": False}
         if frac < MIN_SHAPE_FRACTION:
             reasons.append(f"{spec.colour} covers only {frac:.1%}")
         else:
-            cx, cy = float(xs[own].mean() / width), float(ys[own].mean() / height)
+            where = core if core.any() else own
+            cx, cy = float(xs[where].mean() / width), float(ys[where].mean() / height)
             entry["centroid"] = (round(cx, 3), round(cy, 3))
             # The named colours must be the dominant foreground colours.
             rank = int((fg_counts > fg_counts[names.index(spec.colour)]).sum())

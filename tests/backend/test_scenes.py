@@ -107,5 +107,5 @@ def test_soft_pattern_edges_do_not_outvote_a_shape_at_a_narrow_size(monkeypatch)
     soft = soft.clip(0, 255).astype(np.uint8)
     assert scenes.judge(soft, caption).agrees, scenes.judge(soft, caption).reason
     assert not scenes.judge(soft, caption.replace("yellow", "cyan")).agrees
-    monkeypatch.setattr(scenes, "_solid", lambda mask: mask)
+    monkeypatch.setattr(scenes, "solid", lambda mask: mask)
     assert "yellow is not a dominant foreground colour" in scenes.judge(soft, caption).reason
