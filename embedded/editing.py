@@ -145,13 +145,6 @@ def render_pair(edit: Edit, height: int, width: int, rng: random.Random) -> tupl
             scenes.draw(edit.target.background, target, height, width))
 
 
-def _colour_pixels(pixels: np.ndarray, background: scenes.Background, colour: str) -> np.ndarray:
-    """(H, W) bool: solid foreground pixels (``scenes.solid``: not a soft edge's rim) whose nearest
-    named colour is ``colour``."""
-    foreground, nearest = scenes.pixel_classes(pixels, background)
-    return scenes.solid(foreground) & (nearest == list(COLOURS).index(colour))
-
-
 def judge_edit(image, edit: Edit) -> scenes.Verdict:
     """Is ``image`` the edit of its reference? The target's verdict, and what the edit took away gone:
     a recoloured shape's old colour and a removed shape's colour cover less than a shape's minimum;
@@ -160,8 +153,11 @@ def judge_edit(image, edit: Edit) -> scenes.Verdict:
     pixels = np.asarray(image, dtype=np.float32)[..., :3]
     height, width = pixels.shape[:2]
     reasons = [] if verdict.agrees else [verdict.reason]
+    # what is left of a colour: its solid foreground pixels (``scenes.solid``: not a soft edge's rim)
+    foreground, nearest = scenes.pixel_classes(pixels, edit.target.background)
+    cores = scenes.solid(foreground)
     for old in edit.changed:
-        own = _colour_pixels(pixels, edit.target.background, old.colour)
+        own = cores & (nearest == list(COLOURS).index(old.colour))
         if edit.kind == "move":
             fx, fy = POSITIONS[old.position][1]
             ys, xs = np.mgrid[0:height, 0:width].astype(np.float32) + 0.5
