@@ -31,6 +31,12 @@ def latest(pattern: str) -> Path | None:
     return None
 
 
+def plotted_on(result: dict) -> str:
+    """The date(s) the plotted rows were measured (a merged result's date is its newest rows')."""
+    dates = sorted({row.get("measured", result["date"]) for row in result["rows"] if row.get("points")})
+    return ", ".join(dates) or result["date"]
+
+
 def draw(result: dict) -> None:
     import matplotlib
 
@@ -57,7 +63,7 @@ def draw(result: dict) -> None:
     right.set_title("Compile time per shape and mode")
     right.grid(alpha=0.3, axis="y")
     m = result["machine"]
-    fig.suptitle(f"Embedded model on CPU ({m['cores']} cores), torch {m['torch']}, {result['date']}", fontsize=9)
+    fig.suptitle(f"Embedded model on CPU ({m['cores']} cores), torch {m['torch']}, {plotted_on(result)}", fontsize=9)
     fig.tight_layout()
     PLOT.parent.mkdir(exist_ok=True)
     fig.savefig(PLOT, dpi=110)

@@ -188,6 +188,13 @@ def test_some_rows_saved_again_replace_theirs_in_the_latest_full_result(monkeypa
     assert suite.merge_into_latest({**again, "quick": True}, ["P9"]) == {**again, "quick": True}  # a quick run stays apart
 
 
+def test_the_plot_is_dated_by_its_rows_not_by_the_merge():
+    result = _result("pass", "P1")
+    result["rows"][0].update(points=[{"mode": "eager", "pixels": 1, "seconds": 1}], measured="2025-12-30")
+    result["rows"].append(dict(_result()["rows"][0], measured="2026-01-01"))  # no points: not plotted
+    assert report.plotted_on(result) == "2025-12-30"
+
+
 def test_the_readme_section_lists_what_did_not_pass_without_excuses():
     text = report.section(_result(), report.RESULTS / "x.json", None, None)
     assert "| P9 | thing | 1.5 x | 1.4–1.6 | 5 | <= 1 | fail |" in text
