@@ -2,8 +2,9 @@
 
 Run: ``python -m embedded train --edit-steps 0 BASE`` then ``python -m embedded train-edits BASE
 --dest D`` (``python -m embedded train`` ends with this phase): loads BASE, trains it in the rounds of
-``rounds``, saves D. One seed; the same seed on the same machine (and thread count) gives the
-same weights.
+``rounds``, saves D (``--from-round N`` goes on from a folder that holds rounds 1 to N-1, such as
+the one committed after round N-1). One seed; the same seed on the same machine (and thread count)
+gives the same weights.
 
 The objective is the text-to-image one (``embedded.training``: flow matching on the pipeline's
 4-step schedule) with the reference as Flux2KleinPipeline passes it: the reference's VAE latents

@@ -255,11 +255,15 @@ def train_and_save(dest: Path, train_cfg=None, cfg: TinyFluxConfig = SCENES_GEOM
     return timings
 
 
-def train_edits_and_save(source: Path, dest: Path, edit_cfgs) -> dict:
+def train_edits_and_save(source: Path, dest: Path, edit_cfgs, first: int = 0) -> dict:
     """The edit phase alone: load the trained folder ``source`` (its first phases done), train it to
     edit, save it at ``dest`` (``python -m embedded train-edits``). The same as the whole recipe's last
     phase: the folder keeps the weights' exact bits. Only the transformer is rewritten (the phase
-    trains nothing else); the other components are copied as they are when ``dest`` is elsewhere."""
+    trains nothing else); the other components are copied as they are when ``dest`` is elsewhere.
+
+    ``first`` > 0 goes on from a folder that holds the first ``first`` rounds of ``edit_cfgs``
+    already (``--from-round``: round N again from the folder committed after round N-1); the folder
+    must record exactly those rounds, and the one saved records all of ``edit_cfgs``."""
     import shutil
 
     from diffusers import Flux2KleinPipeline
@@ -268,15 +272,32 @@ def train_edits_and_save(source: Path, dest: Path, edit_cfgs) -> dict:
 
     source, dest = Path(source), Path(dest)
     before = json.loads((source / "training.json").read_text())
-    if any(r.get("steps") for r in before.get("edit_rounds", [before.get("edit_config") or {}])):
+    done = [r for r in before.get("edit_rounds", [before.get("edit_config") or {}]) if r.get("steps")]
+    if not 0 <= first < len(edit_cfgs):
+        raise ValueError(f"the edit phase has rounds 1 to {len(edit_cfgs)}: there is no round {first + 1}")
+    if not first and done:
         raise ValueError(f"{source} has been trained to edit already: run the edit phase on a folder that "
-                         "`python -m embedded train --edit-steps 0` wrote")
+                         "`python -m embedded train --edit-steps 0` wrote (or go on from the round after "
+                         f"its last: --from-round {len(done) + 1})")
+    if first and len(done) != first:
+        raise ValueError(f"{source} holds {len(done)} edit round(s); round {first + 1} goes on from a folder "
+                         f"that holds the {first} before it")
+    for i, (recorded, cfg) in enumerate(zip(done, edit_cfgs[:first]), 1):
+        # a field recorded before it existed had its default's value then
+        wanted = json.loads(json.dumps(dataclasses.asdict(cfg)))
+        defaults = json.loads(json.dumps(dataclasses.asdict(edit_training.EditConfig())))
+        differ = sorted(k for k, v in wanted.items() if recorded.get(k, defaults[k]) != v)
+        if differ:
+            raise ValueError(f"{source}'s edit round {i} is not this recipe's round {i} (it differs in "
+                             f"{', '.join(differ)})")
     pipe = Flux2KleinPipeline.from_pretrained(source)
     cfg = TinyFluxConfig(**{k: tuple(v) if isinstance(v, list) else v
                             for k, v in json.loads((source / "tiny_config.json").read_text()).items()})
-    timings = edit_training.train_rounds(pipe, edit_cfgs)
-    minutes = {k: v for k, v in before["minutes"].items() if k not in ("edit_data", "edits")}
-    timings = {**{k: v * 60 for k, v in minutes.items()}, **timings}
+    new = edit_training.train_rounds(pipe, edit_cfgs[first:])
+    timings = {k: v * 60 for k, v in before["minutes"].items() if k != "total"}
+    if not first:  # a base folder's own edit minutes, if any, are of no round
+        timings = {k: v for k, v in timings.items() if k not in ("edit_data", "edits")}
+    timings = {**timings, **{k: timings.get(k, 0.0) + v for k, v in new.items()}}
     timings["total"] = sum(v for k, v in timings.items() if k != "total")
     if dest.resolve() != source.resolve():
         shutil.copytree(source, dest, dirs_exist_ok=True)
@@ -342,10 +363,18 @@ def _train_edits_main(argv: list[str]) -> None:
         parser.add_argument("--" + field, type=int, default=getattr(defaults, field))
     for field in ("steps", "pairs", "batch"):
         parser.add_argument("--" + field, type=int, default=None, help="of each round (default: its own)")
+    parser.add_argument("--from-round", type=int, default=1, metavar="N",
+                        help="go on from a folder that holds rounds 1 to N-1 (e.g. one committed after round N-1) "
+                             "and run rounds N to the last (default: 1)")
+    parser.add_argument("--to-round", type=int, default=None, metavar="M",
+                        help="stop after round M (default: the last); with --from-round M, round M alone")
     args = parser.parse_args(argv)
     given = {f: getattr(args, f) for f in ("steps", "pairs", "batch") if getattr(args, f) is not None}
+    cfgs = rounds(seed=args.seed, threads=args.threads, **given)
+    if args.to_round is not None and not args.from_round <= args.to_round <= len(cfgs):
+        parser.error(f"--to-round must be from --from-round ({args.from_round}) to {len(cfgs)}")
     try:
-        train_edits_and_save(args.source, args.dest or args.source, rounds(seed=args.seed, threads=args.threads, **given))
+        train_edits_and_save(args.source, args.dest or args.source, cfgs[:args.to_round], first=args.from_round - 1)
     except ValueError as exc:
         parser.error(str(exc))
     print(args.dest or args.source)

@@ -123,3 +123,32 @@ def test_a_request_with_references_reads_its_prompt_as_an_edit_and_without_as_a_
     assert card.read_prompt(caption, editing=True).caption == caption
     assert ModelCard().read_prompt("turn the disc blue", editing=True) is None
     assert all(example in editing.instruction_words() for example in EDIT_EXAMPLES)
+
+
+def test_train_edits_goes_on_only_from_the_round_its_folder_ends_with(tmp_path, capsys):
+    # python -m embedded train-edits --from-round N: round N again from the folder committed after
+    # round N-1; a folder holding another number of rounds, or rounds the recipe does not have, is
+    # refused before anything loads or trains (the committed folder holds all ten)
+    import json
+    import shutil
+
+    from embedded import SCENES_MODEL_DIR
+    from embedded.recipe import main
+
+    folder = tmp_path / "model"
+    folder.mkdir()
+    shutil.copy(SCENES_MODEL_DIR / "training.json", folder / "training.json")
+    recorded = json.loads((folder / "training.json").read_text())
+    assert len(recorded["edit_rounds"]) == 10
+    for argv, said in ((["--from-round", "5"], "holds 10 edit round(s); round 5 goes on from a folder that holds the 4"),
+                       ([], "trained to edit already"), (["--from-round", "11"], "there is no round 11"),
+                       (["--from-round", "3", "--to-round", "2"], "--to-round must be from --from-round (3) to 10")):
+        with pytest.raises(SystemExit) as exited:
+            main(["train-edits", str(folder), *argv])
+        assert exited.value.code == 2 and said in capsys.readouterr().err
+    recorded["edit_rounds"] = recorded["edit_rounds"][:9]  # nine rounds, the ninth another recipe's
+    recorded["edit_rounds"][8]["lr"] = 1e-3
+    (folder / "training.json").write_text(json.dumps(recorded))
+    with pytest.raises(SystemExit):
+        main(["train-edits", str(folder), "--from-round", "10", "--to-round", "10"])
+    assert "edit round 9 is not this recipe's round 9 (it differs in lr)" in capsys.readouterr().err

@@ -109,8 +109,9 @@ def _weights(folder: Path) -> dict[str, torch.Tensor]:
 def test_training_is_deterministic_for_a_seed(tmp_path):
     # Every phase of the recipe (the edit phase last), a few steps each: not the untrained bits; then
     # the first phases again and the edit phase alone from their saved folder (python -m embedded
-    # train-edits): the whole recipe's bits again (the VAE and text encoder from the first phases, the
-    # transformer through both).
+    # train-edits), its first four rounds, saved, and the rest from that folder (--from-round 5): the
+    # whole recipe's bits again (the VAE and text encoder from the first phases, the transformer
+    # through both).
     from embedded.edit_training import rounds
     from embedded.recipe import SCENES_GEOMETRY, build_pipeline, train_and_save, train_edits_and_save
     from embedded.training import TrainConfig
@@ -120,7 +121,16 @@ def test_training_is_deterministic_for_a_seed(tmp_path):
     edits = rounds(pairs=6, captions=3, steps=3, batch=2)
     train_and_save(tmp_path / "a", TrainConfig(seed=0, **tiny), edit_cfgs=edits)
     train_and_save(tmp_path / "base", TrainConfig(seed=0, **tiny), edit_cfgs=rounds(steps=0))
-    train_edits_and_save(tmp_path / "base", tmp_path / "c", edits)
+    train_edits_and_save(tmp_path / "base", tmp_path / "b4", edits[:4])
+    for wrong, match in ((dict(first=3), "holds 4 edit round"), (dict(first=0), "trained to edit already"),
+                         (dict(first=len(edits)), "no round 11")):
+        with pytest.raises(ValueError, match=match):  # refused before any training
+            train_edits_and_save(tmp_path / "b4", tmp_path / "d", edits, **wrong)
+    with pytest.raises(ValueError, match="round 2 is not this recipe's round 2 .*lr"):
+        train_edits_and_save(tmp_path / "b4", tmp_path / "d", [edits[0], edits[2], *edits[2:]], first=4)
+    train_edits_and_save(tmp_path / "b4", tmp_path / "c", edits, first=4)
+    assert json.loads((tmp_path / "c" / "training.json").read_text())["edit_rounds"] == \
+        json.loads((tmp_path / "a" / "training.json").read_text())["edit_rounds"]
     build_pipeline(SCENES_GEOMETRY).save_pretrained(tmp_path / "untrained")
     a, c, base, untrained = (_weights(tmp_path / n) for n in ("a", "c", "base", "untrained"))
     assert a.keys() == c.keys() and base.keys() == untrained.keys()
