@@ -282,10 +282,10 @@ def train_edits_and_save(source: Path, dest: Path, edit_cfgs, first: int = 0) ->
     if first and len(done) != first:
         raise ValueError(f"{source} holds {len(done)} edit round(s); round {first + 1} goes on from a folder "
                          f"that holds the {first} before it")
+    # a field recorded before it existed had its default's value then
+    defaults = json.loads(json.dumps(dataclasses.asdict(edit_training.EditConfig())))
     for i, (recorded, cfg) in enumerate(zip(done, edit_cfgs[:first]), 1):
-        # a field recorded before it existed had its default's value then
         wanted = json.loads(json.dumps(dataclasses.asdict(cfg)))
-        defaults = json.loads(json.dumps(dataclasses.asdict(edit_training.EditConfig())))
         differ = sorted(k for k, v in wanted.items() if recorded.get(k, defaults[k]) != v)
         if differ:
             raise ValueError(f"{source}'s edit round {i} is not this recipe's round {i} (it differs in "
