@@ -139,7 +139,6 @@ class _TerminalProgress:
 
 def generate(settings: Settings, args: argparse.Namespace) -> int:
     from backend.serving.manager import Manager
-    from backend.images.pngmeta import save_png
 
     sizes = args.size or []
     if not sizes:
@@ -169,23 +168,20 @@ def generate(settings: Settings, args: argparse.Namespace) -> int:
     try:
         for request in requests:
             try:
+                save = False if args.no_save else name
                 if sys.stderr.isatty():
                     with _TerminalProgress(request) as progress:
-                        image, result = manager.generate(request, progress)
+                        image, result = manager.run(request, progress=progress, save=save)
                 else:
-                    image, result = manager.generate(request)
+                    image, result = manager.run(request, save=save)
             except (GenerationFailed, GenerationCancelled) as exc:
                 return _fail(str(exc), EXIT_FAILED)
             except StudioError as exc:
                 return _fail(_one_line(_refusal(exc)), EXIT_BAD_INPUT)
-            if not args.no_save:
-                try:
-                    for index, each in enumerate(result.images or [image]):
-                        result.paths.append(str(save_png(each, result, name(result, index)).resolve()))
-                    result.path = result.paths[0]
-                except OSError as exc:
-                    flag = "--out" if args.out else "--output-dir"
-                    return _fail(f"{flag}: cannot write {name(result)}: {exc.strerror or exc}", EXIT_FAILED)
+            except OSError as exc:
+                flag = "--out" if args.out else "--output-dir"
+                return _fail(f"{flag}: cannot write {exc.filename or name(request)}: {exc.strerror or exc}",
+                             EXIT_FAILED)
             if args.json:
                 print(json.dumps(result.to_json(), ensure_ascii=False), flush=True)
             else:

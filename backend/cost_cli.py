@@ -28,9 +28,9 @@ def cost(settings: Settings, sizes: str | None, runs: int, reference: Reference 
     try:
         manager.start()
         for request in requests:
-            manager.generate(request)  # compiles (or not) and warms
+            manager.run(request, save=False)  # compiles (or not) and warms
             for _ in range(runs):
-                manager.generate(request)
+                manager.run(request, save=False)
             print(f"cost: {request.shape} in {request.mode} mode: 1 warm-up + {runs} runs", file=sys.stderr)
         data = manager.receipt(reference=reference)
     except StudioError as exc:

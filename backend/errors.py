@@ -91,6 +91,12 @@ class BackendBusy(StudioError):
     code = "busy"
 
 
+class QueueFull(BackendBusy):
+    """The caller already has as many runs waiting or running as one caller may (the job board's cap)."""
+
+    code = "queue_full"
+
+
 class ShapeLocked(StudioError):
     """The app is locked to warm shapes and this (mode, shape) is not warm."""
 

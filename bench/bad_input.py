@@ -146,7 +146,7 @@ def run_png_cases(url: str, tmp: Path) -> list[dict[str, Any]]:
         status_seconds: list[float] = []
         stop = threading.Event()
 
-        def poll() -> None:
+        def poll(stop=stop, status_seconds=status_seconds) -> None:
             while not stop.is_set():
                 began = time.perf_counter()
                 client.predict(api_name="/status")

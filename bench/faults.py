@@ -139,7 +139,7 @@ def _inject_faults(manager, tmp: Path, tp_faults=TP_FAULTS) -> list[dict[str, An
         started = threading.Event()
         outcome: dict[str, str] = {}
 
-        def long_run() -> None:
+        def long_run(started=started, outcome=outcome) -> None:
             try:
                 manager.generate(manager.validate("long", 512, 512, steps=50, seed=1, mode="tp"),
                                  lambda e: started.set() if e.phase == "denoising" else None)

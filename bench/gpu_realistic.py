@@ -32,15 +32,15 @@ REFERENCE = {"model": "FLUX.2-klein-4B", "seconds": 0.57, "size": "1024x1024", "
 def run(device: str, quick: bool, reps: int) -> dict:
     import torch
 
-    from backend.hardware.env import prepare_environment
     from backend.engines.in_process import InProcessEngine
+    from backend.hardware.env import prepare_environment
     from backend.serving.manager import Manager
     from backend.settings import Settings
     from backend.shapes import parse_shape
-    from embedded.recipe import KLEIN_4B_GEOMETRY, TinyFluxConfig, build_pipeline
     from bench import stats
     from bench.latency import measure_app_overhead, measure_shape_switch
     from bench.rows import timed_ratio
+    from embedded.recipe import KLEIN_4B_GEOMETRY, TinyFluxConfig, build_pipeline
 
     # --quick checks the script itself: two blocks of each kind (still "repeated" for regional).
     geometry = TinyFluxConfig(num_layers=2, num_single_layers=2) if quick else KLEIN_4B_GEOMETRY

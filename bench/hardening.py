@@ -26,8 +26,8 @@ from bench.bad_input import run_api_cases, run_cli_cases, run_png_cases
 from bench.bounds import bundle_bounds, room_bounds
 from bench.faults import run_faults, run_sigterm
 from bench.foreign_files import run_foreign_files
-from bench.traffic import run_load, run_memory
 from bench.room import replica_killed
+from bench.traffic import run_load, run_memory
 
 KEEP_OUTPUTS = 5  # the app under test keeps this many PNGs (--keep-outputs)
 MAX_WORK = 100.0  # megapixel-steps (--max-work): 1024x1024 at 50 steps is 52, 2048x2048 at 50 is 210

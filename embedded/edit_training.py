@@ -30,9 +30,18 @@ import numpy as np
 import torch
 
 from embedded import editing, scenes
-from embedded.components import (FULL_PROMPT_TOKENS, SHAPE_LOSS_WEIGHT, SHORT_PROMPT_TOKENS, _lr_at, _progress,
-                                 _shape_pixels, _to_tensor, encode_patchified, normalise)
-from embedded.components import TrainConfig
+from embedded.components import (
+    FULL_PROMPT_TOKENS,
+    SHAPE_LOSS_WEIGHT,
+    SHORT_PROMPT_TOKENS,
+    TrainConfig,
+    _lr_at,
+    _progress,
+    _shape_pixels,
+    _to_tensor,
+    encode_patchified,
+    normalise,
+)
 from embedded.training import flow_loss
 
 EDIT_LOSS_WEIGHT = 8.0  # extra loss weight of a latent token, times the share of it the edit changes

@@ -24,8 +24,18 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from embedded.scenes import (COLOURS, FLAT_BACKGROUNDS, GRADIENTS, PATTERN_COLOURS, POSITION_PAIRS, SHAPES,
-                             Background, Scene, ShapeSpec, colour_fits)
+from embedded.scenes import (
+    COLOURS,
+    FLAT_BACKGROUNDS,
+    GRADIENTS,
+    PATTERN_COLOURS,
+    POSITION_PAIRS,
+    SHAPES,
+    Background,
+    Scene,
+    ShapeSpec,
+    colour_fits,
+)
 
 NAME = "scenes"  # what a model card's "prompt_grammar" says to select this reading
 

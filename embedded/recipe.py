@@ -37,9 +37,7 @@ from pathlib import Path
 
 import torch
 
-from embedded import scenes
-
-from embedded import EMBEDDED_MODEL_DIR, SCENES_MODEL_DIR  # noqa: E402 - the folders the recipe writes
+from embedded import EMBEDDED_MODEL_DIR, SCENES_MODEL_DIR, scenes  # noqa: E402 - the folders the recipe writes
 
 _SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"]
 

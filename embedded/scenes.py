@@ -29,7 +29,7 @@ import numpy as np
 
 # The grammar's words (colours, shapes, places, backgrounds) live in embedded.words, which the page
 # can read without numpy or this module.
-from embedded.words import (COLOURS, FLAT_BACKGROUNDS, GRADIENTS, GREY, PATTERN_COLOURS, POSITION_PAIRS,
+from embedded.words import (COLOURS, FLAT_BACKGROUNDS, GRADIENTS, GREY, PATTERN_COLOURS, POSITION_PAIRS,  # isort: skip
                             POSITIONS, SHAPES)
 
 SIZES = ((64, 64), (96, 96), (128, 128), (128, 96), (96, 128), (192, 192), (256, 256), (256, 128),

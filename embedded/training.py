@@ -48,10 +48,29 @@ import numpy as np
 import torch
 
 from embedded import scenes
-from embedded.components import (EMA_DECAY, FULL_PROMPT_TOKENS, GRID_SHARE, READER_WEIGHT, SHAPE_LOSS_WEIGHT,
-                                 SHORT_PROMPT_TOKENS, Reader, TrainConfig, TrainedTextTail, _lr_at, _progress,
-                                 _shape_pixels, _to_tensor, encode_patchified, frozen_text_states, normalise,
-                                 prompt_embeds, prompt_length, reading_targets, set_latent_stats, train_vae)
+from embedded.components import (
+    EMA_DECAY,
+    FULL_PROMPT_TOKENS,
+    GRID_SHARE,
+    READER_WEIGHT,
+    SHAPE_LOSS_WEIGHT,
+    SHORT_PROMPT_TOKENS,
+    Reader,
+    TrainConfig,
+    TrainedTextTail,
+    _lr_at,
+    _progress,
+    _shape_pixels,
+    _to_tensor,
+    encode_patchified,
+    frozen_text_states,
+    normalise,
+    prompt_embeds,
+    prompt_length,
+    reading_targets,
+    set_latent_stats,
+    train_vae,
+)
 
 
 def _mu(pipe, image_seq_len: int, steps: int = 4) -> float:

@@ -10,8 +10,8 @@ import pytest
 from PIL import Image
 
 import app
-from embedded import scenes
 from backend.images.pngmeta import read_png_parameters
+from embedded import scenes
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -28,10 +28,7 @@ PROBE = textwrap.dedent("""
     settings = Settings(model=sys.argv[1], cache_dir=tmp + "/cache", output_dir=tmp + "/out", port=port)
     demo = launch(Manager(settings), settings, block=False)
     page = urllib.request.urlopen(f"http://127.0.0.1:{demo.server_port}/", timeout=60)
-    queue = demo._queue
-    print(json.dumps({"status": page.status, "modules": sorted(sys.modules),
-                      "idle_poll": [queue.sleep_when_free, queue.progress_update_sleep_when_free],
-                      "push": queue.push.__qualname__}))
+    print(json.dumps({"status": page.status, "modules": sorted(sys.modules)}))
     sys.stdout.flush()
     os._exit(0)
 """)
@@ -58,21 +55,6 @@ def test_the_page_answers_before_the_model_stack_is_imported(started):
               or any(m == c or m.startswith(c + ".") for c in MODEL_CODE)]
     assert loaded == [], loaded
     assert "embedded.words" in out["modules"]  # what the page says the model understands: the words alone
-
-
-@pytest.mark.slow
-def test_an_idle_app_polls_its_queue_at_most_every_20_ms(started):
-    """Gradio's queue looks for work every 1 ms and for progress every 10 ms: ~5 % of a core on an
-    app nobody uses (``python -m bench.idle`` measures it). The launched app polls at 20 and 50 ms."""
-    look_for_work, send_progress = started["idle_poll"]
-    assert look_for_work >= 0.02 and send_progress >= 0.05
-
-
-@pytest.mark.slow
-def test_the_launched_apps_queue_caps_each_viewers_waiting_runs(started):
-    """``launch`` wraps the queue's join with the per-viewer cap (its behaviour:
-    tests/ui/test_fair_queue.py)."""
-    assert started["push"] == "cap_per_session.<locals>.capped"
 
 
 def test_the_next_start_removes_what_a_killed_run_left_in_tmp_and_nothing_else(tmp_path):

@@ -54,7 +54,7 @@ def running_app(workdir: Path, *flags: str, ready: bool = True, timeout: float =
                 if proc.poll() is not None:
                     raise RuntimeError((workdir / "app.log").read_text()) from None
                 if time.monotonic() > deadline:
-                    raise TimeoutError("the page was not served")
+                    raise TimeoutError("the page was not served") from None
                 time.sleep(0.2)
         if ready:
             from gradio_client import Client

@@ -12,7 +12,6 @@ import urllib.request
 
 from backend.serving.roles import COOKIE
 
-
 FIRST_CHOICE = object()  # in an event's data: the first choice of that input (the model's first preset)
 
 # Every operator event of the page, as an outside caller would post it: (elem_id, trigger, data).

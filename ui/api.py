@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import gradio as gr
 
-from ui.constants import DEVICE_QUEUE
+from ui.constants import RUN_QUEUE, RUN_SLOTS
 
 
 class RawNumber(gr.Number):
@@ -87,7 +87,7 @@ def add_api(studio, manager) -> None:
     api_record = gr.JSON(visible=False)
     api_button = gr.Button(visible=False)  # never shown: the endpoint is for API clients
     api_button.click(studio.api_generate, api_inputs, [api_image, api_record], api_name="generate",
-                     concurrency_id=DEVICE_QUEUE, concurrency_limit=1)
+                     concurrency_id=RUN_QUEUE, concurrency_limit=RUN_SLOTS)
 
     def status(request: gr.Request) -> dict:
         """The manager's status snapshot: device, model, engine state, per-shape compile states, caches

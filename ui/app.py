@@ -14,14 +14,12 @@ from __future__ import annotations
 
 import os
 import sys
-import weakref
 from pathlib import Path
 
 import gradio as gr
 
-from ui import gradio_queue
 from ui.api import add_api
-from ui.constants import ASSETS, CSS, DEVICE_QUEUE, I18N, MAX_UPLOAD, PROMPT_KEYS
+from ui.constants import ASSETS, CSS, I18N, MAX_QUEUE, MAX_UPLOAD, PROMPT_KEYS
 from ui.handlers import Studio
 from ui.layout import build_page
 from ui.temp_dir import own_temp_dir
@@ -40,23 +38,7 @@ def build_ui(manager, operator_key=None) -> gr.Blocks:
         wire(studio, page, demo)
         add_api(studio, manager)
     studio.operator_controls = len(page.operator_only)
-    studio.blocks = demo
-    follow_capacity(manager, studio)
     return demo
-
-
-def follow_capacity(manager, studio: Studio) -> None:
-    """Keep the page's device queue as wide as the engines' capacity: set again each time a
-    launched engine's capacity changes (``Manager.on_capacity``), for as long as the page lives
-    (the manager holds only a weak reference to its handlers)."""
-    handlers = weakref.WeakMethod(studio.follow_capacity)
-
-    def changed(_width: int) -> None:
-        follow = handlers()
-        if follow is not None:
-            follow()
-
-    manager.on_capacity(changed)
 
 
 def parse_auth(spec: str | None) -> list[tuple[str, str]] | None:
@@ -96,7 +78,7 @@ def launch(manager, settings, block: bool = True) -> gr.Blocks:
     if made:
         atexit.register(shutil.rmtree, made, ignore_errors=True)
     demo = build_ui(manager, key)
-    demo.queue(default_concurrency_limit=1)
+    demo.queue(default_concurrency_limit=1, max_size=MAX_QUEUE)
     guard = Middleware(RoomGuard, key=key, hosts=allowed_hosts(settings.host),
                        output_dir=str(Path(settings.output_dir).resolve()), upload_dir=os.environ.get("GRADIO_TEMP_DIR"))
     # The Images API, the probes and the metrics (web.door), behind the guard's Host check.
@@ -105,12 +87,6 @@ def launch(manager, settings, block: bool = True) -> gr.Blocks:
                 enable_monitoring=False, show_error=False, prevent_thread_lock=True, css=CSS, js=PROMPT_KEYS, i18n=I18N,
                 allowed_paths=[str(Path(settings.output_dir).resolve())], quiet=False,
                 max_file_size=MAX_UPLOAD, app_kwargs={"middleware": [guard, door]})
-    gradio_queue.calm(demo)  # an idle app should not poll 1,000 times a second
-    gradio_queue.set_width(demo, DEVICE_QUEUE, manager.capacity())  # then at each change (build_ui)
-    gradio_queue.cap_per_session(demo, DEVICE_QUEUE, lambda: settings.max_queued_per_viewer,
-                                 lambda position, cap: (f"You have {cap} runs waiting already (the first at place "
-                                                        f"{position}); at most {cap} wait per viewer, so that "
-                                                        "others get a turn. Try again when one has started."))
     shown = "127.0.0.1" if settings.host in ("0.0.0.0", "::", "") else settings.host
     key.base_url = f"http://{'[' + shown + ']' if ':' in shown else shown}:{demo.server_port}"
     link = key.link(key.base_url)

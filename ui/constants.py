@@ -14,8 +14,13 @@ from ui.i18n import MESSAGES
 I18N = gr.I18n(**MESSAGES)
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
-# Device work (generate, compare, bundles) runs in one concurrency group, one event at a time;
-# ``Studio.follow_capacity`` widens it to what the engines can run at once.
+# Runs (Generate, Compare, the API's /generate) go to the service's job board, which orders them
+# round robin between owners and runs as many at once as the engines can: Gradio only hands them
+# over, up to RUN_SLOTS at a time (the rest wait in Gradio's queue, bounded by MAX_QUEUE).
+RUN_QUEUE = "runs"
+RUN_SLOTS = 64
+MAX_QUEUE = 256
+# Bundles' export and import hold the device (the cache must not change under them): one at a time.
 DEVICE_QUEUE = "device"
 MAX_UPLOAD = "20mb"  # a parameters PNG is kilobytes; nothing bigger is read, or kept
 UPLOAD_QUEUE = "uploads"  # events that parse an upload run one at a time, apart from the device

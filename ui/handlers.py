@@ -17,8 +17,6 @@ from __future__ import annotations
 import gradio as gr
 
 from backend.serving.status import for_viewer
-from ui import gradio_queue
-from ui.constants import DEVICE_QUEUE
 from ui.handlers_api import ApiHandlers
 from ui.handlers_compare import CompareHandlers
 from ui.handlers_performance import PerformanceHandlers
@@ -44,14 +42,6 @@ class Studio(CompareHandlers, ApiHandlers, SystemHandlers, PerformanceHandlers):
         """The status as this caller may read it: whole for the operator, ``for_viewer`` otherwise."""
         status = self.manager.status()
         return status if self._caller(page).is_operator else for_viewer(status)
-
-    def follow_capacity(self) -> bool:
-        """Let the page's device queue through as many requests at once as the engines can run now
-        (``Manager.capacity``: a replica pool runs one per ready replica; each engine still queues
-        what it cannot run, so this keeps Gradio's queue positions honest, nothing more). Called
-        when a launched engine's capacity changes (``Manager.on_capacity``, set in ``build_ui``).
-        False when there is no queue to follow (yet)."""
-        return gradio_queue.set_width(self.blocks, DEVICE_QUEUE, self.manager.capacity())
 
     def page_opened(self):
         """A new page's TP degree: the running group's, so its Start does not replace it by accident."""

@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import Callable, Iterator
+from typing import Iterator
 
 import gradio as gr
 
 from backend.errors import InvalidRequest, StudioError
-from backend.serving.roles import COOKIE, LOCAL_OPERATOR, Caller
+from backend.serving.roles import COOKIE, LOCAL_OPERATOR, Caller, page_caller
 from backend.shapes import whole_number
-from ui import gradio_queue
 from ui.i18n import error_message, text
 
 log = logging.getLogger("neuron_studio.ui")
@@ -105,16 +104,20 @@ class Handlers:
     def __init__(self, manager, operator_key=None):
         self.manager = manager
         self.key = operator_key
-        self.blocks = None  # set by ui.app once the page exists: its queue says who still waits
         self.examples: list[str] = []  # the page's example prompts (ui.app sets them): a note offers the closest
         self.operator_controls = 0  # how many groups the page shows only to the operator (ui.app counts them)
 
-    def _still_wanted(self, page: gr.Request | None) -> Callable[[], bool] | None:
-        """False once the page that asked has gone (``gradio_queue.page_alive``)."""
-        return gradio_queue.page_alive(self.blocks, getattr(page, "session_hash", None))
-
     def _caller(self, page: gr.Request | None) -> Caller:
+        """Who sent this event: its role (the operator's cookie) and its owner, the page session.
+        Without a key (handlers driven directly) the local operator, owning the page session's runs."""
+        session = getattr(page, "session_hash", None)
         if self.key is None:
-            return LOCAL_OPERATOR
-        return self.key.caller(_cookie(page, COOKIE) if page is not None else None,
-                               getattr(page, "session_hash", None))
+            return page_caller(True, session) if session else LOCAL_OPERATOR
+        return self.key.caller(_cookie(page, COOKIE) if page is not None else None, session)
+
+    def page_closed(self, page: gr.Request | None = None) -> None:
+        """The page has gone (Gradio's unload event): its waiting runs leave the board and its running
+        one stops at its next step — nobody is left to see them."""
+        session = getattr(page, "session_hash", None)
+        if session:
+            self.manager.abandon(page_caller(False, session).owner)

@@ -36,14 +36,12 @@ class CompareHandlers(StudioHandlers):
         adapter = self._progress_adapter(progress, lang)
         with contextlib.closing(adapter), refusals(lang):
             try:
-                entries = self.manager.compare(request, modes or [], adapter,
-                                               owner=getattr(page, "session_hash", None))
+                entries = self.manager.compare(request, modes or [], adapter, caller=self._caller(page))
             except GenerationCancelled as exc:
                 _info(lang, text(lang, "info_stopped", detail=exc))
                 return gr.skip(), gr.skip()
         gallery, table = [], []
         for e in entries:
-            self.manager.save_image(e["image"], e["result"])
             r = e["result"]
             gallery.append((r.path, f"{mode_caption(r.to_json(), lang)} · {format_seconds(r.seconds)} · "
                                     f"max |Δ| {e['max_diff']}"))

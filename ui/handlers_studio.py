@@ -15,15 +15,22 @@ import gradio as gr
 
 from backend.errors import GenerationCancelled, InvalidRequest
 from backend.images.pngmeta import read_png_parameters
-from ui.temp_dir import discard_upload, is_upload
 from backend.request.references import check_count, reference_files, reference_sizes
 from backend.request.validation import check_work, work
 from backend.shapes import Shape, validate_shape
-from ui.handlers_base import Handlers, _info, _whole, _warning, refusals
+from ui.handlers_base import Handlers, _info, _warning, _whole, refusals
 from ui.i18n import error_message, language, text
+from ui.temp_dir import discard_upload, is_upload
 from ui.views_common import CUSTOM, format_seconds, preset_label, preset_shape
-from ui.views_studio import (badges_html, beyond_training_note, cost_markdown, engine_markdown, mode_caption,
-                             reading_note, run_markdown)
+from ui.views_studio import (
+    badges_html,
+    beyond_training_note,
+    cost_markdown,
+    engine_markdown,
+    mode_caption,
+    reading_note,
+    run_markdown,
+)
 from ui.views_tp import tp_cost_markdown, tp_group_note, tp_state_html
 
 HISTORY_KEEP = 24
@@ -93,6 +100,8 @@ class StudioHandlers(Handlers):
             if event.phase == "denoising":
                 progress((event.step, event.steps),
                          desc=text(lang, "progress_step", step=event.step, steps=event.steps))
+            elif event.phase == "queued":  # waiting for its turn on the job board
+                progress(None, desc=text(lang, "progress_queued", place=event.step, waiting=event.steps))
             elif event.phase == "loading":  # the model is still loading: the request waits for it
                 progress(None, desc=text(lang, "progress_loading", seconds=event.step))
             elif event.phase in ("encoding", "compiling", "decoding"):
@@ -110,12 +119,10 @@ class StudioHandlers(Handlers):
         adapter = self._progress_adapter(progress, lang or "en")
         with contextlib.closing(adapter), refusals(lang):
             try:
-                image, result = self.manager.generate(request, adapter, owner=getattr(page, "session_hash", None),
-                                                      still_wanted=self._still_wanted(page))
+                _image, result = self.manager.run(request, self._caller(page), adapter)
             except GenerationCancelled as exc:
                 _info(lang or "en", text(lang or "en", "info_stopped", detail=exc))
                 return None
-        self.manager.save_image(image, result)
         if result.degraded:
             _warning(lang or "en", text(lang or "en", "warn_degraded", mode=result.mode, why=result.degraded))
         return result

@@ -73,7 +73,7 @@ EN: dict[str, str] = {
     "err_invalid_replicas": "The number of replicas is not valid",
     "err_locked": "Refused",
     "err_limit": "Refused: this mode holds as many compiled shapes as allowed",
-    "err_not_ready": "Not ready", "err_busy": "Busy", "err_cancelled": "Stopped",
+    "err_not_ready": "Not ready", "err_queue_full": "Too many runs waiting", "err_busy": "Busy", "err_cancelled": "Stopped",
     "err_not_allowed": "Not allowed for a viewer",
     "from_bundle": "from a bundle", "bundle_accordion": "Warm-start bundle", "bundle_export": "Export warm shapes as a bundle",
     "bundle_file": "Bundle to download", "bundle_upload": "Bundle to import (up to 20 MB here; larger: "
@@ -120,6 +120,7 @@ EN: dict[str, str] = {
     "info_stopping_compile_operator": "Stopping — the compile that is running finishes first (about {left} "
                                       "left); to end it now, press End the compile (it stops the worker that "
                                       "compiles).",
+    "progress_queued": "waiting for your turn — place {place} of {waiting}",
     "progress_compiling": "compiling — {elapsed} so far, about {estimate} expected",
     "info_stopped": "Stopped: {detail}",
     "run_stopped": "**Stopped** before the image was finished (seed `{seed}`).",

@@ -88,7 +88,7 @@ TR: dict[str, str] = {
     "err_invalid_replicas": "Kopya sayısı geçerli değil",
     "err_locked": "Reddedildi",
     "err_limit": "Reddedildi: bu mod izin verilen sayıda derlenmiş boyut tutuyor",
-    "err_not_ready": "Hazır değil", "err_busy": "Meşgul", "err_cancelled": "Durduruldu",
+    "err_not_ready": "Hazır değil", "err_queue_full": "Bekleyen çok işiniz var", "err_busy": "Meşgul", "err_cancelled": "Durduruldu",
     "err_compile_failed": "Derleme başarısız oldu", "err_group_dead": "Tensör paralel grup çöktü",
     "err_failed": "Üretim başarısız oldu", "err_model_not_found": "Model bulunamadı",
     "cost_warm_on": " · {of} kopyanın {warm} tanesinde sıcak",
@@ -119,6 +119,7 @@ TR: dict[str, str] = {
                              "bir sonraki adımdan önce duracak.",
     "info_stopping_compile_operator": "Duruluyor — süren derleme önce bitecek (yaklaşık {left} kaldı); hemen "
                                       "bitirmek için Derlemeyi bitir'e basın (derleyen işçiyi durdurur).",
+    "progress_queued": "sıranızı bekliyor — {waiting} işin {place}. sırasında",
     "progress_compiling": "derleniyor — şimdiye dek {elapsed}, beklenen yaklaşık {estimate}",
     "info_stopped": "Durduruldu: {detail}",
     "run_stopped": "Görsel bitmeden **durduruldu** (tohum `{seed}`).",

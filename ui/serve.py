@@ -37,7 +37,7 @@ def prepare_demo(manager, modes: list[str], tp: bool, say=print) -> None:
     shapes = [shape for _name, shape in manager.card.presets]
     for mode in modes:
         say(f"demo: warming {len(shapes)} presets in {mode} mode…")
-        manager.warmup(shapes, mode, progress=lambda done, total, shape: shape is not None and say(
+        manager.warmup(shapes, mode, progress=lambda done, total, shape, mode=mode: shape is not None and say(
             f"demo:   {mode} {shape} ({done + 1}/{total})"))
     if tp:
         say("demo: starting the tensor-parallel group…")

@@ -16,16 +16,55 @@ sizes, mode names and the backend's own texts are written the same in both langu
 
 from __future__ import annotations
 
-from ui.views_common import (CUSTOM, MESSAGES_EN, MODE_KEYS, column_names, format_bytes, format_seconds,
-                             load_example_prompts, preset_choices, preset_label, preset_shape, shorten)
+from ui.views_common import (
+                             CUSTOM,
+                             MESSAGES_EN,
+                             MODE_KEYS,
+                             column_names,
+                             format_bytes,
+                             format_seconds,
+                             load_example_prompts,
+                             preset_choices,
+                             preset_label,
+                             preset_shape,
+                             shorten,
+)
 from ui.views_compare import COMPARE_COLUMNS, compare_frame
 from ui.views_performance import MODE_COLORS, compile_frame, latency_frame, plot_axes
-from ui.views_studio import (badge_state, badges_html, beyond_training_note, compile_text, cost_markdown,
-                             engine_markdown, mode_caption, mode_text, reading_note, run_markdown, warm_on_text)
-from ui.views_system import (SHAPE_COLUMNS, bundle_markdown, device_reason, replicas_markdown, shapes_frame,
-                             system_markdown, warmup_markdown)
-from ui.views_tp import (TP_RUNNING, TP_STARTING, tp_cost_markdown, tp_engine_text, tp_group_note, tp_logs_text,
-                         tp_markdown, tp_ranks_markdown, tp_state_html, tp_state_name)
+from ui.views_studio import (
+                             badge_state,
+                             badges_html,
+                             beyond_training_note,
+                             compile_text,
+                             cost_markdown,
+                             engine_markdown,
+                             mode_caption,
+                             mode_text,
+                             reading_note,
+                             run_markdown,
+                             warm_on_text,
+)
+from ui.views_system import (
+                             SHAPE_COLUMNS,
+                             bundle_markdown,
+                             device_reason,
+                             replicas_markdown,
+                             shapes_frame,
+                             system_markdown,
+                             warmup_markdown,
+)
+from ui.views_tp import (
+                             TP_RUNNING,
+                             TP_STARTING,
+                             tp_cost_markdown,
+                             tp_engine_text,
+                             tp_group_note,
+                             tp_logs_text,
+                             tp_markdown,
+                             tp_ranks_markdown,
+                             tp_state_html,
+                             tp_state_name,
+)
 
 __all__ = [
     "CUSTOM", "MESSAGES_EN", "MODE_KEYS", "column_names", "format_bytes", "format_seconds", "load_example_prompts",

@@ -9,6 +9,7 @@ import pandas as pd
 
 from ui.i18n import DEFAULT, text
 
+
 def latency_frame(records: list[Any]) -> pd.DataFrame:
     """Steady-state seconds per image (median over runs) against megapixels, per mode."""
     rows = [{"mode": r.mode, "megapixels": r.width * r.height / 1e6, "shape": f"{r.width}x{r.height}",

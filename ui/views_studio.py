@@ -11,6 +11,7 @@ from ui.i18n import DEFAULT, text
 from ui.views_common import MESSAGES_EN, format_seconds
 from ui.views_tp import tp_engine_text
 
+
 def cost_markdown(prediction: dict[str, Any] | None, error: str | None = None, lang: str = DEFAULT) -> str:
     """What the chosen (mode, shape) will cost, in one line. ``error`` is already in ``lang``."""
     if error:

@@ -1,8 +1,9 @@
 """The page's events: which handler (``ui.handlers.Studio``) each component's event calls, with which
 inputs and outputs, in which queue; tab by tab, then what runs when a page opens and on the timers.
 
-Device work (generate, compare, bundles) runs in one concurrency group (``DEVICE_QUEUE``), so the
-queue serialises it; parsing an upload runs in its own (``UPLOAD_QUEUE``); everything that only
+Runs (generate, compare) are handed to the service's job board (``RUN_QUEUE``), which orders them
+fairly between owners and runs as many as the engines can; bundles hold the device one at a time
+(``DEVICE_QUEUE``); parsing an upload runs in its own (``UPLOAD_QUEUE``); everything that only
 reads status is ``LIGHT``: it never waits for the device. Status refreshes for every open browser
 on a timer. The mode is each page's own; the tensor-parallel group is shared, so only its Start/Stop
 buttons (or ``--mode tp`` at launch) start or stop it. The public API's events are ``ui.api``'s.
@@ -12,11 +13,12 @@ from __future__ import annotations
 
 import gradio as gr
 
-from ui.constants import DEVICE_QUEUE, UPLOAD_QUEUE
+from ui.constants import DEVICE_QUEUE, RUN_QUEUE, RUN_SLOTS, UPLOAD_QUEUE
 
 PRIVATE = {"api_visibility": "private"}
 LIGHT = {"concurrency_limit": None, **PRIVATE}  # reads status only: never waits for the device
 DEVICE = {"concurrency_id": DEVICE_QUEUE, "concurrency_limit": 1, **PRIVATE}
+RUN = {"concurrency_id": RUN_QUEUE, "concurrency_limit": RUN_SLOTS, **PRIVATE}
 UPLOAD = {"concurrency_id": UPLOAD_QUEUE, "concurrency_limit": 1, **PRIVATE}
 
 
@@ -60,9 +62,9 @@ def studio_events(studio, page) -> None:
     run_outputs = [page.image, page.run_info, page.record, page.seed, page.history, page.history_state,
                    page.last_paths]
     generated = page.generate_btn.click(studio.generate_from_page, run_inputs, run_outputs,
-                                        show_progress_on=[page.image], **DEVICE)
+                                        show_progress_on=[page.image], **RUN)
     generated.then(studio.refresh_studio, studio_inputs(page), studio_outputs(page), **LIGHT)
-    page.prompt.submit(studio.generate_from_page, run_inputs, run_outputs, show_progress_on=[page.image], **DEVICE)
+    page.prompt.submit(studio.generate_from_page, run_inputs, run_outputs, show_progress_on=[page.image], **RUN)
     # Stop must not queue behind the generation it stops.
     page.stop_btn.click(studio.stop, None, None, queue=False, **PRIVATE)
     page.stop_worker.click(studio.stop_compiling_worker, None, None, queue=False, **PRIVATE)
@@ -98,7 +100,7 @@ def compare_events(studio, page) -> None:
     """Compare: the Studio tab's prompt and settings through the chosen modes."""
     page.compare_btn.click(studio.compare, [page.prompt, page.width, page.height, page.steps, page.guidance,
                                             page.seed, page.randomize, page.compare_modes, page.references],
-                           [page.compare_gallery, page.compare_table], **DEVICE)
+                           [page.compare_gallery, page.compare_table], **RUN)
 
 
 def system_events(studio, page) -> None:
@@ -135,5 +137,6 @@ def page_events(studio, page, demo: gr.Blocks) -> None:
     demo.load(studio.empty_compare_table, None, page.compare_table, **LIGHT)
     demo.load(studio.refresh_all, studio_inputs(page), all_outputs(page), **LIGHT)
     demo.load(studio.refresh_plots, None, plots, **LIGHT)
+    demo.unload(studio.page_closed)  # its runs leave the board: nobody is left to see them
     gr.Timer(1.0).tick(studio.refresh_all, studio_inputs(page), all_outputs(page), show_progress="hidden", **LIGHT)
     gr.Timer(5.0).tick(studio.refresh_plots, None, plots, show_progress="hidden", **LIGHT)

@@ -157,14 +157,17 @@ class ApiDoor:
             raise ApiError(403, "/metrics answers loopback scrapers, or others with the --metrics-key as a Bearer "
                                 "token", code="metrics_key_required", kind="permission_error")
 
-    def _api_caller(self, request: Request) -> str:
-        """The caller's name (its key's, or its loopback address'), or ApiError 401/403/429."""
+    def _api_caller(self, request: Request):
+        """The caller (``backend.serving.roles.api_caller``: its key's, or its loopback address'), or
+        ApiError 401/403/429."""
+        from backend.serving.roles import api_caller
+
         address = request.client.host if request.client else "unknown"
         if not self.keys.keys:
             if not _loopback(request):
                 raise ApiError(403, "this app's Images API answers loopback callers only (start it with --api-keys "
                                     "to let others in)", code="loopback_only", kind="permission_error")
-            return f"loopback {address}"
+            return api_caller(None, address)
         if self._failures.spent(address) >= LOGIN_FAILURES:
             wait = self._failures.wait(address)
             raise ApiError(429, f"too many wrong API keys from this address; try again in {wait} s",
@@ -178,5 +181,5 @@ class ApiDoor:
             self._failures.add(address)
             raise ApiError(401, "that API key is not one of this app's (--api-keys)", param="authorization",
                            code="invalid_api_key", kind="authentication_error")
-        return f"key {name}"
+        return api_caller(name, address)
 

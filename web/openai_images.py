@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import threading
 from pathlib import Path
 from typing import Any
@@ -29,8 +28,17 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from backend.errors import (BackendBusy, BackendNotReady, GenerationCancelled, InvalidRequest, NotAllowed,
-                            ShapeLimitReached, ShapeLocked, StudioError)
+from backend.errors import (
+    BackendBusy,
+    BackendNotReady,
+    GenerationCancelled,
+    InvalidRequest,
+    NotAllowed,
+    QueueFull,
+    ShapeLimitReached,
+    ShapeLocked,
+    StudioError,
+)
 from backend.request.references import MAX_REFERENCE_BYTES
 from backend.serving.compile_state import nearest_signature
 from backend.shapes import show_value
@@ -49,21 +57,18 @@ MODEL_NAMES = ("neuron-studio", "flux.2-klein")
 
 
 class ImagesApi:
-    """The two routes, one manager. Each caller (an API key, or a loopback address) may have
-    ``--max-queued-per-viewer`` requests waiting besides the one running, as a page may."""
+    """The two routes, one manager. Each caller (an API key, or a loopback address) owns its runs on
+    the service's job board: ``--max-queued-per-viewer`` waiting besides the one running, as a page."""
 
     def __init__(self, manager):
         self.manager = manager
-        self._in_flight: dict[str, int] = {}
-        self._lock = threading.Lock()
 
-    async def answer(self, path: str, request: Request, caller: str) -> JSONResponse:
-        """The response to one request; the caller's slot is held from its first byte read to its last
-        byte written, so its uploads, their decoding and its run all count against its share."""
-        with self._slot(caller):
-            return await self._answer(path, request, caller)
+    async def answer(self, path: str, request: Request, caller) -> JSONResponse:
+        """The response to one request, run for ``caller`` (``backend.serving.roles.api_caller``): the
+        job board holds its turn and its cap, as for every other door."""
+        return await self._answer(path, request, caller)
 
-    async def _answer(self, path: str, request: Request, caller: str) -> JSONResponse:
+    async def _answer(self, path: str, request: Request, caller) -> JSONResponse:
         editing = path.endswith("/edits")
         fields, images = await (_multipart(request, self.manager.settings.max_references) if editing
                                 else _json(request))
@@ -90,8 +95,7 @@ class ImagesApi:
                                 + f", and {POLICY_HEADER} says refuse" + (f"; warm and nearest: {nearest}" if nearest
                                                                             else "; nothing is warm yet"),
                            param="size", code="would_compile", headers=headers)
-        image, result = await self._generate(request, run, caller)
-        await run_in_threadpool(self.manager.save_image, image, result)
+        _image, result = await self._generate(request, run, caller)
         record = result.to_json()
         data = []
         for path_ in result.paths:
@@ -146,7 +150,7 @@ class ImagesApi:
         except InvalidRequest as exc:
             raise _invalid(exc) from None
 
-    async def _generate(self, request: Request, run, caller: str):
+    async def _generate(self, request: Request, run, caller):
         """Run it; a client that hangs up stops its run at the next step, as a closed page does."""
         gone = threading.Event()
 
@@ -158,31 +162,12 @@ class ImagesApi:
 
         watcher = asyncio.ensure_future(watch())
         try:
-            return await run_in_threadpool(self.manager.generate, run, owner=f"api {caller}",
-                                           still_wanted=lambda: not gone.is_set())
+            return await run_in_threadpool(self.manager.run, run, caller, still_wanted=lambda: not gone.is_set())
         except StudioError as exc:
             raise _refusal(exc) from None
         finally:
             gone.set()
             watcher.cancel()
-
-    @contextlib.contextmanager
-    def _slot(self, caller: str):
-        cap = self.manager.settings.max_queued_per_viewer + 1  # the one running and those waiting
-        with self._lock:
-            held = self._in_flight.get(caller, 0)
-            if held >= cap:
-                raise ApiError(429, f"this caller has {held} requests in flight; at most {cap} (one running, "
-                                    f"--max-queued-per-viewer {cap - 1} waiting) so that others get a turn",
-                               code="rate_limit_exceeded", kind="rate_limit_error", headers={"retry-after": "5"})
-            self._in_flight[caller] = held + 1
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._in_flight[caller] -= 1
-                if not self._in_flight[caller]:
-                    del self._in_flight[caller]
 
 
 def _size(text: str) -> tuple[int, int]:
@@ -211,6 +196,8 @@ def _refusal(exc: StudioError) -> ApiError:
         return ApiError(409, str(exc), param="size", code="shape_not_warm")
     if isinstance(exc, NotAllowed):
         return ApiError(403, str(exc), code="not_allowed", kind="permission_error")
+    if isinstance(exc, QueueFull):
+        return ApiError(429, str(exc), code="rate_limit_exceeded", kind="rate_limit_error", headers={"retry-after": "5"})
     if isinstance(exc, (BackendNotReady, BackendBusy)):
         return ApiError(503, str(exc), code="not_ready", kind="server_error", headers={"retry-after": "5"})
     if isinstance(exc, GenerationCancelled):

@@ -39,10 +39,9 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from backend.caches import tar_headers
-from backend.hardware import cache_layout
-
-from backend.hardware import env as device_env
 from backend.errors import BundleRefused
+from backend.hardware import cache_layout
+from backend.hardware import env as device_env
 
 FORMAT = "neuron-studio-bundle/2"  # 2: the NEFF key fields (target, opt level, NEURON_CC_FLAGS)
 APP_VERSION = "2026.12"

@@ -19,8 +19,8 @@ from typing import Callable
 
 import torch
 
-from backend.hardware.device import COMPILE_EVENTS, Device, compile_error_text, diff_counters, is_compile_error
 from backend.errors import CompileFailure, GenerationCancelled, GenerationFailed, ShapeLocked
+from backend.hardware.device import COMPILE_EVENTS, Device, compile_error_text, diff_counters, is_compile_error
 from backend.request.records import EngineOutput, GenerationRequest, ProgressEvent
 from backend.settings import IN_PROCESS_MODES as MODES
 

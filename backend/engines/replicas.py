@@ -28,8 +28,8 @@ import threading
 from typing import Any, Callable
 
 from backend.engines.base import PlaceBook, Route
-from backend.launch.group import STARTING, WorkerGroup
 from backend.errors import BackendNotReady, GenerationCancelled, GroupDead, InvalidRequest, StudioError
+from backend.launch.group import STARTING, WorkerGroup
 from backend.request.records import EngineOutput, GenerationRequest, ProgressEvent
 from backend.settings import IN_PROCESS_MODES, Settings
 

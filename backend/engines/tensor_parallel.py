@@ -26,8 +26,8 @@ import threading
 from typing import Any, Callable
 
 from backend.engines.base import PlaceBook, Route
-from backend.launch.group import STARTING, WorkerGroup, check_degree
 from backend.errors import BackendNotReady, GenerationFailed, StudioError
+from backend.launch.group import STARTING, WorkerGroup, check_degree
 from backend.request.records import EngineOutput, GenerationRequest, ProgressEvent
 from backend.settings import TP_MODE, Settings
 

@@ -38,8 +38,15 @@ import dataclasses
 from typing import Any
 
 from backend.core_lists import check_on_instance, format_cores, parse_cores
-from backend.hardware.neuron_ls import (INSTANCE_FLAG, LNC_VAR, InstanceCores, NeuronDevice, detect_instance_cores,
-                                        parse_neuron_ls, parse_neuron_ls_json)
+from backend.hardware.neuron_ls import (
+    INSTANCE_FLAG,
+    LNC_VAR,
+    InstanceCores,
+    NeuronDevice,
+    detect_instance_cores,
+    parse_neuron_ls,
+    parse_neuron_ls_json,
+)
 
 __all__ = [  # this module's own names, then backend.hardware.neuron_ls's that importers take from here
     "VISIBLE_CORES_VAR", "CorePlan", "CoresDoNotFit", "claim_app_cores", "default_app_cores", "make_plan",

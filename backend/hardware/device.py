@@ -28,12 +28,19 @@ import psutil
 import torch
 import torch._dynamo
 
-from backend.hardware import env as device_env
-from backend.hardware.compile_errors import COMPILE_ERROR_MARKS, compile_error_text, is_compile_error
-from backend.hardware.caches import DeviceCaches
-from backend.hardware.metrics import (COMPILE_EVENTS, NEFF_COMPILE_TIME, NEFF_COMPILE_TIME_PER_SECOND, NEFF_COUNTERS,
-                                    CompileEvents, DeviceMetrics, diff_counters)
 from backend.errors import DeviceUnavailable
+from backend.hardware import env as device_env
+from backend.hardware.caches import DeviceCaches
+from backend.hardware.compile_errors import COMPILE_ERROR_MARKS, compile_error_text, is_compile_error
+from backend.hardware.metrics import (
+    COMPILE_EVENTS,
+    NEFF_COMPILE_TIME,
+    NEFF_COMPILE_TIME_PER_SECOND,
+    NEFF_COUNTERS,
+    CompileEvents,
+    DeviceMetrics,
+    diff_counters,
+)
 from backend.settings import Settings
 
 __all__ = [  # this module's own names, then those of its parts that importers take from here
@@ -212,8 +219,14 @@ class Device(DeviceMetrics, DeviceCaches):
         if self.kind != "neuron":
             return None
         if self._core_plan is None:
-            from backend.hardware.core_plan import CorePlan, InstanceCores, default_app_cores, detect_instance_cores, \
-                make_plan, parse_cores
+            from backend.hardware.core_plan import (
+                CorePlan,
+                InstanceCores,
+                default_app_cores,
+                detect_instance_cores,
+                make_plan,
+                parse_cores,
+            )
 
             instance = detect_instance_cores(self._instance_cores)
             own = os.environ.get(device_env.VISIBLE_CORES_VAR) or default_app_cores(instance)

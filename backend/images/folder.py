@@ -37,14 +37,17 @@ def is_app_output(path, folder: str | Path) -> bool:
                 and target.is_file() and not Path(str(path)).is_symlink())
 
 
-def save_outputs(folder: str | Path, keep: int, image, result) -> str:
+def save_outputs(folder: str | Path, keep: int, image, result, name=None) -> str:
     """Write a run's PNGs (with its parameters) to ``folder``: its one image, or every image of a
     batch; sets ``result.paths`` and ``result.path`` (the first) and returns it. The folder keeps
-    the app's newest ``keep`` images, and always the whole of this batch."""
+    the app's newest ``keep`` images, and always the whole of this batch. ``name(result, index)``:
+    the path of each image instead (the CLI's ``--out``; nothing is pruned there)."""
     from backend.images.pngmeta import save_png, unique_output_path
 
     images = result.images if len(result.images) > 1 else [image]
-    result.paths = [str(save_png(each, result, unique_output_path(folder, result)).resolve()) for each in images]
+    result.paths = [str(save_png(each, result, name(result, index) if name else unique_output_path(folder, result))
+                        .resolve()) for index, each in enumerate(images)]
     result.path = result.paths[0]
-    prune(folder, max(keep, len(result.paths)))
+    if name is None:
+        prune(folder, max(keep, len(result.paths)))
     return result.path

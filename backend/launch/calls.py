@@ -20,10 +20,10 @@ import time
 from typing import Any, Callable
 
 from backend.errors import BackendNotReady, GenerationFailed, GroupDead, InvalidRequest, StudioError
-from backend.request.records import EngineOutput, GenerationRequest, ProgressEvent
-from backend.request.references import pixel_layout
 from backend.launch import processes
 from backend.launch import protocol as proto
+from backend.request.records import EngineOutput, GenerationRequest, ProgressEvent
+from backend.request.references import pixel_layout
 
 STARTING = ("launching", "loading", "warming")
 

@@ -43,12 +43,12 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from backend.launch.calls import STARTING, GroupCalls
 from backend.errors import BackendNotReady, InvalidRequest, StudioError
-from backend.settings import Settings
-from backend.request.references import MAX_COUNT, MAX_REFERENCE_RGB
 from backend.launch import deaths, processes
 from backend.launch import protocol as proto
+from backend.launch.calls import STARTING, GroupCalls
+from backend.request.references import MAX_COUNT, MAX_REFERENCE_RGB
+from backend.settings import Settings
 
 __all__ = ["STARTING", "WorkerGroup", "check_degree"]
 

@@ -5,9 +5,9 @@ Every failure to find a model is a ``ModelNotFound`` whose one-line message says
 
 from __future__ import annotations
 
+import functools
 import os
 import re
-import functools
 from pathlib import Path
 
 from backend.errors import ModelNotFound

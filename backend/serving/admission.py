@@ -11,11 +11,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable
 
-from backend.serving import compile_state as cs
 from backend.errors import ShapeLimitReached, ShapeLocked, StudioError
+from backend.serving import compile_state as cs
 from backend.settings import Settings
 from backend.shapes import Shape
-
 
 # Seconds a first compile takes before the machine has measured one, by compile backend and mode
 # (see Admission.prior_compile_seconds): a prior, said to be one wherever it is shown.

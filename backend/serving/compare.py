@@ -9,8 +9,9 @@ from typing import Any, Iterable
 from backend.errors import InvalidRequest
 
 
-def compare(manager, request, modes: Iterable[str], progress=None, owner: str | None = None) -> list[dict[str, Any]]:
-    """Each entry has image, result, and the max pixel difference (0-255) from the first mode's image."""
+def compare(manager, request, modes: Iterable[str], progress=None, caller=None, save: bool = True) -> list[dict[str, Any]]:
+    """Each entry has image, result, and the max pixel difference (0-255) from the first mode's image.
+    Each mode is one run through ``Manager.run`` for ``caller``: its own job on the board."""
     import numpy as np
 
     modes = list(dict.fromkeys(modes))
@@ -20,7 +21,7 @@ def compare(manager, request, modes: Iterable[str], progress=None, owner: str | 
     for mode in modes:
         if mode not in manager.modes:
             raise InvalidRequest("mode", f"must be one of {', '.join(manager.modes)}, got {mode!r}")
-        image, result = manager.generate(dataclasses.replace(request, mode=mode), progress, owner=owner)
+        image, result = manager.run(dataclasses.replace(request, mode=mode), caller, progress, save=save)
         pixels = np.asarray(image.convert("RGB"), dtype=np.int16)
         first = pixels if first is None else first
         entries.append({"mode": mode, "image": image, "result": result,

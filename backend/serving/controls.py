@@ -17,8 +17,8 @@ from backend.shapes import Shape
 log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
-    from backend.request.records import GenerationResult
     from backend.engines.base import LaunchedEngine
+    from backend.request.records import GenerationResult
 
 
 class OperatorControls:
@@ -61,35 +61,31 @@ class OperatorControls:
         compiling (a compile inside this process cannot be interrupted; a worker process can be
         killed). Its runs fail as stopped; the operator starts the engine again. The operator's."""
         caller.require_operator("Stopping a compiling worker")
-        with self._state_lock:
-            stopped = self._compiling_workers()
-            for job in self._jobs.values():
-                if job["engine"] in stopped:
-                    job["worker_stopped"] = True
-                    job["cancel"].set()
+        stopped = self._compiling_workers()
+        for job in self.board.running():
+            if job.engine in stopped:
+                job.worker_stopped = True
+                job.cancel.set()
         for name in stopped:
             self.stop_engine(name, caller=caller)
         return stopped
 
     def _compiling_workers(self) -> list[str]:
-        """(``_state_lock`` held) The launched engines whose workers compile now: the compiles that
-        can be ended (``status()["compiling_workers"]``)."""
+        """The launched engines whose workers compile now: the compiles that can be ended
+        (``status()["compiling_workers"]``)."""
         launched = {e.name for e in self._launched}
-        return sorted({job["engine"] for job in self._jobs.values()
-                       if job["phase"] == "compiling" and job["engine"] in launched})
-
-    def on_capacity(self, listener: Callable[[int], Any]) -> None:
-        """Call ``listener(capacity())`` whenever a launched engine's capacity may have changed (a
-        group became ready, died or stopped), from the thread that saw it."""
-        self._capacity_listeners.append(listener)
+        return sorted({job.engine for job in self.board.running()
+                       if job.phase == "compiling" and job.engine in launched})
 
     def _capacity_changed(self) -> None:
-        width = self.capacity()
-        for listener in list(self._capacity_listeners):
-            try:
-                listener(width)
-            except Exception:  # noqa: BLE001 - a listener's failure must not break a group's transition
-                log.exception("capacity listener")
+        """A launched engine's capacity may have changed (a group became ready, died or stopped):
+        the job board looks for free slots again."""
+        self.board.capacity_changed()
+
+    def _engine_capacity(self, name: str) -> int:
+        """How many runs the engine called ``name`` takes at once now (the job board's slots for it)."""
+        engine = self.engines.get(name) if self.engines else None
+        return engine.capacity() if engine is not None else 1
 
     def capacity(self) -> int:
         """How many requests can run at once now: the launched engines' capacity (a pool: its ready

@@ -1,50 +1,49 @@
-"""The manager: the one door through which the UI, the CLI and the tests reach the device.
+"""The manager: the one service every door calls (the page, Compare, ``/generate``, the Images API,
+the CLI, warm-ups). ``run(request, caller)`` validates, admits (the warm-only lock, the recompile
+limit), waits on the job board (``backend.serving.jobs``: typed owners, round robin, caps, one slot
+per run an engine can take), runs, records and saves. Importing it does not import torch: the
+device layer and the engines load in ``start`` (in the background for the web app).
 
-Importing this module does not import torch: the device layer and the engines load in ``start``
-(in the background for the web app), so the page is served before the model stack has loaded.
-
-It validates requests up front, routes each to an engine by one rule, admits it once (the
-warm-only lock, the recompile limit), reports progress, cancels cooperatively, keeps the per
-(mode, shape) compile table from what each run measured, and publishes a JSON-able status
-snapshot. The engines are held by role (``backend.engines.base``: the in-process engine, and the
-launched ones, asked in order), never by type or position: the manager knows no group, replica,
-degree, process or core.
-
-The routing rule: the launched engines (a worker group, a replica pool) are asked in order whether
-a request is theirs (``Engine.route``); the first that answers serves it, or sends it to the
-in-process engine (``Route.to_in_process``) with the reason (degraded: its engine is starting or down); a request no
-launched engine takes runs in process.
+Engines are held by role (``backend.engines.base``): the launched ones (a worker group, a replica
+pool) are asked in order whether a request is theirs (``Engine.route``); the first that answers
+serves it or sends it to the in-process engine with the reason (degraded); the rest run in process.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import logging
 import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
-from backend.serving import compile_state as cs
-from backend.serving.admission import Admission, PlaceBook
 from backend.engines.base import Engines
-from backend.errors import BackendNotReady, GenerationCancelled, GenerationFailed, InvalidRequest, \
-    NotAllowed, StudioError
+from backend.errors import (
+    BackendNotReady,
+    GenerationCancelled,
+    GenerationFailed,
+    InvalidRequest,
+    NotAllowed,
+    StudioError,
+)
 from backend.request.records import GenerationRequest, GenerationResult, ProgressEvent
-from backend.serving.roles import LOCAL_OPERATOR, Caller
-from backend.settings import MODES, Settings
-from backend.shapes import Shape
-from backend.serving.caches import CacheOps
-from backend.serving.controls import OperatorControls
-from backend.serving.metrics import RunMetrics
-from backend.serving.status import StatusView
 from backend.request.references import blank_references, load_references, sequence_budget, sizes_for
 from backend.request.validation import check_sequence, validate_request
+from backend.serving import compile_state as cs
+from backend.serving.admission import Admission, PlaceBook
+from backend.serving.caches import CacheOps
+from backend.serving.controls import OperatorControls
+from backend.serving.jobs import JobBoard
+from backend.serving.metrics import RunMetrics
+from backend.serving.roles import LOCAL_OPERATOR, Caller
+from backend.serving.status import StatusView
 from backend.serving.warmup import Warmups
+from backend.settings import MODES, Settings
+from backend.shapes import Shape
 
 if TYPE_CHECKING:
-    from backend.hardware.device import Device
     from backend.engines.base import Engine, LaunchedEngine, Route
+    from backend.hardware.device import Device
 
 log = logging.getLogger(__name__)
 _KEEP_RECORDS = 1000
@@ -76,9 +75,7 @@ class Manager(OperatorControls, CacheOps, StatusView):
         self.fallback_ops: dict[str, set[str]] = {}  # op that ran on the host -> the "mode shape"s it ran in
         self.records: list[GenerationResult] = []
         self._state_lock = threading.Lock()
-        self._capacity_listeners: list[Callable[[int], Any]] = []  # see on_capacity
-        self._jobs: dict[int, dict[str, Any]] = {}  # running generations, by id
-        self._job_ids = itertools.count(1)
+        self.board = JobBoard(self._engine_capacity, clock)  # every run from every door waits and runs here
         self._closing = threading.Event()
         self._ready = threading.Event()
         self._loader: threading.Thread | None = None
@@ -122,8 +119,8 @@ class Manager(OperatorControls, CacheOps, StatusView):
 
             # Before the device layer loads torch (and TorchNeuron): this process's own NeuronCores.
             claim_app_cores(self.settings.neuron_cores, self.settings.neuron_instance_cores)
-            from backend.hardware.device import Device, resolve_device
             from backend.engines import build_engines
+            from backend.hardware.device import Device, resolve_device
             from backend.models.source import prompt_token_counter, resolve_model
 
             info = resolve_device(self.settings)
@@ -190,6 +187,7 @@ class Manager(OperatorControls, CacheOps, StatusView):
         A generation stops at its next step boundary, but a compile cannot be interrupted: ``wait``
         bounds how long to wait for it (None: as long as it takes). False when it was still running."""
         self._closing.set()
+        self.board.close()
         if not self.engines:
             return True
         for engine in self._launched:
@@ -269,14 +267,28 @@ class Manager(OperatorControls, CacheOps, StatusView):
         return self.admission.decide(self.device, mode, shape, steps, self.warm_only).prediction
 
     # generation --------------------------------------------------------------------------------
-    def generate(self, request: GenerationRequest | dict[str, Any], progress: ProgressFn | None = None,
-                 _warming: bool = False, owner: str | None = None, still_wanted: Callable[[], bool] | None = None):
-        """Run one request; returns (PIL image, GenerationResult). Raises StudioError subclasses.
+    def run(self, request: GenerationRequest | dict[str, Any], caller: Caller = LOCAL_OPERATOR,
+            progress: ProgressFn | None = None, still_wanted: Callable[[], bool] | None = None,
+            save: bool | Callable = True):
+        """The one entry every door uses: validate (a dict of raw fields) once, admit, wait on the job
+        board for the caller's turn, run, and save the PNGs (``save``: to the output folder; a
+        callable ``name(result, index)``: to the paths it gives; False: not at all). Returns
+        (image, result)."""
+        image, result = self.generate(request, progress, caller=caller, still_wanted=still_wanted)
+        if save:
+            self.save_image(image, result, None if save is True else save)
+        return image, result
 
-        ``owner``: the page session it runs for (a viewer may stop only its own run). ``still_wanted``:
-        False once nobody waits for the image any more (the page closed); the run stops at its next
-        step as if cancelled. Requests run side by side as far as their engines can (a replica pool
-        runs one per free replica); the rest wait in their engine."""
+    def generate(self, request: GenerationRequest | dict[str, Any], progress: ProgressFn | None = None,
+                 _warming: bool = False, caller: Caller = LOCAL_OPERATOR,
+                 still_wanted: Callable[[], bool] | None = None):
+        """Run one request without saving it; returns (PIL image, GenerationResult). Raises StudioError
+        subclasses.
+
+        ``caller``: who asks; the run is its owner's on the job board (a viewer may stop only its
+        own runs, and holds at most ``--max-queued-per-viewer`` + 1 of them), and waits its turn
+        there, round robin between owners. ``still_wanted``: False once nobody waits for the image
+        any more; the run leaves the board, or stops at its next step as if cancelled."""
         if isinstance(request, dict):
             request = self.validate(**request)
         if self._await_ready(progress, still_wanted) and self._count_tokens is not None:
@@ -284,51 +296,53 @@ class Manager(OperatorControls, CacheOps, StatusView):
             request = self.validate(request.typed or request.prompt, request.height, request.width, request.steps,
                                     request.guidance, request.seed, request.mode, images=request.references,
                                     count=request.count)
+        if caller.owner is None:
+            raise NotAllowed("a run needs an owner (a page session, an API caller); this call has none")
         try:
             self._check_ready()
             locked = self.warm_only and not _warming
             route, places, decision = self._admit(request, locked)
             decision.enforce()
+            run = route.request
+            cap = None if caller.is_operator else self.settings.max_queued_per_viewer + 1
+            job = self.board.enter(caller.owner, run.mode, run.shape, run.steps, route.engine.name, cap)
         except StudioError as exc:
             self.metrics.ended(request.mode, error=exc)
             raise
-        engine, run = route.engine, route.request
-        cancel = threading.Event()
-        job = {"mode": run.mode, "shape": run.shape, "phase": "starting", "step": 0, "owner": owner,
-               "steps": run.steps, "started": self._clock(), "engine": engine.name, "cancel": cancel}
-        with self._state_lock:
-            job_id = next(self._job_ids)
-            job["overlapped"] = job["running"] = False
-            self._jobs[job_id] = job
+        engine = route.engine
+
+        def should_stop() -> bool:
+            return job.cancel.is_set() or self._closing.is_set() or (still_wanted is not None and not still_wanted())
+
+        def waiting(place: int, total: int) -> None:
+            job.phase, job.step = "queued", place
+            if progress is not None:
+                progress(ProgressEvent("queued", place, total, run.mode, str(run.shape)))
+
+        try:
+            self.board.wait_turn(job, should_stop, waiting)
+        except StudioError as exc:
+            self.metrics.ended(request.mode, error=exc)
+            raise
 
         def on_progress(event: ProgressEvent) -> None:
-            if not job["running"]:  # its engine took it: it runs now (a queued job waited, it did not run)
-                with self._state_lock:
-                    # Runs side by side (replicas, a group and the app) share the machine: none of
-                    # them is a steady figure for its shape.
-                    others = [j for j in self._jobs.values() if j is not job and j["running"]]
-                    for other in others:
-                        other["overlapped"] = True
-                    job["running"], job["overlapped"] = True, job["overlapped"] or bool(others)
-            job["phase"], job["step"] = event.phase, event.step
+            job.phase, job.step = event.phase, event.step
             if event.phase == "compiling":
                 self.table.mark_compiling(run.mode, run.shape)
                 # What admission expected this compile to take, said with the event and kept on the
                 # job (the page's bar and Stop's answer need no second prediction).
-                job.setdefault("compile_started", self._clock())
-                job["compile_estimate"] = decision.prediction.get("estimate_compile_seconds")
-                event = dataclasses.replace(event, estimate=job["compile_estimate"])
+                if job.compile_started is None:
+                    job.compile_started = self._clock()
+                job.compile_estimate = decision.prediction.get("estimate_compile_seconds")
+                event = dataclasses.replace(event, estimate=job.compile_estimate)
             if progress is not None:
                 progress(event)
-
-        def should_stop() -> bool:
-            return cancel.is_set() or self._closing.is_set() or (still_wanted is not None and not still_wanted())
 
         started_at = time.time()
         try:
             out = engine.run(run, on_progress, should_stop, forbid_compile=locked, warming=_warming)
         except Exception as exc:
-            if job.get("worker_stopped") and not isinstance(exc, GenerationCancelled):
+            if job.worker_stopped and not isinstance(exc, GenerationCancelled):
                 # The operator ended its compile by stopping the worker: a stop, not a failure.
                 exc = GenerationCancelled(f"the operator stopped the {engine.name} workers while they compiled")
             # On Neuron the components a cancel skipped (the eager VAE) compile too: a shape is
@@ -343,12 +357,11 @@ class Manager(OperatorControls, CacheOps, StatusView):
             log.exception("engine error")  # an engine broke its contract: log the trace, answer plainly
             raise GenerationFailed(self.last_error) from exc
         finally:
-            with self._state_lock:
-                self._jobs.pop(job_id, None)
+            self.board.leave(job)
         result = GenerationResult.of(run, out, device=self.device.kind, model=self.model_label or "",
                                      engine=engine.name, started_at=started_at, requested_mode=request.mode,
                                      degraded=route.degraded)
-        result.overlapped = job["overlapped"]
+        result.overlapped = job.overlapped
         result.images = out.images
         self.table.record(result)
         self.metrics.ended(request.mode, result)
@@ -359,28 +372,28 @@ class Manager(OperatorControls, CacheOps, StatusView):
         return out.image, result
 
     def cancel(self, *, caller: Caller = LOCAL_OPERATOR) -> bool:
-        """Ask running generations to stop at their next step: the operator's, every one; a
-        viewer's, its own (``owner`` of ``generate`` is its page session). True if one was asked."""
-        with self._state_lock:
-            jobs = list(self._jobs.values())
-            # A caller without a session (an event posted by hand) owns nothing; a run without an
-            # owner (a warm-up, a start-up pass) is the operator's alone to stop.
-            mine = jobs if caller.is_operator else [j for j in jobs
-                                                    if caller.session is not None and j.get("owner") == caller.session]
-            if jobs and not mine:
-                raise NotAllowed("the running generation is another viewer's; you can stop only your own")
-            for job in mine:
-                job["cancel"].set()
+        """Stop the caller's runs (the operator's: every run): a waiting one leaves the board, a running
+        one stops at its next step. True if one was asked. A viewer's Stop ends only jobs its own
+        owner holds: no string a client sends names another's (``backend.serving.jobs``)."""
+        jobs = self.board.jobs()
+        mine = self.board.cancel(caller.owner, everyone=caller.is_operator)
+        if jobs and not mine:
+            raise NotAllowed("the running generation is another viewer's; you can stop only your own")
         return bool(mine)
 
-    def compare(self, request: GenerationRequest, modes: Iterable[str],
-                progress: ProgressFn | None = None, owner: str | None = None) -> list[dict[str, Any]]:
-        """Run one request through several modes (``backend.serving.compare.compare``)."""
-        from backend.serving.compare import compare
-        return compare(self, request, modes, progress, owner)
+    def abandon(self, owner) -> int:
+        """Its page has closed: end that owner's jobs (waiting ones leave, a running one stops at its
+        next step). Returns how many."""
+        return len(self.board.cancel(owner, everyone=False)) if owner is not None else 0
 
-    def save_image(self, image, result: GenerationResult) -> str:
-        """Write the run's PNGs to the output folder (``backend.images.folder.save_outputs``); returns
-        ``result.path``, the first."""
+    def compare(self, request: GenerationRequest, modes: Iterable[str], progress: ProgressFn | None = None,
+                caller: Caller = LOCAL_OPERATOR, save: bool = True) -> list[dict[str, Any]]:
+        """Run one request through several modes, one job each (``backend.serving.compare.compare``)."""
+        from backend.serving.compare import compare
+        return compare(self, request, modes, progress, caller, save)
+
+    def save_image(self, image, result: GenerationResult, name=None) -> str:
+        """Write the run's PNGs to the output folder, or where ``name(result, index)`` says
+        (``backend.images.folder.save_outputs``); returns ``result.path``, the first."""
         from backend.images.folder import save_outputs
-        return save_outputs(self.settings.output_dir, self.settings.keep_outputs, image, result)
+        return save_outputs(self.settings.output_dir, self.settings.keep_outputs, image, result, name)

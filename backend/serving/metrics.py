@@ -16,8 +16,16 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 
-from backend.errors import (BackendBusy, BackendNotReady, GenerationCancelled, InvalidRequest, NotAllowed,
-                            ShapeLimitReached, ShapeLocked, Unauthorized)
+from backend.errors import (
+    BackendBusy,
+    BackendNotReady,
+    GenerationCancelled,
+    InvalidRequest,
+    NotAllowed,
+    ShapeLimitReached,
+    ShapeLocked,
+    Unauthorized,
+)
 from backend.settings import MODES
 
 PREFIX = "neuron_studio"

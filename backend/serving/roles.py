@@ -22,6 +22,7 @@ import secrets
 from pathlib import Path
 
 from backend.errors import NotAllowed
+from backend.serving.jobs import LOCAL, Owner, OwnerKind
 
 OPERATOR = "operator"
 VIEWER = "viewer"
@@ -30,10 +31,11 @@ COOKIE = "neuron_studio_operator"
 
 @dataclasses.dataclass(frozen=True)
 class Caller:
-    """Who is asking: their role and their page session (whose runs are theirs)."""
+    """Who is asking: their role and the owner their runs are held by on the job board
+    (``backend.serving.jobs.Owner``: a page session, an API key, ...; None owns nothing)."""
 
     role: str
-    session: str | None = None
+    owner: Owner | None = None
 
     @property
     def is_operator(self) -> bool:
@@ -46,7 +48,18 @@ class Caller:
                              f"the app printed at start, or log in at /operator)")
 
 
-LOCAL_OPERATOR = Caller(OPERATOR, None)  # the CLI and the app's own start-up work
+LOCAL_OPERATOR = Caller(OPERATOR, LOCAL)  # the CLI and the app's own start-up work
+
+
+def api_caller(key_name: str | None, address: str) -> Caller:
+    """The caller of an Images API request: a viewer whose runs are owned by its key (or, without
+    --api-keys, by its loopback address)."""
+    return Caller(VIEWER, Owner(OwnerKind.API_KEY, key_name) if key_name else Owner(OwnerKind.API_ADDRESS, address))
+
+
+def page_caller(operator: bool, session: str | None) -> Caller:
+    """The caller of a page event (or a gradio_client call): its runs are owned by its page session."""
+    return Caller(OPERATOR if operator else VIEWER, Owner(OwnerKind.PAGE, session) if session else None)
 
 
 def parse_pairs(spec: str, flag: str) -> list[tuple[str, str]]:
@@ -103,4 +116,4 @@ class OperatorKey:
     def caller(self, cookie: str | None, session: str | None) -> Caller:
         """The caller of a page event: the operator if the cookie holds this run's key, else a viewer."""
         ok = bool(cookie) and hmac.compare_digest(str(cookie).encode(), self._session_key.encode())
-        return Caller(OPERATOR if ok else VIEWER, session)
+        return page_caller(ok, session)

@@ -9,6 +9,7 @@ from typing import Any, Callable
 
 from backend.errors import BackendNotReady
 from backend.request.records import ProgressEvent
+from backend.serving.jobs import JobState
 
 
 class StatusView:
@@ -49,10 +50,9 @@ class StatusView:
     def engine_load(self) -> dict[str, tuple[int, int]]:
         """Per engine: (requests waiting for it, requests it is running)."""
         load: dict[str, list[int]] = {}
-        with self._state_lock:
-            for job in self._jobs.values():
-                counts = load.setdefault(job["engine"], [0, 0])
-                counts[1 if job["running"] else 0] += 1
+        for job in self.board.jobs():
+            counts = load.setdefault(job.engine, [0, 0])
+            counts[1 if job.state is JobState.RUNNING else 0] += 1
         return {name: (waiting, running) for name, (waiting, running) in load.items()}
 
     def _check_ready(self) -> None:
@@ -87,17 +87,11 @@ class StatusView:
         return plan.describe(wanted={e.name: e.cores_wanted() for e in self._launched})
 
     def status(self) -> dict[str, Any]:
-        now = self._clock()
+        jobs = self.board.snapshot()  # without owners: a page session is its own business, not the room's
+        running = [job for job in jobs if job["state"] == "running"]
+        compiling_workers = self._compiling_workers()
         with self._state_lock:
-            running = [{k: (str(v) if k == "shape" else v) for k, v in job.items()
-                        if k not in ("owner", "cancel", "overlapped", "running", "worker_stopped")}
-                       for job in self._jobs.values()]  # a page session is its own business, not the room's
-            compiling_workers = self._compiling_workers()
             host_ops = {op: sorted(where) for op, where in sorted(self.fallback_ops.items())}
-        for job in running:
-            job["elapsed"] = round(now - job.pop("started"), 3)
-            if "compile_started" in job:
-                job["compile_elapsed"] = round(now - job.pop("compile_started"), 3)
         device, engines = self.device, list(self.engines.values())
         return {
             "state": self.state,
@@ -113,6 +107,7 @@ class StatusView:
             "max_compiled_shapes": self.settings.max_compiled_shapes,
             "busy": running[0] if running else None,
             "running": running,
+            "waiting": [job for job in jobs if job["state"] == "waiting"],
             "compiling_workers": compiling_workers,  # compiles the operator can end now (End the compile)
             "shapes": self.table.snapshot(),
             "cache": device.cache_info() if device else None,

@@ -11,7 +11,6 @@ from typing import Any
 
 from backend.workers.distributed import Rank
 
-
 _JOB_LEN = 8
 
 

@@ -72,8 +72,8 @@ def shard_report(module, me: Rank) -> dict[str, Any]:
 def warm_up(cfg: proto.WorkerConfig, run, me: Rank) -> list[dict[str, Any]]:
     """The shapes the app asked the group to warm before READY (settings the app checked)."""
     from backend.request.records import GenerationRequest
-    from backend.settings import TP_MODE
     from backend.request.references import blank_references
+    from backend.settings import TP_MODE
     from backend.shapes import parse_signature
 
     stats = []

@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 import hashlib
 import io
 import json
+import os
 import tarfile
 from pathlib import Path
 
 import pytest
 
 from backend.caches import bundles
-
 from backend.hardware import env as device_env
 
 CODE = "j6/cj6za2bike3u7tduddk6hzww7rezwfxjykobuwzmevoumg5c2rey.py"

@@ -6,7 +6,6 @@ import pytest
 
 from backend.hardware import cache_layout
 from backend.images.folder import prune
-
 from tests.neuron.captures import neff_layout_paths
 
 FOREIGN = ["notes.txt", "0a/keep.txt", "0a/1b/photo.jpg", "fx/cfx123.py", "project/fxgraph.txt",

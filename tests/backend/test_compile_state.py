@@ -48,8 +48,8 @@ def test_a_failure_is_kept_when_a_replaced_group_forgets_its_mode():
 def test_on_neuron_a_warm_size_at_a_new_step_count_still_compiles_and_the_lock_refuses_it():
     """The scheduler's per-step tensors (sigmas: steps + 1) change length with the step count, and
     on Neuron every eager op compiles per shape: warm at 4 steps is not warm at 8 there; elsewhere it is."""
-    from backend.serving.admission import Admission
     from backend.errors import ShapeLocked
+    from backend.serving.admission import Admission
     from backend.settings import Settings
 
     table = CompileTable(FakeClock())

@@ -1,14 +1,23 @@
 """The NeuronCore plan (pure: no torch, no device) and the device layer's refusals without the SDK."""
 
-import pytest
-
-from pathlib import Path
-
 import os
 import subprocess
+from pathlib import Path
 
-from backend.hardware.core_plan import (CoresDoNotFit, InstanceCores, default_app_cores, detect_instance_cores, format_cores,
-                               make_plan, parse_cores, parse_neuron_ls, parse_neuron_ls_json, plan_text)
+import pytest
+
+from backend.hardware.core_plan import (
+    CoresDoNotFit,
+    InstanceCores,
+    default_app_cores,
+    detect_instance_cores,
+    format_cores,
+    make_plan,
+    parse_cores,
+    parse_neuron_ls,
+    parse_neuron_ls_json,
+    plan_text,
+)
 from backend.settings import load_settings
 from tests.neuron.captures import text
 

@@ -2,8 +2,8 @@
 no module over 400 lines; imports never go round in a circle."""
 
 import subprocess
-from pathlib import Path
 import sys
+from pathlib import Path
 
 from tests.conftest import ROOT
 

@@ -7,8 +7,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from backend.errors import (BackendBusy, BackendNotReady, GenerationCancelled, GenerationFailed,
-                            InvalidRequest, ShapeLimitReached, ShapeLocked)
+from backend.errors import (
+    BackendBusy,
+    BackendNotReady,
+    GenerationCancelled,
+    GenerationFailed,
+    InvalidRequest,
+    ShapeLimitReached,
+    ShapeLocked,
+)
 from backend.serving.manager import Manager
 from backend.shapes import Shape
 from tests.conftest import INDUCTOR_LOCK, make_settings, plant_inductor_entry
@@ -304,8 +311,8 @@ def test_background_warmup_reports_progress_and_refuses_a_second(manager):
 
 
 def test_a_warm_up_list_is_deduplicated_and_capped(manager):
-    from backend.shapes import PRESETS
     from backend.serving.warmup import MAX_SHAPES
+    from backend.shapes import PRESETS
 
     assert MAX_SHAPES == len(PRESETS)
     with pytest.raises(InvalidRequest, match=f"at most {MAX_SHAPES} different shapes"):

@@ -83,7 +83,8 @@ def test_prompts_as_people_write_them_read_as_the_captions_they_came_from():
 
 def test_the_embedded_card_scales_the_megapixel_presets_to_its_trained_size():
     card = read_card(SCENES_MODEL_DIR)
-    from embedded.recipe import CARD_FILE as WRITTEN, SCENES_CARD
+    from embedded.recipe import CARD_FILE as WRITTEN
+    from embedded.recipe import SCENES_CARD
 
     assert WRITTEN == CARD_FILE and json.loads((SCENES_MODEL_DIR / CARD_FILE).read_text()) == SCENES_CARD
     assert [n for n, _ in card.presets] == [n for n, _ in PRESETS]

@@ -9,8 +9,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from embedded import scenes
 from backend.serving.manager import Manager
+from embedded import scenes
 from tests.conftest import make_settings
 
 pytestmark = pytest.mark.slow

@@ -5,8 +5,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from diffusers import (AutoencoderKLFlux2, FlowMatchEulerDiscreteScheduler, Flux2KleinPipeline,
-                       Flux2Transformer2DModel)
+from diffusers import AutoencoderKLFlux2, FlowMatchEulerDiscreteScheduler, Flux2KleinPipeline, Flux2Transformer2DModel
 from safetensors.torch import load_file
 from transformers import Qwen2TokenizerFast, Qwen3ForCausalLM
 
@@ -71,8 +70,8 @@ def test_random_model_is_built_on_first_use_when_the_folder_is_missing(tmp_path,
 
 
 def test_the_default_is_the_trained_model_and_a_missing_one_says_how_to_rebuild_it(tmp_path, monkeypatch):
-    from backend.models import source as model_source
     from backend.errors import ModelNotFound
+    from backend.models import source as model_source
     from backend.settings import Settings
     from embedded.recipe import SCENES_MODEL_DIR
 

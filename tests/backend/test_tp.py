@@ -18,8 +18,8 @@ import psutil
 import pytest
 
 from backend.errors import GenerationCancelled, GroupDead
-from backend.serving.manager import Manager
 from backend.launch import protocol as proto
+from backend.serving.manager import Manager
 from tests.conftest import ROOT, make_settings
 
 

@@ -86,7 +86,7 @@ def test_the_handshake_needs_the_key_on_both_sides():
         a, b = socket.socketpair()
         outcome = {}
 
-        def serve(b=b):
+        def serve(b=b, outcome=outcome):
             try:
                 proto.accept(b, KEY, 5).close()
                 outcome["server"] = "accepted"

@@ -3,8 +3,8 @@
 import pytest
 
 from backend.errors import InvalidRequest
-from backend.serving.manager import Manager
 from backend.request.validation import MAX_SEED
+from backend.serving.manager import Manager
 from tests.conftest import make_settings
 
 
@@ -107,8 +107,8 @@ def test_bidirectional_control_characters_are_refused_naming_the_position(char):
     """A prompt (typed, from the API, the CLI or a loaded PNG — all pass here) holding a bidi
     override would show other words than it holds; refused like any control character."""
     from backend.errors import InvalidRequest
-    from backend.settings import Settings
     from backend.request.validation import validate_request
+    from backend.settings import Settings
 
     with pytest.raises(InvalidRequest, match=rf"bidirectional control character U\+{ord(char):04X} at position 2"):
         validate_request(Settings(), ("eager",), f"a {char}red fox", 64, 64)

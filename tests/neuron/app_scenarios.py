@@ -83,7 +83,6 @@ def _error(fn) -> dict | None:
 def inprocess(workdir: Path) -> dict:
     """Eager, compiled and regional on "neuron" vs the CPU; compiled flags at 64, 128, 64."""
     from backend.serving.manager import Manager
-
     from ui import views
 
     mgr = Manager(_settings(workdir))
@@ -111,7 +110,6 @@ def second(workdir: Path) -> dict:
     """A later process on the same caches: persistent NEFF hits, the warm-only lock, a failed compile;
     then edits (``_edits``)."""
     from backend.serving.manager import Manager
-
     from backend.shapes import parse_shape_list
 
     mgr = Manager(_settings(workdir, reference_sizes=parse_shape_list("64x64,96x64")))

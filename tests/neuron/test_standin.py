@@ -17,7 +17,6 @@ import textwrap
 import pytest
 
 from tests.neuron.captures import load as load_capture
-
 from tests.neuron.standin import REPO, core_holder, run_all, run_py, standin_env
 
 # How a failed graph compile reaches Python, as TorchNeuron raised it in a real run (the captured

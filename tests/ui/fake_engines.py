@@ -26,11 +26,11 @@ from typing import Any, Callable, Iterator
 
 from PIL import Image
 
-from backend.serving.compile_state import COMPILED_MODES
 from backend.engines.in_process import WOULD_COMPILE, InProcessEngine
-from backend.launch.group import STARTING, WorkerGroup
 from backend.errors import GenerationCancelled, GroupDead, ShapeLocked
+from backend.launch.group import STARTING, WorkerGroup
 from backend.request.records import EngineOutput, GenerationRequest, ProgressEvent
+from backend.serving.compile_state import COMPILED_MODES
 from backend.settings import EMBEDDED_RANDOM_MODEL
 
 # The fakes' measured numbers: a run that compiles, and a steady one (4 steps: 0.1 + 4 x 0.05 + 0.1 s).

@@ -19,7 +19,6 @@ from tests.ui.browser import ROOT, choose_mode, chromium
 from tools.app_process import operator_token, running_app
 from ui.views import load_example_prompts
 
-
 LAPTOP = {"width": 1280, "height": 800}  # a presenter's screen: what shows without scrolling
 # The page's first example prompt, as a person writes it (the model reads it in its grammar).
 PROMPT = load_example_prompts(ROOT / "assets" / "prompts.txt")[0]

@@ -19,7 +19,8 @@ from gradio_client.exceptions import AuthenticationError
 from PIL import Image
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import ROOM_KEY, http_get as _get
+from tests.conftest import ROOM_KEY
+from tests.conftest import http_get as _get
 from tools.app_process import running_app
 
 pytestmark = pytest.mark.slow
@@ -196,7 +197,7 @@ def test_the_operator_link_makes_an_operator(app):
     from tools.room_client import config, event_index, operator_cookie, post_event
 
     url, workdir = app
-    line = next(l for l in (workdir / "app.log").read_text().splitlines() if l.startswith("operator link"))
+    line = next(each for each in (workdir / "app.log").read_text().splitlines() if each.startswith("operator link"))
     token = line.rsplit("token=", 1)[1].strip()
     with pytest.raises(urllib.error.HTTPError) as wrong:
         urllib.request.urlopen(url + "operator?token=guess", timeout=10)

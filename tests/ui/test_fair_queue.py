@@ -1,115 +1,129 @@
-"""Issue 33 (8): one viewer cannot queue runs without end ahead of the room. A real Gradio app and
-real gradio_client sessions: a device-queue event that holds until the test lets it go, Gradio's
-queue with the app's per-session cap (``ui.gradio_queue.cap_per_session``)."""
+"""Issue 51 (2, 3): every door's runs wait on the service's one job board, round robin between owners.
+A first viewer sends 30 runs through a door, a second viewer one: the second starts within one run of
+the next free slot, through the page's Generate, the API's ``/generate`` and the Images API alike.
+The real Manager and its board; the fake in-process engine (``tests/ui/fake_engines.py``) with a
+gate that lets one run finish at a time, so nothing here waits for a duration."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
-import time
+import types
 
-import gradio as gr
 import httpx
 import pytest
-from gradio_client import Client
-from gradio_client.utils import QueueError
 
-from ui import gradio_queue
-from ui.constants import DEVICE_QUEUE
+from backend.serving.jobs import JobState
+from tests.ui.fake_engines import start_manager, until
+from ui.handlers import Studio
+from web.door import ApiDoor, ApiKeys
 
-CAP = 4
+FIRST = 30
+
+
+class Gate:
+    """Wraps the engine's run: records each run's label as it starts and holds it until ``let_one``."""
+
+    def __init__(self, engine):
+        self.started: list[str] = []
+        self._go = threading.Semaphore(0)
+        run = engine._run
+
+        def gated(request, *args, **kwargs):
+            self.started.append(request.typed or request.prompt)
+            self._go.acquire(timeout=60)
+            return run(request, *args, **kwargs)
+
+        engine._run = gated
+
+    def let_one(self) -> None:
+        self._go.release()
 
 
 @pytest.fixture
-def room():
-    release, started = threading.Event(), []
-
-    def run(label: str) -> str:
-        started.append(label)
-        release.wait(60)
-        return label
-
-    with gr.Blocks() as demo:
-        box, out = gr.Textbox(), gr.Textbox()
-        gr.Button().click(run, box, out, api_name="run", concurrency_id=DEVICE_QUEUE, concurrency_limit=1)
-    demo.queue(default_concurrency_limit=1)
-    demo.launch(prevent_thread_lock=True, quiet=True)
-    assert gradio_queue.cap_per_session(demo, DEVICE_QUEUE, lambda: CAP,
-                                        lambda position, cap: f"{cap} waiting; the first at place {position}")
-    try:
-        yield demo, release, started
-    finally:
-        release.set()
-        demo.close()
+def room(tmp_path):
+    manager, _launches = start_manager(tmp_path, max_queued_per_viewer=FIRST)
+    gate = Gate(manager.engines["in-process"])
+    yield manager, gate
+    for _ in range(2 * FIRST):
+        gate.let_one()
+    manager.close()
 
 
-def _until(predicate, what: str) -> None:
-    deadline = time.monotonic() + 60
-    while not predicate():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.02)
+def page(session: str):
+    return types.SimpleNamespace(session_hash=session, headers={}, cookies={})
 
 
-def _waiting(demo) -> list:
-    return list(demo._queue.event_queue_per_concurrency_id[DEVICE_QUEUE].queue)
+def through_the_page(manager, session: str, label: str):
+    studio = Studio(manager)
+    return lambda: studio.generate_from_page(label, 64, 64, "eager", 1, 0.0, 1, False, [], page=page(session),
+                                             progress=lambda *a, **k: None)
 
 
-def test_round_robin_puts_each_sessions_next_run_before_anyones_second():
-    from types import SimpleNamespace as Event
-
-    events = [Event(session_hash=s, n=i) for i, s in enumerate("aaaabca")]
-    gradio_queue.round_robin(events)
-    assert [(e.session_hash, e.n) for e in events] == [("a", 0), ("b", 4), ("c", 5), ("a", 1), ("a", 2),
-                                                        ("a", 3), ("a", 6)]
+def through_generate(manager, session: str, label: str):
+    studio = Studio(manager)
+    return lambda: studio.api_generate(label, 64, 64, "eager", 1, 1, 0.0, page=page(session),
+                                       progress=lambda *a, **k: None)
 
 
-def test_one_viewer_queues_at_most_the_cap_and_another_viewers_run_goes_next(room):
-    demo, release, started = room
-    url = demo.local_url
-    greedy, other = Client(url, verbose=False), Client(url, verbose=False)
-    first = greedy.submit("greedy 0", api_name="/run")
-    _until(lambda: started == ["greedy 0"], "the first run to start")
-    waiting = [greedy.submit(f"greedy {i}", api_name="/run") for i in range(1, CAP + 1)]
-    _until(lambda: len(_waiting(demo)) == CAP, "the greedy viewer's runs to wait")
-    refused = greedy.submit("greedy over", api_name="/run")
-    with pytest.raises(QueueError, match="Queue is full"):  # gradio_client's words for a 503 join
-        refused.result(timeout=60)
-    fn_index = next(i for i, fn in demo.fns.items() if fn.api_name == "run")
-    answer = httpx.post(f"{url}gradio_api/queue/join", timeout=30,
-                        json={"data": ["raw"], "fn_index": fn_index, "session_hash": greedy.session_hash})
-    assert answer.status_code == 503 and f"{CAP} waiting; the first at place 1" in answer.text  # the app's
-    assert len(_waiting(demo)) == CAP  # the refused ones never joined
-    mine = other.submit("other", api_name="/run")
-    _until(lambda: len(_waiting(demo)) == CAP + 1, "the other viewer's run to join")
-    # Round robin: the other viewer's one run waits behind the greedy one's next, not all four.
-    assert [e.session_hash for e in _waiting(demo)].index(other.session_hash) == 1
-    release.set()
-    assert mine.result(timeout=60) == "other" and first.result(timeout=60) == "greedy 0"
-    assert started.index("other") == 2  # it ran right after the greedy viewer's second
-    assert [job.result(timeout=60) for job in waiting] == [f"greedy {i}" for i in range(1, CAP + 1)]
+def through_the_images_api(manager, session: str, label: str):
+    door = ApiDoor(None, manager, ApiKeys({session: f"{session}-key-0123456789"}))
 
-
-def test_the_waiting_runs_of_a_page_that_closed_leave_the_queue(room):
-    """Issue 33 (8): runs nobody reads any more do not hold the room's places. A page's runs wait
-    while its event stream is open; when the stream closes (the tab went away), Gradio's queue drops
-    them (``Queue.clean_events``) and the next viewer's run goes next. (The run already going stops
-    at its next step: ``gradio_queue.page_alive``, tested in test_roles.)"""
-    demo, release, started = room
-    url = demo.local_url
-    fn_index = next(i for i, fn in demo.fns.items() if fn.api_name == "run")
-
-    def join(label: str, session: str) -> None:
-        answer = httpx.post(f"{url}gradio_api/queue/join", timeout=30,
-                            json={"data": [label], "fn_index": fn_index, "session_hash": session})
+    def send():
+        async def go():
+            transport = httpx.ASGITransport(app=door, client=("127.0.0.1", 50000))
+            async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:7860", timeout=120) as http:
+                return await http.post("/v1/images/generations", json={"prompt": label, "size": "64x64", "steps": 1},
+                                       headers={"authorization": f"Bearer {session}-key-0123456789"})
+        answer = asyncio.run(go())
         assert answer.status_code == 200, answer.text
+    return send
 
-    for label in ("gone 0", "gone 1", "gone 2"):
-        join(label, "gone")  # a page joins, then listens (a stream before any join is a 404)
-    with httpx.stream("GET", f"{url}gradio_api/queue/data", params={"session_hash": "gone"}, timeout=60) as page:
-        lines = page.iter_lines()  # held: a dropped iterator closes the stream
-        assert '"msg":"estimation"' in next(lines)  # open and answering
-        _until(lambda: started == ["gone 0"] and len(_waiting(demo)) == 2, "one run going and two waiting")
-        join("stays", "stays")
-        assert [e.session_hash for e in _waiting(demo)] == ["gone", "stays", "gone"]
-    _until(lambda: [e.session_hash for e in _waiting(demo)] == ["stays"], "the closed page's runs to leave")
-    release.set()
-    _until(lambda: started == ["gone 0", "stays"], "the remaining run to go next")
+
+@pytest.mark.parametrize("door", [through_the_page, through_generate, through_the_images_api])
+def test_a_second_viewers_run_starts_within_one_run_behind_a_first_viewers_thirty(room, door):
+    manager, gate = room
+    threads = []
+
+    def submit(session: str, label: str) -> None:
+        thread = threading.Thread(target=door(manager, session, label), daemon=True)
+        thread.start()
+        threads.append(thread)
+
+    for i in range(FIRST):
+        submit("first", f"first {i}")
+    until(lambda: len(manager.board.jobs()) == FIRST, "the first viewer's thirty on the board")
+    until(lambda: len(gate.started) == 1, "the first run to start")
+    submit("second", "second")
+    until(lambda: len(manager.board.jobs()) == FIRST + 1, "the second viewer's run on the board")
+    gate.let_one()  # the first run ends: the next free slot
+    until(lambda: len(gate.started) == 2, "the next run to start")
+    assert gate.started[1] == "second"
+    for _ in range(FIRST):
+        gate.let_one()
+    until(lambda: not manager.board.jobs(), "every run to end")
+    for thread in threads:
+        thread.join(60)
+    assert len(manager.records) == FIRST + 1
+
+
+def test_a_closed_page_leaves_the_board(room):
+    """Its waiting runs leave at once, its running one stops at its next step (Gradio's unload event
+    calls ``Studio.page_closed``); the next viewer's run goes next."""
+    manager, gate = room
+    studio = Studio(manager)
+    outcomes = []
+    for label, session in (("gone 0", "gone"), ("gone 1", "gone"), ("stays", "stays")):
+        threading.Thread(target=lambda f=through_the_page(manager, session, label): outcomes.append(f()),
+                         daemon=True).start()
+        until(lambda want=1 + (label != "gone 0") + (label == "stays"): len(manager.board.jobs()) >= want,
+              f"{label} on the board")
+    until(lambda: gate.started == ["gone 0"], "the first run to start")
+    studio.page_closed(page=page("gone"))
+    until(lambda: [j.owner.ident for j in manager.board.jobs() if j.state is JobState.WAITING] == ["stays"],
+          "the closed page's waiting run to leave")
+    gate.let_one()
+    until(lambda: gate.started == ["gone 0", "stays"], "the remaining run to go next")
+    gate.let_one()
+    until(lambda: not manager.board.jobs(), "the board to empty")
+    assert [r.prompt for r in manager.records] == ["stays"]  # the closed page's run was stopped, not finished

@@ -270,20 +270,27 @@ def test_stopping_replicas_that_never_started_says_so(studio, launches, capsys):
     assert not launches.made
 
 
-def test_the_device_queue_follows_the_engines_capacity_as_it_changes(studio, manager):
-    """No thread polls: each replica that becomes ready, and the pool's stop, widen and narrow the
-    queue as they happen (the fake groups drive the real group's transitions)."""
-    from ui.app import follow_capacity
-    from ui.constants import DEVICE_QUEUE
+def test_two_ready_replicas_serve_two_page_requests_at_once(studio, manager, launches):
+    """Issue 51 (3): the job board gives an engine as many slots as it has ready places, read as
+    they change: with two replicas ready, two page runs are in flight together (each waits at step 1
+    for the other: run one at a time, the barrier breaks)."""
+    import threading
 
-    assert studio.follow_capacity() is False  # no page, no queue yet
-    device_queue = SimpleNamespace(concurrency_limit=1)
-    studio.blocks = SimpleNamespace(_queue=SimpleNamespace(event_queue_per_concurrency_id={DEVICE_QUEUE: device_queue}))
-    follow_capacity(manager, studio)
-    studio.start_replicas(3)
-    assert device_queue.concurrency_limit == 3
+    studio.start_replicas(2)
+    both = threading.Barrier(2, timeout=30)
+    for group in launches.made:
+        group.at_step = lambda step: both.wait() if step == 1 else None
+    records = []
+    runs = [threading.Thread(target=lambda seed=seed: records.append(studio.generate_from_page(
+        "a fox", 64, 64, "eager", 2, 1.0, seed, False, [])[2])) for seed in (1, 2)]
+    for run in runs:
+        run.start()
+    for run in runs:
+        run.join(60)
+    assert not both.broken and len(records) == 2
+    assert {r["place"] for r in records} == {"replica 0", "replica 1"} and all(r["overlapped"] for r in records)
     studio.stop_replicas()
-    assert device_queue.concurrency_limit == 1
+    assert manager._engine_capacity("replicas") == 0
 
 
 def test_cost_line_and_badges_follow_the_compile_state(studio, manager):
@@ -488,8 +495,10 @@ def test_the_ui_uses_only_what_the_manager_has(manager):
     """What the page uses of the manager exists on the real one (the handler tests drive it, so a
     handler calling something it lacks fails there too; this names the missing one)."""
     used = _manager_names_the_ui_uses()
-    assert {"generate", "status", "predict", "validate", "start_engine", "stop_engine", "engine_logs",
-            "capacity", "settings", "modes"} <= used, used
+    assert {"run", "compare", "status", "predict", "validate", "start_engine", "stop_engine", "engine_logs",
+            "settings", "modes"} <= used, used
+    # Issue 51: the page runs through the service's one entry, never around it.
+    assert not {"generate", "save_image"} & used, used
     for name in sorted(used):
         assert hasattr(manager, name), f"the UI uses manager.{name}, which the real Manager does not have"
 
@@ -510,10 +519,10 @@ def test_the_first_page_fits_the_model(model, tmp_path):
     # the trained embedded model offers the ~1 MP ratios at the ~256x256 it was trained at, starts
     # at 1:1 with a prompt from its examples, says once (under the prompt) what it understands, and
     # labels a size beyond training; a model without a card keeps the ~1 MP presets, no prompt.
+    from tests.ui.fake_engines import start_manager
     from ui.app import build_ui
     from ui.constants import ASSETS
     from ui.handlers import Studio
-    from tests.ui.fake_engines import start_manager
 
     manager, _launches = start_manager(tmp_path, model=model)
     try:

@@ -11,9 +11,20 @@ import gradio as gr
 import pytest
 
 from backend import errors
+from backend.errors import (
+    BackendBusy,
+    BackendNotReady,
+    CompileFailure,
+    GenerationCancelled,
+    GenerationFailed,
+    GroupDead,
+    InvalidRequest,
+    ModelNotFound,
+    ShapeLimitReached,
+    ShapeLocked,
+    StudioError,
+)
 from backend.serving import compile_state
-from backend.errors import (BackendBusy, BackendNotReady, CompileFailure, GenerationCancelled, GenerationFailed,
-                            GroupDead, InvalidRequest, ModelNotFound, ShapeLimitReached, ShapeLocked, StudioError)
 from tests.conftest import ROOT
 from tests.ui.fake_engines import calm_refusal, system_views
 from ui import i18n, views
@@ -164,8 +175,9 @@ def test_the_grammar_and_edit_help_speak_the_pages_language(tmp_path):
     """The embedded model's card reads a grammar: its help sentences (under the prompt, and in the
     Edit area: what an edit may ask) are Turkish on a Turkish page, with the grammar's own (English)
     words, which are what the model reads."""
-    from backend.models.card import card_for
     from types import SimpleNamespace as NS
+
+    from backend.models.card import card_for
     from ui.handlers import Studio
 
     studio = Studio(NS(card=card_for("embedded", tmp_path)))

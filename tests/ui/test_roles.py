@@ -10,7 +10,7 @@ import gradio as gr
 import pytest
 
 from backend.errors import GenerationCancelled
-from backend.serving.roles import COOKIE, OperatorKey
+from backend.serving.roles import COOKIE, OperatorKey, page_caller
 from backend.shapes import Shape
 from tests.conftest import plant_inductor_entry
 from tests.ui.fake_engines import system_views, until
@@ -77,7 +77,9 @@ def test_every_handler_that_asks_for_the_caller_is_in_the_list():
         body = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls.__name__).body
         asking |= {f.name for f in body if isinstance(f, ast.FunctionDef) and f.name != "_caller"
                    and any(isinstance(n, ast.Attribute) and n.attr == "_caller" for n in ast.walk(f))}
-    answering_viewers = {"stop", "page_role", "show_tp_controls", "refresh_studio", "refresh_all", "status_for"}
+    # (_run and compare: the caller owns its runs on the job board, whatever its role)
+    answering_viewers = {"stop", "page_role", "show_tp_controls", "refresh_studio", "refresh_all", "status_for",
+                         "_run", "compare"}
     assert asking - answering_viewers == {name for name, _args in OPERATOR_EVENTS}
     assert answering_viewers <= asking  # each still asks (a stale name here would hide a new operator handler)
 
@@ -120,7 +122,7 @@ def test_a_viewers_page_hides_every_operator_control(manager):
 def test_a_viewer_stops_only_its_own_run(room, manager, engine):
     studio, key = room
     request = manager.validate("a fox", 64, 64, steps=4, seed=0, mode="eager")
-    alices_run = lambda: manager.generate(request, owner="s-alice")  # noqa: E731
+    alices_run = lambda: manager.generate(request, caller=page_caller(False, "s-alice"))  # noqa: E731
 
     with engine.hold(alices_run) as outcome:
         busy = manager.status()["busy"]
@@ -167,16 +169,21 @@ def test_the_operator_sees_an_uploaded_bundles_manifest_before_importing_it(room
     studio.import_bundle(bundle(), page=operator)  # no files: nothing to write, and nothing refused
 
 
-def test_the_page_handler_asks_gradios_queue_whether_its_session_still_waits():
-    studio = Studio(manager=None)
-    job = types.SimpleNamespace(session_hash="s-1", alive=True)
-    studio.blocks = types.SimpleNamespace(_queue=types.SimpleNamespace(active_jobs=[[job], None]))
-    alive = studio._still_wanted(types.SimpleNamespace(session_hash="s-1"))
-    assert alive() is True
-    job.alive = False  # Gradio's clean_events when the page's event stream closed
-    assert alive() is False
-    assert studio._still_wanted(types.SimpleNamespace(session_hash=None)) is None
+def test_a_forged_stop_with_any_owner_string_an_api_client_could_send_ends_nothing(room, manager, engine):
+    """Issue 51 (1): API runs were owned by the string "api <caller>" and Stop compared the session a
+    client sent, so a page sending "api key alice" as its session stopped Alice's run. Owners are
+    typed now: no session string equals an API key's owner."""
+    from backend.serving.roles import api_caller
 
+    studio, _key = room
+    request = manager.validate("a fox", 64, 64, steps=4, seed=0, mode="eager")
+    alice = api_caller("alice", "127.0.0.1")
+    with engine.hold(lambda: manager.run(request, alice)) as outcome:
+        for forged in ("api key alice", "key alice", "alice", "api loopback 127.0.0.1", "loopback 127.0.0.1",
+                       str(alice.owner), "api address 127.0.0.1", "local", ""):
+            with pytest.raises(gr.Error, match="another viewer's"):
+                studio.stop(page=page(session=forged or None))
+    assert "result" in outcome  # every forged stop changed nothing: Alice's run finished
 
 def test_a_shape_warmed_from_a_bundle_is_labelled_so_in_the_shapes_table():
     from ui import views

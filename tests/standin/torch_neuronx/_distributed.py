@@ -40,7 +40,6 @@ import torch.distributed as dist
 
 from . import _device, _runtime
 
-
 FAIL_COLLECTIVE_VAR = "NEURON_STANDIN_FAIL_COLLECTIVE"
 
 

@@ -1,0 +1,226 @@
+"""The job board: every run the service takes, from every door, waits and runs here.
+
+A job is owned by a typed ``Owner``: a page session, an API key, a loopback address, the operator's
+own work or the app's start-up passes. The kind is part of the owner, so no string a client sends
+(a page's session hash, a key's name) can stand for another kind's owner: a page that sends
+``"api key alice"`` as its session owns ``Owner(PAGE, "api key alice")``, never Alice's API runs.
+
+Fairness is round robin between owners: when a slot frees, the waiting owner served least recently
+goes next (an owner never served goes first), with its oldest job. One viewer's burst of thirty
+waits behind everyone else's next run, whichever door each came through. Each owner may hold
+``cap`` jobs (waiting + running); the operator's and the app's own are not capped. Each engine
+runs as many jobs at once as it can (``capacity(engine)``, read each time a slot is looked for:
+two ready replicas run two; the in-process engine one), and the engines run side by side: a job
+waits only behind the jobs bound for its own engine.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import itertools
+import threading
+import time
+from typing import Any, Callable
+
+from backend.errors import BackendNotReady, GenerationCancelled, QueueFull
+from backend.shapes import Shape
+
+
+class OwnerKind(enum.Enum):
+    PAGE = "page"  # a browser page or a gradio_client session (Gradio's session hash)
+    API_KEY = "api key"  # the Images API with --api-keys: the key's name
+    API_ADDRESS = "api address"  # the Images API without keys: the loopback caller's address
+    OPERATOR = "operator"  # the operator's own work (a warm-up started from the System tab)
+    LOCAL = "local"  # the CLI and the app's start-up passes (prewarm, a bundle's shapes)
+
+
+@dataclasses.dataclass(frozen=True)
+class Owner:
+    kind: OwnerKind
+    ident: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.kind.value} {self.ident}".strip()
+
+
+LOCAL = Owner(OwnerKind.LOCAL)
+NOBODY = None  # a caller without an owner (an event posted without a session) owns no job
+
+
+class JobState(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+
+
+@dataclasses.dataclass(eq=False)
+class Job:
+    """One run on the board. ``phase`` and ``step`` follow the run's progress events."""
+
+    id: int
+    owner: Owner
+    mode: str
+    shape: Shape
+    steps: int
+    engine: str
+    arrived: float
+    state: JobState = JobState.WAITING
+    phase: str = "waiting"
+    step: int = 0
+    started: float | None = None
+    compile_started: float | None = None
+    compile_estimate: float | None = None
+    overlapped: bool = False  # ran beside another job: not a steady figure for its shape
+    worker_stopped: bool = False  # the operator ended its compile by stopping its worker
+    cancel: threading.Event = dataclasses.field(default_factory=threading.Event)
+
+    def public(self, now: float) -> dict[str, Any]:
+        """What the status shows of it: no owner (a page session is its own business)."""
+        out = {"id": self.id, "mode": self.mode, "shape": str(self.shape), "phase": self.phase, "step": self.step,
+               "steps": self.steps, "engine": self.engine, "state": self.state.value,
+               "elapsed": round(now - (self.started if self.started is not None else self.arrived), 3)}
+        if self.compile_started is not None:
+            out["compile_elapsed"] = round(now - self.compile_started, 3)
+            out["compile_estimate"] = self.compile_estimate
+        return out
+
+
+class JobBoard:
+    """The waiting and running jobs (see the module's docstring)."""
+
+    def __init__(self, capacity: Callable[[str], int], clock: Callable[[], float] = time.monotonic):
+        self._capacity = capacity
+        self._clock = clock
+        self._cond = threading.Condition()
+        self._jobs: dict[int, Job] = {}
+        self._ids = itertools.count(1)
+        self._turns = itertools.count(1)
+        self._served: dict[Owner, int] = {}  # the turn each owner was last served at
+        self._closed = False
+
+    # entering and leaving ----------------------------------------------------------------------
+    def enter(self, owner: Owner, mode: str, shape: Shape, steps: int, engine: str, cap: int | None) -> Job:
+        """A new waiting job, or QueueFull when ``owner`` already holds ``cap`` jobs."""
+        with self._cond:
+            if self._closed:
+                raise BackendNotReady("the app is shutting down")
+            held = [j for j in self._jobs.values() if j.owner == owner]
+            if cap is not None and len(held) >= cap:
+                waiting = [j for j in held if j.state is JobState.WAITING]
+                raise QueueFull(f"this caller has {len(held)} runs waiting or running already; at most {cap} "
+                                f"(one running, {cap - 1} waiting) so that others get a turn"
+                                + (f" (the first waits at place {self._order().index(waiting[0]) + 1})"
+                                   if waiting else ""))
+            job = Job(next(self._ids), owner, mode, shape, steps, engine, self._clock())
+            self._jobs[job.id] = job
+            self._cond.notify_all()
+            return job
+
+    def wait_turn(self, job: Job, should_stop: Callable[[], bool],
+                  on_wait: Callable[[int, int], None] | None = None, poll: float = 0.25) -> None:
+        """Block until ``job`` is next in the round robin and a slot is free, then mark it running.
+        ``on_wait(place, waiting)`` is called when its place changes; a stop while waiting raises
+        GenerationCancelled (the job leaves the board)."""
+        seen = None
+        with self._cond:
+            while True:
+                if job.cancel.is_set() or should_stop() or self._closed:
+                    self._remove(job)
+                    raise GenerationCancelled("stopped while waiting for its turn")
+                order = [j for j in self._order() if j.engine == job.engine]
+                running = sum(1 for j in self._jobs.values() if j.state is JobState.RUNNING and j.engine == job.engine)
+                if order and order[0] is job and running < max(1, self._capacity(job.engine)):
+                    job.state, job.started, job.phase = JobState.RUNNING, self._clock(), "starting"
+                    # Runs side by side (replicas, a group and the app) share the machine: none of
+                    # them is a steady figure for its shape.
+                    for other in self._jobs.values():
+                        if other is not job and other.state is JobState.RUNNING:
+                            other.overlapped = job.overlapped = True
+                    self._served[job.owner] = next(self._turns)
+                    self._cond.notify_all()
+                    return
+                place = order.index(job) + 1  # among the jobs bound for its engine
+                if on_wait is not None and (place, len(order)) != seen:
+                    seen = (place, len(order))
+                    self._cond.release()
+                    try:
+                        on_wait(place, len(order))
+                    finally:
+                        self._cond.acquire()
+                    continue
+                self._cond.wait(poll)
+
+    def leave(self, job: Job) -> None:
+        with self._cond:
+            self._remove(job)
+
+    def _remove(self, job: Job) -> None:
+        if self._jobs.pop(job.id, None) is not None:
+            self._cond.notify_all()
+
+    def capacity_changed(self) -> None:
+        """Wake the waiting jobs: a slot may have opened (a replica became ready)."""
+        with self._cond:
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        """Refuse new jobs and end the waiting ones; running ones are cancelled by their owner's stop."""
+        with self._cond:
+            self._closed = True
+            for job in self._jobs.values():
+                job.cancel.set()
+            self._cond.notify_all()
+
+    # the order ---------------------------------------------------------------------------------
+    def _order(self) -> list[Job]:
+        """(lock held) The waiting jobs in the order they will run: round robin between owners, the
+        owner served least recently first, each owner's jobs in the order they came."""
+        queues: dict[Owner, list[Job]] = {}
+        for job in sorted(self._jobs.values(), key=lambda j: j.id):
+            if job.state is JobState.WAITING:
+                queues.setdefault(job.owner, []).append(job)
+        served = dict(self._served)
+        order: list[Job] = []
+        while queues:
+            owner = min(queues, key=lambda o: (served.get(o, 0), queues[o][0].id))
+            order.append(queues[owner].pop(0))
+            served[owner] = 10**12 + len(order)  # in this projection, served after every real turn
+            if not queues[owner]:
+                del queues[owner]
+        return order
+
+    # reading and stopping ----------------------------------------------------------------------
+    def jobs(self) -> list[Job]:
+        with self._cond:
+            return sorted(self._jobs.values(), key=lambda j: j.id)
+
+    def running(self) -> list[Job]:
+        return [j for j in self.jobs() if j.state is JobState.RUNNING]
+
+    def place(self, job: Job) -> int | None:
+        """Where a waiting job stands among its engine's (1: next); None when it runs or has left."""
+        with self._cond:
+            order = [j for j in self._order() if j.engine == job.engine]
+            return order.index(job) + 1 if job in order else None
+
+    def cancel(self, owner: Owner | None, everyone: bool) -> list[Job]:
+        """Ask the jobs of ``owner`` (``everyone``: all jobs) to stop; returns those asked. A waiting
+        job leaves at once; a running one stops at its next step."""
+        with self._cond:
+            mine = [j for j in self._jobs.values() if everyone or (owner is not None and j.owner == owner)]
+            for job in mine:
+                job.cancel.set()
+            self._cond.notify_all()
+            return mine
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        now = self._clock()
+        with self._cond:
+            order = self._order()
+            out = []
+            for job in sorted(self._jobs.values(), key=lambda j: j.id):
+                entry = job.public(now)
+                if job.state is JobState.WAITING:
+                    entry["place"] = [j for j in order if j.engine == job.engine].index(job) + 1
+                out.append(entry)
+            return out
