@@ -10,7 +10,9 @@ reference is fitted here to one of a small set of **reference sizes** (the model
 leaves as they are.
 
 A file is hostile until bounded: its bytes are counted before it is opened, its header (format,
-size, frame count) is read before a pixel is decoded, and only single-frame PNG, JPEG and WebP
+size, frame count) is read before a pixel is decoded — and the request's cheap checks (its
+signature, work and sequence budget) run on the sizes the headers give (``planned_references``)
+before any reference is decoded — and only single-frame PNG, JPEG and WebP
 images whose pixel count is within ``MAX_SOURCE_PIXELS`` are decoded at all. Every refusal names
 the field ("images") and which reference.
 """
@@ -160,11 +162,7 @@ def load_references(items: Sequence[Any] | None, sizes: Sequence[Shape], fit: st
     naming "images" and which one."""
     if items and all(isinstance(item, Reference) for item in items):
         return tuple(items)  # already read and fitted (a request validated again)
-    items = reference_files(items)
-    if len(items) > max_references:
-        raise InvalidRequest(FIELD, f"{len(items)} reference images; at most {max_references} per request")
-    if fit not in FITS:
-        raise InvalidRequest("reference fit", f"must be one of {', '.join(FITS)}, got {fit!r}")
+    items = _counted(items, fit, max_references)
     references = []
     for number, item in enumerate(items, 1):
         which = f"reference {number}"
@@ -176,6 +174,34 @@ def load_references(items: Sequence[Any] | None, sizes: Sequence[Shape], fit: st
                                     size.height, "as is" if image.size == (size.width, size.height) else fit,
                                     fitted.tobytes()))
     return tuple(references)
+
+
+def planned_references(items: Sequence[Any] | None, sizes: Sequence[Shape], fit: str = "crop",
+                       max_references: int = 4) -> tuple[Reference, ...]:
+    """What ``load_references`` would make of ``items``, from their headers alone: each reference's
+    source size and the size it will be fitted to, no pixels. The cheap checks (the signature, the
+    work bound, the sequence budget) run on these before a single pixel is decoded."""
+    if items and all(isinstance(item, Reference) for item in items):
+        return tuple(items)
+    items = _counted(items, fit, max_references)
+    planned = []
+    for number, item in enumerate(items, 1):
+        which = f"reference {number}"
+        with _header_source(item, which) as source:
+            width, height = _open(source, which).size
+        size = nearest_size(width, height, sizes)
+        planned.append(Reference("", width, height, size.width, size.height,
+                                 "as is" if (width, height) == (size.width, size.height) else fit, b""))
+    return tuple(planned)
+
+
+def _counted(items: Any, fit: str, max_references: int) -> list[Any]:
+    items = reference_files(items)
+    if len(items) > max_references:
+        raise InvalidRequest(FIELD, f"{len(items)} reference images; at most {max_references} per request")
+    if fit not in FITS:
+        raise InvalidRequest("reference fit", f"must be one of {', '.join(FITS)}, got {fit!r}")
+    return items
 
 
 def check_count(value: Any) -> int:

@@ -27,7 +27,7 @@ from backend.errors import (
     StudioError,
 )
 from backend.request.records import GenerationRequest, GenerationResult, ProgressEvent
-from backend.request.references import blank_references, load_references, sequence_budget, sizes_for
+from backend.request.references import blank_references, load_references, planned_references, sequence_budget, sizes_for
 from backend.request.validation import check_sequence, validate_request
 from backend.serving import compile_state as cs
 from backend.serving.admission import Admission, PlaceBook
@@ -206,15 +206,17 @@ class Manager(OperatorControls, CacheOps, StatusView):
     # validation --------------------------------------------------------------------------------
     def validate(self, prompt: Any, height: Any, width: Any, steps: Any = None, guidance: Any = None,
                  seed: Any = None, mode: Any = None, images: Any = None, count: Any = None) -> GenerationRequest:
-        """Turn raw inputs into a GenerationRequest, or raise InvalidRequest naming the field.
-        ``images``: reference images for an edit (paths, bytes, Gradio file data, or references
-        already fitted); ``count``: images per prompt."""
+        """Turn raw inputs into a GenerationRequest, or raise InvalidRequest naming the field. ``images``:
+        reference images for an edit (paths, bytes, Gradio file data, or references already fitted),
+        decoded only once every cheap check has passed on the sizes their headers give."""
+        sizes, fit, most = self.reference_sizes, self.settings.reference_fit, self.settings.max_references
         try:
-            references = load_references(images, self.reference_sizes, self.settings.reference_fit,
-                                         self.settings.max_references)
+            planned = planned_references(images, sizes, fit, most)
             request = validate_request(self.settings, self.modes, prompt, height, width, steps, guidance, seed, mode,
-                                       count_tokens=self._count_tokens, count=count, references=references)
+                                       count_tokens=self._count_tokens, count=count, references=planned)
             check_sequence(request.shape, self.sequence_budget)
+            if planned and not planned[0].rgb:
+                request = dataclasses.replace(request, references=load_references(images, sizes, fit, most))
         except InvalidRequest as exc:
             self.metrics.ended(mode if mode is not None else self.settings.mode, error=exc)
             raise
@@ -382,8 +384,7 @@ class Manager(OperatorControls, CacheOps, StatusView):
         return bool(mine)
 
     def abandon(self, owner) -> int:
-        """Its page has closed: end that owner's jobs (waiting ones leave, a running one stops at its
-        next step). Returns how many."""
+        """Its page has closed: end that owner's jobs (as its Stop would). Returns how many."""
         return len(self.board.cancel(owner, everyone=False)) if owner is not None else 0
 
     def compare(self, request: GenerationRequest, modes: Iterable[str], progress: ProgressFn | None = None,

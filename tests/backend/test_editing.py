@@ -176,3 +176,29 @@ def test_the_record_and_the_png_keep_the_references_and_the_count(editor, tmp_pa
         "sha256": hashlib.sha256(Path(ref).read_bytes()).hexdigest(), "source": "64x64", "fitted": "64x64",
         "fit": "as is"}]
     assert io.BytesIO(Path(result.paths[0]).read_bytes()).getvalue() != Path(result.paths[1]).read_bytes()
+
+
+def test_references_past_the_budget_are_refused_from_their_headers_before_any_decode(tmp_path, monkeypatch):
+    """Issue 51 (4): 20 edits of 4 large references each, whose headers alone put them past the
+    sequence budget, are refused without one reference decoded, and the process barely grows
+    (the probe: 5 such edits took the app +1.8 GiB and 30 s)."""
+    import psutil
+
+    from backend.request import references
+
+    big = []
+    for number in range(4):  # each 4096x4096 (the most a reference may be), a few KB on disk
+        path = tmp_path / f"big-{number}.png"
+        Image.new("RGB", (4096, 4096), "red").save(path, optimize=True)
+        big.append(str(path))
+    manager = Manager(make_settings(tmp_path, reference_sizes=parse_shape_list("1024x1024"), max_references=4,
+                                    max_size=1024, max_sequence_tokens=4096 * 4))
+    decoded = []
+    monkeypatch.setattr(references, "_decode", lambda image, which: decoded.append(which))
+    process = psutil.Process()
+    before = process.memory_info().rss
+    for _ in range(20):
+        with pytest.raises(InvalidRequest, match="image tokens.*the budget is 16384"):
+            manager.validate("make it blue", 1024, 1024, images=big)
+    assert decoded == []
+    assert process.memory_info().rss - before < 50 * 2**20
