@@ -37,7 +37,8 @@ def run_load(url: str, clients: int = 5, per_client: int = 4) -> dict[str, Any]:
         for job in jobs:
             while not job.done():
                 status = job.status()
-                if getattr(status, "rank", None) not in (None, 0) or getattr(status, "queue_size", 0):
+                # The service's job board says a run's place in its progress ("waiting for your turn — place N").
+                if any((unit.desc or "").startswith("waiting for your turn") for unit in status.progress_data or []):
                     saw_queue.set()
                 time.sleep(0.02)
         out = []

@@ -52,31 +52,28 @@ class ModelCard:
     def preset_name(self, shape: Shape) -> str | None:
         return next((name for name, s in self.presets if s == shape), None)
 
-    def read_prompt(self, prompt: str, editing: bool = False):
-        """``embedded.grammar.Reading`` of ``prompt``, or None for a model without a grammar. With
-        ``editing`` (the request has reference images), an edit instruction of the grammar where the
-        prompt asks for one ("make the circle blue"), else a caption."""
+    @property
+    def reader(self):
+        """The prompt reader the card names (``backend.models.plugins``), or None: any prompt."""
         if self.prompt_grammar is None:
             return None
-        from embedded import grammar
+        from backend.models.plugins import prompt_reader
 
-        return (grammar.read_edit(prompt) if editing else None) or grammar.read(prompt)
+        return prompt_reader(self.prompt_grammar)
+
+    def read_prompt(self, prompt: str, editing: bool = False):
+        """The reader's reading of ``prompt`` (its ``caption``, what it understood), or None for a
+        model without a grammar. With ``editing`` (the request has reference images), an edit
+        instruction where the prompt asks for one."""
+        return self.reader.read(prompt, editing) if self.reader is not None else None
 
     def edit_help(self, lang: str = "en") -> str | None:
         """One sentence of what an edit prompt may ask of the model (None: any prompt), in ``lang``."""
-        if self.prompt_grammar is None:
-            return None
-        from embedded.words import describe_edits
-
-        return describe_edits(lang)
+        return self.reader.edit_help(lang) if self.reader is not None else None
 
     def prompt_help(self, lang: str = "en") -> str | None:
         """One sentence of what the model's grammar understands (None: any prompt), in ``lang``."""
-        if self.prompt_grammar is None:
-            return None
-        from embedded.words import describe  # the words only: the page needs nothing else of the model
-
-        return describe(lang)
+        return self.reader.prompt_help(lang) if self.reader is not None else None
 
     def to_json(self) -> dict:
         return {"presets": [[name, str(shape)] for name, shape in self.presets],

@@ -1,4 +1,5 @@
-"""Where the pipeline comes from: the embedded tiny model, a local folder, or a hub id.
+"""Where the pipeline comes from: a model a package provides by name (the embedded ones), a local
+folder, or a hub id.
 
 Every failure to find a model is a ``ModelNotFound`` whose one-line message says what to do.
 """
@@ -11,8 +12,7 @@ import re
 from pathlib import Path
 
 from backend.errors import ModelNotFound
-from backend.settings import EMBEDDED_MODEL, EMBEDDED_RANDOM_MODEL
-from embedded import EMBEDDED_MODEL_DIR, SCENES_MODEL_DIR
+from backend.models.plugins import model
 
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 
@@ -21,41 +21,23 @@ def _is_pipeline_folder(path: Path) -> bool:
     return (path / "model_index.json").is_file()
 
 
-def _built_random(cache_root: Path) -> Path:
-    """Where the random-weight tiny model is built when its committed folder is missing."""
-    return Path(cache_root) / "embedded" / "tiny-flux2-klein"
-
-
 def local_folder(spec: str, cache_root: Path) -> Path | None:
     """The folder ``--model spec`` is read from, when it is local (None: a hub id); checks nothing."""
-    if spec == EMBEDDED_MODEL:
-        return SCENES_MODEL_DIR
-    if spec == EMBEDDED_RANDOM_MODEL:
-        return EMBEDDED_MODEL_DIR if _is_pipeline_folder(EMBEDDED_MODEL_DIR) else _built_random(cache_root)
+    named = model(spec)  # a model a package provides by name (the embedded ones)
+    if named is not None:
+        return named.folder(cache_root)
     path = Path(spec).expanduser()
     return path if path.is_dir() else None
 
 
 def resolve_model(spec: str, cache_root: Path) -> tuple[str, str]:
     """Return (what to pass to from_pretrained, a short label for status and PNG metadata)."""
-    if spec == EMBEDDED_MODEL:
-        if _is_pipeline_folder(SCENES_MODEL_DIR):
-            return str(SCENES_MODEL_DIR), "embedded:scenes-flux2-klein"
-        # Its weights are committed; rebuilding them means training (~40 minutes), never done silently.
-        raise ModelNotFound(
-            f"--model embedded: {SCENES_MODEL_DIR} is missing; rebuild it with "
-            "`python -m embedded train`, or pass --model embedded-random for the untrained tiny model"
-        )
-    if spec == EMBEDDED_RANDOM_MODEL:
-        if _is_pipeline_folder(EMBEDDED_MODEL_DIR):
-            return str(EMBEDDED_MODEL_DIR), "embedded:tiny-flux2-klein"
-        # The committed folder is missing (e.g. a trimmed install): build it on first use.
-        built = _built_random(cache_root)
-        if not _is_pipeline_folder(built):
-            from embedded.recipe import save_pipeline
-
-            save_pipeline(built)
-        return str(built), "embedded:tiny-flux2-klein"
+    named = model(spec)
+    if named is not None:
+        try:
+            return named.resolve(cache_root)
+        except FileNotFoundError as exc:
+            raise ModelNotFound(str(exc)) from None
 
     path = Path(spec).expanduser()
     if path.is_dir():

@@ -23,6 +23,15 @@ def _imported(package: str) -> list[str]:
     return eval(proc.stdout.strip().splitlines()[-1])  # a printed list of module names
 
 
+def test_no_backend_module_imports_the_embedded_models():
+    """Issue 51 (9): the serving code asks for models and prompt readers by name through entry points
+    (``backend.models.plugins``); the embedded package is one provider, never imported by it."""
+    modules = _modules()
+    importing = {name: sorted(m for m in _imports(path, modules) if m.split(".")[0] == "embedded")
+                 for name, path in modules.items() if name.split(".")[0] == "backend"}
+    assert {name: found for name, found in importing.items() if found} == {}
+
+
 def test_importing_every_backend_module_imports_no_gradio_and_no_training_code():
     modules = _imported("backend")
     assert "torch" in modules  # the walk did reach the device layer
