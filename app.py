@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.cache_command == "import":
             return cache_cli.import_(settings, args.bundle)
         return cache_cli.show(settings, args.bundle, as_json=args.json)
-    from ui.serve import serve
+    from server import serve
 
     demo_modes = None
     if command == "demo":

@@ -1,4 +1,4 @@
-"""The headless commands behind ``app.py``: generate and doctor (serving the page is ``ui.serve``).
+"""The headless commands behind ``app.py``: generate and doctor (serving the page is ``server``'s).
 
 Expected failures (bad input, missing model or device, refused shapes) print one line on stderr and
 exit 2; a generation that fails at run time exits 1. No tracebacks for either.

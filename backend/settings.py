@@ -113,7 +113,7 @@ class Settings:
     reference_sizes: list[Shape] = dataclasses.field(default_factory=list)
     reference_fit: str = "crop"
     max_sequence_tokens: int = 0
-    # The OpenAI-compatible API (web.openai_images): a file of API keys (none: loopback callers only),
+    # The OpenAI-compatible API (web.images): a file of API keys (none: loopback callers only),
     # the key /metrics asks of non-loopback scrapers, and the instance's price for the cost receipt.
     api_keys: Path | None = None
     metrics_key: str | None = None

@@ -14,20 +14,20 @@ import pytest
 
 from tests.conftest import ROOT
 
-# What ui.serve does before it starts the model load (Manager, then launch), then one request.
+# What server.serve does before it starts the model load (Manager, then launch), then one request.
 PROBE = textwrap.dedent("""
     import json, os, socket, sys, tempfile, urllib.request
     from backend.settings import Settings
     from backend.serving.manager import Manager
-    from ui.app import launch
+    from server import launch
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     tmp = tempfile.mkdtemp()
     settings = Settings(model=sys.argv[1], cache_dir=tmp + "/cache", output_dir=tmp + "/out", port=port)
-    demo = launch(Manager(settings), settings, block=False)
-    page = urllib.request.urlopen(f"http://127.0.0.1:{demo.server_port}/", timeout=60)
+    served = launch(Manager(settings), settings, block=False)
+    page = urllib.request.urlopen(f"http://127.0.0.1:{served.port}/", timeout=60)
     print(json.dumps({"status": page.status, "modules": sorted(sys.modules)}))
     sys.stdout.flush()
     os._exit(0)

@@ -165,14 +165,19 @@ MUTATIONS = (
              "backend/request/records.py",
              "        return Shape(self.height, self.width).with_inputs(self.count, (r.size for r in self.references))\n",
              "        return Shape(self.height, self.width)\n", ("tests/backend/test_editing.py",)),
-    Mutation("G24", "any API key opens the Images API", "web/door.py",
+    Mutation("G24", "any API key opens the Images API", "web/api.py",
              "        name = self.keys.name_of(token)\n", "        name = \"anyone\"\n", ("tests/web/test_door.py",)),
-    Mutation("G25", "the Images API answers any address without keys", "web/door.py",
+    Mutation("G25", "the Images API answers any address without keys", "web/api.py",
              "            if not _loopback(request):\n                raise ApiError(403, \"this app's",
              "            if False:\n                raise ApiError(403, \"this app's", ("tests/web/test_door.py",)),
-    Mutation("G27", "/metrics answers any scraper", "web/door.py",
+    Mutation("G27", "/metrics answers any scraper", "web/api.py",
              "        if not _loopback(request):\n            raise ApiError(403, \"/metrics",
              "        if False:\n            raise ApiError(403, \"/metrics", ("tests/web/test_door.py",)),
+    Mutation("G33", "a multipart part is read whole, past its bound", "web/images.py",
+             "        if self._bounded_size > MAX_REFERENCE_BYTES:", "        if False:", ("tests/web/test_door.py",)),
+    Mutation("G34", "references are decoded before the sequence budget is checked", "backend/serving/manager.py",
+             "            planned = planned_references(images, sizes, fit, most)",
+             "            planned = load_references(images, sizes, fit, most)", ("tests/backend/test_editing.py",)),
 )
 
 

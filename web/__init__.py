@@ -1,3 +1,4 @@
-"""The web server's own doors, below Gradio (pure ASGI, no Gradio): ``guard`` (Host names, the
-output folder, uploads, the operator's login) and ``door`` (the OpenAI-compatible Images API in
-``openai_images``, the probes, the metrics)."""
+"""The web server's own parts, apart from the page (no Gradio here): ``api`` (the clients' FastAPI
+routes: the OpenAI-compatible Images API, the model list, the probes, the metrics) and ``guard``
+(Host names, the output folder, uploads, the operator's login), which ``server.py`` assembles with
+the page into one ASGI app."""

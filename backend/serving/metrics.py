@@ -1,4 +1,4 @@
-"""The manager's Prometheus metrics (served at ``/metrics`` by ``web.door``), in a registry of its own.
+"""The manager's Prometheus metrics (served at ``/metrics`` by ``web.api``), in a registry of its own.
 
 Counted where every request ends (``Manager.validate`` and ``Manager.generate`` call ``ended``):
 requests by mode and outcome, latency by mode and shape, compiles and compile seconds by mode. Read

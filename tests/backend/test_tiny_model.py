@@ -60,8 +60,9 @@ def test_recipe_rebuilds_the_committed_folder(tmp_path):
 
 def test_random_model_is_built_on_first_use_when_the_folder_is_missing(tmp_path, monkeypatch):
     from backend.models import source as model_source
+    from embedded.serving import RANDOM
 
-    monkeypatch.setattr(model_source, "EMBEDDED_MODEL_DIR", tmp_path / "absent")
+    monkeypatch.setattr(RANDOM, "_folder", tmp_path / "absent" / "tiny-flux2-klein")
     path, label = model_source.resolve_model("embedded-random", tmp_path / "cache")
     assert label == "embedded:tiny-flux2-klein"
     assert Path(path) == tmp_path / "cache" / "embedded" / "tiny-flux2-klein"
@@ -78,7 +79,9 @@ def test_the_default_is_the_trained_model_and_a_missing_one_says_how_to_rebuild_
     assert Settings().model == "embedded"
     path, label = model_source.resolve_model("embedded", tmp_path / "cache")
     assert (Path(path), label) == (SCENES_MODEL_DIR, "embedded:scenes-flux2-klein")
-    monkeypatch.setattr(model_source, "SCENES_MODEL_DIR", tmp_path / "absent")
+    from embedded.serving import SCENES
+
+    monkeypatch.setattr(SCENES, "_folder", tmp_path / "absent")
     with pytest.raises(ModelNotFound, match="python -m embedded train.*--model embedded-random"):
         model_source.resolve_model("embedded", tmp_path / "cache")
     assert not (tmp_path / "cache").exists()  # nothing is trained or built behind the user's back

@@ -284,7 +284,7 @@ def replicas(workdir: Path) -> dict:
     out["after_restart"] = holders()
     out["after_restart_record"] = _run(mgr, 64, "eager", seed=5)[1]
     out["neuron_cores"] = mgr.status()["neuron_cores"]
-    # What /metrics says of the same cores (web.door serves this registry's text).
+    # What /metrics says of the same cores (web.api serves this registry's text).
     from prometheus_client import generate_latest
     from prometheus_client.parser import text_string_to_metric_families
 

@@ -16,7 +16,7 @@ import pytest
 from backend.serving.jobs import JobState
 from tests.ui.fake_engines import start_manager, until
 from ui.handlers import Studio
-from web.door import ApiDoor, ApiKeys
+from web.api import ApiKeys, build_api
 
 FIRST = 30
 
@@ -67,7 +67,7 @@ def through_generate(manager, session: str, label: str):
 
 
 def through_the_images_api(manager, session: str, label: str):
-    door = ApiDoor(None, manager, ApiKeys({session: f"{session}-key-0123456789"}))
+    door = build_api(manager, ApiKeys({session: f"{session}-key-0123456789"}))
 
     def send():
         async def go():

@@ -665,7 +665,7 @@ def test_the_operator_can_end_a_compile_a_worker_runs_and_a_viewer_cannot(tmp_pa
 
 def test_a_demo_in_one_command_warms_every_preset_starts_the_group_and_locks(manager, launches):
     """``python app.py demo --demo-modes compiled --tp``: what it does once the model is ready."""
-    from ui.serve import prepare_demo
+    from server import prepare_demo
 
     said = []
     prepare_demo(manager, ["compiled"], tp=True, say=said.append)

@@ -1,5 +1,5 @@
-"""The clients' door (``web.door``, ``web.openai_images``) as the server runs it — an ASGI app in front
-of the page — driven over httpx, on the real Manager with the fake in-process engine of
+"""The clients' routes (``web.api``) as the server runs them — a FastAPI app with the page mounted
+beside them — driven over httpx, on the real Manager with the fake in-process engine of
 ``tests/ui/fake_engines.py`` (the device work is not what these test; ``tests/web/test_openai_client.py``
 drives a real app with the real ``openai`` client)."""
 
@@ -20,7 +20,7 @@ from backend.serving.manager import Manager
 from backend.shapes import parse_shape
 from tests.conftest import make_settings
 from tests.ui.fake_engines import FakeEngine, start_manager, until
-from web.door import ApiDoor, ApiKeys
+from web.api import ApiKeys, build_api
 
 KEY = "alice-key-0123456789"
 LOOPBACK, ELSEWHERE = ("127.0.0.1", 50000), ("10.1.2.3", 50000)
@@ -30,6 +30,13 @@ async def page(scope, receive, send):
     """What stands behind the door: the Gradio app, answering 418 for anything."""
     await send({"type": "http.response.start", "status": 418, "headers": []})
     await send({"type": "http.response.body", "body": b"the page"})
+
+
+def ApiDoor(inner, manager, keys: ApiKeys, metrics_key: str | None = None):
+    """The server's clients' routes (``web.api.build_api``) with ``inner`` (the page) mounted beside them."""
+    app = build_api(manager, keys, metrics_key)
+    app.mount("/", inner)
+    return app
 
 
 def call(door, method: str, path: str, client=LOOPBACK, **kwargs) -> httpx.Response:
@@ -288,3 +295,31 @@ def test_neuron_core_gauges_count_the_plan_and_the_claims():
     assert {s.labels["owner"]: s.value for s in held.samples} == {"app": 1, "tensor-parallel": 2, "replicas": 0}
     cpu = SimpleNamespace(device=SimpleNamespace(core_plan=None), engine=object(), engines=manager.engines)
     assert [list(family.samples) for family in _cores(cpu)] == [[], []]
+
+
+def test_a_multipart_part_over_its_bound_is_refused_before_the_rest_of_the_body_is_read(door, started):
+    """Issue 51 (4): the body used to be read whole (up to five references' worth) before it was
+    parsed. Parts are bounded as the body streams: a reference part past 20 MB is refused there, and
+    the 60 MB the client would send after it are never read."""
+    from backend.request.references import MAX_REFERENCE_BYTES
+
+    sent = {"bytes": 0}
+    boundary = "studio-boundary"
+    chunk = b"\0" * 2**20
+
+    async def body():
+        head = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"prompt\"\r\n\r\nmake it blue\r\n"
+                f"--{boundary}\r\nContent-Disposition: form-data; name=\"image\"; filename=\"a.png\"\r\n"
+                "Content-Type: image/png\r\n\r\n").encode()
+        sent["bytes"] += len(head)
+        yield head
+        for _ in range(80):  # 80 MB of one part
+            sent["bytes"] += len(chunk)
+            yield chunk
+        yield f"\r\n--{boundary}--\r\n".encode()
+
+    refused = error(call(door, "POST", "/v1/images/edits", content=body(),
+                         headers={"content-type": f"multipart/form-data; boundary={boundary}"}), 400)
+    assert refused["code"] == "invalid_multipart" and "over 20 MB" in refused["message"]
+    assert sent["bytes"] < MAX_REFERENCE_BYTES + 4 * len(chunk)  # cut at the bound, not at the end
+    assert outputs(started) == [] and started.records == []

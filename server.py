@@ -1,0 +1,178 @@
+"""The server, assembled in one place: one ASGI app — FastAPI with the clients' routes (``web.api``),
+the room's guard as its outermost middleware (``web.guard``: Host names, the output folder, uploads,
+the operator's login), the page's Gradio Blocks (``ui.app.build_ui``) mounted at ``/`` with
+``gr.mount_gradio_app`` — served by uvicorn. And ``python app.py`` (serve): the page first, within
+seconds, then the model stack in the background; ``demo``'s warm-up and lock; the process's end
+(signals, the running generation, the workers, Gradio's temp folder: ``ui.temp_dir``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+from backend.settings import Settings
+from ui.temp_dir import own_temp_dir
+
+EXIT_BAD_INPUT = 2
+
+
+class Served:
+    """The running server: its address, whether it runs, and how to stop it."""
+
+    def __init__(self, app, host: str, port: int):
+        import uvicorn
+
+        config = uvicorn.Config(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=1)
+        self.server = uvicorn.Server(config)
+        self.port = port
+        self._thread = threading.Thread(target=self.server.run, name="web-server", daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + 60
+        while not self.server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise OSError(f"the web server did not start on {host}:{port}")
+            time.sleep(0.02)
+
+    @property
+    def is_running(self) -> bool:
+        return self._thread.is_alive()
+
+    def close(self) -> None:
+        """Stop serving without waiting for open browser connections."""
+        self.server.should_exit = self.server.force_exit = True
+        self._thread.join(10)
+
+
+def assemble(manager, settings: Settings, key, api_keys, say=print):
+    """The one ASGI app (see the module's docstring)."""
+    import gradio as gr
+
+    from ui.app import build_ui, parse_auth
+    from ui.constants import CSS, I18N, MAX_QUEUE, MAX_UPLOAD, PROMPT_KEYS
+    from web.api import build_api
+    from web.guard import RoomGuard, allowed_hosts
+
+    demo = build_ui(manager, key)
+    demo.queue(default_concurrency_limit=1, max_size=MAX_QUEUE)
+    app = build_api(manager, api_keys, settings.metrics_key)
+    app.add_middleware(RoomGuard, key=key, hosts=allowed_hosts(settings.host),
+                       output_dir=str(Path(settings.output_dir).resolve()),
+                       upload_dir=os.environ.get("GRADIO_TEMP_DIR"))
+    return gr.mount_gradio_app(app, demo, path="/", auth=parse_auth(settings.auth), show_error=False,
+                               enable_monitoring=False, css=CSS, js=PROMPT_KEYS, i18n=I18N, max_file_size=MAX_UPLOAD,
+                               allowed_paths=[str(Path(settings.output_dir).resolve())],
+                               server_name=settings.host, server_port=settings.port, ssr_mode=False), demo
+
+
+def launch(manager, settings: Settings, block: bool = True) -> Served:
+    """Serve the page now; the caller starts the model load after this returns (page first)."""
+    import atexit
+
+    from backend.serving.roles import OperatorKey, parse_pairs
+    from ui.app import parse_auth
+    from web.api import ApiKeys
+
+    parse_auth(settings.auth)  # a bad --auth is refused before anything listens
+    try:
+        api_keys = ApiKeys.load(settings.api_keys)
+    except OSError as exc:
+        raise ValueError(f"--api-keys: {exc}") from None
+    for flag, spec in (("--auth", settings.auth), ("--operator-auth", settings.operator_auth)):
+        if spec and not Path(spec).expanduser().is_file() and any(a.startswith(flag) for a in sys.argv):
+            print(f"warning: {flag} user:pass on the command line is visible to every local user (ps); "
+                  f"give a file of user:pass lines or the environment variable instead", file=sys.stderr)
+    key = OperatorKey(parse_pairs(settings.operator_auth, "--operator-auth") if settings.operator_auth else None)
+    if settings.host not in ("127.0.0.1", "localhost", "::1") and not settings.auth:
+        print(f"warning: serving on {settings.host} without --auth: anyone who can reach this address "
+              "can use the app", file=sys.stderr)
+    if settings.share:
+        print("warning: --share is not served by this app's own server (no tunnel is opened); put the app "
+              "behind a proxy you control, with --auth", file=sys.stderr)
+    # Gradio's copies of images and uploads: a private folder of the app's own (``serve`` makes it
+    # before Gradio loads and removes it at exit; for other callers, removed at exit here).
+    made = own_temp_dir()
+    if made:
+        atexit.register(shutil.rmtree, made, ignore_errors=True)
+    app, _demo = assemble(manager, settings, key, api_keys)
+    served = Served(app, settings.host, settings.port)
+    shown = "127.0.0.1" if settings.host in ("0.0.0.0", "::", "") else settings.host
+    key.base_url = f"http://{'[' + shown + ']' if ':' in shown else shown}:{served.port}"
+    print(f"* Running on local URL:  {key.base_url}", flush=True)
+    link = key.link(key.base_url)
+    print(f"operator link (keep it to yourself; other pages are viewers): {link}" if link else
+          "operator: log in at /operator with the --operator-auth credentials", flush=True)
+    print(f"api: {api_keys.describe()}: {key.base_url}/v1/images/generations; probes /healthz /readyz; "
+          f"metrics /metrics ({'loopback, or the --metrics-key' if settings.metrics_key else 'loopback only'})",
+          flush=True)
+    if block:
+        while served.is_running:
+            time.sleep(0.5)
+    return served
+
+
+def serve(settings: Settings, demo_modes: list[str] | None = None, demo_tp: bool = False) -> int:
+    """Serve the page. ``demo_modes``: ``python app.py demo`` — once the model is ready, warm every
+    preset in each of these modes (and start the tensor-parallel group with ``demo_tp``), then lock
+    the app to warm shapes, saying each step on stdout."""
+    temp_dir = own_temp_dir()
+    try:
+        return _serve(settings, demo_modes, demo_tp)
+    finally:
+        if temp_dir:  # app.py leaves with os._exit, so no atexit hook would run
+            shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def prepare_demo(manager, modes: list[str], tp: bool, say=print) -> None:
+    """What a presenter does before the room comes in, in one go: every preset warm in each mode,
+    the group started if asked (it warms its own shapes before READY), then the lock to warm shapes,
+    so no click in the demo waits for a compile."""
+    if not manager.wait_ready() or manager.state == "failed":
+        say(f"demo: the model did not load: {manager.load_error}")
+        return
+    shapes = [shape for _name, shape in manager.card.presets]
+    for mode in modes:
+        say(f"demo: warming {len(shapes)} presets in {mode} mode…")
+        manager.warmup(shapes, mode, progress=lambda done, total, shape, mode=mode: shape is not None and say(
+            f"demo:   {mode} {shape} ({done + 1}/{total})"))
+    if tp:
+        say("demo: starting the tensor-parallel group…")
+        manager.start_engine("tensor-parallel", wait=True)
+    manager.set_warm_only(True)
+    say(f"demo: ready — {len(shapes)} presets warm in {', '.join(modes) or 'no mode'}"
+        + (", the tensor-parallel group running" if tp else "") + "; locked to warm shapes. Open the operator "
+        "link above on the presenter's screen; the room opens the local URL (or --host/--port's).")
+
+
+def _serve(settings: Settings, demo_modes: list[str] | None = None, demo_tp: bool = False) -> int:
+    from backend.serving.manager import Manager
+
+    manager = Manager(settings)
+    try:
+        served = launch(manager, settings, block=False)  # the page first, within seconds
+    except (ValueError, OSError) as exc:  # a bad --auth, a port in use
+        print(f"app.py: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    manager.start(background=True)  # then the model stack, in the background; status shows it
+    if demo_modes is not None:
+        threading.Thread(target=prepare_demo, args=(manager, demo_modes, demo_tp), name="demo", daemon=True).start()
+    # SIGTERM and Ctrl-C end the app the same way: the running generation is cancelled at its next
+    # step, the worker group is stopped (no process outlives the app), then the web server exits
+    # without waiting for open browser connections — within a few seconds in every mode.
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        while not stop.wait(0.2) and served.is_running:
+            pass
+    finally:
+        # A compile in progress cannot be interrupted: the process exit ends it (nothing is half
+        # written: PNGs are renamed into place whole).
+        manager.close(wait=1.0)
+        served.close()
+    return 0

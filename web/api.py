@@ -1,0 +1,205 @@
+"""The clients' routes, on FastAPI: the OpenAI-compatible Images API, the model list, the probes and
+the metrics. One ``APIRouter`` over the service (``Manager.run``); the server (``server.py``) mounts
+the page beside it, behind the room's guard (``web.guard``).
+
+- ``GET /healthz``: the process answers (200). ``GET /readyz`` and ``GET /ping`` (SageMaker's):
+  200 once the model is loaded and the ``--prewarm`` shapes are warm, else 503 with the reason
+  (``Manager.readiness``). Anyone may ask; they say no more than the page's status line.
+- ``GET /metrics``: Prometheus' text format (``backend.serving.metrics``), to loopback scrapers or
+  with ``Authorization: Bearer <--metrics-key>``.
+- ``POST /v1/images/generations`` (JSON) and ``POST /v1/images/edits`` (multipart, ``image`` or
+  ``image[]``: the references of an edit), ``GET /v1/models``. With ``--api-keys`` each call needs
+  ``Authorization: Bearer <key>`` and runs as that key's viewer; without, only loopback callers may
+  call. Wrong keys from one address are slowed down as wrong operator logins are. A request whose
+  ``Origin`` names another site is refused: a page elsewhere cannot spend this app's device.
+
+The Images API itself (its request model, body bounds, run and answer) is ``web.images``.
+"""
+
+from __future__ import annotations
+
+import hmac
+import time
+from pathlib import Path
+
+from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+
+from backend.serving.roles import api_caller
+from web.guard import LOGIN_FAILURES, LOGIN_WINDOW_S, LOOPBACK_NAMES, Window, foreign_origin, host_name
+from web.images import ApiError, Images
+
+MIN_KEY_CHARS = 16
+
+
+class ApiKeys:
+    """The keys of ``--api-keys FILE``: one per line, ``name:key`` or a bare key (named by its line);
+    blank lines and ``#`` comments skipped. No file: no keys, loopback callers only."""
+
+    def __init__(self, keys: dict[str, str] | None = None):
+        self.keys = dict(keys or {})  # name -> key
+
+    @classmethod
+    def load(cls, path: Path | None) -> "ApiKeys":
+        if path is None:
+            return cls()
+        keys: dict[str, str] = {}
+        for number, line in enumerate(Path(path).expanduser().read_text().splitlines(), 1):
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            name, _, key = line.rpartition(":")
+            name, key = name.strip() or f"key-{number}", key.strip()
+            if len(key) < MIN_KEY_CHARS or any(c.isspace() for c in key):
+                raise ValueError(f"--api-keys {path}: line {number}: a key is at least {MIN_KEY_CHARS} characters "
+                                 "without spaces")
+            if name in keys:
+                raise ValueError(f"--api-keys {path}: line {number}: the name {name!r} is used twice")
+            keys[name] = key
+        if not keys:
+            raise ValueError(f"--api-keys {path}: the file holds no key")
+        return cls(keys)
+
+    def name_of(self, token: str) -> str | None:
+        """The key's name, compared in constant time against every key; None for a wrong one."""
+        found = None
+        for name, key in self.keys.items():
+            if hmac.compare_digest(token.encode(), key.encode()):
+                found = name
+        return found
+
+    def describe(self) -> str:
+        return (f"the Images API (/v1/images) takes {len(self.keys)} API key(s) from --api-keys" if self.keys else
+                "the Images API (/v1/images) answers loopback callers only (no --api-keys)")
+
+
+def read_secret(spec: str) -> str:
+    """A key given as itself, or as a file holding it (its first line)."""
+    path = Path(spec).expanduser()
+    return path.read_text().strip().splitlines()[0].strip() if path.is_file() else spec.strip()
+
+
+def _bearer(request: Request) -> str | None:
+    auth = request.headers.get("authorization", "")
+    return auth[7:].strip() if auth[:7].lower() == "bearer " else None
+
+
+def _loopback(request: Request) -> bool:
+    return request.client is not None and host_name(request.client.host) in LOOPBACK_NAMES | {"::ffff:127.0.0.1"}
+
+
+class Callers:
+    """Who calls the clients' routes: an API key's holder or a loopback address (``caller``), and a
+    metrics scraper (``scraper``); wrong keys from one address are slowed down."""
+
+    def __init__(self, keys: ApiKeys, metrics_key: str | None = None, clock=time.monotonic):
+        self.keys = keys
+        self.metrics_key = read_secret(metrics_key) if metrics_key else None
+        self.failures = Window(LOGIN_WINDOW_S, clock)  # wrong API keys from each address
+
+    def caller(self, request: Request):
+        """The caller (``api_caller``: its key's, or its loopback address'), or ApiError 401/403/429."""
+        origin = foreign_origin(request.headers)
+        if origin:
+            raise ApiError(403, f"requests from another site's page ({origin!r}) are refused", code="cross_origin",
+                           kind="permission_error")
+        address = request.client.host if request.client else "unknown"
+        if not self.keys.keys:
+            if not _loopback(request):
+                raise ApiError(403, "this app's Images API answers loopback callers only (start it with --api-keys "
+                                    "to let others in)", code="loopback_only", kind="permission_error")
+            return api_caller(None, address)
+        if self.failures.spent(address) >= LOGIN_FAILURES:
+            wait = self.failures.wait(address)
+            raise ApiError(429, f"too many wrong API keys from this address; try again in {wait} s",
+                           code="rate_limit_exceeded", kind="rate_limit_error", headers={"retry-after": str(wait)})
+        token = _bearer(request)
+        if not token:
+            raise ApiError(401, "an API key is required: send Authorization: Bearer <key> (--api-keys)",
+                           param="authorization", code="missing_api_key", kind="authentication_error")
+        name = self.keys.name_of(token)
+        if name is None:
+            self.failures.add(address)
+            raise ApiError(401, "that API key is not one of this app's (--api-keys)", param="authorization",
+                           code="invalid_api_key", kind="authentication_error")
+        return api_caller(name, address)
+
+    def scraper(self, request: Request) -> None:
+        token = _bearer(request)
+        if self.metrics_key and token is not None and hmac.compare_digest(token.encode(), self.metrics_key.encode()):
+            return
+        if not _loopback(request):
+            raise ApiError(403, "/metrics answers loopback scrapers, or others with the --metrics-key as a Bearer "
+                                "token", code="metrics_key_required", kind="permission_error")
+
+
+def router(images: Images, callers: "Callers") -> APIRouter:
+    """The clients' routes: the Images API (``images``) for the callers ``callers`` lets in."""
+    routes = APIRouter()
+    manager = images.manager
+
+    @routes.api_route("/healthz", methods=["GET", "HEAD"])
+    def healthz():
+        return {"status": "ok", "state": manager.state}
+
+    @routes.api_route("/readyz", methods=["GET", "HEAD"])
+    @routes.api_route("/ping", methods=["GET", "HEAD"])
+    def readyz():
+        ready, why = manager.readiness()
+        return JSONResponse({"status": "ready" if ready else "not ready", "reason": why},
+                            status_code=200 if ready else 503)
+
+    @routes.get("/metrics", dependencies=[Depends(callers.scraper)])
+    def metrics():
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        return Response(generate_latest(manager.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    @routes.get("/v1/models")
+    def models(caller=Depends(callers.caller)):
+        created = int(time.time())
+        return {"object": "list", "data": [{"id": name, "object": "model", "created": created,
+                                            "owned_by": "neuron-studio"} for name in sorted(images.model_names())]}
+
+    @routes.post("/v1/images/generations")
+    async def generations(request: Request, caller=Depends(callers.caller)):
+        fields = await images.json_fields(request)
+        return await images.answer(request, caller, fields, [])
+
+    @routes.post("/v1/images/edits")
+    async def edits(request: Request, caller=Depends(callers.caller)):
+        fields, references = await images.multipart_fields(request)
+        if not references:
+            raise ApiError(400, "image: an edit needs at least one reference image (multipart field image or "
+                                "image[])", param="image", code="missing_image")
+        return await images.answer(request, caller, fields, references)
+
+    # The page is mounted at "/" beside these routes and would take any other method on their paths.
+    @routes.api_route("/v1/images/generations", methods=["GET", "PUT", "PATCH", "DELETE"])
+    @routes.api_route("/v1/images/edits", methods=["GET", "PUT", "PATCH", "DELETE"])
+    def wrong_method(request: Request):
+        raise ApiError(405, f"{request.url.path} takes POST, not {request.method}", code="method_not_allowed",
+                       headers={"allow": "POST"})
+
+    return routes
+
+
+def build_api(manager, keys: ApiKeys | None = None, metrics_key: str | None = None, clock=time.monotonic,
+              **fastapi_kwargs) -> FastAPI:
+    """The FastAPI app with the clients' routes, every refusal in OpenAI's error shape; the server
+    mounts the page on it (``server.py``)."""
+    from fastapi.exceptions import RequestValidationError
+
+    app = FastAPI(openapi_url=None, docs_url=None, redoc_url=None, **fastapi_kwargs)
+    app.include_router(router(Images(manager), Callers(keys or ApiKeys(), metrics_key, clock)))
+
+    @app.exception_handler(ApiError)
+    async def refused(_request: Request, exc: ApiError):
+        return exc.response()
+
+    @app.exception_handler(RequestValidationError)
+    async def malformed(_request: Request, exc: RequestValidationError):
+        return ApiError(400, f"the request is malformed: {exc.errors()[0].get('msg', '')}",
+                        code="invalid_request").response()
+
+    return app

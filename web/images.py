@@ -1,0 +1,307 @@
+"""OpenAI's Images API over the service (``Manager.run``): the request model, the bounded body, the
+run and the answer in OpenAI's shapes, errors included. The routes are ``web.api``'s.
+
+Fields (``ImageRequest``, ``extra="forbid"``): ``prompt``, ``n`` (images per prompt: one batch),
+``size`` ("WIDTHxHEIGHT" or "auto"), ``response_format`` (``b64_json``, the default, or ``url``),
+``model``; the extensions ``mode``, ``steps``, ``seed``, ``guidance``; OpenAI's ``user``,
+``quality``, ``style``, ``background``, ``moderation`` are accepted and change nothing. The values
+are checked once, by the service, which names the field. Compile-aware: ``size: "auto"`` takes the
+nearest warm signature; a cold one under the warm-only lock is refused at once (409); a request
+that compiles says so (``X-Compile``, ``X-Compile-Estimate-Seconds``), and one sent with
+``X-Compile-Policy: refuse`` is refused (409) instead of waiting. A JSON body is bounded as it is
+read; a multipart body is parsed as it streams (``BoundedParts``: each part bounded, held in
+memory, never written), so a part past its bound is refused before the rest is read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import threading
+from pathlib import Path
+from typing import Any, Literal
+
+from fastapi import Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, ValidationError
+from starlette.concurrency import run_in_threadpool
+from starlette.formparsers import MultiPartException, MultiPartParser
+
+from backend.errors import (
+    BackendBusy,
+    BackendNotReady,
+    GenerationCancelled,
+    InvalidRequest,
+    NotAllowed,
+    QueueFull,
+    ShapeLimitReached,
+    ShapeLocked,
+    StudioError,
+)
+from backend.request.references import MAX_REFERENCE_BYTES
+from backend.serving.compile_state import nearest_signature
+from backend.shapes import parse_shape, show_value
+from web.guard import content_length
+
+MAX_JSON_BYTES = 64 * 1024
+POLICY_HEADER = "x-compile-policy"
+API_NAMES = {"count": "n", "images": "image", "width": "size", "height": "size"}  # the service's field -> the API's
+MODEL_NAMES = ("neuron-studio", "flux.2-klein")
+
+
+class ApiError(Exception):
+    """An answer in OpenAI's error shape: ``{"error": {"message", "type", "param", "code"}}``."""
+
+    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None,
+                 kind: str = "invalid_request_error", headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.status, self.message, self.param, self.code, self.kind = status, message, param, code, kind
+        self.headers = headers or {}
+
+    def response(self) -> JSONResponse:
+        return JSONResponse({"error": {"message": self.message, "type": self.kind, "param": self.param,
+                                       "code": self.code}}, status_code=self.status, headers=self.headers)
+
+
+class ImageRequest(BaseModel):
+    """What a client sends; the values are the service's to check (it names the field)."""
+
+    model_config = ConfigDict(extra="forbid")
+    prompt: Any = None
+    n: Any = 1
+    size: Any = None
+    response_format: Literal["b64_json", "url"] = "b64_json"
+    model: Any = None
+    mode: Any = None
+    steps: Any = None
+    seed: Any = None
+    guidance: Any = None
+    # OpenAI's, accepted and changing nothing here
+    user: Any = None
+    quality: Any = None
+    style: Any = None
+    background: Any = None
+    moderation: Any = None
+
+
+FIELDS = tuple(name for name in ImageRequest.model_fields if name not in ("user", "quality", "style", "background",
+                                                                           "moderation"))
+
+
+def _pydantic_refusal(exc: ValidationError) -> ApiError:
+    first = exc.errors()[0]
+    name = str(first["loc"][0]) if first.get("loc") else None
+    if first["type"] == "extra_forbidden":
+        return ApiError(400, f"{name}: not a field of this API (fields: {', '.join(FIELDS)})", param=name,
+                        code="unknown_parameter")
+    if first["type"] == "literal_error" and name == "response_format":
+        return ApiError(400, f"response_format: must be one of b64_json, url, got {show_value(first.get('input'))}",
+                        param=name, code="invalid_value")
+    if first["type"] == "model_type" or not name:
+        return ApiError(400, "the body must be a JSON object", code="invalid_json")
+    return ApiError(400, f"the body is not JSON: {first['msg']}", code="invalid_json")
+
+
+class BoundedParts(MultiPartParser):
+    """Starlette's multipart parser with every part bounded while it streams (a file part at
+    ``MAX_REFERENCE_BYTES``, a field at ``MAX_JSON_BYTES``) and file parts held in memory, never
+    spooled to disk: a part past its bound is refused before the rest of the body is read."""
+
+    spool_max_size = MAX_REFERENCE_BYTES + 1
+
+    def on_part_begin(self) -> None:
+        super().on_part_begin()
+        self._bounded_size = 0
+
+    def on_part_data(self, data: bytes, start: int, end: int) -> None:
+        self._bounded_size = getattr(self, "_bounded_size", 0) + (end - start)
+        if self._bounded_size > MAX_REFERENCE_BYTES:
+            raise MultiPartException(f"a part is over {MAX_REFERENCE_BYTES / 2**20:.0f} MB, the most a reference may be")
+        super().on_part_data(data, start, end)
+
+
+class Images:
+    """The Images API over the service: a request's fields read and bounded, its run, its answer."""
+
+    def __init__(self, manager):
+        self.manager = manager
+
+    # the body ----------------------------------------------------------------------------------
+    @staticmethod
+    async def json_fields(request: Request) -> ImageRequest:
+        if request.headers.get("content-type", "").split(";")[0].strip().lower() != "application/json":
+            raise ApiError(415, "send the request as JSON (Content-Type: application/json)",
+                           code="unsupported_media_type")
+        too_big = ApiError(413, f"the request body is over {MAX_JSON_BYTES / 2**10:.0f} KB", code="body_too_large")
+        declared = content_length(request.headers)
+        if declared is not None and declared > MAX_JSON_BYTES:
+            raise too_big
+        body = bytearray()
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > MAX_JSON_BYTES:
+                raise too_big
+        try:
+            return ImageRequest.model_validate_json(bytes(body))
+        except ValidationError as exc:
+            raise _pydantic_refusal(exc) from None
+
+    async def multipart_fields(self, request: Request) -> tuple[ImageRequest, list[bytes]]:
+        if not request.headers.get("content-type", "").lower().startswith("multipart/form-data"):
+            raise ApiError(415, "send an edit as multipart/form-data (image, prompt, ...)",
+                           code="unsupported_media_type")
+        most = self.manager.settings.max_references
+        parser = BoundedParts(request.headers, request.stream(), max_files=most + 1,
+                              max_fields=len(ImageRequest.model_fields), max_part_size=MAX_JSON_BYTES)
+        try:
+            form = await parser.parse()
+        except MultiPartException as exc:  # the parser's bounds (files, fields, a part's size)
+            raise ApiError(400, f"the multipart body was refused: {exc.message}", param="image",
+                           code="invalid_multipart") from None
+        raw: dict[str, Any] = {}
+        images: list[bytes] = []
+        try:
+            for key, value in form.multi_items():
+                if key in ("image", "image[]"):
+                    if isinstance(value, str):
+                        raise ApiError(400, f"{key}: must be a file (an image), got text", param="image",
+                                       code="invalid_value")
+                    images.append(await value.read())
+                elif key == "mask":
+                    raise ApiError(400, "mask: this model edits from references and the prompt; masks are not "
+                                        "taken", param="mask", code="unsupported_parameter")
+                elif not isinstance(value, str):
+                    raise ApiError(400, f"{key}: must be a plain field, not a file", param=key, code="invalid_value")
+                else:  # multipart sends text: whole numbers as numbers, the service checks the rest
+                    raw[key] = int(value) if key in ("n", "steps", "seed") and value.strip().lstrip("-").isdigit() \
+                        else value
+        finally:
+            await form.close()
+        try:
+            return ImageRequest.model_validate(raw), images
+        except ValidationError as exc:
+            raise _pydantic_refusal(exc) from None
+
+    # the run -----------------------------------------------------------------------------------
+    def check_model(self, model: Any) -> None:
+        known = self.model_names()
+        if model not in (None, "") and model not in known:
+            raise ApiError(400, f"model: this app serves {self.manager.model_label or self.manager.settings.model}; "
+                                f"give one of {', '.join(sorted(known))} or leave it out, got {show_value(model)}",
+                           param="model", code="model_not_found")
+
+    def model_names(self) -> set[str]:
+        return {name for name in (*MODEL_NAMES, self.manager.settings.model, self.manager.model_label) if name}
+
+    def request_for(self, fields: ImageRequest, images: list[bytes]):
+        """The service's GenerationRequest (validated once; ``size: auto`` asks the service for the
+        nearest warm signature, then validates that size with the references already read)."""
+        manager = self.manager
+        size = fields.size
+        if size is not None and size != "auto" and not isinstance(size, str):
+            raise _invalid(InvalidRequest("size", f"must be text such as \"1024x1024\" or \"auto\", got "
+                                                  f"{show_value(size)}"))
+        try:
+            if size not in (None, "auto"):
+                shape = parse_shape(size)
+            else:
+                shape = manager.card.start_shape
+        except ValueError as exc:
+            raise _invalid(InvalidRequest("size", str(exc))) from None
+        args = dict(steps=fields.steps, guidance=fields.guidance, seed=fields.seed, mode=fields.mode or None,
+                    count=fields.n)
+        try:
+            run = manager.validate(fields.prompt, shape.height, shape.width, images=images or None, **args)
+            if size == "auto":  # the nearest warm signature, else the start size (an edit: its first reference's)
+                start = run.references[0].size if run.references else (run.height, run.width)
+                warm = manager.table.warm_shapes(run.mode)
+                target = nearest_signature(run.shape, warm) if warm else None
+                height, width = (target.height, target.width) if target is not None else start
+                if (height, width) != (run.height, run.width):
+                    run = manager.validate(fields.prompt, height, width, images=run.references or None, **args)
+            return run
+        except InvalidRequest as exc:
+            raise _invalid(exc) from None
+
+    async def answer(self, request: Request, caller, fields: ImageRequest, images: list[bytes]) -> JSONResponse:
+        self.check_model(fields.model)
+        run = await run_in_threadpool(self.request_for, fields, images)
+        prediction = self.manager.predict(run.mode, run.shape, run.steps)
+        headers = _compile_headers(prediction)
+        if prediction.get("refused"):
+            raise ApiError(409, prediction["refused"], param="size", code="shape_not_warm", headers=headers)
+        if prediction["will_compile"] and request.headers.get(POLICY_HEADER, "").strip().lower() == "refuse":
+            estimate, nearest = prediction.get("estimate_compile_seconds"), prediction.get("nearest_warm")
+            raise ApiError(409, f"{run.shape} in {run.mode} mode would compile first"
+                                + (f" (about {estimate:.0f} s)" if estimate else "")
+                                + f", and {POLICY_HEADER} says refuse" + (f"; warm and nearest: {nearest}" if nearest
+                                                                            else "; nothing is warm yet"),
+                           param="size", code="would_compile", headers=headers)
+        _image, result = await self._run(request, run, caller)
+        record = result.to_json()
+        data = []
+        for path in result.paths:
+            if fields.response_format == "url":
+                data.append({"url": f"{str(request.base_url).rstrip('/')}/gradio_api/file={path}"})
+            else:
+                data.append({"b64_json": base64.b64encode(Path(path).read_bytes()).decode()})
+            if run.typed and run.typed != run.prompt:
+                data[-1]["revised_prompt"] = run.prompt  # what the model's grammar read it as
+        for key in ("path", "paths"):
+            record.pop(key, None)
+        headers["x-compile"] = "compiled" if result.compiled else "warm"
+        headers["x-compile-seconds"] = f"{result.compile_seconds:.3f}"
+        return JSONResponse({"created": int(result.started_at), "data": data, "neuron_studio": record},
+                            headers=headers)
+
+    async def _run(self, request: Request, run, caller):
+        """Through the service; a client that hangs up stops its run at the next step, as a closed page does."""
+        gone = threading.Event()
+
+        async def watch() -> None:
+            while not gone.is_set():
+                if (await request.receive())["type"] == "http.disconnect":
+                    gone.set()
+
+        watcher = asyncio.ensure_future(watch())
+        try:
+            return await run_in_threadpool(self.manager.run, run, caller, still_wanted=lambda: not gone.is_set())
+        except StudioError as exc:
+            raise _refusal(exc) from None
+        finally:
+            gone.set()
+            watcher.cancel()
+
+
+def _invalid(exc: InvalidRequest) -> ApiError:
+    param = API_NAMES.get(exc.field, exc.field)
+    text = str(exc).split(": ", 1)[1] if ": " in str(exc) else str(exc)
+    named = exc.field if param == exc.field else f"{exc.field} ({param})"
+    return ApiError(400, f"{named}: {text}", param=param, code="invalid_value")
+
+
+def _refusal(exc: StudioError) -> ApiError:
+    """A service refusal in OpenAI's error shape and the HTTP status it means."""
+    if isinstance(exc, InvalidRequest):
+        return _invalid(exc)
+    if isinstance(exc, (ShapeLocked, ShapeLimitReached)):
+        return ApiError(409, str(exc), param="size", code="shape_not_warm")
+    if isinstance(exc, NotAllowed):
+        return ApiError(403, str(exc), code="not_allowed", kind="permission_error")
+    if isinstance(exc, QueueFull):
+        return ApiError(429, str(exc), code="rate_limit_exceeded", kind="rate_limit_error",
+                        headers={"retry-after": "5"})
+    if isinstance(exc, (BackendNotReady, BackendBusy)):
+        return ApiError(503, str(exc), code="not_ready", kind="server_error", headers={"retry-after": "5"})
+    if isinstance(exc, GenerationCancelled):
+        return ApiError(499, str(exc), code="cancelled", kind="server_error")
+    return ApiError(500, str(exc), code="generation_failed", kind="server_error")
+
+
+def _compile_headers(prediction: dict[str, Any]) -> dict[str, str]:
+    headers = {"x-compile": "will-compile" if prediction["will_compile"] else "warm"}
+    if prediction.get("estimate_compile_seconds"):
+        headers["x-compile-estimate-seconds"] = f"{prediction['estimate_compile_seconds']:.1f}"
+    if prediction.get("nearest_warm"):
+        headers["x-nearest-warm"] = prediction["nearest_warm"]
+    return headers
