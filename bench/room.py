@@ -113,6 +113,89 @@ def p11_replicas(tmp: Path, quick: bool) -> list[dict]:
         local.close()
 
 
+FIRST_VIEWER_RUNS = 30
+SIZE = 128  # each run long enough (4 steps) that the first viewer's thirty are still waiting
+
+
+def _doors(manager):
+    """Each door to the service, as a function ``send(session, seed)`` that runs one request as that
+    viewer: the page's Generate (its handler), gradio_client's ``/generate`` (its handler) and the
+    Images API (the FastAPI app, over httpx's in-process transport)."""
+    import asyncio
+    import types
+
+    import httpx
+
+    from ui.handlers import Studio
+    from web.api import ApiKeys, build_api
+
+    studio = Studio(manager)
+
+    def page(session: str):
+        return types.SimpleNamespace(session_hash=session, headers={}, cookies={})
+
+    def through_page(session: str, seed: int) -> None:
+        studio.generate_from_page(PROMPT, SIZE, SIZE, "eager", 4, 1.0, seed, False, [], page=page(session),
+                                  progress=lambda *a, **k: None)
+
+    def through_generate(session: str, seed: int) -> None:
+        studio.api_generate(PROMPT, SIZE, SIZE, "eager", 4, seed, 1.0, page=page(session), progress=lambda *a, **k: None)
+
+    keys = {name: f"{name}-key-0123456789" for name in ("first", "second")}
+    api = build_api(manager, ApiKeys(keys))
+
+    def through_images_api(session: str, seed: int) -> None:
+        async def go():
+            transport = httpx.ASGITransport(app=api, client=("127.0.0.1", 50000))
+            async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1", timeout=600) as http:
+                answer = await http.post("/v1/images/generations", json={"prompt": PROMPT, "size": f"{SIZE}x{SIZE}", "steps": 4,
+                                                                         "seed": seed},
+                                         headers={"authorization": f"Bearer {keys[session]}"})
+                answer.raise_for_status()
+        asyncio.run(go())
+
+    return {"page": through_page, "/generate": through_generate, "Images API": through_images_api}
+
+
+def fair_turn(manager, send) -> tuple[float, int]:
+    """A first viewer sends ``FIRST_VIEWER_RUNS`` runs at once; once they are all on the board and
+    one has finished (all of them entered: waiting, running or done), a second viewer sends one. Returns how many of the first viewer's runs started
+    after the second's was sent and before it started (its wait, in runs), and how many of the
+    first viewer's were still waiting when it was sent."""
+    threads = [threading.Thread(target=send, args=("first", 1000 + i)) for i in range(FIRST_VIEWER_RUNS)]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + 600
+    while len(manager.board.jobs()) + len(manager.records) < FIRST_VIEWER_RUNS or len(manager.records) < 1:
+        if time.monotonic() > deadline:
+            raise TimeoutError("the first viewer's runs never reached the board")
+        time.sleep(0.005)
+    sent, waiting = time.time(), sum(1 for job in manager.board.jobs() if job.state.value == "waiting")
+    send("second", 1)
+    for thread in threads:
+        thread.join(600)
+    second = next(r for r in manager.records if r.seed == 1)
+    return float(sum(1 for r in manager.records if r.seed >= 1000 and sent < r.started_at < second.started_at)), waiting
+
+
+def p14_fair_turn(tmp: Path, quick: bool) -> list[dict]:
+    """The second viewer's wait behind a first viewer's 30 runs, in runs, through each door."""
+    manager = start_manager(tmp / "room", max_queued_per_viewer=FIRST_VIEWER_RUNS)
+    try:
+        rows = []
+        for door, send in _doors(manager).items():
+            manager.records.clear()
+            waited, waiting = fair_turn(manager, send)
+            rows.append(make_row("P14", f"a second viewer's wait behind a first viewer's {FIRST_VIEWER_RUNS} runs, "
+                                        f"through {door} (runs)", None, "runs", "<= 1.0", count=waited,
+                                 absolute={"first_viewers_runs_waiting_when_sent": waiting},
+                                 note="the runs of the first viewer that started between the second's request and "
+                                      f"its own start ({SIZE}x{SIZE}, 4 steps, random-weight model, in-process engine)"))
+        return rows
+    finally:
+        manager.close()
+
+
 def replica_killed(tmp: Path, clients: int = 5, per_client: int = 4) -> dict[str, Any]:
     """20 requests from 5 clients on 2 replicas; one replica is SIGKILLed once requests are running.
     Every request must be answered once: an image, or a clear error naming the replica."""
