@@ -310,8 +310,8 @@ OPTIONS: dict[str, tuple[str, str, Any, str]] = {
                    "a warm-start bundle to import at start (its shapes then run once, so they are warm); "
                    "importing a bundle runs its author's code: use only bundles you trust"),
     "max_queued_per_viewer": ("--max-queued-per-viewer", "NEURON_STUDIO_MAX_QUEUED_PER_VIEWER", _positive_int,
-                              "runs one page or API client may have waiting in the device queue; one more is "
-                              "refused with its place in line (the running one does not count)"),
+                              "runs one owner (a page session, an API key or address) may have waiting on the job "
+                              "board besides its running one; one more is refused with its place in line"),
     "max_work": ("--max-work", "NEURON_STUDIO_MAX_WORK", _non_negative_float,
                  "megapixel-steps one request may ask (width x height x steps / 1e6; 2048x2048 at 50 steps is "
                  "210); the cost line states it before the click (0: no bound beyond --max-size and --max-steps)"),

@@ -128,7 +128,7 @@ def print_bounds(room: dict[str, Any], bundles: dict[str, Any]) -> None:
           f"{work['seconds']} s: \"{work['says']}\"")
     greedy = room["greedy_viewer"]
     print(f"one viewer asks {greedy['asked']} runs at once: {greedy['ran']} ran, {greedy['refused']} refused "
-          f"(\"{greedy['refused_says']}\", the app's words: \"{greedy['app_says']}\"); another viewer's one run finished after "
+          f"(\"{greedy['refused_says']}\"); another viewer's one run finished after "
           f"{greedy['others_run_finished_after_greedy_runs']} of the first viewer's")
     up = room["uploads"]
     refusal = up["refusal"] or {}
