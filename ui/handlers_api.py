@@ -19,8 +19,8 @@ class ApiHandlers(StudioHandlers):
         its parameters inside) and the run's record as JSON. ``images``: reference images for an
         edit (gradio_client's ``handle_file``). Every value is checked by the backend: a bad one is
         refused naming the field (and, for a size, the nearest valid one)."""
-        request = self._validate(prompt, width, height, mode, steps, guidance, seed, references=images, count=count)
-        result = self._run(request, progress, page=page)  # owned by the API client's session
+        result, _seed = self._run(self._fields(prompt, width, height, mode, steps, guidance, seed, images, count), progress,
+                           page=page)  # owned by the API client's session
         if result is None:
             raise gr.Error("the generation was stopped")
         # The PNG itself is the first output; the server-side path means nothing to a remote

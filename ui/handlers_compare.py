@@ -31,12 +31,13 @@ class CompareHandlers(StudioHandlers):
         """The Compare button: the gallery (one image per mode, captioned) and the timings table.
         With the Studio tab's reference images, each mode runs the same edit."""
         lang = language(page)
-        request = self._validate(prompt, width, height, (modes or ["eager"])[0], steps, guidance,
-                                 -1 if randomize else seed, lang, references=references)
+        fields = self._fields(prompt, width, height, (modes or ["eager"])[0], steps, guidance, -1 if randomize else seed,
+                              references)
         adapter = self._progress_adapter(progress, lang)
         with contextlib.closing(adapter), refusals(lang):
+            fields["images"] = self._page_files(fields["images"])
             try:
-                entries = self.manager.compare(request, modes or [], adapter, caller=self._caller(page))
+                entries = self.manager.compare(fields, modes or [], adapter, caller=self._caller(page))
             except GenerationCancelled as exc:
                 _info(lang, text(lang, "info_stopped", detail=exc))
                 return gr.skip(), gr.skip()

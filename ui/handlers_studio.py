@@ -1,7 +1,7 @@
 """The Studio tab's handlers: Generate and Stop (with the progress bar, compiles included), the size
 and preset controls, the status line, cost and badges the timer refreshes, a PNG's parameters, and
 whether the tensor-parallel controls show. Also what Compare and the API's generate run through
-(``_validate``, ``_run``).
+(``_fields``, ``_run``).
 """
 
 from __future__ import annotations
@@ -54,13 +54,12 @@ class StudioHandlers(Handlers):
     """The Studio tab's events (and the runs Compare and the API share)."""
 
     # runs: shared with Compare and the API ---------------------------------------------------
-    def _validate(self, prompt, width, height, mode, steps, guidance, seed, lang: str | None = None,
-                  references=None, count=None):
-        """A GenerationRequest, or a page error: translated when ``lang`` is given (the page), the
-        backend's own words when not (the API). ``references``: the Edit area's (or the API's) files."""
-        with refusals(lang):
-            return self.manager.validate(prompt, height, width, steps=steps, guidance=guidance,
-                                         seed=seed, mode=mode, images=self._page_files(references), count=count)
+    @staticmethod
+    def _fields(prompt, width, height, mode, steps, guidance, seed, references=None, count=None) -> dict:
+        """The request's raw fields as the page (or the API) sends them; the service checks them
+        (``Manager.run``). ``references``: the Edit area's (or the API's) files."""
+        return dict(prompt=prompt, height=height, width=width, steps=steps, guidance=guidance, seed=seed, mode=mode,
+                    images=references, count=count)
 
     def _page_files(self, references) -> list:
         """The reference files an event names, each an upload or an image this app wrote (Use as
@@ -115,17 +114,21 @@ class StudioHandlers(Handlers):
         on_progress.close = close
         return on_progress
 
-    def _run(self, request, progress: Callable, lang: str | None = None, page: gr.Request | None = None):
+    def _run(self, fields: dict, progress: Callable, lang: str | None = None, page: gr.Request | None = None):
+        """One run of ``fields`` through the service, for this page's caller. A refusal is a page error
+        (translated when ``lang`` is given; the backend's own words for the API). Returns the result,
+        or None and the seed it had for a stopped run."""
         adapter = self._progress_adapter(progress, lang or "en")
         with contextlib.closing(adapter), refusals(lang):
+            fields = {**fields, "images": self._page_files(fields.get("images"))}
             try:
-                _image, result = self.manager.run(request, self._caller(page), adapter)
+                _image, result = self.manager.run(fields, self._caller(page), adapter)
             except GenerationCancelled as exc:
                 _info(lang or "en", text(lang or "en", "info_stopped", detail=exc))
-                return None
+                return None, getattr(exc, "seed", fields.get("seed"))
         if result.degraded:
             _warning(lang or "en", text(lang or "en", "warn_degraded", mode=result.mode, why=result.degraded))
-        return result
+        return result, result.seed
 
     # generate / stop -------------------------------------------------------------------------
     def generate_from_page(self, prompt, width, height, mode, steps, guidance, seed, randomize, history,
@@ -134,10 +137,10 @@ class StudioHandlers(Handlers):
         """The Generate button: returns image, run line, record, used seed, gallery, history state,
         and the run's image files (a batch shows as one sheet, and is one history entry)."""
         lang = language(page)
+        seed = -1 if randomize else seed
         try:
-            request = self._validate(prompt, width, height, mode, steps, guidance, -1 if randomize else seed, lang,
-                                     references=references, count=count)
-            result = self._run(request, progress, lang, page)
+            result, seed = self._run(self._fields(prompt, width, height, mode, steps, guidance, seed, references,
+                                                  count), progress, lang, page)
         except gr.Error as refusal:
             # A refusal (a bad prompt, a cold shape under the lock, a failed run): a calm notice in
             # the run line and a toast, the last image, gallery and seed left as they are — not an
@@ -147,8 +150,8 @@ class StudioHandlers(Handlers):
             return (gr.skip(), text(lang, "run_refused", reason=reason), gr.skip(), gr.skip(), gr.skip(), gr.skip(),
                     gr.skip())
         if result is None:
-            return (gr.skip(), text(lang, "run_stopped", seed=request.seed), gr.skip(), gr.skip(), gr.skip(),
-                    gr.skip(), gr.skip())
+            return (gr.skip(), text(lang, "run_stopped", seed=seed), gr.skip(), gr.skip(), gr.skip(), gr.skip(),
+                    gr.skip())
         record = result.to_json()
         shown = result.path if result.count == 1 else contact_sheet(result.images)
         caption = (f"{result.width}x{result.height}{f' ×{result.count}' if result.count > 1 else ''} · "

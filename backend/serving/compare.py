@@ -11,9 +11,12 @@ from backend.errors import InvalidRequest
 
 def compare(manager, request, modes: Iterable[str], progress=None, caller=None, save: bool = True) -> list[dict[str, Any]]:
     """Each entry has image, result, and the max pixel difference (0-255) from the first mode's image.
-    Each mode is one run through ``Manager.run`` for ``caller``: its own job on the board."""
+    ``request``: validated, or its raw fields (validated once, here). Each mode is one run through
+    ``Manager.run`` for ``caller``: its own job on the board."""
     import numpy as np
 
+    if isinstance(request, dict):
+        request = manager.validate(**request)
     modes = list(dict.fromkeys(modes))
     if not 2 <= len(modes) <= 3:
         raise InvalidRequest("modes", f"choose two or three modes to compare, got {len(modes)}")

@@ -175,8 +175,7 @@ class Manager(OperatorControls, CacheOps, StatusView):
         return self.engines.launched
 
     @property
-    def engine(self):
-        """The in-process engine once it is loaded (None before)."""
+    def engine(self):  # the in-process engine once it is loaded (None before)
         return self._local if self.engines and self._local.state == "ready" else None
 
     def wait_ready(self, timeout: float | None = None) -> bool:
@@ -276,7 +275,12 @@ class Manager(OperatorControls, CacheOps, StatusView):
         board for the caller's turn, run, and save the PNGs (``save``: to the output folder; a
         callable ``name(result, index)``: to the paths it gives; False: not at all). Returns
         (image, result)."""
-        image, result = self.generate(request, progress, caller=caller, still_wanted=still_wanted)
+        request = self.validate(**request) if isinstance(request, dict) else request
+        try:
+            image, result = self.generate(request, progress, caller=caller, still_wanted=still_wanted)
+        except GenerationCancelled as exc:
+            exc.seed = request.seed  # what a stopped run's page says (a random seed was drawn here)
+            raise
         if save:
             self.save_image(image, result, None if save is True else save)
         return image, result
@@ -284,13 +288,9 @@ class Manager(OperatorControls, CacheOps, StatusView):
     def generate(self, request: GenerationRequest | dict[str, Any], progress: ProgressFn | None = None,
                  _warming: bool = False, caller: Caller = LOCAL_OPERATOR,
                  still_wanted: Callable[[], bool] | None = None):
-        """Run one request without saving it; returns (PIL image, GenerationResult). Raises StudioError
-        subclasses.
-
-        ``caller``: who asks; the run is its owner's on the job board (a viewer may stop only its
-        own runs, and holds at most ``--max-queued-per-viewer`` + 1 of them), and waits its turn
-        there, round robin between owners. ``still_wanted``: False once nobody waits for the image
-        any more; the run leaves the board, or stops at its next step as if cancelled."""
+        """``run`` without saving: (PIL image, GenerationResult), or a StudioError. The run is the
+        ``caller``'s owner's on the job board (its cap, its turn); ``still_wanted`` False once nobody
+        waits for the image: the run leaves the board, or stops at its next step as if cancelled."""
         if isinstance(request, dict):
             request = self.validate(**request)
         if self._await_ready(progress, still_wanted) and self._count_tokens is not None:
