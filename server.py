@@ -91,9 +91,6 @@ def launch(manager, settings: Settings, block: bool = True) -> Served:
     if settings.host not in ("127.0.0.1", "localhost", "::1") and not settings.auth:
         print(f"warning: serving on {settings.host} without --auth: anyone who can reach this address "
               "can use the app", file=sys.stderr)
-    if settings.share:
-        print("warning: --share is not served by this app's own server (no tunnel is opened); put the app "
-              "behind a proxy you control, with --auth", file=sys.stderr)
     # Gradio's copies of images and uploads: a private folder of the app's own (``serve`` makes it
     # before Gradio loads and removes it at exit; for other callers, removed at exit here).
     made = own_temp_dir()

@@ -93,8 +93,8 @@ class Settings:
     # Web server.
     host: str = "127.0.0.1"
     port: int = 7860
-    # Gradio share link (needs the internet) and login: "user:pass" or a file of user:pass lines.
-    share: bool = False
+    # The viewers' login: "user:pass" or a file of user:pass lines. (No share link: the app serves
+    # itself with uvicorn; reach it from elsewhere with --host behind a proxy or tunnel you control.)
     auth: str | None = None
     # The operator's credential: "user:pass" or a file of user:pass lines, logged in at /operator;
     # None: a random token printed at start as an operator link. Everyone else is a viewer.
@@ -299,7 +299,6 @@ OPTIONS: dict[str, tuple[str, str, Any, str]] = {
     "output_dir": ("--output-dir", "NEURON_STUDIO_OUTPUT_DIR", Path, "where PNGs are written"),
     "host": ("--host", "NEURON_STUDIO_HOST", str, "address the web UI binds (default 127.0.0.1)"),
     "port": ("--port", "NEURON_STUDIO_PORT", _positive_int, "web UI port"),
-    "share": ("--share", "NEURON_STUDIO_SHARE", _bool, "also open a public Gradio share link (1/0)"),
     "auth": ("--auth", "NEURON_STUDIO_AUTH", str,
              "require a login: a file with one user:pass per line (or user:pass, which ps shows: "
              "prefer the file or the environment variable)"),

@@ -59,6 +59,64 @@ def measure_room(manager, clients: int, per_client: int, size: int, steps: int =
             "sent": clients * per_client}
 
 
+def measure_api_room(url: str, clients: int, per_client: int, size: int, steps: int = 4, seed: int = 0) -> dict:
+    """``measure_room`` through the page's public API (``/generate``, gradio_client, one session per
+    client): the whole app in the path — the server, Gradio's queue, the job board, the engines."""
+    from gradio_client import Client
+
+    latencies: list[float] = []
+    lock = threading.Lock()
+    sessions = [Client(url, verbose=False) for _ in range(clients)]
+
+    def client(index: int) -> None:
+        for k in range(per_client):
+            began = time.perf_counter()
+            sessions[index].predict(PROMPT, size, size, "eager", steps, seed * 100000 + index * 1000 + k, 1.0,
+                                    api_name="/generate")
+            with lock:
+                latencies.append(time.perf_counter() - began)
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+    began = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return {"wall": time.perf_counter() - began, "latencies": latencies}
+
+
+def p11_api(tmp: Path, quick: bool) -> list[dict]:
+    """P11 through the page's API: two apps, one serving in process and one with 2 replicas (each
+    ``python app.py``), the same batches interleaved."""
+    import random
+
+    from tools.app_process import running_app
+
+    clients, per_client, reps = (2, 2, 2) if quick else (4, 8, 7)
+    size, replicas = (128, 2) if quick else (256, 2)
+    walls: dict[str, list[float]] = {"in-process": [], "replicas": []}
+    for name in ("api-local", "api-pool"):
+        (tmp / name).mkdir()
+    with running_app(tmp / "api-local", "--model", "embedded") as local, \
+            running_app(tmp / "api-pool", "--model", "embedded", "--replicas", str(replicas), timeout=600) as pool:
+        sides = {"in-process": local, "replicas": pool}
+        for url in sides.values():  # one warm batch each: the replicas' first runs
+            measure_api_room(url, clients, 1, size)
+        rng = random.Random(12)
+        for rep in range(reps):
+            order = list(sides)
+            rng.shuffle(order)
+            for side in order:
+                walls[side].append(measure_api_room(sides[side], clients, per_client, size, seed=rep + 1)["wall"])
+    throughput = stats.summarise(stats.ratios(walls["in-process"], walls["replicas"]))
+    return [make_row("P11", f"room throughput through the page's API (/generate), {replicas} replicas / 1 in-process "
+                            f"engine ({clients} clients x {per_client} at {size}x{size})", throughput, "x", ">= 1.5",
+                     absolute={"in_process_batch_s": stats.spread(walls["in-process"]),
+                               "replicas_batch_s": stats.spread(walls["replicas"])},
+                     note=f"two apps (python app.py, --replicas {replicas} for one), gradio_client sessions, embedded "
+                          f"model, eager, {os.cpu_count()} cores")]
+
+
 def _managers(tmp: Path, replicas: int):
     # The trained embedded model (the app's default): what a room would see.
     local = start_manager(tmp / "local", model="embedded")
@@ -101,7 +159,7 @@ def p11_replicas(tmp: Path, quick: bool) -> list[dict]:
                     "replicas_median_latency_s": stats.spread(medians["replicas"])}
         note = (f"{clients} clients x {per_client} requests at {size}x{size}, embedded model, eager, "
                 f"{replicas} replicas vs 1 in-process engine on {os.cpu_count()} cores")
-        return [
+        rows = [
             make_row("P11", f"room throughput, {replicas} replicas / 1 in-process engine "
                             f"({clients} clients x {per_client} at {size}x{size})", throughput, "x", ">= 1.5",
                      absolute=absolute, note=note),
@@ -111,6 +169,7 @@ def p11_replicas(tmp: Path, quick: bool) -> list[dict]:
     finally:
         pool.close()
         local.close()
+    return rows + p11_api(tmp, quick)
 
 
 FIRST_VIEWER_RUNS = 30
