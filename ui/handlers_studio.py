@@ -100,7 +100,7 @@ class StudioHandlers(Handlers):
                 progress((event.step, event.steps),
                          desc=text(lang, "progress_step", step=event.step, steps=event.steps))
             elif event.phase == "queued":  # waiting for its turn on the job board
-                progress(None, desc=text(lang, "progress_queued", place=event.step, waiting=event.steps))
+                progress(0.0, desc=text(lang, "progress_queued", place=event.step, waiting=event.steps))
             elif event.phase == "loading":  # the model is still loading: the request waits for it
                 progress(None, desc=text(lang, "progress_loading", seconds=event.step))
             elif event.phase in ("encoding", "compiling", "decoding"):
