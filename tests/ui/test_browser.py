@@ -106,6 +106,29 @@ def test_stop_stops_a_running_generation_and_a_second_viewer_sees_it_live(page, 
     viewer.close()
 
 
+def test_a_run_behind_another_viewers_says_its_place_and_runs_when_that_one_stops(page, browser, app_url):
+    """Issue 51: every run waits on the service's job board, not in Gradio's queue, so the page says
+    the board's place while it waits (Gradio would show nothing for it)."""
+    second = browser.new_page(viewport={"width": 1280, "height": 800})
+    second.goto(app_url)
+    second.wait_for_selector("#badges .ns-badge", timeout=30000)
+    page.fill("#prompt textarea", "a long one")
+    page.get_by_label("1:1 · 1024x1024").check()
+    page.fill("#steps input[type=number]", "50")
+    page.press("#steps input[type=number]", "Enter")
+    page.click("#generate")
+    page.wait_for_function("document.querySelector('#engine-line').innerText.includes('denoising step')",
+                           timeout=60000)
+    second.fill("#prompt textarea", "a short one")
+    second.click("#generate")
+    second.wait_for_function("document.body.innerText.includes('waiting for your turn — place 1 of 1')",
+                             timeout=30000)
+    page.click("#stop")
+    second.wait_for_function("document.querySelector('#run-info').innerText.includes('eager')", timeout=60000)
+    page.wait_for_function("document.querySelector('#run-info').innerText.includes('Stopped')", timeout=30000)
+    second.close()
+
+
 def test_a_bad_custom_size_disables_generate_and_says_why(page):
     page.fill("#prompt textarea", "a fox")
     page.fill("#width input", "1000")
