@@ -13,6 +13,7 @@ eager ops), where a transposed shape still compiles.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import statistics
 import threading
 import time
@@ -20,7 +21,17 @@ from typing import Any, Callable
 
 from backend.shapes import Shape
 
-COLD, COMPILING, WARM, FAILED = "cold", "compiling", "warm", "failed"
+
+class CompileState(enum.StrEnum):
+    """Where a (mode, signature) stands; each member is its own name in the status JSON."""
+
+    COLD = "cold"
+    COMPILING = "compiling"
+    WARM = "warm"
+    FAILED = "failed"
+
+
+COLD, COMPILING, WARM, FAILED = CompileState
 COMPILED_MODES = ("compiled", "regional")
 # The notes a page says in its own language (ui/i18n: ``note_<key>``), here in English for /status.
 NOTES = {"no_compile": "{mode} mode does not compile on this device",

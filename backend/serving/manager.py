@@ -36,7 +36,7 @@ from backend.serving.controls import OperatorControls
 from backend.serving.jobs import JobBoard
 from backend.serving.metrics import RunMetrics
 from backend.serving.roles import LOCAL_OPERATOR, Caller
-from backend.serving.status import StatusView
+from backend.serving.status import ServiceState, StatusView
 from backend.serving.warmup import Warmups
 from backend.settings import MODES, Settings
 from backend.shapes import Shape
@@ -68,7 +68,7 @@ class Manager(OperatorControls, CacheOps, StatusView):
         self.device: Device | None = None
         self.engines = Engines()  # by role: .local (in process) and .launched; none before the load
         self.model_label: str | None = None
-        self.state = "idle"  # idle | loading | warming | ready | failed
+        self.state = ServiceState.IDLE
         self.load_error: str | None = None
         self.last_error: str | None = None
         self.warm_only = settings.warm_only
@@ -111,7 +111,7 @@ class Manager(OperatorControls, CacheOps, StatusView):
             log.exception("model load failed: %s", self.load_error)
 
     def _start(self) -> None:
-        self.state = "loading"
+        self.state = ServiceState.LOADING
         try:
             if self._card_error is not None:
                 raise self._card_error
@@ -137,31 +137,31 @@ class Manager(OperatorControls, CacheOps, StatusView):
             if not any(self.settings.mode in e.modes for e in launched):
                 self._local.load()  # on Neuron this claims only the app's own cores (backend.hardware.core_plan)
         except Exception as exc:
-            self.state = "failed"
+            self.state = ServiceState.FAILED
             self.load_error = str(exc) if isinstance(exc, StudioError) else f"{type(exc).__name__}: {exc}"
             self.last_error = self.load_error
             self._ready.set()
             raise
-        self.state = "ready"
+        self.state = ServiceState.READY
         self._ready.set()
         if bundled is not None:
-            self.state = "warming"
+            self.state = ServiceState.WARMING
             try:
                 self.warm_from_bundle(bundled)
             except StudioError as exc:
                 self.last_error = f"warming the bundle's shapes: {exc}"
                 log.error("%s", self.last_error)
             finally:
-                self.state = "ready"
+                self.state = ServiceState.READY
         if self.settings.prewarm and not any(self.settings.mode in e.modes for e in launched):
-            self.state = "warming"  # (a launched engine warms its own before READY)
+            self.state = ServiceState.WARMING  # (a launched engine warms its own before READY)
             try:
                 self.warmup(self.settings.prewarm, self.settings.mode)
             except StudioError as exc:  # a shape that fails to warm leaves the app usable
                 self.last_error = f"prewarm: {exc}"
                 log.error("%s", self.last_error)
             finally:
-                self.state = "ready"
+                self.state = ServiceState.READY
 
     @property
     def _local(self) -> "Engine":
@@ -179,7 +179,7 @@ class Manager(OperatorControls, CacheOps, StatusView):
         return self._local if self.engines and self._local.state == "ready" else None
 
     def wait_ready(self, timeout: float | None = None) -> bool:
-        return self._ready.wait(timeout) and self.state in ("ready", "warming")
+        return self._ready.wait(timeout) and self.state in (ServiceState.READY, ServiceState.WARMING)
 
     def close(self, wait: float | None = None) -> bool:
         """Cancel the running generations, stop the launched engines, release the in-process one.
@@ -197,7 +197,7 @@ class Manager(OperatorControls, CacheOps, StatusView):
             return False
         try:
             local.close()
-            self.state = "idle"
+            self.state = ServiceState.IDLE
         finally:
             local.exclusive().release()
         return True

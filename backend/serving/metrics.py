@@ -26,6 +26,7 @@ from backend.errors import (
     ShapeLocked,
     Unauthorized,
 )
+from backend.serving.status import ServiceState
 from backend.settings import MODES
 
 PREFIX = "neuron_studio"
@@ -97,7 +98,7 @@ class ScrapeCollector:
     def collect(self):
         m = self._manager
         state = GaugeMetricFamily(f"{PREFIX}_state", "The app's state (1 for the current one)", labels=["state"])
-        for name in ("idle", "loading", "warming", "ready", "failed"):
+        for name in ServiceState:
             state.add_metric([name], 1.0 if m.state == name else 0.0)
         yield state
         engine_state = GaugeMetricFamily(f"{PREFIX}_engine_state", "Each engine's state (1 for its current one)",

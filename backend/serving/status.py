@@ -5,11 +5,23 @@ balancer (``readiness``: ``/readyz``)."""
 
 from __future__ import annotations
 
+import enum
 from typing import Any, Callable
 
 from backend.errors import BackendNotReady
 from backend.request.records import ProgressEvent
+from backend.serving.compile_state import CompileState
 from backend.serving.jobs import JobState
+
+
+class ServiceState(enum.StrEnum):
+    """The service's own state (``Manager.state``); each member is its name in the status JSON."""
+
+    IDLE = "idle"
+    LOADING = "loading"
+    WARMING = "warming"
+    READY = "ready"
+    FAILED = "failed"
 
 
 class StatusView:
@@ -20,17 +32,17 @@ class StatusView:
         default mode — what a load balancer asks before it sends traffic (``/readyz``)."""
         if self._closing.is_set():
             return False, "the app is shutting down"
-        if self.state == "failed":
+        if self.state is ServiceState.FAILED:
             return False, "the model failed to load: " + (self.load_error or "").split("\n", 1)[0]
-        if self.state in ("idle", "loading") or not self.engines:
+        if self.state in (ServiceState.IDLE, ServiceState.LOADING) or not self.engines:
             return False, "the model is loading"
         mode = self.settings.mode
         states = {str(shape): self.table.state(mode, shape) for shape in self.settings.prewarm}
-        failed = [shape for shape, state in states.items() if state == "failed"]
+        failed = [shape for shape, state in states.items() if state == CompileState.FAILED]
         if failed:
             return False, f"{', '.join(failed)} failed to warm in {mode} mode (the System tab says why)"
-        cold = [shape for shape, state in states.items() if state != "warm"]
-        if self.state == "warming" or cold:
+        cold = [shape for shape, state in states.items() if state != CompileState.WARM]
+        if self.state is ServiceState.WARMING or cold:
             return False, f"warming the configured shapes in {mode} mode" + (f" ({', '.join(cold)} not warm yet)"
                                                                              if cold else "")
         return True, "ready"
@@ -56,9 +68,9 @@ class StatusView:
         return {name: (waiting, running) for name, (waiting, running) in load.items()}
 
     def _check_ready(self) -> None:
-        if self.state == "failed":
+        if self.state is ServiceState.FAILED:
             raise BackendNotReady(f"the model failed to load: {self.load_error}")
-        if self.device is None or self.model_path is None or self.state == "loading" or not self.engines:
+        if self.device is None or self.model_path is None or self.state is ServiceState.LOADING or not self.engines:
             raise BackendNotReady("the model is still loading; try again in a moment")
         if self._closing.is_set():
             raise BackendNotReady("the app is shutting down")
