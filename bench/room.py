@@ -25,6 +25,17 @@ from bench.rows import make_row
 PROMPT = "a red circle on a blue background"
 
 
+def _all_at_once(client, clients: int) -> float:
+    """Run ``client(index)`` for every client at once; the wall seconds until the last one is done."""
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+    began = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return time.perf_counter() - began
+
+
 def measure_room(manager, clients: int, per_client: int, size: int, steps: int = 4,
                  seed: int = 0) -> dict[str, Any]:
     """Every client's requests, all clients at once. Returns {"wall": s, "latencies": [s, ...],
@@ -49,13 +60,7 @@ def measure_room(manager, clients: int, per_client: int, size: int, steps: int =
                 latencies.append(time.perf_counter() - began)
                 answers.setdefault(rid, []).append(answer)
 
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
-    began = time.perf_counter()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return {"wall": time.perf_counter() - began, "latencies": latencies, "answers": answers,
+    return {"wall": _all_at_once(client, clients), "latencies": latencies, "answers": answers,
             "sent": clients * per_client}
 
 
@@ -76,13 +81,7 @@ def measure_api_room(url: str, clients: int, per_client: int, size: int, steps: 
             with lock:
                 latencies.append(time.perf_counter() - began)
 
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
-    began = time.perf_counter()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return {"wall": time.perf_counter() - began, "latencies": latencies}
+    return {"wall": _all_at_once(client, clients), "latencies": latencies}
 
 
 def p11_api(tmp: Path, quick: bool) -> list[dict]:

@@ -87,10 +87,8 @@ def test_compiled_badge_goes_from_cold_to_warm(page):
     assert badge_state(page, "832x1216") == "warm"  # the transpose has the same tokens: same graph
 
 
-def test_stop_stops_a_running_generation_and_a_second_viewer_sees_it_live(page, browser, app_url):
-    viewer = browser.new_page()
-    viewer.goto(app_url)
-    viewer.wait_for_selector("#badges .ns-badge", timeout=30000)
+def start_a_long_run(page) -> None:
+    """1024x1024 at 50 steps from ``page``, returned once it denoises."""
     page.fill("#prompt textarea", "a long one")
     page.get_by_label("1:1 · 1024x1024").check()
     page.fill("#steps input[type=number]", "50")
@@ -98,6 +96,13 @@ def test_stop_stops_a_running_generation_and_a_second_viewer_sees_it_live(page, 
     page.click("#generate")
     page.wait_for_function("document.querySelector('#engine-line').innerText.includes('denoising step')",
                            timeout=60000)
+
+
+def test_stop_stops_a_running_generation_and_a_second_viewer_sees_it_live(page, browser, app_url):
+    viewer = browser.new_page()
+    viewer.goto(app_url)
+    viewer.wait_for_selector("#badges .ns-badge", timeout=30000)
+    start_a_long_run(page)
     viewer.wait_for_function("document.querySelector('#engine-line').innerText.includes('denoising step')",
                              timeout=15000)  # the other browser's status refreshes on its own
     page.click("#stop")
@@ -112,13 +117,7 @@ def test_a_run_behind_another_viewers_says_its_place_and_runs_when_that_one_stop
     second = browser.new_page(viewport={"width": 1280, "height": 800})
     second.goto(app_url)
     second.wait_for_selector("#badges .ns-badge", timeout=30000)
-    page.fill("#prompt textarea", "a long one")
-    page.get_by_label("1:1 · 1024x1024").check()
-    page.fill("#steps input[type=number]", "50")
-    page.press("#steps input[type=number]", "Enter")
-    page.click("#generate")
-    page.wait_for_function("document.querySelector('#engine-line').innerText.includes('denoising step')",
-                           timeout=60000)
+    start_a_long_run(page)
     second.fill("#prompt textarea", "a short one")
     second.click("#generate")
     second.wait_for_function("document.body.innerText.includes('waiting for your turn — place 1 of 1')",
