@@ -45,7 +45,6 @@ class Owner:
 
 
 LOCAL = Owner(OwnerKind.LOCAL)
-NOBODY = None  # a caller without an owner (an event posted without a session) owns no job
 
 
 class JobState(enum.Enum):
@@ -109,8 +108,7 @@ class JobBoard:
                 waiting = [j for j in held if j.state is JobState.WAITING]
                 raise QueueFull(f"this caller has {len(held)} runs waiting or running already; at most {cap} "
                                 f"(one running, {cap - 1} waiting) so that others get a turn"
-                                + (f" (the first waits at place {self._order().index(waiting[0]) + 1})"
-                                   if waiting else ""))
+                                + (f" (the first waits at place {self._place(waiting[0])})" if waiting else ""))
             job = Job(next(self._ids), owner, mode, shape, steps, engine, self._clock())
             self._jobs[job.id] = job
             self._cond.notify_all()
@@ -156,6 +154,10 @@ class JobBoard:
 
     def _remove(self, job: Job) -> None:
         if self._jobs.pop(job.id, None) is not None:
+            if not any(j.owner == job.owner for j in self._jobs.values()):
+                # An owner with nothing on the board is forgotten (a room's page sessions come and go);
+                # its next run is treated as a newcomer's, which round robin would reach next anyway.
+                self._served.pop(job.owner, None)
             self._cond.notify_all()
 
     def capacity_changed(self) -> None:
@@ -200,8 +202,11 @@ class JobBoard:
     def place(self, job: Job) -> int | None:
         """Where a waiting job stands among its engine's (1: next); None when it runs or has left."""
         with self._cond:
-            order = [j for j in self._order() if j.engine == job.engine]
-            return order.index(job) + 1 if job in order else None
+            return self._place(job)
+
+    def _place(self, job: Job) -> int | None:
+        order = [j for j in self._order() if j.engine == job.engine]
+        return order.index(job) + 1 if job in order else None
 
     def cancel(self, owner: Owner | None, everyone: bool) -> list[Job]:
         """Ask the jobs of ``owner`` (``everyone``: all jobs) to stop; returns those asked. A waiting
