@@ -1,7 +1,7 @@
 """The compile caches a device uses: their folders and sizes (re-read at most every
 ``CACHE_SIZE_TTL`` seconds), what clearing them would remove, and clearing them — only the entries
-the compile stack wrote there (``backend.hardware.cache_layout``). ``DeviceCaches`` is that part of
-``backend.hardware.device.Device``.
+the compile stack wrote there (``backend.hardware.cache_layout``). ``backend.hardware.device.Device``
+holds a ``DeviceCaches`` as ``caches``.
 """
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ from backend.hardware import env as device_env
 
 
 class DeviceCaches:
-    """The compile caches of a ``backend.hardware.device.Device`` (which gives ``kind`` and sets
-    ``_cache_size`` to None)."""
-
-    kind: str
-    _cache_size: tuple | None
+    """The compile caches of a device of ``kind`` (neuron, cuda, cpu)."""
 
     CACHE_SIZE_TTL = 10.0  # seconds; every open page asks for the status each second
+
+    def __init__(self, kind: str):
+        self.kind = kind
+        self._cache_size: tuple | None = None  # ((var, dir) pairs, read at, [bytes])
 
     def cache_vars(self) -> tuple[str, ...]:
         """The app-owned compile caches this device uses (both NEFF caches on Neuron)."""

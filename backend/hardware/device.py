@@ -193,9 +193,10 @@ def compiler_on_path(environ=None) -> dict[str, Any]:
     return {"path": path, "version": version}
 
 
-class Device(DeviceMetrics, DeviceCaches):
-    """The chosen device and the operations that differ per device (its compile counters from
-    ``DeviceMetrics``, its compile caches from ``DeviceCaches``)."""
+class Device:
+    """The chosen device and the operations that differ per device. It holds its compile counters
+    (``metrics``: ``DeviceMetrics``) and its compile caches (``caches``: ``DeviceCaches``); their
+    calls are also the device's own."""
 
     def __init__(self, info: DeviceInfo, max_compiled_shapes: int = 32, instance_cores: int | None = None):
         """``instance_cores``: NeuronCores on the instance (None: ask the Neuron driver)."""
@@ -203,8 +204,13 @@ class Device(DeviceMetrics, DeviceCaches):
         self._instance_cores = instance_cores
         self._core_plan = None
         self.dtype = _DTYPES[info.dtype]
-        self._neuronx = load_torch_neuronx() if info.kind == "neuron" else None
-        self._cache_size: tuple | None = None  # ((var, dir) pairs, read at, [bytes])
+        neuronx = load_torch_neuronx() if info.kind == "neuron" else None
+        self.metrics, self.caches = DeviceMetrics(neuronx), DeviceCaches(info.kind)
+        m, c = self.metrics, self.caches
+        self.neff_counters, self.fallback_ops, self.neff_key_fields = m.neff_counters, m.fallback_ops, m.neff_key_fields
+        self.compile_snapshot, self.fxgraph_counters = m.compile_snapshot, m.fxgraph_counters
+        self.cache_vars, self.cache_info, self.cache_plan, self.clear_caches = (c.cache_vars, c.cache_info,
+                                                                                c.cache_plan, c.clear_caches)
         self.configure_dynamo(max_compiled_shapes)
 
     @property

@@ -86,10 +86,11 @@ COMPILE_EVENTS = CompileEvents()
 
 
 class DeviceMetrics:
-    """The compile counters of a ``backend.hardware.device.Device`` (which gives ``_neuronx``: the loaded
-    TorchNeuron module, None off Neuron)."""
+    """The compile counters of a device, held by ``backend.hardware.device.Device`` as ``metrics``;
+    ``neuronx``: the loaded TorchNeuron module (None off Neuron)."""
 
-    _neuronx: Any
+    def __init__(self, neuronx: Any = None):
+        self._neuronx = neuronx
 
     def neff_counters(self) -> dict[str, float]:
         """TorchNeuron's NEFF compile-cache counters and the compiler's accumulated seconds (empty off

@@ -1,4 +1,5 @@
-"""The manager's warm-start bundles and compile caches (a part of ``backend.serving.manager.Manager``).
+"""The service's warm-start bundles and compile caches, held by ``backend.serving.manager.Manager`` as
+``caches``.
 
 Export a bundle of what is warm, import one (checked against this install first), warm a bundle's
 shapes at start, and clear the on-disk compile caches — each the operator's, each holding the
@@ -19,16 +20,21 @@ log = logging.getLogger("backend.serving.manager")
 
 
 class CacheOps:
-    """Mixed into ``Manager``: uses its device, settings, table, engines and ``warmup``."""
+    """Bundles and caches over the service's public state: its device, settings, model, compile table,
+    engines (the in-process one held while the caches change) and warm-ups."""
+
+    def __init__(self, service):
+        self.service = service
 
     def bundle_manifest(self, entries: list[dict[str, Any]] | None = None):
         """This install's manifest fields (``backend.caches.bundles``): what a bundle must match to apply."""
         from backend.caches import bundles
 
-        if self.device is None or self.model_path is None:
+        service = self.service
+        if service.device is None or service.model_path is None:
             raise BackendNotReady("the device is not ready yet")
-        return bundles.describe_install(self.device, self.settings, self.model_path, self.model_label or "",
-                                        entries)
+        return bundles.describe_install(service.device, service.settings, service.model_path,
+                                        service.model_label or "", entries)
 
     def export_bundle(self, path, pairs: Iterable[tuple[str, Shape]] | None = None, *,
                       caller: Caller = LOCAL_OPERATOR):
@@ -37,24 +43,25 @@ class CacheOps:
         from backend.caches import bundles
 
         caller.require_operator("Exporting a warm-start bundle")
+        service, table = self.service, self.service.table
         if pairs is None:
-            pairs = [(r["mode"], Shape(r["height"], r["width"])) for r in self.table.snapshot()
-                     if r["state"] == "warm" and r["mode"] in self._local.modes]
+            pairs = [(r["mode"], Shape(r["height"], r["width"])) for r in table.snapshot()
+                     if r["state"] == "warm" and r["mode"] in service.local.modes]
         pairs = list(dict.fromkeys(pairs))
         if not pairs:
             raise InvalidRequest("shapes", "no warm shape to export: warm some first (System tab) or name them")
         for mode in dict.fromkeys(m for m, _s in pairs):
-            cold = [s for m, s in pairs if m == mode and self.table.state(m, s) != "warm"]
+            cold = [s for m, s in pairs if m == mode and table.state(m, s) != "warm"]
             if cold:
-                self.warmup(cold, mode)
-        rows = {(r["mode"], Shape(r["height"], r["width"])): r for r in self.table.snapshot()}
+                service.warmup(cold, mode)
+        rows = {(r["mode"], Shape(r["height"], r["width"])): r for r in table.snapshot()}
         entries = []
         for mode, shape in pairs:
             row = rows.get((mode, shape)) or {}
             seconds = row.get("bundle_compile_seconds") or row.get("compile_seconds")
             entries.append({"mode": mode, "shape": str(shape), "compile_seconds": seconds})
-        with self._local.exclusive():
-            return bundles.export(path, self.bundle_manifest(entries), self.device)
+        with service.local.exclusive():
+            return bundles.export(path, self.bundle_manifest(entries), service.device)
 
     def import_bundle(self, path, *, caller: Caller = LOCAL_OPERATOR) -> dict[str, Any]:
         """Check a bundle against this install and put its files in the compile caches (nothing on a
@@ -62,12 +69,14 @@ class CacheOps:
         from backend.caches import bundles
 
         caller.require_operator("Importing a warm-start bundle")
-        with self._local.exclusive():
-            return bundles.import_bundle(path, self.device, self.bundle_manifest())
+        with self.service.local.exclusive():
+            return bundles.import_bundle(path, self.service.device, self.bundle_manifest())
 
-    def _import_at_start(self):
-        result = self.import_bundle(self.settings.cache_from)
-        log.info("imported %s: %d files (%d already there)", self.settings.cache_from, result["written"],
+    def import_at_start(self):
+        """``--cache-from``'s bundle, imported as the service starts; returns its manifest."""
+        source = self.service.settings.cache_from
+        result = self.import_bundle(source)
+        log.info("imported %s: %d files (%d already there)", source, result["written"],
                  result["already_there"])
         return result["manifest"]
 
@@ -76,28 +85,29 @@ class CacheOps:
         table says their compile came from the bundle."""
         from backend.shapes import parse_signature
 
+        service = self.service
         by_mode: dict[str, list[Shape]] = {}
         for entry in manifest.entries:
-            if entry.get("mode") in self.modes:
+            if entry.get("mode") in service.modes:
                 by_mode.setdefault(entry["mode"], []).append(parse_signature(str(entry["shape"])))
         from backend.hardware.device import diff_counters
 
-        before = self.device.compile_snapshot()
+        before = service.device.compile_snapshot()
         for mode, shapes in list(by_mode.items()):
             try:
-                self.warmup(shapes, mode)
+                service.warmup(shapes, mode)
             except BackendNotReady:  # its engine is not running here (a tensor-parallel group)
                 del by_mode[mode]
-        done = diff_counters(before, self.device.compile_snapshot())
+        done = diff_counters(before, service.device.compile_snapshot())
         # What the warm pass still compiled afresh: inductor graphs that missed its cache (CPU/CUDA),
         # NEFFs the Neuron compiler built (Neuron); dynamo traces every graph either way.
-        self.bundle = {"source": str(self.settings.cache_from), "model": manifest.model, "entries": manifest.entries,
+        service.bundle = {"source": str(service.settings.cache_from), "model": manifest.model, "entries": manifest.entries,
                        "graphs_traced": int(done.get("graphs", 0)), "fxgraph_hits": int(done.get("fxgraph_hits", 0)),
                        "fresh_compiles": int(done.get("fxgraph_misses", 0) + done.get("neff_compiles", 0)),
                        "neff_disk_hits": int(done.get("neff_disk_hits", 0))}
         for entry in manifest.entries:
             if entry.get("mode") in by_mode:
-                self.table.mark_bundled(entry["mode"], parse_signature(str(entry["shape"])), entry.get("compile_seconds"))
+                service.table.mark_bundled(entry["mode"], parse_signature(str(entry["shape"])), entry.get("compile_seconds"))
 
     def clear_compile_cache(self, *, caller: Caller = LOCAL_OPERATOR) -> int:
         """Empty the on-disk compile caches between generations; returns bytes freed. Graphs already
@@ -105,18 +115,19 @@ class CacheOps:
         engine runs: its workers hold lock files in the local NEFF cache (and read the caches while
         they compile)."""
         caller.require_operator("Clearing the compile cache")
-        if self.device is None:
+        service = self.service
+        if service.device is None:
             raise BackendNotReady("the device is not ready yet")
-        for engine in self._launched:
+        for engine in service.engines.launched:
             why = engine.busy_with_cache()
             if why:
                 raise BackendBusy(why)
-        with self._local.exclusive():
-            return self.device.clear_caches()
+        with service.local.exclusive():
+            return service.device.clear_caches()
 
     def cache_plan(self, *, caller: Caller = LOCAL_OPERATOR) -> list[dict[str, Any]]:
         """What clearing the compile cache would remove (per folder: entries and bytes). The operator's."""
         caller.require_operator("Clearing the compile cache")
-        if self.device is None:
+        if self.service.device is None:
             raise BackendNotReady("the device is not ready yet")
-        return self.device.cache_plan()
+        return self.service.device.cache_plan()

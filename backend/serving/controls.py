@@ -1,5 +1,6 @@
-"""The operator's controls on the manager (a part of ``backend.serving.manager.Manager``): launched engines
-started and stopped by name, the warm-only lock, warm-ups.
+"""The operator's controls over the service's engines, held by ``backend.serving.manager.Manager`` as
+``controls``: launched engines started and stopped by name, the slots each engine offers the job
+board, the warm-only lock, warm-ups.
 
 Every launched engine is the same here whatever it is (a worker group, a replica pool): started with
 a size, stopped, its logs read, its compile ended by stopping it — each the operator's.
@@ -8,10 +9,12 @@ a size, stopped, its logs read, its compile ended by stopping it — each the op
 from __future__ import annotations
 
 import logging
+import threading
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from backend.errors import BackendNotReady, InvalidRequest
 from backend.serving.roles import LOCAL_OPERATOR, Caller
+from backend.serving.warmup import Warmups
 from backend.shapes import Shape
 
 log = logging.getLogger(__name__)
@@ -21,14 +24,21 @@ if TYPE_CHECKING:
     from backend.request.records import GenerationResult
 
 
-class OperatorControls:
-    """Mixed into ``Manager``: uses its engines (by role), device, jobs and locks."""
+class EngineControls:
+    """The service's engines as the operator drives them; reads the service's public state (its
+    engines by role, device, model, job board) and keeps its own: the lock that starts and stops
+    engines one at a time (they claim cores) and the warm-ups."""
+
+    def __init__(self, service):
+        self.service = service
+        self._life = threading.Lock()
+        self.warmups = Warmups(service)
 
     def _named(self, name: str) -> "LaunchedEngine":
-        engine = next((e for e in self._launched if e.name == name), None)
+        launched = self.service.engines.launched
+        engine = next((e for e in launched if e.name == name), None)
         if engine is None:
-            raise InvalidRequest("engine", f"must be one of {', '.join(e.name for e in self._launched)}, "
-                                           f"got {name!r}")
+            raise InvalidRequest("engine", f"must be one of {', '.join(e.name for e in launched)}, got {name!r}")
         return engine
 
     def start_engine(self, name: str, size: int | None = None, wait: bool = False, *,
@@ -37,7 +47,7 @@ class OperatorControls:
         pool's replicas; None: its setting). Checked, cores included, before anything starts;
         returns its status. The operator's."""
         caller.require_operator(f"Starting the {name} engine")
-        if self.device is None or self.model_path is None:
+        if self.service.device is None or self.service.model_path is None:
             raise BackendNotReady("the device is not ready yet")
         engine = self._named(name)
         with self._life:
@@ -61,8 +71,8 @@ class OperatorControls:
         compiling (a compile inside this process cannot be interrupted; a worker process can be
         killed). Its runs fail as stopped; the operator starts the engine again. The operator's."""
         caller.require_operator("Stopping a compiling worker")
-        stopped = self._compiling_workers()
-        for job in self.board.running():
+        stopped = self.compiling_workers()
+        for job in self.service.board.running():
             if job.engine in stopped:
                 job.worker_stopped = True
                 job.cancel.set()
@@ -70,41 +80,43 @@ class OperatorControls:
             self.stop_engine(name, caller=caller)
         return stopped
 
-    def _compiling_workers(self) -> list[str]:
+    def compiling_workers(self) -> list[str]:
         """The launched engines whose workers compile now: the compiles that can be ended
         (``status()["compiling_workers"]``)."""
-        launched = {e.name for e in self._launched}
-        return sorted({job.engine for job in self.board.running()
+        launched = {e.name for e in self.service.engines.launched}
+        return sorted({job.engine for job in self.service.board.running()
                        if job.phase == "compiling" and job.engine in launched})
 
-    def _capacity_changed(self) -> None:
+    def capacity_changed(self) -> None:
         """A launched engine's capacity may have changed (a group became ready, died or stopped):
         the job board looks for free slots again."""
-        self.board.capacity_changed()
+        self.service.board.capacity_changed()
 
-    def _engine_capacity(self, name: str) -> int:
+    def engine_capacity(self, name: str) -> int:
         """How many runs the engine called ``name`` takes at once now (the job board's slots for it)."""
-        engine = self.engines.get(name) if self.engines else None
+        engines = self.service.engines
+        engine = engines.get(name) if engines else None
         return engine.capacity() if engine is not None else 1
 
     def capacity(self) -> int:
         """How many requests can run at once now: the launched engines' capacity (a pool: its ready
         replicas; a group: one), at least one (the in-process engine). Cheap: read often."""
-        return max(1, sum(e.capacity() for e in self._launched)) if self.engines else 1
+        engines = self.service.engines
+        return max(1, sum(e.capacity() for e in engines.launched)) if engines else 1
 
     def warmup(self, shapes: Iterable[Shape], mode: str | None = None,
                progress: Callable[[int, int, Shape], None] | None = None) -> list[GenerationResult]:
         """Compile (mode, shape) for each shape wherever that mode is served, and measure one steady
         run; bypasses the warm-only lock."""
-        return self._warmups.run(list(shapes), mode or self.settings.mode, progress)
+        return self.warmups.run(list(shapes), mode or self.service.settings.mode, progress)
 
     def start_warmup(self, shapes: Iterable[Shape], mode: str | None = None, *,
                      caller: Caller = LOCAL_OPERATOR) -> None:
         """Warm shapes in a background thread; ``status()["warmup"]`` shows its progress. The operator's."""
         caller.require_operator("Warming up shapes")
-        self._warmups.start(list(shapes), mode or self.settings.mode)
+        self.warmups.start(list(shapes), mode or self.service.settings.mode)
 
     def set_warm_only(self, locked: bool, *, caller: Caller = LOCAL_OPERATOR) -> None:
         """Lock to warm shapes (or unlock). The operator's."""
         caller.require_operator("Locking to warm shapes")
-        self.warm_only = bool(locked)
+        self.service.warm_only = bool(locked)

@@ -32,17 +32,16 @@ from backend.request.validation import check_sequence, validate_request
 from backend.serving import compile_state as cs
 from backend.serving.admission import Admission, PlaceBook
 from backend.serving.caches import CacheOps
-from backend.serving.controls import OperatorControls
+from backend.serving.controls import EngineControls
 from backend.serving.jobs import JobBoard
 from backend.serving.metrics import RunMetrics
 from backend.serving.roles import LOCAL_OPERATOR, Caller
 from backend.serving.status import ServiceState, StatusView
-from backend.serving.warmup import Warmups
 from backend.settings import MODES, Settings
 from backend.shapes import Shape
 
 if TYPE_CHECKING:
-    from backend.engines.base import Engine, LaunchedEngine, Route
+    from backend.engines.base import Engine, Route
     from backend.hardware.device import Device
 
 log = logging.getLogger(__name__)
@@ -51,9 +50,12 @@ _KEEP_RECORDS = 1000
 ProgressFn = Callable[[ProgressEvent], None]
 
 
-class Manager(OperatorControls, CacheOps, StatusView):
-    """The one door (see the module's docstring); the operator's controls (launched engines, the lock,
-    warm-ups), its caches and bundles, and its status snapshot are in ``controls``, ``caches``, ``status``."""
+class Manager:
+    """The one service (see the module's docstring). It holds its parts as objects, each with its own
+    state: the job board (``board``), the compile table and admission, the operator's engine
+    controls and warm-ups (``controls``), caches and bundles (``caches``), the status snapshot
+    (``view``); their calls are also the service's own (``start_engine``, ``export_bundle``,
+    ``status``, …)."""
 
     modes: tuple[str, ...] = MODES
 
@@ -75,12 +77,21 @@ class Manager(OperatorControls, CacheOps, StatusView):
         self.fallback_ops: dict[str, set[str]] = {}  # op that ran on the host -> the "mode shape"s it ran in
         self.records: list[GenerationResult] = []
         self._state_lock = threading.Lock()
-        self.board = JobBoard(self._engine_capacity, clock)  # every run from every door waits and runs here
         self._closing = threading.Event()
         self._ready = threading.Event()
         self._loader: threading.Thread | None = None
-        self._warmups = Warmups(self)
-        self._life = threading.Lock()  # engines start and stop one at a time (they claim cores)
+        self.controls, self.caches, self.view = EngineControls(self), CacheOps(self), StatusView(self)
+        self.board = JobBoard(self.controls.engine_capacity, clock)  # every run from every door waits here
+        c, k, v = self.controls, self.caches, self.view
+        self.start_engine, self.stop_engine, self.engine_logs = c.start_engine, c.stop_engine, c.engine_logs
+        self.stop_compiling_workers, self.capacity, self.set_warm_only = c.stop_compiling_workers, c.capacity, \
+            c.set_warm_only
+        self.warmup, self.start_warmup = c.warmup, c.start_warmup
+        self.bundle_manifest, self.export_bundle, self.import_bundle = k.bundle_manifest, k.export_bundle, \
+            k.import_bundle
+        self.warm_from_bundle, self.clear_compile_cache, self.cache_plan = k.warm_from_bundle, \
+            k.clear_compile_cache, k.cache_plan
+        self.readiness, self.receipt, self.engine_load, self.status = v.readiness, v.receipt, v.engine_load, v.status
         self.model_path: str | None = None
         self._count_tokens: Callable[[str], int] | None = None  # set once the model's tokenizer loads
         self.bundle: dict[str, Any] | None = None  # what --cache-from imported and warmed
@@ -128,14 +139,14 @@ class Manager(OperatorControls, CacheOps, StatusView):
             self.model_path, self.model_label = resolve_model(self.settings.model, self.settings.cache_dir)
             self._count_tokens = prompt_token_counter(self.model_path)
             self.engines = build_engines(self.settings, self.device, self.model_path,
-                                         PlaceBook(self.admission, self.device, self._capacity_changed),
+                                         PlaceBook(self.admission, self.device, self.controls.capacity_changed),
                                          self._engine_factory)
-            bundled = self._import_at_start() if self.settings.cache_from else None
-            launched = [e for e in self._launched if e.configured]
+            bundled = self.caches.import_at_start() if self.settings.cache_from else None
+            launched = [e for e in self.engines.launched if e.configured]
             for engine in launched:  # each starts and waits for READY, or raises with the reason
                 engine.load()
             if not any(self.settings.mode in e.modes for e in launched):
-                self._local.load()  # on Neuron this claims only the app's own cores (backend.hardware.core_plan)
+                self.local.load()  # on Neuron this claims only the app's own cores (backend.hardware.core_plan)
         except Exception as exc:
             self.state = ServiceState.FAILED
             self.load_error = str(exc) if isinstance(exc, StudioError) else f"{type(exc).__name__}: {exc}"
@@ -164,19 +175,27 @@ class Manager(OperatorControls, CacheOps, StatusView):
                 self.state = ServiceState.READY
 
     @property
-    def _local(self) -> "Engine":
+    def local(self) -> "Engine":
         """The in-process engine: it serves what no launched engine takes."""
         if self.engines.local is None:
             raise BackendNotReady("the device is not ready yet")
         return self.engines.local
 
     @property
-    def _launched(self) -> tuple["LaunchedEngine", ...]:
-        return self.engines.launched
+    def engine(self):  # the in-process engine once it is loaded (None before)
+        return self.local if self.engines and self.local.state == "ready" else None
 
     @property
-    def engine(self):  # the in-process engine once it is loaded (None before)
-        return self._local if self.engines and self._local.state == "ready" else None
+    def closing(self) -> bool:
+        return self._closing.is_set()
+
+    def clock(self) -> float:
+        return self._clock()
+
+    def host_ops(self) -> dict[str, list[str]]:
+        """Ops that ran on the host (Neuron's CPU fallback) -> the "mode shape"s they ran in."""
+        with self._state_lock:
+            return {op: sorted(where) for op, where in sorted(self.fallback_ops.items())}
 
     def wait_ready(self, timeout: float | None = None) -> bool:
         return self._ready.wait(timeout) and self.state in (ServiceState.READY, ServiceState.WARMING)
@@ -189,9 +208,9 @@ class Manager(OperatorControls, CacheOps, StatusView):
         self.board.close()
         if not self.engines:
             return True
-        for engine in self._launched:
+        for engine in self.engines.launched:
             engine.close()
-        local = self._local
+        local = self.local
         if not local.exclusive().acquire(timeout=-1 if wait is None else wait):
             log.warning("a generation is still running (a compile cannot be interrupted); not waiting for it")
             return False
@@ -200,6 +219,31 @@ class Manager(OperatorControls, CacheOps, StatusView):
             self.state = ServiceState.IDLE
         finally:
             local.exclusive().release()
+        return True
+
+    def _check_ready(self) -> None:
+        """Raise BackendNotReady unless a run can start now."""
+        if self.state is ServiceState.FAILED:
+            raise BackendNotReady(f"the model failed to load: {self.load_error}")
+        if self.device is None or self.model_path is None or self.state is ServiceState.LOADING or not self.engines:
+            raise BackendNotReady("the model is still loading; try again in a moment")
+        if self._closing.is_set():
+            raise BackendNotReady("the app is shutting down")
+
+    def _await_ready(self, progress: Callable[[ProgressEvent], None] | None, still_wanted: Callable[[], bool] | None) -> bool:
+        """A request that comes while the model loads waits for it, saying so ("loading", with the
+        seconds waited as its step), and runs once it is ready: a click or an API call made right
+        after the start gets its image, not "try again". Returns whether it waited. A manager
+        never started, a failed load, a closing app or a caller gone away end the wait."""
+        if self._ready.is_set() or self._loader is None:
+            return False
+        began = self._clock()
+        while not self._ready.wait(0.25):
+            if self._closing.is_set() or (still_wanted is not None and not still_wanted()):
+                raise BackendNotReady("the app is shutting down" if self._closing.is_set()
+                                      else "nobody waits for this image any more")
+            if progress is not None:
+                progress(ProgressEvent("loading", int(self._clock() - began), 0, "", ""))
         return True
 
     # validation --------------------------------------------------------------------------------
@@ -239,11 +283,11 @@ class Manager(OperatorControls, CacheOps, StatusView):
         """The one routing rule (see the module's docstring); the Route's engine is set."""
         from backend.engines.base import Route
 
-        for engine in self._launched:
+        for engine in self.engines.launched:
             route = engine.route(request)
             if route is not None:
-                return Route(route.request, self._local, route.degraded) if route.in_process else route
-        route = self._local.route(request)
+                return Route(route.request, self.local, route.degraded) if route.in_process else route
+        route = self.local.route(request)
         if route is None:
             raise InvalidRequest("mode", f"must be one of {', '.join(self.modes)}, got {request.mode!r}")
         return route

@@ -290,7 +290,7 @@ def test_two_ready_replicas_serve_two_page_requests_at_once(studio, manager, lau
     assert not both.broken and len(records) == 2
     assert {r["place"] for r in records} == {"replica 0", "replica 1"} and all(r["overlapped"] for r in records)
     studio.stop_replicas()
-    assert manager._engine_capacity("replicas") == 0
+    assert manager.controls.engine_capacity("replicas") == 0
 
 
 def test_cost_line_and_badges_follow_the_compile_state(studio, manager):
