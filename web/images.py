@@ -20,6 +20,7 @@ import base64
 import threading
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import quote
 
 from fastapi import Request
 from fastapi.responses import JSONResponse
@@ -242,7 +243,7 @@ class Images:
         data = []
         for path in result.paths:
             if fields.response_format == "url":
-                data.append({"url": f"{str(request.base_url).rstrip('/')}/gradio_api/file={path}"})
+                data.append({"url": f"{str(request.base_url).rstrip('/')}/gradio_api/file={quote(path)}"})
             else:
                 data.append({"b64_json": base64.b64encode(Path(path).read_bytes()).decode()})
             if run.typed and run.typed != run.prompt:
