@@ -195,31 +195,32 @@ class Images:
         return {name for name in (*MODEL_NAMES, self.manager.settings.model, self.manager.model_label) if name}
 
     def request_for(self, fields: ImageRequest, images: list[bytes]):
-        """The service's GenerationRequest (validated once; ``size: auto`` asks the service for the
-        nearest warm signature, then validates that size with the references already read)."""
+        """The service's GenerationRequest. ``size: auto``: the nearest warm signature to the start size
+        (an edit's: its first reference's size), or that size when nothing is warm; each further size is
+        validated again with the references already read (the service's ``validate``: issue 51 leaves
+        moving this choice into the service for later)."""
         manager = self.manager
         size = fields.size
         if size is not None and size != "auto" and not isinstance(size, str):
             raise _invalid(InvalidRequest("size", f"must be text such as \"1024x1024\" or \"auto\", got "
                                                   f"{show_value(size)}"))
         try:
-            if size not in (None, "auto"):
-                shape = parse_shape(size)
-            else:
-                shape = manager.card.start_shape
+            shape = parse_shape(size) if size not in (None, "auto") else manager.card.start_shape
         except ValueError as exc:
             raise _invalid(InvalidRequest("size", str(exc))) from None
         args = dict(steps=fields.steps, guidance=fields.guidance, seed=fields.seed, mode=fields.mode or None,
                     count=fields.n)
         try:
             run = manager.validate(fields.prompt, shape.height, shape.width, images=images or None, **args)
-            if size == "auto":  # the nearest warm signature, else the start size (an edit: its first reference's)
-                start = run.references[0].size if run.references else (run.height, run.width)
+            if size == "auto":
+                if run.references and run.references[0].size != (run.height, run.width):
+                    height, width = run.references[0].size
+                    run = manager.validate(fields.prompt, height, width, images=run.references, **args)
                 warm = manager.table.warm_shapes(run.mode)
-                target = nearest_signature(run.shape, warm) if warm else None
-                height, width = (target.height, target.width) if target is not None else start
-                if (height, width) != (run.height, run.width):
-                    run = manager.validate(fields.prompt, height, width, images=run.references or None, **args)
+                nearest = nearest_signature(run.shape, warm) if warm else None
+                if nearest is not None and (nearest.height, nearest.width) != (run.height, run.width):
+                    run = manager.validate(fields.prompt, nearest.height, nearest.width,
+                                           images=run.references or None, **args)
             return run
         except InvalidRequest as exc:
             raise _invalid(exc) from None
