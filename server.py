@@ -49,11 +49,11 @@ class Served:
         self._thread.join(10)
 
 
-def assemble(manager, settings: Settings, key, api_keys, say=print):
-    """The one ASGI app (see the module's docstring)."""
+def assemble(manager, settings: Settings, key, api_keys, auth: list[tuple[str, str]] | None):
+    """The one ASGI app (see the module's docstring); ``auth``: the viewers' logins (``--auth``, parsed)."""
     import gradio as gr
 
-    from ui.app import build_ui, parse_auth
+    from ui.app import build_ui
     from ui.constants import CSS, I18N, MAX_QUEUE, MAX_UPLOAD, PROMPT_KEYS
     from web.api import build_api
     from web.guard import RoomGuard, allowed_hosts
@@ -64,10 +64,10 @@ def assemble(manager, settings: Settings, key, api_keys, say=print):
     app.add_middleware(RoomGuard, key=key, hosts=allowed_hosts(settings.host),
                        output_dir=str(Path(settings.output_dir).resolve()),
                        upload_dir=os.environ.get("GRADIO_TEMP_DIR"))
-    return gr.mount_gradio_app(app, demo, path="/", auth=parse_auth(settings.auth), show_error=False,
+    return gr.mount_gradio_app(app, demo, path="/", auth=auth, show_error=False,
                                enable_monitoring=False, css=CSS, js=PROMPT_KEYS, i18n=I18N, max_file_size=MAX_UPLOAD,
                                allowed_paths=[str(Path(settings.output_dir).resolve())],
-                               server_name=settings.host, server_port=settings.port, ssr_mode=False), demo
+                               server_name=settings.host, server_port=settings.port, ssr_mode=False)
 
 
 def launch(manager, settings: Settings, block: bool = True) -> Served:
@@ -78,7 +78,7 @@ def launch(manager, settings: Settings, block: bool = True) -> Served:
     from ui.app import parse_auth
     from web.api import ApiKeys
 
-    parse_auth(settings.auth)  # a bad --auth is refused before anything listens
+    auth = parse_auth(settings.auth)  # a bad --auth is refused before anything listens
     try:
         api_keys = ApiKeys.load(settings.api_keys)
     except OSError as exc:
@@ -96,7 +96,7 @@ def launch(manager, settings: Settings, block: bool = True) -> Served:
     made = own_temp_dir()
     if made:
         atexit.register(shutil.rmtree, made, ignore_errors=True)
-    app, _demo = assemble(manager, settings, key, api_keys)
+    app = assemble(manager, settings, key, api_keys, auth)
     served = Served(app, settings.host, settings.port)
     shown = "127.0.0.1" if settings.host in ("0.0.0.0", "::", "") else settings.host
     key.base_url = f"http://{'[' + shown + ']' if ':' in shown else shown}:{served.port}"
