@@ -7,9 +7,11 @@ import dataclasses
 from typing import Any, Iterable
 
 from backend.errors import InvalidRequest
+from backend.serving.roles import LOCAL_OPERATOR
 
 
-def compare(manager, request, modes: Iterable[str], progress=None, caller=None, save: bool = True) -> list[dict[str, Any]]:
+def compare(manager, request, modes: Iterable[str], progress=None, caller=LOCAL_OPERATOR,
+            save: bool = True) -> list[dict[str, Any]]:
     """Each entry has image, result, and the max pixel difference (0-255) from the first mode's image.
     ``request``: validated, or its raw fields (validated once, here). Each mode is one run through
     ``Manager.run`` for ``caller``: its own job on the board."""
