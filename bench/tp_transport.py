@@ -7,7 +7,7 @@ Measured side by side in one run: for each call, the app-side round trip (reques
 received and decoded into an image) and the workers' own time for the same call (rank 0's
 pipeline seconds). Their difference is what the socket, the JSON headers and the raw pixel bytes
 cost. Prints the median and spread of both and of the difference, and the ratio, and the parts
-of the difference (``transport_parts``, from the group's trace: ``WorkerGroup.trace``, which only
+of the difference (``transport_parts``, from the group's trace: ``RankZero.trace``, which only
 a benchmark turns on). ``p4_tp_transport`` is the suite's row (``python -m bench --only P4``):
 this script in a fresh process, with an interval.
 """
@@ -57,12 +57,12 @@ def measure(size: str, reps: int, degree: int, steps: int) -> dict:
             request = manager.validate("transport probe", shape.height, shape.width, steps=steps, seed=0, mode="tp")
             manager.generate(request)  # the first call pays one-off costs
             group = manager.engines["tensor-parallel"].group
-            group.trace, rows = [], []
+            group.rank0.trace, rows = [], []
             for _ in range(reps):
                 manager.generate(request)
                 t = group.timings
                 rows.append({"round_trip": t["last_round_trip"], "worker": t["last_worker_seconds"],
-                             "parts": transport_parts(group.trace[-1])})
+                             "parts": transport_parts(group.rank0.trace[-1])})
         finally:
             manager.close()
     overhead = [r["round_trip"] - r["worker"] for r in rows]

@@ -1,12 +1,15 @@
-"""A worker group's calls to rank 0 over its authenticated Unix socket: ``run`` (a generation on
-the group's one persistent connection, its pixels through the shared buffer), ``call`` (a request
-whose stall or error reply becomes the group's death or the exception it stands for), ``health``,
-stall detection (the ranks' heartbeats), and the ranks' log tails and pids.
+"""The app's line to a worker group's rank 0, over its authenticated Unix socket: ``run`` (a
+generation on the one persistent connection, its pixels through the shared buffer), ``call`` (a
+request whose stall or error reply becomes the group's death or the exception it stands for),
+``request``, and stall detection (the ranks' heartbeats).
 
-``GroupCalls`` is the base of ``backend.launch.group.WorkerGroup``, which launches, watches
-and stops the processes; these methods read what it keeps (``state``, ``error``, ``name``,
-``place``, ``degree``, ``dir``, ``socket_path``, ``ranks``, ``timings``, the key, the clock, the
-timeouts, the pixel buffer) and, when a call finds the group gone, call its ``_mark_dead``.
+``RankZero`` is held by ``backend.launch.group.WorkerGroup``, which launches, watches and stops the
+processes. It is given the group's name, place, degree, settings (timeouts, the mode its ranks
+run) and clock, ``status()`` (the group's state and error, read while a call waits) and
+``on_lost(reason)`` (the group is gone: mark it dead); each launch, ``dial(run_dir, key)``. It owns
+the runs' persistent connection and their lock, the pixel buffer (made at the first launch, kept
+across restarts, freed by ``close``), the heartbeats it has seen, and what the last calls left
+(``last_ran``, ``last_request_error``).
 
 ``trace``: None, or a list a benchmark sets (``bench.tp_transport``); each run then appends the
 monotonic stamps of its hops, the app's and rank 0's. Nothing is stamped otherwise.
@@ -16,34 +19,70 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import threading
 import time
 from typing import Any, Callable
 
-from backend.errors import BackendNotReady, GenerationFailed, GroupDead, InvalidRequest, StudioError
-from backend.launch import processes
+from backend.errors import BackendNotReady, GenerationFailed, GroupDead, InvalidRequest
 from backend.launch import protocol as proto
 from backend.request.records import EngineOutput, GenerationRequest, ProgressEvent
-from backend.request.references import pixel_layout
+from backend.request.references import MAX_COUNT, MAX_REFERENCE_RGB, pixel_layout
+from backend.settings import Settings
 
 STARTING = ("launching", "loading", "warming")
 
 
-class GroupCalls:
-    """What the app asks of a running group (see the module's docstring for what it relies on)."""
+class RankZero:
+    """The calls to one worker group's rank 0 (see the module's docstring for what it is given)."""
 
-    def require_ready(self) -> None:
-        """BackendNotReady, saying how to start it again, unless the group is ready."""
-        if self.state != "ready":
-            raise BackendNotReady(f"the {self.name} is {self.state}"
-                                  + (f" ({self.error})" if self.error else "")
-                                  + "; start it again (Start beside the mode, or the System tab)")
+    def __init__(self, name: str, place: str, degree: int, settings: Settings, clock: Callable[[], float],
+                 status: Callable[[], tuple[str, str | None]], on_lost: Callable[[str], None]):
+        self.name, self.place, self.degree, self._clock = name, place, degree, clock
+        self._status, self._on_lost, self._runs_as = status, on_lost, settings.runs_as
+        self.stall_timeout, self.compile_timeout = settings.tp_stall_timeout, settings.compile_timeout
+        self.run_dir: str | None = None  # the launch's: rank 0's socket and the ranks' heartbeats
+        self.socket_path: str | None = None
+        self.key = ""  # the launch's: rank 0 serves only a peer that holds it
+        self.last_ran: dict[str, Any] | None = None  # the last job, as rank 0 said its ranks ran it
+        self.last_request_error: str | None = None  # this launch's
+        self.trace: list[dict[str, float]] | None = None  # a benchmark's (see the module's docstring)
+        self._beats: dict[int, tuple[str, float]] = {}  # rank -> (heartbeat text, when it last changed)
+        # A job's pixels: its references on the way in, its images (a batch of up to MAX_COUNT) on the way out.
+        self._pixels_bytes = min(proto.MAX_PIXELS, max(MAX_COUNT * settings.max_size * settings.max_size * 3,
+                                                       settings.max_references * MAX_REFERENCE_RGB))
+        self._pixels: proto.PixelBuffer | None = None
+        self._conn: proto.Connection | None = None  # the runs' persistent connection
+        self._run_lock = threading.Lock()  # one connection, and the pixel buffer holds one job's pixels
+
+    def dial(self, run_dir: str, key: str) -> None:
+        """A new launch: its rank 0 listens in ``run_dir`` for peers that hold ``key``, and its ranks
+        beat there. The last launch's connection goes."""
+        self.hang_up()
+        self.run_dir, self.socket_path, self.key = run_dir, os.path.join(run_dir, "tp.sock"), key
+        self.last_request_error = None
+
+    def pixels(self) -> proto.PixelBuffer:
+        """The shared buffer a job's pixels pass through, made at the first launch."""
+        if self._pixels is None:
+            try:
+                self._pixels = proto.PixelBuffer.create(self._pixels_bytes)
+            except OSError as exc:  # e.g. /dev/shm full
+                raise BackendNotReady(f"cannot make the {self.name}'s pixel buffer of {self._pixels_bytes} "
+                                      f"bytes in shared memory: {exc}") from None
+        return self._pixels
+
+    def close(self) -> None:
+        """Free the pixel buffer (the group's processes are gone: nobody writes to it now)."""
+        with self._run_lock:
+            pixels, self._pixels = self._pixels, None
+        if pixels is not None:
+            pixels.close()
 
     def run(self, request: GenerationRequest, on_progress: Callable[[ProgressEvent], None],
-            should_stop: Callable[[], bool], forbid_compile: bool = False) -> EngineOutput:
-        """Generate through the group (one request at a time: the caller's engine queues them)."""
+            should_stop: Callable[[], bool], forbid_compile: bool = False) -> tuple[EngineOutput, float]:
+        """Generate on the runs' connection (the group checks it is ready first); returns the output
+        and the call's round trip (seconds of the clock, the pixels' copies included)."""
         from PIL import Image
-
-        self.require_ready()
 
         def relay(msg: dict[str, Any]) -> None:
             on_progress(ProgressEvent(msg["phase"], msg.get("step", 0), msg.get("steps", 0), request.mode,
@@ -56,7 +95,7 @@ class GroupCalls:
         trace = self.trace
         if trace is not None:
             header["trace"] = True
-        with self._run_lock:  # one connection, and the pixel buffer holds one job's pixels
+        with self._run_lock:
             if sum(part["bytes"] for part in layout) > self._pixels.size:
                 raise InvalidRequest("images", f"the references do not fit the {self.name}'s pixel buffer")
             for reference, part in zip(request.references, layout):  # rank 0 reads them before it answers
@@ -77,22 +116,29 @@ class GroupCalls:
             # copied: the next job overwrites them; a batch's images lie one after the other
             images = [Image.frombytes("RGB", size, self._pixels.view[i * nbytes:(i + 1) * nbytes])
                       for i in range(request.count)]
-        self.timings["last_round_trip"] = self._clock() - began
-        self.timings["last_worker_seconds"] = msg["seconds"]
+        round_trip = self._clock() - began
         if trace is not None:
             trace.append({**(msg.get("stamps") or {}), "sent": sent, "returned": returned,
                           "built": time.monotonic(), "seconds": msg["seconds"]})
-        return EngineOutput.from_json(msg, images[0], place=self.place, more_images=images[1:])
+        return EngineOutput.from_json(msg, images[0], place=self.place, more_images=images[1:]), round_trip
+
+    def wait_ready(self, deadline: float, stall: float,
+                   on_message: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+        """Rank 0's answer to ``wait_ready``, on the connection the runs will use (kept from READY
+        on: a process that fills rank 0's other connection slots cannot keep the app's requests out)."""
+        with self._run_lock:
+            return self.request({"type": "wait_ready"}, deadline=deadline, stall=stall, on_message=on_message,
+                                persistent=True)
 
     def ranks_beating(self, within: float) -> bool:
         """True while every rank's heartbeat counter has moved within the last ``within`` seconds
-        (of this group's clock). Read on every poll of a request, so a change is seen when it happens."""
-        if not self.dir:
+        (of the clock). Read on every poll of a request, so a change is seen when it happens."""
+        if not self.run_dir:
             return False
         now, fresh = self._clock(), True
         for rank in range(self.degree):
             try:
-                with open(os.path.join(self.dir, f"rank{rank}.heartbeat"), encoding="ascii") as handle:
+                with open(os.path.join(self.run_dir, f"rank{rank}.heartbeat"), encoding="ascii") as handle:
                     text = handle.read()
             except OSError:
                 return False
@@ -105,17 +151,17 @@ class GroupCalls:
 
     def _connect(self, deadline: float) -> proto.Connection:
         try:
-            return proto.connect(self.socket_path, self._token.encode(),
+            return proto.connect(self.socket_path, self.key.encode(),
                                  max(0.01, min(30.0, deadline - self._clock())))
         except proto.ProtocolError as exc:  # unreachable, or it does not hold this launch's key
-            raise GroupDead(self.error or f"cannot reach the worker group: {exc}") from None
+            raise GroupDead(self._status()[1] or f"cannot reach the worker group: {exc}") from None
 
-    def _request(self, header: dict[str, Any], deadline: float | None = None,
-                 on_message: Callable[[dict[str, Any]], None] | None = None,
-                 should_stop: Callable[[], bool] | None = None,
-                 stall: float | None = None, persistent: bool = False) -> dict[str, Any]:
-        """One request: on the group's persistent connection (``persistent``, the caller holding
-        ``_run_lock``), else on a connection of its own. Progress messages go to ``on_message``; the
+    def request(self, header: dict[str, Any], deadline: float | None = None,
+                on_message: Callable[[dict[str, Any]], None] | None = None,
+                should_stop: Callable[[], bool] | None = None,
+                stall: float | None = None, persistent: bool = False) -> dict[str, Any]:
+        """One request: on the runs' persistent connection (``persistent``, the caller holding the
+        runs' lock), else on a connection of its own. Progress messages go to ``on_message``; the
         call fails when the group dies, when ``deadline`` passes, or when no message arrives within
         ``stall`` seconds (default: the stall timeout, longer while compiling): TimeoutError(phase,
         seconds). A persistent connection that fails is dropped: what it still carries is stale."""
@@ -137,14 +183,15 @@ class GroupCalls:
                 limit = min(deadline or float("inf"), last + quiet)
                 if should_stop and not cancelled and should_stop():
                     try:  # every rank stops at the next step (they vote on it)
-                        self._request({"type": "cancel"}, deadline=self._clock() + 5)
+                        self.request({"type": "cancel"}, deadline=self._clock() + 5)
                         cancelled = True
                     except (GroupDead, TimeoutError):
                         pass  # no slot for it now (or the group is going): asked again at the next poll
                 msg = proto.receive(conn, min(0.2, max(0.0, limit - self._clock())))
                 if msg is None:
-                    if self.state == "dead":
-                        raise GroupDead(self.error or "the worker group died")
+                    state, error = self._status()
+                    if state == "dead":
+                        raise GroupDead(error or "the worker group died")
                     if self._clock() >= limit:
                         raise TimeoutError(phase, quiet)
                     continue
@@ -157,12 +204,12 @@ class GroupCalls:
                 if on_message:
                     on_message(msg)
         except proto.ProtocolError as exc:
-            raise GroupDead(self.error or f"lost the worker group: {exc}") from None
+            raise GroupDead(self._status()[1] or f"lost the worker group: {exc}") from None
         finally:
             if conn is not None:
                 conn.close()
 
-    def _drop_connection(self) -> None:
+    def hang_up(self) -> None:
         """Close the runs' connection (the group stopped, or a new launch has a new rank 0)."""
         conn, self._conn = self._conn, None
         if conn is not None:
@@ -172,12 +219,12 @@ class GroupCalls:
         """A request whose stall kills the group (a hung rank cannot be told apart from a dead one);
         an error reply becomes the exception it stands for (its code in ``backend.errors``)."""
         try:
-            msg = self._request(header, **kwargs)
+            msg = self.request(header, **kwargs)
         except TimeoutError as exc:
             phase, stall = exc.args
             reason = (f"no progress for {stall:g} s" + (f" while {phase}" if phase else "")
                       + " — a rank is hung or too slow; the group is being stopped")
-            self._mark_dead(reason)
+            self._on_lost(reason)
             raise GroupDead(reason) from None
         except GroupDead as exc:  # rank 0 hung up: it died, and torchrun is ending the group
             raise self._group_lost(str(exc)) from None
@@ -197,40 +244,15 @@ class GroupCalls:
         raise error
 
     def _group_lost(self, reason: str) -> GroupDead:
-        """The group is going down: wait (bounded) for the monitor to see torchrun exit and say which
-        rank died; mark it dead here if it does not. A group being stopped on purpose is not waited
-        for. Returns the error to raise."""
+        """The group is going down: wait (bounded) for its monitor to see torchrun exit and say which
+        rank died; ``on_lost`` if it does not. A group being stopped on purpose is not waited for.
+        Returns the error to raise."""
         deadline = self._clock() + 10
-        while self.state in STARTING + ("ready",) and self._clock() < deadline:
+        while self._status()[0] in STARTING + ("ready",) and self._clock() < deadline:
             time.sleep(0.05)
-        if self.state in ("stopping", "stopped"):
+        state = self._status()[0]
+        if state in ("stopping", "stopped"):
             return GroupDead(f"the {self.name} was stopped")
-        if self.state != "dead":
-            self._mark_dead(reason)
-        return GroupDead(self.error or reason)
-
-    def health(self, timeout: float = 2.0) -> dict[str, Any]:
-        if self.state in ("stopped", "dead", "stopping") or not self.socket_path:
-            return {"state": self.state, "error": self.error}
-        try:
-            msg = self._request({"type": "health"}, deadline=self._clock() + timeout)
-        except (StudioError, TimeoutError) as exc:
-            return {"state": self.state, "error": f"health check failed: {exc}"}
-        with self._lock:
-            if self.state in STARTING and msg.get("state") in ("loading", "warming"):
-                self.state = msg["state"]
-        return msg
-
-    # logs and pids -----------------------------------------------------------------------------
-    def _tail(self, name: str, lines: int = 20) -> str:
-        return processes.tail(os.path.join(self.dir, name), lines) if self.dir else ""
-
-    def rank_logs(self, lines: int = 20) -> dict[str, str]:
-        """Each rank's log tail and torchrun's, read now (only when someone looks at them)."""
-        logs = {f"rank {r}": self._tail(f"rank{r}.log", lines) for r in range(self.degree)}
-        logs["torchrun"] = self._tail("torchrun.log", lines)
-        return logs
-
-    def rank_pids(self) -> dict[int, int]:
-        """{rank: pid}, as each rank reported it at READY."""
-        return {int(r["rank"]): int(r["pid"]) for r in self.ranks if r.get("pid")}
+        if state != "dead":
+            self._on_lost(reason)
+        return GroupDead(self._status()[1] or reason)

@@ -22,9 +22,9 @@ Which cores its ranks get and what it may run are its engine's business (the cor
 there, before a group is made). One clock (``clock``, injectable) serves every deadline, so the
 stall timeout is tested with a fake clock.
 
-Two modules: this one launches, watches and stops the processes (``WorkerGroup``); its base,
-``backend.launch.calls.GroupCalls``, holds the calls to rank 0 (run, call, health, stall
-detection) and the ranks' log tails.
+Two modules: this one launches, watches and stops the processes (``WorkerGroup``); the group holds
+a ``backend.launch.calls.RankZero`` (``rank0``) for its calls to rank 0 (run, call, stall detection):
+it tells it each launch's run dir and key, and it says when it finds the group gone (``_mark_dead``).
 """
 
 from __future__ import annotations
@@ -46,8 +46,8 @@ from typing import Any, Callable
 from backend.errors import BackendNotReady, InvalidRequest, StudioError
 from backend.launch import deaths, processes
 from backend.launch import protocol as proto
-from backend.launch.calls import STARTING, GroupCalls
-from backend.request.references import MAX_COUNT, MAX_REFERENCE_RGB
+from backend.launch.calls import STARTING, RankZero
+from backend.request.records import EngineOutput, GenerationRequest, ProgressEvent
 from backend.settings import Settings
 
 __all__ = ["STARTING", "WorkerGroup", "check_degree"]
@@ -74,9 +74,9 @@ def check_degree(degree: Any, heads: int, core_plan=None, owner: str = "tensor-p
         raise InvalidRequest("tp_degree", str(exc)) from None
 
 
-class WorkerGroup(GroupCalls):
-    """One torchrun group: launched, brought to READY, watched (death, stall) and stopped here; the
-    calls to its rank 0 are ``GroupCalls``'."""
+class WorkerGroup:
+    """One torchrun group: launched, brought to READY, watched (death, stall) and stopped here; its
+    calls to rank 0 go through the ``RankZero`` it holds (``rank0``)."""
 
     def __init__(self, settings: Settings, model_path: str, device, degree: int, cores: list[int], *,
                  role: str = "tp", place: str = "tp", warm: list[str] | None = None,
@@ -97,10 +97,7 @@ class WorkerGroup(GroupCalls):
         info = device.info
         self.device_kind = info.kind
         self.compile_mode = settings.runs_as(role) if role == "tp" else None
-        self.last_ran: dict[str, Any] | None = None  # the last job, as rank 0 said its ranks ran it
-        self._runs_as = settings.runs_as
-        self.start_timeout, self.stall_timeout = settings.tp_start_timeout, settings.tp_stall_timeout
-        self.compile_timeout, self.grace = settings.compile_timeout, grace
+        self.start_timeout, self.grace = settings.tp_start_timeout, grace
         self.torchrun_args = shlex.split(settings.tp_torchrun_args)
         self._clock = clock
         worker_settings = dataclasses.replace(settings, device=info.kind, dtype=info.dtype,
@@ -117,23 +114,13 @@ class WorkerGroup(GroupCalls):
         self.ranks: list[dict[str, Any]] = []  # per-rank READY reports: pid, core, sharded weights
         self.proc: subprocess.Popen | None = None
         self.dir: str | None = None
-        self.socket_path: str | None = None
-        self._token = ""
         self._pids: set[int] = set()
         self._ready = threading.Event()
         self._lock = threading.Lock()
         self._log = None
         self._teardown: threading.Thread | None = None
-        self._beats: dict[int, tuple[str, float]] = {}  # rank -> (heartbeat text, when it last changed)
-        # Results' pixels come through shared memory (made at the first start, kept across restarts
-        # of this group, closed with it); one request at a time uses it, on one connection.
-        # A job's pixels: its references on the way in, its images (a batch of up to MAX_COUNT) on the way out.
-        self._pixels_bytes = min(proto.MAX_PIXELS, max(MAX_COUNT * settings.max_size * settings.max_size * 3,
-                                                       settings.max_references * MAX_REFERENCE_RGB))
-        self._pixels: proto.PixelBuffer | None = None
-        self._conn: proto.Connection | None = None  # the runs' persistent connection to rank 0
-        self._run_lock = threading.Lock()
-        self.trace: list[dict[str, float]] | None = None  # a benchmark's (see GroupCalls)
+        self.rank0 = RankZero(self.name, place, degree, settings, clock, lambda: (self.state, self.error),
+                              self._mark_dead)
         self.run_root: str | None = None  # where run dirs are made (None: the system's temp folder)
 
     def close(self) -> None:
@@ -141,10 +128,12 @@ class WorkerGroup(GroupCalls):
         group stays dead (its reason is what a request that ran into it reports)."""
         self.stop(final_state="dead" if self.state == "dead" else "stopped", polite=False)
         self._cleanup_dir()
-        with self._run_lock:
-            pixels, self._pixels = self._pixels, None  # its processes are gone: nobody writes to it now
-        if pixels is not None:
-            pixels.close()
+        self.rank0.close()
+
+    @property
+    def socket_path(self) -> str | None:
+        """Where this launch's rank 0 listens."""
+        return self.rank0.socket_path
 
     def describe(self) -> dict[str, Any]:
         """JSON-able status; cheap, no I/O (pids, cores and shard reports were read once, at READY;
@@ -160,10 +149,50 @@ class WorkerGroup(GroupCalls):
             "rank_pids": {str(r): pid for r, pid in self.rank_pids().items()},  # JSON keys are text
             "ranks": self.ranks,
             "error": self.error,
-            "last_request_error": self.last_request_error,
+            "last_request_error": self.rank0.last_request_error,
             "timings": self.timings,
             "socket": self.socket_path,
         }
+
+    # requests and logs -------------------------------------------------------------------------
+    def require_ready(self) -> None:
+        """BackendNotReady, saying how to start it again, unless the group is ready."""
+        if self.state != "ready":
+            raise BackendNotReady(f"the {self.name} is {self.state}"
+                                  + (f" ({self.error})" if self.error else "")
+                                  + "; start it again (Start beside the mode, or the System tab)")
+
+    def run(self, request: GenerationRequest, on_progress: Callable[[ProgressEvent], None],
+            should_stop: Callable[[], bool], forbid_compile: bool = False) -> EngineOutput:
+        """Generate through the group (one request at a time: the caller's engine queues them)."""
+        self.require_ready()
+        out, self.timings["last_round_trip"] = self.rank0.run(request, on_progress, should_stop, forbid_compile)
+        self.timings["last_worker_seconds"] = out.seconds
+        return out
+
+    def health(self, timeout: float = 2.0) -> dict[str, Any]:
+        """Rank 0's health reply (a starting group takes the phase it names), else the state and why."""
+        if self.state in ("stopped", "dead", "stopping") or not self.socket_path:
+            return {"state": self.state, "error": self.error}
+        try:
+            msg = self.rank0.request({"type": "health"}, deadline=self._clock() + timeout)
+        except (StudioError, TimeoutError) as exc:
+            return {"state": self.state, "error": f"health check failed: {exc}"}
+        self._phase(self.proc, msg.get("state"))
+        return msg
+
+    def _tail(self, name: str, lines: int = 20) -> str:
+        return processes.tail(os.path.join(self.dir, name), lines) if self.dir else ""
+
+    def rank_logs(self, lines: int = 20) -> dict[str, str]:
+        """Each rank's log tail and torchrun's, read now (only when someone looks at them)."""
+        logs = {f"rank {r}": self._tail(f"rank{r}.log", lines) for r in range(self.degree)}
+        logs["torchrun"] = self._tail("torchrun.log", lines)
+        return logs
+
+    def rank_pids(self) -> dict[int, int]:
+        """{rank: pid}, as each rank reported it at READY."""
+        return {int(r["rank"]): int(r["pid"]) for r in self.ranks if r.get("pid")}
 
     # lifecycle ---------------------------------------------------------------------------------
     # The state machine: launching -> loading/warming -> ready -> stopping -> stopped, or dead from
@@ -177,10 +206,9 @@ class WorkerGroup(GroupCalls):
             if self.state not in ("stopped", "dead"):
                 raise BackendNotReady(f"the {self.name} is already {self.state}")
             self._cleanup_dir()
-            self._drop_connection()  # it was to the last launch's rank 0
             self.dir = tempfile.mkdtemp(prefix=proto.RUN_DIR_PREFIX, dir=self.run_root)  # 0700: ours alone
-            self.socket_path = os.path.join(self.dir, "tp.sock")
-            self.error = self.last_request_error = None
+            self.rank0.dial(self.dir, secrets.token_hex(32))
+            self.error = None
             self.timings, self.ranks, self._pids = {}, [], set()
             self._ready.clear()
             self.proc = self._spawn()
@@ -189,16 +217,10 @@ class WorkerGroup(GroupCalls):
 
     def _spawn(self):
         """(lock held) Launch torchrun and its ranks in the run dir; returns the launcher process."""
-        self._token = secrets.token_hex(32)
-        if self._pixels is None:
-            try:
-                self._pixels = proto.PixelBuffer.create(self._pixels_bytes)
-            except OSError as exc:  # e.g. /dev/shm full
-                raise BackendNotReady(f"cannot make the {self.name}'s pixel buffer of {self._pixels_bytes} "
-                                      f"bytes in shared memory: {exc}") from None
+        pixels = self.rank0.pixels()
         config = dataclasses.replace(self._config, socket=self.socket_path, run_dir=self.dir,
-                                     pixels=self._pixels.name, pixels_bytes=self._pixels.size)
-        env = dict(os.environ, **{proto.CONFIG_VAR: config.to_json(), proto.TOKEN_VAR: self._token})
+                                     pixels=pixels.name, pixels_bytes=pixels.size)
+        env = dict(os.environ, **{proto.CONFIG_VAR: config.to_json(), proto.TOKEN_VAR: self.rank0.key})
         # The app's own NeuronCores are not the ranks': each rank sets its core before torch loads.
         env.pop("NEURON_RT_VISIBLE_CORES", None)
         env.update(self.env)
@@ -293,11 +315,7 @@ class WorkerGroup(GroupCalls):
                 return
             # Loading is silent and may be slow on a busy machine: only the start deadline bounds it
             # (a rank that exits meanwhile is seen by the monitor).
-            # On the connection the runs will use (kept from READY on: a process that fills rank
-            # 0's other connection slots cannot keep the app's requests out).
-            with self._run_lock:
-                msg = self._request({"type": "wait_ready"}, deadline=deadline, stall=self.start_timeout,
-                                    on_message=lambda m: self._phase(proc, m.get("phase")), persistent=True)
+            msg = self.rank0.wait_ready(deadline, self.start_timeout, lambda m: self._phase(proc, m.get("phase")))
             if msg.get("type") != "ready":
                 raise proto.error_from_message(msg)
             self._became_ready(proc, msg.get("timings") or {}, msg.get("ranks") or [])
@@ -340,7 +358,7 @@ class WorkerGroup(GroupCalls):
             if final_state == "stopped":
                 self.state = "stopping"
         pids = self._end_processes(proc, polite)
-        self._drop_connection()
+        self.rank0.hang_up()
         run_dir = None
         with self._lock:
             if self.proc is proc:  # a restart may already have begun
@@ -362,8 +380,8 @@ class WorkerGroup(GroupCalls):
         pids = self._pids | processes.children(proc.pid)
         if polite and proc.poll() is None and self.socket_path and os.path.exists(self.socket_path):
             try:  # stop a running generation first, so the shutdown is not queued behind it
-                self._request({"type": "cancel"}, deadline=self._clock() + 1)
-                self._request({"type": "shutdown"}, deadline=self._clock() + self.grace)
+                self.rank0.request({"type": "cancel"}, deadline=self._clock() + 1)
+                self.rank0.request({"type": "shutdown"}, deadline=self._clock() + self.grace)
             except (StudioError, TimeoutError):
                 pass
         for sig in (signal.SIGTERM, signal.SIGKILL):

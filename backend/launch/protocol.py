@@ -198,7 +198,7 @@ class PixelBuffer:
     """The pixels of one result, in shared memory (``multiprocessing.shared_memory``) instead of on
     the wire: the app makes it for its group (0600, its name in ``WorkerConfig.pixels``), rank 0
     attaches to it by name and writes each result's pixels at its start before it sends the
-    result; the app copies them out before its next request on the group (``GroupCalls.run`` holds
+    result; the app copies them out before its next request on the group (``RankZero.run`` holds
     a lock), and unlinks it when the group closes (the app's resource tracker does, should the app
     die first). Sized for the largest image the app allows."""
 

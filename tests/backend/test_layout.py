@@ -79,9 +79,9 @@ def _imports(path, modules: dict) -> set[str]:
 STILL_SPANNING = {
     "ui.handlers.Studio", "ui.handlers_api.ApiHandlers", "ui.handlers_compare.CompareHandlers",
     "ui.handlers_performance.PerformanceHandlers", "ui.handlers_studio.StudioHandlers",
-    "ui.handlers_system.SystemHandlers", "backend.launch.group.WorkerGroup",
+    "ui.handlers_system.SystemHandlers",
 }
-STILL_MIXED_IN = {"backend.launch.calls.GroupCalls"}  # reads WorkerGroup's private state (its clock, locks, ...)
+STILL_MIXED_IN: set[str] = set()
 
 
 def _classes() -> dict[str, tuple[str, ast.ClassDef]]:

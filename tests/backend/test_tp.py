@@ -112,14 +112,14 @@ def test_a_starting_groups_phase_reaches_the_status_without_the_status_asking_th
     mgr.stop_engine("tensor-parallel")
     mgr.start_engine("tensor-parallel", 2)
     group = _group(mgr)
-    asked, request = [], group._request
+    asked, request = [], group.rank0.request
 
     def counted(header, *args, **kwargs):
         if threading.current_thread() is threading.main_thread():
             asked.append(header["type"])
         return request(header, *args, **kwargs)
 
-    group._request = counted
+    group.rank0.request = counted
     seen = []
     try:
         while group.describe()["state"] not in ("ready", "dead"):
@@ -128,7 +128,7 @@ def test_a_starting_groups_phase_reaches_the_status_without_the_status_asking_th
                 seen.append(state)
             time.sleep(0.02)
     finally:
-        del group._request
+        del group.rank0.request
     assert group.state == "ready", group.describe()
     assert "loading" in seen and asked == []
 
@@ -180,7 +180,7 @@ def test_a_job_that_fails_on_the_ranks_is_a_failed_request_not_a_dead_group(mgr)
     """The ranks trust the app's job (validated once, in the app); one that breaks anyway — here a
     field missing — fails that request on every rank alike and the group serves the next."""
     _ensure_ready(mgr)
-    header = _raw_call(mgr, _group(mgr)._token, {"type": "generate", "prompt": "x", "height": 64, "width": 64,
+    header = _raw_call(mgr, _group(mgr).rank0.key, {"type": "generate", "prompt": "x", "height": 64, "width": 64,
                                              "steps": 1, "guidance": 1.0, "mode": "eager"})  # no seed
     assert header["type"] == "error" and "seed" in header["error"]
     assert _group(mgr).health()["state"] == "ready"
@@ -199,7 +199,7 @@ def test_what_a_person_typed_reaches_the_ranks_the_record_and_the_png(mgr, tmp_p
     request = dataclasses.replace(_req(mgr, "tp"), typed="a red fox, please")
     image, result = mgr.generate(request)
     assert result.typed == "a red fox, please" and result.world_size == 2
-    assert _group(mgr).last_ran == {**request.to_json(), "mode": "eager"}  # the ranks' record: --tp-compile
+    assert _group(mgr).rank0.last_ran == {**request.to_json(), "mode": "eager"}  # the ranks' record: --tp-compile
     path = mgr.save_image(image, result)
     with Image.open(path) as png:
         assert json.loads(png.text[JSON_KEY])["typed"] == "a red fox, please"
@@ -291,7 +291,7 @@ def test_workers_exit_when_the_app_dies(tmp_path):
         m.start_engine("tensor-parallel", 2, wait=True)
         group = m.engines["tensor-parallel"].group
         print(json.dumps(sorted(group.rank_pids().values()) + [group.proc.pid]), flush=True)
-        print(group._pixels.name, flush=True)
+        print(group.rank0.pixels().name, flush=True)
         time.sleep(600)
     """)
     app = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=tmp_path)

@@ -63,8 +63,7 @@ class FakeRank0:
 def group(tmp_path):
     made = WorkerGroup(make_settings(tmp_path, tp_stall_timeout=30.0, tp_start_timeout=100.0), MODEL, CPU, 2, [],
                       clock=FakeClock(), grace=0.5)
-    made.socket_path = str(tmp_path / "tp.sock")
-    made._token = "t" * 64
+    made.rank0.dial(str(tmp_path), "t" * 64)  # rank 0's socket: tmp_path/tp.sock
     yield made
     made.stop()
 
@@ -78,7 +77,7 @@ def test_a_silent_group_is_declared_hung_after_the_stall_timeout(group):
     group.state = "ready"
     try:
         with pytest.raises(GroupDead, match="no progress for 30 s"):
-            group.call({"type": "generate"})
+            group.rank0.call({"type": "generate"})
     finally:
         peer.close()
     assert group.state == "dead" and "no progress for 30 s" in group.error
@@ -89,8 +88,8 @@ def test_a_silent_group_is_declared_hung_after_the_stall_timeout(group):
 def test_silence_while_every_rank_beats_lasts_up_to_the_compile_timeout(group, tmp_path, beating):
     """A rank busy in a silent compile keeps beating: the call waits past the stall timeout (up to
     the compile timeout); a stopped rank's heartbeat stands still: dead at the stall timeout."""
-    group.dir, group.compile_timeout = str(tmp_path), 120.0
-    group._clock = FakeClock(step=5.0)
+    group.rank0.compile_timeout = 120.0  # the ranks beat in tmp_path, the run dir it dialled
+    group._clock.step = 5.0
     stop = threading.Event()
 
     def beat(rank: int) -> None:
@@ -109,7 +108,7 @@ def test_silence_while_every_rank_beats_lasts_up_to_the_compile_timeout(group, t
     group.state = "ready"
     try:
         with pytest.raises(GroupDead, match=f"no progress for {120 if beating else 30} s"):
-            group.call({"type": "generate"})
+            group.rank0.call({"type": "generate"})
     finally:
         stop.set()
         peer.close()
@@ -131,7 +130,7 @@ def test_an_error_reply_to_wait_ready_leaves_the_group_dead_with_the_reason(grou
 
 def test_a_start_that_never_opens_its_socket_ends_dead_not_launching(group):
     group.proc, group.state = _sleeper(), "launching"
-    group._clock = FakeClock(step=25.0)  # four looks at the clock pass the 100 s start timeout
+    group._clock.step = 25.0  # four looks at the clock pass the 100 s start timeout
     group._await_ready(group.proc)
     assert group.state == "dead" and "did not open their socket within 100 s" in group.error
     assert group._ready.is_set()
@@ -139,7 +138,7 @@ def test_a_start_that_never_opens_its_socket_ends_dead_not_launching(group):
 
 def test_a_failing_ready_thread_still_ends_in_a_state(group, monkeypatch):
     group.proc, group.state = _sleeper(), "launching"
-    monkeypatch.setattr(group, "_request", lambda *a, **k: (_ for _ in ()).throw(ValueError("broken thread")))
+    monkeypatch.setattr(group.rank0, "request", lambda *a, **k: (_ for _ in ()).throw(ValueError("broken thread")))
     open(group.socket_path, "w").close()  # the socket "exists"; the call itself blows up
     group._await_ready(group.proc)
     assert group.state == "dead" and "ValueError: broken thread" in group.error
