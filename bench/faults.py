@@ -151,7 +151,7 @@ def _inject_faults(manager, tmp: Path, tp_faults=TP_FAULTS) -> list[dict[str, An
         started.wait(60)
         os.kill(victim, sig)
         thread.join(30)
-        notice = manager.status()["degraded"] or ""
+        notice = manager.status().degraded or ""
         # The status says why the group is down (it died), and a tp request is served in process meanwhile.
         degraded_ok = "tensor-parallel group is dead" in notice and works("tp")
         manager.start_engine("tensor-parallel", 2, wait=True)

@@ -193,11 +193,11 @@ def _doors(manager):
         return types.SimpleNamespace(session_hash=session, headers={}, cookies={})
 
     def through_page(session: str, seed: int) -> None:
-        studio.generate_from_page(PROMPT, SIZE, SIZE, "eager", 4, 1.0, seed, False, [], page=page(session),
+        studio.studio_tab.generate_from_page(PROMPT, SIZE, SIZE, "eager", 4, 1.0, seed, False, [], page=page(session),
                                   progress=lambda *a, **k: None)
 
     def through_generate(session: str, seed: int) -> None:
-        studio.api_generate(PROMPT, SIZE, SIZE, "eager", 4, seed, 1.0, page=page(session), progress=lambda *a, **k: None)
+        studio.api.api_generate(PROMPT, SIZE, SIZE, "eager", 4, seed, 1.0, page=page(session), progress=lambda *a, **k: None)
 
     keys = {name: f"{name}-key-0123456789" for name in ("first", "second")}
     api = build_api(manager, ApiKeys(keys))

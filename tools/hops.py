@@ -133,16 +133,16 @@ def measure() -> dict:
 
     studio = Studio(manager)
     args = ("a red circle on a blue background", 64, 64)
-    studio.generate_from_page(*args, "eager", 2, 1.0, 1, False, [])  # the first run loads and warms
+    studio.studio_tab.generate_from_page(*args, "eager", 2, 1.0, 1, False, [])  # the first run loads and warms
     with Recorder() as eager:
-        studio.generate_from_page(*args, "eager", 2, 1.0, 2, False, [])
+        studio.studio_tab.generate_from_page(*args, "eager", 2, 1.0, 2, False, [])
     manager.start_engine("tensor-parallel", 2, wait=True)
-    studio.generate_from_page(*args, "tp", 2, 1.0, 1, False, [])  # its first run, unrecorded
+    studio.studio_tab.generate_from_page(*args, "tp", 2, 1.0, 1, False, [])  # its first run, unrecorded
     os.environ["NEURON_STUDIO_HOPS_OUT"] = out  # (read by the ranks at start: restart them)
     manager.stop_engine("tensor-parallel")
     manager.start_engine("tensor-parallel", 2, wait=True)  # fresh ranks: their first job is the one recorded
     with Recorder() as tp:
-        studio.generate_from_page(*args, "tp", 2, 1.0, 2, False, [])
+        studio.studio_tab.generate_from_page(*args, "tp", 2, 1.0, 2, False, [])
     ranks = _rank_pairs(out)
     manager.close()
     shutil.rmtree(work, ignore_errors=True)

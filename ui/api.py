@@ -86,12 +86,12 @@ def add_api(studio, manager) -> None:
     api_image = gr.Image(type="filepath", format="png", visible=False)
     api_record = gr.JSON(visible=False)
     api_button = gr.Button(visible=False)  # never shown: the endpoint is for API clients
-    api_button.click(studio.api_generate, api_inputs, [api_image, api_record], api_name="generate",
+    api_button.click(studio.api.api_generate, api_inputs, [api_image, api_record], api_name="generate",
                      concurrency_id=RUN_QUEUE, concurrency_limit=RUN_SLOTS)
 
     def status(request: gr.Request) -> dict:
         """The manager's status snapshot: device, model, engine state, per-shape compile states, caches
-        (a viewer's without the operator's details: ``backend.serving.status.for_viewer``)."""
-        return studio.status_for(request)
+        (a viewer's without the operator's details: ``backend.serving.status.Status.for_viewer``)."""
+        return studio.status_for(request).to_json()
 
     gr.api(status, api_name="status", concurrency_limit=None)

@@ -24,8 +24,7 @@ from ui.wiring import wire
 def build_ui(manager, operator_key=None) -> gr.Blocks:
     """The page. ``operator_key`` (``backend.serving.roles.OperatorKey``) tells each event's caller: the
     operator's controls show only on the operator's page, and the manager refuses them for viewers."""
-    studio = Studio(manager, operator_key)
-    studio.examples = load_example_prompts(ASSETS / "prompts.txt")
+    studio = Studio(manager, operator_key, examples=load_example_prompts(ASSETS / "prompts.txt"))
     # Gradio's temporary copies (images, uploads) older than an hour are deleted every 10 minutes.
     with gr.Blocks(title="Neuron Studio", delete_cache=(600, 3600)) as demo:
         page = build_page(manager)

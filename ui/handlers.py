@@ -1,14 +1,12 @@
-"""The page's event handlers, gathered in one class: ``Studio``. They talk to the backend only through
-the manager's public methods.
+"""The page's event handlers: ``Studio`` holds one object per tab over the one door to the service,
+and answers for the whole page (the timer's refresh, the page opening and closing, its role):
 
-Each tab's handlers live in their own module, and ``Studio`` is composed of them; what belongs to the
-whole page (the timer's refresh, the page opening, its role, the device queue's width) is here:
-
-- ``ui.handlers_base``: the base class (manager, caller), refusals into page notices, the toasts;
+- ``ui.handlers_base``: the door (manager, caller of an event), a run as the page starts it,
+  refusals into page notices, the toasts;
 - ``ui.handlers_studio``: Generate, Stop, the controls, the cost line and badges, a PNG's parameters;
 - ``ui.handlers_compare``: Compare;
 - ``ui.handlers_system``: the operator's controls (group, replicas, cache, lock, warm-up, bundles);
-- ``ui.handlers_performance``: the plots;
+- ``ui.handlers_performance``: the plots and the cost receipt;
 - ``ui.handlers_api``: the public ``/generate`` endpoint.
 """
 
@@ -16,36 +14,51 @@ from __future__ import annotations
 
 import gradio as gr
 
-from backend.serving.status import for_viewer
-from ui.handlers_api import ApiHandlers
-from ui.handlers_compare import CompareHandlers
-from ui.handlers_performance import PerformanceHandlers
-from ui.handlers_system import SystemHandlers
+from ui.handlers_api import ApiEndpoint
+from ui.handlers_base import Door, Runs
+from ui.handlers_compare import CompareTab
+from ui.handlers_performance import PerformanceTab
+from ui.handlers_studio import StudioTab
+from ui.handlers_system import SystemTab
 from ui.i18n import language, text
 from ui.views_tp import TP_RUNNING
 
 
-class Studio(CompareHandlers, ApiHandlers, SystemHandlers, PerformanceHandlers):
+class Studio:
     """Every handler of the page, bound to one manager (real or fake): ``Studio(manager, operator_key)``
-    (``ui.handlers_base.Handlers`` says how the key decides each event's caller)."""
+    (``ui.handlers_base.Door`` says how the key decides each event's caller). ``examples``: the page's
+    example prompts; ``operator_controls``: how many groups the page shows only to the operator."""
+
+    def __init__(self, manager, operator_key=None, examples: list[str] | None = None, operator_controls: int = 0):
+        self.manager = manager
+        self.door = Door(manager, operator_key)
+        runs = Runs(self.door)
+        self.studio_tab = StudioTab(self.door, runs, examples)
+        self.compare_tab = CompareTab(self.door, runs)
+        self.system_tab = SystemTab(self.door)
+        self.performance_tab = PerformanceTab(manager)
+        self.api = ApiEndpoint(runs)
+        self.operator_controls = operator_controls
+        self.page_closed = self.door.page_closed
 
     def refresh_all(self, mode, width, height, steps, degree=None, count=None, references=None,
                     page: gr.Request | None = None):
         """The timer's tick: one status read for both the studio line and the system panel. It reads
         no rank logs: those are read only when someone presses "Show rank logs"."""
-        lang, operator = language(page), self._caller(page).is_operator
+        lang, operator = language(page), self.door.caller(page).is_operator
         status = self.status_for(page)
-        return (self._studio_views(status, mode, width, height, steps, degree, lang, operator, count, references)
-                + self._system_views(status, lang, operator))
+        return (self.studio_tab.views(status, mode, width, height, steps, degree, lang, operator, count, references)
+                + self.system_tab.views(status, lang, operator))
 
-    def status_for(self, page: gr.Request | None = None) -> dict:
-        """The status as this caller may read it: whole for the operator, ``for_viewer`` otherwise."""
+    def status_for(self, page: gr.Request | None = None):
+        """The status (``backend.serving.status.Status``) as this caller may read it: whole for the
+        operator, ``for_viewer()`` otherwise."""
         status = self.manager.status()
-        return status if self._caller(page).is_operator else for_viewer(status)
+        return status if self.door.caller(page).is_operator else status.for_viewer()
 
     def page_opened(self):
         """A new page's TP degree: the running group's, so its Start does not replace it by accident."""
-        tp = self.manager.status().get("tp") or {}
+        tp = self.manager.status().tp or {}
         if tp.get("state") in TP_RUNNING and tp.get("world_size"):
             return tp["world_size"], tp["world_size"]
         return gr.skip(), gr.skip()
@@ -55,7 +68,7 @@ class Studio(CompareHandlers, ApiHandlers, SystemHandlers, PerformanceHandlers):
         viewer's operator events whatever the page shows). Returns the line, then one visibility
         update per operator control."""
         lang = language(page)
-        operator = self._caller(page).is_operator
+        operator = self.door.caller(page).is_operator
         line = text(lang, "role_operator" if operator else "role_viewer")
         return (line, *[gr.update(visible=operator) for _ in range(self.operator_controls)])
 

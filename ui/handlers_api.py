@@ -7,11 +7,14 @@ from typing import Callable
 
 import gradio as gr
 
-from ui.handlers_studio import StudioHandlers
+from ui.handlers_base import Runs
 
 
-class ApiHandlers(StudioHandlers):
-    """The API's events: the same validation and run as the Generate button, no page around them."""
+class ApiEndpoint:
+    """The API's events: the same run through the service as the Generate button, no page around them."""
+
+    def __init__(self, runs: Runs):
+        self.runs = runs
 
     def api_generate(self, prompt, width, height, mode, steps, seed, guidance, images=None, count=1,
                      page: gr.Request | None = None, progress: Callable = gr.Progress()):
@@ -19,7 +22,7 @@ class ApiHandlers(StudioHandlers):
         its parameters inside) and the run's record as JSON. ``images``: reference images for an
         edit (gradio_client's ``handle_file``). Every value is checked by the backend: a bad one is
         refused naming the field (and, for a size, the nearest valid one)."""
-        result, _seed = self._run(self._fields(prompt, width, height, mode, steps, guidance, seed, images, count), progress,
+        result, _seed = self.runs.run(self.runs.fields(prompt, width, height, mode, steps, guidance, seed, images, count), progress,
                            page=page)  # owned by the API client's session
         if result is None:
             raise gr.Error("the generation was stopped")

@@ -1,5 +1,6 @@
-"""What every tab's handlers share: the handlers' base class (the manager, the caller of an event),
-the one way a backend refusal becomes what the page (or an API client) reads, and the page's toasts.
+"""What every tab's handlers share: the door to the service (the manager, the caller of an event), a
+run as the page starts it, the one way a backend refusal becomes what the page (or an API client)
+reads, and the page's toasts.
 
 Each handler turns the backend's StudioError into ``gr.Error`` (a message in the page, never a
 generic "Error") with ``refusals``, and returns plain values, so tests can drive the handlers against
@@ -14,14 +15,19 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import Iterator
+import threading
+import time
+from typing import Callable, Iterator
 
 import gradio as gr
 
-from backend.errors import InvalidRequest, StudioError
+from backend.errors import GenerationCancelled, InvalidRequest, StudioError
+from backend.request.references import reference_files
 from backend.serving.roles import COOKIE, LOCAL_OPERATOR, Caller, page_caller
 from backend.shapes import whole_number
 from ui.i18n import error_message, text
+from ui.temp_dir import is_upload
+from ui.views_common import format_seconds
 
 log = logging.getLogger("neuron_studio.ui")
 TP_ENGINE, REPLICA_ENGINE = "tensor-parallel", "replicas"  # the manager's names for them
@@ -92,9 +98,9 @@ def _cookie(page, name: str) -> str | None:
     return None
 
 
-class Handlers:
-    """Handlers bound to one manager (real or fake); each tab's handlers (``ui.handlers_*``) build on
-    this, and ``ui.handlers.Studio`` gathers them.
+class Door:
+    """The page's door to the service: the manager (real or fake) and who sends each event. Every tab's
+    handlers hold it.
 
     ``operator_key`` (``backend.serving.roles.OperatorKey``) decides each event's caller from the page's
     cookie: the operator or a viewer; the manager refuses a viewer's operator actions. Without a
@@ -104,10 +110,8 @@ class Handlers:
     def __init__(self, manager, operator_key=None):
         self.manager = manager
         self.key = operator_key
-        self.examples: list[str] = []  # the page's example prompts (ui.app sets them): a note offers the closest
-        self.operator_controls = 0  # how many groups the page shows only to the operator (ui.app counts them)
 
-    def _caller(self, page: gr.Request | None) -> Caller:
+    def caller(self, page: gr.Request | None) -> Caller:
         """Who sent this event: its role (the operator's cookie) and its owner, the page session.
         Without a key (handlers driven directly) the local operator, owning the page session's runs."""
         session = getattr(page, "session_hash", None)
@@ -121,3 +125,88 @@ class Handlers:
         session = getattr(page, "session_hash", None)
         if session:
             self.manager.abandon(page_caller(False, session).owner)
+
+
+class Runs:
+    """A run through the service as the Studio tab, Compare and the API start it: the request's raw
+    fields, the reference files an event may name, the progress bar (compiles included), the run."""
+
+    def __init__(self, door: Door):
+        self.door = door
+
+    @staticmethod
+    def fields(prompt, width, height, mode, steps, guidance, seed, references=None, count=None) -> dict:
+        """The request's raw fields as the page (or the API) sends them; the service checks them
+        (``Manager.run``). ``references``: the Edit area's (or the API's) files."""
+        return dict(prompt=prompt, height=height, width=width, steps=steps, guidance=guidance, seed=seed, mode=mode,
+                    images=references, count=count)
+
+    def page_files(self, references) -> list:
+        """The reference files an event names, each an upload or an image this app wrote (Use as
+        reference); InvalidRequest("images") for any other path: an event's paths are the caller's
+        word, and a file elsewhere on the server is never read on it."""
+        from backend.images.folder import is_app_output
+
+        files = reference_files(references)
+        for number, path in enumerate(files, 1):
+            if not (is_upload(path) or is_app_output(path, self.door.manager.settings.output_dir)):
+                raise InvalidRequest("images", f"reference {number} is not a file uploaded to this app")
+        return files
+
+    @staticmethod
+    def progress_adapter(progress: Callable, lang: str = "en") -> Callable:
+        """Step progress for the page's bar; while a shape compiles (silently: no step for seconds,
+        on Neuron minutes) the bar says so every second with the time so far and the estimate. Its
+        ``close()`` ends that ticking when the run ends, however it ends (a failed compile sends no
+        further step)."""
+        compiling = {"since": None, "stop": threading.Event()}
+
+        def tick(estimate: float | None) -> None:
+            while not compiling["stop"].wait(1.0):
+                since = compiling["since"]
+                if since is None:
+                    return
+                elapsed = format_seconds(time.monotonic() - since)
+                progress(None, desc=text(lang, "progress_compiling", elapsed=elapsed,
+                                         estimate=format_seconds(estimate) if estimate else "?"))
+
+        def on_progress(event) -> None:
+            if event.phase == "compiling" and compiling["since"] is None:
+                compiling["since"], compiling["stop"] = time.monotonic(), threading.Event()
+                threading.Thread(target=tick, args=(event.estimate,), name="compile-progress", daemon=True).start()
+            elif event.phase != "compiling" and compiling["since"] is not None:
+                compiling["since"] = None
+                compiling["stop"].set()
+            if event.phase == "denoising":
+                progress((event.step, event.steps),
+                         desc=text(lang, "progress_step", step=event.step, steps=event.steps))
+            elif event.phase == "queued":  # waiting for its turn on the job board
+                progress(0.0, desc=text(lang, "progress_queued", place=event.step, waiting=event.steps))
+            elif event.phase == "loading":  # the model is still loading: the request waits for it
+                progress(None, desc=text(lang, "progress_loading", seconds=event.step))
+            elif event.phase in ("encoding", "compiling", "decoding"):
+                progress(None if event.phase == "compiling" else 0.0 if event.phase == "encoding" else 1.0,
+                         desc=text(lang, f"phase_{event.phase}") + "…")
+
+        def close() -> None:
+            compiling["since"] = None
+            compiling["stop"].set()
+
+        on_progress.close = close
+        return on_progress
+
+    def run(self, fields: dict, progress: Callable, lang: str | None = None, page: gr.Request | None = None):
+        """One run of ``fields`` through the service, for this page's caller. A refusal is a page error
+        (translated when ``lang`` is given; the backend's own words for the API). Returns the result,
+        or None and the seed it had for a stopped run."""
+        adapter = self.progress_adapter(progress, lang or "en")
+        with contextlib.closing(adapter), refusals(lang):
+            fields = {**fields, "images": self.page_files(fields.get("images"))}
+            try:
+                _image, result = self.door.manager.run(fields, self.door.caller(page), adapter)
+            except GenerationCancelled as exc:
+                _info(lang or "en", text(lang or "en", "info_stopped", detail=exc))
+                return None, getattr(exc, "seed", fields.get("seed"))
+        if result.degraded:
+            _warning(lang or "en", text(lang or "en", "warn_degraded", mode=result.mode, why=result.degraded))
+        return result, result.seed

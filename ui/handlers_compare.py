@@ -9,16 +9,18 @@ from typing import Callable
 import gradio as gr
 
 from backend.errors import GenerationCancelled
-from ui.handlers_base import _info, refusals
-from ui.handlers_studio import StudioHandlers
+from ui.handlers_base import Door, Runs, _info, refusals
 from ui.i18n import language, text
 from ui.views_common import format_seconds
 from ui.views_compare import compare_frame
 from ui.views_studio import mode_caption
 
 
-class CompareHandlers(StudioHandlers):
-    """The Compare tab's events (its run goes through the Studio tab's validation and progress bar)."""
+class CompareTab:
+    """The Compare tab's events (its runs go through the service like the Studio tab's)."""
+
+    def __init__(self, door: Door, runs: Runs):
+        self.door, self.runs = door, runs
 
     @staticmethod
     def empty_compare_table(page: gr.Request | None = None):
@@ -31,13 +33,13 @@ class CompareHandlers(StudioHandlers):
         """The Compare button: the gallery (one image per mode, captioned) and the timings table.
         With the Studio tab's reference images, each mode runs the same edit."""
         lang = language(page)
-        fields = self._fields(prompt, width, height, (modes or ["eager"])[0], steps, guidance, -1 if randomize else seed,
+        fields = self.runs.fields(prompt, width, height, (modes or ["eager"])[0], steps, guidance, -1 if randomize else seed,
                               references)
-        adapter = self._progress_adapter(progress, lang)
+        adapter = self.runs.progress_adapter(progress, lang)
         with contextlib.closing(adapter), refusals(lang):
-            fields["images"] = self._page_files(fields["images"])
+            fields["images"] = self.runs.page_files(fields["images"])
             try:
-                entries = self.manager.compare(fields, modes or [], adapter, caller=self._caller(page))
+                entries = self.door.manager.compare(fields, modes or [], adapter, caller=self.door.caller(page))
             except GenerationCancelled as exc:
                 _info(lang, text(lang, "info_stopped", detail=exc))
                 return gr.skip(), gr.skip()

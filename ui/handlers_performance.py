@@ -9,7 +9,6 @@ import re
 import gradio as gr
 
 from backend.serving.cost import WORDS, Reference, format_receipt
-from ui.handlers_base import Handlers
 from ui.i18n import language, text
 from ui.views_performance import compile_frame, latency_frame, plot_axes
 
@@ -26,12 +25,15 @@ def _amount(value) -> float | None:
     return number if math.isfinite(number) and 0 < number <= MAX_PRICE else None
 
 
-class PerformanceHandlers(Handlers):
-    """The Performance tab's events."""
+class PerformanceTab:
+    """The Performance tab's events (all of them a viewer's: they read, never change)."""
+
+    def __init__(self, manager):
+        self.manager = manager
 
     def refresh_plots(self, page: gr.Request | None = None):
         """Steady latency against megapixels, compile seconds per shape: on the tab's timer and its button."""
-        latency, compiles = latency_frame(self.manager.records), compile_frame(self.manager.status())
+        latency, compiles = latency_frame(self.manager.records), compile_frame(self.manager.status().shapes)
         latency_axes, compile_axes = plot_axes(language(page), latency.empty, compiles.empty)
         return gr.ScatterPlot(latency, **latency_axes), gr.BarPlot(compiles, **compile_axes)
 

@@ -1,24 +1,20 @@
 """The Studio tab's handlers: Generate and Stop (with the progress bar, compiles included), the size
 and preset controls, the status line, cost and badges the timer refreshes, a PNG's parameters, and
-whether the tensor-parallel controls show. Also what Compare and the API's generate run through
-(``_fields``, ``_run``).
+whether the tensor-parallel controls show.
 """
 
 from __future__ import annotations
 
-import contextlib
-import threading
-import time
 from typing import Callable
 
 import gradio as gr
 
-from backend.errors import GenerationCancelled, InvalidRequest
+from backend.errors import InvalidRequest
 from backend.images.pngmeta import read_png_parameters
-from backend.request.references import check_count, reference_files, reference_sizes
+from backend.request.references import check_count, reference_sizes
 from backend.request.validation import check_work, work
 from backend.shapes import Shape, validate_shape
-from ui.handlers_base import Handlers, _info, _warning, _whole, refusals
+from ui.handlers_base import Door, Runs, _info, _warning, _whole, refusals
 from ui.i18n import error_message, language, text
 from ui.temp_dir import discard_upload, is_upload
 from ui.views_common import CUSTOM, format_seconds, preset_label, preset_shape
@@ -50,85 +46,13 @@ def contact_sheet(images):
     return sheet
 
 
-class StudioHandlers(Handlers):
-    """The Studio tab's events (and the runs Compare and the API share)."""
+class StudioTab:
+    """The Studio tab's events, over the door to the service and the runs it shares with Compare and
+    the API. ``examples``: the page's example prompts (a note offers the closest)."""
 
-    # runs: shared with Compare and the API ---------------------------------------------------
-    @staticmethod
-    def _fields(prompt, width, height, mode, steps, guidance, seed, references=None, count=None) -> dict:
-        """The request's raw fields as the page (or the API) sends them; the service checks them
-        (``Manager.run``). ``references``: the Edit area's (or the API's) files."""
-        return dict(prompt=prompt, height=height, width=width, steps=steps, guidance=guidance, seed=seed, mode=mode,
-                    images=references, count=count)
-
-    def _page_files(self, references) -> list:
-        """The reference files an event names, each an upload or an image this app wrote (Use as
-        reference); InvalidRequest("images") for any other path: an event's paths are the caller's
-        word, and a file elsewhere on the server is never read on it."""
-        from backend.images.folder import is_app_output
-
-        files = reference_files(references)
-        for number, path in enumerate(files, 1):
-            if not (is_upload(path) or is_app_output(path, self.manager.settings.output_dir)):
-                raise InvalidRequest("images", f"reference {number} is not a file uploaded to this app")
-        return files
-
-    def _progress_adapter(self, progress: Callable, lang: str = "en") -> Callable:
-        """Step progress for the page's bar; while a shape compiles (silently: no step for seconds,
-        on Neuron minutes) the bar says so every second with the time so far and the estimate. Its
-        ``close()`` ends that ticking when the run ends, however it ends (a failed compile sends no
-        further step)."""
-        compiling = {"since": None, "stop": threading.Event()}
-
-        def tick(estimate: float | None) -> None:
-            while not compiling["stop"].wait(1.0):
-                since = compiling["since"]
-                if since is None:
-                    return
-                elapsed = format_seconds(time.monotonic() - since)
-                progress(None, desc=text(lang, "progress_compiling", elapsed=elapsed,
-                                         estimate=format_seconds(estimate) if estimate else "?"))
-
-        def on_progress(event) -> None:
-            if event.phase == "compiling" and compiling["since"] is None:
-                compiling["since"], compiling["stop"] = time.monotonic(), threading.Event()
-                threading.Thread(target=tick, args=(event.estimate,), name="compile-progress", daemon=True).start()
-            elif event.phase != "compiling" and compiling["since"] is not None:
-                compiling["since"] = None
-                compiling["stop"].set()
-            if event.phase == "denoising":
-                progress((event.step, event.steps),
-                         desc=text(lang, "progress_step", step=event.step, steps=event.steps))
-            elif event.phase == "queued":  # waiting for its turn on the job board
-                progress(0.0, desc=text(lang, "progress_queued", place=event.step, waiting=event.steps))
-            elif event.phase == "loading":  # the model is still loading: the request waits for it
-                progress(None, desc=text(lang, "progress_loading", seconds=event.step))
-            elif event.phase in ("encoding", "compiling", "decoding"):
-                progress(None if event.phase == "compiling" else 0.0 if event.phase == "encoding" else 1.0,
-                         desc=text(lang, f"phase_{event.phase}") + "…")
-
-        def close() -> None:
-            compiling["since"] = None
-            compiling["stop"].set()
-
-        on_progress.close = close
-        return on_progress
-
-    def _run(self, fields: dict, progress: Callable, lang: str | None = None, page: gr.Request | None = None):
-        """One run of ``fields`` through the service, for this page's caller. A refusal is a page error
-        (translated when ``lang`` is given; the backend's own words for the API). Returns the result,
-        or None and the seed it had for a stopped run."""
-        adapter = self._progress_adapter(progress, lang or "en")
-        with contextlib.closing(adapter), refusals(lang):
-            fields = {**fields, "images": self._page_files(fields.get("images"))}
-            try:
-                _image, result = self.manager.run(fields, self._caller(page), adapter)
-            except GenerationCancelled as exc:
-                _info(lang or "en", text(lang or "en", "info_stopped", detail=exc))
-                return None, getattr(exc, "seed", fields.get("seed"))
-        if result.degraded:
-            _warning(lang or "en", text(lang or "en", "warn_degraded", mode=result.mode, why=result.degraded))
-        return result, result.seed
+    def __init__(self, door: Door, runs: Runs, examples: list[str] | None = None):
+        self.door, self.manager, self.runs = door, door.manager, runs
+        self.examples = list(examples or [])
 
     # generate / stop -------------------------------------------------------------------------
     def generate_from_page(self, prompt, width, height, mode, steps, guidance, seed, randomize, history,
@@ -139,7 +63,7 @@ class StudioHandlers(Handlers):
         lang = language(page)
         seed = -1 if randomize else seed
         try:
-            result, seed = self._run(self._fields(prompt, width, height, mode, steps, guidance, seed, references,
+            result, seed = self.runs.run(self.runs.fields(prompt, width, height, mode, steps, guidance, seed, references,
                                                   count), progress, lang, page)
         except gr.Error as refusal:
             # A refusal (a bad prompt, a cold shape under the lock, a failed run): a calm notice in
@@ -187,21 +111,21 @@ class StudioHandlers(Handlers):
         """Stop this page's run (the operator's: every run) at its next step, and say so at once —
         while a shape compiles, that the compile finishes first and about when."""
         lang = language(page)
-        caller = self._caller(page)
+        caller = self.door.caller(page)
         with refusals(lang):
             running = self.manager.cancel(caller=caller)
         if not running:
             _info(lang, text(lang, "info_nothing"))
             return
         status = self.manager.status()
-        compiling = [job for job in status.get("running") or [] if job.get("phase") == "compiling"]
+        compiling = [job for job in status.running or [] if job.get("phase") == "compiling"]
         if not compiling:
             _info(lang, text(lang, "info_stopping"))
             return
         job = compiling[0]
         estimate = job.get("compile_estimate")
         left = format_seconds(max(0.0, estimate - (job.get("compile_elapsed") or 0.0))) if estimate else "?"
-        endable = job.get("engine") in (status.get("compiling_workers") or ())
+        endable = job.get("engine") in (status.compiling_workers or ())
         key = "info_stopping_compile_operator" if caller.is_operator and endable else "info_stopping_compile"
         _info(lang, text(lang, key, left=left))
 
@@ -209,7 +133,7 @@ class StudioHandlers(Handlers):
         """The operator's: end a compile now by stopping the worker process that runs it."""
         lang = language(page)
         with refusals(lang):
-            stopped = self.manager.stop_compiling_workers(caller=self._caller(page))
+            stopped = self.manager.stop_compiling_workers(caller=self.door.caller(page))
         names = ", ".join(text(lang, "engine_name_" + name.replace("-", "_")) for name in stopped)
         _info(lang, text(lang, "info_worker_stopped", engines=names) if stopped
               else text(lang, "info_no_worker_compiling"))
@@ -231,17 +155,17 @@ class StudioHandlers(Handlers):
                        page: gr.Request | None = None):
         """Engine line, cost of the chosen (mode, signature: size, count, references' sizes), preset
         badges for that mode, TP group badge, whether Generate may be pressed."""
-        return self._studio_views(self.manager.status(), mode, width, height, steps, degree, language(page),
-                                  self._caller(page).is_operator, count, references)
+        return self.views(self.manager.status(), mode, width, height, steps, degree, language(page),
+                                  self.door.caller(page).is_operator, count, references)
 
-    def _studio_views(self, status, mode, width, height, steps, degree=None, lang: str = "en", operator: bool = True,
+    def views(self, status, mode, width, height, steps, degree=None, lang: str = "en", operator: bool = True,
                       count=None, references=None):
         engine = engine_markdown(status, lang)
-        tp = status.get("tp") or {}
+        tp = status.tp or {}
         tp_badge = tp_state_html(tp, lang)
         degree = _whole(degree)
         # The operator may end a compile a worker process runs (``stop_compiling_worker``).
-        end_compile = gr.update(visible=operator and bool(status.get("compiling_workers")))
+        end_compile = gr.update(visible=operator and bool(status.compiling_workers))
         if mode == "tp" and tp.get("state") != "ready":
             # Not ready: a click runs in process meanwhile (and says so), so Generate stays on.
             cost = tp_cost_markdown(tp, degree, operator, lang)
@@ -253,15 +177,14 @@ class StudioHandlers(Handlers):
         try:
             shape = validate_shape(height, width, bounds.min_size, bounds.max_size)
             # the signature: a batch and the references' fitted sizes (their headers only are read)
-            shape = shape.with_inputs(check_count(count), reference_sizes(self._page_files(references),
+            shape = shape.with_inputs(check_count(count), reference_sizes(self.runs.page_files(references),
                                                                           self.manager.reference_sizes))
             check_work(bounds, shape, int(steps or bounds.steps))  # --max-work, stated before the click
         except InvalidRequest as exc:
             shape, error = None, error_message(exc, lang)
         else:
             error = None
-        ready = status["state"] not in ("idle", "loading", "failed")
-        prediction = self.manager.predict(mode, shape, steps) if ready and shape else None
+        prediction = self.manager.predict(mode, shape, steps) if status.loaded and shape else None
         cost = cost_markdown(prediction, error, lang)
         if bounds.max_work and shape is not None and prediction is not None:
             cost += text(lang, "cost_work", work=f"{work(shape, int(steps or bounds.steps)):.1f}",
@@ -283,7 +206,7 @@ class StudioHandlers(Handlers):
     def _badges(self, status, mode: str, steps, lang: str, chosen: Shape | None = None) -> str:
         """One badge per preset: its state in ``mode`` (none until the model has loaded), with the
         chosen count and references (an edit's badges are its signatures' at each preset)."""
-        if status["state"] in ("idle", "loading", "failed"):
+        if not status.loaded:
             return badges_html([])
         steps = steps if isinstance(steps, (int, float)) and steps >= 1 else None
         count, refs = (chosen.count, chosen.refs) if chosen is not None else (1, ())
@@ -335,5 +258,5 @@ class StudioHandlers(Handlers):
         """Picking a mode only shows or hides this page's TP degree and the group's row (its state;
         Start/Stop for the operator); it starts and stops nothing. The degree is the operator's: a
         viewer's would do nothing."""
-        operator = self._caller(page).is_operator
+        operator = self.door.caller(page).is_operator
         return gr.update(visible=mode == "tp" and operator), gr.update(visible=mode == "tp")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import gradio as gr
 
-from ui.handlers_base import REPLICA_ENGINE, TP_ENGINE, Handlers, _info, _whole, refusals
+from ui.handlers_base import REPLICA_ENGINE, TP_ENGINE, Door, _info, _whole, refusals
 from ui.i18n import language, text
 from ui.temp_dir import discard_upload
 from ui.views_common import preset_shape
@@ -15,26 +15,29 @@ from ui.views_system import bundle_markdown, replicas_markdown, shapes_frame, sy
 from ui.views_tp import TP_RUNNING, tp_logs_text, tp_markdown, tp_state_html, tp_state_name
 
 
-class SystemHandlers(Handlers):
-    """The System tab's events."""
+class SystemTab:
+    """The System tab's events, over the door to the service."""
+
+    def __init__(self, door: Door):
+        self.door, self.manager, self.key = door, door.manager, door.key
 
     @staticmethod
-    def _system_views(status, lang: str = "en", operator: bool = True):
+    def views(status, lang: str = "en", operator: bool = True):
         """The tab's views from one status snapshot (the page's timer takes them from ``Studio.refresh_all``):
         the system table, the shapes table, warm-up, the group's badge and table, replicas, the raw status."""
-        tp = status.get("tp") or {}
-        return (system_markdown(status, lang), shapes_frame(status, lang), warmup_markdown(status, lang),
+        tp = status.tp or {}
+        return (system_markdown(status, lang), shapes_frame(status.shapes, lang), warmup_markdown(status, lang),
                 tp_state_html(tp, lang), tp_markdown(tp, lang),
-                replicas_markdown(status, lang, operator), status)
+                replicas_markdown(status, lang, operator), status.to_json())
 
     # the tensor-parallel group: started and stopped only by its buttons, never by the mode list ---
     def start_tp(self, degree, page: gr.Request | None = None) -> None:
         """Start the group with this page's degree (a running group of another degree is replaced)."""
         lang = language(page)
         wanted = _whole(degree, strict=True, lang=lang)
-        before = self.manager.status().get("tp") or {}
+        before = self.manager.status().tp or {}
         with refusals(lang):
-            group = self.manager.start_engine(TP_ENGINE, wanted, caller=self._caller(page))
+            group = self.manager.start_engine(TP_ENGINE, wanted, caller=self.door.caller(page))
         ranks = group.get("world_size", wanted)
         if before.get("state") in TP_RUNNING and before.get("world_size") == ranks:
             _info(lang, text(lang, "info_tp_already", state=tp_state_name(before["state"], lang), ranks=ranks))
@@ -46,10 +49,10 @@ class SystemHandlers(Handlers):
     def stop_tp(self, page: gr.Request | None = None) -> None:
         """Stop the group; returns once no process of it is left (the timer shows "stopping" meanwhile)."""
         lang = language(page)
-        caller = self._caller(page)
+        caller = self.door.caller(page)
         with refusals(lang):
             caller.require_operator("Stopping the tensor-parallel group")
-        if ((self.manager.status().get("tp") or {}).get("state") or "stopped") == "stopped":
+        if ((self.manager.status().tp or {}).get("state") or "stopped") == "stopped":
             _info(lang, text(lang, "info_tp_not_running"))
             return
         with refusals(lang):
@@ -60,7 +63,7 @@ class SystemHandlers(Handlers):
         """The "Show rank logs" button: the logs are read now, only because someone asked."""
         lang = language(page)
         with refusals(lang):
-            logs = self.manager.engine_logs(TP_ENGINE, lines=20, caller=self._caller(page))
+            logs = self.manager.engine_logs(TP_ENGINE, lines=20, caller=self.door.caller(page))
         return tp_logs_text(logs, lang)
 
     # replicas: started, resized and stopped only by their buttons (System tab) ---------------
@@ -70,15 +73,15 @@ class SystemHandlers(Handlers):
         lang = language(page)
         wanted = _whole(count, strict=True, lang=lang, field="replicas")
         with refusals(lang):
-            pool = self.manager.start_engine(REPLICA_ENGINE, wanted, caller=self._caller(page))
+            pool = self.manager.start_engine(REPLICA_ENGINE, wanted, caller=self.door.caller(page))
         _info(lang, text(lang, "info_replicas_starting", count=pool.get("size", wanted)))
         return replicas_markdown(self.manager.status(), lang)
 
     def stop_replicas(self, page: gr.Request | None = None) -> str:
         lang = language(page)
         with refusals(lang):
-            running = (self.manager.status().get("replicas") or {}).get("size")
-            self.manager.stop_engine(REPLICA_ENGINE, caller=self._caller(page))
+            running = (self.manager.status().replicas or {}).get("size")
+            self.manager.stop_engine(REPLICA_ENGINE, caller=self.door.caller(page))
         _info(lang, text(lang, "info_replicas_stopped" if running else "info_replicas_not_running"))
         return replicas_markdown(self.manager.status(), lang)
 
@@ -88,7 +91,7 @@ class SystemHandlers(Handlers):
         old link are a viewer's from now on; the new link is printed where the app was started."""
         lang = language(page)
         with refusals(lang):
-            self._caller(page).require_operator("Logging out")
+            self.door.caller(page).require_operator("Logging out")
         self.key.rotate()
         link = self.key.link(getattr(self.key, "base_url", "") or "")
         print("the operator logged out" + (f"; the new operator link: {link}" if link else ""), flush=True)
@@ -97,7 +100,7 @@ class SystemHandlers(Handlers):
         """The clear button: what will be removed, and its size, before the operator confirms."""
         lang = language(page)
         with refusals(lang):
-            plan = self.manager.cache_plan(caller=self._caller(page))
+            plan = self.manager.cache_plan(caller=self.door.caller(page))
         lines = [text(lang, "confirm_clear")] + [
             text(lang, "clear_plan_line", entries=c["entries"], mb=f"{c['remove_bytes'] / 1e6:.1f}", dir=c["dir"])
             for c in plan]
@@ -112,7 +115,7 @@ class SystemHandlers(Handlers):
         import time as _time
 
         lang = language(page)
-        caller = self._caller(page)
+        caller = self.door.caller(page)
         with refusals(lang):
             caller.require_operator("Exporting a warm-start bundle")  # before anything is written
         # In Gradio's temp folder (the app's own, removed at exit); gone at once if the export fails.
@@ -134,7 +137,7 @@ class SystemHandlers(Handlers):
         lang = language(page)
         with refusals(lang):
             try:
-                self._caller(page).require_operator("Importing a warm-start bundle")
+                self.door.caller(page).require_operator("Importing a warm-start bundle")
             except Exception:
                 discard_upload(path)  # a viewer's upload is not kept
                 raise
@@ -146,7 +149,7 @@ class SystemHandlers(Handlers):
         lang = language(page)
         with refusals(lang):
             try:
-                result = self.manager.import_bundle(path, caller=self._caller(page))
+                result = self.manager.import_bundle(path, caller=self.door.caller(page))
             finally:
                 discard_upload(path)  # imported or refused: the upload is not kept
         _info(lang, text(lang, "info_bundle_imported", written=result["written"], already=result["already_there"]))
@@ -155,19 +158,19 @@ class SystemHandlers(Handlers):
     def clear_cache(self, page: gr.Request | None = None) -> str:
         lang = language(page)
         with refusals(lang):
-            freed = self.manager.clear_compile_cache(caller=self._caller(page))
+            freed = self.manager.clear_compile_cache(caller=self.door.caller(page))
         _info(lang, text(lang, "info_cache_cleared", mb=f"{freed / 1e6:.1f}"))
         return system_markdown(self.manager.status(), lang)
 
     def set_warm_only(self, locked: bool, page: gr.Request | None = None) -> None:
         lang = language(page)
         with refusals(lang):
-            self.manager.set_warm_only(bool(locked), caller=self._caller(page))
+            self.manager.set_warm_only(bool(locked), caller=self.door.caller(page))
         _info(lang, text(lang, "info_locked" if locked else "info_unlocked"))
 
     def start_warmup(self, labels: list[str], mode: str, page: gr.Request | None = None) -> str:
         lang = language(page)
         shapes = [s for s in (preset_shape(label, self.manager.card.presets) for label in labels or []) if s is not None]
         with refusals(lang):
-            self.manager.start_warmup(shapes, mode, caller=self._caller(page))
+            self.manager.start_warmup(shapes, mode, caller=self.door.caller(page))
         return warmup_markdown(self.manager.status(), lang)

@@ -177,7 +177,7 @@ def system_tab(manager) -> dict:
             clear_plan = gr.Markdown(I18N("confirm_clear"), elem_id="clear-plan")
             confirm_btn = gr.Button(I18N("confirm_yes"), variant="stop", elem_id="confirm-clear")
             cancel_btn = gr.Button(I18N("confirm_no"), elem_id="cancel-clear")
-        shapes_table = gr.Dataframe(shapes_frame({"shapes": []}), label=I18N("shapes"), interactive=False,
+        shapes_table = gr.Dataframe(shapes_frame([]), label=I18N("shapes"), interactive=False,
                                     elem_id="shapes-table")
         with gr.Group(visible=False) as warm_group:
             warm_shapes = gr.CheckboxGroup([preset_label(n, sh) for n, sh in card.presets],
@@ -228,7 +228,7 @@ def performance_tab(manager) -> dict:
         gr.Markdown(I18N("perf_intro"))
         latency_plot = gr.ScatterPlot(latency_frame([]), x="megapixels", y="seconds", color="mode",
                                       title=I18N("latency_empty"), elem_id="latency-plot")
-        compile_plot = gr.BarPlot(compile_frame({}), x="shape · mode", y="compile seconds",
+        compile_plot = gr.BarPlot(compile_frame([]), x="shape · mode", y="compile seconds",
                                   color="mode", title=I18N("compile_empty"),
                                   elem_id="compile-plot")
         plots_btn = gr.Button(I18N("refresh_plots"))

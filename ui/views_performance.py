@@ -3,11 +3,14 @@ mode, each plot with its titles in the page's language and one colour per mode."
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from ui.i18n import DEFAULT, text
+
+if TYPE_CHECKING:
+    pass
 
 
 def latency_frame(records: list[Any]) -> pd.DataFrame:
@@ -21,11 +24,12 @@ def latency_frame(records: list[Any]) -> pd.DataFrame:
     return frame.sort_values(["mode", "megapixels"]).reset_index(drop=True)
 
 
-def compile_frame(status: dict[str, Any]) -> pd.DataFrame:
-    """Measured compile seconds per (shape, mode); shapes that reused a graph are left out."""
+def compile_frame(shapes: list[dict[str, Any]]) -> pd.DataFrame:
+    """Measured compile seconds per (shape, mode), from the compile table's rows (``Status.shapes``);
+    shapes that reused a graph are left out."""
     rows = [{"shape · mode": f"{r['shape']} · {r['mode']}", "mode": r["mode"],
              "compile seconds": r["compile_seconds"]}
-            for r in status.get("shapes", []) if r["compiles"] and r["compile_seconds"]]
+            for r in shapes if r["compiles"] and r["compile_seconds"]]
     return pd.DataFrame(rows, columns=["shape · mode", "mode", "compile seconds"])
 
 

@@ -5,11 +5,14 @@ understood of the prompt)."""
 from __future__ import annotations
 
 import html
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ui.i18n import DEFAULT, text
 from ui.views_common import MESSAGES_EN, format_seconds
 from ui.views_tp import tp_engine_text
+
+if TYPE_CHECKING:
+    from backend.serving.status import Status
 
 
 def cost_markdown(prediction: dict[str, Any] | None, error: str | None = None, lang: str = DEFAULT) -> str:
@@ -72,15 +75,15 @@ def badges_html(predictions: list[tuple[str, dict[str, Any]]], lang: str = DEFAU
     return '<div class="ns-badges">' + "".join(spans) + "</div>"
 
 
-def engine_markdown(status: dict[str, Any], lang: str = DEFAULT) -> str:
+def engine_markdown(status: Status, lang: str = DEFAULT) -> str:
     """The line under the title: model, device, state, and what is running right now."""
-    model = status["model"].get("label") or status["model"]["spec"]
-    dev = status.get("device") or {}
-    where = f"{dev.get('kind', '…')} ({status.get('dtype') or '…'})"
-    state = status["state"]
+    model = status.model.get("label") or status.model["spec"]
+    dev = status.device or {}
+    where = f"{dev.get('kind', '…')} ({status.dtype or '…'})"
+    state = status.state
     if state == "failed":
-        return text(lang, "engine_failed", model=model, error=status.get("load_error"))
-    tp = status.get("tp")
+        return text(lang, "engine_failed", model=model, error=status.load_error)
+    tp = status.tp
     if state in ("idle", "loading"):
         starting = tp and tp.get("state", "stopped") != "stopped"  # --mode tp starts the group at launch
         return (text(lang, "engine_loading", model=model, where=where)
@@ -88,22 +91,22 @@ def engine_markdown(status: dict[str, Any], lang: str = DEFAULT) -> str:
     state_key = f"engine_state_{state}"
     line = text(lang, "engine_ready", model=model, where=where,
                 state=text(lang, state_key) if state_key in MESSAGES_EN else state)
-    if status.get("warm_only"):
+    if status.warm_only:
         line += text(lang, "engine_locked")
-    busy = status.get("busy")
+    busy = status.busy
     if busy:
         phase = busy["phase"]
         step = text(lang, "engine_step", step=busy["step"], steps=busy["steps"]) if phase == "denoising" else ""
         line += text(lang, "engine_busy", mode=busy["mode"], shape=busy["shape"], phase=_phase(phase, lang),
                      step=step, elapsed=f"{busy['elapsed']:.1f} s")
     if tp:
-        line += " · " + tp_engine_text(tp, show_error=not status.get("degraded"), lang=lang)
-    pool = status.get("replicas") or {}
+        line += " · " + tp_engine_text(tp, show_error=not status.degraded, lang=lang)
+    pool = status.replicas or {}
     if pool.get("size"):
         line += text(lang, "engine_replicas", ready=pool["ready"], size=pool["size"], busy=pool["busy"])
-    if status.get("degraded"):  # something is wrong (a group died); an ordinary start says "starting" above
-        line += text(lang, "engine_degraded", why=status["degraded"])
-    warmup = status.get("warmup")
+    if status.degraded:  # something is wrong (a group died); an ordinary start says "starting" above
+        line += text(lang, "engine_degraded", why=status.degraded)
+    warmup = status.warmup
     if warmup and warmup.get("running"):
         line += text(lang, "engine_warming", done=warmup["done"], total=warmup["total"], mode=warmup["mode"])
     return line

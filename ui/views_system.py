@@ -3,7 +3,7 @@ replica pool and an uploaded warm-start bundle (the tensor-parallel group's are 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -19,6 +19,9 @@ _REASON_WORDS = {"tr": (("TorchNeuron not installed", "TorchNeuron kurulu değil
                         ("NeuronCore(s) visible", "NeuronCore görünüyor"), ("CUDA device(s)", "CUDA aygıtı"),
                         ("requested", "istendi"), ("auto:", "otomatik:"))}
 
+if TYPE_CHECKING:
+    from backend.serving.status import Status
+
 
 def device_reason(reason: str, lang: str = DEFAULT) -> str:
     """Why the device was chosen, in the page's language (the numbers as they are)."""
@@ -27,35 +30,35 @@ def device_reason(reason: str, lang: str = DEFAULT) -> str:
     return reason
 
 
-def system_markdown(status: dict[str, Any], lang: str = DEFAULT) -> str:
-    dev = status.get("device") or {}
-    cache = status.get("cache") or {}
-    mem = status.get("memory") or {}
-    engine = status.get("engine") or {}
+def system_markdown(status: Status, lang: str = DEFAULT) -> str:
+    dev = status.device or {}
+    cache = status.cache or {}
+    mem = status.memory or {}
+    engine = status.engine or {}
     def t(key: str, **values: Any) -> str:
         return text(lang, key, **values)
 
-    state_key = f"engine_state_{status['state']}"
+    state_key = f"engine_state_{status.state}"
     rows = [
         (t("sys_device"), f"{dev.get('kind', '…')} — "
                           + (device_reason(dev["reason"], lang) if dev.get("reason") else t("resolving"))),
-        (t("sys_model"), status["model"].get("label") or status["model"]["spec"]),
-        (t("sys_dtype"), status.get("dtype") or "…"),
-        (t("sys_default_mode"), status.get("default_mode")),
+        (t("sys_model"), status.model.get("label") or status.model["spec"]),
+        (t("sys_dtype"), status.dtype or "…"),
+        (t("sys_default_mode"), status.default_mode),
         (t("sys_engine"), f"{t('engine_name_' + engine['engine'].replace('-', '_')) if engine.get('engine') else '…'} · "
-                          f"{t(state_key) if state_key in MESSAGES_EN else status['state']}"
+                          f"{t(state_key) if state_key in MESSAGES_EN else status.state}"
                           + (t("sys_active_mode", mode=engine["active_mode"]) if engine.get("active_mode") else "")),
         (t("sys_compile_backend"), dev.get("compile_backend", "…")),
         *[(t("sys_cache"), f"`{c['dir']}` ({format_bytes(c['bytes'])}, {c['variable']})" if c.get("dir")
            else f"{format_bytes(c['bytes'])} ({c['variable']})")
           for c in cache.get("caches") or [{"dir": "…", "bytes": None, "variable": ""}]],  # a viewer's: no dir
-        *([(t("sys_cores"), core_plan_text(status["neuron_cores"]))] if status.get("neuron_cores") else []),
+        *([(t("sys_cores"), core_plan_text(status.neuron_cores))] if status.neuron_cores else []),
         (t("sys_memory"), t("sys_memory_value", rss=format_bytes(mem.get("rss_bytes")),
                             device=format_bytes(mem.get("device_allocated_bytes")))),
-        (t("sys_lock"), t("on") if status.get("warm_only") else t("off")),
-        *([(t("sys_host_ops"), "; ".join(f"`{op}` ({', '.join(where)})" for op, where in status["fallback_ops"].items()))]
-          if status.get("fallback_ops") else []),
-        (t("sys_last_error"), status.get("last_error") or t("none")),
+        (t("sys_lock"), t("on") if status.warm_only else t("off")),
+        *([(t("sys_host_ops"), "; ".join(f"`{op}` ({', '.join(where)})" for op, where in status.fallback_ops.items()))]
+          if status.fallback_ops else []),
+        (t("sys_last_error"), status.last_error or t("none")),
     ]
     return "\n".join([f"| {t('sys_head')} | |", "| --- | --- |"] + [f"| {k} | {v} |" for k, v in rows])
 
@@ -63,7 +66,8 @@ def system_markdown(status: dict[str, Any], lang: str = DEFAULT) -> str:
 SHAPE_COLUMNS = ["col_mode", "col_shape", "col_state", "col_compile_s", "col_steady_s", "col_runs", "col_error"]
 
 
-def shapes_frame(status: dict[str, Any], lang: str = DEFAULT) -> pd.DataFrame:
+def shapes_frame(shapes: list[dict[str, Any]], lang: str = DEFAULT) -> pd.DataFrame:
+    """The compile table's rows (``Status.shapes``) as the System tab shows them."""
     # A shape warmed from a bundle shows the bundle's compile seconds, labelled so, until it runs here.
     rows = [[r["mode"], r["shape"], text(lang, f"badge_{r['state']}") + (
                  f" ({text(lang, 'from_bundle')})" if r.get("bundle_compile_seconds") is not None else ""),
@@ -72,12 +76,12 @@ def shapes_frame(status: dict[str, Any], lang: str = DEFAULT) -> pd.DataFrame:
               None if r["compile_seconds"] is None else round(r["compile_seconds"], 2)),
              None if r["steady_seconds"] is None else text(lang, "steady_of", seconds=f"{r['steady_seconds']:.3f}",
                                                            count=r.get("steady_runs", 1)),
-             r["runs"], r["error"] or ""] for r in status.get("shapes", [])]
+             r["runs"], r["error"] or ""] for r in shapes]
     return pd.DataFrame(rows, columns=column_names(SHAPE_COLUMNS, lang))
 
 
-def warmup_markdown(status: dict[str, Any], lang: str = DEFAULT) -> str:
-    w = status.get("warmup")
+def warmup_markdown(status: Status, lang: str = DEFAULT) -> str:
+    w = status.warmup
     if not w:
         return ""
     if w.get("running"):
@@ -102,10 +106,10 @@ def bundle_markdown(manifest: dict[str, Any], mismatch: str | None, lang: str = 
                       text(lang, "bundle_trust")])
 
 
-def replicas_markdown(status: dict[str, Any], lang: str = DEFAULT, operator: bool = True) -> str:
+def replicas_markdown(status: Status, lang: str = DEFAULT, operator: bool = True) -> str:
     """The System tab's replica table: per replica its state, core, pid, whether it is busy, the
     requests it served and the shapes warm on it."""
-    pool = status.get("replicas") or {}
+    pool = status.replicas or {}
     if not pool.get("size"):
         return text(lang, "replicas_none" if operator else "replicas_none_viewer")
     head = text(lang, "replicas_head", ready=pool["ready"], size=pool["size"], busy=pool["busy"],

@@ -82,7 +82,7 @@ class EngineControls:
 
     def compiling_workers(self) -> list[str]:
         """The launched engines whose workers compile now: the compiles that can be ended
-        (``status()["compiling_workers"]``)."""
+        (``status().compiling_workers``)."""
         launched = {e.name for e in self.service.engines.launched}
         return sorted({job.engine for job in self.service.board.running()
                        if job.phase == "compiling" and job.engine in launched})
@@ -112,7 +112,7 @@ class EngineControls:
 
     def start_warmup(self, shapes: Iterable[Shape], mode: str | None = None, *,
                      caller: Caller = LOCAL_OPERATOR) -> None:
-        """Warm shapes in a background thread; ``status()["warmup"]`` shows its progress. The operator's."""
+        """Warm shapes in a background thread; ``status().warmup`` shows its progress. The operator's."""
         caller.require_operator("Warming up shapes")
         self.warmups.start(list(shapes), mode or self.service.settings.mode)
 

@@ -1,9 +1,12 @@
-"""The service's status snapshot, held by ``backend.serving.manager.Manager`` as ``view``: one
-JSON-able dict that the page, the API and the tests all read. Cheap: it reads what the engines and
+"""The service's status snapshot (``Status``), made by ``StatusView``, which
+``backend.serving.manager.Manager`` holds as ``view``: one typed object that the page, the API and
+the tests read, whose ``to_json()`` is the API's ``/status``. Cheap: it reads what the engines and
 the device keep. And whether the service is ready for a load balancer (``readiness``: ``/readyz``)."""
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import enum
 from typing import Any
 
@@ -19,6 +22,83 @@ class ServiceState(enum.StrEnum):
     WARMING = "warming"
     READY = "ready"
     FAILED = "failed"
+
+
+@dataclasses.dataclass(frozen=True)
+class Status:
+    """One snapshot of the service. The engines' own parts (``engine``, ``tp``, ``replicas``, each
+    engine's ``describe()``), the compile table's rows (``shapes``), the board's jobs and the device's
+    readings stay JSON objects: they are shown as they are."""
+
+    state: ServiceState
+    model: dict[str, Any]  # spec, label, card
+    device: dict[str, Any] | None
+    dtype: str | None
+    default_mode: str
+    modes: list[str]
+    engine: dict[str, Any] | None  # the in-process engine
+    engines: dict[str, dict[str, Any]]  # every engine by name: state, modes, capacity
+    warm_only: bool
+    max_compiled_shapes: int
+    busy: dict[str, Any] | None  # the first running job
+    running: list[dict[str, Any]]
+    waiting: list[dict[str, Any]]
+    compiling_workers: list[str]  # compiles the operator can end now (End the compile)
+    shapes: list[dict[str, Any]]
+    cache: dict[str, Any] | None
+    memory: dict[str, Any] | None
+    load_error: str | None
+    last_error: str | None
+    generations: int
+    warmup: dict[str, Any]
+    neuron_cores: dict[str, Any] | None
+    degraded: str | None
+    bundle: dict[str, Any] | None
+    fallback_ops: dict[str, Any]
+    tp: dict[str, Any] | None = None  # the launched engines, by their status key, when the app has them
+    replicas: dict[str, Any] | None = None
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the model has loaded (not idle, loading or failed): predictions mean something."""
+        return self.state not in (ServiceState.IDLE, ServiceState.LOADING, ServiceState.FAILED)
+
+    def to_json(self) -> dict[str, Any]:
+        """The API's form (``/status``): a plain dict, a copy; a launched engine's key only when there is one."""
+        out = dataclasses.asdict(self)
+        for key in ("tp", "replicas"):
+            if out[key] is None:
+                del out[key]
+        return out
+
+    def for_viewer(self) -> Status:
+        """What a viewer's page and a viewer's ``/status`` get: this status without what only the
+        operator needs — the worker socket's path, process ids, the cache folders' paths — and with
+        each error cut to its first line. A copy; the operator's status is this one."""
+        seen = {f.name: copy.deepcopy(getattr(self, f.name)) for f in dataclasses.fields(self)}
+
+        def first_line(holder: dict[str, Any], *keys: str) -> None:
+            for key in keys:
+                if isinstance(holder.get(key), str):
+                    holder[key] = holder[key].splitlines()[0] if holder[key] else holder[key]
+
+        tp = seen["tp"] or {}
+        for key in ("socket", "pids", "rank_pids"):
+            tp.pop(key, None)
+        for rank in tp.get("ranks") or []:
+            rank.pop("pid", None)
+        first_line(tp, "error", "last_request_error")
+        replicas = seen["replicas"] or {}
+        for replica in replicas.get("replicas") or []:
+            replica.pop("pid", None)
+            first_line(replica, "error")
+        first_line(replicas, "error")
+        cache = seen["cache"] or {}
+        cache.pop("dir", None)
+        for entry in cache.get("caches") or []:
+            entry.pop("dir", None)
+        first_line(seen, "load_error", "last_error", "degraded")
+        return Status(**seen)
 
 
 class StatusView:
@@ -78,14 +158,14 @@ class StatusView:
             return None
         return plan.describe(wanted={e.name: e.cores_wanted() for e in s.engines.launched})
 
-    def status(self) -> dict[str, Any]:
+    def status(self) -> Status:
         s = self.service
         jobs = s.board.snapshot()  # without owners: a page session is its own business, not the room's
         running = [job for job in jobs if job["state"] == "running"]
         compiling_workers = s.controls.compiling_workers()
         host_ops = s.host_ops()
         device, engines = s.device, list(s.engines.values())
-        return {
+        return Status(**{
             "state": s.state,
             "model": {"spec": s.settings.model, "label": s.model_label, "card": s.card.to_json()},
             "device": vars(device.info) if device else None,
@@ -112,36 +192,5 @@ class StatusView:
             "degraded": next((why for why in (e.degraded() for e in s.engines.launched) if why), None),
             "bundle": s.bundle,
             "fallback_ops": host_ops,
-        }
+        })
 
-
-def for_viewer(status: dict[str, Any]) -> dict[str, Any]:
-    """What a viewer's page and a viewer's ``/status`` get: the status without what only the
-    operator needs — the worker socket's path, process ids, the cache folders' paths — and with each
-    error cut to its first line. A copy; the operator's status is ``Manager.status()`` itself."""
-    import copy
-
-    seen = copy.deepcopy(status)
-
-    def first_line(holder: dict[str, Any], *keys: str) -> None:
-        for key in keys:
-            if isinstance(holder.get(key), str):
-                holder[key] = holder[key].splitlines()[0] if holder[key] else holder[key]
-
-    tp = seen.get("tp") or {}
-    for key in ("socket", "pids", "rank_pids"):
-        tp.pop(key, None)
-    for rank in tp.get("ranks") or []:
-        rank.pop("pid", None)
-    first_line(tp, "error", "last_request_error")
-    replicas = seen.get("replicas") or {}
-    for replica in replicas.get("replicas") or []:
-        replica.pop("pid", None)
-        first_line(replica, "error")
-    first_line(replicas, "error")
-    cache = seen.get("cache") or {}
-    cache.pop("dir", None)
-    for entry in cache.get("caches") or []:
-        entry.pop("dir", None)
-    first_line(seen, "load_error", "last_error", "degraded")
-    return seen

@@ -59,7 +59,7 @@ def test_a_reference_changes_the_signature_and_compiles_once(editor, tmp_path):
                                  "fit": "crop"}]
     again = editor.generate(request)[1]
     assert again.compiled is False  # warm now
-    assert {r["shape"]: r["state"] for r in editor.status()["shapes"] if r["mode"] == "compiled"} == {
+    assert {r["shape"]: r["state"] for r in editor.status().shapes if r["mode"] == "compiled"} == {
         "64x64": "warm", "64x64+ref96x64": "warm"}
     batch = editor.generate(editor.validate("a fox", 64, 64, steps=2, seed=1, mode="compiled", images=[ref],
                                             count=2))[1]

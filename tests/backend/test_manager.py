@@ -26,7 +26,7 @@ def _req(manager, mode, h, w, steps=2, seed=1):
 
 
 def _row(manager, mode, shape):
-    return next(r for r in manager.status()["shapes"] if r["mode"] == mode and r["shape"] == shape)
+    return next(r for r in manager.status().shapes if r["mode"] == mode and r["shape"] == shape)
 
 
 def test_cold_compiling_warm_from_measured_events(manager):
@@ -118,7 +118,7 @@ def test_a_compile_that_fails_marks_the_shape_failed(manager, monkeypatch):
         manager.generate(_req(manager, "regional", 64, 64))
     row = _row(manager, "regional", "64x64")
     assert row["state"] == "failed" and "while compiling" in row["error"]
-    assert "injected" in manager.status()["last_error"]
+    assert "injected" in manager.status().last_error
     assert manager.generate(_req(manager, "eager", 64, 64))[0] is not None  # the app still works
 
 
@@ -129,7 +129,7 @@ def test_an_exception_inside_the_pipeline_is_a_failed_request_not_a_dead_backend
     monkeypatch.setattr(manager.engine.pipe.vae, "decode", boom)
     with pytest.raises(GenerationFailed, match="RuntimeError in the pipeline: injected pipeline failure"):
         manager.generate(_req(manager, "eager", 64, 64))
-    assert manager.status()["state"] == "ready"
+    assert manager.status().state == "ready"
     monkeypatch.undo()
     assert manager.generate(_req(manager, "eager", 64, 64))[0] is not None
 
@@ -137,12 +137,12 @@ def test_an_exception_inside_the_pipeline_is_a_failed_request_not_a_dead_backend
 def test_cancel_stops_at_the_next_step_and_keeps_a_finished_compile(manager):
     def progress(event):
         if event.phase == "denoising" and event.step == 1:
-            assert manager.status()["busy"]["step"] == 1
+            assert manager.status().busy["step"] == 1
             assert manager.cancel() is True
 
     with pytest.raises(GenerationCancelled, match="after step 1 of 6"):
         manager.generate(_req(manager, "compiled", 64, 64, steps=6), progress)
-    assert manager.status()["busy"] is None
+    assert manager.status().busy is None
     row = _row(manager, "compiled", "64x64")
     assert row["state"] == "warm" and row["compiles"] == 1 and row["runs"] == 0
     _img, result = manager.generate(_req(manager, "compiled", 64, 64))  # a stale cancel does not leak
@@ -153,7 +153,7 @@ def test_cancel_stops_at_the_next_step_and_keeps_a_finished_compile(manager):
 def test_warm_only_lock_refuses_cold_shapes_and_serves_warm_ones(manager):
     manager.warmup([Shape(64, 64)], mode="compiled")
     manager.set_warm_only(True)
-    assert manager.status()["warm_only"] is True
+    assert manager.status().warm_only is True
     with pytest.raises(ShapeLocked, match="warm: 64x64"):
         manager.generate(_req(manager, "compiled", 96, 96))
     assert manager.predict("compiled", Shape(96, 96))["refused"]
@@ -216,7 +216,7 @@ def test_device_work_is_serialised(manager):
 
 def test_status_is_json_and_complete(manager):
     manager.generate(_req(manager, "compiled", 64, 64))
-    status = manager.status()
+    status = manager.status().to_json()
     assert json.loads(json.dumps(status)) == status  # JSON-able as it is: no int keys, no objects
     assert status["state"] == "ready"
     assert status["device"]["kind"] == "cpu" and status["dtype"] == "float32"
@@ -257,7 +257,7 @@ def test_a_request_made_while_the_model_loads_waits_and_runs(tmp_path, monkeypat
     waiter.start()
     while not seen and waiter.is_alive():  # waiting on the state, not on seconds: the first "loading" event
         waiter.join(0.05)
-    assert seen[0].phase == "loading" and mgr.status()["state"] == "loading"
+    assert seen[0].phase == "loading" and mgr.status().state == "loading"
     release.set()
     waiter.join(120)
     assert not waiter.is_alive() and done["result"].seed == 3
@@ -269,7 +269,7 @@ def test_failed_loads_are_reported(tmp_path):
     bad = Manager(make_settings(tmp_path, model=str(tmp_path / "missing")))
     bad.start(background=True)
     assert bad.wait_ready(30) is False
-    assert bad.status()["state"] == "failed" and "no such folder" in bad.status()["load_error"]
+    assert bad.status().state == "failed" and "no such folder" in bad.status().load_error
     with pytest.raises(BackendNotReady, match="failed to load"):
         bad.generate(bad.validate("fox", 64, 64))
 
@@ -279,7 +279,7 @@ def test_a_prewarm_shape_that_fails_leaves_the_app_ready(tmp_path, monkeypatch):
                                 compile_backend="broken_for_test"))
     mgr.start()
     status = mgr.status()
-    assert status["state"] == "ready" and "prewarm: " in status["last_error"]
+    assert status.state == "ready" and "prewarm: " in status.last_error
     assert _row(mgr, "regional", "64x64")["state"] == "failed"
     assert mgr.generate(_req(mgr, "eager", 64, 64))[1].compiled is False
     mgr.close()
@@ -302,10 +302,10 @@ def test_background_warmup_reports_progress_and_refuses_a_second(manager):
     with pytest.raises(BackendBusy):
         manager.start_warmup([Shape(64, 64)], "compiled")
     deadline = time.monotonic() + 60
-    while manager.status()["warmup"]["running"]:
+    while manager.status().warmup["running"]:
         assert time.monotonic() < deadline
         time.sleep(0.05)
-    warmup = manager.status()["warmup"]
+    warmup = manager.status().warmup
     assert warmup["done"] == warmup["total"] == 2 and warmup["error"] is None
     assert _row(manager, "compiled", "96x96")["state"] == "warm"
 
@@ -318,9 +318,9 @@ def test_a_warm_up_list_is_deduplicated_and_capped(manager):
     with pytest.raises(InvalidRequest, match=f"at most {MAX_SHAPES} different shapes"):
         manager.start_warmup([Shape(64 + 16 * i, 64) for i in range(MAX_SHAPES + 1)], "eager")
     manager.start_warmup([Shape(64, 64)] * 20, "eager")  # the probe's 20 copies: one shape
-    assert manager.status()["warmup"]["total"] == 1
+    assert manager.status().warmup["total"] == 1
     deadline = __import__("time").monotonic() + 120
-    while manager.status()["warmup"]["running"] and __import__("time").monotonic() < deadline:
+    while manager.status().warmup["running"] and __import__("time").monotonic() < deadline:
         __import__("time").sleep(0.05)
 
 
@@ -366,7 +366,7 @@ def test_a_run_nobody_waits_for_stops_at_its_next_step(manager):
 
     with pytest.raises(GenerationCancelled):
         manager.generate(_req(manager, "eager", 64, 64, steps=4), still_wanted=still_wanted)
-    assert manager.status()["state"] == "ready"
+    assert manager.status().state == "ready"
     _img, result = manager.generate(_req(manager, "eager", 64, 64, steps=1))  # the next one runs
     assert result.steps == 1
 

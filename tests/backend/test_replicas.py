@@ -44,9 +44,9 @@ def test_two_replicas_serve_two_requests_at_once(mgr):
     """Request A holds its first step until request B has made progress: were they served one after
     the other, A would wait for ever (bounded here) and the test fails."""
     status = mgr.status()
-    pool = status["replicas"]
+    pool = status.replicas
     assert pool["size"] == 2 and pool["ready"] == 2 and mgr.capacity() == 2
-    assert len({r["pid"] for r in pool["replicas"]}) == 2 and status["engine"] is None  # the app loaded no model
+    assert len({r["pid"] for r in pool["replicas"]}) == 2 and status.engine is None  # the app loaded no model
     b_started, results, errors = threading.Event(), {}, []
 
     def a_progress(event):
@@ -65,10 +65,10 @@ def test_two_replicas_serve_two_requests_at_once(mgr):
 
     a = threading.Thread(target=run, args=("a", a_progress, 1))
     a.start()
-    _until(lambda: mgr.status()["running"], "request A to start")
+    _until(lambda: mgr.status().running, "request A to start")
     b = threading.Thread(target=run, args=("b", b_progress, 2))
     b.start()
-    _until(lambda: len(mgr.status()["running"]) == 2 or results, "two requests running")
+    _until(lambda: len(mgr.status().running) == 2 or results, "two requests running")
     a.join(BOUND)
     b.join(BOUND)
     assert not errors, errors
@@ -110,7 +110,7 @@ def test_a_warm_shape_goes_to_its_warm_replica_and_the_cost_line_says_where(mgr)
         assert result.place in warm_at and result.compiles == 0
     mgr.warmup([_req(mgr).shape], "compiled")  # a warm-up warms every replica
     assert mgr.predict("compiled", _req(mgr).shape)["warm_on"] == [2, 2]
-    replicas = mgr.status()["replicas"]["replicas"]
+    replicas = mgr.status().replicas["replicas"]
     assert all("compiled 64x64" in r["warm"] for r in replicas)
 
 
@@ -125,7 +125,7 @@ def test_starting_replicas_is_the_operators_and_a_bad_count_is_refused_naming_th
     assert err.value.field == "replicas"
     with pytest.raises(InvalidRequest, match="must be one of tensor-parallel, replicas"):
         mgr.start_engine("in-process")
-    assert mgr.status()["replicas"]["size"] == 2  # nothing changed
+    assert mgr.status().replicas["size"] == 2  # nothing changed
 
 
 def test_a_killed_replica_fails_only_its_request_and_comes_back(mgr):
@@ -173,7 +173,7 @@ def test_a_killed_replica_fails_only_its_request_and_comes_back(mgr):
     assert f"{victim.place} died while serving this request" in str(error) and "other replicas keep serving" in str(error)
     _until(lambda: pool.replicas[1 - busy_first] is not victim and pool.replicas[1 - busy_first].state == "ready",
            "the killed replica to come back")
-    status = mgr.status()["replicas"]
+    status = mgr.status().replicas
     assert status["restarts"] >= 1 and status["ready"] == 2
     assert int(pool.replicas[1 - busy_first].rank_pids()[0]) != pid
     assert victim.survivors() == []

@@ -87,7 +87,7 @@ def trained(tmp_path_factory):
 
 
 def test_eager_compiled_and_regional_draw_the_same_scene(trained):
-    assert trained.status()["model"]["label"] == "embedded:scenes-flux2-klein"
+    assert trained.status().model["label"] == "embedded:scenes-flux2-klein"
     images = {}
     for mode in ("eager", "compiled", "regional"):
         request = trained.validate(PROMPT, 128, 128, steps=4, seed=3, mode=mode)

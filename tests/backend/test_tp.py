@@ -72,7 +72,7 @@ def test_two_rank_image_matches_the_one_process_eager_image(mgr):
     assert diff <= 2
     assert tp_result.world_size == 2 and tp_result.mode == "tp"
     assert [e.step for e in events if e.phase == "denoising"] == [0, 1, 2, 3]  # progress streams back
-    status = mgr.status()
+    status = mgr.status().to_json()
     assert json.loads(json.dumps(status)) == status
     assert status["tp"]["state"] == "ready" and set(status["tp"]["rank_pids"]) == {"0", "1"}
     # The System tab's rows, from the real group's READY and its last call (the UI tests' fake
@@ -82,7 +82,7 @@ def test_two_rank_image_matches_the_one_process_eager_image(mgr):
     timings, panel = status["tp"]["timings"], tp_markdown(status["tp"])
     assert f"| Load / warm-up | {timings['load']:.1f} s / {timings['warm']:.1f} s |" in panel
     assert f"| Last call | {timings['last_round_trip']:.3f} s" in panel
-    assert any(r["mode"] == "tp" and r["state"] == "warm" for r in mgr.status()["shapes"])
+    assert any(r["mode"] == "tp" and r["state"] == "warm" for r in mgr.status().shapes)
 
 
 def test_an_edit_with_two_references_and_a_batch_gives_the_in_process_pixels(mgr, tmp_path):
@@ -123,7 +123,7 @@ def test_a_starting_groups_phase_reaches_the_status_without_the_status_asking_th
     seen = []
     try:
         while group.describe()["state"] not in ("ready", "dead"):
-            state = mgr.status()["tp"]["state"]
+            state = mgr.status().tp["state"]
             if not seen or seen[-1] != state:
                 seen.append(state)
             time.sleep(0.02)
@@ -249,7 +249,7 @@ def test_a_killed_rank_is_reported_dead_with_its_log_and_restart_works(mgr):
     os.kill(pids[1], signal.SIGKILL)
     thread.join(120)  # a bound a loaded machine meets, not a figure (bench.hardening times it)
     assert not thread.is_alive() and isinstance(outcome["error"], GroupDead)
-    tp = mgr.status()["tp"]
+    tp = mgr.status().tp
     assert tp["state"] == "dead" and "rank 1 exited with signal SIGKILL" in tp["error"]
     assert "rank 1/2 starting" in mgr.engine_logs("tensor-parallel")["rank 1"]
     old = _group(mgr)

@@ -71,7 +71,7 @@ def test_each_rank_holds_one_nth_of_every_sharded_weight_and_the_image_matches_o
         # (the embedded model's heads), whose image is checked against one process there.
         for degree in (3,):
             mgr.start_engine("tensor-parallel", degree, wait=True)
-            tp = mgr.status()["tp"]
+            tp = mgr.status().tp
             # As a string: pytest would shorten a dict's repr, and with it the reason and the logs.
             assert tp["state"] == "ready", f"{tp['state']}: {tp.get('error')}\n{mgr.engine_logs('tensor-parallel', 60)}"
             image, record = mgr.generate(_request(mgr, "tp"))

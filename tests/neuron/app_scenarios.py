@@ -10,6 +10,7 @@ NEFF cache's persistent hits are only visible to a later process.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -87,7 +88,7 @@ def inprocess(workdir: Path) -> dict:
 
     mgr = Manager(_settings(workdir))
     mgr.start()
-    out: dict = {"status_device": mgr.status()["device"], "pid": os.getpid()}
+    out: dict = {"status_device": mgr.status().device, "pid": os.getpid()}
     cpu = _cpu_pixels(64, 2, 0)
     diffs, records = {}, []
     for size, mode in ((64, "eager"), (64, "compiled"), (128, "compiled"), (64, "compiled"), (64, "regional")):
@@ -95,11 +96,10 @@ def inprocess(workdir: Path) -> dict:
         records.append(record)
         if size == 64:
             diffs.setdefault(mode, int(abs(_pixels(image) - cpu).max()))
-    status = mgr.status()
     # The cache's size as it is now: the status re-reads it at most every 10 s, and these runs may
     # all fit in that time.
-    status["cache"] = mgr.device.cache_info(fresh=True)
-    out.update(records=records, max_diff_vs_cpu=diffs, status=status,
+    status = dataclasses.replace(mgr.status(), cache=mgr.device.cache_info(fresh=True))
+    out.update(records=records, max_diff_vs_cpu=diffs, status=status.to_json(),
                claims=claims(os.environ["NEURON_STANDIN_STATE_DIR"]),
                run_line=views.run_markdown(records[0]), system=views.system_markdown(status))
     mgr.close()
@@ -126,7 +126,7 @@ def second(workdir: Path) -> dict:
     # NEURON_STANDIN_FAIL_COMPILE_DIM=36 makes the stand-in's compiler fail any graph at 96x96 (36 tokens).
     out["failed_compiled_96"] = _error(lambda: _run(mgr, 96, "compiled"))
     _img, out["after_failure_compiled_64"] = _run(mgr, 64, "compiled")
-    out["status"] = mgr.status()
+    out["status"] = mgr.status().to_json()
     out["edits"] = _edits(mgr, workdir)
     mgr.close()
     return out
@@ -151,7 +151,7 @@ def _edits(mgr, workdir: Path) -> dict:
         out[label] = {"signature": result.signature, "neff_compiles": result.neff_compiles,
                       "compiled": result.compiled, "predicted_state": predicted["state"],
                       "fit": result.references[0]["fit"]}
-    out["status"] = [r for r in mgr.status()["shapes"] if r["mode"] == "compiled" and "+ref" in r["shape"]]
+    out["status"] = [r for r in mgr.status().shapes if r["mode"] == "compiled" and "+ref" in r["shape"]]
     return out
 
 
@@ -196,7 +196,7 @@ def tp(workdir: Path) -> dict:
     os.environ["NEURON_STANDIN_EAGER_COMPILE_SECONDS"] = str(EAGER_COMPILE_SECONDS)
     from ui.handlers import Studio
 
-    Studio(mgr).start_tp(2)  # the operator's Start group button, with the default degree
+    Studio(mgr).system_tab.start_tp(2)  # the operator's Start group button, with the default degree
     _wait_state(mgr, ("ready", "dead"), 240)
     os.environ.pop("NEURON_STANDIN_EAGER_COMPILE_SECONDS")
     note("group started")
@@ -234,7 +234,7 @@ def tp(workdir: Path) -> dict:
     # written to a temp file and renamed into place).
     out["neff_files"] = [p.name for p in Path(os.environ["TORCH_NEURONX_NEFF_CACHE_DIR"]).rglob("*") if p.is_file()]
     out["steps"] = steps
-    out["neuron_cores"] = mgr.status()["neuron_cores"]
+    out["neuron_cores"] = mgr.status().neuron_cores
     mgr.close()
     return out
 
@@ -283,7 +283,7 @@ def replicas(workdir: Path) -> dict:
         time.sleep(0.1)
     out["after_restart"] = holders()
     out["after_restart_record"] = _run(mgr, 64, "eager", seed=5)[1]
-    out["neuron_cores"] = mgr.status()["neuron_cores"]
+    out["neuron_cores"] = mgr.status().neuron_cores
     # What /metrics says of the same cores (web.api serves this registry's text).
     from prometheus_client import generate_latest
     from prometheus_client.parser import text_string_to_metric_families

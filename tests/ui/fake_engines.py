@@ -19,6 +19,7 @@ Nothing here sleeps for a duration: a test that needs a run in flight holds it a
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 import time
 from pathlib import Path
@@ -31,6 +32,7 @@ from backend.errors import GenerationCancelled, GroupDead, ShapeLocked
 from backend.launch.group import STARTING, WorkerGroup
 from backend.request.records import EngineOutput, GenerationRequest, ProgressEvent
 from backend.serving.compile_state import COMPILED_MODES
+from backend.serving.status import Status
 from backend.settings import EMBEDDED_RANDOM_MODEL
 
 # The fakes' measured numbers: a run that compiles, and a steady one (4 steps: 0.1 + 4 x 0.05 + 0.1 s).
@@ -327,3 +329,12 @@ def system_views(studio, page=None) -> tuple:
     """The System tab's views as the page's timer fills them (``Studio.refresh_all``, after the Studio
     tab's six): system table, shapes table, warm-up, group badge, group table, replicas, raw status."""
     return studio.refresh_all("eager", 64, 64, 4, page=page)[6:]
+
+
+def a_status(**given) -> Status:
+    """A status snapshot for the views, with ``given`` fields over an empty, ready service's."""
+    empty = {f.name: None for f in dataclasses.fields(Status)}
+    empty.update(state="ready", model={"label": "m", "spec": "m"}, default_mode="eager", modes=[], engines={},
+                 warm_only=False, max_compiled_shapes=0, running=[], waiting=[], compiling_workers=[], shapes=[],
+                 generations=0, warmup={}, fallback_ops={})
+    return Status(**{**empty, **given})

@@ -105,8 +105,8 @@ def test_an_upload_read_by_the_app_is_deleted_and_nothing_outside_its_folder_is(
     assert discard_upload(outside) is False and outside.exists()
 
 
-@pytest.mark.parametrize("handler", ["load_png", "import_bundle"])
-def test_the_handlers_discard_what_they_read(studio, tmp_path, monkeypatch, handler):
+@pytest.mark.parametrize("tab, handler", [("studio_tab", "load_png"), ("system_tab", "import_bundle")])
+def test_the_handlers_discard_what_they_read(studio, tmp_path, monkeypatch, tab, handler):
     from PIL import Image
 
     from ui.temp_dir import TEMP_PREFIX
@@ -117,7 +117,7 @@ def test_the_handlers_discard_what_they_read(studio, tmp_path, monkeypatch, hand
     upload = own / "h" / "file.png"
     Image.new("RGB", (8, 8)).save(upload)
     try:
-        getattr(studio, handler)(str(upload))
+        getattr(getattr(studio, tab), handler)(str(upload))
     except Exception:  # noqa: BLE001 - a refusal is fine: what counts is that the upload is gone
         pass
     assert not upload.exists()

@@ -31,7 +31,7 @@ def tp_group(manager):
 
 def test_generate_shows_image_timings_seed_and_history(studio, manager):
     calls, progress = recorder()
-    path, info, record, seed, gallery, state, _paths = studio.generate_from_page(
+    path, info, record, seed, gallery, state, _paths = studio.studio_tab.generate_from_page(
         "a fox", 256, 128, "compiled", 4, 1.0, 0, True, [], progress=progress)
     assert Path(path).is_file() and read_png_parameters(path)["seed"] == seed == record["seed"]
     assert "**256x128**" in info and "compiled 1 graph(s)" in info and f"`{seed}`" in info
@@ -42,7 +42,7 @@ def test_generate_shows_image_timings_seed_and_history(studio, manager):
     assert calls[3][0] == (1, 4) and calls[2][0] is None  # a compile has no fraction to show
     assert manager.records[-1].engine == "in-process" and manager.records[-1].place == "app"
     # the same seed again, not randomised; history grows newest first
-    path2, info2, record2, seed2, gallery2, _, _paths = studio.generate_from_page("a fox", 256, 128, "compiled", 4, 1.0, 77,
+    path2, info2, record2, seed2, gallery2, _, _paths = studio.studio_tab.generate_from_page("a fox", 256, 128, "compiled", 4, 1.0, 77,
                                                                           False, state, progress=progress)
     assert seed2 == 77 and "no compile (warm)" in info2 and len(gallery2) == 2 and gallery2[0][0] == path2
 
@@ -50,31 +50,31 @@ def test_generate_shows_image_timings_seed_and_history(studio, manager):
 @pytest.mark.parametrize("width, message", [(1000, "nearest valid size is 1008x128"), ("x", "whole number")])
 def test_bad_sizes_are_calm_notices_with_the_fix(studio, manager, width, message, caplog):
     caplog.set_level("INFO", logger="neuron_studio.ui")
-    assert message in calm_refusal(studio.generate_from_page("a fox", width, 128, "eager", 4, 1.0, 0, True, []))
+    assert message in calm_refusal(studio.studio_tab.generate_from_page("a fox", width, 128, "eager", 4, 1.0, 0, True, []))
     # One line in the presenter's terminal, no traceback: a refusal is not a bug.
     assert [r.getMessage().startswith("refused (invalid): ") for r in caplog.records] == [True]
     assert not any(r.exc_info for r in caplog.records)
     # And the Generate button waits while the cost line says the click would be refused.
-    generate = studio.refresh_studio("eager", width, 128, 4)[4]
+    generate = studio.studio_tab.refresh_studio("eager", width, 128, 4)[4]
     assert generate == gr.update(interactive=False)
-    assert studio.refresh_studio("eager", 1008, 128, 4)[4] == gr.update(interactive=True)
-    assert not manager.records and not manager.status()["shapes"]  # refused before anything ran
+    assert studio.studio_tab.refresh_studio("eager", 1008, 128, 4)[4] == gr.update(interactive=True)
+    assert not manager.records and not manager.status().shapes  # refused before anything ran
 
 
 def test_backend_errors_become_notices_and_stop_is_not_an_error(studio, manager, engine, capsys):
     engine.fail_with = GenerationFailed("RuntimeError in the pipeline: boom")
-    assert "boom" in calm_refusal(studio.generate_from_page("a fox", 64, 64, "eager", 4, 1.0, 0, True, []))
-    assert "boom" in manager.status()["last_error"] and not manager.records
+    assert "boom" in calm_refusal(studio.studio_tab.generate_from_page("a fox", 64, 64, "eager", 4, 1.0, 0, True, []))
+    assert "boom" in manager.status().last_error and not manager.records
     engine.fail_with = None
-    studio.stop()
+    studio.studio_tab.stop()
     assert "Nothing is running." in capsys.readouterr().out
-    page_run = lambda: studio.generate_from_page("a fox", 64, 64, "eager", 4, 1.0, 0, True, [])  # noqa: E731
+    page_run = lambda: studio.studio_tab.generate_from_page("a fox", 64, 64, "eager", 4, 1.0, 0, True, [])  # noqa: E731
     with engine.hold(page_run, after_step=2) as outcome:
-        assert manager.status()["busy"]["phase"] == "denoising"
-        studio.stop()  # the real cancel: the run stops at its next step boundary
+        assert manager.status().busy["phase"] == "denoising"
+        studio.studio_tab.stop()  # the real cancel: the run stops at its next step boundary
         assert "Stopping at the next denoising step" in capsys.readouterr().out
     assert "Stopped: stopped after step 2 of 4" in capsys.readouterr().out
-    assert "Stopped" in outcome["result"][1] and not manager.records and manager.status()["busy"] is None
+    assert "Stopped" in outcome["result"][1] and not manager.records and manager.status().busy is None
 
 
 def test_picking_a_mode_starts_and_stops_nothing(studio, manager, launches):
@@ -84,38 +84,38 @@ def test_picking_a_mode_starts_and_stops_nothing(studio, manager, launches):
     mode = next(b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "mode")
     wired = {f.fn.__name__ for f in demo.fns.values() if any(t[0] == mode._id for t in f.targets)}
     assert wired == {"show_tp_controls", "refresh_studio"}  # the mode list only shows and refreshes
-    assert [u["visible"] for u in studio.show_tp_controls("tp")] == [True, True]
-    _engine, cost, _badges, tp_badge = studio.refresh_studio("tp", 64, 64, 4, 2)[:4]
+    assert [u["visible"] for u in studio.studio_tab.show_tp_controls("tp")] == [True, True]
+    _engine, cost, _badges, tp_badge = studio.studio_tab.refresh_studio("tp", 64, 64, 4, 2)[:4]
     assert 'data-state="stopped"' in tp_badge and cost.startswith("**Stopped**")
     assert not launches.made  # looking at tp mode launched nothing
-    studio.start_tp(2)
-    assert [u["visible"] for u in studio.show_tp_controls("eager")] == [False, False]
+    studio.system_tab.start_tp(2)
+    assert [u["visible"] for u in studio.studio_tab.show_tp_controls("eager")] == [False, False]
     studio.refresh_all("eager", 64, 64, 4, 2)
     assert len(launches.made) == 1 and tp_group(manager).state == "ready"  # leaving TP mode leaves it running
 
 
 def test_start_and_stop_are_the_buttons(studio, manager, launches, capsys):
-    studio.start_tp(4)
+    studio.system_tab.start_tp(4)
     first = tp_group(manager)
-    assert launches.made == [first] and manager.status()["tp"]["world_size"] == 4
+    assert launches.made == [first] and manager.status().tp["world_size"] == 4
     assert "Starting the tensor-parallel group (4 ranks)" in capsys.readouterr().out
-    studio.start_tp(2.0)  # a running group of another degree is replaced
+    studio.system_tab.start_tp(2.0)  # a running group of another degree is replaced
     second = tp_group(manager)
     assert launches.made == [first, second] and first.state == "stopped" and first.dir and not Path(first.dir).exists()
-    assert manager.status()["tp"]["world_size"] == 2 and second.state == "ready"
+    assert manager.status().tp["world_size"] == 2 and second.state == "ready"
     assert "Replacing the 4-rank tensor-parallel group with 2 ranks" in capsys.readouterr().out
-    studio.start_tp(None)  # an empty box: the default degree (2), which is running: left as it is
+    studio.system_tab.start_tp(None)  # an empty box: the default degree (2), which is running: left as it is
     assert launches.made == [first, second]
     assert "already ready with 2 ranks" in capsys.readouterr().out
     with pytest.raises(gr.Error, match="does not divide the model's 4 attention heads; use one of 1, 2, 4"):
-        studio.start_tp(3)
+        studio.system_tab.start_tp(3)
     with pytest.raises(gr.Error, match="The TP degree is not valid: must be a whole number, got 2.5"):
-        studio.start_tp(2.5)
+        studio.system_tab.start_tp(2.5)
     assert launches.made == [first, second] and second.state == "ready"  # refused before anything started
-    studio.stop_tp()
-    assert second.state == "stopped" and manager.status()["tp"]["state"] == "stopped"
+    studio.system_tab.stop_tp()
+    assert second.state == "stopped" and manager.status().tp["state"] == "stopped"
     assert "The tensor-parallel group is stopped." in capsys.readouterr().out
-    studio.stop_tp()  # already stopped: nothing to do
+    studio.system_tab.stop_tp()  # already stopped: nothing to do
     assert "The tensor-parallel group is not running." in capsys.readouterr().out
 
 
@@ -127,40 +127,40 @@ def test_a_new_page_takes_the_running_groups_degree(studio, manager):
 
 
 def test_tp_cost_line_says_what_to_do_and_what_it_costs(studio, manager, launches):
-    engine, cost, badges, tp_badge = studio.refresh_studio("tp", 64, 64, 4, 2)[:4]
+    engine, cost, badges, tp_badge = studio.studio_tab.refresh_studio("tp", 64, 64, 4, 2)[:4]
     assert cost.startswith("**Stopped**") and "press **Start group**" in cost
     assert "launches 2 processes that each load the model" in cost and "no start measured yet" in cost
     assert "tensor-parallel group **stopped**" in engine
     # No gap where the badges were: they show the mode its requests run in meanwhile (eager here).
-    assert badges == studio.refresh_studio("eager", 64, 64, 4)[2] and badges.count("ns-badge ") == len(PRESETS)
-    assert "launches 4 processes" in studio.refresh_studio("tp", 64, 64, 4, 4)[1]
+    assert badges == studio.studio_tab.refresh_studio("eager", 64, 64, 4)[2] and badges.count("ns-badge ") == len(PRESETS)
+    assert "launches 4 processes" in studio.studio_tab.refresh_studio("tp", 64, 64, 4, 4)[1]
 
     launches.hold = True  # the start stays "launching" until READY
     manager.start_engine("tensor-parallel", 2)
-    engine, cost, _b, tp_badge = studio.refresh_studio("tp", 64, 64, 4, 2)[:4]
+    engine, cost, _b, tp_badge = studio.studio_tab.refresh_studio("tp", 64, 64, 4, 2)[:4]
     assert cost.startswith("**Starting**") and "(2 ranks) is launching" in cost and "runs in process" in cost
     assert 'data-state="launching"' in tp_badge and "group **launching** (2 ranks)" in engine
     tp_group(manager).phase("warming")
-    assert "is warming" in studio.refresh_studio("tp", 64, 64, 4, 2)[1]
+    assert "is warming" in studio.studio_tab.refresh_studio("tp", 64, 64, 4, 2)[1]
 
     tp_group(manager).ready()
-    engine, cost, badges, tp_badge = studio.refresh_studio("tp", 64, 64, 4, 2)[:4]
+    engine, cost, badges, tp_badge = studio.studio_tab.refresh_studio("tp", 64, 64, 4, 2)[:4]
     # each rank runs eager (--tp-compile), which compiles nothing on this device
     assert cost.startswith("**Ready**") and "(tp mode does not compile on this device)" in cost
     assert "ready group of 2 ranks" in cost and 'data-shape="1024x1024" data-state="warm"' in badges
     assert 'data-state="ready"' in tp_badge and "group **ready** (2 ranks)" in engine
-    cost = studio.refresh_studio("tp", 64, 64, 4, 4)[1]
+    cost = studio.studio_tab.refresh_studio("tp", 64, 64, 4, 4)[1]
     assert "ready group of 2 ranks, not 4: **Start group** replaces it" in cost
 
     manager.stop_engine("tensor-parallel")
-    cost = studio.refresh_studio("tp", 64, 64, 4, 2)[1]
+    cost = studio.studio_tab.refresh_studio("tp", 64, 64, 4, 2)[1]
     assert cost.startswith("**Stopped**") and "its last start took 2.5 s to load and warm up" in cost
-    assert "its last start, with 2 ranks, took 2.5 s" in studio.refresh_studio("tp", 64, 64, 4, 4)[1]
+    assert "its last start, with 2 ranks, took 2.5 s" in studio.studio_tab.refresh_studio("tp", 64, 64, 4, 4)[1]
 
     launches.hold = False
     manager.start_engine("tensor-parallel", 2)
     tp_group(manager).die("rank 1 exited with signal SIGKILL — the group is down")
-    engine, cost, _b, tp_badge = studio.refresh_studio("tp", 64, 64, 4, 2)[:4]
+    engine, cost, _b, tp_badge = studio.studio_tab.refresh_studio("tp", 64, 64, 4, 2)[:4]
     assert cost.startswith("**Down**") and "rank 1 exited with signal SIGKILL" in cost
     assert "Press **Start group**" in cost and 'Meanwhile Generate runs in process (eager)' in cost
     assert 'data-state="dead"' in tp_badge and "group **dead**" in engine and "**degraded**: the tensor-parallel group is dead" in engine
@@ -168,34 +168,34 @@ def test_tp_cost_line_says_what_to_do_and_what_it_costs(studio, manager, launche
 
 def test_runs_served_in_process_while_the_group_is_down_say_so(studio, manager):
     # never started: served in process, saying why (a viewer could not start it)
-    _p, info, record, *_ = studio.generate_from_page("a fox", 64, 64, "tp", 2, 1.0, 1, False, [])
+    _p, info, record, *_ = studio.studio_tab.generate_from_page("a fox", 64, 64, "tp", 2, 1.0, 1, False, [])
     assert record["mode"] == "eager" and "operator has not started the tensor-parallel group" in info
-    studio.start_tp(2)
+    studio.system_tab.start_tp(2)
     tp_group(manager).die("rank 1 exited with code 1")
     with pytest.warns(UserWarning, match="degraded"):  # gr.Warning outside a request
-        _p, info, record, _s, gallery, _h, _paths = studio.generate_from_page("a fox", 64, 64, "tp", 2, 1.0, 1, False, [])
+        _p, info, record, _s, gallery, _h, _paths = studio.studio_tab.generate_from_page("a fox", 64, 64, "tp", 2, 1.0, 1, False, [])
     assert (record["mode"], record["requested_mode"]) == ("eager", "tp") and "dead" in record["degraded"]
     assert (record["engine"], record["place"]) == ("in-process", "app")
     assert ", served in process (eager) instead of tp, 2 steps" in info
     assert info.endswith("**Degraded** — the tensor-parallel group is dead (rank 1 exited with code 1).")
     assert ", tp" not in info and "eager in process (tp down)" in gallery[0][1]
-    studio.start_tp(2)  # a dead group is replaced by a fresh one
-    _p, info, record, _s, gallery, _h, _paths = studio.generate_from_page("a fox", 64, 64, "tp", 2, 1.0, 1, False, [])
+    studio.system_tab.start_tp(2)  # a dead group is replaced by a fresh one
+    _p, info, record, _s, gallery, _h, _paths = studio.studio_tab.generate_from_page("a fox", 64, 64, "tp", 2, 1.0, 1, False, [])
     assert record["mode"] == "tp" and record["degraded"] is None and record["world_size"] == 2
     assert (record["engine"], record["place"]) == ("tensor-parallel", "tp")
     assert ", tp (2 ranks)," in info and "served in process" not in info and "tp ×2" in gallery[0][1]
-    studio.stop_tp()
+    studio.system_tab.stop_tp()
     # stopped on purpose: served in process the same way, saying so
-    _p, info, record, *_ = studio.generate_from_page("a fox", 64, 64, "tp", 2, 1.0, 1, False, [])
+    _p, info, record, *_ = studio.studio_tab.generate_from_page("a fox", 64, 64, "tp", 2, 1.0, 1, False, [])
     assert record["mode"] == "eager" and "stopped (the operator stopped it)" in info
 
 
 def test_the_timer_reads_no_logs_and_the_logs_button_does(studio, manager):
-    studio.start_tp(2)
+    studio.system_tab.start_tp(2)
     for _ in range(3):
         studio.refresh_all("tp", 64, 64, 4, 2)
     assert tp_group(manager).log_reads == 0
-    logs = studio.show_tp_logs()
+    logs = studio.system_tab.show_tp_logs()
     assert tp_group(manager).log_reads == 3  # rank 0's, rank 1's and torchrun's, once each
     assert "── rank 1 ──\nrank 1/2 starting (pid 12)" in logs
     assert "torchrun" not in logs  # empty tails are left out
@@ -214,25 +214,25 @@ def test_system_panel_shows_the_group_and_its_ranks(studio, manager, launches):
     assert "0: 11, 1: 12, 2: 13, 3: 14" in tp_md and "| Load / warm-up | 2.0 s / 0.5 s |" in tp_md
     assert "| 3 | 14 | n/a | cpu | 3.00 | 2.00 | 1.00 | 6 weights sharded |" in tp_md
     assert "logs" not in status["tp"]
-    studio.generate_from_page("a fox", 64, 64, "tp", 2, 1.0, 1, False, [])
+    studio.studio_tab.generate_from_page("a fox", 64, 64, "tp", 2, 1.0, 1, False, [])
     tp_md = system_views(studio)[4]
     assert "0.405 s" in tp_md and "5.0 ms" in tp_md  # the last call's round trip and its overhead
 
 
 def test_replicas_start_with_a_count_serve_and_stop(studio, manager, launches, capsys):
     assert system_views(studio)[5].startswith("No replicas running. Start some to serve several requests")
-    shown = studio.start_replicas(2.0)
+    shown = studio.system_tab.start_replicas(2.0)
     assert "Starting 2 replicas" in capsys.readouterr().out
     assert [(g.role, g.place, g.degree, g.state) for g in launches.made] == [
         ("replica", "replica 0", 1, "ready"), ("replica", "replica 1", 1, "ready")]
     assert shown.startswith("**Replicas**: 2 of 2 ready, 0 busy, 0 restarted")
     assert "| 0 | ready | — | 31 | 0 | — |" in shown and "| 1 | ready | — | 32 | 0 | — |" in shown
-    assert manager.capacity() == 2 and "replicas 2/2 ready, 0 busy" in studio.refresh_studio("eager", 64, 64, 4)[0]
+    assert manager.capacity() == 2 and "replicas 2/2 ready, 0 busy" in studio.studio_tab.refresh_studio("eager", 64, 64, 4)[0]
 
     # the pool serves the in-process modes now; each replica keeps its own graphs
-    _p, _info, record, *_ = studio.generate_from_page("a fox", 64, 64, "compiled", 4, 1.0, 1, False, [])
+    _p, _info, record, *_ = studio.studio_tab.generate_from_page("a fox", 64, 64, "compiled", 4, 1.0, 1, False, [])
     assert (record["engine"], record["place"], record["compiled"]) == ("replicas", "replica 0", True)
-    assert "warm on 1 of 2 replicas" in studio.refresh_studio("compiled", 64, 64, 4)[1]
+    assert "warm on 1 of 2 replicas" in studio.studio_tab.refresh_studio("compiled", 64, 64, 4)[1]
     shown = system_views(studio)[5]
     assert "| 0 | ready | — | 31 | 1 | compiled 64x64 |" in shown and "| 1 | ready | — | 32 | 0 | — |" in shown
 
@@ -240,14 +240,14 @@ def test_replicas_start_with_a_count_serve_and_stop(studio, manager, launches, c
     shown = system_views(studio)[5]
     assert "1 restarted" in shown and "| 1 | ready | — | 42 | 0 | — |" in shown and len(launches.made) == 3
 
-    shown = studio.stop_replicas()
+    shown = studio.system_tab.stop_replicas()
     assert "The replicas are stopped." in capsys.readouterr().out
     assert "No replicas running" in shown and manager.capacity() == 1
-    studio.stop_replicas()  # already stopped: nothing to do
+    studio.system_tab.stop_replicas()  # already stopped: nothing to do
     assert "No replicas are running." in capsys.readouterr().out
     # the killed replica stays dead (its death is what its request reported); the others stopped
     assert [g.state for g in launches.made] == ["stopped", "dead", "stopped"]
-    _p, _info, record, *_ = studio.generate_from_page("a fox", 64, 64, "eager", 4, 1.0, 1, False, [])
+    _p, _info, record, *_ = studio.studio_tab.generate_from_page("a fox", 64, 64, "eager", 4, 1.0, 1, False, [])
     assert (record["engine"], record["place"]) == ("in-process", "app")  # stopped: served in process again
 
 
@@ -260,12 +260,12 @@ def test_a_replica_count_that_cannot_work_is_refused_naming_the_field(studio, la
     import re
 
     with pytest.raises(gr.Error, match=re.escape(message)):
-        studio.start_replicas(count)
+        studio.system_tab.start_replicas(count)
     assert not launches.made  # refused before anything started
 
 
 def test_stopping_replicas_that_never_started_says_so(studio, launches, capsys):
-    shown = studio.stop_replicas()
+    shown = studio.system_tab.stop_replicas()
     assert "No replicas are running." in capsys.readouterr().out and shown.startswith("No replicas running.")
     assert not launches.made
 
@@ -276,12 +276,12 @@ def test_two_ready_replicas_serve_two_page_requests_at_once(studio, manager, lau
     for the other: run one at a time, the barrier breaks)."""
     import threading
 
-    studio.start_replicas(2)
+    studio.system_tab.start_replicas(2)
     both = threading.Barrier(2, timeout=30)
     for group in launches.made:
         group.at_step = lambda step: both.wait() if step == 1 else None
     records = []
-    runs = [threading.Thread(target=lambda seed=seed: records.append(studio.generate_from_page(
+    runs = [threading.Thread(target=lambda seed=seed: records.append(studio.studio_tab.generate_from_page(
         "a fox", 64, 64, "eager", 2, 1.0, seed, False, [])[2])) for seed in (1, 2)]
     for run in runs:
         run.start()
@@ -289,47 +289,47 @@ def test_two_ready_replicas_serve_two_page_requests_at_once(studio, manager, lau
         run.join(60)
     assert not both.broken and len(records) == 2
     assert {r["place"] for r in records} == {"replica 0", "replica 1"} and all(r["overlapped"] for r in records)
-    studio.stop_replicas()
+    studio.system_tab.stop_replicas()
     assert manager.controls.engine_capacity("replicas") == 0
 
 
 def test_cost_line_and_badges_follow_the_compile_state(studio, manager):
-    engine, cost, badges, _tp = studio.refresh_studio("compiled", 1024, 1024, 4)[:4]
-    assert engine.startswith(f"**{manager.status()['model']['label']}** on **cpu (float32)** · ready")
+    engine, cost, badges, _tp = studio.studio_tab.refresh_studio("compiled", 1024, 1024, 4)[:4]
+    assert engine.startswith(f"**{manager.status().model['label']}** on **cpu (float32)** · ready")
     # Before this machine has measured a compile: the compile backend's prior (aot_eager here), said to be one.
     assert cost == ("**Cold** — **1024x1024** in **compiled** mode: it will compile first (about 5.0 s — a prior "
                     "for this compile backend, until this machine measures its first compile).")
     assert 'data-shape="1024x1024" data-state="cold"' in badges
-    studio.generate_from_page("a fox", 1024, 1024, "compiled", 4, 1.0, 0, True, [])  # compiles in 1.5 s
-    _e, cost, badges, _tp = studio.refresh_studio("compiled", 1024, 1024, 4)[:4]
+    studio.studio_tab.generate_from_page("a fox", 1024, 1024, "compiled", 4, 1.0, 0, True, [])  # compiles in 1.5 s
+    _e, cost, badges, _tp = studio.studio_tab.refresh_studio("compiled", 1024, 1024, 4)[:4]
     assert cost.startswith("**Ready**") and "no steady timing yet" in cost
     assert 'data-shape="1024x1024" data-state="warm"' in badges
-    studio.generate_from_page("a fox", 1024, 1024, "compiled", 4, 1.0, 0, True, [])  # steady: 0.1 + 4 x 0.05 + 0.1 s
-    _e, cost, badges, _tp = studio.refresh_studio("compiled", 1024, 1024, 4)[:4]
+    studio.studio_tab.generate_from_page("a fox", 1024, 1024, "compiled", 4, 1.0, 0, True, [])  # steady: 0.1 + 4 x 0.05 + 0.1 s
+    _e, cost, badges, _tp = studio.studio_tab.refresh_studio("compiled", 1024, 1024, 4)[:4]
     assert "**Ready**" in cost and "expected 400 ms" in cost and 'data-shape="1024x1024" data-state="warm"' in badges
     assert 'data-shape="1152x896" data-state="cold"' in badges
-    assert "it will compile first (estimated 1.5 s from past compiles)" in studio.refresh_studio(
+    assert "it will compile first (estimated 1.5 s from past compiles)" in studio.studio_tab.refresh_studio(
         "compiled", 1152, 896, 4)[1]
     manager.set_warm_only(True)
-    _e, cost, badges, _tp = studio.refresh_studio("compiled", 1152, 896, 4)[:4]
+    _e, cost, badges, _tp = studio.studio_tab.refresh_studio("compiled", 1152, 896, 4)[:4]
     assert "**Refused**" in cost and 'data-shape="1152x896" data-state="locked"' in badges
     assert "1152x896 is not warm in compiled mode" in calm_refusal(  # and the run is refused
-        studio.generate_from_page("a fox", 1152, 896, "compiled", 4, 1.0, 0, True, []))
-    studio.generate_from_page("a fox", 1024, 1024, "compiled", 4, 1.0, 0, True, [])  # a warm one runs
-    _e, cost, _b, _tp = studio.refresh_studio("compiled", 1000, 1024, 4)[:4]
+        studio.studio_tab.generate_from_page("a fox", 1152, 896, "compiled", 4, 1.0, 0, True, []))
+    studio.studio_tab.generate_from_page("a fox", 1024, 1024, "compiled", 4, 1.0, 0, True, [])  # a warm one runs
+    _e, cost, _b, _tp = studio.studio_tab.refresh_studio("compiled", 1000, 1024, 4)[:4]
     assert cost.startswith("**Invalid** — The image size is not valid: width 1000") and "1008x1024" in cost
 
 
 def test_presets_and_custom_sizes_stay_in_step(studio):
-    assert studio.preset_changed("16:9 · 1344x768", 0, 0) == (1344, 768)
+    assert studio.studio_tab.preset_changed("16:9 · 1344x768", 0, 0) == (1344, 768)
     for name, shape in PRESETS:  # every preset sets both boxes, and a size that is a preset names it
         label = views.preset_label(name, shape)
-        assert studio.preset_changed(label, 1000, 768) == (shape.width, shape.height), label
-        assert studio.size_changed(shape.width, shape.height) == label
-    assert studio.size_changed(1000, 768) == views.CUSTOM
+        assert studio.studio_tab.preset_changed(label, 1000, 768) == (shape.width, shape.height), label
+        assert studio.studio_tab.size_changed(shape.width, shape.height) == label
+    assert studio.studio_tab.size_changed(1000, 768) == views.CUSTOM
     # Custom leaves width and height as they are: an update with no value for each, not a size.
     keep = {"__type__": "update"}
-    assert gr.skip() == keep and studio.preset_changed(views.CUSTOM, 1000, 768) == (keep, keep)
+    assert gr.skip() == keep and studio.studio_tab.preset_changed(views.CUSTOM, 1000, 768) == (keep, keep)
 
 
 def _uploaded(path, tmp_path, monkeypatch) -> str:
@@ -343,25 +343,25 @@ def _uploaded(path, tmp_path, monkeypatch) -> str:
 
 
 def test_load_parameters_from_png_fills_the_controls(studio, tmp_path, monkeypatch):
-    path, *_ = studio.generate_from_page("a lighthouse", 256, 128, "regional", 7, 1.0, 4242, False, [])
+    path, *_ = studio.studio_tab.generate_from_page("a lighthouse", 256, 128, "regional", 7, 1.0, 4242, False, [])
     with pytest.raises(gr.Error, match="not a readable PNG"):  # a path the event names, not an upload
-        studio.load_png(path)
-    prompt, width, height, preset, steps, guidance, seed, randomize, mode, count = studio.load_png(
+        studio.studio_tab.load_png(path)
+    prompt, width, height, preset, steps, guidance, seed, randomize, mode, count = studio.studio_tab.load_png(
         _uploaded(path, tmp_path, monkeypatch))
     assert (prompt, width, height, preset, steps, seed, randomize, mode, count) == (
         "a lighthouse", 256, 128, views.CUSTOM, 7, 4242, False, "regional", 1)
     plain = tmp_path / "plain.png"
     Image.new("RGB", (8, 8)).save(plain)
     with pytest.warns(UserWarning, match="no generation parameters"):  # gr.Warning outside a request
-        loaded = studio.load_png(_uploaded(plain, tmp_path, monkeypatch))
+        loaded = studio.studio_tab.load_png(_uploaded(plain, tmp_path, monkeypatch))
         assert len(loaded) == 10 and all(v == gr.skip() for v in loaded)
     (tmp_path / "not.png").write_text("hello")
     with pytest.raises(gr.Error, match="not a readable PNG"):
-        studio.load_png(_uploaded(tmp_path / "not.png", tmp_path, monkeypatch))
+        studio.studio_tab.load_png(_uploaded(tmp_path / "not.png", tmp_path, monkeypatch))
 
 
 def test_system_panel_table_warmup_lock_and_cache(studio, manager, engine, cache_dir, capsys):
-    studio.generate_from_page("a fox", 64, 64, "compiled", 4, 1.0, 0, True, [])
+    studio.studio_tab.generate_from_page("a fox", 64, 64, "compiled", 4, 1.0, 0, True, [])
     info, table, warm, _tp_badge, _tp, _replicas, status = system_views(studio)
     cache = status["cache"]["caches"][0]
     assert f"| Model | {status['model']['label']} |" in info and "| Device | cpu — requested |" in info
@@ -369,19 +369,19 @@ def test_system_panel_table_warmup_lock_and_cache(studio, manager, engine, cache
     assert "| Engine | in-process · ready · active mode compiled |" in info
     assert list(table.columns) == ["mode", "shape", "state", "compile s", "steady s", "runs", "error"]
     assert table.iloc[0]["state"] == "warm"
-    turkish = views.shapes_frame(status, "tr")
+    turkish = views.shapes_frame(manager.status().shapes, "tr")
     assert list(turkish.columns)[:3] == ["mod", "boyut", "durum"] and turkish.iloc[0]["durum"] == "sıcak"
 
     # warm-up: the real one, in the background, through the real generate (compile, then a steady run)
-    with engine.hold(lambda: studio.start_warmup(["1:1 · 1024x1024", "16:9 · 1344x768"], "compiled")) as started:
+    with engine.hold(lambda: studio.system_tab.start_warmup(["1:1 · 1024x1024", "16:9 · 1344x768"], "compiled")) as started:
         assert system_views(studio)[2] == "Warming up compiled: 0/2 done, now 1024x1024"
-        line = studio.refresh_studio("eager", 64, 64, 4)[0]
+        line = studio.studio_tab.refresh_studio("eager", 64, 64, 4)[0]
         assert "**busy**: compiled 1024x1024 denoising step 1/4 (0.0 s)" in line and "warming up 0/2 in compiled" in line
         with pytest.raises(gr.Error, match="a warm-up is already running"):
-            studio.start_warmup(["1:1 · 1024x1024"], "compiled")
+            studio.system_tab.start_warmup(["1:1 · 1024x1024"], "compiled")
     assert started["result"] == "Warming up compiled: 0/2 done, now 1024x1024"  # what the button showed
-    until(lambda: not manager.status()["warmup"]["running"], "the warm-up finished")
-    assert manager.status()["warmup"] == {"running": False, "mode": "compiled", "done": 2, "total": 2,
+    until(lambda: not manager.status().warmup["running"], "the warm-up finished")
+    assert manager.status().warmup == {"running": False, "mode": "compiled", "done": 2, "total": 2,
                                           "current": None, "error": None}
     assert system_views(studio)[2] == "Warm-up finished: 2 shape(s) in compiled mode"
     warmed = [(r.mode, r.shape, r.compiled) for r in manager.records if r.prompt == "warm-up"]
@@ -389,35 +389,35 @@ def test_system_panel_table_warmup_lock_and_cache(studio, manager, engine, cache
                       ("compiled", Shape(768, 1344), True), ("compiled", Shape(768, 1344), False)]
     assert set(manager.table.warm_shapes("compiled")) == {Shape(64, 64), Shape(1024, 1024), Shape(768, 1344)}
 
-    studio.set_warm_only(True)
-    assert manager.warm_only is True and manager.status()["warm_only"] is True
+    studio.system_tab.set_warm_only(True)
+    assert manager.warm_only is True and manager.status().warm_only is True
 
     # clearing the cache: the real one, on this test's cache folder; the user's own files stay
     plant_inductor_entry(cache_dir, 1_500_000)
     (cache_dir / "notes.txt").write_text("mine")
-    plan, confirm = studio.clear_plan()
+    plan, confirm = studio.system_tab.clear_plan()
     assert f"- 1 compile-cache entries, 1.5 MB, in `{cache_dir}`" in plan and confirm["visible"] is True
-    studio.clear_cache()
+    studio.system_tab.clear_cache()
     assert "Compile cache cleared (1.5 MB)." in capsys.readouterr().out
     assert not (cache_dir / "fxgraph").exists() and (cache_dir / "notes.txt").read_text() == "mine"
-    assert manager.status()["cache"]["bytes"] == 4
+    assert manager.status().cache["bytes"] == 4
 
 
 def test_the_cache_is_not_cleared_while_a_group_holds_it(studio, manager, cache_dir):
     entry = plant_inductor_entry(cache_dir, 1000)
-    studio.start_tp(2)
+    studio.system_tab.start_tp(2)
     with pytest.raises(gr.Error, match="stop the group first"):
-        studio.clear_cache()
+        studio.system_tab.clear_cache()
     assert entry.is_file()
-    studio.stop_tp()
-    studio.clear_cache()
+    studio.system_tab.stop_tp()
+    studio.system_tab.clear_cache()
     assert not (cache_dir / "fxgraph").exists()
 
 
 def test_performance_frames_come_from_the_records(studio):
     for mode in ("eager", "compiled", "compiled"):
-        studio.generate_from_page("a fox", 64, 64, mode, 4, 1.0, 1, False, [])
-    latency, compile_times = studio.refresh_plots()
+        studio.studio_tab.generate_from_page("a fox", 64, 64, mode, 4, 1.0, 1, False, [])
+    latency, compile_times = studio.performance_tab.refresh_plots()
     latency, compile_times = (pd.DataFrame(p.value["data"], columns=p.value["columns"])
                               for p in (latency, compile_times))
     assert set(latency["mode"]) == {"eager", "compiled"}  # compiling runs are left out of latency
@@ -430,23 +430,23 @@ def _page(accept_language):
 
 def test_empty_views_say_what_will_appear_there(studio):
     """First visit: the plots' titles say what will fill them, the Compare table has its column names."""
-    latency, compile_times = studio.refresh_plots()
+    latency, compile_times = studio.performance_tab.refresh_plots()
     assert "no steady run yet" in latency.title and "nothing compiled yet" in compile_times.title
-    table = studio.empty_compare_table()
+    table = studio.compare_tab.empty_compare_table()
     assert list(table.columns) == ["mode", "seconds", "compiled", "compile s", "max |Δ| vs first (0-255)"] and table.empty
-    assert list(studio.empty_compare_table(_page("tr-TR")).columns)[0] != "mode"
-    studio.generate_from_page("a fox", 64, 64, "compiled", 4, 1.0, 1, False, [])
-    studio.generate_from_page("a fox", 64, 64, "compiled", 4, 1.0, 2, False, [])
-    latency, compile_times = studio.refresh_plots()
+    assert list(studio.compare_tab.empty_compare_table(_page("tr-TR")).columns)[0] != "mode"
+    studio.studio_tab.generate_from_page("a fox", 64, 64, "compiled", 4, 1.0, 1, False, [])
+    studio.studio_tab.generate_from_page("a fox", 64, 64, "compiled", 4, 1.0, 2, False, [])
+    latency, compile_times = studio.performance_tab.refresh_plots()
     assert latency.title == "Latency vs image size (steady state)"
     assert compile_times.title == "Compile time per shape and mode"
 
 
 def test_plot_axes_follow_the_page_language(studio):
-    latency, compile_times = studio.refresh_plots(page=_page("tr-TR,tr;q=0.9"))
+    latency, compile_times = studio.performance_tab.refresh_plots(page=_page("tr-TR,tr;q=0.9"))
     assert (latency.x_title, latency.y_title) == ("megapiksel", "görsel başına saniye")
     assert compile_times.y_title == "derleme saniyesi"
-    latency, _ = studio.refresh_plots(page=_page("en-US"))
+    latency, _ = studio.performance_tab.refresh_plots(page=_page("en-US"))
     assert latency.y_title == "seconds per image"
 
 
@@ -454,13 +454,13 @@ def test_gradio_tracks_progress_for_the_device_handlers(studio):
     """Gradio injects its progress tracker only into a parameter whose default is ``gr.Progress()``;
     with anything else the page's progress bar never follows the denoising steps."""
     from gradio.helpers import special_args
-    for handler, n_inputs in ((studio.generate_from_page, 11), (studio.api_generate, 9), (studio.compare, 9)):
+    for handler, n_inputs in ((studio.studio_tab.generate_from_page, 11), (studio.api.api_generate, 9), (studio.compare_tab.compare, 9)):
         progress_index = special_args(handler, [None] * n_inputs)[1]
         assert progress_index is not None, handler.__name__
 
 
 def test_compare_shows_side_by_side_with_max_difference(studio, manager):
-    gallery, table = studio.compare("a fox", 64, 64, 4, 1.0, 3, False, ["eager", "compiled", "regional"])
+    gallery, table = studio.compare_tab.compare("a fox", 64, 64, 4, 1.0, 3, False, ["eager", "compiled", "regional"])
     assert [row["mode"] for _i, row in table.iterrows()] == ["eager", "compiled", "regional"]
     assert list(table["max |Δ| vs first (0-255)"]) == [0, 1, 5]
     assert [(r.mode, r.seed, r.compiled) for r in manager.records] == [
@@ -471,12 +471,13 @@ def test_compare_shows_side_by_side_with_max_difference(studio, manager):
 
 
 def test_api_generate_returns_png_and_record(studio):
-    path, record = studio.api_generate("a fox", 64, 64, "eager", 2, 5, 1.0)
+    path, record = studio.api.api_generate("a fox", 64, 64, "eager", 2, 5, 1.0)
     assert Path(path).is_file() and record["seed"] == 5 and record["steps"] == 2
 
 
 def _manager_names_the_ui_uses() -> set[str]:
-    """Every ``manager.X`` and ``self.manager.X`` in the ui modules (the handlers, the layout, the API, …)."""
+    """Every ``manager.X``, ``self.manager.X`` and ``self.door.manager.X`` in the ui modules (the handlers,
+    the layout, the API, …)."""
     names = set()
     for file in sorted((Path(__file__).resolve().parents[2] / "ui").glob("*.py")):
         tree = ast.parse(file.read_text())
@@ -485,8 +486,7 @@ def _manager_names_the_ui_uses() -> set[str]:
                 continue
             owner = node.value
             if (isinstance(owner, ast.Name) and owner.id == "manager") or (
-                    isinstance(owner, ast.Attribute) and owner.attr == "manager"
-                    and isinstance(owner.value, ast.Name) and owner.value.id == "self"):
+                    isinstance(owner, ast.Attribute) and owner.attr == "manager"):
                 names.add(node.attr)
     return names
 
@@ -541,15 +541,15 @@ def test_the_first_page_fits_the_model(model, tmp_path):
             assert (value["width"], value["height"], value["preset"]) == (256, 256, "1:1 · 256x256")
             assert value["prompt"] == examples[0] and ", on " not in examples[0]  # no place: the centre
             assert "(left out: the centre)" in blocks["prompt"].info
-            assert studio.preset_changed("21:9 · 384x160", 0, 0) == (384, 160)
-            assert studio.size_changed(160, 384) == "9:21 · 160x384"
+            assert studio.studio_tab.preset_changed("21:9 · 384x160", 0, 0) == (384, 160)
+            assert studio.studio_tab.size_changed(160, 384) == "9:21 · 160x384"
             assert "**Beyond training**: this model learnt sizes up to 65,536 pixels (256x256)" in \
-                studio.refresh_studio("eager", 512, 512, 4)[1]
-            assert "Beyond training" not in studio.refresh_studio("eager", 384, 160, 4)[1]
+                studio.studio_tab.refresh_studio("eager", 512, 512, 4)[1]
+            assert "Beyond training" not in studio.studio_tab.refresh_studio("eager", 384, 160, 4)[1]
             request = manager.validate("a red circle on a blue background", 256, 256, steps=1, seed=1)
             assert (request.prompt, request.typed) == ("a red circle in the centre, on a blue background",
                                                        "a red circle on a blue background")
-            _path, line, record, *_ = studio.generate_from_page(request.typed, 256, 256, "eager", 1, 1.0, 1,
+            _path, line, record, *_ = studio.studio_tab.generate_from_page(request.typed, 256, 256, "eager", 1, 1.0, 1,
                                                                 False, [])
             assert record["typed"] == request.typed and record["prompt"] == request.prompt
             assert "Drawn as “a red circle in the centre, on a blue background”" in line
@@ -562,7 +562,7 @@ def test_the_first_page_fits_the_model(model, tmp_path):
             assert value["preset"] == views.preset_label(name, shape) and value["prompt"] == ""
             assert blocks["prompt"].info is None
             assert manager.validate("a red fox", 64, 64).prompt == "a red fox"  # no grammar: as typed
-            assert "Beyond training" not in studio.refresh_studio("eager", 1536, 1536, 4)[1]
+            assert "Beyond training" not in studio.studio_tab.refresh_studio("eager", 1536, 1536, 4)[1]
     finally:
         manager.close()
 
@@ -570,17 +570,17 @@ def test_the_first_page_fits_the_model(model, tmp_path):
 def test_runs_side_by_side_are_not_steady_figures(studio, manager, engine):
     """A run that overlapped another says how busy the machine was, not what its shape costs: it is
     counted but kept out of the steady median (and the latency plot); a lone run is in it."""
-    studio.start_tp(2)
-    studio.generate_from_page("a fox", 64, 64, "eager", 4, 1.0, 1, False, [])  # compiles nothing on CPU
-    page_run = lambda: studio.generate_from_page("a fox", 64, 64, "eager", 4, 1.0, 2, False, [])  # noqa: E731
+    studio.system_tab.start_tp(2)
+    studio.studio_tab.generate_from_page("a fox", 64, 64, "eager", 4, 1.0, 1, False, [])  # compiles nothing on CPU
+    page_run = lambda: studio.studio_tab.generate_from_page("a fox", 64, 64, "eager", 4, 1.0, 2, False, [])  # noqa: E731
     with engine.hold(page_run, after_step=1):
-        _p, _i, tp_record, *_ = studio.generate_from_page("a fox", 64, 64, "tp", 4, 1.0, 3, False, [])
+        _p, _i, tp_record, *_ = studio.studio_tab.generate_from_page("a fox", 64, 64, "tp", 4, 1.0, 3, False, [])
     eager_lone, eager_beside, tp_beside = manager.records[0], manager.records[2], manager.records[1]
     assert tp_record["overlapped"] and tp_beside.overlapped and eager_beside.overlapped
     assert not eager_lone.overlapped
-    row = next(r for r in manager.status()["shapes"] if (r["mode"], r["shape"]) == ("eager", "64x64"))
+    row = next(r for r in manager.status().shapes if (r["mode"], r["shape"]) == ("eager", "64x64"))
     assert row["runs"] == 2 and row["steady_runs"] == 1 and row["steady_seconds"] == eager_lone.seconds
-    assert "(median of 1 lone runs)" in views.shapes_frame(manager.status()).iloc[0]["steady s"]
+    assert "(median of 1 lone runs)" in views.shapes_frame(manager.status().shapes).iloc[0]["steady s"]
     assert len(views.latency_frame(manager.records)) == 1  # the lone eager run only
     # Before any run the modes are still words: an untyped empty column read as numbers drew a "NaN" legend.
     empty = views.latency_frame([])
@@ -594,7 +594,7 @@ def test_a_compile_shows_its_time_so_far_and_stop_is_heard_at_once(studio, manag
     """A first compile is no silent spinner: the bar says "compiling — N s so far, about M expected"
     every second, and Stop pressed meanwhile is acknowledged at once, saying the compile finishes first."""
     calls = []
-    adapter = studio._progress_adapter(lambda value=None, desc="", **kw: calls.append(desc))
+    adapter = studio.studio_tab.runs.progress_adapter(lambda value=None, desc="", **kw: calls.append(desc))
     from backend.request.records import ProgressEvent
 
     adapter(ProgressEvent("compiling", 0, 4, "compiled", "64x64", estimate=5.0))  # the manager says what to expect
@@ -609,11 +609,11 @@ def test_a_compile_shows_its_time_so_far_and_stop_is_heard_at_once(studio, manag
     until(lambda: any(t.name == "compile-progress" for t in threading.enumerate()), "the tick started")
     adapter.close()
     until(lambda: not any(t.name == "compile-progress" for t in threading.enumerate()), "the tick ended")
-    page_run = lambda: studio.generate_from_page("a fox", 64, 64, "compiled", 4, 1.0, 0, True, [])  # noqa: E731
+    page_run = lambda: studio.studio_tab.generate_from_page("a fox", 64, 64, "compiled", 4, 1.0, 0, True, [])  # noqa: E731
     with engine.hold(page_run, after_step=0) as outcome:  # held while it compiles
-        job = manager.status()["running"][0]
+        job = manager.status().running[0]
         assert job["compile_estimate"] == 5.0  # admission's prior (nothing measured yet), kept on the job
-        studio.stop()
+        studio.studio_tab.stop()
         assert "the compile that is running finishes first (about" in capsys.readouterr().out
     assert "Stopped" in outcome["result"][1]
 
@@ -629,7 +629,7 @@ def test_the_operator_can_end_a_compile_a_worker_runs_and_a_viewer_cannot(tmp_pa
 
     manager, launches = start_manager(tmp_path, tp_compile="compiled")  # the ranks compile
     studio = Studio(manager)
-    studio.start_tp(2)
+    studio.system_tab.start_tp(2)
     group = launches.made[-1]
     compiling, release = threading.Event(), threading.Event()
 
@@ -641,17 +641,17 @@ def test_the_operator_can_end_a_compile_a_worker_runs_and_a_viewer_cannot(tmp_pa
     group.at_step = hold_while_compiling
     outcome = {}
     run = threading.Thread(target=lambda: outcome.update(
-        out=studio.generate_from_page("a fox", 64, 64, "tp", 4, 1.0, 3, False, [])), daemon=True)
+        out=studio.studio_tab.generate_from_page("a fox", 64, 64, "tp", 4, 1.0, 3, False, [])), daemon=True)
     run.start()
     try:
         assert compiling.wait(WAIT)
-        end_compile = studio.refresh_studio("tp", 64, 64, 4, 2)[5]
+        end_compile = studio.studio_tab.refresh_studio("tp", 64, 64, 4, 2)[5]
         assert end_compile == gr.update(visible=True)
         viewer = SimpleNamespace(session_hash="viewer-page", headers={}, cookies={})
         viewers_page = Studio(manager, OperatorKey())
-        assert viewers_page.refresh_studio("tp", 64, 64, 4, 2, page=viewer)[5] == gr.update(visible=False)
+        assert viewers_page.studio_tab.refresh_studio("tp", 64, 64, 4, 2, page=viewer)[5] == gr.update(visible=False)
         assert group.state == "ready"
-        assert studio.stop_compiling_worker() == ["tensor-parallel"]
+        assert studio.studio_tab.stop_compiling_worker() == ["tensor-parallel"]
         assert "Stopped the tensor-parallel workers: the compile ended" in capsys.readouterr().out
         assert group.state == "stopped"
     finally:
@@ -661,7 +661,7 @@ def test_the_operator_can_end_a_compile_a_worker_runs_and_a_viewer_cannot(tmp_pa
     assert not run.is_alive()
     _p, info, *_ = outcome["out"]
     assert info.startswith("**Stopped** before the image was finished")  # a stop, not a dead group
-    assert studio.refresh_studio("tp", 64, 64, 4, 2)[5] == gr.update(visible=False)  # nothing compiles now
+    assert studio.studio_tab.refresh_studio("tp", 64, 64, 4, 2)[5] == gr.update(visible=False)  # nothing compiles now
 
 
 def test_a_demo_in_one_command_warms_every_preset_starts_the_group_and_locks(manager, launches):
@@ -671,9 +671,9 @@ def test_a_demo_in_one_command_warms_every_preset_starts_the_group_and_locks(man
     said = []
     prepare_demo(manager, ["compiled"], tp=True, say=said.append)
     presets = [str(shape) for _name, shape in manager.card.presets]
-    warm = {r["shape"] for r in manager.status()["shapes"] if r["mode"] == "compiled" and r["state"] == "warm"}
+    warm = {r["shape"] for r in manager.status().shapes if r["mode"] == "compiled" and r["state"] == "warm"}
     assert warm == set(presets)
-    assert launches.made and launches.made[-1].state == "ready" and manager.status()["warm_only"] is True
+    assert launches.made and launches.made[-1].state == "ready" and manager.status().warm_only is True
     assert said[-1].startswith(f"demo: ready — {len(presets)} presets warm in compiled, the tensor-parallel group")
 
 
@@ -684,12 +684,12 @@ def test_the_embedded_models_page_says_what_it_did_not_understand_and_what_it_ca
     from backend.models.card import card_for
 
     manager.card = card_for("embedded", tmp_path)  # the scene grammar and its ~256 px presets
-    studio.examples = ["a red circle on a blue background", "a blue star in the middle, on an orange background"]
-    _p, info, record, *_ = studio.generate_from_page("a cat on orange", 256, 256, "eager", 4, 1.0, 1, False, [])
+    studio.studio_tab.examples = ["a red circle on a blue background", "a blue star in the middle, on an orange background"]
+    _p, info, record, *_ = studio.studio_tab.generate_from_page("a cat on orange", 256, 256, "eager", 4, 1.0, 1, False, [])
     assert record["typed"] == "a cat on orange"
     assert "**Not understood**: “cat”" in info and "made up (the prompt did not say): a shape: circle" in info
     assert info.endswith("Closest example: “a blue star in the middle, on an orange background”.")
-    cost = studio.refresh_studio("eager", 512, 512, 4)[1]
+    cost = studio.studio_tab.refresh_studio("eager", 512, 512, 4)[1]
     assert "**Beyond training**" in cost and "broken or empty field" in cost
     assert "The nearest size it draws well: **1:1 · 256x256**." in cost
 
@@ -703,8 +703,8 @@ def test_a_png_made_past_the_default_step_bound_loads_with_its_steps(tmp_path, m
     manager, _launches = start_manager(tmp_path, max_steps=100)
     try:
         studio = Studio(manager)
-        path, *_ = studio.generate_from_page("a lighthouse", 64, 64, "eager", 80, 1.0, 7, False, [])
-        assert studio.load_png(_uploaded(path, tmp_path, monkeypatch))[4] == 80
+        path, *_ = studio.studio_tab.generate_from_page("a lighthouse", 64, 64, "eager", 80, 1.0, 7, False, [])
+        assert studio.studio_tab.load_png(_uploaded(path, tmp_path, monkeypatch))[4] == 80
     finally:
         manager.close()
 
@@ -717,11 +717,11 @@ def test_the_cost_line_states_the_work_bound_before_the_click_and_generate_refus
         from ui.handlers import Studio
 
         studio = Studio(manager)
-        cost = studio.refresh_studio("eager", 1024, 1024, 20)[1]
+        cost = studio.studio_tab.refresh_studio("eager", 1024, 1024, 20)[1]
         assert cost.endswith(" · 21.0 of the 30 megapixel-steps a run may take"), cost
-        over = studio.refresh_studio("eager", 1024, 1024, 40)[1]
+        over = studio.studio_tab.refresh_studio("eager", 1024, 1024, 40)[1]
         assert "more work than one run may be" in over and "the limit is 30" in over, over
-        assert "the limit is 30" in calm_refusal(studio.generate_from_page("a fox", 1024, 1024, "eager", 40, 1.0,
+        assert "the limit is 30" in calm_refusal(studio.studio_tab.generate_from_page("a fox", 1024, 1024, "eager", 40, 1.0,
                                                                            0, True, []))
     finally:
         manager.close()
@@ -740,23 +740,23 @@ def test_an_edit_on_the_page_takes_uploads_and_the_apps_own_images_only(studio, 
     Image.new("RGB", (300, 200), "red").save(upload)
     outside = tmp_path / "elsewhere.png"
     Image.new("RGB", (64, 64)).save(outside)
-    line = calm_refusal(studio.generate_from_page("a fox", 64, 64, "eager", 4, 1.0, 1, False, [],
+    line = calm_refusal(studio.studio_tab.generate_from_page("a fox", 64, 64, "eager", 4, 1.0, 1, False, [],
                                                   [(str(outside), None)], 1))
     assert "reference 1 is not a file uploaded to this app" in line
-    cost = studio.refresh_studio("compiled", 1024, 1024, 4, None, 2, [(str(upload), None)])[1]
+    cost = studio.studio_tab.refresh_studio("compiled", 1024, 1024, 4, None, 2, [(str(upload), None)])[1]
     assert "1024x1024*2+ref1216x832" in cost  # 3:2 fitted to the 3:2 preset, priced before the click
-    shown, line, record, _seed, gallery, _state, paths = studio.generate_from_page(
+    shown, line, record, _seed, gallery, _state, paths = studio.studio_tab.generate_from_page(
         "a fox", 64, 64, "eager", 4, 1.0, 1, False, [], [(str(upload), None)], 2)
     assert record["signature"] == "64x64*2+ref1216x832" and len(paths) == 2
     assert "2 images in one batch" in line and "300x200 → 1216x832 (cropped)" in line
     assert shown.size == (64 * 2 + 8, 64) and len(gallery) == 1  # one sheet, one history entry
-    references = studio.use_as_reference(paths, [(str(upload), None)])
+    references = studio.studio_tab.use_as_reference(paths, [(str(upload), None)])
     assert references[-1] == (paths[0], None)  # the app's own image joins the references
     clicked = gr.SelectData(None, {"index": 1, "value": {"image": {"path": paths[1]}, "caption": "x"}})
-    assert studio.history_selected(clicked) == [paths[1]]  # or the history image clicked last
-    _s, _line, again, *_ = studio.generate_from_page("a fox", 64, 64, "eager", 4, 1.0, 1, False, [], references, 1)
+    assert studio.studio_tab.history_selected(clicked) == [paths[1]]  # or the history image clicked last
+    _s, _line, again, *_ = studio.studio_tab.generate_from_page("a fox", 64, 64, "eager", 4, 1.0, 1, False, [], references, 1)
     assert again["signature"] == "64x64+ref1216x832+ref1024x1024"  # the 64x64 result fitted to the 1:1 preset
     assert again["references"][1]["source"] == "64x64" and again["references"][1]["fitted"] == "1024x1024"
-    _gallery, table = studio.compare("a fox", 64, 64, 4, 1.0, 3, False, ["eager", "compiled"], [(str(upload), None)])
+    _gallery, table = studio.compare_tab.compare("a fox", 64, 64, 4, 1.0, 3, False, ["eager", "compiled"], [(str(upload), None)])
     assert [r.signature for r in manager.records[-2:]] == ["64x64+ref1216x832"] * 2  # Compare runs the same edit
     assert list(table["mode"]) == ["eager", "compiled"]

@@ -26,7 +26,7 @@ from backend.errors import (
 )
 from backend.serving import compile_state
 from tests.conftest import ROOT
-from tests.ui.fake_engines import calm_refusal, system_views
+from tests.ui.fake_engines import a_status, calm_refusal, system_views
 from ui import i18n, views
 
 UI = Path(__file__).resolve().parents[2] / "ui"
@@ -121,53 +121,53 @@ def test_every_field_the_backend_names_has_a_sentence():
 
 
 def test_a_turkish_page_gets_turkish_errors_that_still_name_the_nearest_size(studio):
-    line = calm_refusal(studio.generate_from_page("a fox", 1000, 128, "eager", 4, 1.0, 0, True, [], page=TR))
+    line = calm_refusal(studio.studio_tab.generate_from_page("a fox", 1000, 128, "eager", 4, 1.0, 0, True, [], page=TR))
     assert line == ("**Çalıştırılmadı.** Görsel boyutu geçerli değil: width 1000 is not a multiple of 16; "
                     "nearest valid size is 1008x128")
     assert re.search("The image size is not valid: width 1000 .* 1008x128", calm_refusal(
-        studio.generate_from_page("a fox", 1000, 128, "eager", 4, 1.0, 0, True, [], page=EN)))
-    assert "İstem geçerli değil: is empty" in calm_refusal(studio.generate_from_page("", 64, 64, "eager", 4, 1.0, 0,
+        studio.studio_tab.generate_from_page("a fox", 1000, 128, "eager", 4, 1.0, 0, True, [], page=EN)))
+    assert "İstem geçerli değil: is empty" in calm_refusal(studio.studio_tab.generate_from_page("", 64, 64, "eager", 4, 1.0, 0,
                                                                                      True, [], page=TR))
     with pytest.raises(gr.Error, match="TP derecesi geçerli değil: must be a whole number, got 2.5"):
-        studio.start_tp(2.5, TR)
+        studio.system_tab.start_tp(2.5, TR)
 
 
 def test_a_turkish_page_gets_turkish_status_lines_with_the_same_numbers(studio):
-    _p, info, *_ = studio.generate_from_page("a fox", 256, 128, "compiled", 4, 1.0, 7, False, [], page=TR)
+    _p, info, *_ = studio.studio_tab.generate_from_page("a fox", 256, 128, "compiled", 4, 1.0, 7, False, [], page=TR)
     assert info.startswith("**256x128**, compiled, 4 adım, tohum `7` — toplam **2.0 s**:")
     assert "derlendi: 1.5 s içinde 1 graf" in info
     # the estimate for a cold shape is the compile just measured (the nearest in token count)
-    engine, cost, badges, tp_badge = studio.refresh_studio("compiled", 1024, 1024, 4, None, page=TR)[:4]
+    engine, cost, badges, tp_badge = studio.studio_tab.refresh_studio("compiled", 1024, 1024, 4, None, page=TR)[:4]
     assert cost == ("**Soğuk** — **compiled** modunda **1024x1024**: önce derlenecek "
                     "(geçmiş derlemelere göre tahmini 1.5 s). En yakın sıcak imza: **256x128**.")
-    assert studio.refresh_studio("compiled", 1024, 1024, 4, None, page=EN)[1] == (
+    assert studio.studio_tab.refresh_studio("compiled", 1024, 1024, 4, None, page=EN)[1] == (
         "**Cold** — **1024x1024** in **compiled** mode: it will compile first (estimated 1.5 s from past compiles). "
         "Nearest warm: **256x128**.")
     assert '<span class="ns-badge ns-cold" data-shape="1024x1024" data-state="cold"' in badges
     assert "1:1 · 1024x1024 · soğuk</span>" in badges
     assert "Tensör paralel grup: durdu" in tp_badge and 'data-state="stopped"' in tp_badge
-    assert "**Geçersiz** — Görsel boyutu geçerli değil:" in studio.refresh_studio("eager", 1000, 1024, 4, None, page=TR)[1]
+    assert "**Geçersiz** — Görsel boyutu geçerli değil:" in studio.studio_tab.refresh_studio("eager", 1000, 1024, 4, None, page=TR)[1]
     system, _table, _warm, _badge, tp_md, replicas, _status = system_views(studio, TR)
     assert "| Sistem | |" in system and "| Aygıt |" in system
     assert replicas.startswith("Çalışan kopya yok.")
-    assert "Rank günlüğü yok: tensör paralel grup başlatılmadı." == studio.show_tp_logs(TR)
-    assert studio.refresh_studio("tp", 64, 64, 4, 2, page=TR)[1].startswith("**Durdu** — tensör paralel grup çalışmıyor")
+    assert "Rank günlüğü yok: tensör paralel grup başlatılmadı." == studio.system_tab.show_tp_logs(TR)
+    assert studio.studio_tab.refresh_studio("tp", 64, 64, 4, 2, page=TR)[1].startswith("**Durdu** — tensör paralel grup çalışmıyor")
     assert studio.page_labels(TR)[0]["label"] == "Görsel" and studio.page_labels(None)[0]["label"] == "Image"
     with pytest.raises(gr.Error, match="Kopya sayısı geçerli değil: must be a whole number, got 1.5"):
-        studio.start_replicas(1.5, TR)
-    assert "**Kopyalar**: 2 kopyanın 2 tanesi hazır, 0 meşgul, 0 yeniden başlatıldı" in studio.start_replicas(2, TR)
+        studio.system_tab.start_replicas(1.5, TR)
+    assert "**Kopyalar**: 2 kopyanın 2 tanesi hazır, 0 meşgul, 0 yeniden başlatıldı" in studio.system_tab.start_replicas(2, TR)
     assert "| Kopya | durum | NeuronCore | pid | Sunulan | Sıcak boyutlar |" in system_views(studio, TR)[5]
 
 
 def test_the_cost_lines_notes_speak_turkish_too(studio):
     """The backend's notes on a ready (mode, shape) reach a Turkish page in Turkish."""
-    assert studio.refresh_studio("eager", 64, 64, 4, None, page=TR)[1] == (
+    assert studio.studio_tab.refresh_studio("eager", 64, 64, 4, None, page=TR)[1] == (
         "**Hazır** — **eager** modunda **64x64**: henüz kararlı süre yok (eager modu bu cihazda derlenmez).")
-    studio.generate_from_page("a fox", 256, 128, "compiled", 4, 1.0, 7, False, [], page=TR)
-    cost = studio.refresh_studio("compiled", 128, 256, 4, None, page=TR)[1]
+    studio.studio_tab.generate_from_page("a fox", 256, 128, "compiled", 4, 1.0, 7, False, [], page=TR)
+    cost = studio.studio_tab.refresh_studio("compiled", 128, 256, 4, None, page=TR)[1]
     assert "(büyük olasılıkla 256x128 grafiğini yeniden kullanır: aynı toplu iş ve token sayısı)." in cost, cost
     assert "probably" not in cost
-    assert "(probably reuses the graph of 256x128: the same batch and token count)." in studio.refresh_studio(
+    assert "(probably reuses the graph of 256x128: the same batch and token count)." in studio.studio_tab.refresh_studio(
         "compiled", 128, 256, 4, None, page=EN)[1]
 
 
@@ -202,9 +202,8 @@ def test_the_table_has_each_key_once_per_language():
 
 
 def test_the_system_tabs_values_speak_turkish_too():
-    status = {"device": {"kind": "cpu", "reason": "auto: TorchNeuron not installed, no CUDA device"},
-              "model": {"label": "m", "spec": "m"}, "state": "ready", "engine": {"engine": "in-process"},
-              "cache": {}, "memory": {}, "dtype": "float32"}
+    status = a_status(device={"kind": "cpu", "reason": "auto: TorchNeuron not installed, no CUDA device"},
+                      engine={"engine": "in-process"}, cache={}, memory={}, dtype="float32")
     shown = views.system_markdown(status, "tr")
     assert "| Aygıt | cpu — otomatik: TorchNeuron kurulu değil, CUDA aygıtı yok |" in shown
     assert "| Motor | süreç içi · hazır |" in shown

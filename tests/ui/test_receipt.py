@@ -50,10 +50,10 @@ def test_the_performance_tab_makes_the_receipt_in_turkish_and_keeps_markup_out(s
     request = manager.validate("a red circle", 64, 64, steps=2, seed=1)
     for _ in range(2):
         manager.generate(request)
-    text = studio.cost_receipt(1.2, "[click](http://evil.example) g5", 1.0, 2.0, page=TR)
+    text = studio.performance_tab.cost_receipt(1.2, "[click](http://evil.example) g5", 1.0, 2.0, page=TR)
     assert "Ölçüldüğü yer" in text and "| eager | 64x64 |" in text and "sizin girdiğiniz" in text
     # The name is code, not Markdown: no link, no colon left to make one.
     assert "](" not in text and "`click(http//evil.example) g5`" in text
     assert "$1.2/saat" in text
-    refused = studio.cost_receipt(0, "x", -1, 2.0, page=TR)
+    refused = studio.performance_tab.cost_receipt(0, "x", -1, 2.0, page=TR)
     assert refused.startswith("Karşılaştırma için pozitif")

@@ -5,6 +5,7 @@ running app)."""
 
 import json
 import types
+from pathlib import Path
 
 import gradio as gr
 import pytest
@@ -36,11 +37,17 @@ OPERATOR_EVENTS = [
 ]
 
 
+def _handler(studio, name):
+    """The page's handler ``name``, on whichever of the page's tabs holds it."""
+    return next(getattr(tab, name) for tab in (studio.studio_tab, studio.compare_tab, studio.system_tab,
+                                               studio.performance_tab, studio.api, studio) if hasattr(tab, name))
+
+
 def _room_state(manager, launches, cache_dir, temp_dir):
     """Everything an operator event could change: the engines, the lock, warm-ups, the shapes, the
     worker groups made and their log reads, the compile cache's files, Gradio's temp folder (where
     an export writes)."""
-    status = manager.status()
+    status = manager.status().to_json()
     return (status["engines"], status["tp"]["state"], status["tp"]["world_size"], status["replicas"]["size"],
             status["warm_only"], status["warmup"], status["shapes"], [(g.state, g.log_reads) for g in launches.made],
             sorted(p.name for p in cache_dir.rglob("*")), sorted(p.name for p in temp_dir.rglob("*")))
@@ -58,7 +65,7 @@ def test_a_viewer_is_refused_every_operator_event_and_nothing_changes(room, mana
     before = _room_state(manager, launches, cache_dir, temp_dir)
     for who in (page(), page(cookie="forged"), page(cookie=key.token)):  # the link token is not the session key
         with pytest.raises(gr.Error, match="Not allowed for a viewer"):
-            getattr(studio, name)(*args, page=who)
+            _handler(studio, name)(*args, page=who)
     assert _room_state(manager, launches, cache_dir, temp_dir) == before
 
 
@@ -66,20 +73,19 @@ def test_every_handler_that_asks_for_the_caller_is_in_the_list():
     """A handler that decides by the caller's role is an operator event above, except those that
     answer a viewer too (stop: its own run; page_role and show_tp_controls: which controls show; the
     status views and status_for: which sentences and details a viewer's page reads). Read from the source of every class
-    ``Studio`` is composed of (each tab's handlers live in their own module)."""
+    in the page's handler modules (``Studio``, one class per tab, the door and the runs)."""
     import ast
-    import inspect
 
-    asking, classes = set(), [cls for cls in Studio.__mro__ if cls.__module__.startswith("ui.")]
-    assert len(classes) > 2, classes  # the tabs' handler classes, whatever modules they live in
-    for cls in classes:
-        tree = ast.parse(inspect.getsource(inspect.getmodule(cls)))
-        body = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls.__name__).body
-        asking |= {f.name for f in body if isinstance(f, ast.FunctionDef) and f.name != "_caller"
-                   and any(isinstance(n, ast.Attribute) and n.attr == "_caller" for n in ast.walk(f))}
-    # (_run and compare: the caller owns its runs on the job board, whatever its role)
+    asking, classes = set(), 0
+    for module in sorted((Path(__file__).resolve().parents[2] / "ui").glob("handlers*.py")):
+        for cls in (n for n in ast.parse(module.read_text()).body if isinstance(n, ast.ClassDef)):
+            classes += 1
+            asking |= {f.name for f in cls.body if isinstance(f, ast.FunctionDef) and f.name != "caller"
+                       and any(isinstance(n, ast.Attribute) and n.attr == "caller" for n in ast.walk(f))}
+    assert classes > 5, classes  # the tabs' handler classes, the door and the runs
+    # (run and compare: the caller owns its runs on the job board, whatever its role)
     answering_viewers = {"stop", "page_role", "show_tp_controls", "refresh_studio", "refresh_all", "status_for",
-                         "_run", "compare"}
+                         "run", "compare"}
     assert asking - answering_viewers == {name for name, _args in OPERATOR_EVENTS}
     assert answering_viewers <= asking  # each still asks (a stale name here would hide a new operator handler)
 
@@ -87,14 +93,14 @@ def test_every_handler_that_asks_for_the_caller_is_in_the_list():
 def test_the_operator_may_and_the_page_says_which_role(room, manager):
     studio, key = room
     operator = page(cookie=key.session_key, session="s-op")
-    studio.set_warm_only(True, page=operator)
-    assert manager.status()["warm_only"] is True
-    studio.start_warmup(["1:1 · 1024x1024"], "compiled", page=operator)
-    until(lambda: not manager.status()["warmup"]["running"], "the warm-up finished")
-    assert manager.status()["warmup"]["error"] is None and manager.table.warm_shapes("compiled") == [Shape(1024, 1024)]
-    studio.start_replicas(2, page=operator)
-    assert manager.status()["replicas"]["ready"] == 2
-    studio.stop_replicas(page=operator)
+    studio.system_tab.set_warm_only(True, page=operator)
+    assert manager.status().warm_only is True
+    studio.system_tab.start_warmup(["1:1 · 1024x1024"], "compiled", page=operator)
+    until(lambda: not manager.status().warmup["running"], "the warm-up finished")
+    assert manager.status().warmup["error"] is None and manager.table.warm_shapes("compiled") == [Shape(1024, 1024)]
+    studio.system_tab.start_replicas(2, page=operator)
+    assert manager.status().replicas["ready"] == 2
+    studio.system_tab.stop_replicas(page=operator)
     line, *shown = studio.page_role(page=operator)
     assert "operator" in line and all(u["visible"] is True for u in shown)
     line, *shown = studio.page_role(page=page())
@@ -125,20 +131,20 @@ def test_a_viewer_stops_only_its_own_run(room, manager, engine):
     alices_run = lambda: manager.generate(request, caller=page_caller(False, "s-alice"))  # noqa: E731
 
     with engine.hold(alices_run) as outcome:
-        busy = manager.status()["busy"]
+        busy = manager.status().busy
         assert busy["mode"] == "eager" and "owner" not in busy  # sessions are not published
         with pytest.raises(gr.Error, match="another viewer's"):
-            studio.stop(page=page(session="s-bob"))
+            studio.studio_tab.stop(page=page(session="s-bob"))
     assert "result" in outcome  # bob's stop changed nothing: alice's run finished
 
     with engine.hold(alices_run) as outcome:
-        studio.stop(page=page(session="s-alice"))
+        studio.studio_tab.stop(page=page(session="s-alice"))
     assert isinstance(outcome.get("error"), GenerationCancelled)
 
     with engine.hold(alices_run) as outcome:
-        studio.stop(page=page(cookie=key.session_key, session="s-op"))  # the operator stops anyone's
+        studio.studio_tab.stop(page=page(cookie=key.session_key, session="s-op"))  # the operator stops anyone's
     assert isinstance(outcome.get("error"), GenerationCancelled)
-    assert len(manager.records) == 1 and manager.status()["running"] == []
+    assert len(manager.records) == 1 and manager.status().running == []
 
 
 def test_the_operator_sees_an_uploaded_bundles_manifest_before_importing_it(room, manager, tmp_path):
@@ -161,12 +167,12 @@ def test_the_operator_sees_an_uploaded_bundles_manifest_before_importing_it(room
             tar.addfile(info, io.BytesIO(data))
         return str(path)
 
-    shown, confirm = studio.show_bundle(bundle(), page=operator)
+    shown, confirm = studio.system_tab.show_bundle(bundle(), page=operator)
     assert "compiled 64x64" in shown and "It applies to this install." in shown and "runs its author's code" in shown
     assert confirm["visible"] is True
-    shown, confirm = studio.show_bundle(bundle(dtype="bfloat16"), page=operator)
+    shown, confirm = studio.system_tab.show_bundle(bundle(dtype="bfloat16"), page=operator)
     assert "does not apply here: dtype" in shown and confirm["visible"] is False
-    studio.import_bundle(bundle(), page=operator)  # no files: nothing to write, and nothing refused
+    studio.system_tab.import_bundle(bundle(), page=operator)  # no files: nothing to write, and nothing refused
 
 
 def test_a_forged_stop_with_any_owner_string_an_api_client_could_send_ends_nothing(room, manager, engine):
@@ -182,7 +188,7 @@ def test_a_forged_stop_with_any_owner_string_an_api_client_could_send_ends_nothi
         for forged in ("api key alice", "key alice", "alice", "api loopback 127.0.0.1", "loopback 127.0.0.1",
                        str(alice.owner), "api address 127.0.0.1", "local", ""):
             with pytest.raises(gr.Error, match="another viewer's"):
-                studio.stop(page=page(session=forged or None))
+                studio.studio_tab.stop(page=page(session=forged or None))
     assert "result" in outcome  # every forged stop changed nothing: Alice's run finished
 
 def test_a_shape_warmed_from_a_bundle_is_labelled_so_in_the_shapes_table():
@@ -190,7 +196,7 @@ def test_a_shape_warmed_from_a_bundle_is_labelled_so_in_the_shapes_table():
 
     row = {"mode": "compiled", "shape": "64x64", "state": "warm", "compile_seconds": 0.4, "steady_seconds": 0.1,
            "runs": 1, "error": None, "bundle_compile_seconds": 21.5}
-    frame = views.shapes_frame({"shapes": [row, {**row, "shape": "80x80", "bundle_compile_seconds": None}]})
+    frame = views.shapes_frame([row, {**row, "shape": "80x80", "bundle_compile_seconds": None}])
     assert frame.iloc[0, 2].endswith("(from a bundle)") and frame.iloc[0, 3] == "21.50 (from a bundle)"
     assert frame.iloc[1, 3] == 0.4
 
@@ -200,9 +206,9 @@ def test_a_viewer_reads_only_what_a_viewer_can_do(room, manager):
     no "Start some" replicas, no TP degree that would do nothing; a TP click runs in process and says why."""
     studio, key = room
     viewer = page()
-    degree, group_row = studio.show_tp_controls("tp", page=viewer)
+    degree, group_row = studio.studio_tab.show_tp_controls("tp", page=viewer)
     assert degree["visible"] is False and group_row["visible"] is True  # the group's state, not its buttons
-    engine, cost, _badges, _tp, generate, _end = studio.refresh_studio("tp", 64, 64, 4, 2, page=viewer)
+    engine, cost, _badges, _tp, generate, _end = studio.studio_tab.refresh_studio("tp", 64, 64, 4, 2, page=viewer)
     assert "operator has not started" in cost and "Generate runs in process" in cost
     assert generate["interactive"] is True
     replicas = system_views(studio, page=viewer)[5]
@@ -210,13 +216,13 @@ def test_a_viewer_reads_only_what_a_viewer_can_do(room, manager):
     shown = " ".join([cost, replicas, engine])
     for operator_words in ("press", "Start group", "Start some", "Start replicas"):
         assert operator_words not in shown, operator_words
-    _p, info, record, *_ = studio.generate_from_page("a fox", 64, 64, "tp", 2, 1.0, 1, False, [], page=viewer)
+    _p, info, record, *_ = studio.studio_tab.generate_from_page("a fox", 64, 64, "tp", 2, 1.0, 1, False, [], page=viewer)
     assert record["mode"] == "eager" and record["requested_mode"] == "tp"
     assert "operator has not started the tensor-parallel group" in record["degraded"]
     # The operator's page names the button, and shows the degree.
     operator = page(cookie=key.session_key, session="s-operator")
-    assert "press **Start group**" in studio.refresh_studio("tp", 64, 64, 4, 2, page=operator)[1]
-    assert studio.show_tp_controls("tp", page=operator)[0]["visible"] is True
+    assert "press **Start group**" in studio.studio_tab.refresh_studio("tp", 64, 64, 4, 2, page=operator)[1]
+    assert studio.studio_tab.show_tp_controls("tp", page=operator)[0]["visible"] is True
 
 
 def test_a_run_an_api_client_owns_cannot_be_stopped_by_a_sessionless_or_other_caller(room, manager, engine):
@@ -224,17 +230,17 @@ def test_a_run_an_api_client_owns_cannot_be_stopped_by_a_sessionless_or_other_ca
     Compare, or a warm-up (which only the operator stops)."""
     studio, key = room
     api_client = page(session="s-api")
-    api_run = lambda: studio.api_generate("a fox", 64, 64, "eager", 4, 1, 1.0, page=api_client)  # noqa: E731
+    api_run = lambda: studio.api.api_generate("a fox", 64, 64, "eager", 4, 1, 1.0, page=api_client)  # noqa: E731
     with engine.hold(api_run) as outcome:
         for who in (page(session=None), page(session="s-someone-else")):
             with pytest.raises(gr.Error, match="another viewer's"):
-                studio.stop(page=who)
+                studio.studio_tab.stop(page=who)
     assert "result" in outcome and outcome["result"][1]["seed"] == 1  # the API client got its image
     warmup_run = lambda: manager.generate(manager.validate("a fox", 64, 64, steps=4, seed=0, mode="eager"),  # noqa: E731
                                           _warming=True)
     with engine.hold(warmup_run) as outcome:
         with pytest.raises(gr.Error, match="another viewer's"):
-            studio.stop(page=page(session=None))
+            studio.studio_tab.stop(page=page(session=None))
     assert "result" in outcome  # a warm-up has no owner: no viewer stops it
 
 
@@ -246,8 +252,8 @@ def test_a_viewer_reads_no_socket_pids_cache_paths_or_log_lines(room, manager):
     manager.start_engine("tensor-parallel", 2, wait=True)
     manager.start_engine("replicas", 1, wait=True)
     manager.last_error = "RuntimeError: boom\n[rank 1] a line of its log"
-    whole = studio.status_for(page(cookie=key.session_key, session="s-operator"))
-    seen = studio.status_for(page())
+    whole = studio.status_for(page(cookie=key.session_key, session="s-operator")).to_json()
+    seen = studio.status_for(page()).to_json()
     assert whole["tp"]["socket"] and whole["tp"]["rank_pids"] and whole["cache"]["dir"]
     text = json.dumps(seen)
     assert whole["tp"]["socket"] not in text and whole["cache"]["dir"] not in text
@@ -264,10 +270,10 @@ def test_the_operator_logs_out_and_the_old_cookie_and_link_are_a_viewers(room):
     studio, key = room
     old_cookie, old_token = key.session_key, key.token
     with pytest.raises(gr.Error):
-        studio.log_out(page())
+        studio.system_tab.log_out(page())
     assert key.session_key == old_cookie and key.token == old_token
     operator = page(cookie=old_cookie, session="s-operator")
-    assert studio._caller(operator).is_operator
-    studio.log_out(operator)
-    assert not studio._caller(operator).is_operator and not key.check_token(old_token)
-    assert key.check_token(key.token) and studio._caller(page(cookie=key.session_key)).is_operator
+    assert studio.door.caller(operator).is_operator
+    studio.system_tab.log_out(operator)
+    assert not studio.door.caller(operator).is_operator and not key.check_token(old_token)
+    assert key.check_token(key.token) and studio.door.caller(page(cookie=key.session_key)).is_operator
