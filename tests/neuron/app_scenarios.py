@@ -84,7 +84,8 @@ def _error(fn) -> dict | None:
 def inprocess(workdir: Path) -> dict:
     """Eager, compiled and regional on "neuron" vs the CPU; compiled flags at 64, 128, 64."""
     from backend.serving.manager import Manager
-    from ui import views
+    from ui.views_studio import run_markdown
+    from ui.views_system import system_markdown
 
     mgr = Manager(_settings(workdir))
     mgr.start()
@@ -101,7 +102,7 @@ def inprocess(workdir: Path) -> dict:
     status = dataclasses.replace(mgr.status(), cache=mgr.device.cache_info(fresh=True))
     out.update(records=records, max_diff_vs_cpu=diffs, status=status.to_json(),
                claims=claims(os.environ["NEURON_STANDIN_STATE_DIR"]),
-               run_line=views.run_markdown(records[0]), system=views.system_markdown(status))
+               run_line=run_markdown(records[0]), system=system_markdown(status))
     mgr.close()
     return out
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from tests.ui.browser import ROOT, choose_mode, chromium
 from tools.app_process import operator_token, running_app
-from ui.views import load_example_prompts
+from ui.views_common import load_example_prompts
 
 LAPTOP = {"width": 1280, "height": 800}  # a presenter's screen: what shows without scrolling
 # The page's first example prompt, as a person writes it (the model reads it in its grammar).

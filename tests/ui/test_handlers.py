@@ -16,7 +16,9 @@ from backend.images.pngmeta import read_png_parameters
 from backend.shapes import PRESETS, Shape
 from tests.conftest import plant_inductor_entry
 from tests.ui.fake_engines import WAIT, calm_refusal, system_views, until
-from ui import views
+from ui.views_common import CUSTOM, format_bytes, load_example_prompts, preset_label
+from ui.views_performance import MODE_COLORS, latency_frame, plot_axes
+from ui.views_system import shapes_frame
 
 
 def recorder():
@@ -323,13 +325,13 @@ def test_cost_line_and_badges_follow_the_compile_state(studio, manager):
 def test_presets_and_custom_sizes_stay_in_step(studio):
     assert studio.studio_tab.preset_changed("16:9 · 1344x768", 0, 0) == (1344, 768)
     for name, shape in PRESETS:  # every preset sets both boxes, and a size that is a preset names it
-        label = views.preset_label(name, shape)
+        label = preset_label(name, shape)
         assert studio.studio_tab.preset_changed(label, 1000, 768) == (shape.width, shape.height), label
         assert studio.studio_tab.size_changed(shape.width, shape.height) == label
-    assert studio.studio_tab.size_changed(1000, 768) == views.CUSTOM
+    assert studio.studio_tab.size_changed(1000, 768) == CUSTOM
     # Custom leaves width and height as they are: an update with no value for each, not a size.
     keep = {"__type__": "update"}
-    assert gr.skip() == keep and studio.studio_tab.preset_changed(views.CUSTOM, 1000, 768) == (keep, keep)
+    assert gr.skip() == keep and studio.studio_tab.preset_changed(CUSTOM, 1000, 768) == (keep, keep)
 
 
 def _uploaded(path, tmp_path, monkeypatch) -> str:
@@ -349,7 +351,7 @@ def test_load_parameters_from_png_fills_the_controls(studio, tmp_path, monkeypat
     prompt, width, height, preset, steps, guidance, seed, randomize, mode, count = studio.studio_tab.load_png(
         _uploaded(path, tmp_path, monkeypatch))
     assert (prompt, width, height, preset, steps, seed, randomize, mode, count) == (
-        "a lighthouse", 256, 128, views.CUSTOM, 7, 4242, False, "regional", 1)
+        "a lighthouse", 256, 128, CUSTOM, 7, 4242, False, "regional", 1)
     plain = tmp_path / "plain.png"
     Image.new("RGB", (8, 8)).save(plain)
     with pytest.warns(UserWarning, match="no generation parameters"):  # gr.Warning outside a request
@@ -365,11 +367,11 @@ def test_system_panel_table_warmup_lock_and_cache(studio, manager, engine, cache
     info, table, warm, _tp_badge, _tp, _replicas, status = system_views(studio)
     cache = status["cache"]["caches"][0]
     assert f"| Model | {status['model']['label']} |" in info and "| Device | cpu — requested |" in info
-    assert f"| Compile cache | `{cache['dir']}` ({views.format_bytes(cache['bytes'])}, TORCHINDUCTOR_CACHE_DIR) |" in info
+    assert f"| Compile cache | `{cache['dir']}` ({format_bytes(cache['bytes'])}, TORCHINDUCTOR_CACHE_DIR) |" in info
     assert "| Engine | in-process · ready · active mode compiled |" in info
     assert list(table.columns) == ["mode", "shape", "state", "compile s", "steady s", "runs", "error"]
     assert table.iloc[0]["state"] == "warm"
-    turkish = views.shapes_frame(manager.status().shapes, "tr")
+    turkish = shapes_frame(manager.status().shapes, "tr")
     assert list(turkish.columns)[:3] == ["mod", "boyut", "durum"] and turkish.iloc[0]["durum"] == "sıcak"
 
     # warm-up: the real one, in the background, through the real generate (compile, then a steady run)
@@ -534,7 +536,7 @@ def test_the_first_page_fits_the_model(model, tmp_path):
         blocks = {b.elem_id: b for b in demo.blocks.values() if getattr(b, "elem_id", None)}
         api = {b.label: b.value for b in demo.blocks.values() if type(b).__name__ == "RawNumber"}
         assert (api["width"], api["height"]) == (value["width"], value["height"])  # the API's defaults too
-        examples = views.load_example_prompts(ASSETS / "prompts.txt")
+        examples = load_example_prompts(ASSETS / "prompts.txt")
         presets = [value for _label, value in blocks["preset"].choices]
         if model == "embedded":
             assert presets[:3] == ["1:1 · 256x256", "4:3 · 288x224", "3:4 · 224x288"] and len(presets) == 10
@@ -557,9 +559,9 @@ def test_the_first_page_fits_the_model(model, tmp_path):
             assert exact.typed is None  # a caption of the grammar goes in as typed
         else:
             name, shape = PRESETS[0]
-            assert presets == [views.preset_label(n, s) for n, s in PRESETS] + [views.CUSTOM]
+            assert presets == [preset_label(n, s) for n, s in PRESETS] + [CUSTOM]
             assert (value["width"], value["height"]) == (shape.width, shape.height)
-            assert value["preset"] == views.preset_label(name, shape) and value["prompt"] == ""
+            assert value["preset"] == preset_label(name, shape) and value["prompt"] == ""
             assert blocks["prompt"].info is None
             assert manager.validate("a red fox", 64, 64).prompt == "a red fox"  # no grammar: as typed
             assert "Beyond training" not in studio.studio_tab.refresh_studio("eager", 1536, 1536, 4)[1]
@@ -580,14 +582,14 @@ def test_runs_side_by_side_are_not_steady_figures(studio, manager, engine):
     assert not eager_lone.overlapped
     row = next(r for r in manager.status().shapes if (r["mode"], r["shape"]) == ("eager", "64x64"))
     assert row["runs"] == 2 and row["steady_runs"] == 1 and row["steady_seconds"] == eager_lone.seconds
-    assert "(median of 1 lone runs)" in views.shapes_frame(manager.status().shapes).iloc[0]["steady s"]
-    assert len(views.latency_frame(manager.records)) == 1  # the lone eager run only
+    assert "(median of 1 lone runs)" in shapes_frame(manager.status().shapes).iloc[0]["steady s"]
+    assert len(latency_frame(manager.records)) == 1  # the lone eager run only
     # Before any run the modes are still words: an untyped empty column read as numbers drew a "NaN" legend.
-    empty = views.latency_frame([])
+    empty = latency_frame([])
     assert [pd.api.types.is_string_dtype(empty[c]) for c in ("mode", "shape", "megapixels", "seconds")] == [
         True, True, False, False]
-    latency, compiles = views.plot_axes()
-    assert latency["color_map"] == compiles["color_map"] == views.MODE_COLORS  # one colour per mode in both plots
+    latency, compiles = plot_axes()
+    assert latency["color_map"] == compiles["color_map"] == MODE_COLORS  # one colour per mode in both plots
 
 
 def test_a_compile_shows_its_time_so_far_and_stop_is_heard_at_once(studio, manager, engine, capsys):

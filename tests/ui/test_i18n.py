@@ -27,7 +27,10 @@ from backend.errors import (
 from backend.serving import compile_state
 from tests.conftest import ROOT
 from tests.ui.fake_engines import a_status, calm_refusal, system_views
-from ui import i18n, views
+from ui import i18n
+from ui.views_common import MODE_KEYS
+from ui.views_system import system_markdown
+from ui.views_tp import TP_RUNNING, tp_markdown
 
 UI = Path(__file__).resolve().parents[2] / "ui"
 TR = SimpleNamespace(headers={"accept-language": "tr-TR,tr;q=0.9,en;q=0.8"})
@@ -57,9 +60,9 @@ def test_every_key_the_page_and_the_code_use_is_in_the_table():
                 if position is not None and len(node.args) > position \
                         and isinstance(node.args[position], ast.Constant):
                     used.add(node.args[position].value)
-    used |= set(views.MODE_KEYS.values())
+    used |= set(MODE_KEYS.values())
     used |= {f"engine_state_{s}" for s in ("idle", "loading", "warming", "ready", "failed")}
-    used |= {f"tp_state_{s}" for s in views.TP_RUNNING + ("stopping", "stopped", "dead")}
+    used |= {f"tp_state_{s}" for s in TP_RUNNING + ("stopping", "stopped", "dead")}
     used |= {f"phase_{p}" for p in ("encoding", "compiling", "denoising", "decoding")}
     used |= {f"badge_{s}" for s in ("warm", "cold", "compiling", "failed", "locked")}
     used |= {f"note_{key}" for key in compile_state.NOTES}
@@ -204,7 +207,7 @@ def test_the_table_has_each_key_once_per_language():
 def test_the_system_tabs_values_speak_turkish_too():
     status = a_status(device={"kind": "cpu", "reason": "auto: TorchNeuron not installed, no CUDA device"},
                       engine={"engine": "in-process"}, cache={}, memory={}, dtype="float32")
-    shown = views.system_markdown(status, "tr")
+    shown = system_markdown(status, "tr")
     assert "| Aygıt | cpu — otomatik: TorchNeuron kurulu değil, CUDA aygıtı yok |" in shown
     assert "| Motor | süreç içi · hazır |" in shown
-    assert "durdu" in views.tp_markdown({"state": "stopped"}, "tr")
+    assert "durdu" in tp_markdown({"state": "stopped"}, "tr")

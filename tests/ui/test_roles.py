@@ -192,11 +192,11 @@ def test_a_forged_stop_with_any_owner_string_an_api_client_could_send_ends_nothi
     assert "result" in outcome  # every forged stop changed nothing: Alice's run finished
 
 def test_a_shape_warmed_from_a_bundle_is_labelled_so_in_the_shapes_table():
-    from ui import views
+    from ui.views_system import shapes_frame
 
     row = {"mode": "compiled", "shape": "64x64", "state": "warm", "compile_seconds": 0.4, "steady_seconds": 0.1,
            "runs": 1, "error": None, "bundle_compile_seconds": 21.5}
-    frame = views.shapes_frame([row, {**row, "shape": "80x80", "bundle_compile_seconds": None}])
+    frame = shapes_frame([row, {**row, "shape": "80x80", "bundle_compile_seconds": None}])
     assert frame.iloc[0, 2].endswith("(from a bundle)") and frame.iloc[0, 3] == "21.50 (from a bundle)"
     assert frame.iloc[1, 3] == 0.4
 
