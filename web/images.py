@@ -6,7 +6,7 @@ Fields (``ImageRequest``, ``extra="forbid"``): ``prompt``, ``n`` (images per pro
 ``model``; the extensions ``mode``, ``steps``, ``seed``, ``guidance``; OpenAI's ``user``,
 ``quality``, ``style``, ``background``, ``moderation`` are accepted and change nothing. The values
 are checked once, by the service, which names the field. Compile-aware: ``size: "auto"`` takes the
-nearest warm signature; a cold one under the warm-only lock is refused at once (409); a request
+nearest warm signature (the service's choice: ``Manager.validate(nearest_warm=True)``); a cold one under the warm-only lock is refused at once (409); a request
 that compiles says so (``X-Compile``, ``X-Compile-Estimate-Seconds``), and one sent with
 ``X-Compile-Policy: refuse`` is refused (409) instead of waiting. A JSON body is bounded as it is
 read; a multipart body is parsed as it streams (``BoundedParts``: each part bounded, held in
@@ -40,7 +40,6 @@ from backend.errors import (
     StudioError,
 )
 from backend.request.references import MAX_REFERENCE_BYTES
-from backend.serving.compile_state import nearest_signature
 from backend.shapes import parse_shape, show_value
 from web.guard import content_length
 
@@ -194,41 +193,30 @@ class Images:
     def model_names(self) -> set[str]:
         return {name for name in (*MODEL_NAMES, self.manager.settings.model, self.manager.model_label) if name}
 
-    def request_for(self, fields: ImageRequest, images: list[bytes]):
-        """The service's GenerationRequest. ``size: auto``: the nearest warm signature to the start size
-        (an edit's: its first reference's size), or that size when nothing is warm; each further size is
-        validated again with the references already read (the service's ``validate``: issue 51 leaves
-        moving this choice into the service for later)."""
-        manager = self.manager
+    def plan(self, fields: ImageRequest, images: list[bytes]):
+        """The service's request for these fields and what it will cost (``Manager.plan``); ``size:
+        auto`` is the service's nearest warm signature."""
         size = fields.size
         if size is not None and size != "auto" and not isinstance(size, str):
             raise _invalid(InvalidRequest("size", f"must be text such as \"1024x1024\" or \"auto\", got "
                                                   f"{show_value(size)}"))
         try:
-            shape = parse_shape(size) if size not in (None, "auto") else manager.card.start_shape
+            shape = parse_shape(size) if size not in (None, "auto") else None
         except ValueError as exc:
             raise _invalid(InvalidRequest("size", str(exc))) from None
-        args = dict(steps=fields.steps, guidance=fields.guidance, seed=fields.seed, mode=fields.mode or None,
-                    count=fields.n)
+        if shape is None and size is None:
+            shape = self.manager.card.start_shape
         try:
-            run = manager.validate(fields.prompt, shape.height, shape.width, images=images or None, **args)
-            if size == "auto":
-                if run.references and run.references[0].size != (run.height, run.width):
-                    height, width = run.references[0].size
-                    run = manager.validate(fields.prompt, height, width, images=run.references, **args)
-                warm = manager.table.warm_shapes(run.mode)
-                nearest = nearest_signature(run.shape, warm) if warm else None
-                if nearest is not None and (nearest.height, nearest.width) != (run.height, run.width):
-                    run = manager.validate(fields.prompt, nearest.height, nearest.width,
-                                           images=run.references or None, **args)
-            return run
+            return self.manager.plan(dict(prompt=fields.prompt, height=shape and shape.height,
+                                          width=shape and shape.width, steps=fields.steps, guidance=fields.guidance,
+                                          seed=fields.seed, mode=fields.mode or None, count=fields.n,
+                                          images=images or None, nearest_warm=size == "auto"))
         except InvalidRequest as exc:
             raise _invalid(exc) from None
 
     async def answer(self, request: Request, caller, fields: ImageRequest, images: list[bytes]) -> JSONResponse:
         self.check_model(fields.model)
-        run = await run_in_threadpool(self.request_for, fields, images)
-        prediction = self.manager.predict(run.mode, run.shape, run.steps)
+        run, prediction = await run_in_threadpool(self.plan, fields, images)
         headers = _compile_headers(prediction)
         if prediction.get("refused"):
             raise ApiError(409, prediction["refused"], param="size", code="shape_not_warm", headers=headers)

@@ -247,16 +247,31 @@ class Manager:
         return True
 
     # validation --------------------------------------------------------------------------------
-    def validate(self, prompt: Any, height: Any, width: Any, steps: Any = None, guidance: Any = None,
-                 seed: Any = None, mode: Any = None, images: Any = None, count: Any = None) -> GenerationRequest:
+    def validate(self, prompt: Any, height: Any = None, width: Any = None, steps: Any = None, guidance: Any = None,
+                 seed: Any = None, mode: Any = None, images: Any = None, count: Any = None,
+                 nearest_warm: bool = False) -> GenerationRequest:
         """Turn raw inputs into a GenerationRequest, or raise InvalidRequest naming the field. ``images``:
         reference images for an edit (paths, bytes, Gradio file data, or references already fitted),
-        decoded only once every cheap check has passed on the sizes their headers give."""
+        decoded only once every cheap check has passed on the sizes their headers give.
+        ``nearest_warm`` (the Images API's ``size: auto``): the size is the nearest warm signature in
+        the request's mode to the given size — by default an edit's first reference's size, else the
+        model's start size — or that size itself when nothing near is warm."""
         sizes, fit, most = self.reference_sizes, self.settings.reference_fit, self.settings.max_references
         try:
             planned = planned_references(images, sizes, fit, most)
-            request = validate_request(self.settings, self.modes, prompt, height, width, steps, guidance, seed, mode,
-                                       count_tokens=self._count_tokens, count=count, references=planned)
+            if nearest_warm and height is None and width is None:
+                start = self.card.start_shape
+                height, width = planned[0].size if planned else (start.height, start.width)
+
+            def checked(height, width) -> GenerationRequest:
+                return validate_request(self.settings, self.modes, prompt, height, width, steps, guidance, seed, mode,
+                                        count_tokens=self._count_tokens, count=count, references=planned)
+
+            request = checked(height, width)
+            warm = self.table.warm_shapes(request.mode) if nearest_warm else []
+            nearest = cs.nearest_signature(request.shape, warm) if warm else None
+            if nearest is not None and (nearest.height, nearest.width) != (request.height, request.width):
+                request = dataclasses.replace(checked(nearest.height, nearest.width), seed=request.seed)
             check_sequence(request.shape, self.sequence_budget)
             if planned and not planned[0].rgb:
                 request = dataclasses.replace(request, references=load_references(images, sizes, fit, most))
@@ -268,6 +283,13 @@ class Manager:
             # A model with a prompt grammar is given the caption it understands; the record keeps both.
             request = dataclasses.replace(request, prompt=reading.caption, typed=request.prompt)
         return request
+
+    def plan(self, fields: dict[str, Any]) -> tuple[GenerationRequest, dict[str, Any]]:
+        """A door's raw ``fields`` checked (``validate``) and priced (``predict``) before they run — the
+        Images API answers a cold shape's refusal or its compile headers before it waits, the CLI
+        checks every size before the model loads. ``run`` takes the request as it is."""
+        request = self.validate(**fields)
+        return request, self.predict(request.mode, request.shape, request.steps)
 
     @property
     def reference_sizes(self) -> list[Shape]:
