@@ -5,7 +5,7 @@
     python app.py demo [--demo-modes eager,compiled] [--tp]   # warm the presets, lock, serve
     python app.py doctor                            # versions, chosen device and why, caches
     python app.py cost [--sizes 512x512] [--price-per-hour 1.34]  # what an image costs here, measured
-    python app.py cache export|import|show BUNDLE   # warm-start bundles (backend.cache_cli)
+    python app.py cache export|import|show BUNDLE   # warm-start bundles (backend.cli)
 
 Flags for every command come from ``backend.settings`` (flag > NEURON_STUDIO_* env > default).
 This file imports no torch before the device layer has set the cache variables TorchNeuron reads
@@ -85,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_setting_flags(doctor)
     doctor.add_argument("--json", action="store_true")
 
-    cache = sub.add_parser("cache", help="warm-start bundles: export, import or show one (backend.cache_cli)")
+    cache = sub.add_parser("cache", help="warm-start bundles: export, import or show one (backend.cli)")
     cache_sub = cache.add_subparsers(dest="cache_command", required=True, parser_class=_Parser)
     for name, what in (("export", "write a bundle that warms --modes x --sizes"),
                        ("import", "put a bundle's compile entries in this install's caches"),
@@ -124,7 +124,6 @@ def main(argv: list[str] | None = None) -> int:
     if command == "doctor":
         return cli.doctor(settings, as_json=args.json)
     if command == "cost":
-        from backend import cost_cli
         from backend.serving.cost import Reference
 
         if args.runs < 1 or args.runs > 100:
@@ -137,15 +136,13 @@ def main(argv: list[str] | None = None) -> int:
                 reference = Reference(args.reference_label, args.reference_price, args.reference_seconds)
             except ValueError as exc:
                 parser.error(str(exc))
-        return cost_cli.cost(settings, args.sizes, args.runs, reference, args.json)
+        return cli.cost(settings, args.sizes, args.runs, reference, args.json)
     if command == "cache":
-        from backend import cache_cli
-
         if args.cache_command == "export":
-            return cache_cli.export(settings, args.bundle, args.modes, args.sizes)
+            return cli.cache_export(settings, args.bundle, args.modes, args.sizes)
         if args.cache_command == "import":
-            return cache_cli.import_(settings, args.bundle)
-        return cache_cli.show(settings, args.bundle, as_json=args.json)
+            return cli.cache_import(settings, args.bundle)
+        return cli.cache_show(settings, args.bundle, as_json=args.json)
     from server import serve
 
     demo_modes = None

@@ -1,7 +1,19 @@
-"""The headless commands behind ``app.py``: generate and doctor (serving the page is ``server``'s).
+"""The headless commands behind ``app.py``: generate, doctor, cost and cache (serving the page is
+``server``'s).
 
 Expected failures (bad input, missing model or device, refused shapes) print one line on stderr and
 exit 2; a generation that fails at run time exits 1. No tracebacks for either.
+
+    python app.py cache export warm.bundle --mode compiled --sizes 256x256,128x128 [--modes compiled,regional]
+    python app.py cache show warm.bundle [--json]      # the manifest, and whether it applies here
+    python app.py cache import warm.bundle             # put its compile entries in this install's caches
+    python app.py --cache-from warm.bundle --mode compiled --warm-only   # serve its shapes warm
+
+``cache export`` loads the model, runs each (mode, size) that is not warm yet and writes the bundle;
+``import`` and ``show`` load no model (they hash its files). Importing a bundle runs its author's
+code (NEFF programs, inductor's pickles and shared libraries): use only bundles you trust.
+``cost`` loads the model, runs each size until it is warm, then ``runs`` steady runs, and prints
+what an image costs (``backend.serving.cost``).
 """
 
 from __future__ import annotations
@@ -17,14 +29,18 @@ from pathlib import Path
 from typing import Any
 
 from backend.errors import GenerationCancelled, GenerationFailed, InvalidRequest, StudioError
-from backend.settings import Settings
+from backend.settings import IN_PROCESS_MODES, Settings
+from backend.shapes import Shape, parse_shape_list
 
 EXIT_BAD_INPUT = 2
 EXIT_FAILED = 1
+COST_PROMPT = "a red circle in the centre, on a white background"
+TRUST_WARNING = ("importing a bundle runs its author's code (device programs, pickled cache entries, shared "
+                 "libraries): use only bundles you trust")
 
 
-def _fail(message: str, code: int) -> int:
-    print(f"app.py: error: {message}", file=sys.stderr)
+def _fail(message: str, code: int = EXIT_BAD_INPUT, command: str = "app.py") -> int:
+    print(f"{command}: error: {message}", file=sys.stderr)
     return code
 
 
@@ -142,7 +158,7 @@ def generate(settings: Settings, args: argparse.Namespace) -> int:
 
     sizes = args.size or []
     if not sizes:
-        return _fail("generate needs at least one --size WIDTHxHEIGHT, e.g. --size 512x512", EXIT_BAD_INPUT)
+        return _fail("generate needs at least one --size WIDTHxHEIGHT, e.g. --size 512x512")
     manager = Manager(settings)
     try:
         # Validate everything before loading anything: a typo should not cost a model load.
@@ -155,7 +171,7 @@ def generate(settings: Settings, args: argparse.Namespace) -> int:
         unwritable = None if args.no_save else _unwritable(args.out, settings.output_dir)
         if unwritable:
             manager.close()
-            return _fail(unwritable, EXIT_BAD_INPUT)
+            return _fail(unwritable)
         manager.start()
         # Once the model's tokenizer is loaded, prompts are also held to the text encoder's limit.
         # (What was typed is validated again, not the model's reading of it: the record keeps both.)
@@ -163,7 +179,7 @@ def generate(settings: Settings, args: argparse.Namespace) -> int:
                                      images=r.references, count=r.count) for r in requests]
     except StudioError as exc:
         manager.close()
-        return _fail(_one_line(_refusal(exc)), EXIT_BAD_INPUT)
+        return _fail(_one_line(_refusal(exc)))
     name = _out_paths(args.out, settings.output_dir, sum(r.count for r in requests))
     try:
         for request in requests:
@@ -177,7 +193,7 @@ def generate(settings: Settings, args: argparse.Namespace) -> int:
             except (GenerationFailed, GenerationCancelled) as exc:
                 return _fail(str(exc), EXIT_FAILED)
             except StudioError as exc:
-                return _fail(_one_line(_refusal(exc)), EXIT_BAD_INPUT)
+                return _fail(_one_line(_refusal(exc)))
             except OSError as exc:
                 flag = "--out" if args.out else "--output-dir"
                 return _fail(f"{flag}: cannot write {exc.filename or name(request)}: {exc.strerror or exc}",
@@ -309,4 +325,115 @@ def doctor(settings: Settings, as_json: bool = False) -> int:
         print(f"cache         {var}={cache['dir']} ({cache['bytes'] / 1e6:.1f} MB)")
     model = report["model"]
     print(f"model         {model.get('label') or model['spec']}: {model.get('path') or model.get('error')}")
+    return 0
+
+
+def cost(settings: Settings, sizes: str | None, runs: int, reference, as_json: bool) -> int:
+    """``python app.py cost``: the cost receipt measured here (``reference``: a
+    ``backend.serving.cost.Reference`` to compare with, or None)."""
+    from backend.serving.cost import format_receipt
+    from backend.serving.manager import Manager
+
+    manager = Manager(settings)
+    try:
+        shapes = parse_shape_list(sizes) if sizes else (settings.prewarm or [manager.card.start_shape])
+        requests = [manager.validate(COST_PROMPT, s.height, s.width, seed=1, count=s.count) for s in shapes]
+    except (ValueError, StudioError) as exc:
+        manager.close()
+        return _fail(str(exc), command="app.py cost")
+    try:
+        manager.start()
+        for request in requests:
+            manager.run(request, save=False)  # compiles (or not) and warms
+            for _ in range(runs):
+                manager.run(request, save=False)
+            print(f"cost: {request.shape} in {request.mode} mode: 1 warm-up + {runs} runs", file=sys.stderr)
+        data = manager.receipt(reference=reference)
+    except StudioError as exc:
+        return _fail(str(exc), EXIT_FAILED, "app.py cost")
+    finally:
+        manager.close()
+    print(json.dumps(data) if as_json else format_receipt(data))
+    return 0
+
+
+def _install(settings: Settings):
+    """This install's device and bundle manifest fields, without loading the pipeline."""
+    from backend.caches import bundles
+    from backend.hardware.device import Device, resolve_device
+    from backend.models.source import resolve_model
+
+    device = Device(resolve_device(settings), settings.max_compiled_shapes, settings.neuron_instance_cores)
+    path, label = resolve_model(settings.model, settings.cache_dir)
+    return device, bundles.describe_install(device, settings, path, label)
+
+
+def cache_export(settings: Settings, bundle: str, modes: str | None, sizes: str | None) -> int:
+    from backend.serving.manager import Manager
+
+    try:
+        wanted_modes = [m.strip() for m in (modes or settings.mode).split(",") if m.strip()]
+        for mode in wanted_modes:
+            if mode not in IN_PROCESS_MODES:
+                return _fail(f"--modes: {mode!r} cannot be bundled here; choose from {', '.join(IN_PROCESS_MODES)}")
+        shapes: list[Shape] = parse_shape_list(sizes) if sizes else list(settings.prewarm)
+    except ValueError as exc:
+        return _fail(_one_line(f"--sizes: {exc}"))
+    if not shapes:
+        return _fail("--sizes: name the shapes to bundle, e.g. --sizes 256x256,128x128")
+    manager = Manager(settings)
+    try:
+        manager.start()
+        manifest = manager.export_bundle(bundle, [(m, s) for m in wanted_modes for s in shapes])
+    except StudioError as exc:
+        return _fail(_one_line(str(exc)))
+    finally:
+        manager.close(wait=5)
+    total = sum(f["bytes"] for f in manifest.files)
+    print(f"wrote {bundle}: {len(manifest.entries)} (mode, shape) entries, {len(manifest.files)} files, "
+          f"{total / 1e6:.1f} MB; model {manifest.model}, {manifest.device}/{manifest.compile_backend}")
+    return 0
+
+
+def cache_show(settings: Settings, bundle: str, as_json: bool = False) -> int:
+    from backend.caches import bundles
+
+    try:
+        manifest = bundles.read_manifest(bundle)
+        _device, here = _install(settings)
+    except StudioError as exc:
+        return _fail(_one_line(str(exc)))
+    mismatch = bundles.check(manifest, here)
+    summary: dict[str, Any] = {**{k: v for k, v in manifest.to_json().items() if k != "files"},
+                               "file_count": len(manifest.files),
+                               "bytes": sum(f["bytes"] for f in manifest.files),
+                               "applies_here": mismatch is None, "mismatch": mismatch}
+    if as_json:
+        print(json.dumps(summary, indent=2))
+        return 0
+    for key in ("created", "app_version", "torch", "diffusers", "torch_neuronx", "neuronx_cc", "device",
+                "neuron_target", "lnc", "neuron_opt_level", "neuron_cc_flags",
+                "dtype", "compile_backend", "model", "model_hash", "tp_degree", "file_count", "bytes"):
+        print(f"{key:16} {summary[key]}")
+    for entry in manifest.entries:
+        seconds = entry.get("compile_seconds")
+        print(f"entry            {entry['mode']} {entry['shape']}"
+              + (f" (compiled in {seconds:.1f} s where it was made)" if isinstance(seconds, (int, float)) else ""))
+    print("applies here     " + ("yes" if mismatch is None else f"no: {mismatch}"))
+    print(f"note             {TRUST_WARNING}")
+    return 0
+
+
+def cache_import(settings: Settings, bundle: str) -> int:
+    from backend.caches import bundles
+
+    print(f"app.py: {TRUST_WARNING}", file=sys.stderr)
+    try:
+        device, here = _install(settings)
+        result = bundles.import_bundle(Path(bundle), device, here)
+    except StudioError as exc:
+        return _fail(_one_line(str(exc)))
+    manifest = result["manifest"]
+    print(f"imported {bundle}: {result['written']} files written, {result['already_there']} already there; "
+          f"warms {', '.join(e['mode'] + ' ' + e['shape'] for e in manifest.entries)}")
     return 0
