@@ -66,6 +66,20 @@ def test_a_reference_changes_the_signature_and_compiles_once(editor, tmp_path):
     assert batch.compiled and batch.signature == "64x64*2+ref96x64" and len(batch.images) == 2
 
 
+def test_size_auto_is_the_services_choice_from_the_first_reference_to_the_nearest_warm_signature(editor, tmp_path):
+    """Issue 51: the Images API's ``size: auto`` is chosen in the service (``nearest_warm``), from the
+    references' headers: the first reference's fitted size while nothing is warm, then the nearest
+    warm signature with the same references."""
+    plain = editor.validate("a fox", steps=2, mode="compiled", nearest_warm=True)  # no reference: the start size
+    assert (plain.width, plain.height) == (editor.card.start_shape.width, editor.card.start_shape.height)
+    ref = _png(tmp_path / "wide.png", (300, 200))
+    cold = editor.validate("a fox", steps=2, mode="compiled", images=[ref], nearest_warm=True)
+    assert str(cold.shape) == "96x64+ref96x64" and cold.references[0].rgb  # decoded once, at the end
+    editor.generate(editor.validate("a fox", 64, 64, steps=2, mode="compiled", images=[ref]))
+    warm = editor.validate("a fox", steps=2, mode="compiled", images=[ref], nearest_warm=True)
+    assert str(warm.shape) == "64x64+ref96x64"
+
+
 def test_a_fitted_reference_at_a_warm_size_does_not_compile(editor, tmp_path):
     editor.generate(editor.validate("a fox", 64, 64, steps=2, seed=1, mode="compiled",
                                     images=[_png(tmp_path / "a.png", (96, 64))]))
