@@ -1,18 +1,13 @@
-"""The app's line to a worker group's rank 0, over its authenticated Unix socket: ``run`` (a
-generation on the one persistent connection, its pixels through the shared buffer), ``call`` (a
-request whose stall or error reply becomes the group's death or the exception it stands for),
-``request``, and stall detection (the ranks' heartbeats).
+"""The app's line to a worker group's rank 0, over its authenticated Unix socket (``RankZero``, held
+by ``backend.launch.group.WorkerGroup``): ``run`` (a generation on the one persistent connection,
+its pixels through the shared buffer), ``call`` (a request whose stall or error reply becomes the
+group's death or the exception it stands for), ``request``, and stall detection.
 
-``RankZero`` is held by ``backend.launch.group.WorkerGroup``, which launches, watches and stops the
-processes. It is given the group's name, place, degree, settings (timeouts, the mode its ranks
-run) and clock, ``status()`` (the group's state and error, read while a call waits) and
-``on_lost(reason)`` (the group is gone: mark it dead); each launch, ``dial(run_dir, key)``. It owns
-the runs' persistent connection and their lock, the pixel buffer (made at the first launch, kept
-across restarts, freed by ``close``), the heartbeats it has seen, and what the last calls left
-(``last_ran``, ``last_request_error``).
-
-``trace``: None, or a list a benchmark sets (``bench.tp_transport``); each run then appends the
-monotonic stamps of its hops, the app's and rank 0's. Nothing is stamped otherwise.
+Stall detection: a request with no message for the stall timeout is hung, unless every rank's
+heartbeat (a counter each rank's thread writes to ``<run dir>/rank<N>.heartbeat``) still moves: on
+Neuron the compiler runs silently at a cold shape, eager mode included, often for longer than the
+stall timeout. Such a silence may last up to the compile timeout; a rank that is stopped or frozen
+stops beating and the group is declared dead within the stall timeout.
 """
 
 from __future__ import annotations
@@ -33,7 +28,9 @@ STARTING = ("launching", "loading", "warming")
 
 
 class RankZero:
-    """The calls to one worker group's rank 0 (see the module's docstring for what it is given)."""
+    """The calls to one worker group's rank 0. ``status()``: the group's state and error, read while
+    a call waits; ``on_lost(reason)``: the group is gone, mark it dead. The pixel buffer is made at
+    the first launch, kept across restarts, freed by ``close``."""
 
     def __init__(self, name: str, place: str, degree: int, settings: Settings, clock: Callable[[], float],
                  status: Callable[[], tuple[str, str | None]], on_lost: Callable[[str], None]):
@@ -45,7 +42,8 @@ class RankZero:
         self.key = ""  # the launch's: rank 0 serves only a peer that holds it
         self.last_ran: dict[str, Any] | None = None  # the last job, as rank 0 said its ranks ran it
         self.last_request_error: str | None = None  # this launch's
-        self.trace: list[dict[str, float]] | None = None  # a benchmark's (see the module's docstring)
+        # a benchmark's (bench.tp_transport): each run appends the monotonic stamps of its hops
+        self.trace: list[dict[str, float]] | None = None
         self._beats: dict[int, tuple[str, float]] = {}  # rank -> (heartbeat text, when it last changed)
         # A job's pixels: its references on the way in, its images (a batch of up to MAX_COUNT) on the way out.
         self._pixels_bytes = min(proto.MAX_PIXELS, max(MAX_COUNT * settings.max_size * settings.max_size * 3,
@@ -55,14 +53,12 @@ class RankZero:
         self._run_lock = threading.Lock()  # one connection, and the pixel buffer holds one job's pixels
 
     def dial(self, run_dir: str, key: str) -> None:
-        """A new launch: its rank 0 listens in ``run_dir`` for peers that hold ``key``, and its ranks
-        beat there. The last launch's connection goes."""
+        """A new launch: its rank 0 listens in ``run_dir`` for peers that hold ``key``."""
         self.hang_up()
         self.run_dir, self.socket_path, self.key = run_dir, os.path.join(run_dir, "tp.sock"), key
         self.last_request_error = None
 
     def pixels(self) -> proto.PixelBuffer:
-        """The shared buffer a job's pixels pass through, made at the first launch."""
         if self._pixels is None:
             try:
                 self._pixels = proto.PixelBuffer.create(self._pixels_bytes)
@@ -72,7 +68,7 @@ class RankZero:
         return self._pixels
 
     def close(self) -> None:
-        """Free the pixel buffer (the group's processes are gone: nobody writes to it now)."""
+        """Free the pixel buffer (the group's processes are gone)."""
         with self._run_lock:
             pixels, self._pixels = self._pixels, None
         if pixels is not None:

@@ -1,4 +1,4 @@
-"""A worker group: torchrun worker processes, launched, watched, called and stopped here.
+"""A worker group: torchrun worker processes, launched, watched and stopped here (``WorkerGroup``).
 
 The tensor-parallel engine holds one group of N ranks (the transformer sharded over them); the
 replica pool holds N groups of one rank each (a whole pipeline per replica). What a group knows:
@@ -7,28 +7,21 @@ replica pool holds N groups of one rank each (a whole pipeline per replica). Wha
   ``warming`` -> ``ready`` (rank 0 answered ``wait_ready`` with READY: timings, and per rank its pid,
   core and which transformer weights it holds) ... ``stopping`` -> ``stopped``; ``dead`` when any
   rank exits (torchrun ends the group; the monitor thread sees it at once), when a call stalls past
-  its deadline, or when the start fails. Every background thread ends the group in a state (ready,
-  dead, stopped) with its reason, whatever it dies of. A request that fails (bad input, a compiler
-  error) is answered by the worker and leaves the group ``ready``;
-- stall detection: a request with no message for the stall timeout is hung, unless every rank's
-  heartbeat (a counter each rank's thread writes to ``<run dir>/rank<N>.heartbeat``) still moves:
-  on Neuron the compiler runs silently at a cold shape, eager mode included, often for longer than
-  the stall timeout. Such a silence may last up to the compile timeout; a rank that is stopped or
-  frozen stops beating and the group is declared dead within the stall timeout;
+  its deadline, or when the start fails. Every background thread ends the group in a state with its
+  reason, whatever it dies of. A request that fails (bad input, a compiler error) is answered by
+  the worker and leaves the group ``ready``;
 - stop: a polite shutdown request, then SIGTERM to the whole process group, a grace period, then
   SIGKILL; every pid seen is checked afterwards. Workers also exit when the app's process is gone.
 
-Which cores its ranks get and what it may run are its engine's business (the core plan is checked
-there, before a group is made). One clock (``clock``, injectable) serves every deadline, so the
-stall timeout is tested with a fake clock.
-
-Two modules: this one launches, watches and stops the processes (``WorkerGroup``); the group holds
-a ``backend.launch.calls.RankZero`` (``rank0``) for its calls to rank 0 (run, call, stall detection):
-it tells it each launch's run dir and key, and it says when it finds the group gone (``_mark_dead``).
+Its calls to rank 0 (run, call, stall detection by the ranks' heartbeats) go through the
+``backend.launch.calls.RankZero`` it holds (``rank0``), which says when it finds the group gone
+(``_mark_dead``). Cores and what a group may run are its engine's business. One injectable clock
+serves every deadline, so the stall timeout is tested with a fake clock.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -43,8 +36,10 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+import psutil
+
 from backend.errors import BackendNotReady, InvalidRequest, StudioError
-from backend.launch import deaths, processes
+from backend.launch import deaths
 from backend.launch import protocol as proto
 from backend.launch.calls import STARTING, RankZero
 from backend.request.records import EngineOutput, GenerationRequest, ProgressEvent
@@ -54,6 +49,21 @@ __all__ = ["STARTING", "WorkerGroup", "check_degree"]
 
 log = logging.getLogger(__name__)
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def _alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie waiting to be reaped counts as gone)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _wait_gone(pids: list[int], timeout: float) -> None:
+    """Wait until none of ``pids`` is alive, at most ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def check_degree(degree: Any, heads: int, core_plan=None, owner: str = "tensor-parallel") -> list[int]:
@@ -75,8 +85,7 @@ def check_degree(degree: Any, heads: int, core_plan=None, owner: str = "tensor-p
 
 
 class WorkerGroup:
-    """One torchrun group: launched, brought to READY, watched (death, stall) and stopped here; its
-    calls to rank 0 go through the ``RankZero`` it holds (``rank0``)."""
+    """One torchrun group: launched, brought to READY, watched (death, stall) and stopped."""
 
     def __init__(self, settings: Settings, model_path: str, device, degree: int, cores: list[int], *,
                  role: str = "tp", place: str = "tp", warm: list[str] | None = None,
@@ -109,7 +118,6 @@ class WorkerGroup:
         self.was_ready = False
         self.state = "stopped"
         self.error: str | None = None
-        self.last_request_error: str | None = None
         self.timings: dict[str, Any] = {}
         self.ranks: list[dict[str, Any]] = []  # per-rank READY reports: pid, core, sharded weights
         self.proc: subprocess.Popen | None = None
@@ -132,7 +140,6 @@ class WorkerGroup:
 
     @property
     def socket_path(self) -> str | None:
-        """Where this launch's rank 0 listens."""
         return self.rank0.socket_path
 
     def describe(self) -> dict[str, Any]:
@@ -154,7 +161,6 @@ class WorkerGroup:
             "socket": self.socket_path,
         }
 
-    # requests and logs -------------------------------------------------------------------------
     def require_ready(self) -> None:
         """BackendNotReady, saying how to start it again, unless the group is ready."""
         if self.state != "ready":
@@ -182,7 +188,12 @@ class WorkerGroup:
         return msg
 
     def _tail(self, name: str, lines: int = 20) -> str:
-        return processes.tail(os.path.join(self.dir, name), lines) if self.dir else ""
+        """The last ``lines`` lines of a file in the run dir ("" when it does not exist)."""
+        try:
+            with open(os.path.join(self.dir, name), encoding="utf-8", errors="replace") as handle:
+                return "".join(handle.readlines()[-lines:])
+        except (OSError, TypeError):  # TypeError: no run dir
+            return ""
 
     def rank_logs(self, lines: int = 20) -> dict[str, str]:
         """Each rank's log tail and torchrun's, read now (only when someone looks at them)."""
@@ -194,11 +205,8 @@ class WorkerGroup:
         """{rank: pid}, as each rank reported it at READY."""
         return {int(r["rank"]): int(r["pid"]) for r in self.ranks if r.get("pid")}
 
-    # lifecycle ---------------------------------------------------------------------------------
-    # The state machine: launching -> loading/warming -> ready -> stopping -> stopped, or dead from
-    # any of them. The transitions below are the only code that sets ``state``; ``_spawn``,
-    # ``_watch``, ``_end_processes`` are what touches processes (a test double replaces those three
-    # and drives the same transitions).
+    # The transitions below are the only code that sets ``state``; ``_spawn``, ``_watch`` and
+    # ``_end_processes`` are what touches processes (a test double replaces those three).
     def start(self) -> None:
         if self._teardown is not None:
             self._teardown.join()  # the previous group is fully gone before a new one starts
@@ -273,7 +281,7 @@ class WorkerGroup:
     def _monitor(self, proc: subprocess.Popen) -> None:
         code = proc.wait()
         try:
-            reason = self._death_reason(code)
+            reason = deaths.death_reason(self.dir, self._tail("torchrun.log", 200), code)
         except Exception as exc:  # noqa: BLE001 - the group is dead whatever the log says
             reason = f"torchrun exited with status {code} ({type(exc).__name__} reading its log)"
         if self._exited(proc, reason):
@@ -287,20 +295,11 @@ class WorkerGroup:
             except Exception:  # noqa: BLE001 - a failed restart must not hide the death
                 log.exception("on_dead of %s", self.name)
 
-    def rank_failures(self) -> dict[int, str]:
-        return deaths.rank_failures(self.dir)
-
-    def exit_codes(self) -> list[tuple[int, int]]:
-        return deaths.exit_codes(self._tail("torchrun.log", 200))
-
     @property
     def ended_itself(self) -> bool:
         """A rank left on purpose after a failed request: the group should be restarted, whether or
         not rank 0's reply saying so got out before torchrun ended it."""
         return self.state == "dead" and deaths.ended_itself(self.dir)
-
-    def _death_reason(self, code: int) -> str:
-        return deaths.death_reason(self.dir, self._tail("torchrun.log", 200), code)
 
     def _await_ready(self, proc: subprocess.Popen) -> None:
         """Wait for READY; whatever happens (a timeout, an error reply, this thread's own failure),
@@ -377,40 +376,40 @@ class WorkerGroup:
 
     def _end_processes(self, proc, polite: bool) -> set[int]:
         """End the launcher and every rank (politely first when asked); returns the pids it ended."""
-        pids = self._pids | processes.children(proc.pid)
+        try:
+            pids = self._pids | {p.pid for p in psutil.Process(proc.pid).children(recursive=True)}
+        except psutil.NoSuchProcess:
+            pids = set(self._pids)
         if polite and proc.poll() is None and self.socket_path and os.path.exists(self.socket_path):
-            try:  # stop a running generation first, so the shutdown is not queued behind it
+            with contextlib.suppress(StudioError, TimeoutError):  # cancel first: no shutdown queued behind a run
                 self.rank0.request({"type": "cancel"}, deadline=self._clock() + 1)
                 self.rank0.request({"type": "shutdown"}, deadline=self._clock() + self.grace)
-            except (StudioError, TimeoutError):
-                pass
         for sig in (signal.SIGTERM, signal.SIGKILL):
-            try:  # after a polite shutdown the group leaves by itself: give it the grace period
+            with contextlib.suppress(subprocess.TimeoutExpired):  # after a polite shutdown: the grace period
                 proc.wait(timeout=self.grace if (sig == signal.SIGTERM and polite) else 0)
-            except subprocess.TimeoutExpired:
-                pass
-            alive = [p for p in pids if processes.alive(p)]
+            alive = [p for p in pids if _alive(p)]
             if proc.poll() is not None and not alive:
                 break
-            processes.signal_group(proc.pid, sig)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, sig)
             for pid in alive:
-                processes.signal_pid(pid, sig)
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, sig)
             if sig == signal.SIGTERM:
-                processes.wait_gone([proc.pid, *alive], self.grace)
+                _wait_gone([proc.pid, *alive], self.grace)
         proc.wait()
-        processes.wait_gone(list(pids), self.grace)
+        _wait_gone(list(pids), self.grace)
         return pids
 
     def survivors(self) -> list[int]:
         """Rank or launcher pids of this group still alive (empty after a stop)."""
         pids = set(self._pids) | ({self.proc.pid} if self.proc else set())
-        return sorted(p for p in pids if processes.alive(p))
+        return sorted(p for p in pids if _alive(p))
 
     def _cleanup_dir(self, path: str | None = None) -> None:
         """Remove the group's private run dir (``path``, default the current one) with its socket
         and logs. Only a dir named like one (``protocol.RUN_DIR_PREFIX``) is ever removed."""
         path = path or self.dir
-        if path is None or path == self.dir:
-            if self._log and not self._log.closed:
-                self._log.close()  # torchrun's log lives in it
+        if (path is None or path == self.dir) and self._log and not self._log.closed:
+            self._log.close()  # torchrun's log lives in it
         proto.remove_run_dir(path, require_contents=False)

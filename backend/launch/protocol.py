@@ -1,30 +1,28 @@
-"""What the app and a worker group agree on: the wire, the worker's config, the environment names
-that carry them, and the one table of error kinds.
+"""What the app and a worker group agree on: the wire, the worker's config and the environment names
+that carry them, the run dir, and the error messages.
 
 The wire is the standard library's ``multiprocessing.connection`` over the group's Unix socket
 (0600, in the group's private run dir). Every connection begins with its mutual HMAC challenge
 over the per-launch key (``connect`` on the app's side, ``accept`` on rank 0's): a peer without
-the key is refused after one frame of at most 256 bytes, and each side knows the other holds the
-key. Then each message is one frame of UTF-8 JSON, an object with a ``type`` (``send`` /
-``receive``); a frame announced longer than ``MAX_MESSAGE`` is refused before it is read, and
-nothing is pickled. A frame once begun must arrive whole within the socket's read timeout.
+the key is refused after one frame of at most 256 bytes. Then each message is one frame of UTF-8
+JSON, an object with a ``type``; a frame announced longer than ``MAX_MESSAGE`` is refused before
+it is read, and nothing is pickled. A frame once begun must arrive whole within the read timeout.
 
 Requests: ``wait_ready``, ``generate``, ``health``, ``cancel``, ``shutdown``; a connection may
 carry any number of them, one after another (the app keeps one open for its generations).
 Answers: ``progress`` (zero or more, for generate and wait_ready), then one ``ready``, ``result``,
-``ok`` or ``error``. A result's pixels are not on the wire: rank 0 writes them into the app's
-``PixelBuffer`` (``multiprocessing.shared_memory``) before it sends the result. An error's
-``kind`` is its class's code in ``backend.errors``, the one table of errors: the worker turns an
-exception into a message with ``error_message`` and the app turns it back into the same exception
-class, with the fields it carries, with ``error_from_message``.
+``ok`` or ``error``. A result's pixels are not on the wire but in the app's ``PixelBuffer``. An
+error's ``kind`` is its class's code in ``backend.errors``: ``error_message`` and
+``error_from_message`` turn an exception into a message and back, with the fields it carries.
 
-The worker's whole configuration travels once, as one JSON object (``WorkerConfig``) in the
-``CONFIG_VAR`` environment variable, with the app's ``Settings`` inside it whole; the per-launch
-key travels in ``TOKEN_VAR`` and the worker removes it from its environment at once.
+The worker's whole configuration travels once, as JSON (``WorkerConfig``, the app's ``Settings``
+inside it whole) in ``CONFIG_VAR``; the per-launch key in ``TOKEN_VAR``, which the worker removes
+from its environment at once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -153,39 +151,30 @@ RESTART_EXIT = 75  # a rank that ended itself after a failed request: the group 
 class RankEnding(Exception):
     """What a rank that leaves on purpose after a failed request records in its torchelastic error
     file (``WorkerGroup.ended_itself`` reads it): the group should be restarted."""
+
+
 RUN_DIR_PREFIX = "neuron-studio-tp-"  # the group's private run dir: tempfile.mkdtemp(prefix=...)
 
 
-def is_run_dir(path: str | None, require_contents: bool = True) -> bool:
-    """True only for a group's run dir: a real directory (not a link) owned by this user, named
-    ``RUN_DIR_PREFIX...``, holding (with ``require_contents``) a ``tp.sock`` or rank logs. Guards
-    every removal of a path that came from a config or environment."""
+def remove_run_dir(path: str | None, require_contents: bool = True, attempts: int = 5) -> bool:
+    """Remove a group's run dir and nothing else: a real directory (not a link) owned by this user,
+    named ``RUN_DIR_PREFIX...``, holding (with ``require_contents``) a ``tp.sock`` or rank logs. This
+    guards every removal of a path that came from a config or environment. Retries a few times:
+    another rank may still be writing its heartbeat into it. True when it is gone."""
     if not path:
         return False
     path = os.path.normpath(os.path.abspath(path))
     try:
         info = os.lstat(path)
+        names = os.listdir(path) if require_contents and stat.S_ISDIR(info.st_mode) else []
     except OSError:
         return False
-    if not stat.S_ISDIR(info.st_mode) or not os.path.basename(path).startswith(RUN_DIR_PREFIX):
+    if not stat.S_ISDIR(info.st_mode) or not os.path.basename(path).startswith(RUN_DIR_PREFIX) \
+            or (hasattr(os, "getuid") and info.st_uid != os.getuid()):
         return False
-    if hasattr(os, "getuid") and info.st_uid != os.getuid():
+    logs = any(n.startswith("rank") and n.endswith(".log") for n in names)
+    if require_contents and "tp.sock" not in names and not logs:
         return False
-    if not require_contents:
-        return True
-    try:
-        names = os.listdir(path)
-    except OSError:
-        return False
-    return "tp.sock" in names or any(n.startswith("rank") and n.endswith(".log") for n in names)
-
-
-def remove_run_dir(path: str | None, require_contents: bool = True, attempts: int = 5) -> bool:
-    """Remove a group's run dir (see ``is_run_dir``; anything else is left alone). Retries a few
-    times: another rank may still be writing its heartbeat into it. True when it is gone."""
-    if not is_run_dir(path, require_contents):
-        return False
-    path = os.path.normpath(os.path.abspath(path))
     for attempt in range(attempts):
         shutil.rmtree(path, ignore_errors=True)
         if not os.path.lexists(path):
@@ -242,15 +231,11 @@ class PixelBuffer:
 
     def close(self) -> None:
         """Unmap it; the app's (its owner's) close also removes it."""
-        try:
+        with contextlib.suppress(BufferError):  # a view is still held: the mapping goes when it is collected
             self.memory.close()
-        except BufferError:
-            pass  # a view is still held: the mapping goes when it is collected
         if self.owner:
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 self.memory.unlink()
-            except FileNotFoundError:
-                pass
 
 
 @dataclasses.dataclass
