@@ -82,9 +82,8 @@ class StudioTab:
                    f"{mode_caption(record, lang)} · {format_seconds(result.seconds)}")
         history = ([(shown, caption)] + list(history or []))[:HISTORY_KEEP]
         line = run_markdown(record, lang)
-        reading = self.manager.card.read_prompt(result.typed) if result.typed else None
-        if reading is not None:  # the model drew its reading of the prompt: say what it did not understand
-            line += reading_note(reading, self.examples, lang)
+        if result.reading is not None:  # the model drew its reading of the prompt: say what it did not understand
+            line += reading_note(result.reading, self.examples, lang)
         return shown, line, record, result.seed, history, history, list(result.paths)
 
     def history_selected(self, evt: gr.SelectData):

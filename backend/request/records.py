@@ -23,6 +23,9 @@ class GenerationRequest:
     typed: str | None = None  # what the person typed, when ``prompt`` is the model's reading of it
     count: int = 1  # images per prompt (the batch)
     references: tuple[Any, ...] = ()  # backend.request.references.Reference, fitted; an edit when not empty
+    # The model's reading of what was typed (its card's prompt reader), read once, when validated;
+    # the page says from it what the model did not understand. Never in the JSON.
+    reading: Any = dataclasses.field(default=None, repr=False, compare=False)
 
     @property
     def shape(self) -> Shape:
@@ -31,7 +34,7 @@ class GenerationRequest:
 
     def to_json(self) -> dict[str, Any]:
         """What a record or a log keeps (the references described, without pixels)."""
-        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "reading"}
         out["references"] = [r.describe() for r in self.references]
         return out
 
@@ -74,6 +77,7 @@ class GenerationResult:
     signature: str = ""  # the static signature it ran at (backend.shapes.Shape's spelling)
     # The run's images in order (PIL; several for a batch): held for the caller, never in the JSON.
     images: list[Any] = dataclasses.field(default_factory=list, repr=False, compare=False)
+    reading: Any = dataclasses.field(default=None, repr=False, compare=False)  # the request's, never in the JSON
 
     @classmethod
     def of(cls, request: GenerationRequest, out: "EngineOutput", *, device: str, model: str, engine: str,
@@ -84,7 +88,8 @@ class GenerationResult:
                    steps=request.steps, guidance=request.guidance, seed=request.seed, device=device, model=model,
                    compiled=bool(out.compiles or out.neff_compiles), engine=engine, started_at=started_at,
                    requested_mode=requested_mode if degraded else None, degraded=degraded, count=request.count,
-                   references=[r.describe() for r in request.references], signature=str(request.shape), **fields)
+                   references=[r.describe() for r in request.references], signature=str(request.shape),
+                   reading=request.reading, **fields)
 
     @property
     def shape(self) -> Shape:
@@ -93,7 +98,8 @@ class GenerationResult:
         return Shape(self.height, self.width).with_inputs(self.count, ((f.height, f.width) for f in fitted))
 
     def to_json(self) -> dict[str, Any]:
-        out = {f.name: copy.deepcopy(getattr(self, f.name)) for f in dataclasses.fields(self) if f.name != "images"}
+        out = {f.name: copy.deepcopy(getattr(self, f.name)) for f in dataclasses.fields(self)
+               if f.name not in ("images", "reading")}
         for key in ("compile_seconds", "seconds", "encode", "denoise", "decode"):
             out[key] = round(out[key], 4)
         return out

@@ -281,7 +281,7 @@ class Manager:
         reading = self.card.read_prompt(request.prompt, editing=bool(request.references))
         if reading is not None and reading.caption != request.prompt:
             # A model with a prompt grammar is given the caption it understands; the record keeps both.
-            request = dataclasses.replace(request, prompt=reading.caption, typed=request.prompt)
+            request = dataclasses.replace(request, prompt=reading.caption, typed=request.prompt, reading=reading)
         return request
 
     def plan(self, fields: dict[str, Any]) -> tuple[GenerationRequest, dict[str, Any]]:

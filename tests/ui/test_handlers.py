@@ -686,9 +686,11 @@ def test_the_embedded_models_page_says_what_it_did_not_understand_and_what_it_ca
     from backend.models.card import card_for
 
     manager.card = card_for("embedded", tmp_path)  # the scene grammar and its ~256 px presets
+    reads, read = [], manager.card.read_prompt
+    manager.card.read_prompt = lambda *a, **k: reads.append(a) or read(*a, **k)
     studio.studio_tab.examples = ["a red circle on a blue background", "a blue star in the middle, on an orange background"]
     _p, info, record, *_ = studio.studio_tab.generate_from_page("a cat on orange", 256, 256, "eager", 4, 1.0, 1, False, [])
-    assert record["typed"] == "a cat on orange"
+    assert record["typed"] == "a cat on orange" and len(reads) == 1  # the prompt is read once, by the service
     assert "**Not understood**: “cat”" in info and "made up (the prompt did not say): a shape: circle" in info
     assert info.endswith("Closest example: “a blue star in the middle, on an orange background”.")
     cost = studio.studio_tab.refresh_studio("eager", 512, 512, 4)[1]
