@@ -2,10 +2,9 @@
 
 It picks the device (``--device auto``: neuron if TorchNeuron is installed and a NeuronCore is
 visible, else cuda, else cpu, and says why), the default dtype, the torch.compile backend, the
-process-group backend, and synchronises and reads memory. Its parts, each in its own module and
-re-exported here: compile counters (``backend.hardware.metrics``), compile-error classification
-(``backend.hardware.compile_errors``) and the compile caches (``backend.hardware.caches``). No module outside
-these names ``torch_neuronx`` or ``torch.neuron``.
+process-group backend; it synchronises, reads memory and the compile counters
+(``backend.hardware.metrics``), and shows and clears the compile caches
+(``backend.hardware.cache_layout``). No module outside these names ``torch_neuronx`` or ``torch.neuron``.
 
 TorchNeuron facts this module respects (DESIGN.md): importing ``torch_neuronx`` registers the
 ``"neuron"`` device, the ``"neuron"`` torch.compile backend and ``torch.neuron``; with
@@ -22,6 +21,8 @@ import importlib.util
 import os
 import shutil
 import subprocess
+import time
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -29,27 +30,18 @@ import torch
 import torch._dynamo
 
 from backend.errors import DeviceUnavailable
+from backend.hardware import cache_layout
 from backend.hardware import env as device_env
-from backend.hardware.caches import DeviceCaches
-from backend.hardware.compile_errors import COMPILE_ERROR_MARKS, compile_error_text, is_compile_error
-from backend.hardware.metrics import (
+from backend.hardware.metrics import (  # the last three: importers take them from here
     COMPILE_EVENTS,
     NEFF_COMPILE_TIME,
     NEFF_COMPILE_TIME_PER_SECOND,
     NEFF_COUNTERS,
-    CompileEvents,
-    DeviceMetrics,
-    diff_counters,
+    compile_error_text,  # noqa: F401
+    diff_counters,  # noqa: F401
+    is_compile_error,  # noqa: F401
 )
 from backend.settings import Settings
-
-__all__ = [  # this module's own names, then those of its parts that importers take from here
-    "PROCESS_GROUP_BACKENDS", "Device", "DeviceInfo", "DeviceUnavailable", "compiler_on_path",
-    "load_torch_neuronx", "neuron_installed", "rank_device_info", "resolve_device",
-    "COMPILE_ERROR_MARKS", "compile_error_text", "is_compile_error",
-    "COMPILE_EVENTS", "NEFF_COMPILE_TIME", "NEFF_COMPILE_TIME_PER_SECOND", "NEFF_COUNTERS", "CompileEvents",
-    "DeviceCaches", "DeviceMetrics", "diff_counters",
-]
 
 PROCESS_GROUP_BACKENDS = {"neuron": "neuron", "cuda": "nccl", "cpu": "gloo"}
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -194,23 +186,19 @@ def compiler_on_path(environ=None) -> dict[str, Any]:
 
 
 class Device:
-    """The chosen device and the operations that differ per device. It holds its compile counters
-    (``metrics``: ``DeviceMetrics``) and its compile caches (``caches``: ``DeviceCaches``); their
-    calls are also the device's own."""
+    """The chosen device and the operations that differ per device: its compile counters and its
+    compile caches included."""
+
+    CACHE_SIZE_TTL = 10.0  # seconds; every open page asks for the status each second
 
     def __init__(self, info: DeviceInfo, max_compiled_shapes: int = 32, instance_cores: int | None = None):
-        """``instance_cores``: NeuronCores on the instance (None: ask the Neuron driver)."""
+        """``instance_cores``: NeuronCores on the instance (None: ask neuron-ls)."""
         self.info = info
         self._instance_cores = instance_cores
         self._core_plan = None
+        self._cache_size: tuple | None = None  # ((var, dir) pairs, read at, [bytes])
         self.dtype = _DTYPES[info.dtype]
-        neuronx = load_torch_neuronx() if info.kind == "neuron" else None
-        self.metrics, self.caches = DeviceMetrics(neuronx), DeviceCaches(info.kind)
-        m, c = self.metrics, self.caches
-        self.neff_counters, self.fallback_ops, self.neff_key_fields = m.neff_counters, m.fallback_ops, m.neff_key_fields
-        self.compile_snapshot, self.fxgraph_counters = m.compile_snapshot, m.fxgraph_counters
-        self.cache_vars, self.cache_info, self.cache_plan, self.clear_caches = (c.cache_vars, c.cache_info,
-                                                                                c.cache_plan, c.clear_caches)
+        self._neuronx = load_torch_neuronx() if info.kind == "neuron" else None
         self.configure_dynamo(max_compiled_shapes)
 
     @property
@@ -305,3 +293,103 @@ class Device:
         elif self.kind == "neuron":
             allocated, peak = torch.neuron.memory_allocated(), torch.neuron.max_memory_allocated()
         return {"rss_bytes": rss, "device_allocated_bytes": allocated, "device_peak_bytes": peak}
+
+    def neff_counters(self) -> dict[str, float]:
+        """TorchNeuron's NEFF compile-cache counters and the compiler's accumulated seconds (empty off
+        Neuron)."""
+        if self._neuronx is None:
+            return {}
+        metrics = importlib.import_module("torch_neuronx.metrics")
+        out: dict[str, float] = {key: int(metrics.get_counter_value(name) or 0) for key, name in NEFF_COUNTERS.items()}
+        data = metrics.get_metric_data(NEFF_COMPILE_TIME)  # None before the first NEFF is built
+        out["neff_compile_seconds"] = float(data["accumulator"]) / NEFF_COMPILE_TIME_PER_SECOND if data else 0.0
+        return out
+
+    def fallback_ops(self) -> list[str]:
+        """Ops that ran on the host instead of the NeuronCore since the last call (TorchNeuron's CPU
+        fallback: unsupported or failed eager ops run on the CPU silently), read and then cleared so
+        the next run starts afresh; [] off Neuron. Sorted: TorchNeuron keeps them in a set."""
+        if self._neuronx is None:
+            return []
+        ops = sorted(str(op) for op in self._neuronx.get_fallback_ops())
+        self._neuronx.clear_op_tracking()
+        return ops
+
+    def neff_key_fields(self) -> dict[str, Any]:
+        """What TorchNeuron puts in every NEFF's cache key besides the program (KernelExecution.cpp,
+        captured in neff_cache.json): the chip target, the logical-core config, the compiler's
+        optimisation level override and NEURON_CC_FLAGS. A NEFF made with other values misses; the
+        compiler's version is not in the key. None off Neuron."""
+        if self._neuronx is None:
+            return {"neuron_target": None, "lnc": None, "neuron_opt_level": None, "neuron_cc_flags": None}
+        utils = importlib.import_module("torch_neuronx.utils")
+        return {"neuron_target": str(utils.get_platform_target()), "lnc": int(utils.get_lnc_setting()),
+                "neuron_opt_level": os.environ.get("NEURON_COMPILER_OPT_LEVEL") or None,
+                "neuron_cc_flags": os.environ.get("NEURON_CC_FLAGS") or ""}
+
+    def compile_snapshot(self) -> dict[str, float]:
+        """Counters to diff around a region: dynamo graphs (+ their seconds) and NEFF compiles.
+
+        ``compile_seconds`` is every second spent compiling: dynamo's (tracing, and the backend's
+        own work) plus, on Neuron, neuronx-cc's. The neuron backend hands the compile to the first
+        execution and returns at once, so dynamo's events leave the compiler out; TorchNeuron's
+        metric has it, and the two never overlap."""
+        COMPILE_EVENTS.ensure_registered()
+        count, seconds = COMPILE_EVENTS.snapshot()
+        neff = self.neff_counters()
+        return {"graphs": count, "compile_seconds": seconds + neff.get("neff_compile_seconds", 0.0), **neff,
+                **self.fxgraph_counters()}
+
+    @staticmethod
+    def fxgraph_counters() -> dict[str, int]:
+        """Inductor's FX-graph cache lookups so far in this process: a hit skips inductor's compile
+        (dynamo still traces the graph); a miss compiles afresh."""
+        from torch._dynamo.utils import counters
+
+        inductor = counters.get("inductor", {})
+        return {"fxgraph_hits": int(inductor.get("fxgraph_cache_hit", 0)),
+                "fxgraph_misses": int(inductor.get("fxgraph_cache_miss", 0))}
+
+    def cache_vars(self) -> tuple[str, ...]:
+        """The app-owned compile caches this device uses (both NEFF caches on Neuron)."""
+        return device_env.NEURON_CACHE_VARS if self.kind == "neuron" else (device_env.INDUCTOR_CACHE_VAR,)
+
+    def cache_info(self, fresh: bool = False) -> dict[str, Any]:
+        """The compile cache folders and their sizes (re-read at most every CACHE_SIZE_TTL s:
+        walking a large NEFF cache on every status request would cost more than the status).
+
+        Returns {"bytes": total, "caches": [{"variable", "dir", "bytes"}, ...]} plus the first
+        cache's "variable" and "dir" for one-line displays."""
+        env = device_env.prepared_environment()
+        paths = tuple((var, env.get(var, "")) for var in self.cache_vars())
+        now = time.monotonic()
+        cached = self._cache_size
+        if fresh or cached is None or cached[0] != paths or now - cached[1] > self.CACHE_SIZE_TTL:
+            sizes = [device_env.dir_size(path) if path else 0 for _var, path in paths]
+            self._cache_size = cached = (paths, now, sizes)
+        caches = [{"variable": var, "dir": path, "bytes": size} for (var, path), size in zip(paths, cached[2])]
+        return {"variable": caches[0]["variable"], "dir": caches[0]["dir"],
+                "bytes": sum(c["bytes"] for c in caches), "caches": caches}
+
+    def cache_plan(self) -> list[dict[str, Any]]:
+        """What "clear compile cache" would remove, per cache: its folder, how many entries the
+        compile stack wrote there and their bytes. Nothing else is touched."""
+        plan = []
+        for cache in self.cache_info(fresh=True)["caches"]:
+            found = cache_layout.entries(cache_layout.KIND_BY_VARIABLE[cache["variable"]], cache["dir"]) \
+                if cache["dir"] else []
+            plan.append({**cache, "entries": len(found), "remove_bytes": cache_layout.size(found)})
+        return plan
+
+    def clear_caches(self) -> int:
+        """Delete what the compile stack wrote in this device's cache folders (its own layout, never
+        other files a user keeps there); returns the bytes it removed."""
+        removed = 0
+        for cache in self.cache_info(fresh=True)["caches"]:
+            folder = Path(cache["dir"]).resolve() if cache["dir"] else None
+            if folder is None or not folder.is_dir():
+                continue
+            kind = cache_layout.KIND_BY_VARIABLE[cache["variable"]]
+            removed += cache_layout.remove(folder, cache_layout.entries(kind, folder))
+        self.cache_info(fresh=True)  # the status shows the emptied folders at once
+        return removed

@@ -1,12 +1,5 @@
-"""What the compile stack counts: dynamo's compile events (every device) and, on Neuron,
-TorchNeuron's NEFF counters, the compiler's seconds, the ops that fell back to the host and the
-fields of a NEFF's cache key. ``DeviceMetrics`` is the part of ``backend.hardware.device.Device`` that reads
-them; ``backend.hardware.device`` re-exports this module's names.
-
-TorchNeuron's compile counters are ``torch_neuronx.metrics.get_counter_value("CompilationCache.*")``,
-in a submodule the package does not import (its own examples write ``import torch_neuronx.metrics``;
-``backend.hardware.device.load_torch_neuronx`` does), and read None before the first increment. Dynamo's own
-compile callbacks count torch.compile graphs on every device.
+"""What the compile stack says: dynamo's compile events (every device), TorchNeuron's NEFF counters
+and the compiler's seconds, and which errors are a compiler's (``is_compile_error``).
 
 Two counts, never added: ``graphs`` (torch.compile graphs, from dynamo, every device) and
 ``neff_compiles`` (Neuron only: every NEFF the Neuron compiler built — one or more per graph, plus
@@ -15,18 +8,17 @@ one per new eager op signature, since TorchNeuron's eager mode compiles too).
 
 from __future__ import annotations
 
-import importlib
-import os
+import re
 import threading
 import time
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 import torch._dynamo
 
 # What the app reads from TorchNeuron, each checked against a captured artefact of its source
 # (tests/standin/captures/torchneuron/*.json; tests/neuron/test_captures.py):
-NEFF_COUNTERS = {  # metrics.json: counters, None before their first increment
+NEFF_COUNTERS = {  # metrics.json: torch_neuronx.metrics.get_counter_value, None before their first increment
     "neff_compiles": "CompilationCache.TotalCompilations",
     "neff_memory_hits": "CompilationCache.InMemoryHits",
     "neff_disk_hits": "CompilationCache.PersistentHits",
@@ -36,6 +28,39 @@ NEFF_COUNTERS = {  # metrics.json: counters, None before their first increment
 # stats helper labels the sum "us", wrongly).
 NEFF_COMPILE_TIME = "CompilationCache.CompilationTime"
 NEFF_COMPILE_TIME_PER_SECOND = 1e9
+# errors.json: a failed neuronx-cc run reaches Python as a plain RuntimeError with this text
+# (ErrorHandler.cpp's HandleCompilationError, or CompilationCache.cpp's ThrowCompilationError);
+# "NRT Execution error occurred ..." is the runtime failing to run a NEFF, not a compile.
+COMPILE_ERROR_MARKS = ("Compilation error occurred on Neuron for operation=", "Compilation failed for cache key '")
+_COMPILER_MESSAGE = re.compile(r'error message="(COMPILATION FAILED: [^\n]*?)"?$', re.M)
+
+
+def is_compile_error(exc: BaseException) -> bool:
+    """True when ``exc`` (or what it wraps) is a compiler's failure rather than the model's.
+
+    dynamo reports a backend that fails while compiling as ``BackendCompilerFailed``. The neuron
+    backend compiles later, at the graph's first execution (or the next synchronize), and eager ops
+    compile as they run, so Neuron's compile errors come from the run as plain RuntimeErrors: known
+    by TorchNeuron's own words for them (``COMPILE_ERROR_MARKS``)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, torch._dynamo.exc.BackendCompilerFailed):
+            return True
+        if any(mark in str(seen) for mark in COMPILE_ERROR_MARKS):
+            return True
+        seen = getattr(seen, "inner_exception", None) or seen.__cause__
+    return False
+
+
+def compile_error_text(exc: BaseException) -> str:
+    """TorchNeuron's ``COMPILATION FAILED: <the compiler's last line>`` where the text has one, else
+    the error's first line."""
+    text = str(exc)
+    found = _COMPILER_MESSAGE.search(text)
+    if found:
+        return found.group(1)
+    lines = text.strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
 
 
 class CompileEvents:
@@ -83,70 +108,6 @@ class CompileEvents:
 
 
 COMPILE_EVENTS = CompileEvents()
-
-
-class DeviceMetrics:
-    """The compile counters of a device, held by ``backend.hardware.device.Device`` as ``metrics``;
-    ``neuronx``: the loaded TorchNeuron module (None off Neuron)."""
-
-    def __init__(self, neuronx: Any = None):
-        self._neuronx = neuronx
-
-    def neff_counters(self) -> dict[str, float]:
-        """TorchNeuron's NEFF compile-cache counters and the compiler's accumulated seconds (empty off
-        Neuron)."""
-        if self._neuronx is None:
-            return {}
-        metrics = importlib.import_module("torch_neuronx.metrics")
-        out: dict[str, float] = {key: int(metrics.get_counter_value(name) or 0) for key, name in NEFF_COUNTERS.items()}
-        data = metrics.get_metric_data(NEFF_COMPILE_TIME)  # None before the first NEFF is built
-        out["neff_compile_seconds"] = float(data["accumulator"]) / NEFF_COMPILE_TIME_PER_SECOND if data else 0.0
-        return out
-
-    def fallback_ops(self) -> list[str]:
-        """Ops that ran on the host instead of the NeuronCore since the last call (TorchNeuron's CPU
-        fallback: unsupported or failed eager ops run on the CPU silently), read and then cleared so
-        the next run starts afresh; [] off Neuron. Sorted: TorchNeuron keeps them in a set."""
-        if self._neuronx is None:
-            return []
-        ops = sorted(str(op) for op in self._neuronx.get_fallback_ops())
-        self._neuronx.clear_op_tracking()
-        return ops
-
-    def neff_key_fields(self) -> dict[str, Any]:
-        """What TorchNeuron puts in every NEFF's cache key besides the program (KernelExecution.cpp,
-        captured in neff_cache.json): the chip target, the logical-core config, the compiler's
-        optimisation level override and NEURON_CC_FLAGS. A NEFF made with other values misses; the
-        compiler's version is not in the key. None off Neuron."""
-        if self._neuronx is None:
-            return {"neuron_target": None, "lnc": None, "neuron_opt_level": None, "neuron_cc_flags": None}
-        utils = importlib.import_module("torch_neuronx.utils")
-        return {"neuron_target": str(utils.get_platform_target()), "lnc": int(utils.get_lnc_setting()),
-                "neuron_opt_level": os.environ.get("NEURON_COMPILER_OPT_LEVEL") or None,
-                "neuron_cc_flags": os.environ.get("NEURON_CC_FLAGS") or ""}
-
-    def compile_snapshot(self) -> dict[str, float]:
-        """Counters to diff around a region: dynamo graphs (+ their seconds) and NEFF compiles.
-
-        ``compile_seconds`` is every second spent compiling: dynamo's (tracing, and the backend's
-        own work) plus, on Neuron, neuronx-cc's. The neuron backend hands the compile to the first
-        execution and returns at once, so dynamo's events leave the compiler out; TorchNeuron's
-        metric has it, and the two never overlap."""
-        COMPILE_EVENTS.ensure_registered()
-        count, seconds = COMPILE_EVENTS.snapshot()
-        neff = self.neff_counters()
-        return {"graphs": count, "compile_seconds": seconds + neff.get("neff_compile_seconds", 0.0), **neff,
-                **self.fxgraph_counters()}
-
-    @staticmethod
-    def fxgraph_counters() -> dict[str, int]:
-        """Inductor's FX-graph cache lookups so far in this process: a hit skips inductor's compile
-        (dynamo still traces the graph); a miss compiles afresh. Empty where none happened."""
-        from torch._dynamo.utils import counters
-
-        inductor = counters.get("inductor", {})
-        return {"fxgraph_hits": int(inductor.get("fxgraph_cache_hit", 0)),
-                "fxgraph_misses": int(inductor.get("fxgraph_cache_miss", 0))}
 
 
 def diff_counters(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:

@@ -14,7 +14,7 @@ import re
 
 import pytest
 
-from backend.hardware.device import COMPILE_ERROR_MARKS, compile_error_text, is_compile_error
+from backend.hardware.metrics import COMPILE_ERROR_MARKS, compile_error_text, is_compile_error
 from tests.neuron.captures import load
 from tests.neuron.standin import run_py, standin_env
 
