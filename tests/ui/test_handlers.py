@@ -679,15 +679,16 @@ def test_a_demo_in_one_command_warms_every_preset_starts_the_group_and_locks(man
     assert said[-1].startswith(f"demo: ready — {len(presets)} presets warm in compiled, the tensor-parallel group")
 
 
-def test_the_embedded_models_page_says_what_it_did_not_understand_and_what_it_cannot_draw(studio, manager, tmp_path):
+def test_the_embedded_models_page_says_what_it_did_not_understand_and_what_it_cannot_draw(studio, manager, tmp_path,
+                                                                                          monkeypatch):
     """A prompt partly outside the grammar: the run line names the words not understood, what was
     made up, and the closest example; a size past training says before the click what really
     happens and offers the nearest preset."""
     from backend.models.card import card_for
 
     manager.card = card_for("embedded", tmp_path)  # the scene grammar and its ~256 px presets
-    reads, read = [], manager.card.read_prompt
-    manager.card.read_prompt = lambda *a, **k: reads.append(a) or read(*a, **k)
+    reads, read = [], type(manager.card).read_prompt
+    monkeypatch.setattr(type(manager.card), "read_prompt", lambda *a, **k: reads.append(a) or read(*a, **k))
     studio.studio_tab.examples = ["a red circle on a blue background", "a blue star in the middle, on an orange background"]
     _p, info, record, *_ = studio.studio_tab.generate_from_page("a cat on orange", 256, 256, "eager", 4, 1.0, 1, False, [])
     assert record["typed"] == "a cat on orange" and len(reads) == 1  # the prompt is read once, by the service
