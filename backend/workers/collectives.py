@@ -1,7 +1,7 @@
 """The ranks' collectives over the gloo control group, outside the model: a job broadcast from
 rank 0 and the ranks' reports gathered to it, each one collective of a fixed size, as JSON bytes
 (nothing is pickled); every rank's compile counters folded into one record; and whether an error
-is a broken collective."""
+is a broken collective. ``Rank`` is what a rank knows about itself (its control group among it)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,22 @@ import dataclasses
 import json
 from typing import Any
 
-from backend.workers.distributed import Rank
+
+@dataclasses.dataclass
+class Rank:
+    """What one rank knows about itself after ``backend.workers.worker.init_distributed``."""
+
+    rank: int
+    local_rank: int
+    world: int
+    core: int | None
+    settings: Any  # backend.settings.Settings
+    device: Any  # backend.hardware.device.Device
+    mesh: Any  # DeviceMesh
+    control: Any  # the gloo process group for jobs and stop votes
+
 
 _JOB_LEN = 8
-
-
 REFERENCE_JOB_BYTES = 512  # one reference described in a job (its hash, sizes, fit; its pixels go apart)
 
 

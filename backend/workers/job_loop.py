@@ -8,8 +8,7 @@ import os
 import time
 
 from backend.launch import protocol as proto
-from backend.workers.collectives import _bcast_json, _collective_broken, every_ranks_compiles
-from backend.workers.distributed import Rank
+from backend.workers.collectives import Rank, _bcast_json, _collective_broken, every_ranks_compiles
 from backend.workers.rank0_server import Rank0Server
 
 

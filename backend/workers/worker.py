@@ -10,7 +10,10 @@ or with ``role`` replica one rank of the replica pool that loads the whole pipel
     NEURON_STUDIO_TP_TOKEN=$(openssl rand -hex 32) \\
     torchrun --standalone --nproc_per_node=2 --monitor-interval=0.5 -m backend.workers.worker
 
-Phases, as vLLM's worker names them:
+First each rank writes its output to ``<run_dir>/rank<N>.log``, beats a heartbeat counter into
+``<run_dir>/rank<N>.heartbeat`` from a thread (so the app can tell a rank that is silent because it
+compiles from one that is stopped or frozen), and exits when the app's process is gone. Then the
+phases, as vLLM's worker names them:
 
 1. ``init_distributed`` — before torch loads, (on Neuron) claim NeuronCore ``cores[LOCAL_RANK]`` from
    the app's core plan and set the app's cache variables; then initialise the process group
@@ -25,41 +28,202 @@ Phases, as vLLM's worker names them:
    and their global and local shapes);
 3. ``warm_up`` — compile (eager / compiled / regional, the in-process engine's modes) and run the
    configured shapes;
-4. ``serve`` — rank 0 alone talks to the outside: it serves the Unix socket (0600 in a private
-   directory; ``backend.launch.protocol``), answers health/cancel at once from a connection thread, and
-   hands generate/shutdown jobs to its main loop, which broadcasts each job to every rank as JSON
-   bytes over the control group (nothing is pickled). All ranks run the same pipeline call; at
-   every step they agree (an all-reduce) on whether to stop, so a cancel never leaves a rank behind
-   in a collective. Rank 0 streams step progress and returns the pixels.
-
-Each rank writes its output to ``<run_dir>/rank<N>.log``, beats a heartbeat counter into
-``<run_dir>/rank<N>.heartbeat`` from a thread (so the app can tell a rank that is silent because it
-compiles from one that is stopped or frozen), and exits when the app's process is gone.
+4. ``serve`` (``backend.workers.job_loop``) — rank 0 alone talks to the outside: it serves the Unix
+   socket (``backend.workers.rank0_server``), answers health/cancel at once, and hands
+   generate/shutdown jobs to its main loop, which broadcasts each job to every rank as JSON bytes
+   over the control group (``backend.workers.collectives``). All ranks run the same pipeline call;
+   at every step they agree (an all-reduce) on whether to stop, so a cancel never leaves a rank
+   behind in a collective. Rank 0 streams step progress and returns the pixels.
 
 A failed request is answered and the group serves on, except where the failure may have left a
 collective half done: a broken gloo/NCCL collective, and on Neuron any exception raised after the
 job reached every rank (a Neuron collective error does not say it is one). Then the rank answers
 with ``group_ending`` and exits; the app restarts the group. A cancel (agreed by every rank at a
 step boundary) and a warm-only refusal (the same graphs on every rank) are not such failures.
-
-This module is the entry point (``main`` strings the phases together); each phase is a module of
-its own: ``rank_process`` (the log, heartbeat and parent watch), ``distributed`` (1), ``loading``
-(2 and 3), ``job_loop`` (4) with ``rank0_server`` (rank 0's socket) and ``collectives`` (the
-control group's broadcasts and gathers).
 """
 
 from __future__ import annotations
 
 import os
+import sys
+import threading
 import time
+from datetime import timedelta
+from typing import Any
 
 from backend.launch import protocol as proto
-from backend.workers.collectives import _gather_json, job_bytes
-from backend.workers.distributed import init_distributed
+from backend.workers.collectives import Rank, _gather_json, job_bytes
 from backend.workers.job_loop import record_exit, serve
-from backend.workers.loading import load_sharded, shard_report, warm_up
 from backend.workers.rank0_server import Rank0Server
-from backend.workers.rank_process import _heartbeat, _redirect_output, _watch_parent
+
+
+def _redirect_output(run_dir: str, rank: int) -> None:
+    log = open(os.path.join(run_dir, f"rank{rank}.log"), "a", buffering=1, encoding="utf-8")
+    os.dup2(log.fileno(), 1)
+    os.dup2(log.fileno(), 2)
+    sys.stdout = sys.stderr = log
+
+
+def _heartbeat(run_dir: str, rank: int, interval: float) -> None:
+    """Count up in ``rank<N>.heartbeat`` every ``interval`` seconds, from a thread: a stopped or
+    frozen process stops counting; one busy in a compile (which releases the GIL) keeps on."""
+    path = os.path.join(run_dir, f"rank{rank}.heartbeat")
+
+    def beat() -> None:
+        count = 0
+        while True:
+            count += 1
+            try:
+                with open(path + ".tmp", "w", encoding="ascii") as handle:
+                    handle.write(str(count))
+                os.replace(path + ".tmp", path)
+            except OSError:
+                pass
+            time.sleep(interval)
+
+    threading.Thread(target=beat, name="heartbeat", daemon=True).start()
+
+
+def _watch_parent(pid: int, run_dir: str = "", rank: int = 0, interval: float = 1.0,
+                  exit_process=os._exit) -> threading.Thread | None:
+    """Exit when the app is gone (the 'death pipe' of vLLM, by polling the parent's pid). The app
+    cannot clean up after a SIGKILL, so the ranks do: before exiting, they remove the group's
+    private run dir (socket, logs, heartbeats), rank 0 first of all; ``protocol.remove_run_dir``
+    removes nothing but such a dir."""
+    if not pid:
+        return None
+
+    def watch() -> None:
+        while True:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                print(f"app process {pid} is gone; exiting", flush=True)
+                if run_dir:
+                    removed = proto.remove_run_dir(run_dir, attempts=10 if rank == 0 else 2)
+                    print(f"run dir {run_dir} {'removed' if removed else 'not removed'}", flush=True)
+                exit_process(3)
+                return
+            except PermissionError:
+                pass
+            time.sleep(interval)
+
+    thread = threading.Thread(target=watch, name="parent-watch", daemon=True)
+    thread.start()
+    return thread
+
+
+def init_distributed(cfg: proto.WorkerConfig, rank: int, local_rank: int, world: int) -> Rank:
+    from backend.hardware import env as device_env
+
+    # Before torch loads: this rank's NeuronCore, and the app's cache variables.
+    kind = cfg.settings["device"]
+    cores = [int(c) for c in cfg.cores]
+    os.environ.update(device_env.tp_rank_environment(kind, cores, local_rank))
+    device_env.prepare_environment(os.path.expanduser(cfg.settings["cache_dir"]), cfg.settings["compile_timeout"])
+
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import DeviceMesh
+
+    from backend.hardware.device import Device, rank_device_info
+    from backend.settings import Settings
+
+    if cfg.threads:
+        torch.set_num_threads(int(cfg.threads))  # replicas on one CPU share its cores
+
+    settings = Settings.from_json(cfg.settings)
+    info = rank_device_info(settings)  # the app's choice; asks the device nothing
+    if info.kind == "cuda":
+        torch.cuda.set_device(local_rank)
+    # Before anything touches the device (TorchNeuron refuses a process group after that), with a
+    # timeout of minutes: a rank stuck in a collective fails the request, not the demo. On Neuron
+    # the watchdog's clock starts when a collective is enqueued and eager ops compile one at a time
+    # ahead of it, so a cold shape may hold a collective for a whole compile: the timeout is at
+    # least the compile allowance there. A replica (one rank) has no peer to talk to: gloo, not
+    # TorchNeuron's process group (whose init takes a root-comm port and an NRT barrier, and
+    # replicas started together would race for the port).
+    timeout = settings.tp_collective_timeout
+    if info.kind == "neuron":
+        timeout = max(timeout, settings.compile_timeout)
+    backend = "gloo" if world == 1 else info.process_group_backend
+    dist.init_process_group(backend=backend, timeout=timedelta(seconds=timeout))
+    device = Device(info, max_compiled_shapes=settings.max_compiled_shapes)
+    device.bind_rank(local_rank)  # the index the runtime gave this rank (neuron:LOCAL_RANK)
+    # Jobs and the per-step stop vote travel over gloo on CPU tensors; an idle group may wait for
+    # days between requests.
+    control = dist.new_group(backend="gloo", timeout=timedelta(days=3650))
+    mesh = DeviceMesh(info.kind, list(range(world))) if cfg.role == "tp" else None  # a replica shards nothing
+    return Rank(rank, local_rank, world, cores[local_rank] if cores else None, settings, device, mesh, control)
+
+
+def load_sharded(cfg: proto.WorkerConfig, me: Rank):
+    """The pipeline with its transformer sharded across the mesh (an in-process engine, loaded); a
+    replica (``role`` replica, one rank) loads it whole, as the app would in process."""
+    from backend.engines.in_process import InProcessEngine
+
+    def sharded(device, model_path: str):
+        import contextlib
+
+        from diffusers import Flux2KleinPipeline, Flux2Transformer2DModel
+        from diffusers.models._modeling_parallel import TensorParallelConfig
+
+        from backend.workers.cpu_shim import cpu_tensor_parallel
+
+        shim = cpu_tensor_parallel(device.kind) if device.kind == "cpu" else contextlib.nullcontext()
+        with shim:
+            transformer = Flux2Transformer2DModel.from_pretrained(
+                model_path, subfolder="transformer", dtype=device.dtype,
+                parallel_config=TensorParallelConfig(mesh=me.mesh))
+        pipe = Flux2KleinPipeline.from_pretrained(model_path, transformer=transformer, dtype=device.dtype)
+        for name in ("text_encoder", "vae"):  # the sharded transformer is already placed
+            getattr(pipe, name).to(device.info.torch_device)
+        return pipe
+
+    engine = InProcessEngine(me.device, cfg.model_path, loader=None if cfg.role == "replica" else sharded)
+    engine.load()
+    return engine
+
+
+def shard_report(module, me: Rank) -> dict[str, Any]:
+    """What this rank holds of ``module``: bytes of its local parameters, split into sharded (DTensor
+    shards, with global and local shapes and the split dimension) and replicated."""
+    from torch.distributed.tensor import DTensor, Shard
+
+    sharded, sharded_bytes, replicated_bytes = [], 0, 0
+    for name, param in module.named_parameters():
+        tensor = param if isinstance(param, DTensor) else param.data
+        local = tensor.to_local() if isinstance(tensor, DTensor) else tensor
+        dims = [p.dim for p in tensor.placements if isinstance(p, Shard)] if isinstance(tensor, DTensor) else []
+        nbytes = local.numel() * local.element_size()
+        if dims:
+            sharded.append({"name": name, "global_shape": list(tensor.shape), "local_shape": list(local.shape),
+                            "dim": dims[0]})
+            sharded_bytes += nbytes
+        else:
+            replicated_bytes += nbytes
+    return {"rank": me.rank, "pid": os.getpid(), "core": me.core, "device": me.device.info.torch_device,
+            "transformer_bytes": sharded_bytes + replicated_bytes,
+            "sharded_bytes": sharded_bytes, "replicated_bytes": replicated_bytes, "sharded": sharded}
+
+
+def warm_up(cfg: proto.WorkerConfig, run, me: Rank) -> list[dict[str, Any]]:
+    """The shapes the app asked the group to warm before READY (settings the app checked)."""
+    from backend.request.records import GenerationRequest
+    from backend.request.references import blank_references
+    from backend.settings import TP_MODE
+    from backend.shapes import parse_signature
+
+    stats = []
+    for text in cfg.warm:
+        shape = parse_signature(text)
+        request = GenerationRequest("warm-up", shape.height, shape.width, me.settings.steps, me.settings.guidance,
+                                    0, me.settings.runs_as(TP_MODE), count=shape.count,
+                                    references=blank_references(shape))
+        out = run(request)
+        stats.append({"shape": text, "compiles": out.compiles, "compile_seconds": out.compile_seconds,
+                      "seconds": out.seconds})
+    return stats
 
 
 def main() -> None:

@@ -207,7 +207,7 @@ def _dead_pid() -> int:
 
 
 def test_a_rank_removes_the_run_dir_when_the_app_is_gone(tmp_path):
-    from backend.workers.rank_process import _watch_parent
+    from backend.workers.worker import _watch_parent
 
     run_dir = _run_dir(tmp_path, "tp.sock", "rank0.log", "rank0.heartbeat")
     exits = []
@@ -218,7 +218,7 @@ def test_a_rank_removes_the_run_dir_when_the_app_is_gone(tmp_path):
 
 @pytest.mark.parametrize("layout", ["no prefix", "no socket or logs", "a link", "missing"])
 def test_a_rank_removes_only_a_run_dir(tmp_path, layout):
-    from backend.workers.rank_process import _watch_parent
+    from backend.workers.worker import _watch_parent
 
     target = tmp_path / "target"
     target.mkdir()
@@ -244,7 +244,7 @@ def test_a_rank_process_cleans_up_after_its_app_is_killed(tmp_path):
     """The real thing without torchrun: a 'rank' watches an 'app' process, which is SIGKILLed."""
     run_dir = _run_dir(tmp_path, "tp.sock", "rank0.log", "torchrun.log")
     app = _sleeper()
-    script = ("import sys, time; sys.path.insert(0, sys.argv[3]); from backend.workers.rank_process import _watch_parent; "
+    script = ("import sys, time; sys.path.insert(0, sys.argv[3]); from backend.workers.worker import _watch_parent; "
               "_watch_parent(int(sys.argv[1]), sys.argv[2], 0, interval=0.05); time.sleep(60)")
     rank = subprocess.Popen([sys.executable, "-c", script, str(app.pid), run_dir, str(ROOT)],
                             stdout=subprocess.PIPE, text=True)
