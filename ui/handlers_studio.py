@@ -11,9 +11,8 @@ import gradio as gr
 
 from backend.errors import InvalidRequest
 from backend.images.pngmeta import read_png_parameters
-from backend.request.references import check_count, reference_sizes
-from backend.request.validation import check_work, work
-from backend.shapes import Shape, validate_shape
+from backend.request.validation import work
+from backend.shapes import Shape
 from ui.handlers_base import Door, Runs, _info, _warning, _whole, refusals
 from ui.i18n import error_message, language, text
 from ui.temp_dir import discard_upload, is_upload
@@ -173,12 +172,8 @@ class StudioTab:
             return engine, cost, badges, tp_badge, gr.update(interactive=True), end_compile
         steps = steps if isinstance(steps, (int, float)) and steps >= 1 else None
         bounds = self.manager.settings
-        try:
-            shape = validate_shape(height, width, bounds.min_size, bounds.max_size)
-            # the signature: a batch and the references' fitted sizes (their headers only are read)
-            shape = shape.with_inputs(check_count(count), reference_sizes(self.runs.page_files(references),
-                                                                          self.manager.reference_sizes))
-            check_work(bounds, shape, int(steps or bounds.steps))  # --max-work, stated before the click
+        try:  # the service's own checks of the signature (the references' headers only are read)
+            shape, _steps = self.manager.signature(height, width, steps, count, self.runs.page_files(references))
         except InvalidRequest as exc:
             shape, error = None, error_message(exc, lang)
         else:

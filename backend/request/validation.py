@@ -64,6 +64,28 @@ def check_sequence(shape: Shape, budget: int) -> None:
                                        "references, or a smaller size")
 
 
+def check_signature(s: Settings, height: Any, width: Any, steps: Any = None, count: Any = None,
+                    references: tuple = ()) -> tuple[Shape, int]:
+    """The checks of a request's signature and steps (size, aspect, steps, batch, references, work),
+    for ``validate_request`` and for the cost line before a click: (the signature, the steps)."""
+    shape = validate_shape(height, width, s.min_size, s.max_size)
+    long_side, short_side = max(shape.height, shape.width), min(shape.height, shape.width)
+    if long_side > s.max_aspect * short_side:
+        fitted = int(short_side * s.max_aspect) // 16 * 16
+        nearest = (f"{fitted}x{shape.height}" if shape.width > shape.height else f"{shape.width}x{fitted}")
+        raise InvalidRequest("size", f"aspect ratio {long_side / short_side:.2f}:1 is beyond {s.max_aspect:g}:1; "
+                                     f"nearest valid size is {nearest}")
+    steps = s.steps if steps is None else whole_number("steps", steps)
+    if not 1 <= steps <= s.max_steps:
+        raise InvalidRequest("steps", f"must be between 1 and {s.max_steps}, got {show_value(steps)}")
+    count, references = check_count(count), tuple(references)
+    if len(references) > s.max_references:
+        raise InvalidRequest("images", f"{len(references)} reference images; at most {s.max_references} per request")
+    shape = shape.with_inputs(count, (r.size for r in references))
+    check_work(s, shape, steps)
+    return shape, steps
+
+
 def validate_request(s: Settings, modes: Iterable[str], prompt: Any, height: Any, width: Any, steps: Any = None,
                      guidance: Any = None, seed: Any = None, mode: Any = None,
                      count_tokens: Callable[[str], int] | None = None, count: Any = None,
@@ -89,27 +111,12 @@ def validate_request(s: Settings, modes: Iterable[str], prompt: Any, height: Any
         if ord(ch) in _BIDI_CONTROLS:  # they reorder how the prompt reads on a page, a PNG viewer, a log
             raise InvalidRequest("prompt", f"contains the bidirectional control character U+{ord(ch):04X} at "
                                            f"position {pos}")
-    shape = validate_shape(height, width, s.min_size, s.max_size)
-    long_side, short_side = max(shape.height, shape.width), min(shape.height, shape.width)
-    if long_side > s.max_aspect * short_side:
-        fitted = int(short_side * s.max_aspect) // 16 * 16
-        nearest = (f"{fitted}x{shape.height}" if shape.width > shape.height else f"{shape.width}x{fitted}")
-        raise InvalidRequest("size", f"aspect ratio {long_side / short_side:.2f}:1 is beyond {s.max_aspect:g}:1; "
-                                     f"nearest valid size is {nearest}")
     if count_tokens is not None:
         tokens = count_tokens(text)
         if tokens > s.max_prompt_tokens:
             raise InvalidRequest("prompt", f"is {tokens} tokens with the chat template; the text encoder reads "
                                            f"{s.max_prompt_tokens}, so the end would be cut off — shorten it")
-
-    steps = s.steps if steps is None else whole_number("steps", steps)
-    if not 1 <= steps <= s.max_steps:
-        raise InvalidRequest("steps", f"must be between 1 and {s.max_steps}, got {show_value(steps)}")
-    count = check_count(count)
-    references = tuple(references)
-    if len(references) > s.max_references:
-        raise InvalidRequest("images", f"{len(references)} reference images; at most {s.max_references} per request")
-    check_work(s, shape.with_inputs(count, (r.size for r in references)), steps)
+    shape, steps = check_signature(s, height, width, steps, count, references)
 
     if guidance is None:
         guidance = s.guidance
@@ -128,5 +135,5 @@ def validate_request(s: Settings, modes: Iterable[str], prompt: Any, height: Any
     mode = s.mode if mode in (None, "") else mode
     if mode not in modes:
         raise InvalidRequest("mode", f"must be one of {', '.join(modes)}, got {show_value(mode)}")
-    return GenerationRequest(text, shape.height, shape.width, steps, guidance, seed, mode, count=count,
-                             references=references)
+    return GenerationRequest(text, shape.height, shape.width, steps, guidance, seed, mode, count=shape.count,
+                             references=tuple(references))

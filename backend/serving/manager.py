@@ -28,7 +28,7 @@ from backend.errors import (
 )
 from backend.request.records import GenerationRequest, GenerationResult, ProgressEvent
 from backend.request.references import blank_references, load_references, planned_references, sequence_budget, sizes_for
-from backend.request.validation import check_sequence, validate_request
+from backend.request.validation import check_sequence, check_signature, validate_request
 from backend.serving import compile_state as cs
 from backend.serving.admission import Admission, PlaceBook
 from backend.serving.caches import CacheOps
@@ -283,6 +283,17 @@ class Manager:
             # A model with a prompt grammar is given the caption it understands; the record keeps both.
             request = dataclasses.replace(request, prompt=reading.caption, typed=request.prompt, reading=reading)
         return request
+
+    def signature(self, height: Any, width: Any, steps: Any = None, count: Any = None,
+                  images: Any = None) -> tuple[Shape, int]:
+        """What the cost line asks before a click: the signature and steps a run of these fields would
+        have, checked as ``validate`` checks them (size, aspect, steps, batch, the references from
+        their headers, work, the sequence budget) — no prompt, nothing decoded — or InvalidRequest."""
+        planned = planned_references(images, self.reference_sizes, self.settings.reference_fit,
+                                     self.settings.max_references)
+        shape, steps = check_signature(self.settings, height, width, steps, count, planned)
+        check_sequence(shape, self.sequence_budget)
+        return shape, steps
 
     def plan(self, fields: dict[str, Any]) -> tuple[GenerationRequest, dict[str, Any]]:
         """A door's raw ``fields`` checked (``validate``) and priced (``predict``) before they run — the

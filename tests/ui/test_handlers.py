@@ -59,7 +59,11 @@ def test_bad_sizes_are_calm_notices_with_the_fix(studio, manager, width, message
     # And the Generate button waits while the cost line says the click would be refused.
     generate = studio.studio_tab.refresh_studio("eager", width, 128, 4)[4]
     assert generate == gr.update(interactive=False)
-    assert studio.studio_tab.refresh_studio("eager", 1008, 128, 4)[4] == gr.update(interactive=True)
+    assert studio.studio_tab.refresh_studio("eager", 512, 128, 4)[4] == gr.update(interactive=True)
+    # The cost line asks the service's own checks: 1008x128 (past the 4:1 aspect bound) waits too, as
+    # its click would be refused (the page's checks had left the aspect out).
+    engine, cost, *_rest, generate, _end = studio.studio_tab.refresh_studio("eager", 1008, 128, 4)
+    assert "aspect ratio" in cost and generate == gr.update(interactive=False)
     assert not manager.records and not manager.status().shapes  # refused before anything ran
 
 
