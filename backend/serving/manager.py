@@ -464,11 +464,28 @@ class Manager:
         """Its page has closed: end that owner's jobs (as its Stop would). Returns how many."""
         return len(self.board.cancel(owner, everyone=False)) if owner is not None else 0
 
-    def compare(self, request: GenerationRequest, modes: Iterable[str], progress: ProgressFn | None = None,
-                caller: Caller = LOCAL_OPERATOR, save: bool = True) -> list[dict[str, Any]]:
-        """Run one request through several modes, one job each (``backend.serving.compare.compare``)."""
-        from backend.serving.compare import compare
-        return compare(self, request, modes, progress, caller, save)
+    def compare(self, request: GenerationRequest | dict[str, Any], modes: Iterable[str],
+                progress: ProgressFn | None = None, caller: Caller = LOCAL_OPERATOR,
+                save: bool = True) -> list[dict[str, Any]]:
+        """Compare: one request (validated, or its raw fields) through two or three modes, each one run
+        for ``caller`` (its own job on the board). Each entry: mode, image, result, and the largest
+        pixel difference (0-255) from the first mode's image."""
+        import numpy as np
+
+        request = self.validate(**request) if isinstance(request, dict) else request
+        modes = list(dict.fromkeys(modes))
+        if not 2 <= len(modes) <= 3:
+            raise InvalidRequest("modes", f"choose two or three modes to compare, got {len(modes)}")
+        entries, first = [], None
+        for mode in modes:
+            if mode not in self.modes:
+                raise InvalidRequest("mode", f"must be one of {', '.join(self.modes)}, got {mode!r}")
+            image, result = self.run(dataclasses.replace(request, mode=mode), caller, progress, save=save)
+            pixels = np.asarray(image.convert("RGB"), dtype=np.int16)
+            first = pixels if first is None else first
+            entries.append({"mode": mode, "image": image, "result": result,
+                            "max_diff": int(np.abs(pixels - first).max())})
+        return entries
 
     def save_image(self, image, result: GenerationResult, name=None) -> str:
         """Write the run's PNGs to the output folder, or where ``name(result, index)`` says
