@@ -4,30 +4,21 @@ and which each replica gets.
 Why a plan (Neuron Runtime configuration guide, 2.33, "NeuronCore allocation"): "By default, Neuron
 Runtime initializes all the cores present in the system and reserves them for the current
 process", and a reserved core "cannot be used by another process at all" until that process exits.
-A process limits itself with ``NEURON_RT_VISIBLE_CORES`` ("3", "0-3", "0,2"), read when its runtime
-starts. So:
+A process limits itself with ``NEURON_RT_VISIBLE_CORES``, read when its runtime starts. So the app
+claims exactly its own cores before torch loads (``--neuron-cores``), each tensor-parallel rank and
+each replica gets one core of the rest in its own ``NEURON_RT_VISIBLE_CORES`` (TorchNeuron would
+default a rank to core LOCAL_RANK, which may be the app's), no two of them share a core (each
+engine holds its ``claim`` until its processes exit), and a count that does not fit is refused
+before anything starts, naming what fits. Serving in process while the group is down uses the
+app's cores only, so a restarted group finds its cores free once the dead ranks have exited.
 
-- the app process claims exactly its own cores (``--neuron-cores``, default one core, "0"), set in
-  its environment before torch loads (``backend.hardware.env``);
-- tensor-parallel rank r gets one core, the r-th core the app does not hold, in its own
-  ``NEURON_RT_VISIBLE_CORES`` (TorchNeuron would default a rank to core LOCAL_RANK, which may be
-  the app's);
-- replica i (``--replicas N``) gets one core, after the app's and the group's: app, ranks and
-  replicas never share a core (``claim``; each engine holds its claim until its processes exit);
-- a degree or a replica count that does not fit the instance is refused before anything starts,
-  naming what fits;
-- serving in process while the group is down uses the app's cores only, so a restarted group
-  finds its cores free once the dead ranks have exited.
-
-How big the instance is, in logical cores, with its devices and their HBM, comes from ``neuron-ls``
-or ``--neuron-instance-cores`` (``backend.hardware.neuron_ls``, whose names this module re-exports); unknown,
-tensor parallelism is refused up front with a message naming ``--neuron-instance-cores``.
-
-With the devices known, the plan keeps a launched engine's cores on one device where they fit
-(a tensor-parallel group then talks over one chip), and the app's own default core is the last one
-of the instance, so the groups start from core 0. At LNC=1 two NeuronCores share one HBM bank (a
-Trainium2 device has four 24 GB banks for its 8 physical cores) and FLUX.2-klein-4B in bf16 needs
-about 16 GB: each process then gets a whole bank — the first core of a pair, the second left idle.
+The instance's size comes from ``backend.hardware.neuron_ls``; unknown, tensor parallelism is
+refused up front naming ``--neuron-instance-cores``. With the devices known, a launched engine's
+cores stay on one device where they fit (a tensor-parallel group then talks over one chip), and the
+app's default core is the instance's last, so the groups start from core 0. At LNC=1 two
+NeuronCores share one HBM bank (a Trainium2 device has four 24 GB banks for its 8 physical cores)
+and FLUX.2-klein-4B in bf16 needs about 16 GB: each process then gets a whole bank — the first core
+of a pair, the second left idle.
 
 Pure Python, no torch: the app builds the plan before torch (and TorchNeuron) load.
 """
@@ -37,23 +28,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from backend.core_lists import check_on_instance, format_cores, parse_cores
-from backend.hardware.neuron_ls import (
-    INSTANCE_FLAG,
-    LNC_VAR,
-    InstanceCores,
-    NeuronDevice,
-    detect_instance_cores,
-    parse_neuron_ls,
-    parse_neuron_ls_json,
-)
-
-__all__ = [  # this module's own names, then backend.hardware.neuron_ls's that importers take from here
-    "VISIBLE_CORES_VAR", "CorePlan", "CoresDoNotFit", "claim_app_cores", "default_app_cores", "make_plan",
-    "plan_text",
-    "INSTANCE_FLAG", "LNC_VAR", "InstanceCores", "NeuronDevice", "detect_instance_cores", "format_cores",
-    "parse_cores", "parse_neuron_ls", "parse_neuron_ls_json",
-]
+from backend.core_lists import check_on_instance, format_cores
+from backend.hardware.neuron_ls import INSTANCE_FLAG, InstanceCores, detect_instance_cores
 
 VISIBLE_CORES_VAR = "NEURON_RT_VISIBLE_CORES"
 
@@ -172,15 +148,11 @@ class CorePlan:
             return f" (logical; {self.instance.physical} physical at LNC {self.instance.lnc})"
         return ""
 
-    def describe(self, degree: int | None = None, heads: int | None = None,
-                 wanted: dict[str, tuple[int, int | None]] | None = None) -> dict[str, Any]:
+    def describe(self, wanted: dict[str, tuple[int, int | None]]) -> dict[str, Any]:
         """JSON-able view for doctor, the status and the System tab. ``wanted``: owner -> (count,
-        heads) that each engine would start with (``degree``/``heads``: the tensor-parallel one's);
-        ``engines`` says per owner which cores it holds or would get, or why it does not fit."""
+        heads) that each engine would start with; ``engines`` says per owner which cores it holds or
+        would get, or why it does not fit."""
         free = self.free_cores()
-        wanted = dict(wanted or {})
-        if degree and "tensor-parallel" not in wanted:
-            wanted["tensor-parallel"] = (degree, heads)
         engines: dict[str, dict[str, Any]] = {}
         for owner, (count, owner_heads) in wanted.items():
             entry: dict[str, Any] = {"count": count, "cores": None, "error": None,

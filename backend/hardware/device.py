@@ -213,14 +213,9 @@ class Device:
         if self.kind != "neuron":
             return None
         if self._core_plan is None:
-            from backend.hardware.core_plan import (
-                CorePlan,
-                InstanceCores,
-                default_app_cores,
-                detect_instance_cores,
-                make_plan,
-                parse_cores,
-            )
+            from backend.core_lists import parse_cores
+            from backend.hardware.core_plan import CorePlan, default_app_cores, make_plan
+            from backend.hardware.neuron_ls import InstanceCores, detect_instance_cores
 
             instance = detect_instance_cores(self._instance_cores)
             own = os.environ.get(device_env.VISIBLE_CORES_VAR) or default_app_cores(instance)

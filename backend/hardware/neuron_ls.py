@@ -1,18 +1,13 @@
-"""What ``neuron-ls`` says about the instance's NeuronCores, read into ``InstanceCores``; and the
-core-list notation ("3", "0-3", "0,2") that its NEURON CORE IDS column shares with
-``NEURON_RT_VISIBLE_CORES`` (``parse_cores``, ``format_cores``).
+"""How big the instance is, in the cores ``NEURON_RT_VISIBLE_CORES`` counts: what ``neuron-ls`` says,
+read into ``InstanceCores`` (``detect_instance_cores``; ``--neuron-instance-cores`` overrides it).
 
-How big the instance is, in the cores ``NEURON_RT_VISIBLE_CORES`` counts (``detect_instance_cores``),
-read from what the Neuron tools really print (captured on trn1/trn2 instances, with their sources, in
-``tests/standin/captures/neuron-ls/``): ``neuron-ls --json-output`` gives one object per Neuron
-device with ``nc_count`` (the *logical* NeuronCores at the LNC in force: 4 per Trainium2 device at
-LNC=2), ``neuroncore_ids``, ``memory_size`` (bytes) and, on newer tools, ``logical_neuroncore_config``
-and ``instance_type``. The text table (the fallback) has the same counts: its NEURON CORES column is
-already the logical count, with a NEURON CORE IDS range (tools 2.25+); a 2.21 beta printed the
-physical count there and a LOGICAL NC column beside it; 2.21-2.24 printed no id column (ids are then
-counted up device by device). ``--neuron-instance-cores`` overrides it all. Unknown, tensor
-parallelism is refused up front (``backend.hardware.core_plan``) with a message naming
-``--neuron-instance-cores``, rather than a rank dying at runtime start on a core that does not exist.
+Read from what the Neuron tools really print (captured on trn1/trn2 instances, with their sources,
+in ``tests/standin/captures/neuron-ls/``): ``neuron-ls --json-output`` gives one object per device
+with ``nc_count`` (the *logical* NeuronCores at the LNC in force: 4 per Trainium2 device at LNC=2),
+``neuroncore_ids``, ``memory_size`` and, on newer tools, ``logical_neuroncore_config`` and
+``instance_type``. The text table (the fallback) has the same counts: NEURON CORES is logical, with
+a NEURON CORE IDS range (tools 2.25+); a 2.21 beta printed the physical count there and a LOGICAL
+NC column beside it; 2.21-2.24 printed no id column (ids are then counted up device by device).
 The driver's sysfs is not read: its ``core_count`` is undocumented as to physical or logical, and
 driver 2.31 moved its nodes.
 

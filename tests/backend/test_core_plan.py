@@ -6,18 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from backend.hardware.core_plan import (
-    CoresDoNotFit,
-    InstanceCores,
-    default_app_cores,
-    detect_instance_cores,
-    format_cores,
-    make_plan,
-    parse_cores,
-    parse_neuron_ls,
-    parse_neuron_ls_json,
-    plan_text,
-)
+from backend.core_lists import format_cores, parse_cores
+from backend.hardware.core_plan import CoresDoNotFit, default_app_cores, make_plan, plan_text
+from backend.hardware.neuron_ls import InstanceCores, detect_instance_cores, parse_neuron_ls, parse_neuron_ls_json
 from backend.settings import load_settings
 from tests.neuron.captures import text
 
@@ -49,7 +40,7 @@ def test_a_degree_that_does_not_fit_is_refused_naming_what_fits():
     text = str(exc.value)
     assert "4 tensor-parallel ranks need 4 NeuronCores" in text and "app holds 0" in text
     assert "degrees that fit are 1, 2" in text  # 3 fits the cores but does not divide 4 heads
-    described = make_plan("0-1", 4).describe(degree=4, heads=4)
+    described = make_plan("0-1", 4).describe({"tensor-parallel": (4, 4)})
     tp = described["engines"]["tensor-parallel"]
     assert tp["cores"] is None and "degrees that fit are 1, 2" in tp["error"]
 
@@ -59,7 +50,7 @@ def test_unknown_instance_size_refuses_tensor_parallel_naming_the_flag():
     assert plan.free_cores() is None
     with pytest.raises(CoresDoNotFit, match="count is unknown.*--neuron-instance-cores N: logical cores"):
         plan.cores_for("tensor-parallel", 2)
-    assert "instance size unknown" in plan_text(plan.describe(2, 24))
+    assert "instance size unknown" in plan_text(plan.describe({"tensor-parallel": (2, 24)}))
 
 
 def test_settings_check_app_cores_against_the_instance():
@@ -133,7 +124,7 @@ def test_a_group_stays_on_one_chip_where_one_has_room():
     assert plan.app_cores == (63,)
     plan.claim("replicas", 3)  # 0-2 on chip 0
     assert _tp(plan, 4, heads=24) == [4, 5, 6, 7]  # chip 1, not 3 and 4-6 across two chips
-    assert "HBM 24 GiB per core" in plan_text(plan.describe(4, 24))
+    assert "HBM 24 GiB per core" in plan_text(plan.describe({"tensor-parallel": (4, 24)}))
 
 
 def test_at_lnc_1_each_process_gets_a_whole_hbm_bank():
