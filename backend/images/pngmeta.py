@@ -11,17 +11,12 @@ PNG is evaluated or unpickled, and unknown or malformed fields are ignored.
 Reading is bounded, because the PNG comes from outside (an upload on the page):
 
 - ``read_png_parameters`` refuses a file over ``MAX_PNG_BYTES`` or one that is not a regular file,
-  never decodes pixels, and reads the text chunks itself (at most ``MAX_CHUNK_BYTES`` each,
-  decompressing at most ``MAX_INFOTEXT + 1`` characters of a zTXt/iTXt). PIL's own text limits
+  never decodes pixels, and reads the text chunks itself (each at most ``MAX_CHUNK_BYTES``, and at
+  most ``MAX_INFOTEXT + 1`` characters of a zTXt/iTXt decompressed). PIL's own text limits
   (``PngImagePlugin.MAX_TEXT_CHUNK``/``MAX_TEXT_MEMORY``, 1 MiB/64 MiB) are module globals that
-  other threads share, so they are not lowered here; PIL is not used for reading at all. As with
-  ``Image.open``, only the chunks before the image data are read. A file that is not a PNG, is
-  truncated before its image data or has more than ``MAX_CHUNKS`` chunks before it raises
-  ValueError naming the problem; an oversized, damaged or undecodable text chunk is skipped.
-- ``parse_infotext`` is linear in its input: at most ``MAX_INFOTEXT`` characters, a params line of
-  at most ``MAX_PARAMS_LINE`` characters and ``MAX_FIELDS`` fields, values of at most ``MAX_VALUE``,
-  split with str methods (no backtracking regex). Every value is checked against the app's bounds
-  before it is returned.
+  other threads share, so PIL is not used for reading at all.
+- ``parse_infotext`` is linear in its input (str methods, no backtracking regex), and every value
+  is checked against the app's bounds before it is returned.
 """
 
 from __future__ import annotations
@@ -132,7 +127,7 @@ def _ascii_int(value: str, max_digits: int = 20) -> int | None:
     return int(value)
 
 
-def _params(line: str, max_value: int) -> dict[str, str]:
+def _params(line: str) -> dict[str, str]:
     """'Key: value, Key: value' as {key (lower case): value}; malformed pieces are skipped. Linear:
     one split on ',' (at most ``MAX_FIELDS`` + 1 pieces; whatever follows is the last one)
     and one partition per piece."""
@@ -140,35 +135,32 @@ def _params(line: str, max_value: int) -> dict[str, str]:
     for piece in line.split(",", MAX_FIELDS):
         key, colon, value = piece.partition(":")
         key, value = key.strip(), value.strip()
-        if not colon or not key or len(key) > 40 or not _KEY_CHARS.issuperset(key) or len(value) > max_value:
+        if not colon or not key or len(key) > 40 or not _KEY_CHARS.issuperset(key) or len(value) > MAX_VALUE:
             continue
         fields.setdefault(key.lower(), value)  # the first occurrence wins
     return fields
 
 
-def parse_infotext(text: str, *, max_text: int = MAX_INFOTEXT, max_params_line: int = MAX_PARAMS_LINE,
-                   max_value: int = MAX_VALUE, max_prompt: int = 2000, max_steps: int = 50,
-                   max_guidance: float = 20.0, max_seed: int = 2**63 - 1, min_size: int = 64,
-                   max_size: int = 2048, size_multiple: int = 16) -> dict[str, Any]:
-    """Parse A1111 infotext into {prompt, steps, guidance, seed, width, height, mode, model, device}.
+def parse_infotext(text: str, *, max_prompt: int = 2000, max_steps: int = 50, max_guidance: float = 20.0,
+                   max_seed: int = 2**63 - 1, min_size: int = 64, max_size: int = 2048) -> dict[str, Any]:
+    """Parse A1111 infotext into {prompt, steps, guidance, seed, width, height, mode, model, device,
+    count, references}.
 
-    Linear in ``text`` and bounded: a text over ``max_text`` characters gives {}; a last line over
-    ``max_params_line`` is not a params line; a value over ``max_value`` is ignored. Each value is
-    held to the app's bounds (the keyword arguments, defaults as in ``Settings``) or left out, so a
-    control is never filled with something validation would refuse:
+    Linear in ``text`` and bounded: a text over ``MAX_INFOTEXT`` characters gives {}; a last line
+    over ``MAX_PARAMS_LINE`` is not a params line; a value over ``MAX_VALUE`` is ignored. Each value
+    is held to the app's bounds (the keyword arguments, defaults as in ``Settings``) or left out, so
+    a control is never filled with something validation would refuse:
 
     - steps: ASCII digits, 1..``max_steps``; guidance ("CFG scale"): a plain decimal, 0..``max_guidance``
       (no inf, nan or exponent); seed: ASCII digits, 0..``max_seed``;
-    - size: WIDTHxHEIGHT, each ``min_size``..``max_size`` and a multiple of ``size_multiple``
-      (both or neither are returned);
-    - prompt: cut to ``max_prompt`` characters; mode/model/device: text of at most ``max_value``.
-    Unknown keys and malformed values are dropped; nothing is evaluated.
+    - size: WIDTHxHEIGHT, each ``min_size``..``max_size`` and a multiple of 16 (both or neither);
+    - prompt: cut to ``max_prompt`` characters; mode/model/device: text of at most ``MAX_VALUE``.
     """
-    if not isinstance(text, str) or len(text) > max_text:
+    if not isinstance(text, str) or len(text) > MAX_INFOTEXT:
         return {}
     text = text.strip()
     head, newline, last = text.rpartition("\n")
-    fields = _params(last, max_value) if len(last) <= max_params_line else {}
+    fields = _params(last) if len(last) <= MAX_PARAMS_LINE else {}
     steps_text = fields.get("steps", "")
     if steps_text[:1].isdigit():  # a params line has "Steps: N" (any digit: a bad one is dropped below)
         prompt = head if newline else ""
@@ -192,7 +184,7 @@ def parse_infotext(text: str, *, max_text: int = MAX_INFOTEXT, max_params_line: 
     width_text, x, height_text = fields.get("size", "").lower().partition("x")
     width, height = _ascii_int(width_text.strip(), 5), _ascii_int(height_text.strip(), 5)
     if x and width is not None and height is not None and all(
-            min_size <= v <= max_size and v % size_multiple == 0 for v in (width, height)):
+            min_size <= v <= max_size and v % 16 == 0 for v in (width, height)):
         out["width"], out["height"] = width, height
     for key in ("mode", "model", "device"):
         if fields.get(key):
@@ -245,7 +237,7 @@ def _decode_text_chunk(kind: bytes, data: bytes, max_chars: int) -> tuple[str, s
     return keyword.decode("latin-1"), text
 
 
-def _png_text(handle, size: int, key: str, max_chunk: int, max_chars: int) -> str | None:
+def _png_text(handle, size: int, key: str) -> str | None:
     """The text of the first text chunk named ``key`` before the image data, as PIL's
     ``Image.open`` (and other tools reading ``info``) sees it. Reads chunk headers and that text
     chunk only: pixel data is never read or decompressed. Raises ValueError for a file that is not
@@ -267,14 +259,14 @@ def _png_text(handle, size: int, key: str, max_chunk: int, max_chars: int) -> st
         pos += 12 + length
         if kind in (b"IDAT", b"IEND"):
             return None  # text after the image data is not read (PIL's Image.open does not either)
-        if kind in _TEXT_CHUNKS and length <= max_chunk:
+        if kind in _TEXT_CHUNKS and length <= MAX_CHUNK_BYTES:
             data = handle.read(length)
             crc = handle.read(4)
             if not data.startswith(wanted):
                 continue
             if len(crc) < 4 or zlib.crc32(kind + data) != struct.unpack(">I", crc)[0]:
                 continue  # a damaged chunk is not trusted
-            decoded = _decode_text_chunk(kind, data, max_chars)
+            decoded = _decode_text_chunk(kind, data, MAX_INFOTEXT)
             if decoded is not None and decoded[0] == key:
                 return decoded[1]
         else:
@@ -282,13 +274,12 @@ def _png_text(handle, size: int, key: str, max_chunk: int, max_chars: int) -> st
     raise ValueError(f"malformed PNG: more than {MAX_CHUNKS} chunks before the image data")
 
 
-def read_png_parameters(path: str | Path, *, max_bytes: int = MAX_PNG_BYTES, max_chunk: int = MAX_CHUNK_BYTES,
-                        **bounds: Any) -> dict[str, Any]:
+def read_png_parameters(path: str | Path, **bounds: Any) -> dict[str, Any]:
     """Generation parameters stored in a PNG ({} when it carries none, or only an oversized or
     broken ``parameters`` chunk). ``bounds`` go to ``parse_infotext``.
 
     Raises ValueError naming the problem for a file that is not a regular file, is larger than
-    ``max_bytes``, is not a PNG or is truncated. No pixels are decoded."""
+    ``MAX_PNG_BYTES``, is not a PNG or is truncated. No pixels are decoded."""
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
     try:
         fd = os.open(path, flags)  # non-blocking: a FIFO named x.png does not hang the open
@@ -299,12 +290,11 @@ def read_png_parameters(path: str | Path, *, max_bytes: int = MAX_PNG_BYTES, max
         os.close(fd)
         raise ValueError("not a regular file")
     with os.fdopen(fd, "rb") as handle:
-        if info.st_size > max_bytes:
-            raise ValueError(f"the file is {info.st_size / 1e6:.1f} MB; PNGs over {max_bytes / 1e6:.0f} MB "
+        if info.st_size > MAX_PNG_BYTES:
+            raise ValueError(f"the file is {info.st_size / 1e6:.1f} MB; PNGs over {MAX_PNG_BYTES / 1e6:.0f} MB "
                              "are not read")
-        max_chars = int(bounds.get("max_text", MAX_INFOTEXT))
         try:
-            text = _png_text(handle, info.st_size, PARAMS_KEY, max_chunk, max_chars)
+            text = _png_text(handle, info.st_size, PARAMS_KEY)
         except OSError as exc:
             raise ValueError(f"cannot read the PNG: {exc.strerror or exc}") from None
     return parse_infotext(text, **bounds) if text is not None else {}
