@@ -27,6 +27,9 @@ EMBEDDED_MODEL = "embedded"  # the tiny model trained on the scene grammar (embe
 EMBEDDED_RANDOM_MODEL = "embedded-random"  # the same classes with random weights: fastest, draws noise
 
 
+_SECRETS = ("auth", "operator_auth", "metrics_key")
+
+
 def _default_cache_root() -> Path:
     import platformdirs
 
@@ -35,41 +38,28 @@ def _default_cache_root() -> Path:
 
 @dataclasses.dataclass
 class Settings:
-    # Model: "embedded" (the tiny offline pipeline trained on the scene grammar), "embedded-random"
-    # (random weights), a hub id, or a local diffusers folder.
+    """Each field's flag, variable and meaning are in ``OPTIONS`` (and docs/settings.md); the comments
+    here say only what the table does not."""
+
     model: str = EMBEDDED_MODEL
-    # Device: auto = neuron if TorchNeuron is installed and a core is visible, else cuda, else cpu.
     device: str = "auto"
-    # Weights dtype: auto = bfloat16 on neuron/cuda, float32 on cpu.
     dtype: str = "auto"
-    # torch.compile backend; None = the device's own ("neuron" on Trainium, "inductor" elsewhere).
-    compile_backend: str | None = None
-    # Mode used when a request names none.
-    mode: str = "eager"
-    # Tensor-parallel worker group: ranks, how each rank runs, and its deadlines.
+    compile_backend: str | None = None  # None: the device's own ("neuron" on Trainium, "inductor" elsewhere)
+    mode: str = "eager"  # of a request that names none
     tp_degree: int = 2
     tp_compile: str = "eager"
     tp_stall_timeout: float = 60.0  # no progress message for this long (outside compiles): hung
     tp_start_timeout: float = 600.0
-    tp_torchrun_args: str = ""  # extra torchrun options, e.g. "--rdzv-endpoint localhost:29500"
-    # A collective that waits longer than this ends the request (the process group's timeout). On
-    # Neuron it is raised to at least compile_timeout: TorchNeuron's watchdog starts a collective's
+    tp_torchrun_args: str = ""
+    # On Neuron raised to at least compile_timeout: TorchNeuron's watchdog starts a collective's
     # clock when it is enqueued, and eager ops compile one at a time before it runs.
     tp_collective_timeout: float = 300.0
-    # How long one shape's compile may take (seconds): a silent worker is not hung for this long,
-    # and on Neuron the NEFF cache's lock timeout and the collective timeout are kept at least as
-    # long (TorchNeuron breaks another process's compile lock after TORCH_NEURONX_NEFF_CACHE_LOCK_TIMEOUT).
+    # On Neuron the NEFF cache's lock timeout is kept at least this long too (TorchNeuron breaks
+    # another process's compile lock after TORCH_NEURONX_NEFF_CACHE_LOCK_TIMEOUT).
     compile_timeout: float = 1800.0
-    # Replicas: worker processes, each a whole copy of the pipeline on its own device (NeuronCore,
-    # CUDA device, share of the CPU), serving the in-process modes side by side; 0: none at start.
     replicas: int = 0
-    # NeuronCores the app process claims (NEURON_RT_VISIBLE_CORES syntax); None: the inherited
-    # NEURON_RT_VISIBLE_CORES if set, else the instance's last core (backend.hardware.core_plan). Tensor-parallel
-    # ranks and replicas get cores from the rest.
-    neuron_cores: str | None = None
-    # Logical NeuronCores on the instance (as NEURON_RT_VISIBLE_CORES counts them: 4 on a
-    # trn2.3xlarge at the default LNC=2); None: ask neuron-ls (its JSON, else its table).
-    neuron_instance_cores: int | None = None
+    neuron_cores: str | None = None  # None: backend.hardware.core_plan.claim_app_cores decides
+    neuron_instance_cores: int | None = None  # None: ask neuron-ls (its JSON, else its table)
     # Request defaults and bounds. FLUX.2-klein is step-distilled: 4 steps, guidance ignored.
     steps: int = 4
     max_steps: int = 50
@@ -80,41 +70,25 @@ class Settings:
     max_prompt_chars: int = 2000
     max_prompt_tokens: int = 512  # the pipeline's max_sequence_length: longer prompts are cut off
     max_aspect: float = 4.0  # long side / short side
-    # Shapes compiled in the background right after the model loads.
     prewarm: list[Shape] = dataclasses.field(default_factory=list)
-    # Refuse shapes that are not warm instead of compiling them (for live demos).
     warm_only: bool = False
-    # Distinct graphs one compiled mode may hold; dynamo's recompile limit is raised to match.
-    max_compiled_shapes: int = 32
-    # Root of the app-owned caches (NEFF cache on neuron, inductor cache elsewhere).
+    max_compiled_shapes: int = 32  # dynamo's recompile limit is raised to match
     cache_dir: Path = dataclasses.field(default_factory=_default_cache_root)
-    # Where generated PNGs go.
     output_dir: Path = Path("outputs")
-    # Web server.
     host: str = "127.0.0.1"
     port: int = 7860
-    # The viewers' login: "user:pass" or a file of user:pass lines. (No share link: the app serves
-    # itself with uvicorn; reach it from elsewhere with --host behind a proxy or tunnel you control.)
+    # No share link: the app serves itself with uvicorn; reach it from elsewhere with --host behind
+    # a proxy or tunnel you control.
     auth: str | None = None
-    # The operator's credential: "user:pass" or a file of user:pass lines, logged in at /operator;
-    # None: a random token printed at start as an operator link. Everyone else is a viewer.
-    operator_auth: str | None = None
-    # A warm-start bundle (``python app.py cache export``) to import at start; its shapes are then
-    # run once, so they are warm before the first viewer.
+    operator_auth: str | None = None  # None: a random token printed at start as an operator link
     cache_from: Path | None = None
-    # Generated PNGs kept in the output dir (the oldest of the app's own are removed past it).
     keep_outputs: int = 200
     max_queued_per_viewer: int = 4
-    max_work: float = 0.0  # megapixel-steps one request may ask (width x height x steps / 1e6); 0: no bound
-    # Editing: reference images per request, the sizes they are fitted to (empty: the model's
-    # presets), how (crop or pad), and the transformer's sequence budget (0: four times the
-    # largest preset's tokens: the output and three references at a preset's size).
+    max_work: float = 0.0
     max_references: int = 4
-    reference_sizes: list[Shape] = dataclasses.field(default_factory=list)
+    reference_sizes: list[Shape] = dataclasses.field(default_factory=list)  # empty: the model's presets
     reference_fit: str = "crop"
-    max_sequence_tokens: int = 0
-    # The OpenAI-compatible API (web.images): a file of API keys (none: loopback callers only),
-    # the key /metrics asks of non-loopback scrapers, and the instance's price for the cost receipt.
+    max_sequence_tokens: int = 0  # 0: the output and three references at the largest preset's size
     api_keys: Path | None = None
     metrics_key: str | None = None
     price_per_hour: float = 0.0
@@ -126,29 +100,28 @@ class Settings:
         return self.tp_compile if mode == TP_MODE else mode
 
     def to_json(self) -> dict[str, Any]:
-        out = dataclasses.asdict(self)
-        out["prewarm"] = [str(s) for s in self.prewarm]
-        out["reference_sizes"] = [str(s) for s in self.reference_sizes]
-        out["cache_dir"] = str(self.cache_dir)
-        out["output_dir"] = str(self.output_dir)
-        out["cache_from"] = str(self.cache_from) if self.cache_from else None
-        out["auth"] = "set" if self.auth else None  # never echo credentials
-        out["operator_auth"] = "set" if self.operator_auth else None
-        out["api_keys"] = str(self.api_keys) if self.api_keys else None
-        out["metrics_key"] = "set" if self.metrics_key else None
+        out: dict[str, Any] = {}
+        for name, value in ((f.name, getattr(self, f.name)) for f in dataclasses.fields(self)):
+            if name in _SECRETS:
+                value = "set" if value else None  # never echo credentials
+            elif isinstance(value, (Path, list)):
+                value = str(value) if isinstance(value, Path) else [str(s) for s in value]
+            out[name] = value
         return out
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "Settings":
         """The inverse of ``to_json`` (credentials are never carried: ``auth`` comes back None)."""
         values = dict(data)
-        values["prewarm"] = parse_shape_list(",".join(values.get("prewarm") or []))
-        values["reference_sizes"] = parse_shape_list(",".join(values.get("reference_sizes") or []))
-        values["cache_dir"] = Path(values["cache_dir"]).expanduser()
-        values["output_dir"] = Path(values["output_dir"])
-        values["cache_from"] = Path(values["cache_from"]) if values.get("cache_from") else None
-        values["auth"] = values["operator_auth"] = values["metrics_key"] = None
-        values["api_keys"] = Path(values["api_keys"]) if values.get("api_keys") else None
+        for field in dataclasses.fields(cls):
+            value = values.get(field.name)
+            if field.name in _SECRETS:
+                values[field.name] = None
+            elif field.type == "list[Shape]":
+                values[field.name] = parse_shape_list(",".join(value or []))
+            elif field.type.startswith("Path"):
+                values[field.name] = Path(value) if value else None
+        values["cache_dir"] = values["cache_dir"].expanduser()
         return cls(**values).check()
 
     def check(self) -> "Settings":
@@ -193,43 +166,36 @@ def _choice(choices: tuple[str, ...]):
     return parse
 
 
-def _count(text: str, least: int, what: str) -> int:
-    """A whole number of at least ``least`` from a flag or variable (``shapes.whole_number``'s rule:
-    ASCII digits only), or ValueError saying what was expected."""
+def _number(text: str, read, ok, what: str):
+    """``read(text)`` if ``ok`` accepts it, else ValueError saying ``what`` was expected. Whole
+    numbers are read by ``shapes.whole_number``'s rule: ASCII digits only."""
     try:
-        value = whole_number("value", text)
-    except InvalidRequest:
-        raise ValueError(f"expected {what}, got {text!r}") from None
-    if value < least:
-        raise ValueError(f"expected {what}, got {text!r}")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    return _count(text, 1, "a positive whole number")
-
-
-def _float(text: str, what: str, ok) -> float:
-    """A number from a flag or variable that ``ok`` accepts, or ValueError saying ``what`` was expected."""
-    try:
-        value = float(text)
-    except ValueError:
+        value = read(text)
+    except ValueError:  # InvalidRequest is one too
         raise ValueError(f"expected {what}, got {text!r}") from None
     if not ok(value):
         raise ValueError(f"expected {what}, got {text!r}")
     return value
 
 
-def _positive_float(text: str) -> float:
-    return _float(text, "a positive number of seconds", lambda v: v > 0)
+def _whole_number(text: str) -> int:
+    return whole_number("value", text)
 
 
-def _non_negative_float(text: str) -> float:
-    return _float(text, "a number of at least 0", lambda v: math.isfinite(v) and v >= 0)
+def _positive_int(text: str) -> int:
+    return _number(text, _whole_number, lambda v: v >= 1, "a positive whole number")
 
 
 def _whole(text: str) -> int:
-    return _count(text, 0, "a whole number of 0 or more")
+    return _number(text, _whole_number, lambda v: v >= 0, "a whole number of 0 or more")
+
+
+def _positive_float(text: str) -> float:
+    return _number(text, float, lambda v: v > 0, "a positive number of seconds")
+
+
+def _non_negative_float(text: str) -> float:
+    return _number(text, float, lambda v: math.isfinite(v) and v >= 0, "a number of at least 0")
 
 
 def _plain_shape_list(text: str) -> list[Shape]:
@@ -376,13 +342,10 @@ def settings_table() -> str:
     defaults = Settings.__dataclass_fields__
     rows = ["| flag | environment | default | meaning |", "| --- | --- | --- | --- |"]
     for dest, (flag, env, _parse, help_text) in OPTIONS.items():
-        field = defaults[dest]
-        if field.default is not dataclasses.MISSING:
-            default = field.default
-        else:
-            default = "user cache dir/neuron-studio" if dest == "cache_dir" else "none"
-        shown = {None: "none", True: "1", False: "0", "": "none"}.get(default, default) if not isinstance(default, list) \
-            else (", ".join(map(str, default)) or "none")
+        default = defaults[dest].default  # MISSING for a default_factory: only cache_dir's is not empty
+        if default is dataclasses.MISSING:
+            default = "user cache dir/neuron-studio" if dest == "cache_dir" else None
+        shown = {None: "none", True: "1", False: "0", "": "none"}.get(default, default)
         rows.append(f"| `{flag}` | `{env}` | {shown} | {help_text.replace('|', '/')} |")
     return "\n".join(rows) + "\n"
 
