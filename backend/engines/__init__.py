@@ -1,23 +1,14 @@
-"""Engines: what runs a request. One contract, three engines; the manager names none of them.
-
-The contract, by role, is ``backend.engines.base``: every engine answers ``route`` / ``places`` /
-``capacity`` / ``degraded`` / ``run`` / ``load`` / ``describe`` / ``close``; the in-process role
-adds ``exclusive``; the launched role adds ``start(size)`` / ``stop()`` / ``logs()`` /
-``cores_wanted()`` / ``busy_with_cache()``. ``run`` is safe to call from several threads: each
-engine queues what it cannot run at once.
+"""Engines: what runs a request. One contract (``backend.engines.base``), three engines; the manager
+names none of them.
 
 - ``in_process.InProcessEngine``: the pipeline in the app's own process (eager, compiled, regional);
-  it serves a request that a launched engine cannot serve right now (``Route.degraded``).
+  it also serves what a launched engine cannot serve right now (``Route.degraded``).
 - ``tensor_parallel.TensorParallelEngine``: a torchrun worker group, the transformer sharded over
   its ranks (mode ``tp``).
-- ``replicas.ReplicaPool``: N single-rank worker groups, each a whole copy of the pipeline on its own
-  device (a NeuronCore from the core plan, a CUDA device, a share of the CPU threads); serves the
-  in-process modes when started, dispatching to a free replica where the shape is warm.
+- ``replicas.ReplicaPool``: N single-rank worker groups, each a whole copy of the pipeline.
 
-The two launched engines share ``worker_group.WorkerGroup`` (launch, READY, monitor, heartbeats,
-stall detection, authenticated socket, stop) and the worker (``backend.workers.worker``).
-
-``build_engines`` makes them, held by role (``base.Engines``).
+The two launched engines share ``backend.launch.group.WorkerGroup`` and the worker
+(``backend.workers.worker``).
 """
 
 from __future__ import annotations

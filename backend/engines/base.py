@@ -15,7 +15,7 @@ lost place through the ``PlaceBook`` it is given (``backend.serving.admission.Pl
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 if TYPE_CHECKING:
     from backend.request.records import EngineOutput, GenerationRequest, ProgressEvent
@@ -36,14 +36,6 @@ class Route:
     @property
     def in_process(self) -> bool:
         return self.engine is None
-
-    @classmethod
-    def on(cls, engine, request: "GenerationRequest") -> "Route":
-        return cls(request, engine)
-
-    @classmethod
-    def to_in_process(cls, request: "GenerationRequest", why: str | None) -> "Route":
-        return cls(request, None, why)
 
 
 class PlaceBook(Protocol):
@@ -125,7 +117,7 @@ class LaunchedEngine(Engine, Protocol):
         """Why the compile cache must not be cleared now (None: it may be)."""
 
 
-class Engines(Mapping[str, Engine]):
+class Engines(dict[str, Engine]):
     """The engines by role: ``local`` (the in-process engine) and ``launched`` (asked in order). As
     a mapping, every engine by name, in routing order (launched first); empty before the model
     loads."""
@@ -133,13 +125,4 @@ class Engines(Mapping[str, Engine]):
     def __init__(self, local: InProcessEngine | None = None, launched: tuple[LaunchedEngine, ...] = ()):
         self.local = local
         self.launched = tuple(launched)
-        self._by_name = {e.name: e for e in (*self.launched, *((local,) if local is not None else ()))}
-
-    def __getitem__(self, name: str) -> Engine:
-        return self._by_name[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._by_name)
-
-    def __len__(self) -> int:
-        return len(self._by_name)
+        super().__init__((e.name, e) for e in (*self.launched, *((local,) if local is not None else ())))

@@ -77,7 +77,7 @@ class InProcessEngine:
     def route(self, request: GenerationRequest):
         from backend.engines.base import Route
 
-        return Route.on(self, request) if request.mode in self.modes else None
+        return Route(request, self) if request.mode in self.modes else None
 
     def places(self, mode: str) -> list[str]:
         return [self.place]
@@ -116,13 +116,9 @@ class InProcessEngine:
             self._variants = {}
 
     def describe(self) -> dict:
-        return {
-            "engine": self.name,
-            "state": self.state,
-            "active_mode": self.active_mode,
-            "compiled_modes": sorted(m for m in self._variants if m != "eager"),
-            "load_seconds": self.load_seconds,
-        }
+        return {"engine": self.name, "state": self.state, "active_mode": self.active_mode,
+                "compiled_modes": sorted(m for m in self._variants if m != "eager"),
+                "load_seconds": self.load_seconds}
 
     # modes -----------------------------------------------------------------------------------
     def _build_variant(self, mode: str) -> list[tuple[torch.nn.Module, Callable]]:
@@ -162,15 +158,9 @@ class InProcessEngine:
         self.active_mode = mode
 
     # generation ------------------------------------------------------------------------------
-    def run(
-        self,
-        request: GenerationRequest,
-        on_progress: Callable[[ProgressEvent], None] = lambda e: None,
-        should_stop: Callable[[], bool] = lambda: False,
-        forbid_compile: bool = False,
-        warming: bool = False,
-        decode: bool = True,
-    ) -> EngineOutput:
+    def run(self, request: GenerationRequest, on_progress: Callable[[ProgressEvent], None] = lambda e: None,
+            should_stop: Callable[[], bool] = lambda: False, forbid_compile: bool = False,
+            warming: bool = False, decode: bool = True) -> EngineOutput:
         """Generate one image. Raises GenerationCancelled, ShapeLocked, CompileFailure or GenerationFailed.
         Loads the pipeline first if it is not loaded yet; one run at a time (others wait).
 
@@ -212,12 +202,16 @@ class InProcessEngine:
             compiling["active"] = True
             emit("compiling")
 
+        def compiled() -> dict:
+            counters = diff_counters(before, device.compile_snapshot())
+            return {"compiles": int(counters["graphs"]), "neff_compiles": int(counters.get("neff_compiles", 0)),
+                    "compile_seconds": float(counters["compile_seconds"])}
+
         if should_stop():
             raise GenerationCancelled("stopped before it started")
         hook = pipe.text_encoder.register_forward_hook(encoder_done)
         remove_listener = COMPILE_EVENTS.add_start_listener(compile_started)
-        stance = (torch.compiler.set_stance("fail_on_recompile") if forbid_compile
-                  else contextlib.nullcontext())
+        stance = torch.compiler.set_stance("fail_on_recompile") if forbid_compile else contextlib.nullcontext()
         before = device.compile_snapshot()
         device.fallback_ops()  # starts this run's list afresh
         emit("encoding")
@@ -225,25 +219,17 @@ class InProcessEngine:
         try:
             self._activate(request.mode)
             with stance:
-                output = pipe(
-                    prompt=request.prompt,
-                    height=request.height,
-                    width=request.width,
-                    num_inference_steps=request.steps,
-                    guidance_scale=request.guidance,
-                    generator=torch.Generator("cpu").manual_seed(request.seed),
-                    callback_on_step_end=step_done,
-                    output_type="pil" if decode else "latent",
-                    num_images_per_prompt=request.count,
-                    # each already at a reference size, which the pipeline keeps (backend.request.references)
-                    image=[r.image() for r in request.references] or None,
-                )
+                # each reference is already at a reference size, which the pipeline keeps (backend.request.references)
+                output = pipe(prompt=request.prompt, height=request.height, width=request.width,
+                              num_inference_steps=request.steps, guidance_scale=request.guidance,
+                              generator=torch.Generator("cpu").manual_seed(request.seed),
+                              callback_on_step_end=step_done, output_type="pil" if decode else "latent",
+                              num_images_per_prompt=request.count,
+                              image=[r.image() for r in request.references] or None)
             device.synchronize()
             images = list(output.images) if decode else [None]
         except GenerationCancelled as exc:
-            counters = diff_counters(before, device.compile_snapshot())
-            raise exc.evolve(compiles=int(counters["graphs"]), neff_compiles=int(counters.get("neff_compiles", 0)),
-                             compile_seconds=float(counters["compile_seconds"])) from None
+            raise exc.evolve(**compiled()) from None
         except Exception as exc:  # noqa: BLE001 - classified here, the one place that does
             error = self._classify(exc, compiling["active"])
             if isinstance(error, CompileFailure):
@@ -253,23 +239,12 @@ class InProcessEngine:
             hook.remove()
             remove_listener()
         ended = time.perf_counter()
-        counters = diff_counters(before, device.compile_snapshot())
-        fallback = device.fallback_ops()
+        counts, fallback = compiled(), device.fallback_ops()
         encoded = marks.get("encoded", began)
         last_step = marks.get("last_step", encoded)
         emit("done", request.steps)
-        return EngineOutput(
-            image=images[0],
-            more_images=images[1:],
-            compiles=int(counters["graphs"]),
-            compile_seconds=float(counters["compile_seconds"]),
-            neff_compiles=int(counters.get("neff_compiles", 0)),
-            seconds=ended - began,
-            encode=encoded - began,
-            denoise=last_step - encoded,
-            decode=ended - last_step,
-            fallback_ops=fallback,
-        )
+        return EngineOutput(image=images[0], more_images=images[1:], seconds=ended - began, encode=encoded - began,
+                            denoise=last_step - encoded, decode=ended - last_step, fallback_ops=fallback, **counts)
 
     @staticmethod
     def _classify(exc: Exception, during_compile: bool) -> Exception:
@@ -278,10 +253,8 @@ class InProcessEngine:
         root = getattr(exc, "inner_exception", None) or exc
         text = compile_error_text(root)
         if isinstance(root, torch._dynamo.exc.FailOnRecompileLimitHit):
-            return CompileFailure(
-                "dynamo's recompile limit was hit; the shape was refused rather than run eagerly "
-                f"({text})"
-            )
+            return CompileFailure(f"dynamo's recompile limit was hit; the shape was refused rather than run eagerly "
+                                  f"({text})")
         # torch raises a plain RuntimeError for a compile its fail_on_recompile stance forbids: no
         # type says it, so its own words do (the one classification by text; torch/_dynamo/eval_frame).
         if "stance is 'fail_on_recompile'" in str(exc):

@@ -63,13 +63,10 @@ class ReplicaPool:
     # what the manager asks ------------------------------------------------------------------------
     @property
     def state(self) -> str:
-        states = [r.state for r in self.replicas]
-        if not states:
-            return "stopped"
-        for state in ("ready", "launching", "loading", "warming", "stopping", "dead"):
-            if state in states:
-                return state
-        return "stopped"
+        """The most useful state any replica is in ("stopped" when none runs)."""
+        states = {r.state for r in self.replicas}
+        return next((s for s in ("ready", "launching", "loading", "warming", "stopping", "dead") if s in states),
+                    "stopped")
 
     @property
     def configured(self) -> bool:
@@ -80,7 +77,7 @@ class ReplicaPool:
         if request.mode not in self.modes or not self.replicas or self.state in ("stopped", "stopping"):
             return None  # not started: the in-process engine serves, as without replicas
         why = self.degraded()
-        return Route.on(self, request) if why is None else Route.to_in_process(request, why)
+        return Route(request, None if why else self, why)
 
     def degraded(self) -> str | None:
         if not self.replicas or self.state in ("ready", "stopped", "stopping"):
@@ -156,10 +153,8 @@ class ReplicaPool:
         count = self.settings.replicas if size is None else size
         with self._life:
             cores, envs, threads = self._plan(count)  # refused here, before the old pool is touched
-            if len(self.replicas) == count and all(r.state in STARTING + ("ready",) for r in self.replicas):
-                pass  # already running at this size
-            else:
-                self._close_replicas()
+            if len(self.replicas) != count or any(r.state not in STARTING + ("ready",) for r in self.replicas):
+                self._end(lambda group: group.close())  # not already running at this size
                 if self.device.info.kind == "neuron":
                     self.device.core_plan.claim(self.name, count)
                 self._closing = False
@@ -186,26 +181,19 @@ class ReplicaPool:
 
     def close(self) -> None:
         with self._life:
-            self._close_replicas()
-
-    def _close_replicas(self) -> None:
-        self._end(lambda group: group.close())
+            self._end(lambda group: group.close())
 
     def _end(self, how: Callable[[WorkerGroup], None]) -> None:
         """End every replica ``how`` (stop, or close: at once); requests waiting for one are told."""
         self._closing = True
         for group in self.replicas:
             how(group)
-        self._forget_all()
-        self.replicas = []
-        with self._free:
-            self._free.notify_all()
-
-    def _forget_all(self) -> None:
-        for group in self.replicas:
             self.book.lost_place(group.place)
         if self.device.core_plan is not None:
             self.device.core_plan.release(self.name)
+        self.replicas = []
+        with self._free:
+            self._free.notify_all()
 
     def logs(self, lines: int = 20) -> dict[str, str]:
         logs = {}

@@ -80,18 +80,18 @@ class TensorParallelEngine:
         if request.mode not in self.modes:
             return None
         if self.ready:
-            return Route.on(self, request)
-        return Route.to_in_process(dataclasses.replace(request, mode=self.settings.runs_as(request.mode)),
-                                   self._in_process_why())
+            return Route(request, self)
+        return Route(dataclasses.replace(request, mode=self.settings.runs_as(request.mode)), None,
+                     self._in_process_why())
 
     def _in_process_why(self) -> str:
+        """Why requests run in process (the record says in which mode; the page words it)."""
         group = self.group
-        if group is None or group.state in ("stopped", "stopping"):
-            why = "the operator has not started the tensor-parallel group" if group is None else \
-                f"the tensor-parallel group is {group.state} (the operator stopped it)"
-        else:
-            why = f"the tensor-parallel group is {group.state}" + (f" ({group.error})" if group.state == "dead" else "")
-        return why  # the record says it ran in process, and in which mode; the page words it
+        if group is None:
+            return "the operator has not started the tensor-parallel group"
+        if group.state in ("stopped", "stopping"):
+            return f"the tensor-parallel group is {group.state} (the operator stopped it)"
+        return f"the tensor-parallel group is {group.state}" + (f" ({group.error})" if group.state == "dead" else "")
 
     def degraded(self) -> str | None:
         """Something is wrong with the group (it died) while tensor-parallel requests run in process;
