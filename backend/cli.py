@@ -24,7 +24,8 @@ import os
 import platform
 import sys
 import tempfile
-from importlib import metadata
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +41,7 @@ TRUST_WARNING = ("importing a bundle runs its author's code (device programs, pi
 
 
 def _fail(message: str, code: int = EXIT_BAD_INPUT, command: str = "app.py") -> int:
-    print(f"{command}: error: {message}", file=sys.stderr)
+    print(f"{command}: error: {' '.join(message.split())}", file=sys.stderr)  # one line
     return code
 
 
@@ -55,10 +56,6 @@ def _refusal(exc: StudioError) -> str:
     if isinstance(exc, InvalidRequest):
         return f"{FIELD_FLAGS.get(exc.field, exc.field)}: {exc.message}"
     return str(exc)
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
 
 
 def _unwritable(out: str | None, default_dir: Path) -> str | None:
@@ -114,8 +111,6 @@ class _TerminalProgress:
     minutes without a step. Use as a context manager around one generate call."""
 
     def __init__(self, request):
-        import threading
-
         self.request, self.phase, self.since = request, "starting", None
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._tick, daemon=True)
@@ -135,8 +130,6 @@ class _TerminalProgress:
                 self._draw()
 
     def __call__(self, event) -> None:
-        import time
-
         if event.phase == "compiling":
             self.since = self.since or time.monotonic()
         elif event.phase != "loading":
@@ -146,8 +139,6 @@ class _TerminalProgress:
         self._draw()
 
     def _draw(self) -> None:
-        import time
-
         what = f"compiling ({time.monotonic() - self.since:.0f} s)" if self.since is not None else self.phase
         print(f"\r\033[K{self.request.width}x{self.request.height} {self.request.mode}: {what}", end="",
               file=sys.stderr, flush=True)
@@ -179,7 +170,7 @@ def generate(settings: Settings, args: argparse.Namespace) -> int:
                                      images=r.references, count=r.count) for r in requests]
     except StudioError as exc:
         manager.close()
-        return _fail(_one_line(_refusal(exc)))
+        return _fail(_refusal(exc))
     name = _out_paths(args.out, settings.output_dir, sum(r.count for r in requests))
     try:
         for request in requests:
@@ -193,7 +184,7 @@ def generate(settings: Settings, args: argparse.Namespace) -> int:
             except (GenerationFailed, GenerationCancelled) as exc:
                 return _fail(str(exc), EXIT_FAILED)
             except StudioError as exc:
-                return _fail(_one_line(_refusal(exc)))
+                return _fail(_refusal(exc))
             except OSError as exc:
                 flag = "--out" if args.out else "--output-dir"
                 return _fail(f"{flag}: cannot write {exc.filename or name(request)}: {exc.strerror or exc}",
@@ -220,14 +211,8 @@ def generate(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
-def _version(dist: str) -> str | None:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return None
-
-
 def doctor_report(settings: Settings) -> dict[str, Any]:
+    from backend.caches.bundles import installed_version
     from backend.hardware import env as device_env
     from backend.hardware.device import DeviceUnavailable, neuron_installed, resolve_device
     from backend.models.source import resolve_model
@@ -235,7 +220,7 @@ def doctor_report(settings: Settings) -> dict[str, Any]:
     report: dict[str, Any] = {
         "python": platform.python_version(),
         "platform": platform.platform(),
-        "versions": {d: _version(d) for d in
+        "versions": {d: installed_version(d) for d in
                      ("torch", "torch-neuronx", "diffusers", "transformers", "accelerate", "gradio")},
         "settings": settings.to_json(),
     }
@@ -378,7 +363,7 @@ def cache_export(settings: Settings, bundle: str, modes: str | None, sizes: str 
                 return _fail(f"--modes: {mode!r} cannot be bundled here; choose from {', '.join(IN_PROCESS_MODES)}")
         shapes: list[Shape] = parse_shape_list(sizes) if sizes else list(settings.prewarm)
     except ValueError as exc:
-        return _fail(_one_line(f"--sizes: {exc}"))
+        return _fail(f"--sizes: {exc}")
     if not shapes:
         return _fail("--sizes: name the shapes to bundle, e.g. --sizes 256x256,128x128")
     manager = Manager(settings)
@@ -386,7 +371,7 @@ def cache_export(settings: Settings, bundle: str, modes: str | None, sizes: str 
         manager.start()
         manifest = manager.export_bundle(bundle, [(m, s) for m in wanted_modes for s in shapes])
     except StudioError as exc:
-        return _fail(_one_line(str(exc)))
+        return _fail(str(exc))
     finally:
         manager.close(wait=5)
     total = sum(f["bytes"] for f in manifest.files)
@@ -402,7 +387,7 @@ def cache_show(settings: Settings, bundle: str, as_json: bool = False) -> int:
         manifest = bundles.read_manifest(bundle)
         _device, here = _install(settings)
     except StudioError as exc:
-        return _fail(_one_line(str(exc)))
+        return _fail(str(exc))
     mismatch = bundles.check(manifest, here)
     summary: dict[str, Any] = {**{k: v for k, v in manifest.to_json().items() if k != "files"},
                                "file_count": len(manifest.files),
@@ -432,7 +417,7 @@ def cache_import(settings: Settings, bundle: str) -> int:
         device, here = _install(settings)
         result = bundles.import_bundle(Path(bundle), device, here)
     except StudioError as exc:
-        return _fail(_one_line(str(exc)))
+        return _fail(str(exc))
     manifest = result["manifest"]
     print(f"imported {bundle}: {result['written']} files written, {result['already_there']} already there; "
           f"warms {', '.join(e['mode'] + ' ' + e['shape'] for e in manifest.entries)}")

@@ -35,6 +35,7 @@ import shutil
 import tarfile
 import tempfile
 import time
+from importlib import metadata
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -97,12 +98,10 @@ class Manifest:
         return manifest
 
 
-def _version(dist: str) -> str | None:
-    from importlib.metadata import PackageNotFoundError, version
-
+def installed_version(dist: str) -> str | None:
     try:
-        return version(dist)
-    except PackageNotFoundError:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
         return None
 
 
@@ -125,8 +124,8 @@ def describe_install(device, settings, model_path: str, model_label: str,
                      entries: list[dict[str, Any]] | None = None) -> Manifest:
     """The manifest fields of this install (``files`` empty: ``export`` fills them)."""
     return Manifest(
-        format=FORMAT, app_version=APP_VERSION, torch=_version("torch"), diffusers=_version("diffusers"),
-        torch_neuronx=_version("torch-neuronx"), neuronx_cc=_version("neuronx-cc"), device=device.kind,
+        format=FORMAT, app_version=APP_VERSION, torch=installed_version("torch"), diffusers=installed_version("diffusers"),
+        torch_neuronx=installed_version("torch-neuronx"), neuronx_cc=installed_version("neuronx-cc"), device=device.kind,
         **device.neff_key_fields(), dtype=device.info.dtype,
         compile_backend=device.info.compile_backend, model=model_label, model_hash=model_hash(model_path),
         tp_degree=settings.tp_degree if any(e["mode"] == "tp" for e in entries or []) else None,
@@ -153,11 +152,8 @@ def _cache_dirs(device) -> dict[str, Path]:
 
 
 def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
     with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 def export(path: str | Path, manifest: Manifest, device) -> Manifest:
