@@ -35,7 +35,8 @@ class Shape:
 
     def __str__(self) -> str:
         text = f"{self.width}x{self.height}" + (f"*{self.count}" if self.count != 1 else "")
-        for (height, width), repeat in _runs(self.refs):
+        for (height, width), same in itertools.groupby(self.refs):  # equal neighbours: the spelling's xN
+            repeat = len(list(same))
             text += f"+ref{width}x{height}" + (f"x{repeat}" if repeat > 1 else "")
         return text
 
@@ -48,15 +49,10 @@ class Shape:
         return self.height * self.width
 
     @property
-    def ref_tokens(self) -> int:
-        """The references' latent tokens, appended to the image tokens."""
-        return sum((h // MULTIPLE) * (w // MULTIPLE) for h, w in self.refs)
-
-    @property
     def tokens(self) -> int:
         """Tokens in the transformer's image sequence (the output's and every reference's):
         compiled graphs are keyed by this and the batch, not by (h, w)."""
-        return (self.height // MULTIPLE) * (self.width // MULTIPLE) + self.ref_tokens
+        return sum((h // MULTIPLE) * (w // MULTIPLE) for h, w in ((self.height, self.width), *self.refs))
 
     @property
     def graph_key(self) -> tuple[int, int]:
@@ -70,11 +66,6 @@ class Shape:
 
     def with_inputs(self, count: int = 1, refs: "Iterable[tuple[int, int]]" = ()) -> "Shape":
         return Shape(self.height, self.width, count, tuple(sorted(refs)))
-
-
-def _runs(refs: tuple[tuple[int, int], ...]) -> list[tuple[tuple[int, int], int]]:
-    """Equal neighbouring reference sizes as (size, how many): the spelling's ``xN``."""
-    return [(ref, len(list(same))) for ref, same in itertools.groupby(refs)]
 
 
 # Usual aspect ratios at about one megapixel, all multiples of 16.
@@ -113,13 +104,19 @@ def parse_signature(text: str) -> Shape:
     head, plus, rest = raw.partition("+")
     size, star, count_text = head.partition("*")
     form = "WIDTHxHEIGHT[*COUNT][+refWIDTHxHEIGHT[xN]...] such as 1024x1024 or 1024x1024*2+ref768x768x2"
+    bad = ValueError(f"expected {form}, got {show_value(text)}")
     if len(raw) > 400:
-        raise ValueError(f"expected {form}, got {show_value(text)}")
-    shape = parse_shape(size) if not (star or plus) else _parse_or(size, form, text)
+        raise bad
+    try:
+        shape = parse_shape(size)
+    except ValueError:
+        if star or plus:
+            raise bad from None
+        raise
     count = 1
     if star:
         if not (count_text and len(count_text) <= 2 and _ASCII_DIGITS.issuperset(count_text)) or int(count_text) < 1:
-            raise ValueError(f"expected {form}, got {show_value(text)}")
+            raise bad
         count = int(count_text)
     refs: list[tuple[int, int]] = []
     tail = plus + rest
@@ -127,20 +124,13 @@ def parse_signature(text: str) -> Shape:
     while position < len(tail):
         match = _REF.match(tail, position)
         if not match:
-            raise ValueError(f"expected {form}, got {show_value(text)}")
+            raise bad
         width, height, repeat = int(match[1]), int(match[2]), int(match[3] or 1)
         if repeat < 1 or len(refs) + repeat > MAX_SIGNATURE_REFS:
             raise ValueError(f"expected {form} with at most {MAX_SIGNATURE_REFS} references, got {show_value(text)}")
         refs += [(height, width)] * repeat
         position = match.end()
     return shape.with_inputs(count, refs)
-
-
-def _parse_or(size: str, form: str, text: str) -> Shape:
-    try:
-        return parse_shape(size)
-    except ValueError:
-        raise ValueError(f"expected {form}, got {show_value(text)}") from None
 
 
 def parse_shape_list(text: str) -> list[Shape]:

@@ -114,37 +114,28 @@ def resolve_device(settings: Settings) -> DeviceInfo:
         kind, reason = "cpu", "requested"
     elif cores:
         kind, reason = "neuron", f"auto: TorchNeuron installed and {cores} NeuronCore(s) visible"
-    elif cuda:
-        why = "TorchNeuron not installed" if not installed else "no NeuronCore visible"
-        kind, reason = "cuda", f"auto: {why}; {cuda} CUDA device(s)"
     else:
         why = "TorchNeuron not installed" if not installed else "no NeuronCore visible"
-        kind, reason = "cpu", f"auto: {why}, no CUDA device"
+        kind, reason = ("cuda", f"auto: {why}; {cuda} CUDA device(s)") if cuda else ("cpu", f"auto: {why}, no CUDA device")
 
-    if settings.dtype != "auto":
-        dtype = settings.dtype
-    else:
-        dtype = "float32" if kind == "cpu" else "bfloat16"
-    backend = settings.compile_backend or ("neuron" if kind == "neuron" else "inductor")
+    dtype = settings.dtype if settings.dtype != "auto" else "float32" if kind == "cpu" else "bfloat16"
+    info = _info(settings, kind, reason, dtype, installed, cores, cuda)
     known = torch._dynamo.list_backends(exclude_tags=())
-    if backend not in known:
-        raise DeviceUnavailable(
-            f"--compile-backend {backend}: not a registered torch.compile backend "
-            f"(available: {', '.join(sorted(known))})"
-        )
+    if info.compile_backend not in known:
+        raise DeviceUnavailable(f"--compile-backend {info.compile_backend}: not a registered torch.compile backend "
+                                f"(available: {', '.join(sorted(known))})")
+    return info
+
+
+def _info(settings: Settings, kind: str, reason: str, dtype: str, installed: bool, cores: int,
+          cuda: int) -> DeviceInfo:
+    neuron = kind == "neuron"
     return DeviceInfo(
-        kind=kind,
-        reason=reason,
-        torch_device=kind,
-        dtype=dtype,
-        compile_backend=backend,
-        process_group_backend=PROCESS_GROUP_BACKENDS[kind],
-        neuron_installed=installed,
-        neuron_cores=cores,
-        cuda_devices=cuda,
-        neuron_visible_cores=os.environ.get(device_env.VISIBLE_CORES_VAR) if kind == "neuron" else None,
-        neuron_fallback=os.environ.get(device_env.FALLBACK_VAR) if kind == "neuron" else None,
-    )
+        kind=kind, reason=reason, torch_device=kind, dtype=dtype,
+        compile_backend=settings.compile_backend or ("neuron" if neuron else "inductor"),
+        process_group_backend=PROCESS_GROUP_BACKENDS[kind], neuron_installed=installed, neuron_cores=cores,
+        cuda_devices=cuda, neuron_visible_cores=os.environ.get(device_env.VISIBLE_CORES_VAR) if neuron else None,
+        neuron_fallback=os.environ.get(device_env.FALLBACK_VAR) if neuron else None)
 
 
 def rank_device_info(settings: Settings) -> DeviceInfo:
@@ -160,14 +151,9 @@ def rank_device_info(settings: Settings) -> DeviceInfo:
         raise DeviceUnavailable(f"a tensor-parallel rank needs the app's resolved device, got {kind!r}")
     if kind == "neuron":
         load_torch_neuronx()  # an import registers the backend; it starts nothing
-    return DeviceInfo(
-        kind=kind, reason="tensor-parallel rank: the device the app chose", torch_device=kind,
-        dtype=settings.dtype, compile_backend=settings.compile_backend or ("neuron" if kind == "neuron" else "inductor"),
-        process_group_backend=PROCESS_GROUP_BACKENDS[kind],
-        neuron_installed=kind == "neuron", neuron_cores=1 if kind == "neuron" else 0, cuda_devices=0,
-        neuron_visible_cores=os.environ.get(device_env.VISIBLE_CORES_VAR) if kind == "neuron" else None,
-        neuron_fallback=os.environ.get(device_env.FALLBACK_VAR) if kind == "neuron" else None,
-    )
+    neuron = kind == "neuron"
+    return _info(settings, kind, "tensor-parallel rank: the device the app chose", settings.dtype, neuron,
+                 1 if neuron else 0, 0)
 
 
 def compiler_on_path(environ=None) -> dict[str, Any]:
