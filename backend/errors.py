@@ -1,14 +1,10 @@
-"""The errors the backend raises at its door: the one table of error codes.
+"""The errors the backend raises at its door: the one table of error codes, one hierarchy, so the UI
+and the CLI turn every expected failure into one clear line and keep tracebacks for the unexpected
+ones (the TGI interceptor habit).
 
-Each class carries its ``code`` (stable, for the page's sentences and the worker socket's ``kind``)
-and the names of the fields it may carry (``carries``): the invalid field, the compile counters a
-cancelled or failed run still reports, ``group_ending`` (the worker ranks are leaving after this
-failure). Fields are given when the error is made (``GenerationCancelled("...", compiles=2)``),
-never attached afterwards. ``by_code`` maps codes back to classes for the worker protocol
-(``backend.launch.protocol``), and ``ui.i18n`` has one sentence per code: both derive from this module.
-
-One hierarchy, so the UI and the CLI turn every expected failure into one clear line and keep
-tracebacks for the unexpected ones (the TGI interceptor habit).
+Each class has its stable ``code`` (the page's sentences in ``ui.i18n``, the worker socket's
+``kind`` through ``by_code``) and the fields it may carry (``carries``), given when the error is
+made (``GenerationCancelled("...", compiles=2)``), never attached afterwards.
 """
 
 from __future__ import annotations

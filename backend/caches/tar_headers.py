@@ -12,7 +12,7 @@ announces a huge one takes gigabytes of memory. So the container is walked here 
   the importer refuses ``issparse()`` members): a few kilobytes must not expand to gigabytes;
 - the members together announce at most ``max_total`` bytes.
 
-The header layout is POSIX ustar's (name 0-100, size 124-136 in octal or GNU base-256, type 156).
+The header layout is POSIX ustar's (size 124-136 in octal or GNU base-256, type 156, magic 257).
 """
 
 from __future__ import annotations

@@ -2,29 +2,23 @@
 
 ``import torch`` autoloads TorchNeuron through its device-backend entry point (unless
 ``TORCH_DEVICE_BACKEND_AUTOLOAD=0``), and TorchNeuron reads its cache and metrics variables when it
-loads. So the app sets them here, from the settings, before anything imports torch:
+loads. So the app sets them here, from the settings, before anything imports torch, each unless the
+user set it (doctor shows the values in force):
 
 - ``TORCH_NEURONX_NEFF_CACHE_DIR``: the NEFF cache defaults to /tmp (lost on reboot); the app owns a
-  persistent one under its cache root unless the user set one.
-- ``TORCH_NEURONX_NEFF_LOCAL_CACHE_DIR``: where TorchNeuron keeps the cache's lock files (must be on
-  local disk); app-owned likewise, so it is shown and cleared with the NEFF cache.
-- ``TORCH_NEURONX_METRICS_ENABLED=1``: the compile counters the app reads (unless the user set it).
+  persistent one under its cache root; ``TORCH_NEURONX_NEFF_LOCAL_CACHE_DIR`` (the cache's lock
+  files, on local disk) and ``TORCHINDUCTOR_CACHE_DIR`` (cpu/cuda) likewise.
+- ``TORCH_NEURONX_METRICS_ENABLED=1``: the compile counters the app reads.
 - ``TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=1``: a failed Neuron compile raises instead of silently
-  running the graph eagerly. 1 is the 2.33 default, earlier releases documented otherwise, so the
-  app sets it explicitly (unless the user set it; doctor shows the value in force).
-- ``TORCHINDUCTOR_CACHE_DIR``: the persistent inductor cache for cpu/cuda, likewise.
+  running the graph eagerly (the 2.33 default; earlier releases documented otherwise).
 - ``NEURON_RT_VISIBLE_CORES``: the NeuronCores this process claims when its runtime starts
-  (``claim_neuron_cores``; see ``backend.hardware.core_plan``). Unset, the runtime would reserve every core.
+  (``claim_neuron_cores``). Unset, the runtime would reserve every core.
 - ``TORCH_NEURONX_NEFF_CACHE_LOCK_TIMEOUT``: TorchNeuron breaks another process's compile lock
-  after this many seconds (default 1200, ``FileLock.h``); the app keeps it at least its own compile
-  allowance (``--compile-timeout``) unless the user set it, so a rank compiling a long NEFF is not
-  raced by another that decided the lock was stale.
+  after this many seconds (default 1200, ``FileLock.h``); kept at least ``--compile-timeout``, so a
+  rank compiling a long NEFF is not raced by another that decided the lock was stale.
 - ``PATH``: TorchNeuron runs ``neuronx-cc`` by name (``execvp`` / ``shutil.which``); the
-  interpreter's folder goes first on PATH (where the compiler of a virtualenv is) when it is not on
-  PATH already, so an app started as ``/path/venv/bin/python app.py`` without activating the venv
-  (systemd, a supervisor) and its workers still find it.
-
-This module imports no torch; ``backend.hardware.device`` checks that it ran.
+  interpreter's folder (a virtualenv's, where its compiler is) goes first, so an app started as
+  ``/path/venv/bin/python app.py`` without activating the venv (systemd) and its workers find it.
 """
 
 from __future__ import annotations
@@ -46,11 +40,9 @@ _prepared: dict[str, str] = {}
 
 
 def prepare_environment(cache_root: Path, compile_timeout: float = 1800.0) -> dict[str, str]:
-    """Set the app-owned cache variables the user has not set. Returns {variable: value} in force.
-
-    Call it before torch is imported; the CLI and app.py do. Inductor reads its variable lazily, so
-    a later call (tests, embedding programs) still takes effect there.
-    """
+    """Set the variables above that the user has not set. Returns {variable: value} in force.
+    Inductor reads its variable lazily, so a later call (tests, embedding programs) still takes
+    effect there."""
     import math
     import sys
 
@@ -82,12 +74,9 @@ NEURON_CACHE_VARS = (NEFF_CACHE_VAR, NEFF_LOCAL_CACHE_VAR)
 
 
 def claim_neuron_cores(app_cores: str | None, default: "Callable[[], str] | None" = None) -> str:
-    """Set ``NEURON_RT_VISIBLE_CORES`` for this (the app's) process before its runtime starts.
-
-    ``app_cores`` (``--neuron-cores``) wins; else an inherited value is kept; else ``default()``
-    (``backend.hardware.core_plan.default_app_cores``: the instance's last core), else core "0". Once set
-    here it is not changed again in this process (the runtime reads it once). Returns it.
-    """
+    """Set ``NEURON_RT_VISIBLE_CORES`` for this (the app's) process: ``app_cores`` (``--neuron-cores``),
+    else an inherited value, else ``default()``, else core "0". Once set here it is not changed
+    again in this process (the runtime reads it once). Returns it."""
     if VISIBLE_CORES_VAR not in _prepared:
         value = app_cores or os.environ.get(VISIBLE_CORES_VAR) or (default() if default else "0")
         os.environ[VISIBLE_CORES_VAR] = value
@@ -113,11 +102,8 @@ def dir_size(path: str | Path) -> int:
 
 
 def tp_rank_environment(kind: str, cores: list[int], local_rank: int) -> dict[str, str]:
-    """Variables a tensor-parallel rank sets before torch loads.
-
-    On Neuron a process owns its NeuronCores until it exits and TorchNeuron defaults a rank to core
-    LOCAL_RANK, which the app process may hold; so rank r claims ``cores[r]`` from the core plan.
-    """
+    """Variables a tensor-parallel rank sets before torch loads: on Neuron, rank r claims ``cores[r]``
+    of the core plan (``backend.hardware.core_plan`` says why)."""
     if kind == "neuron":
         return {VISIBLE_CORES_VAR: str(cores[local_rank])}
     return {}
