@@ -41,8 +41,7 @@ class Route:
 class PlaceBook(Protocol):
     """What an engine may read of the compile table and report to it (the manager's, per engine)."""
 
-    def warm_places(self, mode: str, shape: "Shape") -> set[str]:
-        """Where (mode, shape) is warm now."""
+    def warm_places(self, mode: str, shape: "Shape") -> set[str]: ...
 
     def warm_by_place(self) -> dict[str, list[str]]:
         """The "mode shape"s warm at each place (one read of the table for all of them)."""

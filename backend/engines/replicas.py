@@ -2,9 +2,8 @@
 
 FLUX.2-klein-4B fits on one NeuronCore, so a room is served best by as many copies as there are
 cores to spare: requests run side by side, one per replica (data parallelism, as vLLM's engine
-replicas and SwarmUI's backends do it). Each replica is a ``WorkerGroup`` with ``role`` replica:
-the same launch, READY, monitor, heartbeats, stall detection, authenticated socket and stop as
-the tensor-parallel group, with one rank that loads the pipeline whole. Its device:
+replicas and SwarmUI's backends do it). Each replica is a ``WorkerGroup`` with ``role`` replica,
+one rank that loads the pipeline whole. Its device:
 
 - on Neuron, one NeuronCore from the core plan (``claim``: after the app's cores, beside the
   tensor-parallel ranks'; a count that does not fit is refused up front, naming what fits);
@@ -35,10 +34,6 @@ from backend.settings import IN_PROCESS_MODES, Settings
 
 log = logging.getLogger(__name__)
 MAX_REPLICAS = 64  # a trn2.48xlarge's NeuronCores at LNC 2
-
-
-def place(index: int) -> str:
-    return f"replica {index}"
 
 
 class ReplicaPool:
@@ -170,7 +165,7 @@ class ReplicaPool:
     def _group(self, index: int, cores: list[int], env: dict[str, str], threads: int) -> WorkerGroup:
         warm = [str(s) for s in self.settings.prewarm] if self.settings.mode in self.modes else []
         return self._group_factory(self.settings, self.model_path, self.device, 1, cores, role="replica",
-                                   place=place(index), warm=warm, env=env, threads=threads,
+                                   place=f"replica {index}", warm=warm, env=env, threads=threads,
                                    on_dead=lambda group: self._replace(index, group),
                                    on_change=self.book.capacity_changed)
 

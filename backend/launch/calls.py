@@ -157,10 +157,10 @@ class RankZero:
                 should_stop: Callable[[], bool] | None = None,
                 stall: float | None = None, persistent: bool = False) -> dict[str, Any]:
         """One request: on the runs' persistent connection (``persistent``, the caller holding the
-        runs' lock), else on a connection of its own. Progress messages go to ``on_message``; the
-        call fails when the group dies, when ``deadline`` passes, or when no message arrives within
-        ``stall`` seconds (default: the stall timeout, longer while compiling): TimeoutError(phase,
-        seconds). A persistent connection that fails is dropped: what it still carries is stale."""
+        runs' lock), else on a connection of its own. Fails when the group dies, when ``deadline``
+        passes, or when no message arrives within ``stall`` seconds (default: the stall timeout,
+        longer while compiling): TimeoutError(phase, seconds). A persistent connection that fails
+        is dropped: what it still carries is stale."""
         conn = self._conn if persistent else None
         if conn is None:
             conn = self._connect(deadline or self._clock() + 30)

@@ -93,14 +93,11 @@ class WorkerGroup:
                  on_dead: Callable[["WorkerGroup"], None] | None = None,
                  on_change: Callable[[], None] = lambda: None,
                  clock: Callable[[], float] = time.monotonic, grace: float = 5.0):
-        """``device`` is the app's ``backend.hardware.device.Device``: its kind, dtype and compile backend go
-        to the ranks. ``degree`` ranks, rank r on NeuronCore ``cores[r]`` ([] off Neuron); ``role``
-        ``tp`` shards the transformer over the ranks, ``replica`` (one rank) loads it whole. ``place``
-        names the group in the compile table; ``warm`` are shapes compiled before READY; ``env`` is
-        added to the ranks' environment; ``threads`` caps each rank's CPU threads (0: torch's);
-        ``on_dead(group)`` is called (from a background thread) once a group that was ready has
-        died and its processes are gone; ``on_change()`` whenever it becomes ready or stops being
-        ready (its engine's capacity)."""
+        """``degree`` ranks, rank r on NeuronCore ``cores[r]`` ([] off Neuron); ``role`` ``tp`` shards the
+        transformer over them, ``replica`` (one rank) loads it whole; ``place`` names the group in the
+        compile table; ``warm``: shapes compiled before READY; ``threads`` caps each rank's CPU threads
+        (0: torch's). ``on_dead(group)`` is called (from a background thread) once a group that was
+        ready has died and its processes are gone; ``on_change()`` when its capacity changes."""
         self.degree, self.cores, self.role, self.place = degree, list(cores), role, place
         self.name = "tensor-parallel group" if role == "tp" else place
         info = device.info
@@ -115,16 +112,13 @@ class WorkerGroup:
             settings=worker_settings.to_json(), model_path=model_path, cores=self.cores,
             warm=list(warm or []), parent_pid=os.getpid(), role=role, threads=threads)
         self.env, self.threads, self._on_dead, self._on_change = dict(env or {}), threads, on_dead, on_change
-        self.was_ready = False
-        self.state = "stopped"
-        self.error: str | None = None
+        self.was_ready, self.state, self.error = False, "stopped", None
         self.timings: dict[str, Any] = {}
         self.ranks: list[dict[str, Any]] = []  # per-rank READY reports: pid, core, sharded weights
         self.proc: subprocess.Popen | None = None
         self.dir: str | None = None
         self._pids: set[int] = set()
-        self._ready = threading.Event()
-        self._lock = threading.Lock()
+        self._ready, self._lock = threading.Event(), threading.Lock()
         self._log = None
         self._teardown: threading.Thread | None = None
         self.rank0 = RankZero(self.name, place, degree, settings, clock, lambda: (self.state, self.error),
@@ -143,20 +137,14 @@ class WorkerGroup:
         return self.rank0.socket_path
 
     def describe(self) -> dict[str, Any]:
-        """JSON-able status; cheap, no I/O (pids, cores and shard reports were read once, at READY;
-        the phase of a start comes with the wait for READY: ``_phase``)."""
+        """JSON-able status; cheap, no I/O (pids, cores and shard reports were read once, at READY)."""
         return {
-            "state": self.state,
-            "place": self.place,
-            "world_size": self.degree,
-            "compile_mode": self.compile_mode,
-            "device": self.device_kind,
+            "state": self.state, "place": self.place, "world_size": self.degree,
+            "compile_mode": self.compile_mode, "device": self.device_kind,
             "cores": list(self.cores) if self.device_kind == "neuron" else None,
             "pids": sorted(self._pids),
             "rank_pids": {str(r): pid for r, pid in self.rank_pids().items()},  # JSON keys are text
-            "ranks": self.ranks,
-            "error": self.error,
-            "last_request_error": self.rank0.last_request_error,
+            "ranks": self.ranks, "error": self.error, "last_request_error": self.rank0.last_request_error,
             "timings": self.timings,
             "socket": self.socket_path,
         }

@@ -57,12 +57,11 @@ def _bcast_references(job: dict, rgbs: list[bytes] | None, me: Rank) -> list[byt
     described = job.get("references") or []
     if not described:
         return []
+    ok = rgbs is not None
     if me.world > 1:
-        verdict = torch.tensor([1 if (me.rank != 0 or rgbs is not None) else 0], dtype=torch.uint8)
+        verdict = torch.tensor([1 if (me.rank != 0 or ok) else 0], dtype=torch.uint8)
         dist.broadcast(verdict, src=0, group=me.control)
         ok = bool(verdict.item())
-    else:
-        ok = rgbs is not None
     if not ok:
         raise InvalidRequest("images", "the references did not arrive whole (size or SHA-256)")
     if me.world == 1:

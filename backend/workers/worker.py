@@ -24,10 +24,8 @@ phases, as vLLM's worker names them:
    group, and ``DeviceMesh(device, range(N))``;
 2. ``load_sharded`` — the transformer with ``from_pretrained(..., parallel_config=
    TensorParallelConfig(mesh=mesh))``, the other components whole on the rank's device; each rank
-   then reports what it holds (``shard_report``: parameter bytes, which weights are DTensor shards
-   and their global and local shapes);
-3. ``warm_up`` — compile (eager / compiled / regional, the in-process engine's modes) and run the
-   configured shapes;
+   then reports what it holds (``shard_report``);
+3. ``warm_up`` — compile and run the configured shapes;
 4. ``serve`` (``backend.workers.job_loop``) — rank 0 alone talks to the outside: it serves the Unix
    socket (``backend.workers.rank0_server``), answers health/cancel at once, and hands
    generate/shutdown jobs to its main loop, which broadcasts each job to every rank as JSON bytes
@@ -87,9 +85,7 @@ def _heartbeat(run_dir: str, rank: int, interval: float) -> None:
 def _watch_parent(pid: int, run_dir: str = "", rank: int = 0, interval: float = 1.0,
                   exit_process=os._exit) -> threading.Thread | None:
     """Exit when the app is gone (the 'death pipe' of vLLM, by polling the parent's pid). The app
-    cannot clean up after a SIGKILL, so the ranks do: before exiting, they remove the group's
-    private run dir (socket, logs, heartbeats), rank 0 first of all; ``protocol.remove_run_dir``
-    removes nothing but such a dir."""
+    cannot clean up after a SIGKILL, so the ranks remove the group's private run dir first."""
     if not pid:
         return None
 
@@ -158,8 +154,7 @@ def init_distributed(cfg: proto.WorkerConfig, rank: int, local_rank: int, world:
 
 
 def load_sharded(cfg: proto.WorkerConfig, me: Rank):
-    """The pipeline with its transformer sharded across the mesh (an in-process engine, loaded); a
-    replica (``role`` replica, one rank) loads it whole, as the app would in process."""
+    """An in-process engine, loaded, its transformer sharded across the mesh (a replica loads it whole)."""
     from backend.engines.in_process import InProcessEngine
 
     def sharded(device, model_path: str):
@@ -208,7 +203,6 @@ def shard_report(module, me: Rank) -> dict[str, Any]:
 
 
 def warm_up(cfg: proto.WorkerConfig, run, me: Rank) -> list[dict[str, Any]]:
-    """The shapes the app asked the group to warm before READY (settings the app checked)."""
     from backend.request.records import GenerationRequest
     from backend.request.references import blank_references
     from backend.settings import TP_MODE
