@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 from backend.engines.base import PlaceBook, Route
 from backend.errors import BackendNotReady, GenerationCancelled, GroupDead, InvalidRequest, StudioError
-from backend.launch.group import STARTING, WorkerGroup
+from backend.launch.group import STARTING, GroupState, WorkerGroup
 from backend.request.records import EngineOutput, GenerationRequest, ProgressEvent
 from backend.settings import IN_PROCESS_MODES, Settings
 
@@ -60,8 +60,8 @@ class ReplicaPool:
     def state(self) -> str:
         """The most useful state any replica is in ("stopped" when none runs)."""
         states = {r.state for r in self.replicas}
-        return next((s for s in ("ready", "launching", "loading", "warming", "stopping", "dead") if s in states),
-                    "stopped")
+        order = (GroupState.READY, *STARTING, GroupState.STOPPING, GroupState.DEAD)
+        return next((s for s in order if s in states), GroupState.STOPPED)
 
     @property
     def configured(self) -> bool:
@@ -69,13 +69,14 @@ class ReplicaPool:
         return self.settings.replicas > 0
 
     def route(self, request: GenerationRequest) -> Route | None:
-        if request.mode not in self.modes or not self.replicas or self.state in ("stopped", "stopping"):
+        if request.mode not in self.modes or not self.replicas \
+                or self.state in (GroupState.STOPPED, GroupState.STOPPING):
             return None  # not started: the in-process engine serves, as without replicas
         why = self.degraded()
         return Route(request, None if why else self, why)
 
     def degraded(self) -> str | None:
-        if not self.replicas or self.state in ("ready", "stopped", "stopping"):
+        if not self.replicas or self.state in (GroupState.READY, GroupState.STOPPED, GroupState.STOPPING):
             return None
         errors = "; ".join(r.error for r in self.replicas if r.error)
         return f"no replica is ready (the pool is {self.state}{f': {errors}' if errors else ''})"
@@ -84,13 +85,13 @@ class ReplicaPool:
         return [r.place for r in self.replicas]
 
     def capacity(self) -> int:
-        return sum(r.state == "ready" for r in self.replicas)
+        return sum(r.state == GroupState.READY for r in self.replicas)
 
     def cores_wanted(self) -> tuple[int, None]:
         return (len(self.replicas) or self.settings.replicas), None
 
     def busy_with_cache(self) -> str | None:
-        running = [r for r in self.replicas if r.state in STARTING + ("ready", "stopping")]
+        running = [r for r in self.replicas if r.state in STARTING + (GroupState.READY, GroupState.STOPPING)]
         if running:
             return (f"{len(running)} replica(s) are running: they hold lock files in the compile cache and "
                     f"compile into it; stop the replicas first (System tab), then clear the cache")
@@ -118,7 +119,7 @@ class ReplicaPool:
         if self.capacity() < len(self.replicas):
             raise BackendNotReady("the replicas did not all start: "
                                   + "; ".join(f"{r.place}: {r.error or r.state}" for r in self.replicas
-                                              if r.state != "ready"))
+                                              if r.state != GroupState.READY))
 
     def _plan(self, count: int) -> tuple[list[list[int]], list[dict[str, str]], int]:
         """Per replica: its NeuronCores, its environment, and the CPU threads each gets. Refuses a
@@ -148,7 +149,7 @@ class ReplicaPool:
         count = self.settings.replicas if size is None else size
         with self._life:
             cores, envs, threads = self._plan(count)  # refused here, before the old pool is touched
-            if len(self.replicas) != count or any(r.state not in STARTING + ("ready",) for r in self.replicas):
+            if len(self.replicas) != count or any(r.state not in STARTING + (GroupState.READY,) for r in self.replicas):
                 self._end(lambda group: group.close())  # not already running at this size
                 if self.device.info.kind == "neuron":
                     self.device.core_plan.claim(self.name, count)
@@ -200,7 +201,7 @@ class ReplicaPool:
     # requests -------------------------------------------------------------------------------------
     def _pick(self, request: GenerationRequest, warming: bool) -> int | None:
         """The replica to run ``request`` on now (None: wait for one to be free)."""
-        ready = [i for i, r in enumerate(self.replicas) if r.state == "ready"]
+        ready = [i for i, r in enumerate(self.replicas) if r.state == GroupState.READY]
         if not ready:
             raise BackendNotReady("no replica is ready: " + "; ".join(
                 f"{r.place} {r.state}" + (f" ({r.error})" if r.error else "") for r in self.replicas))

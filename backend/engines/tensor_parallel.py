@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 from backend.engines.base import PlaceBook, Route
 from backend.errors import BackendNotReady, GenerationFailed, StudioError
-from backend.launch.group import STARTING, WorkerGroup, check_degree
+from backend.launch.group import STARTING, GroupState, WorkerGroup, check_degree
 from backend.request.records import EngineOutput, GenerationRequest, ProgressEvent
 from backend.settings import TP_MODE, Settings
 
@@ -60,12 +60,12 @@ class TensorParallelEngine:
     # what the manager asks ------------------------------------------------------------------------
     @property
     def state(self) -> str:
-        return self.group.state if self.group is not None else "stopped"
+        return self.group.state if self.group is not None else GroupState.STOPPED
 
     @property
     def ready(self) -> bool:
         """Whether the group serves requests now (the one place that decides it)."""
-        return self.group is not None and self.group.state == "ready"
+        return self.group is not None and self.group.state == GroupState.READY
 
     @property
     def configured(self) -> bool:
@@ -89,15 +89,16 @@ class TensorParallelEngine:
         group = self.group
         if group is None:
             return "the operator has not started the tensor-parallel group"
-        if group.state in ("stopped", "stopping"):
+        if group.state in (GroupState.STOPPED, GroupState.STOPPING):
             return f"the tensor-parallel group is {group.state} (the operator stopped it)"
-        return f"the tensor-parallel group is {group.state}" + (f" ({group.error})" if group.state == "dead" else "")
+        return f"the tensor-parallel group is {group.state}" + (f" ({group.error})" if group.state == GroupState.DEAD
+                                                                else "")
 
     def degraded(self) -> str | None:
         """Something is wrong with the group (it died) while tensor-parallel requests run in process;
         None while it is ready, starting (an ordinary start is no alarm) or simply not running."""
         group = self.group
-        return self._in_process_why() if group is not None and group.state == "dead" else None
+        return self._in_process_why() if group is not None and group.state == GroupState.DEAD else None
 
     def places(self, mode: str) -> list[str]:
         return [PLACE]
@@ -114,7 +115,7 @@ class TensorParallelEngine:
     def busy_with_cache(self) -> str | None:
         """Why the compile cache must not be cleared now (None: it may be)."""
         group = self.group
-        if group is not None and group.state in STARTING + ("ready", "stopping"):
+        if group is not None and group.state in STARTING + (GroupState.READY, GroupState.STOPPING):
             return (f"the tensor-parallel group is {group.state}: its ranks hold lock files in the compile "
                     f"cache and compile into it; stop the group first (System tab), then clear the cache")
         return None
@@ -122,7 +123,7 @@ class TensorParallelEngine:
     def describe(self) -> dict[str, Any]:
         group = self.group
         if group is None:
-            return {"state": "stopped", "world_size": self.settings.tp_degree, "ranks": [], "error": None}
+            return {"state": GroupState.STOPPED, "world_size": self.settings.tp_degree, "ranks": [], "error": None}
         return group.describe()
 
     # lifecycle ------------------------------------------------------------------------------------
@@ -144,7 +145,7 @@ class TensorParallelEngine:
     def _launch(self, degree: int) -> WorkerGroup:
         """(``_life`` held) The group of ``degree`` ranks: the one running, or a new one."""
         group = self.group
-        if group is not None and group.degree == degree and group.state in STARTING + ("ready",):
+        if group is not None and group.degree == degree and group.state in STARTING + (GroupState.READY,):
             return group
         from backend.models.source import transformer_heads
 
@@ -221,7 +222,7 @@ class TensorParallelEngine:
         was stopped, replaced or closed meanwhile."""
         try:
             with self._life:
-                if self.group is group and group.state == "dead" and not self._closed:
+                if self.group is group and group.state == GroupState.DEAD and not self._closed:
                     self._launch(group.degree)
         except StudioError as exc:
             self.last_error = f"restarting the tensor-parallel group: {exc}"

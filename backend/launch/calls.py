@@ -13,6 +13,7 @@ stops beating and the group is declared dead within the stall timeout.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import os
 import threading
 import time
@@ -24,7 +25,22 @@ from backend.request.records import EngineOutput, GenerationRequest, ProgressEve
 from backend.request.references import MAX_COUNT, MAX_REFERENCE_RGB, pixel_layout
 from backend.settings import Settings
 
-STARTING = ("launching", "loading", "warming")
+
+class GroupState(enum.StrEnum):
+    """A worker group's state (``WorkerGroup.state``): launched, loading and warming (the ranks'
+    phases), ready, stopping, stopped, or dead (it ended without being asked). Each member is its
+    name in the status JSON."""
+
+    STOPPED = "stopped"
+    LAUNCHING = "launching"
+    LOADING = "loading"
+    WARMING = "warming"
+    READY = "ready"
+    STOPPING = "stopping"
+    DEAD = "dead"
+
+
+STARTING = (GroupState.LAUNCHING, GroupState.LOADING, GroupState.WARMING)
 
 
 class RankZero:
@@ -186,7 +202,7 @@ class RankZero:
                 msg = proto.receive(conn, min(0.2, max(0.0, limit - self._clock())))
                 if msg is None:
                     state, error = self._status()
-                    if state == "dead":
+                    if state == GroupState.DEAD:
                         raise GroupDead(error or "the worker group died")
                     if self._clock() >= limit:
                         raise TimeoutError(phase, quiet)
@@ -244,11 +260,11 @@ class RankZero:
         rank died; ``on_lost`` if it does not. A group being stopped on purpose is not waited for.
         Returns the error to raise."""
         deadline = self._clock() + 10
-        while self._status()[0] in STARTING + ("ready",) and self._clock() < deadline:
+        while self._status()[0] in STARTING + (GroupState.READY,) and self._clock() < deadline:
             time.sleep(0.05)
         state = self._status()[0]
-        if state in ("stopping", "stopped"):
+        if state in (GroupState.STOPPING, GroupState.STOPPED):
             return GroupDead(f"the {self.name} was stopped")
-        if state != "dead":
+        if state != GroupState.DEAD:
             self._on_lost(reason)
         return GroupDead(self._status()[1] or reason)

@@ -41,7 +41,7 @@ import psutil
 from backend.errors import BackendNotReady, InvalidRequest, StudioError
 from backend.launch import deaths
 from backend.launch import protocol as proto
-from backend.launch.calls import STARTING, RankZero
+from backend.launch.calls import STARTING, GroupState, RankZero
 from backend.request.records import EngineOutput, GenerationRequest, ProgressEvent
 from backend.settings import Settings
 
@@ -112,7 +112,7 @@ class WorkerGroup:
             settings=worker_settings.to_json(), model_path=model_path, cores=self.cores,
             warm=list(warm or []), parent_pid=os.getpid(), role=role, threads=threads)
         self.env, self.threads, self._on_dead, self._on_change = dict(env or {}), threads, on_dead, on_change
-        self.was_ready, self.state, self.error = False, "stopped", None
+        self.was_ready, self.state, self.error = False, GroupState.STOPPED, None
         self.timings: dict[str, Any] = {}
         self.ranks: list[dict[str, Any]] = []  # per-rank READY reports: pid, core, sharded weights
         self.proc: subprocess.Popen | None = None
@@ -128,7 +128,7 @@ class WorkerGroup:
     def close(self) -> None:
         """Stop at once (the app is leaving or replacing the group): SIGTERM, grace, SIGKILL. A dead
         group stays dead (its reason is what a request that ran into it reports)."""
-        self.stop(final_state="dead" if self.state == "dead" else "stopped", polite=False)
+        self.stop(final_state=GroupState.DEAD if self.state == GroupState.DEAD else GroupState.STOPPED, polite=False)
         self._cleanup_dir()
         self.rank0.close()
 
@@ -151,7 +151,7 @@ class WorkerGroup:
 
     def require_ready(self) -> None:
         """BackendNotReady, saying how to start it again, unless the group is ready."""
-        if self.state != "ready":
+        if self.state != GroupState.READY:
             raise BackendNotReady(f"the {self.name} is {self.state}"
                                   + (f" ({self.error})" if self.error else "")
                                   + "; start it again (Start beside the mode, or the System tab)")
@@ -166,7 +166,7 @@ class WorkerGroup:
 
     def health(self, timeout: float = 2.0) -> dict[str, Any]:
         """Rank 0's health reply (a starting group takes the phase it names), else the state and why."""
-        if self.state in ("stopped", "dead", "stopping") or not self.socket_path:
+        if self.state in (GroupState.STOPPED, GroupState.DEAD, GroupState.STOPPING) or not self.socket_path:
             return {"state": self.state, "error": self.error}
         try:
             msg = self.rank0.request({"type": "health"}, deadline=self._clock() + timeout)
@@ -199,7 +199,7 @@ class WorkerGroup:
         if self._teardown is not None:
             self._teardown.join()  # the previous group is fully gone before a new one starts
         with self._lock:
-            if self.state not in ("stopped", "dead"):
+            if self.state not in (GroupState.STOPPED, GroupState.DEAD):
                 raise BackendNotReady(f"the {self.name} is already {self.state}")
             self._cleanup_dir()
             self.dir = tempfile.mkdtemp(prefix=proto.RUN_DIR_PREFIX, dir=self.run_root)  # 0700: ours alone
@@ -208,7 +208,7 @@ class WorkerGroup:
             self.timings, self.ranks, self._pids = {}, [], set()
             self._ready.clear()
             self.proc = self._spawn()
-            self.state = "launching"
+            self.state = GroupState.LAUNCHING
         self._watch(self.proc)
 
     def _spawn(self):
@@ -239,7 +239,7 @@ class WorkerGroup:
         """READY from rank 0 (for this launch, while it is still starting)."""
         with self._lock:
             if proc is self.proc and self.state in STARTING:
-                self.state, self.timings, self.was_ready = "ready", dict(timings), True
+                self.state, self.timings, self.was_ready = GroupState.READY, dict(timings), True
                 self.ranks = list(ranks)
                 self._pids = {int(r["pid"]) for r in self.ranks if r.get("pid")}
         self._on_change()
@@ -247,24 +247,24 @@ class WorkerGroup:
     def _phase(self, proc, phase: str | None) -> None:
         """Rank 0 says which phase of the start it is in (``loading``, ``warming``)."""
         with self._lock:
-            if proc is self.proc and self.state in STARTING and phase in ("loading", "warming"):
-                self.state = phase
+            if proc is self.proc and self.state in STARTING and phase in (GroupState.LOADING, GroupState.WARMING):
+                self.state = GroupState(phase)
 
     def _exited(self, proc, reason: str) -> bool:
         """The launcher exited with ``reason``: dead, unless it was being stopped (or was replaced).
         True when this made the group dead."""
         with self._lock:
-            if proc is not self.proc or self.state in ("stopping", "stopped", "dead"):
+            if proc is not self.proc or self.state in (GroupState.STOPPING, GroupState.STOPPED, GroupState.DEAD):
                 self._ready.set()
                 return False
-            self.state, self.error = "dead", reason
+            self.state, self.error = GroupState.DEAD, reason
         self._ready.set()
         self._on_change()
         return True
 
     def wait_ready(self, timeout: float | None = None) -> bool:
         self._ready.wait(timeout)
-        return self.state == "ready"
+        return self.state == GroupState.READY
 
     def _monitor(self, proc: subprocess.Popen) -> None:
         code = proc.wait()
@@ -273,11 +273,11 @@ class WorkerGroup:
         except Exception as exc:  # noqa: BLE001 - the group is dead whatever the log says
             reason = f"torchrun exited with status {code} ({type(exc).__name__} reading its log)"
         if self._exited(proc, reason):
-            self.stop(final_state="dead")  # torchrun is gone; make sure no rank outlives it
+            self.stop(final_state=GroupState.DEAD)  # torchrun is gone; make sure no rank outlives it
             self._report_death(proc)
 
     def _report_death(self, proc: subprocess.Popen) -> None:
-        if self._on_dead is not None and self.was_ready and proc is self.proc and self.state == "dead":
+        if self._on_dead is not None and self.was_ready and proc is self.proc and self.state == GroupState.DEAD:
             try:
                 self._on_dead(self)
             except Exception:  # noqa: BLE001 - a failed restart must not hide the death
@@ -287,14 +287,14 @@ class WorkerGroup:
     def ended_itself(self) -> bool:
         """A rank left on purpose after a failed request: the group should be restarted, whether or
         not rank 0's reply saying so got out before torchrun ended it."""
-        return self.state == "dead" and deaths.ended_itself(self.dir)
+        return self.state == GroupState.DEAD and deaths.ended_itself(self.dir)
 
     def _await_ready(self, proc: subprocess.Popen) -> None:
         """Wait for READY; whatever happens (a timeout, an error reply, this thread's own failure),
         the group ends in a state with its reason: ready or dead."""
         try:
             deadline = self._clock() + self.start_timeout
-            while self.state == "launching" and not os.path.exists(self.socket_path or ""):
+            while self.state == GroupState.LAUNCHING and not os.path.exists(self.socket_path or ""):
                 if self._clock() > deadline:
                     raise BackendNotReady(f"the workers did not open their socket within {self.start_timeout:g} s")
                 time.sleep(0.1)
@@ -315,49 +315,50 @@ class WorkerGroup:
 
     def _fail_start(self, proc: subprocess.Popen, reason: str) -> None:
         with self._lock:
-            if proc is not self.proc or self.state in ("dead", "stopping", "stopped"):
+            if proc is not self.proc or self.state in (GroupState.DEAD, GroupState.STOPPING, GroupState.STOPPED):
                 return
         self._mark_dead(f"the group did not start: {reason}")
 
     def _mark_dead(self, reason: str) -> None:
         """Report the group dead now; tear it down in the background (a hung rank needs SIGKILL)."""
         with self._lock:
-            self.state, self.error = "dead", reason
+            self.state, self.error = GroupState.DEAD, reason
         self._ready.set()
         self._on_change()
         proc = self.proc
 
         def teardown() -> None:
-            self.stop(final_state="dead")
+            self.stop(final_state=GroupState.DEAD)
             self._report_death(proc)
 
         self._teardown = threading.Thread(target=teardown, daemon=True)
         self._teardown.start()
 
-    def stop(self, final_state: str = "stopped", polite: bool = True) -> None:
+    def stop(self, final_state: GroupState = GroupState.STOPPED, polite: bool = True) -> None:
         """Shut the group down: ask politely (a ready group; it cancels a running generation first),
         then SIGTERM the group, then SIGKILL. Leaves no process."""
         with self._lock:
             proc = self.proc
-            if proc is None or self.state == "stopped" or (self.state == "stopping" and final_state == "stopped"):
+            stopping = self.state == GroupState.STOPPING and final_state == GroupState.STOPPED
+            if proc is None or self.state == GroupState.STOPPED or stopping:
                 return
-            polite = polite and self.state == "ready"
-            if final_state == "stopped":
-                self.state = "stopping"
+            polite = polite and self.state == GroupState.READY
+            if final_state == GroupState.STOPPED:
+                self.state = GroupState.STOPPING
         pids = self._end_processes(proc, polite)
         self.rank0.hang_up()
         run_dir = None
         with self._lock:
             if self.proc is proc:  # a restart may already have begun
-                if final_state == "stopped" or self.state != "dead":
+                if final_state == GroupState.STOPPED or self.state != GroupState.DEAD:
                     self.state = final_state
                 self._pids = pids
                 # A stopped group leaves nothing behind; a dead one keeps its logs (the page shows
                 # their tails) until the next start or close.
-                run_dir = self.dir if self.state == "stopped" else None
+                run_dir = self.dir if self.state == GroupState.STOPPED else None
         self._ready.set()
         self._on_change()
-        if self._log and final_state == "stopped":
+        if self._log and final_state == GroupState.STOPPED:
             self._log.close()
         if run_dir:
             self._cleanup_dir(run_dir)
