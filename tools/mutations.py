@@ -60,14 +60,14 @@ MUTATIONS = (
              'server.timings = {"load":', 'server.timings = {"load_s":',
              ("tests/backend/test_tp.py::test_two_rank_image_matches_the_one_process_eager_image",)),
     Mutation("M05", "a group starts again while it runs (row 11: the real start guard)", "backend/launch/group.py",
-             'if self.state not in ("stopped", "dead"):\n                raise BackendNotReady',
+             'if self.state not in (GroupState.STOPPED, GroupState.DEAD):\n                raise BackendNotReady',
              'if False:\n                raise BackendNotReady',
              ("tests/ui/test_handlers.py", "tests/backend/test_tp_group.py")),
     Mutation("M06", "a stopped group stays 'stopping' (row 11: the real stop)", "backend/launch/group.py",
-             "                if final_state == \"stopped\" or self.state != \"dead\":\n"
+             "                if final_state == GroupState.STOPPED or self.state != GroupState.DEAD:\n"
              "                    self.state = final_state",
-             "                if final_state == \"stopped\" or self.state != \"dead\":\n"
-             "                    self.state = \"stopping\"",
+             "                if final_state == GroupState.STOPPED or self.state != GroupState.DEAD:\n"
+             "                    self.state = GroupState.STOPPING",
              ("tests/ui/test_handlers.py",)),
     Mutation("M07", "the bench reports no child CPU time (row 14)", "bench/harness.py",
              "    child_cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)",
