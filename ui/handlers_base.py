@@ -22,6 +22,7 @@ from typing import Callable, Iterator
 import gradio as gr
 
 from backend.errors import GenerationCancelled, InvalidRequest, StudioError
+from backend.request.records import Phase
 from backend.request.references import reference_files
 from backend.serving.roles import COOKIE, LOCAL_OPERATOR, Caller, page_caller
 from backend.shapes import whole_number
@@ -171,21 +172,21 @@ class Runs:
                                          estimate=format_seconds(estimate) if estimate else "?"))
 
         def on_progress(event) -> None:
-            if event.phase == "compiling" and compiling["since"] is None:
+            if event.phase == Phase.COMPILING and compiling["since"] is None:
                 compiling["since"], compiling["stop"] = time.monotonic(), threading.Event()
                 threading.Thread(target=tick, args=(event.estimate,), name="compile-progress", daemon=True).start()
-            elif event.phase != "compiling" and compiling["since"] is not None:
+            elif event.phase != Phase.COMPILING and compiling["since"] is not None:
                 compiling["since"] = None
                 compiling["stop"].set()
-            if event.phase == "denoising":
+            if event.phase == Phase.DENOISING:
                 progress((event.step, event.steps),
                          desc=text(lang, "progress_step", step=event.step, steps=event.steps))
-            elif event.phase == "queued":  # waiting for its turn on the job board
+            elif event.phase == Phase.QUEUED:  # waiting for its turn on the job board
                 progress(0.0, desc=text(lang, "progress_queued", place=event.step, waiting=event.steps))
-            elif event.phase == "loading":  # the model is still loading: the request waits for it
+            elif event.phase == Phase.LOADING:  # the model is still loading: the request waits for it
                 progress(None, desc=text(lang, "progress_loading", seconds=event.step))
-            elif event.phase in ("encoding", "compiling", "decoding"):
-                progress(None if event.phase == "compiling" else 0.0 if event.phase == "encoding" else 1.0,
+            elif event.phase in (Phase.ENCODING, Phase.COMPILING, Phase.DECODING):
+                progress(None if event.phase == Phase.COMPILING else 0.0 if event.phase == Phase.ENCODING else 1.0,
                          desc=text(lang, f"phase_{event.phase}") + "…")
 
         def close() -> None:

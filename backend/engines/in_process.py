@@ -21,7 +21,7 @@ import torch
 
 from backend.errors import CompileFailure, GenerationCancelled, GenerationFailed, ShapeLocked
 from backend.hardware.device import COMPILE_EVENTS, Device, compile_error_text, diff_counters, is_compile_error
-from backend.request.records import EngineOutput, GenerationRequest, ProgressEvent
+from backend.request.records import EngineOutput, GenerationRequest, Phase, ProgressEvent
 from backend.settings import IN_PROCESS_MODES as MODES
 
 
@@ -168,7 +168,7 @@ class InProcessEngine:
         no use for pixels, and skipping their VAE decode frees their device for rank 0."""
         with self._lock:
             if self.pipe is None:
-                on_progress(ProgressEvent("loading", 0, request.steps, request.mode, str(request.shape)))
+                on_progress(ProgressEvent(Phase.LOADING, 0, request.steps, request.mode, str(request.shape)))
                 self._load()
             return self._run(request, on_progress, should_stop, forbid_compile, decode)
 
@@ -176,7 +176,7 @@ class InProcessEngine:
         pipe, device = self.pipe, self.device
         shape = str(request.shape)
 
-        def emit(phase: str, step: int = 0) -> None:
+        def emit(phase: Phase, step: int = 0) -> None:
             on_progress(ProgressEvent(phase, step, request.steps, request.mode, shape))
 
         marks: dict[str, float] = {}
@@ -185,22 +185,22 @@ class InProcessEngine:
         def encoder_done(_module, _args, _output):
             device.synchronize()
             marks["encoded"] = time.perf_counter()
-            emit("denoising", 0)
+            emit(Phase.DENOISING, 0)
 
         def step_done(_pipe, i, _t, _kwargs):
             device.synchronize()
             marks["last_step"] = time.perf_counter()
             compiling["active"] = False
-            emit("denoising", i + 1)
+            emit(Phase.DENOISING, i + 1)
             if should_stop():
                 raise GenerationCancelled(f"stopped after step {i + 1} of {request.steps}")
             if i + 1 == request.steps:
-                emit("decoding", request.steps)
+                emit(Phase.DECODING, request.steps)
             return {}
 
         def compile_started() -> None:
             compiling["active"] = True
-            emit("compiling")
+            emit(Phase.COMPILING)
 
         def compiled() -> dict:
             counters = diff_counters(before, device.compile_snapshot())
@@ -214,7 +214,7 @@ class InProcessEngine:
         stance = torch.compiler.set_stance("fail_on_recompile") if forbid_compile else contextlib.nullcontext()
         before = device.compile_snapshot()
         device.fallback_ops()  # starts this run's list afresh
-        emit("encoding")
+        emit(Phase.ENCODING)
         began = time.perf_counter()
         try:
             self._activate(request.mode)
@@ -242,7 +242,7 @@ class InProcessEngine:
         counts, fallback = compiled(), device.fallback_ops()
         encoded = marks.get("encoded", began)
         last_step = marks.get("last_step", encoded)
-        emit("done", request.steps)
+        emit(Phase.DONE, request.steps)
         return EngineOutput(image=images[0], more_images=images[1:], seconds=ended - began, encode=encoded - began,
                             denoise=last_step - encoded, decode=ended - last_step, fallback_ops=fallback, **counts)
 

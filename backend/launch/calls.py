@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 from backend.errors import BackendNotReady, GenerationFailed, GroupDead, InvalidRequest
 from backend.launch import protocol as proto
-from backend.request.records import EngineOutput, GenerationRequest, ProgressEvent
+from backend.request.records import EngineOutput, GenerationRequest, Phase, ProgressEvent
 from backend.request.references import MAX_COUNT, MAX_REFERENCE_RGB, pixel_layout
 from backend.settings import Settings
 
@@ -187,7 +187,7 @@ class RankZero:
             proto.send(conn, header)
             phase, last = "", self._clock()
             while True:
-                quiet = stall or (self.compile_timeout if phase == "compiling" else self.stall_timeout)
+                quiet = stall or (self.compile_timeout if phase == Phase.COMPILING else self.stall_timeout)
                 # While every rank's heartbeat moves, silence is a compile (the Neuron compiler says
                 # nothing, eager mode included): allowed up to the compile timeout.
                 if stall is None and self.ranks_beating(self.stall_timeout):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import enum
 from typing import Any
 
 from backend.shapes import Shape, parse_shape
@@ -141,16 +142,33 @@ class EngineOutput:
 _PIXELS = ("image", "more_images")
 
 
+class Phase(enum.StrEnum):
+    """Where a run is (a ``ProgressEvent``'s phase, a job's on the board); each member is its name in
+    the JSON and on the worker wire."""
+
+    QUEUED = "queued"  # waiting for its turn on the job board (step: its place, steps: how many wait)
+    STARTING = "starting"  # its turn came; the engine has said nothing yet
+    LOADING = "loading"  # waiting for the model (step: the seconds waited)
+    COMPILING = "compiling"
+    ENCODING = "encoding"
+    DENOISING = "denoising"
+    DECODING = "decoding"
+    DONE = "done"
+
+
 @dataclasses.dataclass(frozen=True)
 class ProgressEvent:
-    """Where a running generation is: phase is loading|compiling|encoding|denoising|decoding|done."""
+    """Where a running generation is (``Phase``; a phase sent as text, from a worker, is read as one)."""
 
-    phase: str
+    phase: Phase
     step: int = 0
     steps: int = 0
     mode: str = ""
     shape: str = ""
     estimate: float | None = None  # compiling: the seconds admission expected it to take (None: unknown)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "phase", Phase(self.phase))
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -13,6 +13,7 @@ import threading
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from backend.errors import BackendNotReady, InvalidRequest
+from backend.request.records import Phase
 from backend.serving.roles import LOCAL_OPERATOR, Caller
 from backend.serving.warmup import Warmups
 from backend.shapes import Shape
@@ -85,7 +86,7 @@ class EngineControls:
         (``status().compiling_workers``)."""
         launched = {e.name for e in self.service.engines.launched}
         return sorted({job.engine for job in self.service.board.running()
-                       if job.phase == "compiling" and job.engine in launched})
+                       if job.phase == Phase.COMPILING and job.engine in launched})
 
     def capacity_changed(self) -> None:
         """A launched engine's capacity may have changed (a group became ready, died or stopped):

@@ -24,6 +24,7 @@ import time
 from typing import Any, Callable
 
 from backend.errors import BackendNotReady, GenerationCancelled, QueueFull
+from backend.request.records import Phase
 from backend.shapes import Shape
 
 
@@ -64,7 +65,7 @@ class Job:
     engine: str
     arrived: float
     state: JobState = JobState.WAITING
-    phase: str = "waiting"
+    phase: Phase = Phase.QUEUED
     step: int = 0
     started: float | None = None
     compile_started: float | None = None
@@ -128,7 +129,7 @@ class JobBoard:
                 order = [j for j in self._order() if j.engine == job.engine]
                 running = sum(1 for j in self._jobs.values() if j.state is JobState.RUNNING and j.engine == job.engine)
                 if order and order[0] is job and running < max(1, self._capacity(job.engine)):
-                    job.state, job.started, job.phase = JobState.RUNNING, self._clock(), "starting"
+                    job.state, job.started, job.phase = JobState.RUNNING, self._clock(), Phase.STARTING
                     # Runs side by side (replicas, a group and the app) share the machine: none of
                     # them is a steady figure for its shape.
                     for other in self._jobs.values():

@@ -26,7 +26,7 @@ from backend.errors import (
     NotAllowed,
     StudioError,
 )
-from backend.request.records import GenerationRequest, GenerationResult, ProgressEvent
+from backend.request.records import GenerationRequest, GenerationResult, Phase, ProgressEvent
 from backend.request.references import blank_references, load_references, planned_references, sequence_budget, sizes_for
 from backend.request.validation import check_sequence, check_signature, validate_request
 from backend.serving import compile_state as cs
@@ -243,7 +243,7 @@ class Manager:
                 raise BackendNotReady("the app is shutting down" if self._closing.is_set()
                                       else "nobody waits for this image any more")
             if progress is not None:
-                progress(ProgressEvent("loading", int(self._clock() - began), 0, "", ""))
+                progress(ProgressEvent(Phase.LOADING, int(self._clock() - began), 0, "", ""))
         return True
 
     # validation --------------------------------------------------------------------------------
@@ -394,9 +394,9 @@ class Manager:
             return job.cancel.is_set() or self._closing.is_set() or (still_wanted is not None and not still_wanted())
 
         def waiting(place: int, total: int) -> None:
-            job.phase, job.step = "queued", place
+            job.phase, job.step = Phase.QUEUED, place
             if progress is not None:
-                progress(ProgressEvent("queued", place, total, run.mode, str(run.shape)))
+                progress(ProgressEvent(Phase.QUEUED, place, total, run.mode, str(run.shape)))
 
         try:
             self.board.wait_turn(job, should_stop, waiting)
@@ -406,7 +406,7 @@ class Manager:
 
         def on_progress(event: ProgressEvent) -> None:
             job.phase, job.step = event.phase, event.step
-            if event.phase == "compiling":
+            if event.phase == Phase.COMPILING:
                 self.table.mark_compiling(run.mode, run.shape)
                 # What admission expected this compile to take, said with the event and kept on the
                 # job (the page's bar and Stop's answer need no second prediction).
