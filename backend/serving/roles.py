@@ -17,6 +17,7 @@ No gradio here: the UI reads the cookie and the page session and asks ``Operator
 from __future__ import annotations
 
 import dataclasses
+import enum
 import hmac
 import secrets
 from pathlib import Path
@@ -24,8 +25,13 @@ from pathlib import Path
 from backend.errors import NotAllowed
 from backend.serving.jobs import LOCAL, Owner, OwnerKind
 
-OPERATOR = "operator"
-VIEWER = "viewer"
+
+class Role(enum.StrEnum):
+    OPERATOR = "operator"
+    VIEWER = "viewer"
+
+
+OPERATOR, VIEWER = Role
 COOKIE = "neuron_studio_operator"
 
 
@@ -34,7 +40,7 @@ class Caller:
     """Who is asking: their role and the owner their runs are held by on the job board
     (``backend.serving.jobs.Owner``: a page session, an API key, ...; None owns nothing)."""
 
-    role: str
+    role: Role
     owner: Owner | None = None
 
     @property
