@@ -290,21 +290,6 @@ def reference_files(items: Any) -> list[Any]:
     return out
 
 
-def reference_sizes(items: Sequence[Any], sizes: Sequence[Shape]) -> list[tuple[int, int]]:
-    """The reference sizes ``items`` would be fitted to, from their headers alone (for the cost
-    line before the click; InvalidRequest for a file that would be refused)."""
-    out = []
-    for number, item in enumerate(items, 1):
-        which = f"reference {number}"
-        if isinstance(item, Reference):
-            out.append(item.size)
-            continue
-        with _header_source(item, which) as source:
-            size = nearest_size(*_open(source, which).size, sizes)
-        out.append((size.height, size.width))
-    return out
-
-
 def _header_source(item: Any, which: str, limit: int = MAX_REFERENCE_BYTES):
     """A binary file object for ``item``'s header: a path's file, opened after its size is checked
     against ``limit`` (the cost line runs every second: the file is not read whole); anything else
