@@ -3,7 +3,7 @@
 The generate endpoint has hidden inputs of its own that pass values through untouched, so every bad
 value is answered by the backend's validation (naming the field and the fix), not by a widget's
 range check; ``view_api`` shows each input's type and a one-line description. Its handler is
-``ui.handlers_api``'s.
+``ui.handlers.ApiEndpoint``.
 """
 
 from __future__ import annotations

@@ -1,27 +1,36 @@
 """The page's event handlers: ``Studio`` holds one object per tab over the one door to the service,
-and answers for the whole page (the timer's refresh, the page opening and closing, its role):
+and answers for the whole page (the timer's refresh, the page opening and closing, its role). Here
+too the small tabs' handlers: Compare, Performance (the plots, the cost receipt) and the public
+``/generate`` endpoint (``ApiEndpoint``; its hidden inputs are ``ui.api``'s). Elsewhere:
 
 - ``ui.handlers_base``: the door (manager, caller of an event), a run as the page starts it,
   refusals into page notices, the toasts;
 - ``ui.handlers_studio``: Generate, Stop, the controls, the cost line and badges, a PNG's parameters;
-- ``ui.handlers_compare``: Compare;
-- ``ui.handlers_system``: the operator's controls (group, replicas, cache, lock, warm-up, bundles);
-- ``ui.handlers_performance``: the plots and the cost receipt;
-- ``ui.handlers_api``: the public ``/generate`` endpoint.
+- ``ui.handlers_system``: the operator's controls (group, replicas, cache, lock, warm-up, bundles).
 """
 
 from __future__ import annotations
 
+import contextlib
+import math
+import re
+from typing import Callable
+
 import gradio as gr
 
-from ui.handlers_api import ApiEndpoint
-from ui.handlers_base import Door, Runs
-from ui.handlers_compare import CompareTab
-from ui.handlers_performance import PerformanceTab
+from backend.errors import GenerationCancelled
+from backend.serving.cost import WORDS, Reference, format_receipt
+from ui.handlers_base import Door, Runs, _info, refusals
 from ui.handlers_studio import StudioTab
 from ui.handlers_system import SystemTab
 from ui.i18n import language, text
+from ui.views_common import format_seconds
+from ui.views_performance import compile_frame, latency_frame, plot_axes
+from ui.views_studio import compare_frame, mode_caption
 from ui.views_tp import TP_RUNNING
+
+MAX_PRICE = 10_000.0  # USD per hour: beyond any instance
+_LABEL = re.compile(r"[^\w .()/-]+")  # the reference's name, shown as code in Markdown: no markup, no links
 
 
 class Studio:
@@ -82,3 +91,100 @@ class Studio:
         helps, edits = card.prompt_help(lang), card.edit_help(lang)
         return (gr.update(label=text(lang, "image")), (gr.update(info=helps) if helps else gr.skip()),
                 (gr.update(value=edits) if edits else gr.skip()))
+
+
+class CompareTab:
+    """The Compare tab's events (its runs go through the service like the Studio tab's)."""
+
+    def __init__(self, door: Door, runs: Runs):
+        self.door, self.runs = door, runs
+
+    @staticmethod
+    def empty_compare_table(page: gr.Request | None = None):
+        """The Compare tab's timings table before any comparison: its column names in the page's
+        language, no rows (a bare Dataframe shows headers "1 2 3")."""
+        return compare_frame([], language(page))
+
+    def compare(self, prompt, width, height, steps, guidance, seed, randomize, modes, references=None,
+                page: gr.Request | None = None, progress: Callable = gr.Progress()):
+        """The Compare button: the gallery (one image per mode, captioned) and the timings table.
+        With the Studio tab's reference images, each mode runs the same edit."""
+        lang = language(page)
+        fields = self.runs.fields(prompt, width, height, (modes or ["eager"])[0], steps, guidance, -1 if randomize else seed,
+                              references)
+        adapter = self.runs.progress_adapter(progress, lang)
+        with contextlib.closing(adapter), refusals(lang):
+            fields["images"] = self.runs.page_files(fields["images"])
+            try:
+                entries = self.door.manager.compare(fields, modes or [], adapter, caller=self.door.caller(page))
+            except GenerationCancelled as exc:
+                _info(lang, text(lang, "info_stopped", detail=exc))
+                return gr.skip(), gr.skip()
+        gallery, table = [], []
+        for e in entries:
+            r = e["result"]
+            gallery.append((r.path, f"{mode_caption(r.to_json(), lang)} · {format_seconds(r.seconds)} · "
+                                    f"max |Δ| {e['max_diff']}"))
+            table.append({**e, "result": r.to_json()})
+        return gallery, compare_frame(table, lang)
+
+
+def _amount(value) -> float | None:
+    """A price or seconds from a page field: a finite number in (0, MAX_PRICE], else None."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) and 0 < number <= MAX_PRICE else None
+
+
+class PerformanceTab:
+    """The Performance tab's events (all of them a viewer's: they read, never change)."""
+
+    def __init__(self, manager):
+        self.manager = manager
+
+    def refresh_plots(self, page: gr.Request | None = None):
+        """Steady latency against megapixels, compile seconds per shape: on the tab's timer and its button."""
+        latency, compiles = latency_frame(self.manager.records), compile_frame(self.manager.status().shapes)
+        latency_axes, compile_axes = plot_axes(language(page), latency.empty, compiles.empty)
+        return gr.ScatterPlot(latency, **latency_axes), gr.BarPlot(compiles, **compile_axes)
+
+    def cost_receipt(self, price, ref_label, ref_price, ref_seconds, page: gr.Request | None = None):
+        """The receipt of what is warm now: this instance's price (0 or empty: the settings' or the
+        dated table's), and a reference machine when both its figures are given."""
+        lang = language(page)
+        reference = None
+        if ref_price not in (None, "", 0) or ref_seconds not in (None, "", 0):
+            price_in, seconds_in = _amount(ref_price), _amount(ref_seconds)
+            if price_in is None or seconds_in is None:
+                return text(lang, "receipt_bad", reason=f"{ref_price!r}, {ref_seconds!r}"[:80])
+            label = _LABEL.sub("", str(ref_label or ""))[:40].strip() or text(lang, "receipt_ref_label")
+            reference = Reference(f"`{label}`", price_in, seconds_in)
+        data = self.manager.receipt(price_per_hour=_amount(price), reference=reference)
+        words = {key: text(lang, "receipt_price_unit" if key == "price" else f"receipt_{key}") for key in WORDS}
+        return format_receipt(data, words)
+
+
+class ApiEndpoint:
+    """The API's events: the same run through the service as the Generate button, no page around them."""
+
+    def __init__(self, runs: Runs):
+        self.runs = runs
+
+    def api_generate(self, prompt, width, height, mode, steps, seed, guidance, images=None, count=1,
+                     page: gr.Request | None = None, progress: Callable = gr.Progress()):
+        """Generate one image (or a batch of ``count``: the first is returned); returns the PNG (with
+        its parameters inside) and the run's record as JSON. ``images``: reference images for an
+        edit (gradio_client's ``handle_file``). Every value is checked by the backend: a bad one is
+        refused naming the field (and, for a size, the nearest valid one)."""
+        result, _seed = self.runs.run(self.runs.fields(prompt, width, height, mode, steps, guidance, seed, images, count), progress,
+                           page=page)  # owned by the API client's session
+        if result is None:
+            raise gr.Error("the generation was stopped")
+        # The PNG itself is the first output; the server-side path means nothing to a remote
+        # client (and gradio_client would mistake a dict with a "path" key for a file).
+        record = result.to_json()
+        record.pop("path")
+        record.pop("paths")
+        return result.path, record

@@ -16,9 +16,8 @@ from backend.request.references import MAX_COUNT
 from ui.constants import ASSETS, I18N
 from ui.views_common import CUSTOM, MODE_KEYS, load_example_prompts, preset_label
 from ui.views_common import preset_choices as preset_labels
-from ui.views_compare import compare_frame
 from ui.views_performance import compile_frame, latency_frame
-from ui.views_studio import badges_html
+from ui.views_studio import badges_html, compare_frame
 from ui.views_system import shapes_frame
 from ui.views_tp import tp_state_html
 

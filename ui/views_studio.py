@@ -1,14 +1,16 @@
 """The Studio tab's views: the engine line under the title, the cost of the chosen (mode, shape), the
 preset badges, and the run line under the image (what ran, how long, what compiled, what the model
-understood of the prompt)."""
+understood of the prompt); and the Compare tab's timings table."""
 
 from __future__ import annotations
 
 import html
 from typing import TYPE_CHECKING, Any
 
+import pandas as pd
+
 from ui.i18n import DEFAULT, text
-from ui.views_common import MESSAGES_EN, format_seconds
+from ui.views_common import MESSAGES_EN, column_names, format_seconds
 from ui.views_tp import tp_engine_text
 
 if TYPE_CHECKING:
@@ -148,6 +150,17 @@ def mode_caption(result: dict[str, Any], lang: str = DEFAULT) -> str:
     if result["mode"] == "tp":
         return f"tp ×{result.get('world_size', 1)}"
     return result["mode"]
+
+
+COMPARE_COLUMNS = ["col_mode", "col_seconds", "col_compiled", "col_compile_s", "col_max_diff"]
+
+
+def compare_frame(entries: list[dict[str, Any]], lang: str = DEFAULT) -> pd.DataFrame:
+    """One prompt run through several modes: one row per mode."""
+    rows = [[mode_caption(e["result"], lang) if e["result"].get("degraded") else e["mode"],
+             round(e["result"]["seconds"], 3), e["result"]["compiled"], round(e["result"]["compile_seconds"], 2),
+             e["max_diff"]] for e in entries]
+    return pd.DataFrame(rows, columns=column_names(COMPARE_COLUMNS, lang))
 
 
 def run_markdown(result: dict[str, Any], lang: str = DEFAULT) -> str:
