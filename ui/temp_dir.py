@@ -4,8 +4,10 @@ removed at exit; and, at the next start, what a killed run left behind. No gradi
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import stat
 import tempfile
 
 TEMP_PREFIX = "neuron-studio-gradio-"
@@ -45,36 +47,11 @@ def remove_dead_runs_folders(root: str) -> list[str]:
             info = os.lstat(path)
         except OSError:
             continue
-        if not os.path.isdir(path) or os.path.islink(path) or info.st_uid != os.getuid():
-            continue
-        if psutil.pid_exists(int(pid_text)):
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or psutil.pid_exists(int(pid_text)):
             continue
         shutil.rmtree(path, ignore_errors=True)
         removed.append(path)
     return removed
-
-
-def discard_upload(path) -> bool:
-    """Delete an upload the app has read (a PNG's parameters, a bundle): only a file inside the
-    app's own temporary folder (``own_temp_dir``, named ``TEMP_PREFIX<pid>-``), never anything else.
-    True when it was deleted."""
-    folder = os.environ.get("GRADIO_TEMP_DIR", "")
-    if not path or not os.path.basename(folder).startswith(f"{TEMP_PREFIX}{os.getpid()}-"):
-        return False
-    target, root = os.path.realpath(str(path)), os.path.realpath(folder)
-    if os.path.commonpath([target, root]) != root or target == root or not os.path.isfile(target):
-        return False
-    try:
-        os.unlink(target)
-    except OSError:
-        return False
-    parent = os.path.dirname(target)  # Gradio keeps each upload in a folder of its own
-    if parent != root:
-        try:
-            os.rmdir(parent)
-        except OSError:
-            pass
-    return True
 
 
 def is_upload(path) -> bool:
@@ -86,3 +63,22 @@ def is_upload(path) -> bool:
         return False
     target, root = os.path.realpath(str(path)), os.path.realpath(folder)
     return os.path.commonpath([target, root]) == root and target != root and os.path.isfile(target)
+
+
+def discard_upload(path) -> bool:
+    """Delete an upload the app has read (a PNG's parameters, a bundle): only an upload (``is_upload``)
+    in the app's own temporary folder (``own_temp_dir``, named ``TEMP_PREFIX<pid>-``), never anything
+    else. True when it was deleted."""
+    folder = os.environ.get("GRADIO_TEMP_DIR", "")
+    if not os.path.basename(folder).startswith(f"{TEMP_PREFIX}{os.getpid()}-") or not is_upload(path):
+        return False
+    target = os.path.realpath(str(path))
+    try:
+        os.unlink(target)
+    except OSError:
+        return False
+    parent = os.path.dirname(target)  # Gradio keeps each upload in a folder of its own
+    if parent != os.path.realpath(folder):
+        with contextlib.suppress(OSError):
+            os.rmdir(parent)
+    return True
