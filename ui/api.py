@@ -16,10 +16,7 @@ from ui.constants import RUN_QUEUE, RUN_SLOTS
 class RawNumber(gr.Number):
     """A number input for the API that hands its value to the backend as sent (int, float or text):
     no float conversion (seeds above 2^53 stay exact) and no range check of its own — the backend's
-    validation answers every bad value, naming the field. ``api_type`` and ``api_text`` are what
-    ``view_api`` shows."""
-
-    api_type, api_text = "number", ""
+    validation answers every bad value, naming the field."""
 
     def get_block_name(self) -> str:
         return "number"
@@ -27,37 +24,12 @@ class RawNumber(gr.Number):
     def preprocess(self, payload):
         return payload
 
-    def api_info(self) -> dict:
-        return {"type": self.api_type, "additional_description": self.api_text}
-
 
 def _api_field(component, text: str, api_type: str | None = None):
-    """A hidden API input with a one-line description (and type) for view_api."""
-    component.api_text = text
-    if api_type:
-        component.api_type = api_type
+    """A hidden API input whose ``view_api`` line carries a one-line description (and its type)."""
+    info = {**component.api_info(), "additional_description": text, **({"type": api_type} if api_type else {})}
+    component.api_info = lambda: info
     return component
-
-
-class ApiText(gr.Textbox):
-    """A text input for the API whose view_api line carries a description."""
-
-    api_text = ""
-
-    def get_block_name(self) -> str:
-        return "textbox"
-
-    def api_info(self) -> dict:
-        return {"type": "string", "additional_description": self.api_text}
-
-
-class ApiFiles(gr.File):
-    """The reference images of an edit; its view_api line carries a description."""
-
-    def api_info(self) -> dict:
-        info = super().api_info()
-        return {**info, "additional_description": "reference images to edit from (gradio_client's handle_file), 0 to "
-                                       "--max-references; each is fitted to a reference size (a new size compiles)"}
 
 
 def add_api(studio, manager) -> None:
@@ -66,19 +38,21 @@ def add_api(studio, manager) -> None:
     start_shape = manager.card.start_shape
     modes = ", ".join(manager.modes)
     api_inputs = [
-        _api_field(ApiText(visible=False, label="prompt"), "what to draw (required)"),
+        _api_field(gr.Textbox(visible=False, label="prompt"), "what to draw (required)"),
         _api_field(RawNumber(start_shape.width, visible=False, label="width"),
                    f"pixels, a multiple of 16 from {s.min_size} to {s.max_size}", "integer"),
         _api_field(RawNumber(start_shape.height, visible=False, label="height"),
                    f"pixels, a multiple of 16 from {s.min_size} to {s.max_size}", "integer"),
-        _api_field(ApiText(s.mode, visible=False, label="mode"), f"one of {modes}"),
+        _api_field(gr.Textbox(s.mode, visible=False, label="mode"), f"one of {modes}"),
         _api_field(RawNumber(s.steps, visible=False, label="steps"),
                    f"denoising steps, 1 to {s.max_steps}", "integer"),
         _api_field(RawNumber(-1, visible=False, label="seed"), "0 to 2^63-1, or -1 for a random one",
                    "integer"),
         _api_field(RawNumber(s.guidance, visible=False, label="guidance"),
                    f"guidance scale, 0 to {s.max_guidance:g} (ignored by distilled models)"),
-        ApiFiles(None, file_count="multiple", type="filepath", visible=False, label="images"),
+        _api_field(gr.File(None, file_count="multiple", type="filepath", visible=False, label="images"),
+                   "reference images to edit from (gradio_client's handle_file), 0 to --max-references; each is "
+                   "fitted to a reference size (a new size compiles)"),
         _api_field(RawNumber(1, visible=False, label="count"),
                    "images per prompt, 1 to 4 (the image output is the batch's first; the record lists them)",
                    "integer"),
