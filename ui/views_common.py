@@ -64,5 +64,11 @@ def shorten(text: Any, limit: int = 160) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
+def word(lang: str, prefix: str, name: str) -> str:
+    """The word for ``name`` (a state, a phase: key ``prefix + name``) in ``lang``; ``name`` itself where
+    the table has none."""
+    return text(lang, prefix + name) if prefix + name in MESSAGES_EN else name
+
+
 def column_names(keys: list[str], lang: str) -> list[str]:
     return [text(lang, key) for key in keys]

@@ -3,14 +3,11 @@ mode, each plot with its titles in the page's language and one colour per mode."
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pandas as pd
 
 from ui.i18n import DEFAULT, text
-
-if TYPE_CHECKING:
-    pass
 
 
 def latency_frame(records: list[Any]) -> pd.DataFrame:

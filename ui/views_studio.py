@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from ui.i18n import DEFAULT, text
-from ui.views_common import MESSAGES_EN, column_names, format_seconds
+from ui.views_common import column_names, format_seconds, word
 from ui.views_tp import tp_engine_text
 
 if TYPE_CHECKING:
@@ -90,16 +90,14 @@ def engine_markdown(status: Status, lang: str = DEFAULT) -> str:
         starting = tp and tp.get("state", "stopped") != "stopped"  # --mode tp starts the group at launch
         return (text(lang, "engine_loading", model=model, where=where)
                 + (f" · {tp_engine_text(tp, lang=lang)}" if starting else ""))
-    state_key = f"engine_state_{state}"
-    line = text(lang, "engine_ready", model=model, where=where,
-                state=text(lang, state_key) if state_key in MESSAGES_EN else state)
+    line = text(lang, "engine_ready", model=model, where=where, state=word(lang, "engine_state_", state))
     if status.warm_only:
         line += text(lang, "engine_locked")
     busy = status.busy
     if busy:
         phase = busy["phase"]
         step = text(lang, "engine_step", step=busy["step"], steps=busy["steps"]) if phase == "denoising" else ""
-        line += text(lang, "engine_busy", mode=busy["mode"], shape=busy["shape"], phase=_phase(phase, lang),
+        line += text(lang, "engine_busy", mode=busy["mode"], shape=busy["shape"], phase=word(lang, "phase_", phase),
                      step=step, elapsed=f"{busy['elapsed']:.1f} s")
     if tp:
         line += " · " + tp_engine_text(tp, show_error=not status.degraded, lang=lang)
@@ -112,12 +110,6 @@ def engine_markdown(status: Status, lang: str = DEFAULT) -> str:
     if warmup and warmup.get("running"):
         line += text(lang, "engine_warming", done=warmup["done"], total=warmup["total"], mode=warmup["mode"])
     return line
-
-
-def _phase(phase: str, lang: str) -> str:
-    """A pipeline phase's name (encoding, compiling, denoising, decoding) in ``lang``."""
-    key = f"phase_{phase}"
-    return text(lang, key) if key in MESSAGES_EN else phase
 
 
 def compile_text(result: dict[str, Any], lang: str = DEFAULT) -> str:

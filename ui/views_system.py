@@ -9,7 +9,7 @@ import pandas as pd
 
 from backend.hardware.core_plan import plan_text as core_plan_text
 from ui.i18n import DEFAULT, text
-from ui.views_common import MESSAGES_EN, column_names, format_bytes, shorten
+from ui.views_common import column_names, format_bytes, shorten, word
 from ui.views_tp import tp_state_name
 
 # The device layer's reason for its choice is English; its fragments, in the page's language.
@@ -38,7 +38,6 @@ def system_markdown(status: Status, lang: str = DEFAULT) -> str:
     def t(key: str, **values: Any) -> str:
         return text(lang, key, **values)
 
-    state_key = f"engine_state_{status.state}"
     rows = [
         (t("sys_device"), f"{dev.get('kind', '…')} — "
                           + (device_reason(dev["reason"], lang) if dev.get("reason") else t("resolving"))),
@@ -46,7 +45,7 @@ def system_markdown(status: Status, lang: str = DEFAULT) -> str:
         (t("sys_dtype"), status.dtype or "…"),
         (t("sys_default_mode"), status.default_mode),
         (t("sys_engine"), f"{t('engine_name_' + engine['engine'].replace('-', '_')) if engine.get('engine') else '…'} · "
-                          f"{t(state_key) if state_key in MESSAGES_EN else status.state}"
+                          f"{word(lang, 'engine_state_', status.state)}"
                           + (t("sys_active_mode", mode=engine["active_mode"]) if engine.get("active_mode") else "")),
         (t("sys_compile_backend"), dev.get("compile_backend", "…")),
         *[(t("sys_cache"), f"`{c['dir']}` ({format_bytes(c['bytes'])}, {c['variable']})" if c.get("dir")

@@ -7,7 +7,7 @@ import html
 from typing import Any
 
 from ui.i18n import DEFAULT, text
-from ui.views_common import MESSAGES_EN, format_seconds, shorten
+from ui.views_common import format_seconds, shorten, word
 
 TP_STARTING = ("launching", "loading", "warming")
 TP_RUNNING = TP_STARTING + ("ready",)
@@ -22,8 +22,7 @@ def _tp_start_seconds(tp: dict[str, Any]) -> float | None:
 
 
 def tp_state_name(state: str, lang: str) -> str:
-    key = f"tp_state_{state}"
-    return text(lang, key) if key in MESSAGES_EN else state
+    return word(lang, "tp_state_", state)
 
 
 def tp_engine_text(tp: dict[str, Any], show_error: bool = True, lang: str = DEFAULT) -> str:
