@@ -154,20 +154,17 @@ def generate(settings: Settings, args: argparse.Namespace) -> int:
     try:
         # Validate everything before loading anything: a typo should not cost a model load.
         edit = {"images": list(getattr(args, "image", None) or []), "count": getattr(args, "count", None)}
-        first = manager.validate(args.prompt, sizes[0].height, sizes[0].width, seed=args.seed, **edit)
+        first, _cost = manager.plan(dict(prompt=args.prompt, height=sizes[0].height, width=sizes[0].width,
+                                         seed=args.seed, **edit))
         edit["images"] = first.references  # read and fitted once
         # One seed for the whole batch (a random one if none was given), reported per image.
-        requests = [first] + [manager.validate(args.prompt, s.height, s.width, seed=first.seed, **edit)
-                              for s in sizes[1:]]
+        requests = [first] + [manager.plan(dict(prompt=args.prompt, height=s.height, width=s.width, seed=first.seed,
+                                                **edit))[0] for s in sizes[1:]]
         unwritable = None if args.no_save else _unwritable(args.out, settings.output_dir)
         if unwritable:
             manager.close()
             return _fail(unwritable)
-        manager.start()
-        # Once the model's tokenizer is loaded, prompts are also held to the text encoder's limit.
-        # (What was typed is validated again, not the model's reading of it: the record keeps both.)
-        requests = [manager.validate(r.typed or r.prompt, r.height, r.width, r.steps, r.guidance, r.seed, r.mode,
-                                     images=r.references, count=r.count) for r in requests]
+        manager.start()  # the service holds each prompt to the text encoder's limit when it runs (Manager.generate)
     except StudioError as exc:
         manager.close()
         return _fail(_refusal(exc))
@@ -322,7 +319,8 @@ def cost(settings: Settings, sizes: str | None, runs: int, reference, as_json: b
     manager = Manager(settings)
     try:
         shapes = parse_shape_list(sizes) if sizes else (settings.prewarm or [manager.card.start_shape])
-        requests = [manager.validate(COST_PROMPT, s.height, s.width, seed=1, count=s.count) for s in shapes]
+        requests = [manager.plan(dict(prompt=COST_PROMPT, height=s.height, width=s.width, seed=1, count=s.count))[0]
+                    for s in shapes]
     except (ValueError, StudioError) as exc:
         manager.close()
         return _fail(str(exc), command="app.py cost")

@@ -24,6 +24,7 @@ class GenerationRequest:
     typed: str | None = None  # what the person typed, when ``prompt`` is the model's reading of it
     count: int = 1  # images per prompt (the batch)
     references: tuple[Any, ...] = ()  # backend.request.references.Reference, fitted; an edit when not empty
+    tokens: int | None = None  # the prompt's tokens as the text encoder reads them (None: validated before it loaded)
     # The model's reading of what was typed (its card's prompt reader), read once, when validated;
     # the page says from it what the model did not understand. Never in the JSON.
     reading: Any = dataclasses.field(default=None, repr=False, compare=False)

@@ -111,8 +111,8 @@ def validate_request(s: Settings, modes: Iterable[str], prompt: Any, height: Any
         if ord(ch) in _BIDI_CONTROLS:  # they reorder how the prompt reads on a page, a PNG viewer, a log
             raise InvalidRequest("prompt", f"contains the bidirectional control character U+{ord(ch):04X} at "
                                            f"position {pos}")
-    if count_tokens is not None:
-        tokens = count_tokens(text)
+    tokens = count_tokens(text) if count_tokens is not None else None
+    if tokens is not None:
         if tokens > s.max_prompt_tokens:
             raise InvalidRequest("prompt", f"is {tokens} tokens with the chat template; the text encoder reads "
                                            f"{s.max_prompt_tokens}, so the end would be cut off — shorten it")
@@ -136,4 +136,4 @@ def validate_request(s: Settings, modes: Iterable[str], prompt: Any, height: Any
     if mode not in modes:
         raise InvalidRequest("mode", f"must be one of {', '.join(modes)}, got {show_value(mode)}")
     return GenerationRequest(text, shape.height, shape.width, steps, guidance, seed, mode, count=shape.count,
-                             references=tuple(references))
+                             references=tuple(references), tokens=tokens)

@@ -370,8 +370,10 @@ class Manager:
         waits for the image: the run leaves the board, or stops at its next step as if cancelled."""
         if isinstance(request, dict):
             request = self.validate(**request)
-        if self._await_ready(progress, still_wanted) and self._count_tokens is not None:
-            # Validated before the tokenizer had loaded: its prompt's length in tokens is checked now.
+        self._await_ready(progress, still_wanted)
+        if request.tokens is None and self._count_tokens is not None:
+            # Validated before the tokenizer had loaded (a run asked during the load, the CLI's requests
+            # checked before it loads the model): its prompt's length in tokens is checked now.
             request = self.validate(request.typed or request.prompt, request.height, request.width, request.steps,
                                     request.guidance, request.seed, request.mode, images=request.references,
                                     count=request.count)

@@ -370,3 +370,23 @@ def test_a_run_nobody_waits_for_stops_at_its_next_step(manager):
     _img, result = manager.generate(_req(manager, "eager", 64, 64, steps=1))  # the next one runs
     assert result.steps == 1
 
+
+
+def test_a_prompt_checked_before_the_model_loaded_is_held_to_the_text_encoders_limit_when_it_runs(tmp_path):
+    """The CLI checks its requests before it loads the model, and a click may come during the load:
+    without the tokenizer only the character limit applies, so the service counts the prompt's tokens
+    when the run starts (``GenerationRequest.tokens`` None), whichever door it came by."""
+    mgr = Manager(make_settings(tmp_path, max_prompt_tokens=60))
+    long = "a red fox " * 20
+    early = mgr.validate(long, 64, 64, steps=1)
+    assert early.tokens is None  # no tokenizer yet: the 200 characters pass
+    short = mgr.validate("a fox", 64, 64, steps=1)
+    mgr.start()
+    try:
+        with pytest.raises(InvalidRequest, match="tokens with the chat template") as refused:
+            mgr.run(early, save=False)
+        assert refused.value.field == "prompt" and not mgr.records
+        assert mgr.run(short, save=False)[1].prompt == "a fox"
+        assert mgr.validate("a fox", 64, 64, steps=1).tokens > 0  # counted at once now
+    finally:
+        mgr.close()
