@@ -75,10 +75,10 @@ def launch(manager, settings: Settings, block: bool = True) -> Served:
     import atexit
 
     from backend.serving.roles import OperatorKey, parse_pairs
-    from ui.app import parse_auth
     from web.api import ApiKeys
 
-    auth = parse_auth(settings.auth)  # a bad --auth is refused before anything listens
+    # A bad --auth is refused before anything listens.
+    auth = parse_pairs(settings.auth, "--auth") if settings.auth else None
     try:
         api_keys = ApiKeys.load(settings.api_keys)
     except OSError as exc:
@@ -117,9 +117,35 @@ def serve(settings: Settings, demo_modes: list[str] | None = None, demo_tp: bool
     """Serve the page. ``demo_modes``: ``python app.py demo`` — once the model is ready, warm every
     preset in each of these modes (and start the tensor-parallel group with ``demo_tp``), then lock
     the app to warm shapes, saying each step on stdout."""
+    from backend.serving.manager import Manager
+
     temp_dir = own_temp_dir()
     try:
-        return _serve(settings, demo_modes, demo_tp)
+        manager = Manager(settings)
+        try:
+            served = launch(manager, settings, block=False)  # the page first, within seconds
+        except (ValueError, OSError) as exc:  # a bad --auth, a port in use
+            print(f"app.py: error: {exc}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        manager.start(background=True)  # then the model stack, in the background; status shows it
+        if demo_modes is not None:
+            threading.Thread(target=prepare_demo, args=(manager, demo_modes, demo_tp), name="demo",
+                             daemon=True).start()
+        # SIGTERM and Ctrl-C end the app the same way: the running generation is cancelled at its next
+        # step, the worker group is stopped (no process outlives the app), then the web server exits
+        # without waiting for open browser connections — within a few seconds in every mode.
+        stop = threading.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+        try:
+            while not stop.wait(0.2) and served.is_running:
+                pass
+        finally:
+            # A compile in progress cannot be interrupted: the process exit ends it (nothing is half
+            # written: PNGs are renamed into place whole).
+            manager.close(wait=1.0)
+            served.close()
+        return 0
     finally:
         if temp_dir:  # app.py leaves with os._exit, so no atexit hook would run
             shutil.rmtree(temp_dir, ignore_errors=True)
@@ -144,32 +170,3 @@ def prepare_demo(manager, modes: list[str], tp: bool, say=print) -> None:
     say(f"demo: ready — {len(shapes)} presets warm in {', '.join(modes) or 'no mode'}"
         + (", the tensor-parallel group running" if tp else "") + "; locked to warm shapes. Open the operator "
         "link above on the presenter's screen; the room opens the local URL (or --host/--port's).")
-
-
-def _serve(settings: Settings, demo_modes: list[str] | None = None, demo_tp: bool = False) -> int:
-    from backend.serving.manager import Manager
-
-    manager = Manager(settings)
-    try:
-        served = launch(manager, settings, block=False)  # the page first, within seconds
-    except (ValueError, OSError) as exc:  # a bad --auth, a port in use
-        print(f"app.py: error: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    manager.start(background=True)  # then the model stack, in the background; status shows it
-    if demo_modes is not None:
-        threading.Thread(target=prepare_demo, args=(manager, demo_modes, demo_tp), name="demo", daemon=True).start()
-    # SIGTERM and Ctrl-C end the app the same way: the running generation is cancelled at its next
-    # step, the worker group is stopped (no process outlives the app), then the web server exits
-    # without waiting for open browser connections — within a few seconds in every mode.
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    try:
-        while not stop.wait(0.2) and served.is_running:
-            pass
-    finally:
-        # A compile in progress cannot be interrupted: the process exit ends it (nothing is half
-        # written: PNGs are renamed into place whole).
-        manager.close(wait=1.0)
-        served.close()
-    return 0

@@ -32,10 +32,3 @@ def build_ui(manager, operator_key=None) -> gr.Blocks:
         add_api(studio, manager)
     studio.operator_controls = len(page.operator_only)
     return demo
-
-
-def parse_auth(spec: str | None) -> list[tuple[str, str]] | None:
-    """'user:pass', or a file with one user:pass per line (# comments allowed) -> Gradio auth list."""
-    from backend.serving.roles import parse_pairs
-
-    return parse_pairs(spec, "--auth") if spec else None

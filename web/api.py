@@ -184,14 +184,13 @@ def router(images: Images, callers: "Callers") -> APIRouter:
     return routes
 
 
-def build_api(manager, keys: ApiKeys | None = None, metrics_key: str | None = None, clock=time.monotonic,
-              **fastapi_kwargs) -> FastAPI:
+def build_api(manager, keys: ApiKeys | None = None, metrics_key: str | None = None) -> FastAPI:
     """The FastAPI app with the clients' routes, every refusal in OpenAI's error shape; the server
     mounts the page on it (``server.py``)."""
     from fastapi.exceptions import RequestValidationError
 
-    app = FastAPI(openapi_url=None, docs_url=None, redoc_url=None, **fastapi_kwargs)
-    app.include_router(router(Images(manager), Callers(keys or ApiKeys(), metrics_key, clock)))
+    app = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
+    app.include_router(router(Images(manager), Callers(keys or ApiKeys(), metrics_key)))
 
     @app.exception_handler(ApiError)
     async def refused(_request: Request, exc: ApiError):
