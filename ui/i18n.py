@@ -5,11 +5,11 @@ serves both sides: ``ui.constants`` hands it whole to ``gr.I18n``, so the browse
 static labels itself (Gradio picks the table from ``navigator.language``: ``tr-TR`` finds ``tr``,
 anything else falls back to ``en``); handlers and views render their Markdown and messages on the
 server with ``text(lang, key)``, ``lang`` coming from the request's ``Accept-Language`` header by
-the same rule. Numbers and sizes are written the same way in both
-languages (``1024x1024``, ``2.3 s``, dot decimals): only words are translated.
+the same rule. Numbers and sizes are written the same way in both languages (``1024x1024``,
+``2.3 s``, dot decimals): only words are translated.
 
 Backend errors carry no translation of their own: ``error_code`` is the exception class's own code
-(``backend.errors``, the one table of errors; for ``InvalidRequest``, with its field), ``error_message`` puts the translated
+(``backend.errors``; for ``InvalidRequest``, with its field), ``error_message`` puts the translated
 sentence for that code before the backend's own English detail, which names the specifics (such as
 the nearest valid size). No gradio and no torch here.
 """
@@ -56,13 +56,9 @@ def error_code(exc: BaseException) -> str:
     return exc.code if isinstance(exc, StudioError) else "error"
 
 
-def error_detail(exc: BaseException) -> str:
-    """The backend's own words (English): for InvalidRequest without the field, which the code names."""
-    return exc.message if isinstance(exc, InvalidRequest) else str(exc)
-
-
 def error_message(exc: BaseException, lang: str = DEFAULT) -> str:
-    """The translated sentence for the error's code, then the backend's detail."""
+    """The translated sentence for the error's code, then the backend's own words (English; for
+    InvalidRequest without the field, which the code names)."""
     sentence = text(lang, "err_" + error_code(exc).replace(".", "_"))
-    detail = error_detail(exc)
+    detail = exc.message if isinstance(exc, InvalidRequest) else str(exc)
     return f"{sentence}: {detail}" if detail else sentence

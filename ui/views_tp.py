@@ -13,14 +13,6 @@ TP_STARTING = ("launching", "loading", "warming")
 TP_RUNNING = TP_STARTING + ("ready",)
 
 
-def _tp_start_seconds(tp: dict[str, Any]) -> float | None:
-    """Load plus warm-up of the group's last start, if one was measured."""
-    timings = tp.get("timings") or {}
-    if "load" not in timings:
-        return None
-    return timings["load"] + (timings.get("warm") or 0.0)
-
-
 def tp_state_name(state: str, lang: str) -> str:
     return word(lang, "tp_state_", state)
 
@@ -54,10 +46,12 @@ def tp_state_html(tp: dict[str, Any], lang: str = DEFAULT) -> str:
 
 
 def _start_cost(tp: dict[str, Any], degree: int, lang: str = DEFAULT) -> str:
-    """What pressing Start will cost, to follow "press **Start group**"."""
-    seconds, last = _tp_start_seconds(tp), tp.get("world_size")
-    if seconds is None:
+    """What pressing Start will cost (the load plus warm-up of the group's last start, if one was
+    measured), to follow "press **Start group**"."""
+    timings, last = tp.get("timings") or {}, tp.get("world_size")
+    if "load" not in timings:
         return text(lang, "tp_start_unmeasured", degree=degree)
+    seconds = timings["load"] + (timings.get("warm") or 0.0)
     with_ranks = "" if last == degree else text(lang, "tp_with_ranks", ranks=last)
     return text(lang, "tp_start_measured", degree=degree, with_ranks=with_ranks, seconds=format_seconds(seconds))
 

@@ -48,32 +48,31 @@ def all_outputs(page) -> list:
 
 def studio_events(studio, page) -> None:
     """The size, preset and mode controls, Generate (the button and Enter), Stop, a PNG's parameters."""
-    page.preset.input(studio.studio_tab.preset_changed, [page.preset, page.width, page.height], [page.width, page.height],
-                      **LIGHT)
+    tab = studio.studio_tab
+    page.preset.input(tab.preset_changed, [page.preset, page.width, page.height], [page.width, page.height], **LIGHT)
     for number in (page.width, page.height):
-        number.input(studio.studio_tab.size_changed, [page.width, page.height], page.preset, **LIGHT)
-    page.mode.change(studio.studio_tab.show_tp_controls, page.mode, [page.tp_degree, page.tp_controls], **LIGHT)
+        number.input(tab.size_changed, [page.width, page.height], page.preset, **LIGHT)
+    page.mode.change(tab.show_tp_controls, page.mode, [page.tp_degree, page.tp_controls], **LIGHT)
     for control in (page.mode, page.width, page.height, page.steps, page.preset, page.tp_degree, page.count,
                     page.references):
-        control.change(studio.studio_tab.refresh_studio, studio_inputs(page), studio_outputs(page), **LIGHT)
+        control.change(tab.refresh_studio, studio_inputs(page), studio_outputs(page), **LIGHT)
 
     run_inputs = [page.prompt, page.width, page.height, page.mode, page.steps, page.guidance, page.seed,
                   page.randomize, page.history_state, page.references, page.count]
     run_outputs = [page.image, page.run_info, page.record, page.seed, page.history, page.history_state,
                    page.last_paths]
-    generated = page.generate_btn.click(studio.studio_tab.generate_from_page, run_inputs, run_outputs,
-                                        show_progress_on=[page.image], **RUN)
-    generated.then(studio.studio_tab.refresh_studio, studio_inputs(page), studio_outputs(page), **LIGHT)
-    page.prompt.submit(studio.studio_tab.generate_from_page, run_inputs, run_outputs, show_progress_on=[page.image], **RUN)
+    page.generate_btn.click(tab.generate_from_page, run_inputs, run_outputs, show_progress_on=[page.image], **RUN).then(
+        tab.refresh_studio, studio_inputs(page), studio_outputs(page), **LIGHT)
+    page.prompt.submit(tab.generate_from_page, run_inputs, run_outputs, show_progress_on=[page.image], **RUN)
     # Stop must not queue behind the generation it stops.
-    page.stop_btn.click(studio.studio_tab.stop, None, None, queue=False, **PRIVATE)
-    page.stop_worker.click(studio.studio_tab.stop_compiling_worker, None, None, queue=False, **PRIVATE)
-    page.use_reference.click(studio.studio_tab.use_as_reference, [page.last_paths, page.references], page.references, **LIGHT)
-    page.history.select(studio.studio_tab.history_selected, None, page.last_paths, **LIGHT)
+    page.stop_btn.click(tab.stop, None, None, queue=False, **PRIVATE)
+    page.stop_worker.click(tab.stop_compiling_worker, None, None, queue=False, **PRIVATE)
+    page.use_reference.click(tab.use_as_reference, [page.last_paths, page.references], page.references, **LIGHT)
+    page.history.select(tab.history_selected, None, page.last_paths, **LIGHT)
 
     # Parsing an upload is bounded (backend.images.pngmeta) and runs one at a time, apart from the
     # device queue and the status events, so no file can hold the server.
-    page.png_in.upload(studio.studio_tab.load_png, page.png_in,
+    page.png_in.upload(tab.load_png, page.png_in,
                        [page.prompt, page.width, page.height, page.preset, page.steps, page.guidance, page.seed,
                         page.randomize, page.mode, page.count], **UPLOAD)
 
@@ -85,46 +84,49 @@ def group_events(studio, page) -> None:
     page.tp_system_degree.input(lambda d: d, page.tp_system_degree, page.tp_degree, **LIGHT)
     # Start/Stop are light events: they never wait for a generation, and Stop blocks only its own
     # worker thread until the group is gone; the timer shows the phases meanwhile.
-    refresh = (studio.refresh_all, studio_inputs(page), all_outputs(page))
+    refresh, system = (studio.refresh_all, studio_inputs(page), all_outputs(page)), studio.system_tab
     for button, degree in ((page.tp_start, page.tp_degree), (page.tp_system_start, page.tp_system_degree)):
-        button.click(studio.system_tab.start_tp, degree, None, **LIGHT).then(*refresh, **LIGHT)
+        button.click(system.start_tp, degree, None, **LIGHT).then(*refresh, **LIGHT)
     for button in (page.tp_stop, page.tp_system_stop):
-        button.click(studio.system_tab.stop_tp, None, None, **LIGHT).then(*refresh, **LIGHT)
-    page.tp_logs_btn.click(studio.system_tab.show_tp_logs, None, page.tp_log_box, **LIGHT)
-    page.replica_start.click(studio.system_tab.start_replicas, page.replica_count, page.replica_info, **LIGHT).then(
+        button.click(system.stop_tp, None, None, **LIGHT).then(*refresh, **LIGHT)
+    page.tp_logs_btn.click(system.show_tp_logs, None, page.tp_log_box, **LIGHT)
+    page.replica_start.click(system.start_replicas, page.replica_count, page.replica_info, **LIGHT).then(
         *refresh, **LIGHT)
-    page.replica_stop.click(studio.system_tab.stop_replicas, None, page.replica_info, **LIGHT).then(*refresh, **LIGHT)
+    page.replica_stop.click(system.stop_replicas, None, page.replica_info, **LIGHT).then(*refresh, **LIGHT)
 
 
 def compare_events(studio, page) -> None:
     """Compare: the Studio tab's prompt and settings through the chosen modes."""
-    page.compare_btn.click(studio.compare_tab.compare, [page.prompt, page.width, page.height, page.steps, page.guidance,
-                                            page.seed, page.randomize, page.compare_modes, page.references],
+    page.compare_btn.click(studio.compare_tab.compare, [page.prompt, page.width, page.height, page.steps,
+                                                        page.guidance, page.seed, page.randomize, page.compare_modes,
+                                                        page.references],
                            [page.compare_gallery, page.compare_table], **RUN)
 
 
 def system_events(studio, page) -> None:
     """The operator's System tab: the lock, clearing the cache (after a confirmation), warm-up, bundles."""
-    page.warm_only.input(studio.system_tab.set_warm_only, page.warm_only, None, **LIGHT)
-    page.clear_btn.click(studio.system_tab.clear_plan, None, [page.clear_plan, page.confirm_row], **LIGHT)
-    page.log_out_btn.click(studio.system_tab.log_out, None, None, **LIGHT).success(
+    system = studio.system_tab
+    page.warm_only.input(system.set_warm_only, page.warm_only, None, **LIGHT)
+    page.clear_btn.click(system.clear_plan, None, [page.clear_plan, page.confirm_row], **LIGHT)
+    page.log_out_btn.click(system.log_out, None, None, **LIGHT).success(
         None, None, None, js="() => { window.location.reload(); }")  # the page comes back a viewer's
     page.cancel_btn.click(lambda: gr.update(visible=False), None, page.confirm_row, **LIGHT)
-    page.confirm_btn.click(studio.system_tab.clear_cache, None, page.system_info, **LIGHT).then(
+    page.confirm_btn.click(system.clear_cache, None, page.system_info, **LIGHT).then(
         lambda: gr.update(visible=False), None, page.confirm_row, **LIGHT)
-    page.warm_btn.click(studio.system_tab.start_warmup, [page.warm_shapes, page.warm_mode], page.warm_info, **LIGHT)
+    page.warm_btn.click(system.start_warmup, [page.warm_shapes, page.warm_mode], page.warm_info, **LIGHT)
     # Bundles: the export and the import hold the device (the cache must not change under them).
-    page.bundle_export.click(studio.system_tab.export_bundle, None, page.bundle_out, **DEVICE)
-    page.bundle_in.upload(studio.system_tab.show_bundle, page.bundle_in, [page.bundle_info, page.bundle_confirm], **UPLOAD)
-    page.bundle_confirm.click(studio.system_tab.import_bundle, page.bundle_in, page.system_info, **DEVICE).then(
+    page.bundle_export.click(system.export_bundle, None, page.bundle_out, **DEVICE)
+    page.bundle_in.upload(system.show_bundle, page.bundle_in, [page.bundle_info, page.bundle_confirm], **UPLOAD)
+    page.bundle_confirm.click(system.import_bundle, page.bundle_in, page.system_info, **DEVICE).then(
         lambda: gr.update(visible=False), None, page.bundle_confirm, **LIGHT)
 
 
 def performance_events(studio, page) -> None:
     """The plots' button, and the cost receipt's."""
-    page.plots_btn.click(studio.performance_tab.refresh_plots, None, [page.latency_plot, page.compile_plot], **LIGHT)
-    page.receipt_btn.click(studio.performance_tab.cost_receipt, [page.receipt_price, page.receipt_ref_label, page.receipt_ref_price,
-                                                 page.receipt_ref_seconds], page.receipt, **LIGHT)
+    tab = studio.performance_tab
+    page.plots_btn.click(tab.refresh_plots, None, [page.latency_plot, page.compile_plot], **LIGHT)
+    page.receipt_btn.click(tab.cost_receipt, [page.receipt_price, page.receipt_ref_label, page.receipt_ref_price,
+                                              page.receipt_ref_seconds], page.receipt, **LIGHT)
 
 
 def page_events(studio, page, demo: gr.Blocks) -> None:
@@ -133,7 +135,8 @@ def page_events(studio, page, demo: gr.Blocks) -> None:
     demo.load(studio.page_opened, None, [page.tp_degree, page.tp_system_degree], **LIGHT)
     demo.load(studio.page_role, None, [page.role_line, *page.operator_only], **LIGHT)
     demo.load(studio.studio_tab.show_tp_controls, page.mode, [page.tp_degree, page.tp_controls], **LIGHT)
-    demo.load(studio.page_labels, None, [page.image, page.prompt, page.edit_help], **LIGHT)  # set per language on the server
+    # Labels set per language on the server.
+    demo.load(studio.page_labels, None, [page.image, page.prompt, page.edit_help], **LIGHT)
     demo.load(studio.compare_tab.empty_compare_table, None, page.compare_table, **LIGHT)
     demo.load(studio.refresh_all, studio_inputs(page), all_outputs(page), **LIGHT)
     demo.load(studio.performance_tab.refresh_plots, None, plots, **LIGHT)
