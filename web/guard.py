@@ -29,7 +29,10 @@ import base64
 import collections
 import os
 import time
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import unquote, urlsplit
+
+from starlette.datastructures import Headers, QueryParams
+from starlette.responses import PlainTextResponse, RedirectResponse
 
 from backend.hardware.env import dir_size
 from backend.images.folder import APP_PNG
@@ -119,21 +122,21 @@ class RoomGuard:
         self._uploads = Window(UPLOAD_WINDOW_S, clock)  # bytes each address uploaded
         self._failures = Window(LOGIN_WINDOW_S, clock)  # wrong operator logins from each address
 
-    def _upload_refusal(self, scope, headers) -> tuple[int, str] | None:
-        """(status, why) when this upload is over a bound; None lets it through (and counts it)."""
+    def _upload_refusal(self, scope, headers) -> PlainTextResponse | None:
+        """The answer when this upload is over a bound; None lets it through (and counts it)."""
         origin = foreign_origin(headers)
         if origin:
-            return 403, f"Uploads come only from this app's own page; {origin!r} is another site."
+            return _reply(403, f"Uploads come only from this app's own page; {origin!r} is another site.")
         caller = _address(scope)
         declared = content_length(headers)
         length = UNKNOWN_LENGTH if declared is None else declared
         if self._uploads.spent(caller) + length > UPLOAD_BYTES_PER_CALLER:
-            return 429, (f"Too much uploaded from this address: at most {UPLOAD_BYTES_PER_CALLER / 2**20:.0f} MB "
-                         f"every {UPLOAD_WINDOW_S / 60:g} minutes; try again in {self._uploads.wait(caller)} s.")
+            return _reply(429, f"Too much uploaded from this address: at most {UPLOAD_BYTES_PER_CALLER / 2**20:.0f} "
+                               f"MB every {UPLOAD_WINDOW_S / 60:g} minutes; try again in {self._uploads.wait(caller)} s.")
         held = dir_size(self.upload_dir) if self.upload_dir else 0
         if held + length > UPLOADS_TOTAL_BYTES:
-            return 413, (f"The app holds {held / 2**20:.0f} MB of uploads; at most {UPLOADS_TOTAL_BYTES / 2**20:.0f} MB "
-                         "are kept at once. Try again when they have been read.")
+            return _reply(413, f"The app holds {held / 2**20:.0f} MB of uploads; at most "
+                               f"{UPLOADS_TOTAL_BYTES / 2**20:.0f} MB are kept at once. Try again when they have been read.")
         self._uploads.add(caller, length)
         return None
 
@@ -149,31 +152,28 @@ class RoomGuard:
     async def __call__(self, scope, receive, send):
         if scope["type"] not in ("http", "websocket"):
             return await self.app(scope, receive, send)
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        headers, path, answer = Headers(scope=scope), scope.get("path", ""), None
         if self.hosts is not None and host_name(headers.get("host", "")) not in self.hosts:
             if scope["type"] == "websocket":
                 return await send({"type": "websocket.close", "code": 1008})
-            return await _reply(send, 421, "This server answers only for its own address "
-                                           f"({', '.join(sorted(self.hosts))}); Host {headers.get('host')!r} "
-                                           "is refused (DNS rebinding protection).")
-        if scope["type"] == "http" and scope.get("path") == "/operator":
-            return await self._login(scope, headers, send)
-        if scope["type"] == "http" and self._foreign_output(scope.get("path", "")):
-            return await _reply(send, 404, "Not found: the output folder serves only the images the app made.")
-        if scope["type"] == "http" and scope.get("path") == UPLOAD_ROUTE and scope.get("method") == "POST":
-            refused = self._upload_refusal(scope, headers)
-            if refused:
-                return await _reply(send, *refused)
-        return await self.app(scope, receive, send)
+            answer = _reply(421, f"This server answers only for its own address ({', '.join(sorted(self.hosts))}); "
+                                 f"Host {headers.get('host')!r} is refused (DNS rebinding protection).")
+        elif scope["type"] == "http" and path == "/operator":
+            answer = self._login(scope, headers)
+        elif scope["type"] == "http" and self._foreign_output(path):
+            answer = _reply(404, "Not found: the output folder serves only the images the app made.")
+        elif scope["type"] == "http" and path == UPLOAD_ROUTE and scope.get("method") == "POST":
+            answer = self._upload_refusal(scope, headers)
+        await (answer or self.app)(scope, receive, send)
 
-    async def _login(self, scope, headers, send):
+    def _login(self, scope, headers):
         caller = _address(scope)
         if self._failures.spent(caller) >= LOGIN_FAILURES:
             wait = self._failures.wait(caller)
-            return await _reply(send, 429, f"Too many wrong operator logins from this address; try again in {wait} s.",
-                                [(b"retry-after", str(wait).encode())])
-        query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
-        ok = self.key.check_token((query.get("token") or [None])[0])
+            return _reply(429, f"Too many wrong operator logins from this address; try again in {wait} s.",
+                          {"retry-after": str(wait)})
+        query = QueryParams(scope.get("query_string", b""))
+        ok = self.key.check_token(query.get("token"))
         if not ok and self.key.pairs:
             auth = headers.get("authorization", "")
             if auth.lower().startswith("basic "):
@@ -185,21 +185,15 @@ class RoomGuard:
             if not ok:
                 if auth or query.get("token"):
                     self._failures.add(caller)
-                return await _reply(send, 401, "Operator login required.",
-                                    [(b"www-authenticate", b'Basic realm="Neuron Studio operator"')])
+                return _reply(401, "Operator login required.",
+                              {"www-authenticate": 'Basic realm="Neuron Studio operator"'})
         if not ok:
             self._failures.add(caller)
-            return await _reply(send, 403, "That is not this run's operator token: the page stays a viewer's.")
-        cookie = f"{COOKIE}={self.key.session_key}; Path=/; HttpOnly; SameSite=Strict"
-        await send({"type": "http.response.start", "status": 303,
-                    "headers": [(b"location", b"/"), (b"set-cookie", cookie.encode()),
-                                (b"cache-control", b"no-store"), (b"content-length", b"0")]})
-        await send({"type": "http.response.body", "body": b""})
+            return _reply(403, "That is not this run's operator token: the page stays a viewer's.")
+        answer = RedirectResponse("/", 303, headers={"cache-control": "no-store"})
+        answer.set_cookie(COOKIE, self.key.session_key, path="/", httponly=True, samesite="strict")
+        return answer
 
 
-async def _reply(send, status: int, message: str, extra: list | None = None) -> None:
-    body = (message + "\n").encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"text/plain; charset=utf-8"),
-                            (b"content-length", str(len(body)).encode()), *(extra or [])]})
-    await send({"type": "http.response.body", "body": body})
+def _reply(status: int, message: str, headers: dict[str, str] | None = None) -> PlainTextResponse:
+    return PlainTextResponse(message + "\n", status, headers)
