@@ -110,8 +110,8 @@ class CompareTab:
         """The Compare button: the gallery (one image per mode, captioned) and the timings table.
         With the Studio tab's reference images, each mode runs the same edit."""
         lang = language(page)
-        fields = self.runs.fields(prompt, width, height, (modes or ["eager"])[0], steps, guidance, -1 if randomize else seed,
-                              references)
+        fields = self.runs.fields(prompt, width, height, (modes or ["eager"])[0], steps, guidance,
+                                  -1 if randomize else seed, references)
         adapter = self.runs.progress_adapter(progress, lang)
         with contextlib.closing(adapter), refusals(lang):
             fields["images"] = self.runs.page_files(fields["images"])
@@ -178,13 +178,10 @@ class ApiEndpoint:
         its parameters inside) and the run's record as JSON. ``images``: reference images for an
         edit (gradio_client's ``handle_file``). Every value is checked by the backend: a bad one is
         refused naming the field (and, for a size, the nearest valid one)."""
-        result, _seed = self.runs.run(self.runs.fields(prompt, width, height, mode, steps, guidance, seed, images, count), progress,
-                           page=page)  # owned by the API client's session
+        fields = self.runs.fields(prompt, width, height, mode, steps, guidance, seed, images, count)
+        result, _seed = self.runs.run(fields, progress, page=page)  # owned by the API client's session
         if result is None:
             raise gr.Error("the generation was stopped")
         # The PNG itself is the first output; the server-side path means nothing to a remote
         # client (and gradio_client would mistake a dict with a "path" key for a file).
-        record = result.to_json()
-        record.pop("path")
-        record.pop("paths")
-        return result.path, record
+        return result.path, {k: v for k, v in result.to_json().items() if k not in ("path", "paths")}

@@ -62,19 +62,17 @@ class StudioTab:
         lang = language(page)
         seed = -1 if randomize else seed
         try:
-            result, seed = self.runs.run(self.runs.fields(prompt, width, height, mode, steps, guidance, seed, references,
-                                                  count), progress, lang, page)
+            fields = self.runs.fields(prompt, width, height, mode, steps, guidance, seed, references, count)
+            result, seed = self.runs.run(fields, progress, lang, page)
         except gr.Error as refusal:
             # A refusal (a bad prompt, a cold shape under the lock, a failed run): a calm notice in
             # the run line and a toast, the last image, gallery and seed left as they are — not an
             # "Error" badge over every output.
             reason = str(refusal.message).removeprefix(text(lang, "title_error") + " — ")
             _warning(lang, reason)
-            return (gr.skip(), text(lang, "run_refused", reason=reason), gr.skip(), gr.skip(), gr.skip(), gr.skip(),
-                    gr.skip())
+            return gr.skip(), text(lang, "run_refused", reason=reason), *[gr.skip()] * 5
         if result is None:
-            return (gr.skip(), text(lang, "run_stopped", seed=seed), gr.skip(), gr.skip(), gr.skip(), gr.skip(),
-                    gr.skip())
+            return gr.skip(), text(lang, "run_stopped", seed=seed), *[gr.skip()] * 5
         record = result.to_json()
         shown = result.path if result.count == 1 else contact_sheet(result.images)
         caption = (f"{result.width}x{result.height}{f' ×{result.count}' if result.count > 1 else ''} · "
@@ -154,14 +152,15 @@ class StudioTab:
         """Engine line, cost of the chosen (mode, signature: size, count, references' sizes), preset
         badges for that mode, TP group badge, whether Generate may be pressed."""
         return self.views(self.manager.status(), mode, width, height, steps, degree, language(page),
-                                  self.door.caller(page).is_operator, count, references)
+                          self.door.caller(page).is_operator, count, references)
 
     def views(self, status, mode, width, height, steps, degree=None, lang: str = "en", operator: bool = True,
-                      count=None, references=None):
+              count=None, references=None):
         engine = engine_markdown(status, lang)
         tp = status.tp or {}
         tp_badge = tp_state_html(tp, lang)
         degree = _whole(degree)
+        steps = steps if isinstance(steps, (int, float)) and steps >= 1 else None
         # The operator may end a compile a worker process runs (``stop_compiling_worker``).
         end_compile = gr.update(visible=operator and bool(status.compiling_workers))
         if mode == "tp" and tp.get("state") != "ready":
@@ -170,7 +169,6 @@ class StudioTab:
             # Its requests run in process meanwhile: the badges are that mode's.
             badges = self._badges(status, self.manager.settings.runs_as("tp"), steps, lang)
             return engine, cost, badges, tp_badge, gr.update(interactive=True), end_compile
-        steps = steps if isinstance(steps, (int, float)) and steps >= 1 else None
         bounds = self.manager.settings
         try:  # the service's own checks of the signature (the references' headers only are read)
             shape, _steps = self.manager.signature(height, width, steps, count, self.runs.page_files(references))
@@ -202,7 +200,6 @@ class StudioTab:
         chosen count and references (an edit's badges are its signatures' at each preset)."""
         if not status.loaded:
             return badges_html([])
-        steps = steps if isinstance(steps, (int, float)) and steps >= 1 else None
         count, refs = (chosen.count, chosen.refs) if chosen is not None else (1, ())
         return badges_html([(preset_label(n, s), self.manager.predict(mode, s.with_inputs(count, refs), steps))
                             for n, s in self.manager.card.presets], lang)
@@ -231,9 +228,6 @@ class StudioTab:
             refs = "; ".join(f"{r['source']} (SHA-256 {r['sha256'][:12]}…)" for r in params["references"])
             _warning(lang, text(lang, "warn_png_references", count=len(params["references"]), refs=refs))
         width, height = params.get("width"), params.get("height")
-        mode = params.get("mode")
-        if mode not in self.manager.modes:
-            mode = None
         return (
             params.get("prompt", gr.skip()),
             width if width else gr.skip(),
@@ -243,7 +237,7 @@ class StudioTab:
             params.get("guidance", gr.skip()),
             params.get("seed", gr.skip()),
             False if "seed" in params else gr.skip(),  # a loaded seed is meant to be reused
-            mode or gr.skip(),
+            params["mode"] if params.get("mode") in self.manager.modes else gr.skip(),
             params.get("count", 1),
         )
 
