@@ -15,7 +15,6 @@ import gradio as gr
 from backend.request.references import MAX_COUNT
 from ui.constants import ASSETS, I18N
 from ui.views_common import CUSTOM, MODE_KEYS, load_example_prompts, preset_label
-from ui.views_common import preset_choices as preset_labels
 from ui.views_performance import compile_frame, latency_frame
 from ui.views_studio import badges_html, compare_frame
 from ui.views_system import shapes_frame
@@ -28,7 +27,7 @@ def mode_choices(manager) -> list[tuple]:
 
 def preset_choices(presets) -> list[tuple]:
     """The model's presets by their own names (sizes read the same in every language), then "Custom"."""
-    return [(label, label) for label in preset_labels(presets)[:-1]] + [(I18N("custom"), CUSTOM)]
+    return [(preset_label(name, shape),) * 2 for name, shape in presets] + [(I18N("custom"), CUSTOM)]
 
 
 def _components(scope: dict) -> dict:

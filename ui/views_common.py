@@ -20,11 +20,6 @@ CUSTOM = "Custom"
 MODE_KEYS = {"eager": "mode_eager", "compiled": "mode_compiled", "regional": "mode_regional", "tp": "mode_tp"}
 
 
-def preset_choices(presets) -> list[str]:
-    """``presets``: the served model's (``ModelCard.presets``), then "Custom"."""
-    return [preset_label(name, shape) for name, shape in presets] + [CUSTOM]
-
-
 def preset_label(name: str, shape: Shape) -> str:
     return f"{name} · {shape}"
 
@@ -52,8 +47,8 @@ def format_seconds(value: float | None) -> str:
 def format_bytes(n: int | None) -> str:
     if n is None:
         return "n/a"
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1024 or unit == "GB":
+    for unit in ("B", "KB", "MB"):
+        if n < 1024:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n:.1f} GB"

@@ -6,10 +6,10 @@ Fields (``ImageRequest``, ``extra="forbid"``): ``prompt``, ``n`` (images per pro
 ``model``; the extensions ``mode``, ``steps``, ``seed``, ``guidance``; OpenAI's ``user``,
 ``quality``, ``style``, ``background``, ``moderation`` are accepted and change nothing. The values
 are checked once, by the service, which names the field. Compile-aware: ``size: "auto"`` takes the
-nearest warm signature (the service's choice: ``Manager.validate(nearest_warm=True)``); a cold one under the warm-only lock is refused at once (409); a request
-that compiles says so (``X-Compile``, ``X-Compile-Estimate-Seconds``), and one sent with
-``X-Compile-Policy: refuse`` is refused (409) instead of waiting. A JSON body is bounded as it is
-read; a multipart body is parsed as it streams (``BoundedParts``: each part bounded, held in
+nearest warm signature (the service's choice: ``Manager.validate(nearest_warm=True)``); a cold one
+under the warm-only lock is refused at once (409); a request that compiles says so (``X-Compile``,
+``X-Compile-Estimate-Seconds``), and one sent with ``X-Compile-Policy: refuse`` is refused (409)
+instead of waiting. A JSON body is bounded as it is read; a multipart body is parsed as it streams (``BoundedParts``: each part bounded, held in
 memory, never written), so a part past its bound is refused before the rest is read.
 """
 
@@ -270,21 +270,23 @@ def _invalid(exc: InvalidRequest) -> ApiError:
     return ApiError(400, f"{named}: {text}", param=param, code="invalid_value")
 
 
+# A service refusal's HTTP status and OpenAI error fields, by its class (the first that matches).
+_REFUSALS = (
+    ((ShapeLocked, ShapeLimitReached), 409, {"param": "size", "code": "shape_not_warm"}),
+    (NotAllowed, 403, {"code": "not_allowed", "kind": "permission_error"}),
+    (QueueFull, 429, {"code": "rate_limit_exceeded", "kind": "rate_limit_error", "headers": {"retry-after": "5"}}),
+    ((BackendNotReady, BackendBusy), 503, {"code": "not_ready", "kind": "server_error", "headers": {"retry-after": "5"}}),
+    (GenerationCancelled, 499, {"code": "cancelled", "kind": "server_error"}),
+)
+
+
 def _refusal(exc: StudioError) -> ApiError:
     """A service refusal in OpenAI's error shape and the HTTP status it means."""
     if isinstance(exc, InvalidRequest):
         return _invalid(exc)
-    if isinstance(exc, (ShapeLocked, ShapeLimitReached)):
-        return ApiError(409, str(exc), param="size", code="shape_not_warm")
-    if isinstance(exc, NotAllowed):
-        return ApiError(403, str(exc), code="not_allowed", kind="permission_error")
-    if isinstance(exc, QueueFull):
-        return ApiError(429, str(exc), code="rate_limit_exceeded", kind="rate_limit_error",
-                        headers={"retry-after": "5"})
-    if isinstance(exc, (BackendNotReady, BackendBusy)):
-        return ApiError(503, str(exc), code="not_ready", kind="server_error", headers={"retry-after": "5"})
-    if isinstance(exc, GenerationCancelled):
-        return ApiError(499, str(exc), code="cancelled", kind="server_error")
+    for classes, status, fields in _REFUSALS:
+        if isinstance(exc, classes):
+            return ApiError(status, str(exc), **fields)
     return ApiError(500, str(exc), code="generation_failed", kind="server_error")
 
 
