@@ -9,8 +9,9 @@ are checked once, by the service, which names the field. Compile-aware: ``size: 
 nearest warm signature (the service's choice: ``Manager.validate(nearest_warm=True)``); a cold one
 under the warm-only lock is refused at once (409); a request that compiles says so (``X-Compile``,
 ``X-Compile-Estimate-Seconds``), and one sent with ``X-Compile-Policy: refuse`` is refused (409)
-instead of waiting. A JSON body is bounded as it is read; a multipart body is parsed as it streams (``BoundedParts``: each part bounded, held in
-memory, never written), so a part past its bound is refused before the rest is read.
+instead of waiting. A JSON body is bounded as it is read; a multipart body is parsed as it streams
+(``BoundedParts``: each part bounded, held in memory, never written), so a part past its bound is
+refused before the rest is read.
 """
 
 from __future__ import annotations
