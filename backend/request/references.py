@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from backend.errors import InvalidRequest
-from backend.shapes import MAX_COUNT, Shape, parse_shape
+from backend.shapes import MAX_COUNT, Shape, parse_shape, whole_number
 
 FIELD = "images"
 MAX_REFERENCE_BYTES = 20 * 2**20  # the page's upload cap (Gradio's max_file_size, the app's MAX_UPLOAD)
@@ -157,22 +157,30 @@ def read_bytes(item: Any, which: str, limit: int = MAX_REFERENCE_BYTES) -> bytes
 
 
 def load_references(items: Sequence[Any] | None, sizes: Sequence[Shape], fit: str = "crop",
-                    max_references: int = 4) -> tuple[Reference, ...]:
+                    max_references: int = 4, pixels: bool = True) -> tuple[Reference, ...]:
     """Each reference read, checked and fitted (``sizes``: the reference sizes), or InvalidRequest
-    naming "images" and which one."""
+    naming "images" and which one. ``pixels=False``: see ``planned_references``."""
     if items and all(isinstance(item, Reference) for item in items):
         return tuple(items)  # already read and fitted (a request validated again)
-    items = _counted(items, fit, max_references)
+    items = reference_files(items)
+    if len(items) > max_references:
+        raise InvalidRequest(FIELD, f"{len(items)} reference images; at most {max_references} per request")
+    if fit not in FITS:
+        raise InvalidRequest("reference fit", f"must be one of {', '.join(FITS)}, got {fit!r}")
     references = []
     for number, item in enumerate(items, 1):
         which = f"reference {number}"
-        data = read_bytes(item, which)
-        image = _decode(_open(io.BytesIO(data), which), which)
+        if pixels:
+            data = read_bytes(item, which)
+            image = _decode(_open(io.BytesIO(data), which), which)
+        else:
+            with _header_source(item, which) as source:
+                image = _open(source, which)  # its header only: the size
         size = nearest_size(*image.size, sizes)
-        fitted = fit_image(image, size, fit)
-        references.append(Reference(hashlib.sha256(data).hexdigest(), image.width, image.height, size.width,
-                                    size.height, "as is" if image.size == (size.width, size.height) else fit,
-                                    fitted.tobytes()))
+        references.append(Reference(hashlib.sha256(data).hexdigest() if pixels else "", image.width, image.height,
+                                    size.width, size.height,
+                                    "as is" if image.size == (size.width, size.height) else fit,
+                                    fit_image(image, size, fit).tobytes() if pixels else b""))
     return tuple(references)
 
 
@@ -181,32 +189,10 @@ def planned_references(items: Sequence[Any] | None, sizes: Sequence[Shape], fit:
     """What ``load_references`` would make of ``items``, from their headers alone: each reference's
     source size and the size it will be fitted to, no pixels. The cheap checks (the signature, the
     work bound, the sequence budget) run on these before a single pixel is decoded."""
-    if items and all(isinstance(item, Reference) for item in items):
-        return tuple(items)
-    items = _counted(items, fit, max_references)
-    planned = []
-    for number, item in enumerate(items, 1):
-        which = f"reference {number}"
-        with _header_source(item, which) as source:
-            width, height = _open(source, which).size
-        size = nearest_size(width, height, sizes)
-        planned.append(Reference("", width, height, size.width, size.height,
-                                 "as is" if (width, height) == (size.width, size.height) else fit, b""))
-    return tuple(planned)
-
-
-def _counted(items: Any, fit: str, max_references: int) -> list[Any]:
-    items = reference_files(items)
-    if len(items) > max_references:
-        raise InvalidRequest(FIELD, f"{len(items)} reference images; at most {max_references} per request")
-    if fit not in FITS:
-        raise InvalidRequest("reference fit", f"must be one of {', '.join(FITS)}, got {fit!r}")
-    return items
+    return load_references(items, sizes, fit, max_references, pixels=False)
 
 
 def check_count(value: Any) -> int:
-    from backend.shapes import whole_number
-
     count = 1 if value in (None, "") else whole_number("count", value)
     if not 1 <= count <= MAX_COUNT:
         raise InvalidRequest("count", f"must be between 1 and {MAX_COUNT} images per prompt, got {count}")
@@ -306,14 +292,3 @@ def _header_source(item: Any, which: str, limit: int = MAX_REFERENCE_BYTES):
         return open(path, "rb")
     except OSError as error:
         raise InvalidRequest(FIELD, f"{which} could not be read ({type(error).__name__})") from None
-
-
-def sizes_for(settings, presets) -> list[Shape]:
-    """The sizes references are fitted to: ``--reference-sizes``, else the model's presets."""
-    return list(settings.reference_sizes) or [shape for _name, shape in presets]
-
-
-def sequence_budget(settings, presets) -> int:
-    """Image tokens one request may ask: ``--max-sequence-tokens``, else four times the largest
-    preset's (the output and three references at a preset's size)."""
-    return settings.max_sequence_tokens or 4 * max(shape.tokens for _name, shape in presets)

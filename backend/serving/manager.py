@@ -27,7 +27,7 @@ from backend.errors import (
     StudioError,
 )
 from backend.request.records import GenerationRequest, GenerationResult, Phase, ProgressEvent
-from backend.request.references import blank_references, load_references, planned_references, sequence_budget, sizes_for
+from backend.request.references import blank_references, load_references, planned_references
 from backend.request.validation import check_sequence, check_signature, validate_request
 from backend.serving import compile_state as cs
 from backend.serving.admission import Admission, PlaceBook
@@ -54,8 +54,7 @@ class Manager:
     """The one service (see the module's docstring). It holds its parts as objects, each with its own
     state: the job board (``board``), the compile table and admission, the operator's engine
     controls and warm-ups (``controls``), caches and bundles (``caches``), the status snapshot
-    (``view``); their calls are also the service's own (``start_engine``, ``export_bundle``,
-    ``status``, …)."""
+    (``view``); their calls are also the service's own (``start_engine``, ``status``, …)."""
 
     modes: tuple[str, ...] = MODES
 
@@ -89,8 +88,7 @@ class Manager:
         self.warmup, self.start_warmup = c.warmup, c.start_warmup
         self.bundle_manifest, self.export_bundle, self.import_bundle = k.bundle_manifest, k.export_bundle, \
             k.import_bundle
-        self.warm_from_bundle, self.clear_compile_cache, self.cache_plan = k.warm_from_bundle, \
-            k.clear_compile_cache, k.cache_plan
+        self.clear_compile_cache, self.cache_plan = k.clear_compile_cache, k.cache_plan
         self.readiness, self.receipt, self.engine_load, self.status = v.readiness, v.receipt, v.engine_load, v.status
         self.model_path: str | None = None
         self._count_tokens: Callable[[str], int] | None = None  # set once the model's tokenizer loads
@@ -145,7 +143,8 @@ class Manager:
             launched = [e for e in self.engines.launched if e.configured]
             for engine in launched:  # each starts and waits for READY, or raises with the reason
                 engine.load()
-            if not any(self.settings.mode in e.modes for e in launched):
+            served_launched = any(self.settings.mode in e.modes for e in launched)
+            if not served_launched:
                 self.local.load()  # on Neuron this claims only the app's own cores (backend.hardware.core_plan)
         except Exception as exc:
             self.state = ServiceState.FAILED
@@ -156,23 +155,20 @@ class Manager:
         self.state = ServiceState.READY
         self._ready.set()
         if bundled is not None:
-            self.state = ServiceState.WARMING
-            try:
-                self.warm_from_bundle(bundled)
-            except StudioError as exc:
-                self.last_error = f"warming the bundle's shapes: {exc}"
-                log.error("%s", self.last_error)
-            finally:
-                self.state = ServiceState.READY
-        if self.settings.prewarm and not any(self.settings.mode in e.modes for e in launched):
-            self.state = ServiceState.WARMING  # (a launched engine warms its own before READY)
-            try:
-                self.warmup(self.settings.prewarm, self.settings.mode)
-            except StudioError as exc:  # a shape that fails to warm leaves the app usable
-                self.last_error = f"prewarm: {exc}"
-                log.error("%s", self.last_error)
-            finally:
-                self.state = ServiceState.READY
+            self._warm_at_start("warming the bundle's shapes", lambda: self.caches.warm_from_bundle(bundled))
+        if self.settings.prewarm and not served_launched:  # (a launched engine warms its own before READY)
+            self._warm_at_start("prewarm", lambda: self.warmup(self.settings.prewarm, self.settings.mode))
+
+    def _warm_at_start(self, what: str, warm: Callable[[], Any]) -> None:
+        """A shape that fails to warm at start leaves the app usable; status says why."""
+        self.state = ServiceState.WARMING
+        try:
+            warm()
+        except StudioError as exc:
+            self.last_error = f"{what}: {exc}"
+            log.error("%s", self.last_error)
+        finally:
+            self.state = ServiceState.READY
 
     @property
     def local(self) -> "Engine":
@@ -188,9 +184,6 @@ class Manager:
     @property
     def closing(self) -> bool:
         return self._closing.is_set()
-
-    def clock(self) -> float:
-        return self._clock()
 
     def host_ops(self) -> dict[str, list[str]]:
         """Ops that ran on the host (Neuron's CPU fallback) -> the "mode shape"s they ran in."""
@@ -230,7 +223,7 @@ class Manager:
         if self._closing.is_set():
             raise BackendNotReady("the app is shutting down")
 
-    def _await_ready(self, progress: Callable[[ProgressEvent], None] | None, still_wanted: Callable[[], bool] | None) -> bool:
+    def _await_ready(self, progress: ProgressFn | None, still_wanted: Callable[[], bool] | None) -> bool:
         """A request that comes while the model loads waits for it, saying so ("loading", with the
         seconds waited as its step), and runs once it is ready: a click or an API call made right
         after the start gets its image, not "try again". Returns whether it waited. A manager
@@ -304,12 +297,14 @@ class Manager:
 
     @property
     def reference_sizes(self) -> list[Shape]:
-        """The sizes references are fitted to (``backend.request.references.sizes_for``)."""
-        return sizes_for(self.settings, self.card.presets)
+        """The sizes references are fitted to: ``--reference-sizes``, else the model's presets."""
+        return list(self.settings.reference_sizes) or [shape for _name, shape in self.card.presets]
 
     @property
     def sequence_budget(self) -> int:
-        return sequence_budget(self.settings, self.card.presets)
+        """Image tokens one request may ask: ``--max-sequence-tokens``, else four times the largest
+        preset's (the output and three references at a preset's size)."""
+        return self.settings.max_sequence_tokens or 4 * max(shape.tokens for _name, shape in self.card.presets)
 
     # routing and admission ---------------------------------------------------------------------
     def _route(self, request: GenerationRequest) -> "Route":
@@ -379,18 +374,6 @@ class Manager:
                                     count=request.count)
         if caller.owner is None:
             raise NotAllowed("a run needs an owner (a page session, an API caller); this call has none")
-        try:
-            self._check_ready()
-            locked = self.warm_only and not _warming
-            route, places, decision = self._admit(request, locked)
-            decision.enforce()
-            run = route.request
-            cap = None if caller.is_operator else self.settings.max_queued_per_viewer + 1
-            job = self.board.enter(caller.owner, run.mode, run.shape, run.steps, route.engine.name, cap)
-        except StudioError as exc:
-            self.metrics.ended(request.mode, error=exc)
-            raise
-        engine = route.engine
 
         def should_stop() -> bool:
             return job.cancel.is_set() or self._closing.is_set() or (still_wanted is not None and not still_wanted())
@@ -401,10 +384,18 @@ class Manager:
                 progress(ProgressEvent(Phase.QUEUED, place, total, run.mode, str(run.shape)))
 
         try:
+            self._check_ready()
+            locked = self.warm_only and not _warming
+            route, places, decision = self._admit(request, locked)
+            decision.enforce()
+            run = route.request
+            cap = None if caller.is_operator else self.settings.max_queued_per_viewer + 1
+            job = self.board.enter(caller.owner, run.mode, run.shape, run.steps, route.engine.name, cap)
             self.board.wait_turn(job, should_stop, waiting)
         except StudioError as exc:
             self.metrics.ended(request.mode, error=exc)
             raise
+        engine = route.engine
 
         def on_progress(event: ProgressEvent) -> None:
             job.phase, job.step = event.phase, event.step
