@@ -28,7 +28,7 @@ from backend.shapes import MULTIPLE, PRESETS, Shape, parse_shape
 
 CARD_FILE = "neuron_studio.json"
 MAX_CARD_BYTES = 16 * 1024
-MAX_PRESETS = len(PRESETS)  # as many as a warm-up may cover (backend.serving.warmup.MAX_SHAPES)
+MAX_PRESETS = len(PRESETS)  # as many as a warm-up may cover (backend.serving.controls.MAX_SHAPES)
 MAX_NAME = 16
 GRAMMARS = ("scenes",)
 SIDES = (64, 4096)

@@ -187,7 +187,7 @@ class StatusView:
             "load_error": s.load_error,
             "last_error": s.last_error,
             "generations": len(s.records),
-            "warmup": s.controls.warmups.status(),
+            "warmup": s.controls.warmup_status(),
             "neuron_cores": self.core_plan_status(),
             "degraded": next((why for why in (e.degraded() for e in s.engines.launched) if why), None),
             "bundle": s.bundle,

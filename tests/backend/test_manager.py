@@ -311,7 +311,7 @@ def test_background_warmup_reports_progress_and_refuses_a_second(manager):
 
 
 def test_a_warm_up_list_is_deduplicated_and_capped(manager):
-    from backend.serving.warmup import MAX_SHAPES
+    from backend.serving.controls import MAX_SHAPES
     from backend.shapes import PRESETS
 
     assert MAX_SHAPES == len(PRESETS)
