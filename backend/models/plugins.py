@@ -14,14 +14,10 @@ PROMPT_READERS = "neuron_studio.prompt_readers"
 
 @functools.lru_cache(maxsize=None)
 def find(group: str, name: str):
-    """The object the entry point ``name`` of ``group`` names, loaded; None when no package provides it."""
+    """The object the entry point ``name`` of ``group`` names, loaded; None when no package provides it.
+    A model (``MODELS``) provides ``folder(cache_root)`` and ``resolve(cache_root)``."""
     found = entry_points(group=group, name=name)
     return next(iter(found)).load() if found else None
-
-
-def model(name: str):
-    """The named model's provider (``folder(cache_root)``, ``resolve(cache_root)``), or None."""
-    return find(MODELS, name)
 
 
 def prompt_reader(name: str):

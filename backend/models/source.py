@@ -12,18 +12,14 @@ import re
 from pathlib import Path
 
 from backend.errors import ModelNotFound
-from backend.models.plugins import model
+from backend.models.plugins import MODELS, find
 
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 
 
-def _is_pipeline_folder(path: Path) -> bool:
-    return (path / "model_index.json").is_file()
-
-
 def local_folder(spec: str, cache_root: Path) -> Path | None:
     """The folder ``--model spec`` is read from, when it is local (None: a hub id); checks nothing."""
-    named = model(spec)  # a model a package provides by name (the embedded ones)
+    named = find(MODELS, spec)  # a model a package provides by name (the embedded ones)
     if named is not None:
         return named.folder(cache_root)
     path = Path(spec).expanduser()
@@ -32,7 +28,7 @@ def local_folder(spec: str, cache_root: Path) -> Path | None:
 
 def resolve_model(spec: str, cache_root: Path) -> tuple[str, str]:
     """Return (what to pass to from_pretrained, a short label for status and PNG metadata)."""
-    named = model(spec)
+    named = find(MODELS, spec)
     if named is not None:
         try:
             return named.resolve(cache_root)
@@ -41,7 +37,7 @@ def resolve_model(spec: str, cache_root: Path) -> tuple[str, str]:
 
     path = Path(spec).expanduser()
     if path.is_dir():
-        if not _is_pipeline_folder(path):
+        if not (path / "model_index.json").is_file():
             raise ModelNotFound(
                 f"--model {spec}: the folder has no model_index.json; point it at a diffusers "
                 "pipeline folder (e.g. a download of black-forest-labs/FLUX.2-klein-4B)"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import math
 import statistics
 import threading
 import time
@@ -189,19 +190,15 @@ class CompileTable:
             rec = self._records.get((mode, shape))
             return set(rec.warm_at) if rec and rec.state == WARM else set()
 
-    def _estimate_compile(self, mode: str, shape: Shape) -> float | None:
-        """Compile seconds of the measured compile in ``mode`` nearest in token count."""
+    def _estimate_into(self, out: dict[str, Any], mode: str, shape: Shape, prior: float | None) -> None:
+        """The compile seconds of the measured compile in ``mode`` nearest in token count where there
+        is one, else the prior, saying which."""
         past = [r for (m, _s), r in self._records.items()
                 if m == mode and r.compiles and r.compile_seconds is not None]
-        if not past:
-            return None
-        nearest = min(past, key=lambda r: (abs(r.shape.tokens * r.shape.count - shape.tokens * shape.count),
-                                           r.shape.count != shape.count))
-        return nearest.compile_seconds
-
-    def _estimate_into(self, out: dict[str, Any], mode: str, shape: Shape, prior: float | None) -> None:
-        """The measured estimate where there is one, else the prior, saying which."""
-        measured = self._estimate_compile(mode, shape)
+        tokens = shape.tokens * shape.count
+        nearest = min(past, default=None, key=lambda r: (abs(r.shape.tokens * r.shape.count - tokens),
+                                                         r.shape.count != shape.count))
+        measured = nearest.compile_seconds if nearest is not None else None
         out["estimate_compile_seconds"] = measured if measured is not None else prior
         out["estimate_source"] = "measured" if measured is not None else ("prior" if prior is not None else None)
 
@@ -272,22 +269,14 @@ class CompileTable:
             rows = []
             for (mode, shape), rec in sorted(self._records.items(), key=lambda kv: (kv[0][0], kv[0][1].pixels)):
                 rows.append({
-                    "mode": mode,
-                    "shape": str(shape),
-                    "width": shape.width,
-                    "height": shape.height,
-                    "tokens": shape.tokens,
-                    "state": rec.state,
-                    "compile_seconds": rec.compile_seconds,
-                    "compiles": rec.compiles,
-                    "neff_compiles": rec.neff_compiles,
+                    "mode": mode, "shape": str(shape), "width": shape.width, "height": shape.height,
+                    "tokens": shape.tokens, "state": rec.state, "compile_seconds": rec.compile_seconds,
+                    "compiles": rec.compiles, "neff_compiles": rec.neff_compiles,
                     # The median of the runs that compiled nothing and overlapped no other run, and how many.
                     "steady_seconds": statistics.median(rec.steady_seconds) if rec.steady_seconds else None,
-                    "steady_runs": len(rec.steady_seconds),
-                    "runs": rec.runs,
+                    "steady_runs": len(rec.steady_seconds), "runs": rec.runs,
                     "compiling_elapsed": now - rec.compiling_since if rec.compiling_since else None,
-                    "error": rec.error,
-                    "bundle_compile_seconds": rec.bundle_compile_seconds,
+                    "error": rec.error, "bundle_compile_seconds": rec.bundle_compile_seconds,
                     "warm_at": sorted(rec.warm_at),
                 })
             return rows
@@ -296,8 +285,6 @@ class CompileTable:
 def nearest_signature(shape: Shape, warm: list[Shape]) -> Shape:
     """Of ``warm``, the one nearest ``shape``: same batch first, then the same references, then the
     nearest output size (by aspect ratio on a log scale, then area)."""
-    import math
-
     return min(warm, key=lambda s: (s.count != shape.count, s.refs != shape.refs,
                                     round(abs(math.log(s.width / s.height) - math.log(shape.width / shape.height)), 6),
                                     abs(s.pixels - shape.pixels), str(s)))

@@ -33,21 +33,17 @@ PREFIX = "neuron_studio"
 # Seconds: from a warm CPU run of the embedded model (under a second) to a cold Neuron compile (tens of minutes).
 LATENCY_BUCKETS = (0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800)
 OUTCOMES = ("ok", "invalid", "refused", "not_ready", "cancelled", "failed")
+# The ``outcome`` label of a request that ended with an error: the first kind it is, else "failed".
+_ERROR_OUTCOMES = ((InvalidRequest, "invalid"),
+                   ((ShapeLocked, ShapeLimitReached, NotAllowed, Unauthorized, BackendBusy), "refused"),
+                   (BackendNotReady, "not_ready"), (GenerationCancelled, "cancelled"))
 
 
 def outcome(error: BaseException | None) -> str:
     """The ``outcome`` label of a request that ended with ``error`` (None: an image)."""
     if error is None:
         return "ok"
-    if isinstance(error, InvalidRequest):
-        return "invalid"
-    if isinstance(error, (ShapeLocked, ShapeLimitReached, NotAllowed, Unauthorized, BackendBusy)):
-        return "refused"
-    if isinstance(error, BackendNotReady):
-        return "not_ready"
-    if isinstance(error, GenerationCancelled):
-        return "cancelled"
-    return "failed"
+    return next((label for kinds, label in _ERROR_OUTCOMES if isinstance(error, kinds)), "failed")
 
 
 class RunMetrics:
@@ -67,20 +63,17 @@ class RunMetrics:
                                        registry=self.registry)
         self.registry.register(ScrapeCollector(manager))
 
-    def mode_label(self, mode: Any) -> str:
+    @staticmethod
+    def mode_label(mode: Any) -> str:
         return mode if isinstance(mode, str) and mode in MODES else "other"
-
-    def shape_label(self, shape) -> str:
-        text = str(shape)
-        return text if text in self._presets else "other"
 
     def ended(self, mode: Any, result=None, error: BaseException | None = None) -> None:
         """A request in ``mode`` ended: with ``result`` (a GenerationResult) or ``error``."""
         self.requests.labels(self.mode_label(mode), outcome(error)).inc()
         if result is None:
             return
-        ran = self.mode_label(result.mode)
-        self.latency.labels(ran, self.shape_label(result.shape)).observe(result.seconds)
+        ran, shape = self.mode_label(result.mode), str(result.shape)
+        self.latency.labels(ran, shape if shape in self._presets else "other").observe(result.seconds)
         if result.compiled:
             self.compiles.labels(ran).inc()
             self.compile_seconds.labels(ran).inc(result.compile_seconds or 0.0)

@@ -144,12 +144,11 @@ class StatusView:
 
     def engine_load(self) -> dict[str, tuple[int, int]]:
         """Per engine: (requests waiting for it, requests it is running)."""
-        s = self.service
-        load: dict[str, list[int]] = {}
-        for job in s.board.jobs():
-            counts = load.setdefault(job.engine, [0, 0])
-            counts[1 if job.state is JobState.RUNNING else 0] += 1
-        return {name: (waiting, running) for name, (waiting, running) in load.items()}
+        load: dict[str, tuple[int, int]] = {}
+        for job in self.service.board.jobs():
+            waiting, running = load.get(job.engine, (0, 0))
+            load[job.engine] = (waiting, running + 1) if job.state is JobState.RUNNING else (waiting + 1, running)
+        return load
 
     def core_plan_status(self) -> dict[str, Any] | None:
         s = self.service
@@ -162,35 +161,22 @@ class StatusView:
         s = self.service
         jobs = s.board.snapshot()  # without owners: a page session is its own business, not the room's
         running = [job for job in jobs if job["state"] == "running"]
-        compiling_workers = s.controls.compiling_workers()
-        host_ops = s.host_ops()
         device, engines = s.device, list(s.engines.values())
-        return Status(**{
-            "state": s.state,
-            "model": {"spec": s.settings.model, "label": s.model_label, "card": s.card.to_json()},
-            "device": vars(device.info) if device else None,
-            "dtype": device.info.dtype if device else None,
-            "default_mode": s.settings.mode,
-            "modes": list(s.modes),
+        return Status(
+            state=s.state, model={"spec": s.settings.model, "label": s.model_label, "card": s.card.to_json()},
+            device=vars(device.info) if device else None, dtype=device.info.dtype if device else None,
+            default_mode=s.settings.mode, modes=list(s.modes),
             **{e.status_key: e.describe() for e in s.engines.launched},
-            "engine": s.engine.describe() if s.engine else None,
-            "engines": {e.name: {"state": e.state, "modes": list(e.modes), "capacity": e.capacity()} for e in engines},
-            "warm_only": s.warm_only,
-            "max_compiled_shapes": s.settings.max_compiled_shapes,
-            "busy": running[0] if running else None,
-            "running": running,
-            "waiting": [job for job in jobs if job["state"] == "waiting"],
-            "compiling_workers": compiling_workers,  # compiles the operator can end now (End the compile)
-            "shapes": s.table.snapshot(),
-            "cache": device.cache_info() if device else None,
-            "memory": device.memory() if device else None,
-            "load_error": s.load_error,
-            "last_error": s.last_error,
-            "generations": len(s.records),
-            "warmup": s.controls.warmup_status(),
-            "neuron_cores": self.core_plan_status(),
-            "degraded": next((why for why in (e.degraded() for e in s.engines.launched) if why), None),
-            "bundle": s.bundle,
-            "fallback_ops": host_ops,
-        })
+            engine=s.engine.describe() if s.engine else None,
+            engines={e.name: {"state": e.state, "modes": list(e.modes), "capacity": e.capacity()} for e in engines},
+            warm_only=s.warm_only, max_compiled_shapes=s.settings.max_compiled_shapes,
+            busy=running[0] if running else None, running=running,
+            waiting=[job for job in jobs if job["state"] == "waiting"],
+            compiling_workers=s.controls.compiling_workers(), shapes=s.table.snapshot(),
+            cache=device.cache_info() if device else None, memory=device.memory() if device else None,
+            load_error=s.load_error, last_error=s.last_error, generations=len(s.records),
+            warmup=s.controls.warmup_status(), neuron_cores=self.core_plan_status(),
+            degraded=next((why for why in (e.degraded() for e in s.engines.launched) if why), None),
+            bundle=s.bundle, fallback_ops=s.host_ops(),
+        )
 
