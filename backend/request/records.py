@@ -85,13 +85,12 @@ class GenerationResult:
     def of(cls, request: GenerationRequest, out: "EngineOutput", *, device: str, model: str, engine: str,
            started_at: float, requested_mode: str | None = None, degraded: str | None = None) -> "GenerationResult":
         """The record of a run: the request, what the engine measured, where it ran. Built here only."""
-        fields = {f.name: getattr(out, f.name) for f in dataclasses.fields(EngineOutput) if f.name not in _PIXELS}
         return cls(prompt=request.prompt, typed=request.typed, width=request.width, height=request.height, mode=request.mode,
                    steps=request.steps, guidance=request.guidance, seed=request.seed, device=device, model=model,
                    compiled=bool(out.compiles or out.neff_compiles), engine=engine, started_at=started_at,
                    requested_mode=requested_mode if degraded else None, degraded=degraded, count=request.count,
                    references=[r.describe() for r in request.references], signature=str(request.shape),
-                   reading=request.reading, **fields)
+                   reading=request.reading, **out.to_json())
 
     @property
     def shape(self) -> Shape:

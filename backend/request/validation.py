@@ -49,13 +49,6 @@ def work(shape: Shape, steps: int) -> float:
     return shape.work_pixels * steps / 1e6
 
 
-def check_work(s: Settings, shape: Shape, steps: int) -> None:
-    """InvalidRequest("work") past ``--max-work`` (the operator's bound on one request's work)."""
-    if s.max_work and work(shape, steps) > s.max_work:
-        raise InvalidRequest("work", f"{shape} at {steps} steps is {work(shape, steps):.1f} megapixel-steps; the "
-                                     f"limit is {s.max_work:g} — fewer steps or a smaller size")
-
-
 def check_sequence(shape: Shape, budget: int) -> None:
     """InvalidRequest("images") when the output's and the references' tokens pass the budget."""
     if shape.tokens > budget:
@@ -82,7 +75,9 @@ def check_signature(s: Settings, height: Any, width: Any, steps: Any = None, cou
     if len(references) > s.max_references:
         raise InvalidRequest("images", f"{len(references)} reference images; at most {s.max_references} per request")
     shape = shape.with_inputs(count, (r.size for r in references))
-    check_work(s, shape, steps)
+    if s.max_work and work(shape, steps) > s.max_work:
+        raise InvalidRequest("work", f"{shape} at {steps} steps is {work(shape, steps):.1f} megapixel-steps; the "
+                                     f"limit is {s.max_work:g} — fewer steps or a smaller size")
     return shape, steps
 
 

@@ -128,21 +128,17 @@ class CompileTable:
         elif isinstance(exc, GenerationCancelled) and exc.compiles and keep_compiles:
             self.finish(mode, shape, compiles=exc.compiles, compile_seconds=exc.compile_seconds or 0.0, seconds=None,
                         neff_compiles=exc.neff_compiles or 0, place=place)
-        else:
-            self.abandon(mode, shape)
+        else:  # stopped before anything was learned: a 'compiling' shape goes back to what it was
+            with self._lock:
+                rec = self._records.get((mode, shape))
+                if rec and rec.state == COMPILING:
+                    rec.state, rec.compiling_since = (WARM if rec.warm_at else COLD), None
 
     def fail(self, mode: str, shape: Shape, error: str) -> None:
         with self._lock:
             rec = self._get(mode, shape)
             rec.state, rec.compiling_since, rec.error = FAILED, None, error
             rec.warm_at.clear()
-
-    def abandon(self, mode: str, shape: Shape) -> None:
-        """A run stopped before anything was learned: a 'compiling' shape goes back to cold."""
-        with self._lock:
-            rec = self._records.get((mode, shape))
-            if rec and rec.state == COMPILING:
-                rec.state, rec.compiling_since = (WARM if rec.warm_at else COLD), None
 
     def forget_place(self, place: str) -> None:
         """A process that held graphs is gone (a replica restarted): nothing is warm there any more."""
