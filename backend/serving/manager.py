@@ -31,8 +31,7 @@ from backend.request.references import blank_references, load_references, planne
 from backend.request.validation import check_sequence, check_signature, validate_request
 from backend.serving import compile_state as cs
 from backend.serving.admission import Admission, PlaceBook
-from backend.serving.caches import CacheOps
-from backend.serving.controls import EngineControls
+from backend.serving.controls import CacheOps, EngineControls
 from backend.serving.jobs import JobBoard
 from backend.serving.metrics import RunMetrics
 from backend.serving.roles import LOCAL_OPERATOR, Caller
