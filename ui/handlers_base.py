@@ -182,7 +182,9 @@ class Runs:
                 progress((event.step, event.steps),
                          desc=text(lang, "progress_step", step=event.step, steps=event.steps))
             elif event.phase == Phase.QUEUED:  # waiting for its turn on the job board
-                progress(0.0, desc=text(lang, "progress_queued", place=event.step, waiting=event.steps))
+                about = format_seconds(event.estimate) if event.estimate is not None else None
+                progress(0.0, desc=text(lang, "progress_queued_about" if about else "progress_queued", place=event.step,
+                                        waiting=event.steps, seconds=about))
             elif event.phase == Phase.LOADING:  # the model is still loading: the request waits for it
                 progress(None, desc=text(lang, "progress_loading", seconds=event.step))
             elif event.phase in (Phase.ENCODING, Phase.COMPILING, Phase.DECODING):

@@ -121,6 +121,7 @@ EN: dict[str, str] = {
                                       "left); to end it now, press End the compile (it stops the worker that "
                                       "compiles).",
     "progress_queued": "waiting for your turn — place {place} of {waiting}",
+    "progress_queued_about": "waiting for your turn — place {place} of {waiting}, about {seconds}",
     "progress_compiling": "compiling — {elapsed} so far, about {estimate} expected",
     "info_stopped": "Stopped: {detail}",
     "run_stopped": "**Stopped** before the image was finished (seed `{seed}`).",

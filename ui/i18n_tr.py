@@ -120,6 +120,7 @@ TR: dict[str, str] = {
     "info_stopping_compile_operator": "Duruluyor — süren derleme önce bitecek (yaklaşık {left} kaldı); hemen "
                                       "bitirmek için Derlemeyi bitir'e basın (derleyen işçiyi durdurur).",
     "progress_queued": "sıranızı bekliyor — {waiting} işin {place}. sırasında",
+    "progress_queued_about": "sıranızı bekliyor — {waiting} işin {place}. sırasında, yaklaşık {seconds}",
     "progress_compiling": "derleniyor — şimdiye dek {elapsed}, beklenen yaklaşık {estimate}",
     "info_stopped": "Durduruldu: {detail}",
     "run_stopped": "Görsel bitmeden **durduruldu** (tohum `{seed}`).",

@@ -165,7 +165,8 @@ class ProgressEvent:
     steps: int = 0
     mode: str = ""
     shape: str = ""
-    estimate: float | None = None  # compiling: the seconds admission expected it to take (None: unknown)
+    # compiling: the seconds admission expected it to take; queued: about how long until its turn (None: unknown)
+    estimate: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "phase", Phase(self.phase))

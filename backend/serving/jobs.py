@@ -149,6 +149,14 @@ class JobBoard:
                     continue
                 self._cond.wait(poll)
 
+    def ahead(self, job: Job) -> tuple[list[Job], int]:
+        """The jobs ``job`` waits behind (those running on its engine, then those before it in the round
+        robin) and how many its engine runs at once."""
+        with self._cond:
+            order = [j for j in self._order() if j.engine == job.engine]
+            running = [j for j in self._jobs.values() if j.state is JobState.RUNNING and j.engine == job.engine]
+            return running + order[:order.index(job) if job in order else len(order)], self._capacity(job.engine)
+
     def leave(self, job: Job) -> None:
         with self._cond:
             self._remove(job)

@@ -380,7 +380,8 @@ class Manager:
         def waiting(place: int, total: int) -> None:
             job.phase, job.step = Phase.QUEUED, place
             if progress is not None:
-                progress(ProgressEvent(Phase.QUEUED, place, total, run.mode, str(run.shape)))
+                progress(ProgressEvent(Phase.QUEUED, place, total, run.mode, str(run.shape),
+                                       estimate=self._wait_seconds(job)))
 
         try:
             self._check_ready()
@@ -441,6 +442,24 @@ class Manager:
             for op in result.fallback_ops:  # Neuron's silent CPU fallback, for the System tab and doctor
                 self.fallback_ops.setdefault(op, set()).add(f"{result.mode} {result.shape}")
         return out.image, result
+
+    def _wait_seconds(self, job) -> float | None:
+        """About how long until ``job``'s turn: what each run ahead of it on its engine should still take
+        (the compile table's steady figures, plus a compile's estimate where one compiles first), shared
+        by the engine's slots. None while a run ahead has no figure yet (a first run, a compile never
+        measured here): the page then says the place alone."""
+        ahead, slots = self.board.ahead(job)
+        now, total = self._clock(), 0.0
+        for other in ahead:
+            guess = self.predict(other.mode, other.shape, other.steps)
+            seconds = guess.get("expected_seconds")
+            if guess.get("will_compile"):
+                compile_seconds = guess.get("estimate_compile_seconds")
+                seconds = None if seconds is None or compile_seconds is None else seconds + compile_seconds
+            if seconds is None:
+                return None
+            total += max(0.0, seconds - (now - other.started)) if other.started is not None else seconds
+        return total / max(1, slots)
 
     def cancel(self, *, caller: Caller = LOCAL_OPERATOR) -> bool:
         """Stop the caller's runs (the operator's: every run): a waiting one leaves the board, a running

@@ -7,6 +7,7 @@ gate that lets one run finish at a time, so nothing here waits for a duration.""
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 import types
 
@@ -127,3 +128,38 @@ def test_a_closed_page_leaves_the_board(room):
     gate.let_one()
     until(lambda: not manager.board.jobs(), "the board to empty")
     assert [r.prompt for r in manager.records] == ["stays"]  # the closed page's run was stopped, not finished
+
+
+def test_a_waiting_run_is_told_its_place_and_about_how_long_until_its_turn(room):
+    """The board's place and a wait estimate from the compile table's steady figures (issue 51: "show
+    the job board's own position and wait estimate"): none before the shape has a steady run, then
+    what the run ahead should still take."""
+    manager, gate = room
+    studio, said = Studio(manager), []
+
+    def run(session: str, label: str, progress=lambda *a, **k: None):
+        thread = threading.Thread(target=lambda: studio.studio_tab.generate_from_page(
+            label, 64, 64, "eager", 1, 0.0, 1, False, [], page=page(session), progress=progress), daemon=True)
+        thread.start()
+        return thread
+
+    first = run("first", "measured")
+    until(lambda: len(gate.started) == 1, "the first run to start")
+    blind = run("second", "no figure yet", lambda *a, desc="", **k: said.append(desc))
+    until(lambda: said, "the second run told its place")
+    assert said[0] == "waiting for your turn — place 1 of 1"  # nothing measured yet: the place alone
+    gate.let_one()  # the first run ends; the second starts, measured by nothing yet
+    until(lambda: len(gate.started) == 2, "the second run to start")
+    gate.let_one()
+    for thread in (first, blind):
+        thread.join(60)
+    said.clear()
+    ahead = run("first", "ahead")
+    until(lambda: len(gate.started) == 3, "the run ahead to start")
+    waiting = run("second", "waiting", lambda *a, desc="", **k: said.append(desc))
+    until(lambda: said, "the waiting run told its place")
+    assert re.fullmatch(r"waiting for your turn — place 1 of 1, about [0-9.]+ m?s", said[0]), said[0]
+    for _ in range(2):
+        gate.let_one()
+    for thread in (ahead, waiting):
+        thread.join(60)
