@@ -190,9 +190,8 @@ class RoomGuard:
         if not ok:
             self._failures.add(caller)
             return _reply(403, "That is not this run's operator token: the page stays a viewer's.")
-        answer = RedirectResponse("/", 303, headers={"cache-control": "no-store"})
-        answer.set_cookie(COOKIE, self.key.session_key, path="/", httponly=True, samesite="strict")
-        return answer
+        cookie = f"{COOKIE}={self.key.session_key}; Path=/; HttpOnly; SameSite=Strict"
+        return RedirectResponse("/", 303, headers={"set-cookie": cookie, "cache-control": "no-store"})
 
 
 def _reply(status: int, message: str, headers: dict[str, str] | None = None) -> PlainTextResponse:
