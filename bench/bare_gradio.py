@@ -1,5 +1,5 @@
 """The floor for P6: a bare Gradio Blocks app with one textbox, launched with the app's own launch
-options (``ui.app.launch``: queue, server name and port, no monitoring, quiet off, the same CSS
+options (as ``server.py`` serves the page: queue, server name and port, no monitoring, quiet off, the same CSS
 and upload limit), started as its own process by ``python -m bench --only P6``.
 
     python -m bench.bare_gradio PORT
@@ -13,7 +13,7 @@ import sys
 def main(port: int) -> None:
     import gradio as gr
 
-    from ui.app import CSS, MAX_UPLOAD
+    from ui.constants import CSS, MAX_UPLOAD
 
     with gr.Blocks(title="bare") as demo:
         gr.Textbox(label="prompt")

@@ -83,8 +83,8 @@ def _held(folder: Path) -> int:
 
 def uploads(url: str, upload_dir: Path, tries: int = 7) -> dict[str, Any]:
     """Uploads of 19.9 MB from one address until refused, then a small one from another site.
-    (tests/ui/test_door.py holds the bounds; this measures them on a running app.)"""
-    from ui import guard
+    (tests/ui/test_guard.py holds the bounds; this measures them on a running app.)"""
+    from web import guard
 
     size = int(UPLOAD_MB * 1e6)
     accepted, refusal = 0, None

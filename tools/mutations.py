@@ -44,7 +44,7 @@ class Mutation:
 
 MUTATIONS = (
     # The ten that once passed the suite (issue 32's table: rows 1, 5, 9, 10, 11 twice, 14, 15, 16, 25).
-    Mutation("M01", "Compare's gallery is empty (row 1)", "ui/handlers_compare.py",
+    Mutation("M01", "Compare's gallery is empty (row 1)", "ui/handlers.py",
              "            gallery.append((r.path,", "            (lambda *a: None)((r.path,",
              ("tests/ui/test_handlers.py::test_compare_shows_side_by_side_with_max_difference",)),
     Mutation("M02", "a bundle's '..' and absolute paths are not refused, in the manifest or a member (row 5)",

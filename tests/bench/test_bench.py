@@ -240,3 +240,39 @@ def test_compare_flags_a_regression_only_where_the_intervals_say_so(tmp_path, ca
     assert compare.main([str(tmp_path / "old.json"), str(tmp_path / "new.json")]) == 1  # a regression: status 1
     assert "| P1 overhead | 1 x | 1.05 x | 1.050 [1.020–1.081] | regressed |" in capsys.readouterr().out
     assert compare.main([str(tmp_path / "old.json"), str(tmp_path / "old.json")]) == 0
+
+
+def test_every_project_name_the_benchmarks_and_tools_import_exists():
+    """bench/ and tools/ import the app's modules inside functions (a row runs only when asked), so a
+    moved module or name would break a row only when someone runs it: every ``from X import a`` of
+    the project's, at any depth, names a module and attributes that exist (a fallback for an older
+    checkout, inside ``except ImportError``, is left alone)."""
+    import ast
+    import importlib
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    missing = []
+    for path in sorted([*root.glob("bench/*.py"), *root.glob("tools/*.py")]):
+        tree = ast.parse(path.read_text())
+        fallbacks = {id(n) for handler in ast.walk(tree) if isinstance(handler, ast.ExceptHandler)
+                     for n in ast.walk(handler)}
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ImportFrom) or node.level or not node.module or id(node) in fallbacks:
+                continue
+            if node.module.split(".")[0] not in ("backend", "ui", "web", "server", "embedded"):
+                continue
+            try:
+                module = importlib.import_module(node.module)
+            except ImportError as exc:
+                missing.append(f"{path.name}: {node.module} ({exc})")
+                continue
+            missing += [f"{path.name}: {node.module}.{a.name}" for a in node.names
+                        if not hasattr(module, a.name) and not _is_submodule(node.module, a.name)]
+    assert not missing, missing
+
+
+def _is_submodule(package: str, name: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(f"{package}.{name}") is not None
