@@ -130,6 +130,7 @@ def _animation(path: Path) -> str:
     ("bomb", "announces more pixels than an image may have"),
     ("large", "is 5000x5000 \\(25.0 megapixels\\); the limit is 16.8 megapixels"),
     ("huge file", "reference 1 is over 20 MB"),
+    ("huge bytes", "reference 1 is over 20 MB"),  # an API client's part, bounded by the service too
     ("animation", "is an animation"),
     ("gif", "is GIF; references are PNG, JPEG or WebP"),
     ("five", "5 reference images; at most 4"),
@@ -152,6 +153,8 @@ def test_hostile_images_are_refused_naming_the_field_before_decoding(editor, tmp
             handle.write(Path(ok).read_bytes())
             handle.truncate(MAX_REFERENCE_BYTES + 1)  # sparse: no 20 MB written
         images = [str(tmp_path / "huge.png")]
+    elif case == "huge bytes":
+        images = [Path(ok).read_bytes() + bytes(MAX_REFERENCE_BYTES)]
     elif case == "animation":
         images = [_animation(tmp_path / "anim.png")]
     elif case == "gif":
