@@ -17,14 +17,26 @@ Its calls to rank 0 (run, call, stall detection by the ranks' heartbeats) go thr
 ``backend.launch.calls.RankZero`` it holds (``rank0``), which says when it finds the group gone
 (``_mark_dead``). Cores and what a group may run are its engine's business. One injectable clock
 serves every deadline, so the stall timeout is tested with a fake clock.
+
+Why a group died (``death_reason``) it reads from what torch's launcher leaves in its run dir:
+
+- each rank's torchelastic **error file** (``TORCHELASTIC_ERROR_FILE``, which torchrun sets per rank
+  under ``--log-dir``; ``<run dir>/torchrun/<run id>/attempt_<n>/<local rank>/error.json``), written
+  by torch's ``ErrorHandler``: on a rank's uncaught exception (``backend.workers.worker`` runs under
+  torch's ``record``) and by a rank that ends itself after a failed request (``RankEnding``);
+- torchrun's **failure summary** in its log (torch's ``ChildFailedError``), for a rank ended by a
+  signal: it writes no error file, and only the launcher, its parent, learns its exit code.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import glob
+import json
 import logging
 import os
+import re
 import secrets
 import shlex
 import signal
@@ -39,7 +51,6 @@ from typing import Any, Callable
 import psutil
 
 from backend.errors import BackendNotReady, InvalidRequest, StudioError
-from backend.launch import deaths
 from backend.launch import protocol as proto
 from backend.launch.calls import STARTING, GroupState, RankZero
 from backend.request.records import EngineOutput, GenerationRequest, ProgressEvent
@@ -82,6 +93,48 @@ def check_degree(degree: Any, heads: int, core_plan=None, owner: str = "tensor-p
         return core_plan.claim(owner, degree, heads)
     except CoresDoNotFit as exc:
         raise InvalidRequest("tp_degree", str(exc)) from None
+
+
+def rank_failures(run_dir: str | None) -> dict[int, str]:
+    """{rank: the exception it ended with, as its error file says}."""
+    found = {}
+    for path in glob.glob(os.path.join(run_dir or "", "torchrun", "*", "attempt_*", "*", "error.json")):
+        try:
+            with open(path, encoding="utf-8") as handle:
+                message = json.load(handle).get("message")
+            rank = int(os.path.basename(os.path.dirname(path)))
+        except (OSError, ValueError, AttributeError):
+            continue
+        found[rank] = str(message.get("message") if isinstance(message, dict) else message)
+    return found
+
+
+def exit_codes(log_text: str) -> list[tuple[int, int]]:
+    """(rank, exit code) of the ranks that failed, from torchrun's failure summary (negative: the
+    signal that ended it)."""
+    failed = re.findall(r"rank\s*:\s*(\d+).*?\n.*?exitcode\s*:\s*(-?\d+)", log_text) or \
+        re.findall(r"rank: (\d+) \(local_rank: \d+\)\s+exitcode\s*:\s*(-?\d+)", log_text)
+    return [(int(rank), int(code)) for rank, code in failed]
+
+
+def death_reason(run_dir: str | None, log_text: str, code: int) -> str:
+    """One line for the page: each failed rank and what it died of (its error file's exception, or
+    the signal or status torchrun reports), else torchrun's own last error line."""
+    failures, parts = rank_failures(run_dir), []
+    ending = proto.RankEnding.__name__ + ": "
+    for rank, message in sorted(failures.items())[:4]:
+        line = message.splitlines()[0]
+        parts.append(f"rank {rank} ended itself after a failed request ({line.removeprefix(ending)[:300]})"
+                     if line.startswith(ending) else f"rank {rank} failed: {line[:300]}")
+    for rank, exitcode in exit_codes(log_text)[:4]:
+        if rank not in failures:
+            how = f"signal {signal.Signals(-exitcode).name}" if exitcode < 0 else f"status {exitcode}"
+            parts.append(f"rank {rank} exited with {how}")
+    if not parts:
+        errors = [line.strip() for line in log_text.splitlines()
+                  if re.search(r"error|Error|refused|in use", line) and "Traceback" not in line]
+        parts.append(f"torchrun exited with status {code}" + (f": {errors[-1][:300]}" if errors else ""))
+    return "; ".join(parts) + " — the group is down"
 
 
 class WorkerGroup:
@@ -269,7 +322,7 @@ class WorkerGroup:
     def _monitor(self, proc: subprocess.Popen) -> None:
         code = proc.wait()
         try:
-            reason = deaths.death_reason(self.dir, self._tail("torchrun.log", 200), code)
+            reason = death_reason(self.dir, self._tail("torchrun.log", 200), code)
         except Exception as exc:  # noqa: BLE001 - the group is dead whatever the log says
             reason = f"torchrun exited with status {code} ({type(exc).__name__} reading its log)"
         if self._exited(proc, reason):
@@ -287,7 +340,8 @@ class WorkerGroup:
     def ended_itself(self) -> bool:
         """A rank left on purpose after a failed request: the group should be restarted, whether or
         not rank 0's reply saying so got out before torchrun ended it."""
-        return self.state == GroupState.DEAD and deaths.ended_itself(self.dir)
+        return self.state == GroupState.DEAD and any(
+            message.startswith(proto.RankEnding.__name__ + ":") for message in rank_failures(self.dir).values())
 
     def _await_ready(self, proc: subprocess.Popen) -> None:
         """Wait for READY; whatever happens (a timeout, an error reply, this thread's own failure),

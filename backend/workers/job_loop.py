@@ -189,7 +189,7 @@ def _safe(fn, *args) -> bool:
 
 def record_exit(exc: BaseException) -> None:
     """Write the exception to this rank's torchelastic error file (``TORCHELASTIC_ERROR_FILE``)
-    with torch's own writer: the app reads why the rank left there (``backend.launch.deaths``)."""
+    with torch's own writer: the app reads why the rank left there (``backend.launch.group.death_reason``)."""
     from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
 
     ErrorHandler().record_exception(exc)

@@ -284,7 +284,7 @@ def main() -> None:
 def run() -> None:
     """``main``, with an exception that ends the rank written to its torchelastic error file (what
     torch's ``record`` decorator does; applied here so that torch loads only after the rank's
-    NeuronCore is set): the app tells why a rank died from it (``backend.launch.deaths``)."""
+    NeuronCore is set): the app tells why a rank died from it (``backend.launch.group.death_reason``)."""
     try:
         main()
     except Exception as exc:

@@ -331,7 +331,8 @@ def test_a_death_names_each_rank_and_what_it_died_of(tmp_path, monkeypatch):
     """A rank that raised: its exception, from its torchelastic error file (written by torch's
     ErrorHandler, as ``worker.run`` does); a rank killed by a signal: the signal, from torchrun's
     summary; nothing from either: torchrun's status."""
-    from backend.launch import deaths
+    from backend.launch.calls import GroupState
+    from backend.launch.group import death_reason
     from backend.workers.job_loop import record_exit
 
     folder = tmp_path / "torchrun" / "none_abc" / "attempt_0" / "0"
@@ -341,11 +342,11 @@ def test_a_death_names_each_rank_and_what_it_died_of(tmp_path, monkeypatch):
         raise RuntimeError("the model folder has no transformer")
     except RuntimeError as exc:
         record_exit(exc)
-    reason = deaths.death_reason(str(tmp_path), TORCHRUN_FAILURE.format(code=-9), 1)
+    reason = death_reason(str(tmp_path), TORCHRUN_FAILURE.format(code=-9), 1)
     assert reason == ("rank 0 failed: RuntimeError: the model folder has no transformer; "
                       "rank 1 exited with signal SIGKILL — the group is down")
-    assert not deaths.ended_itself(str(tmp_path))
-    assert deaths.death_reason(str(tmp_path / "none"), "", 1) == "torchrun exited with status 1 — the group is down"
+    assert not WorkerGroup.ended_itself.fget(types.SimpleNamespace(state=GroupState.DEAD, dir=str(tmp_path)))
+    assert death_reason(str(tmp_path / "none"), "", 1) == "torchrun exited with status 1 — the group is down"
 
 
 def test_a_group_that_runs_is_not_started_again(tmp_path):
