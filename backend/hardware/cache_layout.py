@@ -52,8 +52,6 @@ KIND_BY_VARIABLE = {
 
 
 def _neff_files(root: Path) -> list[Path]:
-    """The C++ path's ``ab/cd/<key>.neff`` (and temp files) and the Python path's
-    ``<sha256>/<sha256>.neff`` (and temp files)."""
     found = []
     for first in (p for p in _dirs(root) if _HEX2.match(p.name)):
         for second in (p for p in _dirs(first) if _HEX2.match(p.name)):
@@ -67,7 +65,6 @@ def _neff_files(root: Path) -> list[Path]:
 
 
 def _lock_files(root: Path) -> list[Path]:
-    """``locks/<key>.lock`` (C++ path) and ``<sha256>/locks/compile.lock`` (Python path)."""
     found = [f for f in _files(root / "locks") if _LOCK.match(f.name)] if (root / "locks").is_dir() else []
     for folder in (p for p in _dirs(root) if _SHA256.match(p.name)):
         lock = folder / "locks" / "compile.lock"

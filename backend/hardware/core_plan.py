@@ -77,7 +77,6 @@ class CorePlan:
 
     @property
     def whole_banks(self) -> bool:
-        """At LNC=1 two cores share one HBM bank: each process gets a bank (its first core)."""
         return self.instance.lnc == 1
 
     def _bank(self, core: int) -> int:
@@ -94,8 +93,6 @@ class CorePlan:
                 and (not self.whole_banks or c % 2 == 0)]
 
     def _pick(self, free: list[int], count: int) -> list[int]:
-        """``count`` of the free cores, on one device where one has room (the first such device),
-        else in order across devices."""
         for device in self.instance.devices:
             here = [c for c in free if c in device.cores]
             if len(here) >= count:
@@ -140,7 +137,6 @@ class CorePlan:
         return cores
 
     def release(self, owner: str) -> None:
-        """``owner``'s processes are gone: its cores are free again."""
         self.claims.pop(owner, None)
 
     def _physical_note(self) -> str:
@@ -188,8 +184,7 @@ def make_plan(app_cores: str, instance: InstanceCores | int | None) -> CorePlan:
 
 
 def plan_text(plan: dict[str, Any]) -> str:
-    """One line for a described plan (doctor, the System tab): the app's cores, the group's, the
-    instance as logical / physical / LNC and where that came from, what is free."""
+    """One line for a described plan (``describe``'s), for doctor and the System tab."""
     instance = plan.get("instance_cores")
     text = f"app {plan['app_cores']}"
     engines = plan.get("engines") or {}
