@@ -144,7 +144,7 @@ MUTATIONS = (
              "(owner is not None and j.owner == owner)", "(owner is not None and j.owner.ident == owner.ident)",
              ("tests/backend/test_jobs.py", "tests/ui/test_roles.py")),
     Mutation("G32", "the job board runs one job at a time whatever the engines can take", "backend/serving/jobs.py",
-             "running < max(1, self._capacity(job.engine))", "running < 1",
+             "len(running) < max(1, self._capacity(job.engine))", "len(running) < 1",
              ("tests/backend/test_jobs.py", "tests/ui/test_handlers.py")),
     Mutation("G19", "clearing takes inductor's fxgraph/ folder whole, a user's files in it too",
              "backend/hardware/cache_layout.py",

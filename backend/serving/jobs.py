@@ -126,9 +126,8 @@ class JobBoard:
                 if job.cancel.is_set() or should_stop() or self._closed:
                     self._remove(job)
                     raise GenerationCancelled("stopped while waiting for its turn")
-                order = [j for j in self._order() if j.engine == job.engine]
-                running = sum(1 for j in self._jobs.values() if j.state is JobState.RUNNING and j.engine == job.engine)
-                if order and order[0] is job and running < max(1, self._capacity(job.engine)):
+                order, running = self._lines(job.engine)
+                if order and order[0] is job and len(running) < max(1, self._capacity(job.engine)):
                     job.state, job.started, job.phase = JobState.RUNNING, self._clock(), Phase.STARTING
                     # Runs side by side (replicas, a group and the app) share the machine: none of
                     # them is a steady figure for its shape.
@@ -153,8 +152,7 @@ class JobBoard:
         """The jobs ``job`` waits behind (those running on its engine, then those before it in the round
         robin) and how many its engine runs at once."""
         with self._cond:
-            order = [j for j in self._order() if j.engine == job.engine]
-            running = [j for j in self._jobs.values() if j.state is JobState.RUNNING and j.engine == job.engine]
+            order, running = self._lines(job.engine)
             return running + order[:order.index(job) if job in order else len(order)], self._capacity(job.engine)
 
     def leave(self, job: Job) -> None:
@@ -214,8 +212,14 @@ class JobBoard:
             return self._place(job)
 
     def _place(self, job: Job) -> int | None:
-        order = [j for j in self._order() if j.engine == job.engine]
+        order, _running = self._lines(job.engine)
         return order.index(job) + 1 if job in order else None
+
+    def _lines(self, engine: str) -> tuple[list[Job], list[Job]]:
+        """(lock held) The jobs bound for ``engine``: those waiting, in the order they will run, and
+        those running."""
+        order = [j for j in self._order() if j.engine == engine]
+        return order, [j for j in self._jobs.values() if j.state is JobState.RUNNING and j.engine == engine]
 
     def cancel(self, owner: Owner | None, everyone: bool) -> list[Job]:
         """Ask the jobs of ``owner`` (``everyone``: all jobs) to stop; returns those asked. A waiting

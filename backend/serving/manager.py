@@ -222,13 +222,13 @@ class Manager:
         if self._closing.is_set():
             raise BackendNotReady("the app is shutting down")
 
-    def _await_ready(self, progress: ProgressFn | None, still_wanted: Callable[[], bool] | None) -> bool:
+    def _await_ready(self, progress: ProgressFn | None, still_wanted: Callable[[], bool] | None) -> None:
         """A request that comes while the model loads waits for it, saying so ("loading", with the
         seconds waited as its step), and runs once it is ready: a click or an API call made right
-        after the start gets its image, not "try again". Returns whether it waited. A manager
-        never started, a failed load, a closing app or a caller gone away end the wait."""
+        after the start gets its image, not "try again". A manager never started, a failed load, a
+        closing app or a caller gone away end the wait."""
         if self._ready.is_set() or self._loader is None:
-            return False
+            return
         began = self._clock()
         while not self._ready.wait(0.25):
             if self._closing.is_set() or (still_wanted is not None and not still_wanted()):
@@ -236,7 +236,6 @@ class Manager:
                                       else "nobody waits for this image any more")
             if progress is not None:
                 progress(ProgressEvent(Phase.LOADING, int(self._clock() - began), 0, "", ""))
-        return True
 
     # validation --------------------------------------------------------------------------------
     def validate(self, prompt: Any, height: Any = None, width: Any = None, steps: Any = None, guidance: Any = None,
@@ -449,9 +448,10 @@ class Manager:
         by the engine's slots. None while a run ahead has no figure yet (a first run, a compile never
         measured here): the page then says the place alone."""
         ahead, slots = self.board.ahead(job)
-        now, total = self._clock(), 0.0
-        for other in ahead:
-            guess = self.predict(other.mode, other.shape, other.steps)
+        now, total, guesses = self._clock(), 0.0, {}
+        for other in ahead:  # a viewer's many runs share one signature: each is predicted once
+            key = (other.mode, other.shape, other.steps)
+            guess = guesses[key] = guesses.get(key) or self.predict(*key)
             seconds = guess.get("expected_seconds")
             if guess.get("will_compile"):
                 compile_seconds = guess.get("estimate_compile_seconds")
