@@ -1,19 +1,8 @@
-"""The clients' routes, on FastAPI: the OpenAI-compatible Images API, the model list, the probes and
-the metrics. One ``APIRouter`` over the service (``Manager.run``); the server (``server.py``) mounts
-the page beside it, behind the room's guard (``web.guard``).
-
-- ``GET /healthz``: the process answers (200). ``GET /readyz`` and ``GET /ping`` (SageMaker's):
-  200 once the model is loaded and the ``--prewarm`` shapes are warm, else 503 with the reason
-  (``Manager.readiness``). Anyone may ask; they say no more than the page's status line.
-- ``GET /metrics``: Prometheus' text format (``backend.serving.metrics``), to loopback scrapers or
-  with ``Authorization: Bearer <--metrics-key>``.
-- ``POST /v1/images/generations`` (JSON) and ``POST /v1/images/edits`` (multipart, ``image`` or
-  ``image[]``: the references of an edit), ``GET /v1/models``. With ``--api-keys`` each call needs
-  ``Authorization: Bearer <key>`` and runs as that key's viewer; without, only loopback callers may
-  call. Wrong keys from one address are slowed down as wrong operator logins are. A request whose
-  ``Origin`` names another site is refused: a page elsewhere cannot spend this app's device.
-
-The Images API itself (its request model, body bounds, run and answer) is ``web.images``.
+"""The clients' routes, on FastAPI: the probes (``/healthz``; ``/readyz`` and SageMaker's ``/ping``,
+503 with the reason until the ``--prewarm`` shapes are warm), ``/metrics`` (loopback scrapers, or the
+``--metrics-key`` as a Bearer token), ``/v1/models`` and the Images API (``web.images``). With
+``--api-keys`` each call needs a key and runs as that key's viewer; without, only loopback callers may
+call; a request from another site's page is refused. docs/api.md is the manual.
 """
 
 from __future__ import annotations
@@ -61,7 +50,7 @@ class ApiKeys:
         return cls(keys)
 
     def name_of(self, token: str) -> str | None:
-        """The key's name, compared in constant time against every key; None for a wrong one."""
+        """The key's name (None for a wrong one): compared in constant time against every key."""
         found = None
         for name, key in self.keys.items():
             if hmac.compare_digest(token.encode(), key.encode()):
@@ -89,8 +78,8 @@ def _loopback(request: Request) -> bool:
 
 
 class Callers:
-    """Who calls the clients' routes: an API key's holder or a loopback address (``caller``), and a
-    metrics scraper (``scraper``); wrong keys from one address are slowed down."""
+    """Who calls the clients' routes (``caller``) and ``/metrics`` (``scraper``); wrong keys from one
+    address are slowed down as wrong operator logins are."""
 
     def __init__(self, keys: ApiKeys, metrics_key: str | None = None, clock=time.monotonic):
         self.keys = keys
@@ -98,7 +87,6 @@ class Callers:
         self.failures = Window(LOGIN_WINDOW_S, clock)  # wrong API keys from each address
 
     def caller(self, request: Request):
-        """The caller (``api_caller``: its key's, or its loopback address'), or ApiError 401/403/429."""
         origin = foreign_origin(request.headers)
         if origin:
             raise ApiError(403, f"requests from another site's page ({origin!r}) are refused", code="cross_origin",
@@ -133,8 +121,7 @@ class Callers:
                                 "token", code="metrics_key_required", kind="permission_error")
 
 
-def router(images: Images, callers: "Callers") -> APIRouter:
-    """The clients' routes: the Images API (``images``) for the callers ``callers`` lets in."""
+def router(images: Images, callers: Callers) -> APIRouter:
     routes = APIRouter()
     manager = images.manager
 
@@ -185,8 +172,7 @@ def router(images: Images, callers: "Callers") -> APIRouter:
 
 
 def build_api(manager, keys: ApiKeys | None = None, metrics_key: str | None = None) -> FastAPI:
-    """The FastAPI app with the clients' routes, every refusal in OpenAI's error shape; the server
-    mounts the page on it (``server.py``)."""
+    """The clients' routes, every refusal in OpenAI's error shape; the server mounts the page on it."""
     from fastapi.exceptions import RequestValidationError
 
     app = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)

@@ -1,26 +1,15 @@
-"""The web server's door, below Gradio: which Host names it answers, and the operator's login.
+"""The web server's door, below Gradio (pure ASGI, so it runs before every Gradio route):
 
-- **DNS rebinding.** A page on another site can make the operator's browser send requests to a
-  loopback-only app under a name the attacker controls. So while the app listens on a loopback
-  address, a request whose ``Host`` is not a loopback name (``127.0.0.1``, ``localhost``, ``::1``)
-  is refused (421). With ``--host`` set to another address, the names in ``allowed_hosts`` (that
-  address, and any when it is ``0.0.0.0`` or ``::``) are answered.
-- **The output folder serves images only.** Gradio serves files under its allowed paths, the
-  output folder among them, to anyone who knows a name; there only the PNGs the app wrote (its own
-  file names, ``backend.images.folder.APP_PNG``) are answered — not a user's own file kept beside them,
-  nor an HTML file that would be served as a page from the app's address (404).
-- **Uploads are bounded** (Gradio caps each file, ``MAX_UPLOAD``, but not their number or total):
-  a caller (its address) may upload ``UPLOAD_BYTES_PER_CALLER`` in ``UPLOAD_WINDOW_S`` (429 past
-  it), all uploads held together stay under ``UPLOADS_TOTAL_BYTES`` (413), and an upload whose
-  ``Origin`` names another site is refused (403). The handlers delete an upload once they have
-  read it.
-- **The operator's login** (``backend.serving.roles``): ``GET /operator?token=T`` with the token the app
-  printed, or ``/operator`` with HTTP Basic credentials from ``--operator-auth``, sets this run's
-  operator session key as an HttpOnly, SameSite=Strict cookie and redirects to the page. A wrong
-  token or login changes nothing and says so; after ``LOGIN_FAILURES`` wrong ones from an address
-  within ``LOGIN_WINDOW_S``, that address waits out the window (429) before it may try again.
-
-Pure ASGI (no Gradio), so it runs before any of Gradio's routes, the API and the queue included.
+- **DNS rebinding**: while the app listens on a loopback address, a ``Host`` that is not a loopback
+  name is refused (421); with another ``--host``, ``allowed_hosts`` (any for ``0.0.0.0``/``::``).
+- **The output folder serves images only**: under it only the PNGs the app wrote (``APP_PNG``) are
+  answered, not a user's file beside them nor an HTML page (404).
+- **Uploads are bounded** (Gradio caps each file, not their number): per address
+  ``UPLOAD_BYTES_PER_CALLER`` in ``UPLOAD_WINDOW_S`` (429), all held under ``UPLOADS_TOTAL_BYTES``
+  (413), none from another site's page (403). The handlers delete an upload once read.
+- **The operator's login** (``backend.serving.roles``): ``/operator?token=T``, or HTTP Basic with
+  ``--operator-auth``, sets the operator cookie (HttpOnly, SameSite=Strict); ``LOGIN_FAILURES`` wrong
+  ones from an address within ``LOGIN_WINDOW_S`` make it wait out the window (429).
 """
 
 from __future__ import annotations
@@ -43,7 +32,7 @@ ANY_ADDRESS = frozenset({"0.0.0.0", "::", ""})
 
 
 def host_name(value: str) -> str:
-    """The name part of a Host header: "[::1]:7860" -> "::1", "localhost:7860" -> "localhost"."""
+    """A Host header's name: [::1]:7860 -> ::1, localhost:7860 -> localhost."""
     value = value.strip().lower()
     if value.startswith("["):
         return value[1:value.find("]")] if "]" in value else value
@@ -68,7 +57,7 @@ UPLOADS_TOTAL_BYTES = 200 * 2**20
 
 def foreign_origin(headers) -> str | None:
     """The request's ``Origin`` when it names another site than its ``Host`` (a page elsewhere made
-    the browser send it), else None. ``headers``: lower-case names (a dict, or Starlette's headers)."""
+    the browser send it), else None."""
     origin = headers.get("origin")
     if origin and host_name(urlsplit(origin).netloc) != host_name(headers.get("host", "")):
         return origin
@@ -82,8 +71,7 @@ def content_length(headers) -> int | None:
 
 
 class Window:
-    """What each caller (its address) spent in the last ``seconds``: bytes uploaded, wrong logins.
-    A caller whose entries have all aged out is forgotten."""
+    """What each caller (its address) spent in the last ``seconds``; one whose entries aged out is forgotten."""
 
     def __init__(self, seconds: float, clock):
         self.seconds, self._clock = seconds, clock
@@ -123,7 +111,7 @@ class RoomGuard:
         self._failures = Window(LOGIN_WINDOW_S, clock)  # wrong operator logins from each address
 
     def _upload_refusal(self, scope, headers) -> PlainTextResponse | None:
-        """The answer when this upload is over a bound; None lets it through (and counts it)."""
+        """None lets the upload through (and counts it)."""
         origin = foreign_origin(headers)
         if origin:
             return _reply(403, f"Uploads come only from this app's own page; {origin!r} is another site.")
@@ -141,7 +129,6 @@ class RoomGuard:
         return None
 
     def _foreign_output(self, path: str) -> bool:
-        """A file route into the output folder for a file the app did not write there."""
         if self.output_dir is None or not path.startswith(FILE_ROUTE):
             return False
         target = os.path.realpath(unquote(path[len(FILE_ROUTE):]))

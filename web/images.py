@@ -1,17 +1,7 @@
 """OpenAI's Images API over the service (``Manager.run``): the request model, the bounded body, the
-run and the answer in OpenAI's shapes, errors included. The routes are ``web.api``'s.
-
-Fields (``ImageRequest``, ``extra="forbid"``): ``prompt``, ``n`` (images per prompt: one batch),
-``size`` ("WIDTHxHEIGHT" or "auto"), ``response_format`` (``b64_json``, the default, or ``url``),
-``model``; the extensions ``mode``, ``steps``, ``seed``, ``guidance``; OpenAI's ``user``,
-``quality``, ``style``, ``background``, ``moderation`` are accepted and change nothing. The values
-are checked once, by the service, which names the field. Compile-aware: ``size: "auto"`` takes the
-nearest warm signature (the service's choice: ``Manager.validate(nearest_warm=True)``); a cold one
-under the warm-only lock is refused at once (409); a request that compiles says so (``X-Compile``,
-``X-Compile-Estimate-Seconds``), and one sent with ``X-Compile-Policy: refuse`` is refused (409)
-instead of waiting. A JSON body is bounded as it is read; a multipart body is parsed as it streams
-(``BoundedParts``: each part bounded, held in memory, never written), so a part past its bound is
-refused before the rest is read.
+run and the answer in OpenAI's shapes, errors included (docs/api.md is the manual). The values are
+checked once, by the service, which names the field; a JSON body is bounded as it is read, a multipart
+body as it streams, so a part past its bound is refused before the rest is read.
 """
 
 from __future__ import annotations
@@ -51,7 +41,7 @@ MODEL_NAMES = ("neuron-studio", "flux.2-klein")
 
 
 class ApiError(Exception):
-    """An answer in OpenAI's error shape: ``{"error": {"message", "type", "param", "code"}}``."""
+    """An answer in OpenAI's error shape."""
 
     def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None,
                  kind: str = "invalid_request_error", headers: dict[str, str] | None = None):
@@ -65,8 +55,6 @@ class ApiError(Exception):
 
 
 class ImageRequest(BaseModel):
-    """What a client sends; the values are the service's to check (it names the field)."""
-
     model_config = ConfigDict(extra="forbid")
     prompt: Any = None
     n: Any = 1
@@ -85,8 +73,7 @@ class ImageRequest(BaseModel):
     moderation: Any = None
 
 
-FIELDS = tuple(name for name in ImageRequest.model_fields if name not in ("user", "quality", "style", "background",
-                                                                           "moderation"))
+FIELDS = tuple(ImageRequest.model_fields)[:-5]  # without OpenAI's five that change nothing
 
 
 def _pydantic_refusal(exc: ValidationError) -> ApiError:
@@ -104,9 +91,8 @@ def _pydantic_refusal(exc: ValidationError) -> ApiError:
 
 
 class BoundedParts(MultiPartParser):
-    """Starlette's multipart parser with every part bounded while it streams (a file part at
-    ``MAX_REFERENCE_BYTES``, a field at ``MAX_JSON_BYTES``) and file parts held in memory, never
-    spooled to disk: a part past its bound is refused before the rest of the body is read."""
+    """Starlette's multipart parser with every part bounded while it streams (a field also at
+    ``max_part_size``) and file parts held in memory, never spooled to disk."""
 
     spool_max_size = MAX_REFERENCE_BYTES + 1
 
@@ -122,12 +108,9 @@ class BoundedParts(MultiPartParser):
 
 
 class Images:
-    """The Images API over the service: a request's fields read and bounded, its run, its answer."""
-
     def __init__(self, manager):
         self.manager = manager
 
-    # the body ----------------------------------------------------------------------------------
     @staticmethod
     async def json_fields(request: Request) -> ImageRequest:
         if request.headers.get("content-type", "").split(";")[0].strip().lower() != "application/json":
@@ -183,7 +166,6 @@ class Images:
         except ValidationError as exc:
             raise _pydantic_refusal(exc) from None
 
-    # the run -----------------------------------------------------------------------------------
     def check_model(self, model: Any) -> None:
         known = self.model_names()
         if model not in (None, "") and model not in known:
@@ -195,8 +177,7 @@ class Images:
         return {name for name in (*MODEL_NAMES, self.manager.settings.model, self.manager.model_label) if name}
 
     def plan(self, fields: ImageRequest, images: list[bytes]):
-        """The service's request for these fields and what it will cost (``Manager.plan``); ``size:
-        auto`` is the service's nearest warm signature."""
+        """The service's request and what it will cost (``Manager.plan``); ``size: auto`` is the nearest warm one."""
         size = fields.size
         if size is not None and size != "auto" and not isinstance(size, str):
             raise _invalid(InvalidRequest("size", f"must be text such as \"1024x1024\" or \"auto\", got "
@@ -228,25 +209,7 @@ class Images:
                                 + f", and {POLICY_HEADER} says refuse" + (f"; warm and nearest: {nearest}" if nearest
                                                                             else "; nothing is warm yet"),
                            param="size", code="would_compile", headers=headers)
-        _image, result = await self._run(request, run, caller)
-        record = result.to_json()
-        data = []
-        for path in result.paths:
-            if fields.response_format == "url":
-                data.append({"url": f"{str(request.base_url).rstrip('/')}/gradio_api/file={quote(path)}"})
-            else:
-                data.append({"b64_json": base64.b64encode(Path(path).read_bytes()).decode()})
-            if run.typed and run.typed != run.prompt:
-                data[-1]["revised_prompt"] = run.prompt  # what the model's grammar read it as
-        for key in ("path", "paths"):
-            record.pop(key, None)
-        headers["x-compile"] = "compiled" if result.compiled else "warm"
-        headers["x-compile-seconds"] = f"{result.compile_seconds:.3f}"
-        return JSONResponse({"created": int(result.started_at), "data": data, "neuron_studio": record},
-                            headers=headers)
-
-    async def _run(self, request: Request, run, caller):
-        """Through the service; a client that hangs up stops its run at the next step, as a closed page does."""
+        # A client that hangs up stops its run at the next step, as a closed page does.
         gone = threading.Event()
 
         async def watch() -> None:
@@ -256,12 +219,27 @@ class Images:
 
         watcher = asyncio.ensure_future(watch())
         try:
-            return await run_in_threadpool(self.manager.run, run, caller, still_wanted=lambda: not gone.is_set())
+            _image, result = await run_in_threadpool(self.manager.run, run, caller,
+                                                     still_wanted=lambda: not gone.is_set())
         except StudioError as exc:
             raise _refusal(exc) from None
         finally:
             gone.set()
             watcher.cancel()
+        record = result.to_json()
+        data = []
+        for path in result.paths:
+            if fields.response_format == "url":
+                data.append({"url": f"{str(request.base_url).rstrip('/')}/gradio_api/file={quote(path)}"})
+            else:
+                data.append({"b64_json": base64.b64encode(Path(path).read_bytes()).decode()})
+            if run.typed and run.typed != run.prompt:
+                data[-1]["revised_prompt"] = run.prompt  # what the model's grammar read it as
+        headers["x-compile"] = "compiled" if result.compiled else "warm"
+        headers["x-compile-seconds"] = f"{result.compile_seconds:.3f}"
+        return JSONResponse({"created": int(result.started_at), "data": data,
+                             "neuron_studio": {k: v for k, v in record.items() if k not in ("path", "paths")}},
+                            headers=headers)
 
 
 def _invalid(exc: InvalidRequest) -> ApiError:
@@ -282,7 +260,6 @@ _REFUSALS = (
 
 
 def _refusal(exc: StudioError) -> ApiError:
-    """A service refusal in OpenAI's error shape and the HTTP status it means."""
     if isinstance(exc, InvalidRequest):
         return _invalid(exc)
     for classes, status, fields in _REFUSALS:
