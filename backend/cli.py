@@ -1,19 +1,7 @@
-"""The headless commands behind ``app.py``: generate, doctor, cost and cache (serving the page is
-``server``'s).
+"""The headless commands behind ``app.py``: generate, doctor, cost and cache (docs/bundles.md).
 
 Expected failures (bad input, missing model or device, refused shapes) print one line on stderr and
 exit 2; a generation that fails at run time exits 1. No tracebacks for either.
-
-    python app.py cache export warm.bundle --mode compiled --sizes 256x256,128x128 [--modes compiled,regional]
-    python app.py cache show warm.bundle [--json]      # the manifest, and whether it applies here
-    python app.py cache import warm.bundle             # put its compile entries in this install's caches
-    python app.py --cache-from warm.bundle --mode compiled --warm-only   # serve its shapes warm
-
-``cache export`` loads the model, runs each (mode, size) that is not warm yet and writes the bundle;
-``import`` and ``show`` load no model (they hash its files). Importing a bundle runs its author's
-code (NEFF programs, inductor's pickles and shared libraries): use only bundles you trust.
-``cost`` loads the model, runs each size until it is warm, then ``runs`` steady runs, and prints
-what an image costs (``backend.serving.cost``).
 """
 
 from __future__ import annotations
@@ -52,15 +40,14 @@ FIELD_FLAGS = {"prompt": "prompt", "size": "--size", "width": "--size", "height"
 
 
 def _refusal(exc: StudioError) -> str:
-    """One line for an expected failure; a field error names its flag ('--seed: must be ...')."""
     if isinstance(exc, InvalidRequest):
         return f"{FIELD_FLAGS.get(exc.field, exc.field)}: {exc.message}"
     return str(exc)
 
 
 def _unwritable(out: str | None, default_dir: Path) -> str | None:
-    """Why PNGs cannot be written where ``--out`` (or the output dir) points, or None. Checked
-    before the model loads; leaves nothing behind (a missing folder is not created here)."""
+    """Why PNGs cannot be written where ``--out`` (or the output dir) points, or None. Leaves
+    nothing behind (a missing folder is not created here)."""
     target = Path(out) if out else default_dir
     flag = "--out" if out else "--output-dir"
     if target.suffix.lower() == ".png":
@@ -70,9 +57,7 @@ def _unwritable(out: str | None, default_dir: Path) -> str | None:
     else:
         folder = target
     probe_in = folder
-    while not probe_in.exists():  # the nearest folder that exists: the rest is created on save
-        if probe_in.parent == probe_in:
-            break
+    while not probe_in.exists() and probe_in.parent != probe_in:  # the rest is created on save
         probe_in = probe_in.parent
     if not probe_in.is_dir():
         return f"{flag}: {probe_in} is not a folder"
@@ -89,7 +74,7 @@ def _unwritable(out: str | None, default_dir: Path) -> str | None:
 
 
 def _out_paths(out: str | None, default_dir: Path, n: int):
-    """Return a function naming each image's file: a folder gets unique names, a .png gets suffixes."""
+    """A function naming each image's file: a folder gets unique names, a .png gets suffixes."""
     from backend.images.pngmeta import unique_output_path
 
     target = Path(out) if out else default_dir
@@ -106,9 +91,8 @@ def _out_paths(out: str | None, default_dir: Path, n: int):
 
 
 class _TerminalProgress:
-    """A progress line on stderr, rewritten in place (a terminal only): the phase, the step, and while
-    a shape compiles the seconds so far, redrawn every second — a cold shape on Neuron compiles for
-    minutes without a step. Use as a context manager around one generate call."""
+    """A progress line on stderr, rewritten in place: while a shape compiles, the seconds so far are
+    redrawn every second (a cold shape on Neuron compiles for minutes without a step)."""
 
     def __init__(self, request):
         self.request, self.phase, self.since = request, "starting", None

@@ -1,13 +1,10 @@
 """Per (mode, shape) compile state: cold, compiling, warm, failed — from measured compile events.
 
-A shape becomes warm when a whole run at it finishes (every component ran at that shape: on Neuron
-the text encoder and the VAE compile NEFFs for a new shape too, so a run cancelled before its decode
-leaves the shape cold). Its compile record is what dynamo (``compiles``: graphs) and on Neuron the
-NEFF counters (``neff_compiles``) reported during that run, kept apart: every graph is also at least
-one NEFF, so adding them would count twice. Either may be zero: a transposed shape with the same
-image-token count reuses the graph. Predictions for a shape not yet run say so ("probably shares a
-graph") rather than pretend to know — except where the device compiles per exact shape (Neuron's
-eager ops), where a transposed shape still compiles.
+A shape becomes warm when a whole run at it finishes (on Neuron the text encoder and the VAE compile
+NEFFs for a new shape too). Dynamo's graphs (``compiles``) and Neuron's NEFFs (``neff_compiles``) are
+kept apart: every graph is also a NEFF. A shape not yet run that shares a warm graph (same batch and
+token count) is said to "probably" share it — except where the device compiles per exact shape
+(Neuron's eager ops).
 """
 
 from __future__ import annotations
@@ -24,8 +21,6 @@ from backend.shapes import Shape
 
 
 class CompileState(enum.StrEnum):
-    """Where a (mode, signature) stands; each member is its own name in the status JSON."""
-
     COLD = "cold"
     COMPILING = "compiling"
     WARM = "warm"
@@ -84,7 +79,6 @@ class CompileTable:
             rec.state, rec.compiling_since, rec.error = COMPILING, self._clock(), None
 
     def record(self, result) -> None:
-        """Record a finished run from its ``GenerationResult`` (the one record of a run)."""
         self.finish(result.mode, result.shape, compiles=result.compiles, compile_seconds=result.compile_seconds,
                     seconds=result.seconds, encode=result.encode, denoise=result.denoise, decode=result.decode,
                     steps=result.steps, neff_compiles=result.neff_compiles, place=result.place,
@@ -94,10 +88,9 @@ class CompileTable:
                seconds: float | None, encode: float = 0.0, denoise: float = 0.0,
                decode: float = 0.0, steps: int = 0, neff_compiles: int = 0, place: str = "app",
                steady: bool = True) -> None:
-        """Record a run that completed (``seconds`` None: cancelled after its compile, if any) in
-        ``place`` (the process that ran it: ``app``, ``tp``, ``replica 1``). ``steady`` False: it ran
-        beside another run, so its time says how busy the machine was, not what the shape costs; it
-        counts as a run but not in the steady figures."""
+        """A run that completed (``seconds`` None: cancelled after its compile) in ``place`` (``app``,
+        ``tp``, ``replica 1``). ``steady`` False: it overlapped another run, so it is kept out of the
+        steady figures."""
         with self._lock:
             rec = self._get(mode, shape)
             was_warm = place in rec.warm_at
@@ -118,9 +111,8 @@ class CompileTable:
 
     def failed_run(self, mode: str, shape: Shape, exc: BaseException, keep_compiles: bool = True,
                    place: str = "app") -> None:
-        """Record a run that raised: a compiler error marks the shape failed; a cancel that came
-        after a finished compile keeps it (a cancel lands at a step boundary) when
-        ``keep_compiles``; anything else leaves a 'compiling' shape cold again."""
+        """A run that raised: a compiler error fails the shape; a cancel after a finished compile keeps
+        it when ``keep_compiles``; anything else returns a 'compiling' shape to what it was."""
         from backend.errors import CompileFailure, GenerationCancelled
 
         if isinstance(exc, CompileFailure):
@@ -128,7 +120,7 @@ class CompileTable:
         elif isinstance(exc, GenerationCancelled) and exc.compiles and keep_compiles:
             self.finish(mode, shape, compiles=exc.compiles, compile_seconds=exc.compile_seconds or 0.0, seconds=None,
                         neff_compiles=exc.neff_compiles or 0, place=place)
-        else:  # stopped before anything was learned: a 'compiling' shape goes back to what it was
+        else:
             with self._lock:
                 rec = self._records.get((mode, shape))
                 if rec and rec.state == COMPILING:
@@ -141,7 +133,7 @@ class CompileTable:
             rec.warm_at.clear()
 
     def forget_place(self, place: str) -> None:
-        """A process that held graphs is gone (a replica restarted): nothing is warm there any more."""
+        """A process that held graphs is gone (a replica restarted)."""
         with self._lock:
             for rec in self._records.values():
                 rec.warm_at.discard(place)
@@ -149,16 +141,15 @@ class CompileTable:
                     rec.state = COLD
 
     def mark_bundled(self, mode: str, shape: Shape, compile_seconds: float | None) -> None:
-        """A warm shape whose compile came from a bundle: its compile seconds are the bundle's
-        (measured where the bundle was made), labelled so, until the shape runs here again."""
+        """A warm shape's compile came from a bundle: its seconds are the bundle's until it runs here."""
         with self._lock:
             rec = self._records.get((mode, shape))
             if rec is not None and rec.state == WARM:
                 rec.bundle_compile_seconds = compile_seconds
 
     def forget(self, mode: str) -> None:
-        """Drop the records of ``mode`` (its worker group was replaced: its graphs are gone). A
-        failure stays: the same compiler fails the same graph in the new group too."""
+        """Drop ``mode``'s records (its worker group was replaced). A failure stays: the same compiler
+        fails the same graph in the new group too."""
         with self._lock:
             for key in [k for k, rec in self._records.items() if k[0] == mode and rec.state != FAILED]:
                 del self._records[key]
@@ -168,12 +159,11 @@ class CompileTable:
         return rec.state == WARM and (places is None or bool(rec.warm_at.intersection(places)))
 
     def graph_keys(self, mode: str, places: list[str] | None = None) -> set[tuple[int, int]]:
-        """(batch, image tokens) that have a warm graph in ``mode`` (in one of ``places``; None: anywhere)."""
+        """(batch, image tokens) warm in ``mode`` (in one of ``places``; None: anywhere)."""
         with self._lock:
             return {s.graph_key for (m, s), r in self._records.items() if m == mode and self._warm(r, places)}
 
     def _warm_signatures(self, mode: str, places: list[str] | None) -> list[Shape]:
-        """(lock held) The signatures warm in ``mode`` (in one of ``places``; None: anywhere), sorted."""
         return sorted(s for (m, s), r in self._records.items() if m == mode and self._warm(r, places))
 
     def warm_shapes(self, mode: str, places: list[str] | None = None) -> list[Shape]:
@@ -181,14 +171,12 @@ class CompileTable:
             return self._warm_signatures(mode, places)
 
     def warm_places(self, mode: str, shape: Shape) -> set[str]:
-        """Where (mode, shape) is warm now."""
         with self._lock:
             rec = self._records.get((mode, shape))
             return set(rec.warm_at) if rec and rec.state == WARM else set()
 
     def _estimate_into(self, out: dict[str, Any], mode: str, shape: Shape, prior: float | None) -> None:
-        """The compile seconds of the measured compile in ``mode`` nearest in token count where there
-        is one, else the prior, saying which."""
+        """The measured compile in ``mode`` nearest in token count, else the prior, saying which."""
         past = [r for (m, _s), r in self._records.items()
                 if m == mode and r.compiles and r.compile_seconds is not None]
         tokens = shape.tokens * shape.count
@@ -206,13 +194,10 @@ class CompileTable:
     def predict(self, mode: str, shape: Shape, steps: int, compiles_here: bool,
                 exact_shapes: bool = False, places: list[str] | None = None,
                 prior: float | None = None) -> dict[str, Any]:
-        """What a run at (mode, shape) will cost, from what was measured so far. ``compiles_here``:
-        whether a new shape in this mode compiles at all on this device; ``exact_shapes``: whether
-        it compiles per exact (height, width), as Neuron's eager ops do (the manager knows both);
-        ``places``: the processes that may serve it (a replica pool's; None: anywhere). Warm in
-        some of several places, ``warm_on`` says how many: [2, 4] is "warm on 2 of 4". ``prior``:
-        the compile seconds to expect before this machine has measured any in this mode (a guess
-        by the device and compile backend; ``estimate_source`` says "prior" when it is used)."""
+        """What a run at (mode, shape) will cost, from what was measured so far. ``exact_shapes``: the
+        device compiles per exact (height, width) (Neuron's eager ops); ``places``: the processes
+        that may serve it (None: anywhere), ``warm_on`` [2, 4] being "warm on 2 of 4"; ``prior``:
+        the compile seconds to expect before any was measured in this mode."""
         with self._lock:
             rec = self._records.get((mode, shape))
             state = rec.state if rec else COLD
@@ -279,13 +264,11 @@ class CompileTable:
 
 
 def nearest_signature(shape: Shape, warm: list[Shape]) -> Shape:
-    """Of ``warm``, the one nearest ``shape``: same batch first, then the same references, then the
-    nearest output size (by aspect ratio on a log scale, then area)."""
+    """Of ``warm``, the nearest ``shape``: same batch, same references, then aspect (log scale), area."""
     return min(warm, key=lambda s: (s.count != shape.count, s.refs != shape.refs,
                                     round(abs(math.log(s.width / s.height) - math.log(shape.width / shape.height)), 6),
                                     abs(s.pixels - shape.pixels), str(s)))
 
 
 def _note(out: dict[str, Any], key: str, **args: str) -> None:
-    """``NOTES[key]`` into a prediction: the English ``note``, and the key and values a page translates."""
     out.update(note=NOTES[key].format(**args), note_key=key, note_args=args)

@@ -1,21 +1,11 @@
-"""The operator's controls over the service, held by ``backend.serving.manager.Manager`` as
-``controls`` (``EngineControls``: launched engines started and stopped by name, the slots each engine
-offers the job board, the warm-only lock, warm-ups) and ``caches`` (``CacheOps``: warm-start bundles
-and the compile caches).
+"""The operator's controls, held by the Manager: ``controls`` (``EngineControls``: launched engines
+started and stopped by name, their slots on the job board, the warm-only lock, warm-ups) and
+``caches`` (``CacheOps``: warm-start bundles and the compile caches).
 
-Every launched engine is the same here whatever it is (a worker group, a replica pool): started with
-a size, stopped, its logs read, its compile ended by stopping it — each the operator's.
-
-Warm-up compiles shapes ahead of a demo (at start with --prewarm, or from the System tab). Each shape
-runs once through the manager's normal door (the warm-only lock does not apply), once on every other
-process that serves the mode (replicas), and once more when the first run compiled, so the shape
-shows its steady seconds too. A list is deduplicated and capped: at most as many shapes as there are
-presets (a warm-up holds the device for everyone, and a shape warms once per mode).
-
-Bundles and caches: export a bundle of what is warm, import one (checked against this install
-first), warm a bundle's shapes at start, and clear the on-disk compile caches — each the operator's,
-each holding the in-process engine so no run overlaps it, and clearing refused while a launched
-engine's workers use the caches.
+A warm-up runs each shape once through the manager's door (bypassing the warm-only lock), once on
+every other process serving the mode (replicas), and once more when the first run compiled, so the
+shape shows its steady seconds too. A warm-up holds the device for everyone, so a list is capped at
+as many shapes as there are presets.
 """
 
 from __future__ import annotations
@@ -40,9 +30,8 @@ if TYPE_CHECKING:
 
 
 class EngineControls:
-    """The service's engines as the operator drives them; reads the service's public state (its
-    engines by role, device, model, job board) and keeps its own: the lock that starts and stops
-    engines one at a time (they claim cores) and the warm-up's progress."""
+    """Keeps the lock that starts and stops engines one at a time (they claim cores) and the
+    warm-up's progress."""
 
     def __init__(self, service):
         self.service = service
@@ -59,9 +48,8 @@ class EngineControls:
 
     def start_engine(self, name: str, size: int | None = None, wait: bool = False, *,
                      caller: Caller = LOCAL_OPERATOR) -> dict[str, Any]:
-        """Start (or resize) a launched engine: ``size`` its processes (the group's degree, the
-        pool's replicas; None: its setting). Checked, cores included, before anything starts;
-        returns its status. The operator's."""
+        """Start (or resize) a launched engine to ``size`` processes (None: its setting); checked,
+        cores included, before anything starts. Returns its status."""
         caller.require_operator(f"Starting the {name} engine")
         if self.service.device is None or self.service.model_path is None:
             raise BackendNotReady("the device is not ready yet")
@@ -70,22 +58,19 @@ class EngineControls:
             return engine.start(size, wait=wait)
 
     def stop_engine(self, name: str, *, caller: Caller = LOCAL_OPERATOR) -> None:
-        """Stop a launched engine (no process of it survives). The operator's."""
         caller.require_operator(f"Stopping the {name} engine")
         engine = self._named(name)
         with self._life:
             engine.stop()
 
     def engine_logs(self, name: str, lines: int = 20, *, caller: Caller = LOCAL_OPERATOR) -> dict[str, str]:
-        """The tail of each worker's log, read now: only when someone looks at them (the operator:
-        logs carry paths and the environment's traces)."""
+        """The tail of each worker's log (the operator's: logs carry paths and traces)."""
         caller.require_operator("Reading the worker logs")
         return self._named(name).logs(lines)
 
     def stop_compiling_workers(self, *, caller: Caller = LOCAL_OPERATOR) -> list[str]:
-        """End compiles now where they can be ended: stop each launched engine whose worker is
-        compiling (a compile inside this process cannot be interrupted; a worker process can be
-        killed). Its runs fail as stopped; the operator starts the engine again. The operator's."""
+        """Stop each launched engine whose worker compiles (a compile in this process cannot be
+        interrupted; a worker can be killed). Its runs end as stopped."""
         caller.require_operator("Stopping a compiling worker")
         stopped = self.compiling_workers()
         for job in self.service.board.running():
@@ -97,33 +82,25 @@ class EngineControls:
         return stopped
 
     def compiling_workers(self) -> list[str]:
-        """The launched engines whose workers compile now: the compiles that can be ended
-        (``status().compiling_workers``)."""
         launched = {e.name for e in self.service.engines.launched}
         return sorted({job.engine for job in self.service.board.running()
                        if job.phase == Phase.COMPILING and job.engine in launched})
 
     def capacity_changed(self) -> None:
-        """A launched engine's capacity may have changed (a group became ready, died or stopped):
-        the job board looks for free slots again."""
         self.service.board.capacity_changed()
 
     def engine_capacity(self, name: str) -> int:
-        """How many runs the engine called ``name`` takes at once now (the job board's slots for it)."""
         engines = self.service.engines
         engine = engines.get(name) if engines else None
         return engine.capacity() if engine is not None else 1
 
     def capacity(self) -> int:
-        """How many requests can run at once now: the launched engines' capacity (a pool: its ready
-        replicas; a group: one), at least one (the in-process engine). Cheap: read often."""
+        """Requests that can run at once now: the launched engines' capacity, at least one."""
         engines = self.service.engines
         return max(1, sum(e.capacity() for e in engines.launched)) if engines else 1
 
     def warmup(self, shapes: Iterable[Shape], mode: str | None = None,
                progress: Callable[[int, int, Shape | None], None] | None = None) -> list[GenerationResult]:
-        """Compile (mode, shape) for each shape wherever that mode is served, and measure one steady
-        run; bypasses the warm-only lock."""
         manager, mode, shapes, results = self.service, mode or self.service.settings.mode, list(shapes), []
         for i, shape in enumerate(shapes):
             if progress:
@@ -132,9 +109,8 @@ class EngineControls:
                                        images=blank_references(shape), count=shape.count)
             _img, first = manager.generate(request, _warming=True)
             results.append(first)
-            # Served by several processes (replicas), it runs until it is warm on each of them.
+            # Served by several processes (replicas): once more per other process (a dead one never warms).
             warm_on, tries = manager.predict(mode, shape).get("warm_on"), 0
-            # at most once more per other process (a dead one never warms)
             while warm_on and warm_on[0] < warm_on[1] and tries < warm_on[1] - 1:
                 results.append(manager.generate(request, _warming=True)[1])
                 warm_on, tries = manager.predict(mode, shape).get("warm_on"), tries + 1
@@ -146,7 +122,7 @@ class EngineControls:
 
     def start_warmup(self, shapes: Iterable[Shape], mode: str | None = None, *,
                      caller: Caller = LOCAL_OPERATOR) -> None:
-        """Warm shapes in a background thread; ``status().warmup`` shows its progress. The operator's."""
+        """Warm shapes in a background thread; ``status().warmup`` shows its progress."""
         caller.require_operator("Warming up shapes")
         mode = mode or self.service.settings.mode
         shapes = list(dict.fromkeys(shapes))  # the same shape twice warms it once
@@ -180,24 +156,20 @@ class EngineControls:
         threading.Thread(target=work, name="warmup", daemon=True).start()
 
     def warmup_status(self) -> dict[str, Any] | None:
-        """The latest warm-up's progress (``status().warmup``); None before the first."""
         return dict(self._warmup) or None
 
     def set_warm_only(self, locked: bool, *, caller: Caller = LOCAL_OPERATOR) -> None:
-        """Lock to warm shapes (or unlock). The operator's."""
         caller.require_operator("Locking to warm shapes")
         self.service.warm_only = bool(locked)
 
 
 class CacheOps:
-    """Bundles and caches over the service's public state: its device, settings, model, compile table,
-    engines (the in-process one held while the caches change) and warm-ups."""
+    """Bundles and caches; the in-process engine is held while the caches change."""
 
     def __init__(self, service):
         self.service = service
 
     def bundle_manifest(self, entries: list[dict[str, Any]] | None = None):
-        """This install's manifest fields (``backend.caches.bundles``): what a bundle must match to apply."""
         from backend.caches import bundles
 
         service = self.service
@@ -208,8 +180,8 @@ class CacheOps:
 
     def export_bundle(self, path, pairs: Iterable[tuple[str, Shape]] | None = None, *,
                       caller: Caller = LOCAL_OPERATOR):
-        """Write a bundle of the compile caches that warms ``pairs`` ((mode, shape); None: every warm
-        in-process shape). Each pair runs first if it is not warm yet. Returns the manifest."""
+        """Write a bundle that warms ``pairs`` of (mode, shape) (None: every warm in-process shape),
+        running each first if it is not warm yet. Returns the manifest."""
         from backend.caches import bundles
 
         caller.require_operator("Exporting a warm-start bundle")
@@ -234,8 +206,6 @@ class CacheOps:
             return bundles.export(path, self.bundle_manifest(entries), service.device)
 
     def import_bundle(self, path, *, caller: Caller = LOCAL_OPERATOR) -> dict[str, Any]:
-        """Check a bundle against this install and put its files in the compile caches (nothing on a
-        mismatch: ``bundles.BundleRefused`` names the field). Returns the manifest and counts."""
         from backend.caches import bundles
 
         caller.require_operator("Importing a warm-start bundle")
@@ -243,7 +213,6 @@ class CacheOps:
             return bundles.import_bundle(path, self.service.device, self.bundle_manifest())
 
     def import_at_start(self):
-        """``--cache-from``'s bundle, imported as the service starts; returns its manifest."""
         source = self.service.settings.cache_from
         result = self.import_bundle(source)
         log.info("imported %s: %d files (%d already there)", source, result["written"],
@@ -251,8 +220,7 @@ class CacheOps:
         return result["manifest"]
 
     def warm_from_bundle(self, manifest) -> None:
-        """Run a bundle's shapes once (each mode the engines here serve), so they are warm and the
-        table says their compile came from the bundle."""
+        """Run a bundle's shapes once, so they are warm and the table says they came from the bundle."""
         from backend.hardware.device import diff_counters
 
         service = self.service
@@ -280,10 +248,8 @@ class CacheOps:
                 service.table.mark_bundled(mode, shape, seconds)
 
     def clear_compile_cache(self, *, caller: Caller = LOCAL_OPERATOR) -> int:
-        """Empty the on-disk compile caches between generations; returns bytes freed. Graphs already
-        in memory stay warm; only later processes lose the head start. Refused while a launched
-        engine runs: its workers hold lock files in the local NEFF cache (and read the caches while
-        they compile)."""
+        """Empty the on-disk compile caches; returns bytes freed. Graphs in memory stay warm. Refused
+        while a launched engine runs: its workers hold lock files in the NEFF cache."""
         caller.require_operator("Clearing the compile cache")
         service = self.service
         if service.device is None:
@@ -296,7 +262,6 @@ class CacheOps:
             return service.device.clear_caches()
 
     def cache_plan(self, *, caller: Caller = LOCAL_OPERATOR) -> list[dict[str, Any]]:
-        """What clearing the compile cache would remove (per folder: entries and bytes). The operator's."""
         caller.require_operator("Clearing the compile cache")
         if self.service.device is None:
             raise BackendNotReady("the device is not ready yet")

@@ -1,17 +1,12 @@
 """The job board: every run the service takes, from every door, waits and runs here.
 
-A job is owned by a typed ``Owner``: a page session, an API key, a loopback address, the operator's
-own work or the app's start-up passes. The kind is part of the owner, so no string a client sends
-(a page's session hash, a key's name) can stand for another kind's owner: a page that sends
-``"api key alice"`` as its session owns ``Owner(PAGE, "api key alice")``, never Alice's API runs.
+A job's ``Owner`` is typed: no string a client sends can stand for another kind's owner (a page that
+sends ``"api key alice"`` as its session owns ``Owner(PAGE, "api key alice")``, never Alice's runs).
 
 Fairness is round robin between owners: when a slot frees, the waiting owner served least recently
-goes next (an owner never served goes first), with its oldest job. One viewer's burst of thirty
-waits behind everyone else's next run, whichever door each came through. Each owner may hold
-``cap`` jobs (waiting + running); the operator's and the app's own are not capped. Each engine
-runs as many jobs at once as it can (``capacity(engine)``, read each time a slot is looked for:
-two ready replicas run two; the in-process engine one), and the engines run side by side: a job
-waits only behind the jobs bound for its own engine.
+goes next, with its oldest job. Each owner may hold ``cap`` jobs (the operator's and the app's own
+are not capped). Each engine runs ``capacity(engine)`` jobs at once, read each time a slot is looked
+for; a job waits only behind the jobs bound for its own engine.
 """
 
 from __future__ import annotations
@@ -55,8 +50,6 @@ class JobState(enum.Enum):
 
 @dataclasses.dataclass(eq=False)
 class Job:
-    """One run on the board. ``phase`` and ``step`` follow the run's progress events."""
-
     id: int
     owner: Owner
     mode: str
@@ -75,7 +68,7 @@ class Job:
     cancel: threading.Event = dataclasses.field(default_factory=threading.Event)
 
     def public(self, now: float) -> dict[str, Any]:
-        """What the status shows of it: no owner (a page session is its own business)."""
+        """What the status shows: no owner (a page session is its own business)."""
         out = {"id": self.id, "mode": self.mode, "shape": str(self.shape), "phase": self.phase, "step": self.step,
                "steps": self.steps, "engine": self.engine, "state": self.state.value,
                "elapsed": round(now - (self.started if self.started is not None else self.arrived), 3)}
@@ -86,8 +79,6 @@ class Job:
 
 
 class JobBoard:
-    """The waiting and running jobs (see the module's docstring)."""
-
     def __init__(self, capacity: Callable[[str], int], clock: Callable[[], float] = time.monotonic):
         self._capacity = capacity
         self._clock = clock
@@ -100,7 +91,6 @@ class JobBoard:
 
     # entering and leaving ----------------------------------------------------------------------
     def enter(self, owner: Owner, mode: str, shape: Shape, steps: int, engine: str, cap: int | None) -> Job:
-        """A new waiting job, or QueueFull when ``owner`` already holds ``cap`` jobs."""
         with self._cond:
             if self._closed:
                 raise BackendNotReady("the app is shutting down")
@@ -117,9 +107,8 @@ class JobBoard:
 
     def wait_turn(self, job: Job, should_stop: Callable[[], bool],
                   on_wait: Callable[[int, int], None] | None = None, poll: float = 0.25) -> None:
-        """Block until ``job`` is next in the round robin and a slot is free, then mark it running.
-        ``on_wait(place, waiting)`` is called when its place changes; a stop while waiting raises
-        GenerationCancelled (the job leaves the board)."""
+        """Block until ``job`` is next and a slot is free, then mark it running. ``on_wait(place,
+        waiting)`` hears each change of place; a stop raises GenerationCancelled."""
         seen = None
         with self._cond:
             while True:
@@ -129,8 +118,7 @@ class JobBoard:
                 order, running = self._lines(job.engine)
                 if order and order[0] is job and len(running) < max(1, self._capacity(job.engine)):
                     job.state, job.started, job.phase = JobState.RUNNING, self._clock(), Phase.STARTING
-                    # Runs side by side (replicas, a group and the app) share the machine: none of
-                    # them is a steady figure for its shape.
+                    # Runs side by side share the machine: none is a steady figure for its shape.
                     for other in self._jobs.values():
                         if other is not job and other.state is JobState.RUNNING:
                             other.overlapped = job.overlapped = True
@@ -149,8 +137,8 @@ class JobBoard:
                 self._cond.wait(poll)
 
     def ahead(self, job: Job) -> tuple[list[Job], int]:
-        """The jobs ``job`` waits behind (those running on its engine, then those before it in the round
-        robin) and how many its engine runs at once."""
+        """The jobs ``job`` waits behind (its engine's running ones, then those before it) and how
+        many its engine runs at once."""
         with self._cond:
             order, running = self._lines(job.engine)
             return running + order[:order.index(job) if job in order else len(order)], self._capacity(job.engine)
@@ -162,13 +150,11 @@ class JobBoard:
     def _remove(self, job: Job) -> None:
         if self._jobs.pop(job.id, None) is not None:
             if not any(j.owner == job.owner for j in self._jobs.values()):
-                # An owner with nothing on the board is forgotten (a room's page sessions come and go);
-                # its next run is treated as a newcomer's, which round robin would reach next anyway.
+                # Forgotten (page sessions come and go): round robin would reach a newcomer next anyway.
                 self._served.pop(job.owner, None)
             self._cond.notify_all()
 
     def capacity_changed(self) -> None:
-        """Wake the waiting jobs: a slot may have opened (a replica became ready)."""
         with self._cond:
             self._cond.notify_all()
 
@@ -182,8 +168,7 @@ class JobBoard:
 
     # the order ---------------------------------------------------------------------------------
     def _order(self) -> list[Job]:
-        """(lock held) The waiting jobs in the order they will run: round robin between owners, the
-        owner served least recently first, each owner's jobs in the order they came."""
+        """(lock held) The waiting jobs in the order they will run."""
         queues: dict[Owner, list[Job]] = {}
         for job in sorted(self._jobs.values(), key=lambda j: j.id):
             if job.state is JobState.WAITING:
@@ -207,7 +192,7 @@ class JobBoard:
         return [j for j in self.jobs() if j.state is JobState.RUNNING]
 
     def place(self, job: Job) -> int | None:
-        """Where a waiting job stands among its engine's (1: next); None when it runs or has left."""
+        """1: next among its engine's; None when it runs or has left."""
         with self._cond:
             return self._place(job)
 
@@ -216,14 +201,12 @@ class JobBoard:
         return order.index(job) + 1 if job in order else None
 
     def _lines(self, engine: str) -> tuple[list[Job], list[Job]]:
-        """(lock held) The jobs bound for ``engine``: those waiting, in the order they will run, and
-        those running."""
+        """(lock held) ``engine``'s jobs: those waiting, in order, and those running."""
         order = [j for j in self._order() if j.engine == engine]
         return order, [j for j in self._jobs.values() if j.state is JobState.RUNNING and j.engine == engine]
 
     def cancel(self, owner: Owner | None, everyone: bool) -> list[Job]:
-        """Ask the jobs of ``owner`` (``everyone``: all jobs) to stop; returns those asked. A waiting
-        job leaves at once; a running one stops at its next step."""
+        """Ask ``owner``'s jobs (``everyone``: all) to stop; returns those asked."""
         with self._cond:
             mine = [j for j in self._jobs.values() if everyone or (owner is not None and j.owner == owner)]
             for job in mine:

@@ -1,12 +1,10 @@
-"""The manager: the one service every door calls (the page, Compare, ``/generate``, the Images API,
-the CLI, warm-ups). ``run(request, caller)`` validates, admits (the warm-only lock, the recompile
-limit), waits on the job board (``backend.serving.jobs``: typed owners, round robin, caps, one slot
-per run an engine can take), runs, records and saves. Importing it does not import torch: the
-device layer and the engines load in ``start`` (in the background for the web app).
+"""The one service every door calls (the page, Compare, ``/generate``, the Images API, the CLI,
+warm-ups): ``run(request, caller)`` validates, admits, waits its turn on the job board, runs, records
+and saves. Importing it does not import torch: the device and engines load in ``start``.
 
-Engines are held by role (``backend.engines.base``): the launched ones (a worker group, a replica
-pool) are asked in order whether a request is theirs (``Engine.route``); the first that answers
-serves it or sends it to the in-process engine with the reason (degraded); the rest run in process.
+Routing: the launched engines (a worker group, a replica pool) are asked in order whether a request
+is theirs (``Engine.route``); the first that answers serves it or sends it to the in-process engine
+with the reason (degraded); the rest run in process.
 """
 
 from __future__ import annotations
@@ -50,16 +48,13 @@ ProgressFn = Callable[[ProgressEvent], None]
 
 
 class Manager:
-    """The one service (see the module's docstring). It holds its parts as objects, each with its own
-    state: the job board (``board``), the compile table and admission, the operator's engine
-    controls and warm-ups (``controls``), caches and bundles (``caches``), the status snapshot
-    (``view``); their calls are also the service's own (``start_engine``, ``status``, …)."""
+    """Holds its parts as objects: the job board, the compile table, admission, the operator's
+    ``controls`` and warm-ups, ``caches`` and bundles, the status ``view``. Their calls are also its own."""
 
     modes: tuple[str, ...] = MODES
 
     def __init__(self, settings: Settings, engine_factory: Callable[[Device, str], Any] | None = None,
                  clock: Callable[[], float] = time.monotonic):
-        """``engine_factory(device, model_path)`` replaces the in-process engine (tests give a fake)."""
         self.settings = settings
         self._engine_factory = engine_factory
         self._clock = clock
@@ -92,8 +87,7 @@ class Manager:
         self.model_path: str | None = None
         self._count_tokens: Callable[[str], int] | None = None  # set once the model's tokenizer loads
         self.bundle: dict[str, Any] | None = None  # what --cache-from imported and warmed
-        # What the model folder says of itself (backend.models.card): presets, trained size, grammar.
-        # Read now, before anything loads: the page is built from it. A bad card fails the start.
+        # Read before anything loads: the page is built from the card. A bad card fails the start.
         from backend.models.card import ModelCard, card_for
 
         self._card_error: StudioError | None = None
@@ -101,11 +95,11 @@ class Manager:
             self.card = card_for(settings.model, settings.cache_dir)
         except StudioError as exc:
             self.card, self._card_error = ModelCard(), exc
-        self.metrics = RunMetrics(self)  # what /metrics serves (backend.serving.metrics)
+        self.metrics = RunMetrics(self)
 
     # lifecycle ---------------------------------------------------------------------------------
     def start(self, background: bool = False) -> None:
-        """Load the model (and prewarm shapes from settings). In the background, errors go to status."""
+        """Load the model and prewarm; in the background, errors go to status."""
         if background:
             self._loader = threading.Thread(target=self._start_logged, name="model-loader", daemon=True)
             self._loader.start()
@@ -159,7 +153,6 @@ class Manager:
             self._warm_at_start("prewarm", lambda: self.warmup(self.settings.prewarm, self.settings.mode))
 
     def _warm_at_start(self, what: str, warm: Callable[[], Any]) -> None:
-        """A shape that fails to warm at start leaves the app usable; status says why."""
         self.state = ServiceState.WARMING
         try:
             warm()
@@ -171,7 +164,6 @@ class Manager:
 
     @property
     def local(self) -> "Engine":
-        """The in-process engine: it serves what no launched engine takes."""
         if self.engines.local is None:
             raise BackendNotReady("the device is not ready yet")
         return self.engines.local
@@ -185,7 +177,6 @@ class Manager:
         return self._closing.is_set()
 
     def host_ops(self) -> dict[str, list[str]]:
-        """Ops that ran on the host (Neuron's CPU fallback) -> the "mode shape"s they ran in."""
         with self._state_lock:
             return {op: sorted(where) for op, where in sorted(self.fallback_ops.items())}
 
@@ -193,9 +184,8 @@ class Manager:
         return self._ready.wait(timeout) and self.state in (ServiceState.READY, ServiceState.WARMING)
 
     def close(self, wait: float | None = None) -> bool:
-        """Cancel the running generations, stop the launched engines, release the in-process one.
-        A generation stops at its next step boundary, but a compile cannot be interrupted: ``wait``
-        bounds how long to wait for it (None: as long as it takes). False when it was still running."""
+        """Cancel the runs, stop the launched engines, release the in-process one. A compile cannot be
+        interrupted: ``wait`` bounds the wait for it (None: no bound). False when it still runs."""
         self._closing.set()
         self.board.close()
         if not self.engines:
@@ -214,7 +204,6 @@ class Manager:
         return True
 
     def _check_ready(self) -> None:
-        """Raise BackendNotReady unless a run can start now."""
         if self.state is ServiceState.FAILED:
             raise BackendNotReady(f"the model failed to load: {self.load_error}")
         if self.device is None or self.model_path is None or self.state is ServiceState.LOADING or not self.engines:
@@ -223,10 +212,8 @@ class Manager:
             raise BackendNotReady("the app is shutting down")
 
     def _await_ready(self, progress: ProgressFn | None, still_wanted: Callable[[], bool] | None) -> None:
-        """A request that comes while the model loads waits for it, saying so ("loading", with the
-        seconds waited as its step), and runs once it is ready: a click or an API call made right
-        after the start gets its image, not "try again". A manager never started, a failed load, a
-        closing app or a caller gone away end the wait."""
+        """A request made during the load waits for it (progress "loading", the seconds as its step)
+        rather than being told to try again; closing, or the caller gone away, ends the wait."""
         if self._ready.is_set() or self._loader is None:
             return
         began = self._clock()
@@ -241,12 +228,10 @@ class Manager:
     def validate(self, prompt: Any, height: Any = None, width: Any = None, steps: Any = None, guidance: Any = None,
                  seed: Any = None, mode: Any = None, images: Any = None, count: Any = None,
                  nearest_warm: bool = False) -> GenerationRequest:
-        """Turn raw inputs into a GenerationRequest, or raise InvalidRequest naming the field. ``images``:
-        reference images for an edit (paths, bytes, Gradio file data, or references already fitted),
-        decoded only once every cheap check has passed on the sizes their headers give.
-        ``nearest_warm`` (the Images API's ``size: auto``): the size is the nearest warm signature in
-        the request's mode to the given size — by default an edit's first reference's size, else the
-        model's start size — or that size itself when nothing near is warm."""
+        """Raw inputs to a GenerationRequest, or InvalidRequest naming the field. References are
+        decoded only after every cheap check passed on their header sizes. ``nearest_warm`` (``size:
+        auto``): the nearest warm signature to the given size (default: the first reference's, else
+        the model's start size)."""
         sizes, fit, most = self.reference_sizes, self.settings.reference_fit, self.settings.max_references
         try:
             planned = planned_references(images, sizes, fit, most)
@@ -277,9 +262,8 @@ class Manager:
 
     def signature(self, height: Any, width: Any, steps: Any = None, count: Any = None,
                   images: Any = None) -> tuple[Shape, int]:
-        """What the cost line asks before a click: the signature and steps a run of these fields would
-        have, checked as ``validate`` checks them (size, aspect, steps, batch, the references from
-        their headers, work, the sequence budget) — no prompt, nothing decoded — or InvalidRequest."""
+        """The cost line's question: the (signature, steps) these fields would run as, checked as
+        ``validate`` checks them but without a prompt and with nothing decoded."""
         planned = planned_references(images, self.reference_sizes, self.settings.reference_fit,
                                      self.settings.max_references)
         shape, steps = check_signature(self.settings, height, width, steps, count, planned)
@@ -287,26 +271,21 @@ class Manager:
         return shape, steps
 
     def plan(self, fields: dict[str, Any]) -> tuple[GenerationRequest, dict[str, Any]]:
-        """A door's raw ``fields`` checked (``validate``) and priced (``predict``) before they run — the
-        Images API answers a cold shape's refusal or its compile headers before it waits, the CLI
-        checks every size before the model loads. ``run`` takes the request as it is."""
+        """Raw ``fields`` validated and priced before they run (the Images API, the CLI)."""
         request = self.validate(**fields)
         return request, self.predict(request.mode, request.shape, request.steps)
 
     @property
     def reference_sizes(self) -> list[Shape]:
-        """The sizes references are fitted to: ``--reference-sizes``, else the model's presets."""
         return list(self.settings.reference_sizes) or [shape for _name, shape in self.card.presets]
 
     @property
     def sequence_budget(self) -> int:
-        """Image tokens one request may ask: ``--max-sequence-tokens``, else four times the largest
-        preset's (the output and three references at a preset's size)."""
+        """``--max-sequence-tokens``, else the output and three references at the largest preset."""
         return self.settings.max_sequence_tokens or 4 * max(shape.tokens for _name, shape in self.card.presets)
 
     # routing and admission ---------------------------------------------------------------------
     def _route(self, request: GenerationRequest) -> "Route":
-        """The one routing rule (see the module's docstring); the Route's engine is set."""
         from backend.engines.base import Route
 
         for engine in self.engines.launched:
@@ -319,14 +298,13 @@ class Manager:
         return route
 
     def _admit(self, request: GenerationRequest, locked: bool):
-        """Where ``request`` runs and admission's decision for it there: (route, places, decision)."""
         route = self._route(request)
         run = route.request
         places = route.engine.places(run.mode)
         return route, places, self.admission.decide(self.device, run.mode, run.shape, run.steps, locked, places)
 
     def predict(self, mode: str, shape: Shape, steps: int | None = None) -> dict[str, Any]:
-        """What a run at (mode, shape) will cost now, including whether it would be refused."""
+        """What a run at (mode, shape) would cost now, refusal included."""
         if self.engines:
             try:
                 request = GenerationRequest("", shape.height, shape.width, steps or self.settings.steps,
@@ -341,10 +319,8 @@ class Manager:
     def run(self, request: GenerationRequest | dict[str, Any], caller: Caller = LOCAL_OPERATOR,
             progress: ProgressFn | None = None, still_wanted: Callable[[], bool] | None = None,
             save: bool | Callable = True):
-        """The one entry every door uses: validate (a dict of raw fields) once, admit, wait on the job
-        board for the caller's turn, run, and save the PNGs (``save``: to the output folder; a
-        callable ``name(result, index)``: to the paths it gives; False: not at all). Returns
-        (image, result)."""
+        """The entry every door uses; returns (image, result). ``save``: True to the output folder, a
+        callable ``name(result, index)`` to the paths it gives, False not at all."""
         request = self.validate(**request) if isinstance(request, dict) else request
         try:
             image, result = self.generate(request, progress, caller=caller, still_wanted=still_wanted)
@@ -358,15 +334,13 @@ class Manager:
     def generate(self, request: GenerationRequest | dict[str, Any], progress: ProgressFn | None = None,
                  _warming: bool = False, caller: Caller = LOCAL_OPERATOR,
                  still_wanted: Callable[[], bool] | None = None):
-        """``run`` without saving: (PIL image, GenerationResult), or a StudioError. The run is the
-        ``caller``'s owner's on the job board (its cap, its turn); ``still_wanted`` False once nobody
-        waits for the image: the run leaves the board, or stops at its next step as if cancelled."""
+        """``run`` without saving. ``still_wanted`` turns False once nobody waits for the image: the
+        run leaves the board, or stops at its next step."""
         if isinstance(request, dict):
             request = self.validate(**request)
         self._await_ready(progress, still_wanted)
         if request.tokens is None and self._count_tokens is not None:
-            # Validated before the tokenizer had loaded (a run asked during the load, the CLI's requests
-            # checked before it loads the model): its prompt's length in tokens is checked now.
+            # Validated before the tokenizer loaded (during the load, the CLI): count its tokens now.
             request = self.validate(request.typed or request.prompt, request.height, request.width, request.steps,
                                     request.guidance, request.seed, request.mode, images=request.references,
                                     count=request.count)
@@ -400,8 +374,6 @@ class Manager:
             job.phase, job.step = event.phase, event.step
             if event.phase == Phase.COMPILING:
                 self.table.mark_compiling(run.mode, run.shape)
-                # What admission expected this compile to take, said with the event and kept on the
-                # job (the page's bar and Stop's answer need no second prediction).
                 if job.compile_started is None:
                     job.compile_started = self._clock()
                 job.compile_estimate = decision.prediction.get("estimate_compile_seconds")
@@ -443,10 +415,8 @@ class Manager:
         return out.image, result
 
     def _wait_seconds(self, job) -> float | None:
-        """About how long until ``job``'s turn: what each run ahead of it on its engine should still take
-        (the compile table's steady figures, plus a compile's estimate where one compiles first), shared
-        by the engine's slots. None while a run ahead has no figure yet (a first run, a compile never
-        measured here): the page then says the place alone."""
+        """Seconds until ``job``'s turn: what the runs ahead on its engine should still take, shared by
+        its slots. None while a run ahead has no figure yet (the page then says the place alone)."""
         ahead, slots = self.board.ahead(job)
         now, total, guesses = self._clock(), 0.0, {}
         for other in ahead:  # a viewer's many runs share one signature: each is predicted once
@@ -462,9 +432,8 @@ class Manager:
         return total / max(1, slots)
 
     def cancel(self, *, caller: Caller = LOCAL_OPERATOR) -> bool:
-        """Stop the caller's runs (the operator's: every run): a waiting one leaves the board, a running
-        one stops at its next step. True if one was asked. A viewer's Stop ends only jobs its own
-        owner holds: no string a client sends names another's (``backend.serving.jobs``)."""
+        """Stop the caller's runs (the operator's: every run). True if one was asked. A viewer ends
+        only its own owner's jobs: no string a client sends names another's."""
         jobs = self.board.jobs()
         mine = self.board.cancel(caller.owner, everyone=caller.is_operator)
         if jobs and not mine:
@@ -472,15 +441,14 @@ class Manager:
         return bool(mine)
 
     def abandon(self, owner) -> int:
-        """Its page has closed: end that owner's jobs (as its Stop would). Returns how many."""
+        """Its page closed: end that owner's jobs. Returns how many."""
         return len(self.board.cancel(owner, everyone=False)) if owner is not None else 0
 
     def compare(self, request: GenerationRequest | dict[str, Any], modes: Iterable[str],
                 progress: ProgressFn | None = None, caller: Caller = LOCAL_OPERATOR,
                 save: bool = True) -> list[dict[str, Any]]:
-        """Compare: one request (validated, or its raw fields) through two or three modes, each one run
-        for ``caller`` (its own job on the board). Each entry: mode, image, result, and the largest
-        pixel difference (0-255) from the first mode's image."""
+        """One request through two or three modes, each its own job. Each entry: mode, image, result,
+        and the largest pixel difference (0-255) from the first mode's image."""
         import numpy as np
 
         request = self.validate(**request) if isinstance(request, dict) else request
@@ -499,7 +467,5 @@ class Manager:
         return entries
 
     def save_image(self, image, result: GenerationResult, name=None) -> str:
-        """Write the run's PNGs to the output folder, or where ``name(result, index)`` says
-        (``backend.images.folder.save_outputs``); returns ``result.path``, the first."""
         from backend.images.folder import save_outputs
         return save_outputs(self.settings.output_dir, self.settings.keep_outputs, image, result, name)

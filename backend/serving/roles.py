@@ -1,17 +1,10 @@
-"""Who may do what in a room: viewers and the operator.
+"""Who may do what: viewers generate, compare, watch and stop their own runs; the operator also
+changes the device for everyone (engines, caches, the warm-only lock, warm-ups, anyone's run, logs).
 
-A viewer may generate, compare, watch the status and download images, and stop its own run. The
-operator may also do what changes the device for everyone: start and stop the tensor-parallel group,
-clear the compile caches, lock to warm shapes, run warm-ups, stop anyone's run and read rank logs.
-
-The operator is whoever holds the operator credential, checked here (the backend), whatever the
-page shows: either the ``--operator-auth`` user:pass pairs, or, when none are given, a token the app
-makes at start and prints as an operator link (Jupyter's habit). Either one is exchanged, at
-``/operator``, for this run's operator session key, which the browser then sends as a cookie;
-every other caller — loopback included, ``--auth`` users included — is a viewer. The CLI and the
-app itself act as ``LOCAL_OPERATOR`` (whoever runs the process owns the machine).
-
-No gradio here: the UI reads the cookie and the page session and asks ``OperatorKey.caller``.
+The operator holds the ``--operator-auth`` pairs or, without them, the token of the operator link
+printed at start; ``/operator`` exchanges either for this run's session key, sent back as a cookie.
+Every other caller, loopback and ``--auth`` users included, is a viewer. The CLI and the app itself
+act as ``LOCAL_OPERATOR``.
 """
 
 from __future__ import annotations
@@ -37,8 +30,7 @@ COOKIE = "neuron_studio_operator"
 
 @dataclasses.dataclass(frozen=True)
 class Caller:
-    """Who is asking: their role and the owner their runs are held by on the job board
-    (``backend.serving.jobs.Owner``: a page session, an API key, ...; None owns nothing)."""
+    """Who is asking: their role and the job board's owner of their runs (None owns nothing)."""
 
     role: Role
     owner: Owner | None = None
@@ -48,7 +40,6 @@ class Caller:
         return self.role == OPERATOR
 
     def require_operator(self, action: str) -> None:
-        """Raise NotAllowed unless this caller is the operator."""
         if not self.is_operator:
             raise NotAllowed(f"{action} is for the operator; this page is a viewer's (open the operator link "
                              f"the app printed at start, or log in at /operator)")
@@ -58,13 +49,11 @@ LOCAL_OPERATOR = Caller(OPERATOR, LOCAL)  # the CLI and the app's own start-up w
 
 
 def api_caller(key_name: str | None, address: str) -> Caller:
-    """The caller of an Images API request: a viewer whose runs are owned by its key (or, without
-    --api-keys, by its loopback address)."""
+    """An Images API viewer, owned by its key (without --api-keys, by its address)."""
     return Caller(VIEWER, Owner(OwnerKind.API_KEY, key_name) if key_name else Owner(OwnerKind.API_ADDRESS, address))
 
 
 def page_caller(operator: bool, session: str | None) -> Caller:
-    """The caller of a page event (or a gradio_client call): its runs are owned by its page session."""
     return Caller(OPERATOR if operator else VIEWER, Owner(OwnerKind.PAGE, session) if session else None)
 
 
@@ -102,7 +91,6 @@ class OperatorKey:
             self.token = secrets.token_urlsafe(32)
 
     def link(self, base_url: str) -> str | None:
-        """The operator link to print (None when operators log in with --operator-auth)."""
         return f"{base_url.rstrip('/')}/operator?token={self.token}" if self.token else None
 
     def check_token(self, token: str | None) -> bool:
@@ -116,10 +104,8 @@ class OperatorKey:
 
     @property
     def session_key(self) -> str:
-        """What the operator's browser sends back as the ``COOKIE`` cookie."""
         return self._session_key
 
     def caller(self, cookie: str | None, session: str | None) -> Caller:
-        """The caller of a page event: the operator if the cookie holds this run's key, else a viewer."""
         ok = bool(cookie) and hmac.compare_digest(str(cookie).encode(), self._session_key.encode())
         return page_caller(ok, session)
