@@ -1,20 +1,14 @@
 """Reference images for FLUX.2-klein's editing: read bounded, fitted to a reference size, kept whole.
 
-``Flux2KleinPipeline(image=[...])`` keeps each reference at its own size (cropped to a multiple of
-16, its area capped at 1024x1024) and appends its latent tokens to the image tokens, so every new
-reference size is a new sequence length: on Trainium, a new compile. To keep compiles few, each
-reference is fitted here to one of a small set of **reference sizes** (the model's presets unless
-``--reference-sizes`` says otherwise): the size of the nearest aspect ratio, reached by cropping
-(scale to cover, cut the middle: the default) or padding (scale to fit, white around it:
-``--reference-fit pad``). The pipeline then receives images already at a reference size, which it
-leaves as they are.
+``Flux2KleinPipeline(image=[...])`` appends each reference's latent tokens at its own size, so every
+new reference size is a new sequence length: on Trainium, a new compile. So each reference is fitted
+to the nearest-aspect of a few **reference sizes** (the model's presets unless ``--reference-sizes``),
+by cropping (default) or padding (``--reference-fit pad``).
 
-A file is hostile until bounded: its bytes are counted before it is opened, its header (format,
-size, frame count) is read before a pixel is decoded — and the request's cheap checks (its
-signature, work and sequence budget) run on the sizes the headers give (``planned_references``)
-before any reference is decoded — and only single-frame PNG, JPEG and WebP
-images whose pixel count is within ``MAX_SOURCE_PIXELS`` are decoded at all. Every refusal names
-the field ("images") and which reference.
+A file is hostile until bounded: its bytes are counted before it is opened, its header is read
+before a pixel is decoded, the request's cheap checks run on the header sizes
+(``planned_references``) before any decode, and only single-frame PNG, JPEG and WebP within
+``MAX_SOURCE_PIXELS`` are decoded at all.
 """
 
 from __future__ import annotations
@@ -38,8 +32,7 @@ FITS = ("crop", "pad")
 
 @dataclasses.dataclass(frozen=True)
 class Reference:
-    """One reference image, fitted: what the pipeline gets (``rgb``: height x width x 3 bytes) and
-    what the record keeps (its source's SHA-256 and size, the size it was fitted to, and how)."""
+    """One reference, fitted: the pipeline's pixels (``rgb``) and what the record keeps."""
 
     sha256: str
     source_width: int
@@ -51,11 +44,9 @@ class Reference:
 
     @property
     def size(self) -> tuple[int, int]:
-        """(height, width): its part of the signature."""
         return self.height, self.width
 
     def describe(self) -> dict[str, Any]:
-        """What the record and the PNG keep (no pixels)."""
         return {"sha256": self.sha256, "source": f"{self.source_width}x{self.source_height}",
                 "fitted": f"{self.width}x{self.height}", "fit": self.fit}
 
@@ -66,16 +57,14 @@ class Reference:
 
 
 def nearest_size(width: int, height: int, sizes: Sequence[Shape]) -> Shape:
-    """The reference size for an image of width x height: the nearest aspect ratio (on a log scale,
-    so 2:1 and 1:2 are as far from 1:1), then the nearest area."""
+    """The reference size nearest in aspect ratio (log scale), then in area."""
     aspect = math.log(width / height)
     return min(sizes, key=lambda s: (round(abs(math.log(s.width / s.height) - aspect), 6),
                                      abs(s.pixels - width * height), s.pixels))
 
 
 def _open(source, which: str):
-    """The image in ``source`` (a binary file object) with only its header read, checked: format,
-    pixel count, frame count."""
+    """The image in ``source`` with only its header read, checked."""
     from PIL import Image, UnidentifiedImageError
 
     try:
@@ -113,8 +102,6 @@ def _decode(image, which: str):
 
 
 def fit_image(image, size: Shape, fit: str):
-    """``image`` (RGB) at exactly ``size``: cropped from the middle after scaling to cover it, or
-    padded with white after scaling to fit inside it."""
     from PIL import Image
 
     width, height = image.size
