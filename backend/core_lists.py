@@ -1,14 +1,11 @@
-"""The NeuronCore list notation (``NEURON_RT_VISIBLE_CORES``: "3", "0-3", "0,2-3"): read, written, and
-checked against an instance's size. A foundation: the settings read ``--neuron-cores`` with it, the
-hardware layer (neuron-ls, the core plan) too; it imports nothing of the project."""
+"""The NeuronCore list notation of ``NEURON_RT_VISIBLE_CORES`` ("3", "0-3", "0,2-3"): read, written,
+checked against an instance's size. A foundation: it imports nothing of the project."""
 
 from __future__ import annotations
 
 
 def parse_cores(text: str) -> list[int]:
-    """Parse a NEURON_RT_VISIBLE_CORES value: "3", "0-3", "0,2" (and mixes like "0,2-3").
-
-    Raises ValueError naming the bad part."""
+    """The cores of a NEURON_RT_VISIBLE_CORES value; ValueError naming the bad part."""
     cores: list[int] = []
     parts = [p.strip() for p in str(text).split(",")]
     if not text or not str(text).strip() or any(not p for p in parts):
@@ -30,7 +27,7 @@ def parse_cores(text: str) -> list[int]:
 def format_cores(cores: list[int]) -> str:
     """The shortest NEURON_RT_VISIBLE_CORES value for ``cores`` ("0-3", "1,3")."""
     cores = sorted(cores)
-    if cores and cores == list(range(cores[0], cores[-1] + 1)) and len(cores) > 1:
+    if len(cores) > 1 and cores == list(range(cores[0], cores[-1] + 1)):
         return f"{cores[0]}-{cores[-1]}"
     return ",".join(map(str, cores))
 

@@ -41,7 +41,7 @@ def load_pipeline(device: Device, model_path: str):
     from diffusers import Flux2KleinPipeline
 
     pipe = Flux2KleinPipeline.from_pretrained(model_path, dtype=device.dtype)
-    device.place(pipe)
+    pipe.to(device.info.torch_device)
     return pipe
 
 

@@ -1,27 +1,20 @@
-"""What the compile stack writes in a cache folder, so that clearing a cache removes that and only that.
-
-A cache variable may point at a folder the user also keeps other files in; "Clear compile cache"
-must never delete those. So each cache is cleared by the layout its writer uses, read from the
-writers themselves:
+"""What the compile stack writes in a cache folder, so that clearing a cache removes that and only
+that: a cache variable may point at a folder that also holds a user's files. Each layout is its
+writer's own:
 
 - NEFF cache (``TORCH_NEURONX_NEFF_CACHE_DIR``), as TorchNeuron's source writes it (captured in
-  ``tests/standin/captures/torchneuron/neff_cache.json``): the C++ path's
-  ``<dir>/ab/cd/<key>.neff``, ``key`` 32 hex characters (XXH3_128), ``ab``/``cd`` its first two
-  pairs, with its atomic-write temp files ``.tmp.XXXXXX`` (mkstemp) beside it; the Python path's
-  ``<dir>/<sha256>/<sha256>.neff`` with its temp files ``tmpXXXXXXXX.tmp`` (NamedTemporaryFile);
-- NEFF locks (``TORCH_NEURONX_NEFF_LOCAL_CACHE_DIR``): ``<dir>/locks/<key>.lock`` (C++ path) and
-  ``<dir>/<sha256>/locks/compile.lock`` (Python path);
-- inductor (``TORCHINDUCTOR_CACHE_DIR``; torch/_inductor/codecache.py, as it writes on torch 2.13,
-  captured in ``tests/captures/inductor_cache_tree.txt``): generated code in two-character folders
-  named after the code's hash, each file ``c<hash>.<ext>`` whose hash starts with the folder's
-  name; FX graphs as ``fxgraph/<key[1:3]>/f<key>/<entry>``; AOT autograd entries as
-  ``aotautograd/a<key>/<entry>``; locks as ``locks/c<hash>.lock`` (hashes and entries are base32,
-  lower case). ``triton``, ``cache`` and ``precompiled_headers`` (not written on a CPU, so not
-  captured here) still go whole.
+  ``tests/standin/captures/torchneuron/neff_cache.json``): the C++ path's ``<dir>/ab/cd/<key>.neff``
+  (``key`` 32 hex characters, XXH3_128; ``ab``/``cd`` its first two pairs) with its ``.tmp.XXXXXX``
+  temp files (mkstemp); the Python path's ``<dir>/<sha256>/<sha256>.neff`` with ``tmpXXXXXXXX.tmp``;
+- NEFF locks (``TORCH_NEURONX_NEFF_LOCAL_CACHE_DIR``): ``<dir>/locks/<key>.lock`` (C++) and
+  ``<dir>/<sha256>/locks/compile.lock`` (Python);
+- inductor (``TORCHINDUCTOR_CACHE_DIR``; torch/_inductor/codecache.py on torch 2.13, captured in
+  ``tests/captures/inductor_cache_tree.txt``): code in two-character folders, each file
+  ``c<hash>.<ext>`` whose hash starts with the folder's name; ``fxgraph/<key[1:3]>/f<key>/<entry>``;
+  ``aotautograd/a<key>/<entry>``; ``locks/c<hash>.lock`` (base32, lower case). ``triton``, ``cache``
+  and ``precompiled_headers`` (not written on a CPU, so not captured) go whole.
 
-Anything else — a file at the top, a folder of another name, a file in a hash folder that is not
-named like the writer's — stays. Folders emptied by the removal go too (the cache folder itself
-stays).
+Anything else stays. Folders emptied by the removal go too (the cache folder itself stays).
 """
 
 from __future__ import annotations
@@ -29,6 +22,8 @@ from __future__ import annotations
 import re
 import shutil
 from pathlib import Path
+
+from backend.hardware.env import dir_size
 
 _HEX2 = re.compile(r"^[0-9a-f]{2}$")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -51,64 +46,54 @@ KIND_BY_VARIABLE = {
 }
 
 
+def _dirs(folder: Path, name: re.Pattern | None = None) -> list[Path]:
+    """The real (not linked) folders in ``folder`` (named like ``name``)."""
+    try:
+        return [p for p in folder.iterdir() if p.is_dir() and not p.is_symlink() and (not name or name.match(p.name))]
+    except OSError:
+        return []
+
+
+def _files(folder: Path, name: re.Pattern | None = None) -> list[Path]:
+    try:
+        return [p for p in folder.iterdir() if p.is_file() and not p.is_symlink() and (not name or name.match(p.name))]
+    except OSError:
+        return []
+
+
 def _neff_files(root: Path) -> list[Path]:
     found = []
-    for first in (p for p in _dirs(root) if _HEX2.match(p.name)):
-        for second in (p for p in _dirs(first) if _HEX2.match(p.name)):
+    for first in _dirs(root, _HEX2):
+        for second in _dirs(first, _HEX2):
             for file in _files(second):
                 match = _NEFF.match(file.name)
                 if (match and match.group(1).startswith(first.name + second.name)) or _NEFF_TEMP.match(file.name):
                     found.append(file)
-    for folder in (p for p in _dirs(root) if _SHA256.match(p.name)):
+    for folder in _dirs(root, _SHA256):
         found.extend(f for f in _files(folder) if f.name == f"{folder.name}.neff" or _PY_NEFF_TEMP.match(f.name))
     return found
 
 
 def _lock_files(root: Path) -> list[Path]:
-    found = [f for f in _files(root / "locks") if _LOCK.match(f.name)] if (root / "locks").is_dir() else []
-    for folder in (p for p in _dirs(root) if _SHA256.match(p.name)):
+    found = _files(root / "locks", _LOCK)
+    for folder in _dirs(root, _SHA256):
         lock = folder / "locks" / "compile.lock"
         if lock.is_file() and not lock.is_symlink():
             found.append(lock)
     return found
 
 
-def _dirs(folder: Path) -> list[Path]:
-    try:
-        return [p for p in folder.iterdir() if p.is_dir() and not p.is_symlink()]
-    except OSError:
-        return []
-
-
-def _files(folder: Path) -> list[Path]:
-    try:
-        return [p for p in folder.iterdir() if p.is_file() and not p.is_symlink()]
-    except OSError:
-        return []
-
-
-def entries(kind: str, root: str | Path) -> list[Path]:
-    """The files and folders the writer of ``kind`` made under ``root`` (what clearing removes)."""
-    root = Path(root)
-    if not root.is_dir():
-        return []
-    if kind == "neff":
-        return _neff_files(root)
-    if kind == "neff-locks":
-        return _lock_files(root)
-    if kind != "inductor":
-        raise ValueError(f"unknown cache kind {kind!r}")
-    found: list[Path] = [root / name for name in _INDUCTOR_WHOLE_DIRS if (root / name).is_dir()
-                         and not (root / name).is_symlink()]
-    for first in (p for p in _dirs(root / "fxgraph") if _CODE_DIR.match(p.name)):
+def _inductor_files(root: Path) -> list[Path]:
+    found = [root / name for name in _INDUCTOR_WHOLE_DIRS if (root / name).is_dir() and not (root / name).is_symlink()]
+    for first in _dirs(root / "fxgraph", _CODE_DIR):
         for key in _dirs(first):
             match = _FX_KEY.match(key.name)
             if match and match.group(1) == first.name:
-                found.extend(f for f in _files(key) if _ENTRY.match(f.name))
-    for key in (p for p in _dirs(root / "aotautograd") if _AOT_KEY.match(p.name)):
-        found.extend(f for f in _files(key) if _ENTRY.match(f.name))
-    found.extend(f for f in _files(root / "locks") if _INDUCTOR_LOCK.match(f.name))
-    for folder in (p for p in _dirs(root) if _CODE_DIR.match(p.name)):
+                found.extend(_files(key, _ENTRY))
+    for key in _dirs(root / "aotautograd", _AOT_KEY):
+        found.extend(_files(key, _ENTRY))
+    found.extend(_files(root / "locks", _INDUCTOR_LOCK))
+    for folder in _dirs(root, _CODE_DIR):
         for file in _files(folder):
             match = _INDUCTOR_CODE.match(file.name)
             if match and match.group(1) == folder.name:
@@ -116,10 +101,21 @@ def entries(kind: str, root: str | Path) -> list[Path]:
     return found
 
 
+_ENTRIES = {"neff": _neff_files, "neff-locks": _lock_files, "inductor": _inductor_files}
+
+
+def entries(kind: str, root: str | Path) -> list[Path]:
+    """The files and folders the writer of ``kind`` made under ``root`` (what clearing removes)."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    if kind not in _ENTRIES:
+        raise ValueError(f"unknown cache kind {kind!r}")
+    return _ENTRIES[kind](root)
+
+
 def size(paths: list[Path]) -> int:
     """Bytes in ``paths`` (files, and folders with everything below them)."""
-    from backend.hardware.env import dir_size
-
     total = 0
     for path in paths:
         if path.is_dir():

@@ -1,26 +1,14 @@
-"""The NeuronCore plan: which cores the app process claims, which the tensor-parallel ranks get,
-and which each replica gets.
+"""The NeuronCore plan: which cores the app process claims, and which each tensor-parallel rank and
+each replica gets (docs/trainium.md, "The NeuronCore plan").
 
-Why a plan (Neuron Runtime configuration guide, 2.33, "NeuronCore allocation"): "By default, Neuron
-Runtime initializes all the cores present in the system and reserves them for the current
-process", and a reserved core "cannot be used by another process at all" until that process exits.
-A process limits itself with ``NEURON_RT_VISIBLE_CORES``, read when its runtime starts. So the app
-claims exactly its own cores before torch loads (``--neuron-cores``), each tensor-parallel rank and
-each replica gets one core of the rest in its own ``NEURON_RT_VISIBLE_CORES`` (TorchNeuron would
-default a rank to core LOCAL_RANK, which may be the app's), no two of them share a core (each
-engine holds its ``claim`` until its processes exit), and a count that does not fit is refused
-before anything starts, naming what fits. Serving in process while the group is down uses the
-app's cores only, so a restarted group finds its cores free once the dead ranks have exited.
-
-The instance's size comes from ``backend.hardware.neuron_ls``; unknown, tensor parallelism is
-refused up front naming ``--neuron-instance-cores``. With the devices known, a launched engine's
-cores stay on one device where they fit (a tensor-parallel group then talks over one chip), and the
-app's default core is the instance's last, so the groups start from core 0. At LNC=1 two
-NeuronCores share one HBM bank (a Trainium2 device has four 24 GB banks for its 8 physical cores)
-and FLUX.2-klein-4B in bf16 needs about 16 GB: each process then gets a whole bank — the first core
-of a pair, the second left idle.
-
-Pure Python, no torch: the app builds the plan before torch (and TorchNeuron) load.
+Why (Neuron Runtime configuration guide, 2.33, "NeuronCore allocation"): "By default, Neuron Runtime
+initializes all the cores present in the system and reserves them for the current process", and a
+reserved core "cannot be used by another process at all" until that process exits. So each process
+gets its own cores in ``NEURON_RT_VISIBLE_CORES`` before its runtime starts, no two share a core
+(an engine holds its ``claim`` until its processes exit), and a count that does not fit is refused
+before anything starts, naming what fits. At LNC=1 two cores share one 24 GB HBM bank and
+FLUX.2-klein-4B in bf16 needs about 16 GB: each process gets the first core of a bank, the second
+left idle. Pure Python, no torch: built before TorchNeuron loads.
 """
 
 from __future__ import annotations
@@ -31,21 +19,17 @@ from typing import Any
 from backend.core_lists import check_on_instance, format_cores
 from backend.hardware.neuron_ls import INSTANCE_FLAG, InstanceCores, detect_instance_cores
 
-VISIBLE_CORES_VAR = "NEURON_RT_VISIBLE_CORES"
-
 
 def claim_app_cores(neuron_cores: str | None, instance_cores: int | None) -> str:
-    """Set this (the app's) process's NeuronCores before its runtime starts: ``--neuron-cores``,
-    else an inherited ``NEURON_RT_VISIBLE_CORES``, else ``default_app_cores`` of the instance."""
+    """Set the app's NeuronCores before its runtime starts (``env.claim_neuron_cores``)."""
     from backend.hardware import env as device_env
 
     return device_env.claim_neuron_cores(neuron_cores, lambda: default_app_cores(detect_instance_cores(instance_cores)))
 
 
 def default_app_cores(instance: InstanceCores) -> str:
-    """The app's own core when nothing names one: the instance's last (at LNC=1 the first core of
-    the last HBM bank), so launched engines take cores from 0 up and a tensor-parallel group stays
-    on one chip; "0" where the instance is unknown."""
+    """The instance's last core (at LNC=1 the first of the last HBM bank), so launched engines take
+    cores from 0 up and a tensor-parallel group stays on one chip; "0" where the instance is unknown."""
     if not instance.logical:
         return "0"
     last = instance.logical - 1
@@ -63,9 +47,8 @@ _OWNER_WORDS = {"tensor-parallel": ("tensor-parallel rank", "tensor-parallel ran
 
 @dataclasses.dataclass(frozen=True)
 class CorePlan:
-    """Cores of the instance (logical, as core indices count them), the app's own, and what each
-    launched engine holds (``claims``: owner -> cores; the tensor-parallel group's ranks, the
-    replicas). Every claim is disjoint from the app's cores and from every other claim."""
+    """The instance, the app's own cores, and what each launched engine holds (``claims``: owner ->
+    cores), every claim disjoint from the app's cores and from every other claim."""
 
     instance: InstanceCores
     app_cores: tuple[int, ...]
@@ -83,8 +66,8 @@ class CorePlan:
         return core // 2 if self.whole_banks else core
 
     def free_cores(self, ignoring: str | None = None) -> list[int] | None:
-        """Cores neither the app nor any engine holds (``ignoring`` one owner's own claim); at LNC=1
-        the first core of each bank no process holds a core of."""
+        """Cores neither the app nor any engine (but ``ignoring``) holds; at LNC=1 the first core of
+        each bank no process holds a core of."""
         if self.instance_cores is None:
             return None
         held = {c for owner, cores in self.claims.items() if owner != ignoring for c in cores}
@@ -92,17 +75,9 @@ class CorePlan:
         return [c for c in range(self.instance_cores) if self._bank(c) not in taken
                 and (not self.whole_banks or c % 2 == 0)]
 
-    def _pick(self, free: list[int], count: int) -> list[int]:
-        for device in self.instance.devices:
-            here = [c for c in free if c in device.cores]
-            if len(here) >= count:
-                return here[:count]
-        return free[:count]
-
     def cores_for(self, owner: str, count: int, heads: int | None = None) -> list[int]:
-        """The cores ``owner`` would get for ``count`` processes (one core each), without claiming
-        them. Raises CoresDoNotFit naming the counts that fit, or, when the instance size is
-        unknown, the flag that gives it."""
+        """The cores ``owner`` would get for ``count`` processes, unclaimed. CoresDoNotFit names the
+        counts that fit, or the flag that gives an unknown instance size."""
         one, many, counts = _OWNER_WORDS.get(owner, (owner, owner, "counts"))
         free = self.free_cores(ignoring=owner)
         what = f"{count} {one if count == 1 else many}"
@@ -116,22 +91,24 @@ class CorePlan:
             fits = [d for d in range(1, len(free) + 1) if heads is None or heads % d == 0]
             others = "".join(f", the {_OWNER_WORDS.get(o, (o, o))[1]} hold {format_cores(list(c))}"
                              for o, c in sorted(self.claims.items()) if o != owner and c)
+            physical = (f" (logical; {self.instance.physical} physical at LNC {self.instance.lnc})"
+                        if self.instance.physical and self.instance.lnc else "")
+            banks = ("; at LNC=1 two NeuronCores share one HBM bank and a pipeline needs most of one, so each "
+                     "process gets a whole bank: its first core, the second left idle") if self.whole_banks else ""
             raise CoresDoNotFit(
                 f"{what} need {count} NeuronCores, but the instance has "
-                f"{self.instance_cores}{self._physical_note()} and the app holds "
+                f"{self.instance_cores}{physical} and the app holds "
                 f"{format_cores(list(self.app_cores))}{others}; {len(free)} are free "
-                f"({format_cores(free) or 'none'}{self._bank_note()}), so {counts} that fit are "
+                f"({format_cores(free) or 'none'}{banks}), so {counts} that fit are "
                 f"{', '.join(map(str, fits)) or 'none'} (or give the app fewer cores with --neuron-cores)")
-        return self._pick(free, count)
-
-    def _bank_note(self) -> str:
-        if not self.whole_banks:
-            return ""
-        return ("; at LNC=1 two NeuronCores share one HBM bank and a pipeline needs most of one, so each "
-                "process gets a whole bank: its first core, the second left idle")
+        for device in self.instance.devices:  # on one chip where they fit
+            here = [c for c in free if c in device.cores]
+            if len(here) >= count:
+                return here[:count]
+        return free[:count]
 
     def claim(self, owner: str, count: int, heads: int | None = None) -> list[int]:
-        """Claim cores for ``owner`` (replacing its earlier claim); CoresDoNotFit as ``cores_for``."""
+        """``cores_for``, claimed (replacing ``owner``'s earlier claim)."""
         cores = self.cores_for(owner, count, heads)
         self.claims[owner] = tuple(cores)
         return cores
@@ -139,15 +116,9 @@ class CorePlan:
     def release(self, owner: str) -> None:
         self.claims.pop(owner, None)
 
-    def _physical_note(self) -> str:
-        if self.instance.physical and self.instance.lnc:
-            return f" (logical; {self.instance.physical} physical at LNC {self.instance.lnc})"
-        return ""
-
     def describe(self, wanted: dict[str, tuple[int, int | None]]) -> dict[str, Any]:
-        """JSON-able view for doctor, the status and the System tab. ``wanted``: owner -> (count,
-        heads) that each engine would start with; ``engines`` says per owner which cores it holds or
-        would get, or why it does not fit."""
+        """JSON-able, for doctor, the status and the System tab. ``wanted``: owner -> (count, heads)
+        it would start with; ``engines``: the cores each holds or would get, or why they do not fit."""
         free = self.free_cores()
         engines: dict[str, dict[str, Any]] = {}
         for owner, (count, owner_heads) in wanted.items():
@@ -177,14 +148,14 @@ class CorePlan:
 
 
 def make_plan(app_cores: str, instance: InstanceCores | int | None) -> CorePlan:
-    """The plan from the settings; raises ValueError for cores the instance does not have."""
+    """ValueError for cores the instance does not have."""
     if not isinstance(instance, InstanceCores):
         instance = InstanceCores(instance, source=INSTANCE_FLAG) if instance is not None else InstanceCores(None)
     return CorePlan(instance, tuple(check_on_instance(app_cores, instance.logical)))
 
 
 def plan_text(plan: dict[str, Any]) -> str:
-    """One line for a described plan (``describe``'s), for doctor and the System tab."""
+    """One line for ``describe``'s plan, for doctor and the System tab."""
     instance = plan.get("instance_cores")
     text = f"app {plan['app_cores']}"
     engines = plan.get("engines") or {}

@@ -1,16 +1,11 @@
-"""The device layer: everything that differs between neuron, cuda and cpu lives here.
+"""The device: everything that differs between neuron, cuda and cpu (choice, dtype, compile and
+process-group backends, synchronising, memory, compile counters, host fallbacks, compile caches). No
+module outside ``backend.hardware`` names ``torch_neuronx`` or ``torch.neuron``.
 
-It picks the device (``--device auto``: neuron if TorchNeuron is installed and a NeuronCore is
-visible, else cuda, else cpu, and says why), the default dtype, the torch.compile backend, the
-process-group backend; it synchronises, reads memory and the compile counters
-(``backend.hardware.metrics``), and shows and clears the compile caches
-(``backend.hardware.cache_layout``). No module outside these names ``torch_neuronx`` or ``torch.neuron``.
-
-TorchNeuron facts this module respects (DESIGN.md): importing ``torch_neuronx`` registers the
-``"neuron"`` device, the ``"neuron"`` torch.compile backend and ``torch.neuron``; with
-``TORCH_DEVICE_BACKEND_AUTOLOAD=0`` it must be imported explicitly; its NEFF cache variable must be
-set before it loads (``backend.hardware.env`` does that); its compile counters live in
-``torch_neuronx.metrics``, a submodule the package does not import (``load_torch_neuronx`` does).
+TorchNeuron facts it respects: importing ``torch_neuronx`` registers the ``"neuron"`` device, compile
+backend and ``torch.neuron``; with ``TORCH_DEVICE_BACKEND_AUTOLOAD=0`` it must be imported explicitly,
+after its cache variables are set (``backend.hardware.env``); ``torch_neuronx.metrics`` is a
+submodule the package does not import (``load_torch_neuronx`` does).
 """
 
 from __future__ import annotations
@@ -52,15 +47,12 @@ def neuron_installed() -> bool:
 
 
 def load_torch_neuronx():
-    """Import TorchNeuron (after the cache variables are set). Returns the module or None."""
     if not neuron_installed():
         return None
     if not device_env.prepared_environment():
         raise RuntimeError("backend.hardware.env.prepare_environment() must run before TorchNeuron loads")
-    # With autoload on, `import torch` already imported it and this is a lookup; with
-    # TORCH_DEVICE_BACKEND_AUTOLOAD=0 this import is what registers the backend.
-    module = importlib.import_module("torch_neuronx")
-    importlib.import_module("torch_neuronx.metrics")  # not imported by the package itself
+    module = importlib.import_module("torch_neuronx")  # with autoload on, a lookup
+    importlib.import_module("torch_neuronx.metrics")
     return module
 
 
@@ -89,7 +81,8 @@ class DeviceInfo:
 
 
 def resolve_device(settings: Settings) -> DeviceInfo:
-    """Pick the device per settings.device; raise DeviceUnavailable when an explicit one is missing."""
+    """``--device`` (auto: neuron if a NeuronCore is visible, else cuda, else cpu, saying why);
+    DeviceUnavailable when an explicit one is missing."""
     device_env.prepare_environment(settings.cache_dir, settings.compile_timeout)
     installed = neuron_installed()
     neuronx = load_torch_neuronx() if installed and settings.device in ("auto", "neuron") else None
@@ -99,10 +92,8 @@ def resolve_device(settings: Settings) -> DeviceInfo:
     wanted = settings.device
     if wanted == "neuron":
         if not installed:
-            raise DeviceUnavailable(
-                "--device neuron: TorchNeuron (torch-neuronx) is not installed; "
-                "see the README section 'Running on Trainium'"
-            )
+            raise DeviceUnavailable("--device neuron: TorchNeuron (torch-neuronx) is not installed; "
+                                    "see the README section 'Running on Trainium'")
         if cores == 0:
             raise DeviceUnavailable("--device neuron: TorchNeuron is installed but no NeuronCore is visible")
         kind, reason = "neuron", f"requested; {cores} NeuronCore(s) visible"
@@ -139,26 +130,22 @@ def _info(settings: Settings, kind: str, reason: str, dtype: str, installed: boo
 
 
 def rank_device_info(settings: Settings) -> DeviceInfo:
-    """A tensor-parallel rank's device, as the app already resolved it (``settings.device`` is its
-    kind, ``dtype`` and ``compile_backend`` are set), built without asking the device anything.
-
-    Under torchrun, any ``torch.neuron`` query before ``init_process_group("neuron")`` starts the
-    Neuron runtime, and the init then fails (diffusers' own Neuron TP worker touches nothing
-    before it); the rank learns its device index after the init (``Device.bind_rank``)."""
+    """A rank's device as the app resolved it (in ``settings``), asking the device nothing: under
+    torchrun any ``torch.neuron`` query before ``init_process_group("neuron")`` starts the runtime
+    and the init then fails; the rank learns its index after it (``Device.bind_rank``)."""
     device_env.prepare_environment(settings.cache_dir, settings.compile_timeout)
     kind = settings.device
     if kind not in ("neuron", "cuda", "cpu"):
         raise DeviceUnavailable(f"a tensor-parallel rank needs the app's resolved device, got {kind!r}")
-    if kind == "neuron":
-        load_torch_neuronx()  # an import registers the backend; it starts nothing
     neuron = kind == "neuron"
+    if neuron:
+        load_torch_neuronx()  # registers the backend; starts nothing
     return _info(settings, kind, "tensor-parallel rank: the device the app chose", settings.dtype, neuron,
                  1 if neuron else 0, 0)
 
 
 def compiler_on_path(environ=None) -> dict[str, Any]:
-    """Where ``neuronx-cc`` is found on PATH (TorchNeuron runs it by name: execvp / shutil.which) and
-    its version: ``{"path": str | None, "version": str | None}``."""
+    """``{"path", "version"}`` of the ``neuronx-cc`` on PATH (TorchNeuron runs it by name: execvp)."""
     path = shutil.which("neuronx-cc", path=(environ or os.environ).get("PATH"))
     version = None
     if path:
@@ -172,13 +159,11 @@ def compiler_on_path(environ=None) -> dict[str, Any]:
 
 
 class Device:
-    """The chosen device and the operations that differ per device: its compile counters and its
-    compile caches included."""
+    """The chosen device and the operations that differ per device."""
 
     CACHE_SIZE_TTL = 10.0  # seconds; every open page asks for the status each second
 
     def __init__(self, info: DeviceInfo, max_compiled_shapes: int = 32, instance_cores: int | None = None):
-        """``instance_cores``: NeuronCores on the instance (None: ask neuron-ls)."""
         self.info = info
         self._instance_cores = instance_cores
         self._core_plan = None
@@ -193,9 +178,8 @@ class Device:
 
     @property
     def core_plan(self):
-        """On Neuron, which NeuronCores this process holds and which are left for tensor-parallel
-        ranks (``backend.hardware.core_plan``); None elsewhere. This process's cores are its
-        NEURON_RT_VISIBLE_CORES, set before torch loaded (``device_env.claim_neuron_cores``)."""
+        """On Neuron, the NeuronCore plan (this process's cores are its NEURON_RT_VISIBLE_CORES,
+        set before torch loaded); None elsewhere."""
         if self.kind != "neuron":
             return None
         if self._core_plan is None:
@@ -208,14 +192,12 @@ class Device:
             try:
                 self._core_plan = make_plan(own, instance)
             except ValueError as exc:
-                # Kept, not raised again on every status poll: the plan is then of unknown size and
-                # every engine's start is refused with this reason.
+                # Kept, not raised on every status poll: every engine's start is refused with it.
                 self._core_plan = CorePlan(InstanceCores(None, source=f"unknown: {exc}"), tuple(parse_cores(own)))
         return self._core_plan
 
     def bind_rank(self, local_rank: int) -> None:
-        """After ``init_process_group``: this rank's own device. On Neuron TorchNeuron has bound the
-        rank to NeuronCore LOCAL_RANK (``torch.neuron.current_device()``); the rank uses that index,
+        """After ``init_process_group``: on Neuron the index TorchNeuron bound the rank to (LOCAL_RANK),
         never a hard-coded 0."""
         if self.kind == "neuron":
             index = int(torch.neuron.current_device())
@@ -229,12 +211,8 @@ class Device:
 
     @property
     def eager_compiles(self) -> bool:
-        """On Neuron even eager mode compiles each new (op, shape, dtype) once; elsewhere it never does."""
+        """On Neuron even eager mode compiles each new (op, shape, dtype) once."""
         return self.kind == "neuron"
-
-    def place(self, pipe) -> None:
-        """Move a whole pipeline (loaded in ``self.dtype``) to the device: one copy of the weights."""
-        pipe.to(self.info.torch_device)
 
     def compile_kwargs(self) -> dict[str, Any]:
         # dynamic=False: Neuron rejects dynamic shapes; one graph per image-token count.
@@ -243,20 +221,14 @@ class Device:
 
     @staticmethod
     def configure_dynamo(max_graphs: int) -> None:
-        """Raise dynamo's recompile limit so every allowed shape gets a graph.
-
-        With dynamic=False each new token count is a recompile; at the default limit of 8 the ninth
-        shape raises (fullgraph) or silently runs eager. The manager refuses shapes past
-        ``max_graphs`` itself, so the limit here is never the one that bites.
-        """
+        """With dynamic=False each new token count recompiles, and past dynamo's limit (8) a shape
+        raises or runs eager: the limit is raised past ``max_graphs``, which the manager enforces."""
         torch._dynamo.config.recompile_limit = max(max_graphs + 1, torch._dynamo.config.recompile_limit)
-        torch._dynamo.config.accumulated_recompile_limit = max(
-            4 * (max_graphs + 1), torch._dynamo.config.accumulated_recompile_limit
-        )
+        torch._dynamo.config.accumulated_recompile_limit = max(4 * (max_graphs + 1),
+                                                               torch._dynamo.config.accumulated_recompile_limit)
 
     @staticmethod
     def reset_compiled() -> None:
-        """Drop every in-memory compiled graph (one in-process engine per process relies on this)."""
         torch._dynamo.reset()
         COMPILE_EVENTS.ensure_registered()
 
@@ -276,8 +248,7 @@ class Device:
         return {"rss_bytes": rss, "device_allocated_bytes": allocated, "device_peak_bytes": peak}
 
     def neff_counters(self) -> dict[str, float]:
-        """TorchNeuron's NEFF compile-cache counters and the compiler's accumulated seconds (empty off
-        Neuron)."""
+        """TorchNeuron's NEFF cache counters and the compiler's seconds ({} off Neuron)."""
         if self._neuronx is None:
             return {}
         metrics = importlib.import_module("torch_neuronx.metrics")
@@ -287,9 +258,8 @@ class Device:
         return out
 
     def fallback_ops(self) -> list[str]:
-        """Ops that ran on the host instead of the NeuronCore since the last call (TorchNeuron's CPU
-        fallback: unsupported or failed eager ops run on the CPU silently), read and then cleared so
-        the next run starts afresh; [] off Neuron. Sorted: TorchNeuron keeps them in a set."""
+        """Ops TorchNeuron ran on the host (silently) since the last call, which clears them; [] off
+        Neuron. Sorted: TorchNeuron keeps a set."""
         if self._neuronx is None:
             return []
         ops = sorted(str(op) for op in self._neuronx.get_fallback_ops())
@@ -298,9 +268,7 @@ class Device:
 
     def neff_key_fields(self) -> dict[str, Any]:
         """What TorchNeuron puts in every NEFF's cache key besides the program (KernelExecution.cpp,
-        captured in neff_cache.json): the chip target, the logical-core config, the compiler's
-        optimisation level override and NEURON_CC_FLAGS. A NEFF made with other values misses; the
-        compiler's version is not in the key. None off Neuron."""
+        captured in neff_cache.json); the compiler's version is not in it. None off Neuron."""
         if self._neuronx is None:
             return {"neuron_target": None, "lnc": None, "neuron_opt_level": None, "neuron_cc_flags": None}
         utils = importlib.import_module("torch_neuronx.utils")
@@ -309,38 +277,22 @@ class Device:
                 "neuron_cc_flags": os.environ.get("NEURON_CC_FLAGS") or ""}
 
     def compile_snapshot(self) -> dict[str, float]:
-        """Counters to diff around a region: dynamo graphs (+ their seconds) and NEFF compiles.
-
-        ``compile_seconds`` is every second spent compiling: dynamo's (tracing, and the backend's
-        own work) plus, on Neuron, neuronx-cc's. The neuron backend hands the compile to the first
-        execution and returns at once, so dynamo's events leave the compiler out; TorchNeuron's
-        metric has it, and the two never overlap."""
+        """Counters to diff around a region. ``compile_seconds`` is dynamo's plus neuronx-cc's: the
+        neuron backend compiles at the first execution, outside dynamo's events, so they never overlap."""
         COMPILE_EVENTS.ensure_registered()
         count, seconds = COMPILE_EVENTS.snapshot()
         neff = self.neff_counters()
+        inductor = torch._dynamo.utils.counters.get("inductor", {})  # FX-graph cache lookups in this process
         return {"graphs": count, "compile_seconds": seconds + neff.get("neff_compile_seconds", 0.0), **neff,
-                **self.fxgraph_counters()}
-
-    @staticmethod
-    def fxgraph_counters() -> dict[str, int]:
-        """Inductor's FX-graph cache lookups so far in this process: a hit skips inductor's compile
-        (dynamo still traces the graph); a miss compiles afresh."""
-        from torch._dynamo.utils import counters
-
-        inductor = counters.get("inductor", {})
-        return {"fxgraph_hits": int(inductor.get("fxgraph_cache_hit", 0)),
+                "fxgraph_hits": int(inductor.get("fxgraph_cache_hit", 0)),
                 "fxgraph_misses": int(inductor.get("fxgraph_cache_miss", 0))}
 
     def cache_vars(self) -> tuple[str, ...]:
-        """The app-owned compile caches this device uses (both NEFF caches on Neuron)."""
         return device_env.NEURON_CACHE_VARS if self.kind == "neuron" else (device_env.INDUCTOR_CACHE_VAR,)
 
     def cache_info(self, fresh: bool = False) -> dict[str, Any]:
-        """The compile cache folders and their sizes (re-read at most every CACHE_SIZE_TTL s:
-        walking a large NEFF cache on every status request would cost more than the status).
-
-        Returns {"bytes": total, "caches": [{"variable", "dir", "bytes"}, ...]} plus the first
-        cache's "variable" and "dir" for one-line displays."""
+        """{"bytes", "caches": [{"variable", "dir", "bytes"}], and the first's "variable" and "dir"},
+        walked at most every CACHE_SIZE_TTL s (a large NEFF cache costs more than the status)."""
         env = device_env.prepared_environment()
         paths = tuple((var, env.get(var, "")) for var in self.cache_vars())
         now = time.monotonic()
@@ -353,8 +305,7 @@ class Device:
                 "bytes": sum(c["bytes"] for c in caches), "caches": caches}
 
     def cache_plan(self) -> list[dict[str, Any]]:
-        """What "clear compile cache" would remove, per cache: its folder, how many entries the
-        compile stack wrote there and their bytes. Nothing else is touched."""
+        """What "clear compile cache" would remove, per cache: its entries and their bytes."""
         plan = []
         for cache in self.cache_info(fresh=True)["caches"]:
             found = cache_layout.entries(cache_layout.KIND_BY_VARIABLE[cache["variable"]], cache["dir"]) \
@@ -363,14 +314,12 @@ class Device:
         return plan
 
     def clear_caches(self) -> int:
-        """Delete what the compile stack wrote in this device's cache folders (its own layout, never
-        other files a user keeps there); returns the bytes it removed."""
+        """Delete what the compile stack wrote in the cache folders (``cache_layout``); returns bytes."""
         removed = 0
         for cache in self.cache_info(fresh=True)["caches"]:
-            folder = Path(cache["dir"]).resolve() if cache["dir"] else None
-            if folder is None or not folder.is_dir():
-                continue
-            kind = cache_layout.KIND_BY_VARIABLE[cache["variable"]]
-            removed += cache_layout.remove(folder, cache_layout.entries(kind, folder))
+            if cache["dir"]:
+                folder = Path(cache["dir"]).resolve()
+                removed += cache_layout.remove(folder, cache_layout.entries(
+                    cache_layout.KIND_BY_VARIABLE[cache["variable"]], folder))
         self.cache_info(fresh=True)  # the status shows the emptied folders at once
         return removed

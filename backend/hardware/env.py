@@ -1,29 +1,24 @@
-"""The half of the device layer that must run before ``import torch``.
+"""The half of the device layer that runs before ``import torch``.
 
-``import torch`` autoloads TorchNeuron through its device-backend entry point (unless
-``TORCH_DEVICE_BACKEND_AUTOLOAD=0``), and TorchNeuron reads its cache and metrics variables when it
-loads. So the app sets them here, from the settings, before anything imports torch, each unless the
-user set it (doctor shows the values in force):
+``import torch`` autoloads TorchNeuron (unless ``TORCH_DEVICE_BACKEND_AUTOLOAD=0``), which reads its
+cache and metrics variables as it loads; so the app sets them here first, each unless the user set it:
 
-- ``TORCH_NEURONX_NEFF_CACHE_DIR``: the NEFF cache defaults to /tmp (lost on reboot); the app owns a
-  persistent one under its cache root; ``TORCH_NEURONX_NEFF_LOCAL_CACHE_DIR`` (the cache's lock
-  files, on local disk) and ``TORCHINDUCTOR_CACHE_DIR`` (cpu/cuda) likewise.
-- ``TORCH_NEURONX_METRICS_ENABLED=1``: the compile counters the app reads.
-- ``TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=1``: a failed Neuron compile raises instead of silently
-  running the graph eagerly (the 2.33 default; earlier releases documented otherwise).
-- ``NEURON_RT_VISIBLE_CORES``: the NeuronCores this process claims when its runtime starts
-  (``claim_neuron_cores``). Unset, the runtime would reserve every core.
-- ``TORCH_NEURONX_NEFF_CACHE_LOCK_TIMEOUT``: TorchNeuron breaks another process's compile lock
-  after this many seconds (default 1200, ``FileLock.h``); kept at least ``--compile-timeout``, so a
-  rank compiling a long NEFF is not raced by another that decided the lock was stale.
-- ``PATH``: TorchNeuron runs ``neuronx-cc`` by name (``execvp`` / ``shutil.which``); the
-  interpreter's folder (a virtualenv's, where its compiler is) goes first, so an app started as
-  ``/path/venv/bin/python app.py`` without activating the venv (systemd) and its workers find it.
+- ``TORCH_NEURONX_NEFF_CACHE_DIR`` (default /tmp, lost on reboot), ``..._NEFF_LOCAL_CACHE_DIR`` (the
+  lock files, on local disk), ``TORCHINDUCTOR_CACHE_DIR``: persistent folders under the cache root;
+- ``TORCH_NEURONX_METRICS_ENABLED=1``: the compile counters the app reads;
+- ``TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=1``: a failed compile raises instead of running eagerly;
+- ``NEURON_RT_VISIBLE_CORES``: the cores this process claims (unset, the runtime reserves every core);
+- ``TORCH_NEURONX_NEFF_CACHE_LOCK_TIMEOUT`` (default 1200 s, ``FileLock.h``): at least
+  ``--compile-timeout``, so a rank compiling a long NEFF is not raced by one that thinks its lock stale;
+- ``PATH``: TorchNeuron runs ``neuronx-cc`` by name (``execvp``), so the interpreter's folder (a venv's)
+  goes first, for an app started as ``/path/venv/bin/python app.py`` without activating the venv.
 """
 
 from __future__ import annotations
 
+import math
 import os
+import sys
 from pathlib import Path
 from typing import Callable
 
@@ -35,17 +30,16 @@ NEURON_METRICS_VAR = "TORCH_NEURONX_METRICS_ENABLED"
 INDUCTOR_CACHE_VAR = "TORCHINDUCTOR_CACHE_DIR"
 LOCK_TIMEOUT_VAR = "TORCH_NEURONX_NEFF_CACHE_LOCK_TIMEOUT"
 DEFAULT_LOCK_TIMEOUT = 1200  # seconds (FileLock.h kDefaultTimeoutSeconds; captured in neff_cache.json)
+# The app-owned cache folders: shown with their sizes and emptied by "clear cache".
+CACHE_VARS = (NEFF_CACHE_VAR, NEFF_LOCAL_CACHE_VAR, INDUCTOR_CACHE_VAR)
+NEURON_CACHE_VARS = (NEFF_CACHE_VAR, NEFF_LOCAL_CACHE_VAR)
 
 _prepared: dict[str, str] = {}
 
 
 def prepare_environment(cache_root: Path, compile_timeout: float = 1800.0) -> dict[str, str]:
-    """Set the variables above that the user has not set. Returns {variable: value} in force.
-    Inductor reads its variable lazily, so a later call (tests, embedding programs) still takes
-    effect there."""
-    import math
-    import sys
-
+    """Set the variables above that the user has not set; returns those in force. Inductor reads
+    its variable lazily, so a later call still takes effect there."""
     cache_root = Path(cache_root).expanduser().resolve()
     wanted = {
         NEFF_CACHE_VAR: str(cache_root / "neff"),
@@ -56,9 +50,7 @@ def prepare_environment(cache_root: Path, compile_timeout: float = 1800.0) -> di
         LOCK_TIMEOUT_VAR: str(max(DEFAULT_LOCK_TIMEOUT, math.ceil(compile_timeout))),
     }
     for var, value in wanted.items():
-        if not os.environ.get(var):
-            os.environ[var] = value
-        _prepared[var] = os.environ[var]
+        _prepared[var] = os.environ[var] = os.environ.get(var) or value
     folder = os.path.dirname(os.path.abspath(sys.executable))
     path = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p]
     if folder not in path:
@@ -68,29 +60,21 @@ def prepare_environment(cache_root: Path, compile_timeout: float = 1800.0) -> di
     return dict(_prepared)
 
 
-# The app-owned cache folders: shown with their sizes and emptied by "clear cache".
-CACHE_VARS = (NEFF_CACHE_VAR, NEFF_LOCAL_CACHE_VAR, INDUCTOR_CACHE_VAR)
-NEURON_CACHE_VARS = (NEFF_CACHE_VAR, NEFF_LOCAL_CACHE_VAR)
-
-
 def claim_neuron_cores(app_cores: str | None, default: "Callable[[], str] | None" = None) -> str:
-    """Set ``NEURON_RT_VISIBLE_CORES`` for this (the app's) process: ``app_cores`` (``--neuron-cores``),
-    else an inherited value, else ``default()``, else core "0". Once set here it is not changed
-    again in this process (the runtime reads it once). Returns it."""
+    """Set this process's ``NEURON_RT_VISIBLE_CORES``: ``app_cores``, else an inherited value, else
+    ``default()``, else "0"; once set here never changed (the runtime reads it once). Returns it."""
     if VISIBLE_CORES_VAR not in _prepared:
         value = app_cores or os.environ.get(VISIBLE_CORES_VAR) or (default() if default else "0")
-        os.environ[VISIBLE_CORES_VAR] = value
-        _prepared[VISIBLE_CORES_VAR] = value
+        _prepared[VISIBLE_CORES_VAR] = os.environ[VISIBLE_CORES_VAR] = value
     return _prepared[VISIBLE_CORES_VAR]
 
 
 def prepared_environment() -> dict[str, str]:
-    """What prepare_environment set (empty if it has not run)."""
     return dict(_prepared)
 
 
 def dir_size(path: str | Path) -> int:
-    """Bytes under ``path`` (0 if it does not exist). Cheap enough for cache folders of NEFF files."""
+    """Bytes under ``path`` (0 if it does not exist)."""
     total = 0
     for root, _dirs, files in os.walk(path):
         for name in files:
@@ -99,11 +83,3 @@ def dir_size(path: str | Path) -> int:
             except OSError:
                 continue
     return total
-
-
-def tp_rank_environment(kind: str, cores: list[int], local_rank: int) -> dict[str, str]:
-    """Variables a tensor-parallel rank sets before torch loads: on Neuron, rank r claims ``cores[r]``
-    of the core plan (``backend.hardware.core_plan`` says why)."""
-    if kind == "neuron":
-        return {VISIBLE_CORES_VAR: str(cores[local_rank])}
-    return {}

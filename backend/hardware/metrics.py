@@ -1,9 +1,6 @@
 """What the compile stack says: dynamo's compile events (every device), TorchNeuron's NEFF counters
-and the compiler's seconds, and which errors are a compiler's (``is_compile_error``).
-
-Two counts, never added: ``graphs`` (torch.compile graphs, from dynamo, every device) and
-``neff_compiles`` (Neuron only: every NEFF the Neuron compiler built — one or more per graph, plus
-one per new eager op signature, since TorchNeuron's eager mode compiles too).
+and the compiler's seconds, and which errors are a compiler's. ``graphs`` (dynamo) and
+``neff_compiles`` (every NEFF built, eager ops' included) are two counts, never added.
 """
 
 from __future__ import annotations
@@ -36,12 +33,9 @@ _COMPILER_MESSAGE = re.compile(r'error message="(COMPILATION FAILED: [^\n]*?)"?$
 
 
 def is_compile_error(exc: BaseException) -> bool:
-    """True when ``exc`` (or what it wraps) is a compiler's failure rather than the model's.
-
-    dynamo reports a backend that fails while compiling as ``BackendCompilerFailed``. The neuron
-    backend compiles later, at the graph's first execution (or the next synchronize), and eager ops
-    compile as they run, so Neuron's compile errors come from the run as plain RuntimeErrors: known
-    by TorchNeuron's own words for them (``COMPILE_ERROR_MARKS``)."""
+    """True when ``exc`` (or what it wraps) is a compiler's failure rather than the model's: dynamo's
+    ``BackendCompilerFailed``, or (Neuron compiles at a graph's first execution, eager ops as they
+    run) a plain RuntimeError in TorchNeuron's words (``COMPILE_ERROR_MARKS``)."""
     seen: BaseException | None = exc
     while seen is not None:
         if isinstance(seen, torch._dynamo.exc.BackendCompilerFailed):
@@ -64,11 +58,8 @@ def compile_error_text(exc: BaseException) -> str:
 
 
 class CompileEvents:
-    """Counts torch.compile (dynamo) compilations and their seconds, on every device.
-
-    Registered with dynamo's compile callbacks; ``torch._dynamo.reset()`` clears those, so
-    ``ensure_registered`` is called before each measured region.
-    """
+    """Counts dynamo's compilations and their seconds. ``torch._dynamo.reset()`` clears its
+    callbacks, so ``ensure_registered`` runs before each measured region."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -85,7 +76,7 @@ class CompileEvents:
             handler.register_end_callback(self._end)
 
     def add_start_listener(self, fn: Callable[[], None]) -> Callable[[], None]:
-        """Call ``fn`` when a compile starts (used to report the 'compiling' phase). Returns a remover."""
+        """Call ``fn`` when a compile starts; returns a remover."""
         self._on_start.append(fn)
         return lambda: self._on_start.remove(fn)
 

@@ -1,22 +1,14 @@
-"""How big the instance is, in the cores ``NEURON_RT_VISIBLE_CORES`` counts: what ``neuron-ls`` says,
-read into ``InstanceCores`` (``detect_instance_cores``; ``--neuron-instance-cores`` overrides it).
-
-Read from what the Neuron tools really print (captured on trn1/trn2 instances, with their sources,
-in ``tests/standin/captures/neuron-ls/``): ``neuron-ls --json-output`` gives one object per device
-with ``nc_count`` (the *logical* NeuronCores at the LNC in force: 4 per Trainium2 device at LNC=2),
-``neuroncore_ids``, ``memory_size`` and, on newer tools, ``logical_neuroncore_config`` and
-``instance_type``. The text table (the fallback) has the same counts: NEURON CORES is logical, with
-a NEURON CORE IDS range (tools 2.25+); a 2.21 beta printed the physical count there and a LOGICAL
-NC column beside it; 2.21-2.24 printed no id column (ids are then counted up device by device).
-The driver's sysfs is not read: its ``core_count`` is undocumented as to physical or logical, and
-driver 2.31 moved its nodes.
-
-Pure Python, no torch: the app reads the instance before torch (and TorchNeuron) load.
+"""How big the instance is, in the cores ``NEURON_RT_VISIBLE_CORES`` counts (``detect_instance_cores``;
+``--neuron-instance-cores`` overrides it), read from what the Neuron tools print (captured on trn1/trn2,
+with their sources, in ``tests/standin/captures/neuron-ls/``): ``neuron-ls --json-output``, else its
+text table. The driver's sysfs is not read: its ``core_count`` is undocumented as to physical or
+logical, and driver 2.31 moved its nodes. Pure Python, no torch: read before TorchNeuron loads.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 import shutil
@@ -31,7 +23,7 @@ INSTANCE_FLAG = "--neuron-instance-cores"
 
 @dataclasses.dataclass(frozen=True)
 class NeuronDevice:
-    """One Neuron device (chip) as neuron-ls lists it: its logical core ids and its HBM."""
+    """One Neuron device (chip): its logical core ids and its HBM."""
 
     index: int
     cores: tuple[int, ...]
@@ -41,8 +33,7 @@ class NeuronDevice:
 @dataclasses.dataclass(frozen=True)
 class InstanceCores:
     """The instance's NeuronCores: ``logical`` (what core indices count; None: unknown), the
-    ``physical`` cores and the ``lnc`` behind them where known, the ``devices`` (chips) with their
-    core ids where neuron-ls listed them, and where the figures came from."""
+    ``physical`` ones and the ``lnc`` where known, its devices, and where the figures came from."""
 
     logical: int | None
     physical: int | None = None
@@ -52,17 +43,15 @@ class InstanceCores:
     instance_type: str | None = None
 
     def hbm_per_core(self) -> int | None:
-        """HBM bytes per logical core (a device's memory over its cores); None where unknown."""
         sized = [d for d in self.devices if d.memory_bytes and d.cores]
         return sized[0].memory_bytes // len(sized[0].cores) if sized else None
 
 
 def _instance(devices: list[NeuronDevice], reported_lnc: int, source: str, instance_type: str | None,
               environ: Mapping[str, str] | None) -> InstanceCores | None:
-    """The instance at the LNC in force (``NEURON_LOGICAL_NC_CONFIG``, else what neuron-ls reported):
-    neuron-ls reports the instance's configuration, which a process may override for itself (the
-    reading of TorchNeuron's own test harness, which doubles neuron-ls's ``nc_count`` on trn2 at
-    ``NEURON_LOGICAL_NC_CONFIG=1``: ``conftest.py``, ``utils.get_worker_multiplier``)."""
+    """The instance at the LNC in force (``NEURON_LOGICAL_NC_CONFIG``, else neuron-ls's): a process
+    may override the instance's LNC for itself, as TorchNeuron's test harness reads it (it doubles
+    ``nc_count`` on trn2 at LNC=1: ``conftest.py``, ``utils.get_worker_multiplier``)."""
     devices = _number_cores(devices)
     environ = os.environ if environ is None else environ
     wanted = environ.get(LNC_VAR, "").strip()
@@ -78,12 +67,9 @@ def _instance(devices: list[NeuronDevice], reported_lnc: int, source: str, insta
 
 
 def parse_neuron_ls_json(text: str, environ: Mapping[str, str] | None = None) -> InstanceCores | None:
-    """Counts from ``neuron-ls --json-output``: one object per device with ``nc_count`` (logical),
-    ``neuroncore_ids``, ``memory_size`` (bytes), and on newer tools ``logical_neuroncore_config`` and
-    ``instance_type`` (without ``logical_neuroncore_config``, as on trn1: LNC 1); the counts are then
-    taken to the LNC in force (``_instance``). None if unreadable."""
-    import json
-
+    """Counts from ``neuron-ls --json-output``: per device ``nc_count`` (logical: 4 per Trainium2 at
+    LNC=2), ``neuroncore_ids``, ``memory_size`` (bytes), on newer tools ``logical_neuroncore_config``
+    (absent on trn1: LNC 1) and ``instance_type``. None if unreadable."""
     try:
         data = json.loads(text)
     except ValueError:
@@ -105,12 +91,11 @@ def parse_neuron_ls_json(text: str, environ: Mapping[str, str] | None = None) ->
         return None
     if len(lncs) > 1:
         return None
-    # No logical_neuroncore_config (trn1, whose cores are not grouped): LNC 1.
     return _instance(devices, lncs.pop() if lncs else 1, "neuron-ls", types.pop() if len(types) == 1 else None, environ)
 
 
 def _number_cores(devices: list[NeuronDevice]) -> list[NeuronDevice]:
-    """Devices listed without core ids get theirs counted up in device order (as the runtime numbers them)."""
+    """Devices listed without core ids get theirs counted up in device order, as the runtime does."""
     out, next_core = [], 0
     for device in sorted(devices, key=lambda d: d.index):
         cores = device.cores if None not in device.cores else tuple(range(next_core, next_core + len(device.cores)))
@@ -125,10 +110,10 @@ def _memory_bytes(text: str) -> int | None:
 
 
 def parse_neuron_ls(text: str, environ: Mapping[str, str] | None = None) -> InstanceCores | None:
-    """Counts from ``neuron-ls``'s text table (tools 2.21 to 2.34, as captured): per device its
-    NEURON CORES (logical), NEURON CORE IDS and NEURON MEMORY; a 2.21 beta's LOGICAL NC column (its
-    NEURON CORES then physical); the ``logical-neuroncore-config:`` header line gives the LNC (absent
-    on trn1, whose LNC is 1). None if no table."""
+    """Counts from ``neuron-ls``'s text table (tools 2.21 to 2.34, as captured): per device NEURON
+    CORES (logical), NEURON CORE IDS (2.25+; before, ids are counted up) and NEURON MEMORY; a 2.21
+    beta's LOGICAL NC column (its NEURON CORES then physical); the LNC from the
+    ``logical-neuroncore-config:`` line. None if no table."""
     header_lnc = re.search(r"^logical-neuroncore-config:\s*(\d+)", text, re.M)
     header_type = re.search(r"^instance-type:\s*(\S+)", text, re.M)
     rows = [[cell.strip() for cell in line.strip().strip("|").split("|")]
@@ -171,9 +156,8 @@ _DETECTED: dict[tuple, InstanceCores] = {}
 def detect_instance_cores(override: int | None = None, *, neuron_ls: str | None = "neuron-ls",
                           environ: Mapping[str, str] | None = None,
                           run: Callable[..., Any] = subprocess.run) -> InstanceCores:
-    """The instance's logical NeuronCores: the override (``--neuron-instance-cores``), else
-    ``neuron-ls --json-output``, else its text table. Never needs root. Asked once per process (the
-    instance does not change under it)."""
+    """The override, else ``neuron-ls --json-output``, else its text table; never needs root. Asked
+    once per process (the instance does not change under it)."""
     environ = os.environ if environ is None else environ
     if override is not None:
         return InstanceCores(int(override), source=INSTANCE_FLAG)

@@ -115,7 +115,8 @@ def init_distributed(cfg: proto.WorkerConfig, rank: int, local_rank: int, world:
     # Before torch loads: this rank's NeuronCore, and the app's cache variables.
     kind = cfg.settings["device"]
     cores = [int(c) for c in cfg.cores]
-    os.environ.update(device_env.tp_rank_environment(kind, cores, local_rank))
+    if kind == "neuron":  # rank r claims cores[r] of the core plan (backend.hardware.core_plan)
+        os.environ[device_env.VISIBLE_CORES_VAR] = str(cores[local_rank])
     device_env.prepare_environment(os.path.expanduser(cfg.settings["cache_dir"]), cfg.settings["compile_timeout"])
 
     import torch
