@@ -1,30 +1,18 @@
-"""Warm-start bundles: one file that makes a set of (mode, shape) pairs warm on another instance.
+"""Warm-start bundles (docs/bundles.md): a plain tar, ``manifest.json`` first, then
+``files/<cache>/<path>`` — what the compile stack wrote in the app's caches.
 
-A bundle is a tar file: ``manifest.json`` first, then ``files/<cache>/<path>`` — the entries the
-compile stack wrote in the app's compile caches (``backend.hardware.cache_layout``: on Neuron the NEFF files,
-graphs' and eager ops' alike, text encoder and VAE included; on CPU/CUDA inductor's FX-graph and
-AOT-autograd entries and generated code, which is what a fresh process needs to skip the compile).
+The manifest's match fields include what TorchNeuron puts in every NEFF's key besides the program
+(chip target, LNC, opt-level override, ``NEURON_CC_FLAGS``: ``KernelExecution.cpp``, captured in
+``tests/standin/captures/torchneuron/neff_cache.json``): a NEFF made with other values is never hit.
 
-The manifest says exactly when the bundle applies — app version, torch / diffusers / torch-neuronx /
-neuronx-cc versions, device kind, what TorchNeuron puts in every NEFF's key besides the program (the
-chip target, trn2 or trn3; the LNC; the compiler's optimisation-level override; ``NEURON_CC_FLAGS``:
-``KernelExecution.cpp``, captured in ``tests/standin/captures/torchneuron/neff_cache.json``; a NEFF
-made with other values is never hit), dtype, compile backend, the model (label and a content hash
-of its configs and weights), the tensor-parallel degree — and which (mode, shape) entries it warms,
-with the compile seconds measured where it was made. ``check`` names the first field that does not
-match this install; an import is refused on any mismatch.
-
-A bundle is untrusted input: a NEFF is a program for the device, and inductor's cache entries are
-pickles and shared libraries that run when loaded. Importing one runs its author's code. So
-``read`` refuses absolute paths, ``..``, links and anything but regular files, files the manifest
-does not list, sizes and counts past the limits, and any file whose SHA-256 is not the manifest's —
-all checked while the files are staged in a private folder, before anything reaches the caches; an
-existing cache file with other contents is never overwritten (the import is refused naming it).
-Nothing is half-imported: a refusal leaves the caches as they were.
+A bundle is untrusted code (NEFF programs, inductor's pickles and shared libraries): every member is
+staged in a private folder and verified against the manifest before anything reaches the caches; an
+existing cache file is never overwritten, and a refusal leaves the caches as they were.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import io
@@ -105,8 +93,7 @@ def installed_version(dist: str) -> str | None:
 
 
 def model_hash(model_path: str | Path) -> str:
-    """SHA-256 over the model folder's configs and weights (relative path and contents of each file),
-    so a bundle made for another model or revision is refused."""
+    """SHA-256 over the model folder's files (relative paths and contents)."""
     root = Path(model_path)
     digest = hashlib.sha256()
     for path in sorted(p for p in root.rglob("*") if p.is_file() and not p.name.startswith(".")):
@@ -121,7 +108,6 @@ def model_hash(model_path: str | Path) -> str:
 
 def describe_install(device, settings, model_path: str, model_label: str,
                      entries: list[dict[str, Any]] | None = None) -> Manifest:
-    """The manifest fields of this install (``files`` empty: ``export`` fills them)."""
     return Manifest(
         format=FORMAT, app_version=APP_VERSION, torch=installed_version("torch"), diffusers=installed_version("diffusers"),
         torch_neuronx=installed_version("torch-neuronx"), neuronx_cc=installed_version("neuronx-cc"), device=device.kind,
@@ -133,7 +119,7 @@ def describe_install(device, settings, model_path: str, model_label: str,
 
 
 def check(manifest: Manifest, here: Manifest) -> str | None:
-    """The first field where the bundle does not apply to this install, as one line; None if it applies."""
+    """The first field where the bundle does not apply here, as one line; None if it applies."""
     for name in MATCH_FIELDS:
         theirs, ours = getattr(manifest, name), getattr(here, name)
         if name == "tp_degree" and theirs is None:
@@ -156,8 +142,7 @@ def _sha256(path: Path) -> str:
 
 
 def export(path: str | Path, manifest: Manifest, device) -> Manifest:
-    """Write the bundle: the manifest, then every file the compile stack wrote in this device's caches
-    (lock files excluded: they hold no compile). Written to a temp name and renamed."""
+    """Write the bundle (lock files excluded) to a temp name, then rename it."""
     files, sources = [], []
     for kind, root in _cache_dirs(device).items():
         if kind == "neff-locks":
@@ -258,8 +243,7 @@ def _check_headers(path: str | Path, max_total: int) -> int:
 
 
 def read_manifest(path: str | Path) -> Manifest:
-    """The bundle's manifest (its first member), bounded; BundleRefused if it is not a bundle. Its
-    headers are checked first (``_check_headers``), so the tar reader never meets an unbounded one."""
+    """The manifest (the first member), bounded; its headers are checked first (``_check_headers``)."""
     try:
         _check_headers(path, MAX_TOTAL_BYTES + MAX_MANIFEST_BYTES)
     except HeaderRefused as exc:
@@ -287,11 +271,9 @@ def _safe_relative(name: str) -> PurePosixPath:
 
 
 def _place_all(moves: list[tuple[Path, Path]]) -> None:
-    """Put every staged file in place, or none: each is first copied next to its destination under
-    a temporary name (the step that needs disk space, and may fail: ENOSPC), then each is linked
-    into place (same folder: no space needed; a name taken meanwhile is refused, not overwritten).
-    Any failure removes what this import made — temporary copies, files already placed, folders it
-    created — so the caches are as they were, and says so (BundleRefused)."""
+    """Every staged file in place, or none: each is copied beside its destination under a temporary
+    name (the step that may fail: ENOSPC), then linked into place (no space needed; a name taken
+    meanwhile is refused). A failure removes everything this import made."""
     made_dirs: list[Path] = []
     temps: list[tuple[Path, Path]] = []
     placed: list[Path] = []
@@ -311,22 +293,16 @@ def _place_all(moves: list[tuple[Path, Path]]) -> None:
             temp.unlink()
     except OSError as exc:
         for path in placed + [temp for temp, _ in temps]:
-            try:
-                path.unlink()
-            except FileNotFoundError:
-                pass
+            path.unlink(missing_ok=True)
         for folder in reversed(made_dirs):
-            try:
+            with contextlib.suppress(OSError):
                 folder.rmdir()
-            except OSError:
-                pass
         raise BundleRefused(f"the bundle could not be written into the caches ({type(exc).__name__}: {exc}); "
                             "nothing was imported, the caches are as they were") from None
 
 
 def import_bundle(path: str | Path, device, here: Manifest) -> dict[str, Any]:
-    """Check the bundle against this install, stage and verify every file, then move them into the
-    caches. Returns {"manifest", "written", "already_there"}. BundleRefused (and no change) otherwise."""
+    """Returns {"manifest", "written", "already_there"}, or BundleRefused with nothing changed."""
     manifest = read_manifest(path)
     mismatch = check(manifest, here)
     if mismatch:

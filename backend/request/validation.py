@@ -1,8 +1,5 @@
-"""Request validation: every field checked up front, each error naming the field and the fix.
-
-Used by the manager and, on the other side of the socket, by the tensor-parallel worker (which
-trusts nothing it is sent).
-"""
+"""Request validation: every field checked up front, each error naming the field and the fix (the
+manager's, and the worker's, which trusts nothing it is sent)."""
 
 from __future__ import annotations
 
@@ -44,13 +41,11 @@ def _number(field: str, value: Any) -> float:
 
 
 def work(shape: Shape, steps: int) -> float:
-    """A request's work in megapixel-steps (width x height x steps / 1e6; an edit's references and
-    a batch's images count too: ``Shape.work_pixels``)."""
+    """Megapixel-steps (references and a batch's images count too)."""
     return shape.work_pixels * steps / 1e6
 
 
 def check_sequence(shape: Shape, budget: int) -> None:
-    """InvalidRequest("images") when the output's and the references' tokens pass the budget."""
     if shape.tokens > budget:
         raise InvalidRequest("images", f"{shape} is {shape.tokens} image tokens (the output's and the references'); "
                                        f"the budget is {budget} (--max-sequence-tokens) — fewer or smaller "
@@ -59,8 +54,7 @@ def check_sequence(shape: Shape, budget: int) -> None:
 
 def check_signature(s: Settings, height: Any, width: Any, steps: Any = None, count: Any = None,
                     references: tuple = ()) -> tuple[Shape, int]:
-    """The checks of a request's signature and steps (size, aspect, steps, batch, references, work),
-    for ``validate_request`` and for the cost line before a click: (the signature, the steps)."""
+    """(signature, steps) checked: size, aspect, steps, batch, references, work."""
     shape = validate_shape(height, width, s.min_size, s.max_size)
     long_side, short_side = max(shape.height, shape.width), min(shape.height, shape.width)
     if long_side > s.max_aspect * short_side:
@@ -85,11 +79,8 @@ def validate_request(s: Settings, modes: Iterable[str], prompt: Any, height: Any
                      guidance: Any = None, seed: Any = None, mode: Any = None,
                      count_tokens: Callable[[str], int] | None = None, count: Any = None,
                      references: tuple = ()) -> GenerationRequest:
-    """Turn raw inputs into a GenerationRequest, or raise InvalidRequest naming the field.
-
-    ``count_tokens`` (the loaded model's tokenizer, with its chat template) lets the prompt be
-    checked against what the text encoder reads; without it only the character limit applies.
-    ``references``: already read and fitted (``backend.request.references.load_references``)."""
+    """Raw inputs to a GenerationRequest, or InvalidRequest naming the field. Without
+    ``count_tokens`` (the tokenizer with its chat template) only the character limit applies."""
     modes = tuple(modes)
     if not isinstance(prompt, str):
         raise InvalidRequest("prompt", f"must be text, got {type(prompt).__name__}")

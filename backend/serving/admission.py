@@ -28,28 +28,24 @@ class Admission:
 
     @staticmethod
     def exact_shapes(device) -> bool:
-        """Whether every new (height, width) compiles on ``device``, graphs aside (Neuron's eager ops do)."""
+        """Every new (height, width) compiles on ``device``, graphs aside (Neuron's eager ops)."""
         return device is not None and device.eager_compiles
 
     def compiles_here(self, device, mode: str) -> bool:
-        """Whether a new shape in ``mode`` compiles on ``device`` at all."""
         if self.exact_shapes(device):
             return True
         return self.settings.runs_as(mode) in cs.COMPILED_MODES
 
     def prior_compile_seconds(self, device, mode: str) -> float | None:
-        """What a first compile in ``mode`` costs before this machine has measured one: a prior by
-        compile backend, from this project's own CPU measurements (DESIGN.md, P5/P7 of the bench: a
-        small FLUX.2-klein transformer's first inductor compile took 20-100 s on 2 cores, regional
-        about a third of it; aot_eager a few seconds). None where nothing was measured (the neuron
-        backend, whose compiles this project has never timed)."""
+        """A first compile's seconds before any was measured here, from this project's CPU runs (bench
+        P5/P7: inductor 20-100 s on 2 cores, regional a third, aot_eager a few). None for the neuron
+        backend, never timed here."""
         backend = device.info.compile_backend if device is not None else None
         return PRIOR_COMPILE_SECONDS.get(backend, {}).get(self.settings.runs_as(mode))
 
     def decide(self, device, mode: str, shape: Shape, steps: int | None, locked: bool,
                places: list[str] | None = None) -> "Decision":
-        """The prediction for a run at (mode, shape) served in ``places``, and whether it may start:
-        decided once per request; the prediction's ``refused`` says why not (None: it may run)."""
+        """The prediction for a run at (mode, shape) in ``places``, its ``refused`` saying why it may not start."""
         out = self.table.predict(mode, shape, steps or self.settings.steps, self.compiles_here(device, mode),
                                  self.exact_shapes(device), places, prior=self.prior_compile_seconds(device, mode))
         refusal = self._refusal(mode, shape, out["will_compile"], locked, places,
@@ -83,8 +79,6 @@ class Admission:
 
 @dataclasses.dataclass(frozen=True)
 class Decision:
-    """Admission's answer for one request: the prediction (JSON-able) and the refusal, if any."""
-
     prediction: dict[str, Any]
     refusal: StudioError | None
 
@@ -94,8 +88,7 @@ class Decision:
 
 
 class PlaceBook:
-    """What the engines read of the compile table and report to it (``backend.engines.base.PlaceBook``):
-    the manager's table, seen through admission's rule for whether a shape compiles here."""
+    """The compile table as the engines read and report to it (``backend.engines.base.PlaceBook``)."""
 
     def __init__(self, admission: Admission, device, capacity_changed: Callable[[], None] = lambda: None):
         self._admission, self._table, self._device = admission, admission.table, device

@@ -1,14 +1,9 @@
 """The cost receipt: what an image costs here, from what this machine measured.
 
-For each warm (mode, signature) with steady runs: the median seconds of a run (the compile table's
-steady figure: runs that compiled nothing and ran beside nothing), the images a run makes (the
-batch), and how many such runs the mode's engines run at once (replicas run side by side) give
-images per hour; the instance's price per hour gives the price of 1,000 images. A reference the
-user enters (another machine's price per hour and seconds per image) sits beside it. Every row
-says what it was measured on; a device the app has not run on gets no figure.
-
-Prices: ``--price-per-hour``, else ``ON_DEMAND`` for the instance type ``neuron-ls`` reported (a
-dated table; docs/api.md names its source). Nothing else is guessed: no price, no price column.
+For each warm (mode, signature) with steady runs: its median seconds, the batch, and how many runs
+the mode's engines take at once give images per hour; the price per hour (``--price-per-hour``,
+else ``ON_DEMAND`` for the instance type neuron-ls reported) gives the price of 1,000 images. A
+reference the user enters sits beside it. Nothing is guessed: no price, no price column.
 """
 
 from __future__ import annotations
@@ -29,7 +24,7 @@ ON_DEMAND = {
 
 @dataclasses.dataclass(frozen=True)
 class Reference:
-    """Another machine's figures, entered by the user: its price per hour and seconds per image."""
+    """Another machine's figures, entered by the user."""
 
     label: str
     price_per_hour: float
@@ -63,8 +58,7 @@ def hourly_price(price_per_hour: float, instance_type: str | None) -> tuple[floa
 
 def receipt(status: dict[str, Any], capacity: dict[str, int], price_per_hour: float = 0.0,
             reference: Reference | None = None) -> dict[str, Any]:
-    """The receipt from a manager's ``status()``: ``capacity`` maps a mode to the runs its engines
-    run at once. JSON-able; ``format_receipt`` prints it."""
+    """The receipt (JSON-able); ``capacity`` maps a mode to the runs its engines take at once."""
     device = status.get("device") or {}
     plan = status.get("neuron_cores") or {}
     instance = plan.get("instance_type")
@@ -106,7 +100,7 @@ WORDS = {
 
 
 def format_receipt(data: dict[str, Any], words: dict[str, str] | None = None) -> str:
-    """The receipt as a Markdown table with its caveat (the page, in its language, and ``python app.py cost``)."""
+    """The receipt as a Markdown table with its caveat, in ``words``' language."""
     words = {**WORDS, **(words or {})}
     ref = data["reference"]
     price = data["price_per_hour"]

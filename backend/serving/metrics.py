@@ -1,12 +1,6 @@
-"""The manager's Prometheus metrics (served at ``/metrics`` by ``web.api``), in a registry of its own.
-
-Counted where every request ends (``Manager.validate`` and ``Manager.generate`` call ``ended``):
-requests by mode and outcome, latency by mode and shape, compiles and compile seconds by mode. Read
-at scrape time from what the manager keeps (``ScrapeCollector``): the app's state, each engine's
-state, capacity, queue and busy workers, NeuronCores planned and held, warm signatures per mode.
-
-Every label takes values from a bounded set, whatever callers send: a mode outside the app's modes
-is ``other``, a shape outside the model's presets (an edit, a batch, any other size) is ``other``.
+"""The manager's Prometheus metrics (``/metrics``), in a registry of its own: counted where every
+request ends (``ended``), and read from the manager at scrape time (``ScrapeCollector``). Every label
+takes values from a bounded set: a mode or shape outside the app's modes or presets is ``other``.
 """
 
 from __future__ import annotations
@@ -40,15 +34,12 @@ _ERROR_OUTCOMES = ((InvalidRequest, "invalid"),
 
 
 def outcome(error: BaseException | None) -> str:
-    """The ``outcome`` label of a request that ended with ``error`` (None: an image)."""
     if error is None:
         return "ok"
     return next((label for kinds, label in _ERROR_OUTCOMES if isinstance(error, kinds)), "failed")
 
 
 class RunMetrics:
-    """The counters and histograms of one manager, and the collector that reads it at scrape time."""
-
     def __init__(self, manager):
         self.registry = CollectorRegistry()
         self._presets = frozenset(str(shape) for _name, shape in manager.card.presets)
@@ -68,7 +59,6 @@ class RunMetrics:
         return mode if isinstance(mode, str) and mode in MODES else "other"
 
     def ended(self, mode: Any, result=None, error: BaseException | None = None) -> None:
-        """A request in ``mode`` ended: with ``result`` (a GenerationResult) or ``error``."""
         self.requests.labels(self.mode_label(mode), outcome(error)).inc()
         if result is None:
             return
@@ -80,7 +70,7 @@ class RunMetrics:
 
 
 class ScrapeCollector:
-    """What is now, read from the manager at each scrape (cheap: no status snapshot, no disk)."""
+    """Read from the manager at each scrape (cheap: no status snapshot, no disk)."""
 
     def __init__(self, manager):
         self._manager = manager
@@ -117,7 +107,6 @@ class ScrapeCollector:
 
 
 def _cores(manager):
-    """NeuronCores planned for and held by the app and each engine (Neuron only: none elsewhere)."""
     plan = manager.device.core_plan if manager.device is not None else None
     planned = GaugeMetricFamily(f"{PREFIX}_neuron_cores_planned", "NeuronCores planned, by owner", labels=["owner"])
     held = GaugeMetricFamily(f"{PREFIX}_neuron_cores_in_use", "NeuronCores held now, by owner", labels=["owner"])

@@ -1,7 +1,5 @@
-"""The service's status snapshot (``Status``), made by ``StatusView``, which
-``backend.serving.manager.Manager`` holds as ``view``: one typed object that the page, the API and
-the tests read, whose ``to_json()`` is the API's ``/status``. Cheap: it reads what the engines and
-the device keep. And whether the service is ready for a load balancer (``readiness``: ``/readyz``)."""
+"""The service's status snapshot (``Status``; ``to_json()`` is ``/status``), made cheaply by
+``StatusView`` from what the engines and the device keep, and ``readiness`` for ``/readyz``."""
 
 from __future__ import annotations
 
@@ -15,8 +13,6 @@ from backend.serving.jobs import JobState
 
 
 class ServiceState(enum.StrEnum):
-    """The service's own state (``Manager.state``); each member is its name in the status JSON."""
-
     IDLE = "idle"
     LOADING = "loading"
     WARMING = "warming"
@@ -26,9 +22,8 @@ class ServiceState(enum.StrEnum):
 
 @dataclasses.dataclass(frozen=True)
 class Status:
-    """One snapshot of the service. The engines' own parts (``engine``, ``tp``, ``replicas``, each
-    engine's ``describe()``), the compile table's rows (``shapes``), the board's jobs and the device's
-    readings stay JSON objects: they are shown as they are."""
+    """One snapshot. The engines' ``describe()``, the table's rows, the jobs and the device's readings
+    stay JSON objects: they are shown as they are."""
 
     state: ServiceState
     model: dict[str, Any]  # spec, label, card
@@ -60,11 +55,9 @@ class Status:
 
     @property
     def loaded(self) -> bool:
-        """Whether the model has loaded (not idle, loading or failed): predictions mean something."""
         return self.state not in (ServiceState.IDLE, ServiceState.LOADING, ServiceState.FAILED)
 
     def to_json(self) -> dict[str, Any]:
-        """The API's form (``/status``): a plain dict, a copy; a launched engine's key only when there is one."""
         out = dataclasses.asdict(self)
         for key in ("tp", "replicas"):
             if out[key] is None:
@@ -72,9 +65,8 @@ class Status:
         return out
 
     def for_viewer(self) -> Status:
-        """What a viewer's page and a viewer's ``/status`` get: this status without what only the
-        operator needs — the worker socket's path, process ids, the cache folders' paths — and with
-        each error cut to its first line. A copy; the operator's status is this one."""
+        """A copy without what only the operator needs (the worker socket, process ids, cache paths),
+        each error cut to its first line."""
         seen = {f.name: copy.deepcopy(getattr(self, f.name)) for f in dataclasses.fields(self)}
 
         def first_line(holder: dict[str, Any], *keys: str) -> None:
@@ -102,15 +94,11 @@ class Status:
 
 
 class StatusView:
-    """Reads the service's public state: its state, engines, device, compile table, job board,
-    controls (warm-ups, compiling workers) and records."""
-
     def __init__(self, service):
         self.service = service
 
     def readiness(self) -> tuple[bool, str]:
-        """(ready, why): ready once the model is loaded and every ``--prewarm`` shape is warm in the
-        default mode — what a load balancer asks before it sends traffic (``/readyz``)."""
+        """(ready, why): the model loaded and every ``--prewarm`` shape warm in the default mode."""
         s = self.service
         if s.closing:
             return False, "the app is shutting down"
@@ -130,8 +118,7 @@ class StatusView:
         return True, "ready"
 
     def receipt(self, price_per_hour: float | None = None, reference=None) -> dict[str, Any]:
-        """The cost receipt (``backend.serving.cost``) of what is warm now; ``reference``: a
-        ``cost.Reference`` to set beside it."""
+        """The cost receipt of what is warm now, ``reference`` (a ``cost.Reference``) beside it."""
         from backend.serving.cost import receipt
 
         s = self.service
@@ -143,7 +130,7 @@ class StatusView:
         return receipt(seen, capacity, price, reference)
 
     def engine_load(self) -> dict[str, tuple[int, int]]:
-        """Per engine: (requests waiting for it, requests it is running)."""
+        """Per engine: (waiting, running)."""
         load: dict[str, tuple[int, int]] = {}
         for job in self.service.board.jobs():
             waiting, running = load.get(job.engine, (0, 0))
@@ -159,7 +146,7 @@ class StatusView:
 
     def status(self) -> Status:
         s = self.service
-        jobs = s.board.snapshot()  # without owners: a page session is its own business, not the room's
+        jobs = s.board.snapshot()
         running = [job for job in jobs if job["state"] == "running"]
         device, engines = s.device, list(s.engines.values())
         return Status(
