@@ -1,12 +1,6 @@
-"""The page's event handlers: ``Studio`` holds one object per tab over the one door to the service,
-and answers for the whole page (the timer's refresh, the page opening and closing, its role). Here
-too the small tabs' handlers: Compare, Performance (the plots, the cost receipt) and the public
-``/generate`` endpoint (``ApiEndpoint``; its hidden inputs are ``ui.api``'s). Elsewhere:
-
-- ``ui.handlers_base``: the door (manager, caller of an event), a run as the page starts it,
-  refusals into page notices, the toasts;
-- ``ui.handlers_studio``: Generate, Stop, the controls, the cost line and badges, a PNG's parameters;
-- ``ui.handlers_system``: the operator's controls (group, replicas, cache, lock, warm-up, bundles).
+"""The page's event handlers: ``Studio`` holds one object per tab over the one door to the service
+and answers for the whole page (the timer, the page opening, its role); here too the small tabs'
+handlers (Compare, Performance) and the public ``/generate`` endpoint (``ApiEndpoint``).
 """
 
 from __future__ import annotations
@@ -34,9 +28,8 @@ _LABEL = re.compile(r"[^\w .()/-]+")  # the reference's name, shown as code in M
 
 
 class Studio:
-    """Every handler of the page, bound to one manager (real or fake): ``Studio(manager, operator_key)``
-    (``ui.handlers_base.Door`` says how the key decides each event's caller). ``examples``: the page's
-    example prompts; ``operator_controls``: how many groups the page shows only to the operator."""
+    """Every handler of the page, bound to one manager (real or fake). ``operator_controls``: how many
+    groups the page shows only to the operator."""
 
     def __init__(self, manager, operator_key=None, examples: list[str] | None = None, operator_controls: int = 0):
         self.manager = manager
@@ -52,16 +45,13 @@ class Studio:
 
     def refresh_all(self, mode, width, height, steps, degree=None, count=None, references=None,
                     page: gr.Request | None = None):
-        """The timer's tick: one status read for both the studio line and the system panel. It reads
-        no rank logs: those are read only when someone presses "Show rank logs"."""
+        """The timer's tick: one status read for both tabs (no rank logs: those only on "Show rank logs")."""
         lang, operator = language(page), self.door.caller(page).is_operator
         status = self.status_for(page)
         return (self.studio_tab.views(status, mode, width, height, steps, degree, lang, operator, count, references)
                 + self.system_tab.views(status, lang, operator))
 
     def status_for(self, page: gr.Request | None = None):
-        """The status (``backend.serving.status.Status``) as this caller may read it: whole for the
-        operator, ``for_viewer()`` otherwise."""
         status = self.manager.status()
         return status if self.door.caller(page).is_operator else status.for_viewer()
 
@@ -73,19 +63,15 @@ class Studio:
         return gr.skip(), gr.skip()
 
     def page_role(self, page: gr.Request | None = None):
-        """This page's role line, and whether its operator controls show (the backend refuses a
-        viewer's operator events whatever the page shows). Returns the line, then one visibility
-        update per operator control."""
-        lang = language(page)
+        """This page's role line, then whether each operator control shows (the backend refuses a
+        viewer's operator events whatever the page shows)."""
         operator = self.door.caller(page).is_operator
-        line = text(lang, "role_operator" if operator else "role_viewer")
+        line = text(language(page), "role_operator" if operator else "role_viewer")
         return (line, *[gr.update(visible=operator) for _ in range(self.operator_controls)])
 
     def page_labels(self, page: gr.Request | None = None):
-        """Words the browser's translation does not reach, set when the page opens, in its language:
-        the image's label (gr.Image's block label shows "[object Object]" for an ``I18N`` key in
-        Gradio 6.31) and, for a model with a prompt grammar, what it understands and what it can edit
-        (from its card)."""
+        """Words the browser's translation does not reach: the image's label (gr.Image's block label shows
+        "[object Object]" for an ``I18N`` key in Gradio 6.31) and the card's prompt and edit help."""
         lang = language(page)
         card = self.manager.card
         helps, edits = card.prompt_help(lang), card.edit_help(lang)
@@ -94,21 +80,17 @@ class Studio:
 
 
 class CompareTab:
-    """The Compare tab's events (its runs go through the service like the Studio tab's)."""
-
     def __init__(self, door: Door, runs: Runs):
         self.door, self.runs = door, runs
 
     @staticmethod
     def empty_compare_table(page: gr.Request | None = None):
-        """The Compare tab's timings table before any comparison: its column names in the page's
-        language, no rows (a bare Dataframe shows headers "1 2 3")."""
+        """The column names in the page's language (a bare Dataframe shows headers "1 2 3")."""
         return compare_frame([], language(page))
 
     def compare(self, prompt, width, height, steps, guidance, seed, randomize, modes, references=None,
                 page: gr.Request | None = None, progress: Callable = gr.Progress()):
-        """The Compare button: the gallery (one image per mode, captioned) and the timings table.
-        With the Studio tab's reference images, each mode runs the same edit."""
+        """The gallery (one image per mode) and the timings table; with references, each mode runs the edit."""
         lang = language(page)
         fields = self.runs.fields(prompt, width, height, (modes or ["eager"])[0], steps, guidance,
                                   -1 if randomize else seed, references)
@@ -130,7 +112,7 @@ class CompareTab:
 
 
 def _amount(value) -> float | None:
-    """A price or seconds from a page field: a finite number in (0, MAX_PRICE], else None."""
+    """A finite number in (0, MAX_PRICE], else None."""
     try:
         number = float(value)
     except (TypeError, ValueError):
@@ -139,13 +121,12 @@ def _amount(value) -> float | None:
 
 
 class PerformanceTab:
-    """The Performance tab's events (all of them a viewer's: they read, never change)."""
+    """The Performance tab's events: all a viewer's (they read, never change)."""
 
     def __init__(self, manager):
         self.manager = manager
 
     def refresh_plots(self, page: gr.Request | None = None):
-        """Steady latency against megapixels, compile seconds per shape: on the tab's timer and its button."""
         latency, compiles = latency_frame(self.manager.records), compile_frame(self.manager.status().shapes)
         latency_axes, compile_axes = plot_axes(language(page), latency.empty, compiles.empty)
         return gr.ScatterPlot(latency, **latency_axes), gr.BarPlot(compiles, **compile_axes)
@@ -167,17 +148,13 @@ class PerformanceTab:
 
 
 class ApiEndpoint:
-    """The API's events: the same run through the service as the Generate button, no page around them."""
-
     def __init__(self, runs: Runs):
         self.runs = runs
 
     def api_generate(self, prompt, width, height, mode, steps, seed, guidance, images=None, count=1,
                      page: gr.Request | None = None, progress: Callable = gr.Progress()):
-        """Generate one image (or a batch of ``count``: the first is returned); returns the PNG (with
-        its parameters inside) and the run's record as JSON. ``images``: reference images for an
-        edit (gradio_client's ``handle_file``). Every value is checked by the backend: a bad one is
-        refused naming the field (and, for a size, the nearest valid one)."""
+        """Generate one image (or a batch of ``count``: the first is returned): the PNG (its parameters
+        inside) and the run's record. ``images``: references for an edit (gradio_client's ``handle_file``)."""
         fields = self.runs.fields(prompt, width, height, mode, steps, guidance, seed, images, count)
         result, _seed = self.runs.run(fields, progress, page=page)  # owned by the API client's session
         if result is None:

@@ -1,14 +1,10 @@
-"""What every tab's handlers share: the door to the service (the manager, the caller of an event), a
-run as the page starts it, the one way a backend refusal becomes what the page (or an API client)
-reads, and the page's toasts.
+"""What every tab's handlers share: the door to the service (the manager, an event's caller), a run as
+the page starts it, the toasts, and ``refusals``: the one place a backend refusal (StudioError) becomes
+the page's notice (``gr.Error``, never a generic "Error") or an API client's.
 
-Each handler turns the backend's StudioError into ``gr.Error`` (a message in the page, never a
-generic "Error") with ``refusals``, and returns plain values, so tests can drive the handlers against
-the real manager with a fake engine behind it (``tests/ui/fake_engines.py``).
-
-Words follow the browser: a handler that says something takes the ``gr.Request`` Gradio passes
-in (None in tests: English), and renders in ``i18n.language(request)``. ``request`` always comes
-before ``progress``: Gradio inserts the request at its position among the inputs.
+Words follow the browser: a handler that says something takes the ``gr.Request`` (None in tests:
+English) and renders in ``i18n.language(request)``. ``request`` always comes before ``progress``:
+Gradio inserts the request at its position among the inputs.
 """
 
 from __future__ import annotations
@@ -35,28 +31,23 @@ TP_ENGINE, REPLICA_ENGINE = "tensor-parallel", "replicas"  # the manager's names
 
 
 def _page_error(exc: StudioError, lang: str) -> gr.Error:
-    """The one place a backend error becomes a page error: the translated sentence for its code, then
-    the backend's own detail. A refusal is no bug: one line in the terminal, no traceback."""
+    """A refusal is no bug: one line in the terminal, no traceback."""
     log.info("refused (%s): %s", exc.code, exc)
     return gr.Error(_titled(lang, "title_error", error_message(exc, lang)), title=text(lang, "title_error"),
                     print_exception=False)
 
 
-def _api_error(exc: StudioError) -> gr.Error:
-    """An API client's error: the backend's own words; one line in the terminal, no traceback."""
-    log.info("refused an API call (%s): %s", exc.code, exc)
-    return gr.Error(str(exc), print_exception=False)
-
-
 @contextlib.contextmanager
 def refusals(lang: str | None) -> Iterator[None]:
-    """Around a backend call: its refusal (a StudioError) becomes the page's notice in ``lang``
-    (``_page_error``) or, without a language (an API call), the backend's own words (``_api_error``).
-    Anything else passes through untouched."""
+    """A backend refusal becomes the page's notice in ``lang`` or, without a language (an API call),
+    the backend's own words. Anything else passes through untouched."""
     try:
         yield
     except StudioError as exc:
-        raise (_page_error(exc, lang) if lang else _api_error(exc)) from None
+        if lang:
+            raise _page_error(exc, lang) from None
+        log.info("refused an API call (%s): %s", exc.code, exc)
+        raise gr.Error(str(exc), print_exception=False) from None
 
 
 def _titled(lang: str, title: str, message: str) -> str:
@@ -74,9 +65,8 @@ def _warning(lang: str, message: str) -> None:
 
 
 def _whole(value, strict: bool = False, lang: str = "en", field: str = "tp_degree") -> int | None:
-    """A TP degree (or a replica count: ``field``) from a Number box: a whole number, or None (the
-    default). With ``strict`` anything else is a page error naming the field; without, it is
-    ignored (for the status views)."""
+    """A TP degree or replica count from a Number box, or None (the default). Anything else is a page
+    error with ``strict``, else ignored (for the status views)."""
     if value is None or value == "":
         return None
     try:
@@ -100,52 +90,42 @@ def _cookie(page, name: str) -> str | None:
 
 
 class Door:
-    """The page's door to the service: the manager (real or fake) and who sends each event. Every tab's
-    handlers hold it.
-
-    ``operator_key`` (``backend.serving.roles.OperatorKey``) decides each event's caller from the page's
-    cookie: the operator or a viewer; the manager refuses a viewer's operator actions. Without a
-    key (handlers driven directly, as the handler tests do) there is no room: the caller is the
-    local operator."""
+    """The page's door to the service: the manager and who sends each event. ``operator_key``
+    (``backend.serving.roles.OperatorKey``) tells the operator from viewers by the page's cookie;
+    without one (handlers driven directly) the caller is the local operator."""
 
     def __init__(self, manager, operator_key=None):
         self.manager = manager
         self.key = operator_key
 
     def caller(self, page: gr.Request | None) -> Caller:
-        """Who sent this event: its role (the operator's cookie) and its owner, the page session.
-        Without a key (handlers driven directly) the local operator, owning the page session's runs."""
         session = getattr(page, "session_hash", None)
         if self.key is None:
             return page_caller(True, session) if session else LOCAL_OPERATOR
         return self.key.caller(_cookie(page, COOKIE) if page is not None else None, session)
 
     def page_closed(self, page: gr.Request | None = None) -> None:
-        """The page has gone (Gradio's unload event): its waiting runs leave the board and its running
-        one stops at its next step — nobody is left to see them."""
+        """Gradio's unload: the page's runs leave the board (the running one at its next step)."""
         session = getattr(page, "session_hash", None)
         if session:
             self.manager.abandon(page_caller(False, session).owner)
 
 
 class Runs:
-    """A run through the service as the Studio tab, Compare and the API start it: the request's raw
-    fields, the reference files an event may name, the progress bar (compiles included), the run."""
+    """A run through the service as the Studio tab, Compare and the API start it."""
 
     def __init__(self, door: Door):
         self.door = door
 
     @staticmethod
     def fields(prompt, width, height, mode, steps, guidance, seed, references=None, count=None) -> dict:
-        """The request's raw fields as the page (or the API) sends them; the service checks them
-        (``Manager.run``). ``references``: the Edit area's (or the API's) files."""
+        """The request's raw fields as the page sends them; the service checks them."""
         return dict(prompt=prompt, height=height, width=width, steps=steps, guidance=guidance, seed=seed, mode=mode,
                     images=references, count=count)
 
     def page_files(self, references) -> list:
-        """The reference files an event names, each an upload or an image this app wrote (Use as
-        reference); InvalidRequest("images") for any other path: an event's paths are the caller's
-        word, and a file elsewhere on the server is never read on it."""
+        """The reference files an event names, each an upload or an image this app wrote: an event's
+        paths are the caller's word, and a file elsewhere on the server is never read on it."""
         from backend.images.folder import is_app_output
 
         files = reference_files(references)
@@ -156,28 +136,26 @@ class Runs:
 
     @staticmethod
     def progress_adapter(progress: Callable, lang: str = "en") -> Callable:
-        """Step progress for the page's bar; while a shape compiles (silently: no step for seconds,
-        on Neuron minutes) the bar says so every second with the time so far and the estimate. Its
-        ``close()`` ends that ticking when the run ends, however it ends (a failed compile sends no
-        further step)."""
-        compiling = {"since": None, "stop": threading.Event()}
+        """Step progress for the page's bar; while a shape compiles (no step for minutes on Neuron) it
+        ticks every second with the time so far. ``close()`` ends the ticking however the run ends."""
+        ticking: list[threading.Event] = []  # the running compile's ticker, while one runs
 
-        def tick(estimate: float | None) -> None:
-            while not compiling["stop"].wait(1.0):
-                since = compiling["since"]
-                if since is None:
-                    return
-                elapsed = format_seconds(time.monotonic() - since)
-                progress(None, desc=text(lang, "progress_compiling", elapsed=elapsed,
+        def tick(since: float, estimate: float | None, stop: threading.Event) -> None:
+            while not stop.wait(1.0):
+                progress(None, desc=text(lang, "progress_compiling", elapsed=format_seconds(time.monotonic() - since),
                                          estimate=format_seconds(estimate) if estimate else "?"))
 
+        def close() -> None:
+            while ticking:
+                ticking.pop().set()
+
         def on_progress(event) -> None:
-            if event.phase == Phase.COMPILING and compiling["since"] is None:
-                compiling["since"], compiling["stop"] = time.monotonic(), threading.Event()
-                threading.Thread(target=tick, args=(event.estimate,), name="compile-progress", daemon=True).start()
-            elif event.phase != Phase.COMPILING and compiling["since"] is not None:
-                compiling["since"] = None
-                compiling["stop"].set()
+            if event.phase != Phase.COMPILING:
+                close()
+            elif not ticking:
+                ticking.append(threading.Event())
+                threading.Thread(target=tick, args=(time.monotonic(), event.estimate, ticking[0]),
+                                 name="compile-progress", daemon=True).start()
             if event.phase == Phase.DENOISING:
                 progress((event.step, event.steps),
                          desc=text(lang, "progress_step", step=event.step, steps=event.steps))
@@ -191,17 +169,11 @@ class Runs:
                 progress(None if event.phase == Phase.COMPILING else 0.0 if event.phase == Phase.ENCODING else 1.0,
                          desc=text(lang, f"phase_{event.phase}") + "…")
 
-        def close() -> None:
-            compiling["since"] = None
-            compiling["stop"].set()
-
         on_progress.close = close
         return on_progress
 
     def run(self, fields: dict, progress: Callable, lang: str | None = None, page: gr.Request | None = None):
-        """One run of ``fields`` through the service, for this page's caller. A refusal is a page error
-        (translated when ``lang`` is given; the backend's own words for the API). Returns the result,
-        or None and the seed it had for a stopped run."""
+        """Returns the result and its seed, or None and the seed it had for a stopped run."""
         adapter = self.progress_adapter(progress, lang or "en")
         with contextlib.closing(adapter), refusals(lang):
             fields = {**fields, "images": self.page_files(fields.get("images"))}

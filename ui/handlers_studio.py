@@ -1,6 +1,5 @@
-"""The Studio tab's handlers: Generate and Stop (with the progress bar, compiles included), the size
-and preset controls, the status line, cost and badges the timer refreshes, a PNG's parameters, and
-whether the tensor-parallel controls show.
+"""The Studio tab's handlers: Generate and Stop, the size and preset controls, the status line, cost and
+badges the timer refreshes, a PNG's parameters, and whether the tensor-parallel controls show.
 """
 
 from __future__ import annotations
@@ -32,8 +31,7 @@ HISTORY_KEEP = 24
 
 
 def contact_sheet(images):
-    """A batch's images side by side (two rows for four): one picture for the image box and one
-    history entry."""
+    """A batch's images side by side (two rows for four): one picture, one history entry."""
     from PIL import Image
 
     columns = 2 if len(images) == 4 else len(images)
@@ -46,28 +44,24 @@ def contact_sheet(images):
 
 
 class StudioTab:
-    """The Studio tab's events, over the door to the service and the runs it shares with Compare and
-    the API. ``examples``: the page's example prompts (a note offers the closest)."""
+    """``examples``: the page's example prompts (a note offers the closest)."""
 
     def __init__(self, door: Door, runs: Runs, examples: list[str] | None = None):
         self.door, self.manager, self.runs = door, door.manager, runs
         self.examples = list(examples or [])
 
-    # generate / stop -------------------------------------------------------------------------
     def generate_from_page(self, prompt, width, height, mode, steps, guidance, seed, randomize, history,
                            references=None, count=1, page: gr.Request | None = None,
                            progress: Callable = gr.Progress()):
-        """The Generate button: returns image, run line, record, used seed, gallery, history state,
-        and the run's image files (a batch shows as one sheet, and is one history entry)."""
+        """Returns image, run line, record, used seed, gallery, history state and the run's image files."""
         lang = language(page)
         seed = -1 if randomize else seed
         try:
             fields = self.runs.fields(prompt, width, height, mode, steps, guidance, seed, references, count)
             result, seed = self.runs.run(fields, progress, lang, page)
         except gr.Error as refusal:
-            # A refusal (a bad prompt, a cold shape under the lock, a failed run): a calm notice in
-            # the run line and a toast, the last image, gallery and seed left as they are — not an
-            # "Error" badge over every output.
+            # A refusal: a calm notice in the run line and a toast, the outputs left as they are (not
+            # an "Error" badge over every output).
             reason = str(refusal.message).removeprefix(text(lang, "title_error") + " — ")
             _warning(lang, reason)
             return gr.skip(), text(lang, "run_refused", reason=reason), *[gr.skip()] * 5
@@ -84,14 +78,13 @@ class StudioTab:
         return shown, line, record, result.seed, history, history, list(result.paths)
 
     def history_selected(self, evt: gr.SelectData):
-        """A click on an image of this session's history: Use as reference then takes that one."""
+        """A click on a history image: Use as reference then takes that one."""
         value = evt.value if isinstance(evt.value, dict) else {}
         path = (value.get("image") or {}).get("path") if isinstance(value.get("image"), dict) else None
         return [path] if path else gr.skip()
 
     def use_as_reference(self, paths, references, page: gr.Request | None = None):
-        """"Use as reference": the last run's image (a batch's first), or the history image last
-        clicked, joins the Edit area's references (checked like any reference when it is used)."""
+        """The last run's image (a batch's first), or the history image last clicked, joins the references."""
         lang = language(page)
         current = list(references or [])
         if not paths:
@@ -104,8 +97,8 @@ class StudioTab:
         return current + [(paths[0], None)]
 
     def stop(self, page: gr.Request | None = None) -> None:
-        """Stop this page's run (the operator's: every run) at its next step, and say so at once —
-        while a shape compiles, that the compile finishes first and about when."""
+        """Stop this page's run (the operator's: every run) at its next step; while a shape compiles,
+        say that the compile finishes first and about when."""
         lang = language(page)
         caller = self.door.caller(page)
         with refusals(lang):
@@ -135,7 +128,6 @@ class StudioTab:
               else text(lang, "info_no_worker_compiling"))
         return stopped
 
-    # controls --------------------------------------------------------------------------------
     def preset_changed(self, label: str, width, height):
         shape = preset_shape(label, self.manager.card.presets)
         if shape is None:
@@ -149,8 +141,7 @@ class StudioTab:
 
     def refresh_studio(self, mode, width, height, steps, degree=None, count=None, references=None,
                        page: gr.Request | None = None):
-        """Engine line, cost of the chosen (mode, signature: size, count, references' sizes), preset
-        badges for that mode, TP group badge, whether Generate may be pressed."""
+        """Engine line, cost of the chosen (mode, signature), preset badges, TP badge, whether Generate is on."""
         return self.views(self.manager.status(), mode, width, height, steps, degree, language(page),
                           self.door.caller(page).is_operator, count, references)
 
@@ -161,12 +152,11 @@ class StudioTab:
         tp_badge = tp_state_html(tp, lang)
         degree = _whole(degree)
         steps = steps if isinstance(steps, (int, float)) and steps >= 1 else None
-        # The operator may end a compile a worker process runs (``stop_compiling_worker``).
         end_compile = gr.update(visible=operator and bool(status.compiling_workers))
         if mode == "tp" and tp.get("state") != "ready":
-            # Not ready: a click runs in process meanwhile (and says so), so Generate stays on.
+            # Not ready: a click runs in process meanwhile (and says so): Generate stays on, the badges
+            # are that mode's.
             cost = tp_cost_markdown(tp, degree, operator, lang)
-            # Its requests run in process meanwhile: the badges are that mode's.
             badges = self._badges(status, self.manager.settings.runs_as("tp"), steps, lang)
             return engine, cost, badges, tp_badge, gr.update(interactive=True), end_compile
         bounds = self.manager.settings
@@ -196,15 +186,13 @@ class StudioTab:
         return engine, cost, badges, tp_badge, gr.update(interactive=not refused), end_compile
 
     def _badges(self, status, mode: str, steps, lang: str, chosen: Shape | None = None) -> str:
-        """One badge per preset: its state in ``mode`` (none until the model has loaded), with the
-        chosen count and references (an edit's badges are its signatures' at each preset)."""
+        """One badge per preset: its state in ``mode`` with the chosen count and references."""
         if not status.loaded:
             return badges_html([])
         count, refs = (chosen.count, chosen.refs) if chosen is not None else (1, ())
         return badges_html([(preset_label(n, s), self.manager.predict(mode, s.with_inputs(count, refs), steps))
                             for n, s in self.manager.card.presets], lang)
 
-    # PNG parameters --------------------------------------------------------------------------
     def load_png(self, path, page: gr.Request | None = None):
         """Fill the controls from a PNG's parameters: prompt, size, steps, guidance, seed, mode."""
         if not path:
@@ -241,10 +229,8 @@ class StudioTab:
             params.get("count", 1),
         )
 
-    # the tensor-parallel controls: started and stopped only by their buttons (ui.handlers_system) --
     def show_tp_controls(self, mode, page: gr.Request | None = None):
-        """Picking a mode only shows or hides this page's TP degree and the group's row (its state;
-        Start/Stop for the operator); it starts and stops nothing. The degree is the operator's: a
-        viewer's would do nothing."""
+        """Picking a mode only shows or hides the TP degree (the operator's) and the group's row; it
+        starts and stops nothing."""
         operator = self.door.caller(page).is_operator
         return gr.update(visible=mode == "tp" and operator), gr.update(visible=mode == "tp")

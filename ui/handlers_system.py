@@ -1,9 +1,13 @@
-"""The System tab's handlers, the operator's (the manager refuses a viewer's): the tensor-parallel
-group (its Start/Stop buttons also sit on the Studio tab) and its rank logs, the replica pool, the
-compile cache, the warm-only lock, warm-up and warm-start bundles; and the tab's status views.
+"""The System tab's handlers, the operator's (the manager refuses a viewer's): the tensor-parallel group
+and its rank logs, replicas, the compile cache, the warm-only lock, warm-up, bundles; the tab's views.
 """
 
 from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
 
 import gradio as gr
 
@@ -16,21 +20,16 @@ from ui.views_tp import TP_RUNNING, tp_logs_text, tp_markdown, tp_state_html, tp
 
 
 class SystemTab:
-    """The System tab's events, over the door to the service."""
-
     def __init__(self, door: Door):
         self.door, self.manager, self.key = door, door.manager, door.key
 
     @staticmethod
     def views(status, lang: str = "en", operator: bool = True):
-        """The tab's views from one status snapshot (the page's timer takes them from ``Studio.refresh_all``):
-        the system table, the shapes table, warm-up, the group's badge and table, replicas, the raw status."""
         tp = status.tp or {}
         return (system_markdown(status, lang), shapes_frame(status.shapes, lang), warmup_markdown(status, lang),
                 tp_state_html(tp, lang), tp_markdown(tp, lang),
                 replicas_markdown(status, lang, operator), status.to_json())
 
-    # the tensor-parallel group: started and stopped only by its buttons, never by the mode list ---
     def start_tp(self, degree, page: gr.Request | None = None) -> None:
         """Start the group with this page's degree (a running group of another degree is replaced)."""
         lang = language(page)
@@ -47,7 +46,7 @@ class SystemTab:
             _info(lang, text(lang, "info_tp_starting", ranks=ranks))
 
     def stop_tp(self, page: gr.Request | None = None) -> None:
-        """Stop the group; returns once no process of it is left (the timer shows "stopping" meanwhile)."""
+        """Returns once no process of the group is left (the timer shows "stopping" meanwhile)."""
         lang = language(page)
         caller = self.door.caller(page)
         with refusals(lang):
@@ -60,16 +59,14 @@ class SystemTab:
         _info(lang, text(lang, "info_tp_stopped"))
 
     def show_tp_logs(self, page: gr.Request | None = None) -> str:
-        """The "Show rank logs" button: the logs are read now, only because someone asked."""
+        """The logs are read now, only because someone asked."""
         lang = language(page)
         with refusals(lang):
             logs = self.manager.engine_logs(TP_ENGINE, lines=20, caller=self.door.caller(page))
         return tp_logs_text(logs, lang)
 
-    # replicas: started, resized and stopped only by their buttons (System tab) ---------------
     def start_replicas(self, count, page: gr.Request | None = None) -> str:
-        """Start ``count`` replicas (a running pool of another size is replaced); checked, cores
-        included, before anything starts."""
+        """A running pool of another size is replaced; checked, cores included, before anything starts."""
         lang = language(page)
         wanted = _whole(count, strict=True, lang=lang, field="replicas")
         with refusals(lang):
@@ -85,10 +82,9 @@ class SystemTab:
         _info(lang, text(lang, "info_replicas_stopped" if running else "info_replicas_not_running"))
         return replicas_markdown(self.manager.status(), lang)
 
-    # system panel ----------------------------------------------------------------------------
     def log_out(self, page: gr.Request | None = None) -> None:
-        """The operator's Log out: a new operator key (``OperatorKey.rotate``), so this page and the
-        old link are a viewer's from now on; the new link is printed where the app was started."""
+        """A new operator key: this page and the old link are a viewer's from now on; the new link is
+        printed where the app was started."""
         lang = language(page)
         with refusals(lang):
             self.door.caller(page).require_operator("Logging out")
@@ -97,7 +93,7 @@ class SystemTab:
         print("the operator logged out" + (f"; the new operator link: {link}" if link else ""), flush=True)
 
     def clear_plan(self, page: gr.Request | None = None):
-        """The clear button: what will be removed, and its size, before the operator confirms."""
+        """What will be removed, and its size, before the operator confirms."""
         lang = language(page)
         with refusals(lang):
             plan = self.manager.cache_plan(caller=self.door.caller(page))
@@ -106,21 +102,15 @@ class SystemTab:
             for c in plan]
         return "\n".join(lines), gr.update(visible=True)
 
-    # warm-start bundles ------------------------------------------------------------------------
     def export_bundle(self, page: gr.Request | None = None):
-        """Export the warm in-process shapes as a bundle to download (the operator's)."""
-        import os
-        import shutil
-        import tempfile
-        import time as _time
-
+        """The warm in-process shapes as a bundle to download."""
         lang = language(page)
         caller = self.door.caller(page)
         with refusals(lang):
             caller.require_operator("Exporting a warm-start bundle")  # before anything is written
         # In Gradio's temp folder (the app's own, removed at exit); gone at once if the export fails.
         folder = tempfile.mkdtemp(prefix="bundle-", dir=os.environ.get("GRADIO_TEMP_DIR") or None)
-        path = os.path.join(folder, f"neuron-studio-{_time.strftime('%Y%m%d-%H%M%S')}.bundle")
+        path = os.path.join(folder, f"neuron-studio-{time.strftime('%Y%m%d-%H%M%S')}.bundle")
         with refusals(lang):
             try:
                 manifest = self.manager.export_bundle(path, caller=caller)
@@ -131,7 +121,7 @@ class SystemTab:
         return path
 
     def show_bundle(self, path, page: gr.Request | None = None):
-        """An uploaded bundle: its manifest and whether it applies here, then the confirm row."""
+        """An uploaded bundle's manifest and whether it applies here, then the confirm row."""
         from backend.caches import bundles
 
         lang = language(page)

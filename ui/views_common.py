@@ -1,9 +1,5 @@
 """What every tab's views share: the words table's English keys, presets and modes by name, and
-numbers, sizes and long texts written the same way in every language.
-
-No gradio and no torch here (nor in any ``ui.views_*`` module): views take plain dicts and return
-Markdown, HTML or pandas frames, so each is unit-testable without a page.
-"""
+numbers, sizes and long texts written the same way in every language."""
 
 from __future__ import annotations
 
@@ -60,8 +56,7 @@ def shorten(text: Any, limit: int = 160) -> str:
 
 
 def word(lang: str, prefix: str, name: str) -> str:
-    """The word for ``name`` (a state, a phase: key ``prefix + name``) in ``lang``; ``name`` itself where
-    the table has none."""
+    """The word for ``name`` (a state, a phase) in ``lang``; ``name`` itself where the table has none."""
     return text(lang, prefix + name) if prefix + name in MESSAGES_EN else name
 
 

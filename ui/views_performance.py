@@ -1,5 +1,5 @@
-"""The Performance tab's views: steady latency against megapixels, and compile seconds per shape, per
-mode, each plot with its titles in the page's language and one colour per mode."""
+"""The Performance tab's views: steady latency against megapixels, and compile seconds per shape and
+mode, each plot titled in the page's language with one colour per mode."""
 
 from __future__ import annotations
 
@@ -22,8 +22,7 @@ def latency_frame(records: list[Any]) -> pd.DataFrame:
 
 
 def compile_frame(shapes: list[dict[str, Any]]) -> pd.DataFrame:
-    """Measured compile seconds per (shape, mode), from the compile table's rows (``Status.shapes``);
-    shapes that reused a graph are left out."""
+    """Compile seconds per (shape, mode) from ``Status.shapes``; shapes that reused a graph are left out."""
     rows = [{"shape · mode": f"{r['shape']} · {r['mode']}", "mode": r["mode"],
              "compile seconds": r["compile_seconds"]}
             for r in shapes if r["compiles"] and r["compile_seconds"]]
@@ -36,8 +35,7 @@ MODE_COLORS = {"eager": "#4c78a8", "compiled": "#f58518", "regional": "#54a24b",
 
 def plot_axes(lang: str = DEFAULT, latency_empty: bool = False,
               compile_empty: bool = False) -> tuple[dict[str, str], dict[str, str]]:
-    """Titles and axis and legend titles of the latency and compile plots in ``lang`` (the frames'
-    column names stay the same in every language). An empty plot's title says what will appear."""
+    """The plots' titles in ``lang`` (the frames' columns stay the same); an empty plot's says what will appear."""
     latency = {"title": text(lang, "latency_empty" if latency_empty else "latency_title"),
                "x_title": text(lang, "axis_megapixels"), "y_title": text(lang, "axis_seconds"),
                "color_title": text(lang, "axis_mode"), "color_map": MODE_COLORS}

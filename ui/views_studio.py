@@ -1,6 +1,6 @@
-"""The Studio tab's views: the engine line under the title, the cost of the chosen (mode, shape), the
-preset badges, and the run line under the image (what ran, how long, what compiled, what the model
-understood of the prompt); and the Compare tab's timings table."""
+"""The Studio tab's views (the engine line, the cost of the chosen shape, the preset badges, the run
+line) and the Compare tab's timings table. No gradio and no torch in any ``ui.views_*`` module: views
+take plain values and return Markdown, HTML or frames."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 
 def cost_markdown(prediction: dict[str, Any] | None, error: str | None = None, lang: str = DEFAULT) -> str:
-    """What the chosen (mode, shape) will cost, in one line. ``error`` is already in ``lang``."""
+    """``error`` is already in ``lang``."""
     if error:
         return text(lang, "cost_invalid", error=error)
     if prediction is None:
@@ -43,7 +43,7 @@ def cost_markdown(prediction: dict[str, Any] | None, error: str | None = None, l
     expected = p.get("expected_seconds")
     tail = (text(lang, "cost_expected", seconds=format_seconds(expected)) if expected is not None
             else text(lang, "cost_no_timing"))
-    # The backend's note in English; a note the page knows (``note_key``) in the page's language.
+    # The backend's note in English, or one the page knows (``note_key``) in the page's language.
     note = (text(lang, "note_" + p["note_key"], **p.get("note_args", {})) if p.get("note_key")
             else p.get("note") or "")
     extra = "" if note in ("warm", "") else f" ({note})"
@@ -51,7 +51,7 @@ def cost_markdown(prediction: dict[str, Any] | None, error: str | None = None, l
 
 
 def warm_on_text(prediction: dict[str, Any], lang: str = DEFAULT) -> str:
-    """" · warm on 2 of 4 replicas" where several processes serve the mode (nothing otherwise)."""
+    """" · warm on 2 of 4 replicas" where several processes serve the mode."""
     warm_on = prediction.get("warm_on")
     return text(lang, "cost_warm_on", warm=warm_on[0], of=warm_on[1]) if warm_on else ""
 
@@ -65,7 +65,6 @@ def badge_state(prediction: dict[str, Any]) -> str:
 
 
 def badges_html(predictions: list[tuple[str, dict[str, Any]]], lang: str = DEFAULT) -> str:
-    """One badge per preset: its state in the current mode."""
     spans = []
     for label, p in predictions:
         state = badge_state(p)
@@ -78,7 +77,6 @@ def badges_html(predictions: list[tuple[str, dict[str, Any]]], lang: str = DEFAU
 
 
 def engine_markdown(status: Status, lang: str = DEFAULT) -> str:
-    """The line under the title: model, device, state, and what is running right now."""
     model = status.model.get("label") or status.model["spec"]
     dev = status.device or {}
     where = f"{dev.get('kind', '…')} ({status.dtype or '…'})"
@@ -126,7 +124,7 @@ def compile_text(result: dict[str, Any], lang: str = DEFAULT) -> str:
 
 
 def mode_text(result: dict[str, Any], lang: str = DEFAULT) -> str:
-    """Which mode served a run, as it was: a TP request served in process says so, never "tp"."""
+    """Which mode served a run: a TP request served in process says so, never "tp"."""
     mode = result["mode"]
     if result.get("degraded"):
         return text(lang, "run_in_process", mode=mode, requested=result.get("requested_mode") or "tp")
@@ -136,7 +134,6 @@ def mode_text(result: dict[str, Any], lang: str = DEFAULT) -> str:
 
 
 def mode_caption(result: dict[str, Any], lang: str = DEFAULT) -> str:
-    """The short form of ``mode_text`` for gallery captions and the compare table."""
     if result.get("degraded"):
         return text(lang, "caption_degraded", mode=result["mode"], requested=result.get("requested_mode") or "tp")
     if result["mode"] == "tp":
@@ -148,7 +145,6 @@ COMPARE_COLUMNS = ["col_mode", "col_seconds", "col_compiled", "col_compile_s", "
 
 
 def compare_frame(entries: list[dict[str, Any]], lang: str = DEFAULT) -> pd.DataFrame:
-    """One prompt run through several modes: one row per mode."""
     rows = [[mode_caption(e["result"], lang) if e["result"].get("degraded") else e["mode"],
              round(e["result"]["seconds"], 3), e["result"]["compiled"], round(e["result"]["compile_seconds"], 2),
              e["max_diff"]] for e in entries]
@@ -177,16 +173,14 @@ def run_markdown(result: dict[str, Any], lang: str = DEFAULT) -> str:
 
 
 def beyond_training_note(trained_pixels: int, nearest: str | None = None, lang: str = DEFAULT) -> str:
-    """Said before the click: what the model really does at a size past its training, and the
-    nearest preset it draws well."""
+    """Said before the click: what the model does past its training size, and the nearest preset it draws well."""
     side = int(trained_pixels ** 0.5)
     note = text(lang, "cost_beyond_training", pixels=f"{trained_pixels:,}", side=f"{side}x{side}")
     return note + (text(lang, "cost_nearest_preset", preset=nearest) if nearest else "")
 
 
 def reading_note(reading, examples: list[str], lang: str = DEFAULT) -> str:
-    """After a run whose prompt the model's grammar only partly understood: the words it did not
-    understand, what it made up, and the example prompt closest to what was asked."""
+    """What the model's grammar did not understand of the prompt, what it made up, and the closest example."""
     parts = []
     if reading.ignored:
         parts.append(text(lang, "read_ignored", words=", ".join(f"“{w}”" for w in reading.ignored)))

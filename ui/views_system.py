@@ -24,7 +24,6 @@ if TYPE_CHECKING:
 
 
 def device_reason(reason: str, lang: str = DEFAULT) -> str:
-    """Why the device was chosen, in the page's language (the numbers as they are)."""
     for english, local in _REASON_WORDS.get(lang, ()):
         reason = reason.replace(english, local)
     return reason
@@ -66,7 +65,6 @@ SHAPE_COLUMNS = ["col_mode", "col_shape", "col_state", "col_compile_s", "col_ste
 
 
 def shapes_frame(shapes: list[dict[str, Any]], lang: str = DEFAULT) -> pd.DataFrame:
-    """The compile table's rows (``Status.shapes``) as the System tab shows them."""
     # A shape warmed from a bundle shows the bundle's compile seconds, labelled so, until it runs here.
     rows = [[r["mode"], r["shape"], text(lang, f"badge_{r['state']}") + (
                  f" ({text(lang, 'from_bundle')})" if r.get("bundle_compile_seconds") is not None else ""),
@@ -92,8 +90,7 @@ def warmup_markdown(status: Status, lang: str = DEFAULT) -> str:
 
 
 def bundle_markdown(manifest: dict[str, Any], mismatch: str | None, lang: str = DEFAULT) -> str:
-    """An uploaded bundle before it is imported: what it warms, what it was made with, whether it
-    applies here, and that importing runs its author's code."""
+    """An uploaded bundle before it is imported: what it warms, what made it, whether it applies here."""
     rows = [f"| {key} | {manifest.get(key)} |" for key in ("created", "model", "device", "neuron_target", "lnc",
                                                             "neuron_opt_level", "neuron_cc_flags", "dtype",
                                                             "compile_backend", "torch", "torch_neuronx", "tp_degree")]
@@ -106,8 +103,6 @@ def bundle_markdown(manifest: dict[str, Any], mismatch: str | None, lang: str = 
 
 
 def replicas_markdown(status: Status, lang: str = DEFAULT, operator: bool = True) -> str:
-    """The System tab's replica table: per replica its state, core, pid, whether it is busy, the
-    requests it served and the shapes warm on it."""
     pool = status.replicas or {}
     if not pool.get("size"):
         return text(lang, "replicas_none" if operator else "replicas_none_viewer")

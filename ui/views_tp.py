@@ -18,7 +18,6 @@ def tp_state_name(state: str, lang: str) -> str:
 
 
 def tp_engine_text(tp: dict[str, Any], show_error: bool = True, lang: str = DEFAULT) -> str:
-    """The group's state for the engine line under the title (every page shows it)."""
     state, ranks = tp.get("state", "stopped"), tp.get("world_size")
     line = text(lang, "tp_engine", state=tp_state_name(state, lang))
     if state in TP_RUNNING:
@@ -29,7 +28,7 @@ def tp_engine_text(tp: dict[str, Any], show_error: bool = True, lang: str = DEFA
 
 
 def tp_state_html(tp: dict[str, Any], lang: str = DEFAULT) -> str:
-    """A badge with the group's state; ``data-state`` carries it for scripts and tests."""
+    """``data-state`` carries the state for scripts and tests."""
     state, ranks = tp.get("state", "stopped"), tp.get("world_size")
     if state == "ready":
         words = text(lang, "tp_badge_ready", ranks=ranks)
@@ -46,8 +45,7 @@ def tp_state_html(tp: dict[str, Any], lang: str = DEFAULT) -> str:
 
 
 def _start_cost(tp: dict[str, Any], degree: int, lang: str = DEFAULT) -> str:
-    """What pressing Start will cost (the load plus warm-up of the group's last start, if one was
-    measured), to follow "press **Start group**"."""
+    """What pressing Start will cost: the load plus warm-up of the group's last start, if measured."""
     timings, last = tp.get("timings") or {}, tp.get("world_size")
     if "load" not in timings:
         return text(lang, "tp_start_unmeasured", degree=degree)
@@ -58,9 +56,8 @@ def _start_cost(tp: dict[str, Any], degree: int, lang: str = DEFAULT) -> str:
 
 def tp_cost_markdown(tp: dict[str, Any], degree: int | None = None, operator: bool = True,
                      lang: str = DEFAULT) -> str:
-    """The cost line while tensor-parallel mode is picked and its group is not ready: what happens to
-    a click now (it runs in process meanwhile) and, for the operator, what starting the group costs.
-    A viewer reads only what a viewer can do: the operator starts and stops the group."""
+    """The cost line while the group is not ready: a click runs in process meanwhile; for the operator,
+    what starting the group costs (a viewer reads only what a viewer can do)."""
     state, ranks = tp.get("state", "stopped"), tp.get("world_size")
     degree = degree or ranks
     meanwhile = text(lang, "tp_meanwhile", mode=tp.get("compile_mode") or "eager")
@@ -78,7 +75,6 @@ def tp_cost_markdown(tp: dict[str, Any], degree: int | None = None, operator: bo
 
 
 def tp_group_note(tp: dict[str, Any], degree: int | None, lang: str = DEFAULT) -> str:
-    """Appended to the cost line when the group is ready: which group Generate will run on."""
     ranks = tp.get("world_size")
     if degree and ranks and degree != ranks:
         return text(lang, "tp_note_other", ranks=ranks, degree=degree, cost=_start_cost(tp, degree, lang))
@@ -90,7 +86,6 @@ def _mb(n: int | None) -> str:
 
 
 def tp_ranks_markdown(ranks: list[dict[str, Any]]) -> str:
-    """One row per rank (known once the group is ready): where it runs and what it holds."""
     if not ranks:
         return ""
     head = ["| Rank | pid | NeuronCore | device | transformer MB | sharded MB | replicated MB | weights |",
@@ -103,7 +98,6 @@ def tp_ranks_markdown(ranks: list[dict[str, Any]]) -> str:
 
 
 def tp_markdown(tp: dict[str, Any], lang: str = DEFAULT) -> str:
-    """The System tab's tensor-parallel panel: the group, its last start, its ranks."""
     if not tp:
         return ""
     def t(key: str, **values: Any) -> str:
@@ -130,6 +124,5 @@ def tp_markdown(tp: dict[str, Any], lang: str = DEFAULT) -> str:
 
 
 def tp_logs_text(logs: dict[str, str], lang: str = DEFAULT) -> str:
-    """``Manager.engine_logs("tensor-parallel")`` rendered for the Rank logs box."""
     shown = [f"── {name} ──\n{tail.rstrip()}" for name, tail in (logs or {}).items() if tail and tail.strip()]
     return "\n".join(shown) or text(lang, "tp_no_logs")
