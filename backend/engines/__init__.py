@@ -1,14 +1,7 @@
-"""Engines: what runs a request. One contract (``backend.engines.base``), three engines; the manager
-names none of them.
-
-- ``in_process.InProcessEngine``: the pipeline in the app's own process (eager, compiled, regional);
-  it also serves what a launched engine cannot serve right now (``Route.degraded``).
-- ``tensor_parallel.TensorParallelEngine``: a torchrun worker group, the transformer sharded over
-  its ranks (mode ``tp``).
-- ``replicas.ReplicaPool``: N single-rank worker groups, each a whole copy of the pipeline.
-
-The two launched engines share ``backend.launch.group.WorkerGroup`` and the worker
-(``backend.workers.worker``).
+"""Engines: what runs a request. One contract (``backend.engines.base``), three engines the manager
+never names: ``in_process.InProcessEngine`` (the pipeline in the app's process),
+``tensor_parallel.TensorParallelEngine`` (a torchrun group, mode ``tp``) and ``replicas.ReplicaPool``
+(N one-rank groups); the last two share ``backend.launch.group.WorkerGroup``.
 """
 
 from __future__ import annotations
@@ -17,9 +10,8 @@ from backend.engines.base import Engines, PlaceBook
 
 
 def build_engines(settings, device, model_path: str, book: PlaceBook, engine_factory=None) -> Engines:
-    """The engines for these settings, by role. ``book``: what they read of the manager's compile
-    table and report to it; ``engine_factory(device, model_path)`` replaces the in-process engine
-    (the handler tests give a fake one)."""
+    """The engines for these settings, by role. ``engine_factory(device, model_path)`` replaces the
+    in-process engine (the handler tests give a fake one)."""
     from backend.engines.in_process import InProcessEngine
     from backend.engines.replicas import ReplicaPool
     from backend.engines.tensor_parallel import TensorParallelEngine

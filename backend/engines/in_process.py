@@ -1,13 +1,10 @@
 """The in-process engine: one loaded Flux2KleinPipeline, run eager, compiled or regionally compiled.
 
-Modes share one set of weights. ``torch.nn.Module.compile`` stores its compiled callable in the
-module's ``_compiled_call_impl`` and calls it when that is set; the engine builds each mode's compiled
-callables once (the whole transformer for ``compiled``; every repeated block, via diffusers'
-``compile_repeated_blocks``, for ``regional``) and switches mode by setting or clearing those
-attributes. No reload, no second copy of the model, and each mode keeps its graphs across switches.
-
-One in-process engine per process: loading resets dynamo so compile events and graph counts belong
-to this engine alone.
+Modes share one set of weights: ``torch.nn.Module.compile`` stores its compiled callable in the
+module's ``_compiled_call_impl``, so the engine builds each mode's callables once (the transformer
+for ``compiled``, each repeated block for ``regional``) and switches mode by setting or clearing
+those attributes; each mode keeps its graphs across switches. One per process: loading resets
+dynamo, so compile events and graph counts are this engine's alone.
 """
 
 from __future__ import annotations
@@ -19,25 +16,14 @@ from typing import Callable
 
 import torch
 
+from backend.engines.base import Route
 from backend.errors import CompileFailure, GenerationCancelled, GenerationFailed, ShapeLocked
 from backend.hardware.device import COMPILE_EVENTS, Device, compile_error_text, diff_counters, is_compile_error
 from backend.request.records import EngineOutput, GenerationRequest, Phase, ProgressEvent
 from backend.settings import IN_PROCESS_MODES as MODES
 
 
-def quiet_libraries() -> None:
-    """Loading bars and per-call notices would go to the app's stderr; the status says it all."""
-    import diffusers
-    import transformers
-
-    diffusers.utils.logging.disable_progress_bar()
-    diffusers.utils.logging.set_verbosity_error()
-    transformers.utils.logging.disable_progress_bar()
-    transformers.utils.logging.set_verbosity_error()
-
-
 def load_pipeline(device: Device, model_path: str):
-    """The whole pipeline from a diffusers folder, in the device's dtype, moved to the device."""
     from diffusers import Flux2KleinPipeline
 
     pipe = Flux2KleinPipeline.from_pretrained(model_path, dtype=device.dtype)
@@ -49,9 +35,8 @@ def load_pipeline(device: Device, model_path: str):
 WOULD_COMPILE = "this shape would compile, and the app is locked to warm shapes"
 
 class InProcessEngine:
-    """The in-process role (``backend.engines.base``) in the app's own process: one request at a time
-    (``run`` queues on a lock, which ``exclusive`` also takes for work that must not overlap a run),
-    loaded on first use when the app started with another engine."""
+    """One request at a time (``run`` queues on the lock ``exclusive`` gives out); loaded on first
+    use when the app started with another engine."""
 
     name = "in-process"
     status_key = "engine"
@@ -59,8 +44,7 @@ class InProcessEngine:
     place = "app"
 
     def __init__(self, device: Device, model_path: str, loader: Callable | None = None):
-        """``loader(device, model_path)`` builds the pipeline already placed on the device; the default
-        loads it whole. The tensor-parallel worker passes one that shards the transformer."""
+        """``loader(device, model_path)``: the pipeline, placed (a rank's shards the transformer)."""
         self.device = device
         self.model_path = model_path
         self._loader = loader or load_pipeline
@@ -75,8 +59,6 @@ class InProcessEngine:
         return "ready" if self.pipe is not None else "idle"
 
     def route(self, request: GenerationRequest):
-        from backend.engines.base import Route
-
         return Route(request, self) if request.mode in self.modes else None
 
     def places(self, mode: str) -> list[str]:
@@ -89,7 +71,6 @@ class InProcessEngine:
         return None
 
     def exclusive(self):
-        """Hold the engine (no run starts meanwhile): for clearing caches and bundles."""
         return self._lock
 
     # lifecycle -------------------------------------------------------------------------------
@@ -99,8 +80,13 @@ class InProcessEngine:
                 self._load()
 
     def _load(self) -> None:
+        import diffusers
+        import transformers
+
         began = time.perf_counter()
-        quiet_libraries()
+        for library in (diffusers, transformers):  # no loading bars or notices on the app's stderr
+            library.utils.logging.disable_progress_bar()
+            library.utils.logging.set_verbosity_error()
         pipe = self._loader(self.device, self.model_path)
         pipe.set_progress_bar_config(disable=True)
         dense_references(pipe)
@@ -131,15 +117,11 @@ class InProcessEngine:
             transformer.compile_repeated_blocks(**kwargs)
             modules = [m for m in transformer.modules() if m is not transformer
                        and getattr(m, "_compiled_call_impl", None) is not None]
-        variant = [(m, m._compiled_call_impl) for m in modules]
-        for module, _impl in variant:
-            module._compiled_call_impl = None  # switched on by _activate
-        return variant
+        return [(m, m._compiled_call_impl) for m in modules]  # switched off and on by _activate
 
     def _drop_variant(self, mode: str) -> None:
-        """Forget a mode's compiled callables after a compile failed in it, so the next request in
-        that mode compiles afresh (with the compile backend then in force) instead of reusing a
-        callable that failed. Eager has nothing to drop."""
+        """After a compile failed in ``mode``: its next request compiles afresh, not with the callable
+        that failed."""
         for module, _impl in self._variants.pop(mode, []) if mode != "eager" else []:
             module._compiled_call_impl = None
         if self.active_mode == mode:
@@ -161,11 +143,8 @@ class InProcessEngine:
     def run(self, request: GenerationRequest, on_progress: Callable[[ProgressEvent], None] = lambda e: None,
             should_stop: Callable[[], bool] = lambda: False, forbid_compile: bool = False,
             warming: bool = False, decode: bool = True) -> EngineOutput:
-        """Generate one image. Raises GenerationCancelled, ShapeLocked, CompileFailure or GenerationFailed.
-        Loads the pipeline first if it is not loaded yet; one run at a time (others wait).
-
-        ``decode=False`` stops at the latents (image None): tensor-parallel ranks other than 0 have
-        no use for pixels, and skipping their VAE decode frees their device for rank 0."""
+        """Generate (GenerationCancelled, ShapeLocked, CompileFailure or GenerationFailed), loading
+        first if need be. ``decode=False`` stops at the latents: ranks other than 0 skip the VAE."""
         with self._lock:
             if self.pipe is None:
                 on_progress(ProgressEvent(Phase.LOADING, 0, request.steps, request.mode, str(request.shape)))
@@ -268,11 +247,9 @@ class InProcessEngine:
 
 
 def dense_references(pipe) -> None:
-    """Make the reference images' tensors dense before the VAE encodes them. Diffusers' image
-    processor transposes an HWC array to NCHW (``numpy_to_pt``), so a reference reaches the VAE with
-    channels-last strides; a device whose group norm falls back to ATen's composite kernel
-    (``math_group_norm``, built on ``view``) refuses those strides. On the CPU and CUDA this changes
-    nothing but a copy of each reference."""
+    """Dense reference tensors for the VAE: diffusers' ``numpy_to_pt`` leaves channels-last strides,
+    which a device whose group norm falls back to ATen's ``math_group_norm`` (built on ``view``)
+    refuses. Elsewhere it costs a copy of each reference."""
     processor = getattr(pipe, "image_processor", None)
     if processor is None or getattr(processor, "_dense", False):
         return

@@ -1,22 +1,11 @@
-"""The replica pool: N worker groups of one rank each, every one a whole copy of the pipeline.
+"""The replica pool: N worker groups of one rank each, every one a whole pipeline, serving requests
+side by side (docs/replicas.md). Each gets on Neuron one NeuronCore of the core plan, on CUDA one
+device, on the CPU ``cpu_count // N`` threads; a count that does not fit is refused up front.
 
-FLUX.2-klein-4B fits on one NeuronCore, so a room is served best by as many copies as there are
-cores to spare: requests run side by side, one per replica (data parallelism, as vLLM's engine
-replicas and SwarmUI's backends do it). Each replica is a ``WorkerGroup`` with ``role`` replica,
-one rank that loads the pipeline whole. Its device:
-
-- on Neuron, one NeuronCore from the core plan (``claim``: after the app's cores, beside the
-  tensor-parallel ranks'; a count that does not fit is refused up front, naming what fits);
-- on CUDA, one device each (``CUDA_VISIBLE_DEVICES``; more replicas than devices is refused);
-- on CPU, a share of the threads (``cpu_count // N`` each), so replicas do not fight over cores.
-
-Dispatch (``run``): a free ready replica, preferring one where (mode, shape) is already warm. Where
-a new shape compiles (compiled modes; every mode on Neuron), a request at a shape that is warm on
-some replica waits for one of those rather than compile again elsewhere, so the cost line's "warm
-on 2 of 4" is what the request gets; a warm-up prefers the replicas where it is cold, and runs until
-it is warm on all. A replica that dies fails its own request with a clear message and is restarted
-in the background; the others keep serving. While none is ready (all starting, or all dead), the
-in-process engine serves the pool's requests and the record says so.
+Dispatch: a free ready replica, preferring one where (mode, shape) is warm; where a new shape
+compiles, a request at a shape warm somewhere waits for a warm replica rather than compile again, so
+the cost line's "warm on 2 of 4" is what it gets; a warm-up goes where the shape is cold. A replica
+that dies fails its own request and restarts; while none is ready, the in-process engine serves.
 """
 
 from __future__ import annotations
@@ -55,17 +44,14 @@ class ReplicaPool:
         self.last_error: str | None = None
         self._closing = False
 
-    # what the manager asks ------------------------------------------------------------------------
     @property
     def state(self) -> str:
-        """The most useful state any replica is in ("stopped" when none runs)."""
         states = {r.state for r in self.replicas}
         order = (GroupState.READY, *STARTING, GroupState.STOPPING, GroupState.DEAD)
         return next((s for s in order if s in states), GroupState.STOPPED)
 
     @property
     def configured(self) -> bool:
-        """Started at launch (``--replicas N``)."""
         return self.settings.replicas > 0
 
     def route(self, request: GenerationRequest) -> Route | None:
@@ -112,9 +98,7 @@ class ReplicaPool:
                 "ready": self.capacity(), "busy": len(self._busy), "restarts": self.restarts,
                 "device": self.device.info.kind, "replicas": replicas, "error": self.last_error}
 
-    # lifecycle ------------------------------------------------------------------------------------
     def load(self) -> None:
-        """Start ``--replicas`` replicas and wait until every one is ready."""
         self.start(wait=True)
         if self.capacity() < len(self.replicas):
             raise BackendNotReady("the replicas did not all start: "
@@ -122,8 +106,8 @@ class ReplicaPool:
                                               if r.state != GroupState.READY))
 
     def _plan(self, count: int) -> tuple[list[list[int]], list[dict[str, str]], int]:
-        """Per replica: its NeuronCores, its environment, and the CPU threads each gets. Refuses a
-        count that does not fit the device (before anything starts)."""
+        """Per replica its NeuronCores and environment, and each one's CPU threads; refuses a count
+        that does not fit."""
         if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_REPLICAS:
             raise InvalidRequest("replicas", f"must be a whole number from 1 to {MAX_REPLICAS}, got {count!r}")
         kind = self.device.info.kind
@@ -145,7 +129,6 @@ class ReplicaPool:
         return [[] for _ in range(count)], [{} for _ in range(count)], threads
 
     def start(self, size: int | None = None, wait: bool = False) -> dict[str, Any]:
-        """Start ``size`` replicas (default ``--replicas``), replacing a pool of another size."""
         count = self.settings.replicas if size is None else size
         with self._life:
             cores, envs, threads = self._plan(count)  # refused here, before the old pool is touched
@@ -171,7 +154,6 @@ class ReplicaPool:
                                    on_change=self.book.capacity_changed)
 
     def stop(self) -> None:
-        """Stop every replica (no process of the pool survives); the pool is then empty."""
         with self._life:
             self._end(lambda group: group.stop())
 
@@ -180,7 +162,7 @@ class ReplicaPool:
             self._end(lambda group: group.close())
 
     def _end(self, how: Callable[[WorkerGroup], None]) -> None:
-        """End every replica ``how`` (stop, or close: at once); requests waiting for one are told."""
+        """End every replica ``how``; requests waiting for one are told."""
         self._closing = True
         for group in self.replicas:
             how(group)
@@ -198,7 +180,6 @@ class ReplicaPool:
                 logs[f"{group.place} · {'worker' if name == 'rank 0' else name}"] = text
         return logs
 
-    # requests -------------------------------------------------------------------------------------
     def _pick(self, request: GenerationRequest, warming: bool) -> int | None:
         """The replica to run ``request`` on now (None: wait for one to be free)."""
         ready = [i for i, r in enumerate(self.replicas) if r.state == GroupState.READY]
@@ -248,9 +229,8 @@ class ReplicaPool:
                 self._free.notify_all()
 
     def _replace(self, index: int, group: WorkerGroup) -> None:
-        """A replica that was ready died (its processes are gone: ``WorkerGroup.on_dead``): nothing is
-        warm there any more; start a fresh one on the same core. A replica that never became ready
-        is not restarted (it would fail the same way): its error stays in the status."""
+        """``on_dead`` of a replica that was ready: a fresh one on the same core. (One that never became
+        ready would fail the same way: it is not restarted, its error stays in the status.)"""
         self.book.lost_place(group.place)
         with self._life:
             if self._closing or index >= len(self.replicas) or self.replicas[index] is not group:

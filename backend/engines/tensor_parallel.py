@@ -1,21 +1,14 @@
-"""The tensor-parallel engine: one torchrun worker group, the transformer sharded over its ranks.
+"""The tensor-parallel engine: one torchrun worker group, the transformer sharded over its ranks
+(mode ``tp``; docs/tensor-parallel.md). What only it knows:
 
-It serves mode ``tp``. What only this module knows:
-
-- the degree (``--tp-degree``, or the one given to ``start``): it must divide the transformer's
-  attention heads, and on Neuron its ranks get cores from the core plan (``claim``, after the
-  app's and beside the replicas'); a degree that does not fit is refused before anything starts,
-  naming the ones that do;
-- a start with another degree replaces the running group (its graphs go with it: the compile
-  table forgets the place ``tp``); the same degree leaves a starting or ready group as it is;
-- while the group is not ready — never started or stopped by the operator, launching, loading,
-  warming or dead — its requests are served in process the way each rank would run them
-  (``--tp-compile``), and the record says so and why (``Route.degraded``): a viewer, who cannot
-  start the group, still gets an image, never a refusal that names a button only the operator has;
-- when the ranks end themselves after a failed request (on Neuron: the reply says
-  ``group_ending``, or a rank's exit status says it), a new group of the same degree starts once
-  the old one's processes are gone (its ``on_dead``): not before, since on Neuron a core is held
-  until the process that reserved it exits.
+- the degree must divide the attention heads and (on Neuron) fit the core plan, or it is refused
+  before anything starts; a start with another degree replaces the group (the compile table
+  forgets place ``tp``), the same degree leaves a starting or ready group as it is;
+- while the group is not ready its requests run in process as each rank would run them
+  (``--tp-compile``), and the record says why (``Route.degraded``): a viewer, who cannot start the
+  group, gets an image, never a refusal naming a button only the operator has;
+- when the ranks end themselves after a failed request, a group of the same degree starts once the
+  old one's processes are gone: on Neuron a core is held until the process that reserved it exits.
 """
 
 from __future__ import annotations
@@ -47,29 +40,24 @@ class TensorParallelEngine:
         self.group: WorkerGroup | None = None
         self._lock = threading.Lock()  # one request at a time: rank 0 serves its jobs in order
         self._life = threading.Lock()  # start, stop and restart, one at a time
-        self.last_error: str | None = None
-        # The two signs that a group's ranks ended themselves: each may come first (rank 0's reply,
-        # or the death the group reports once its processes are gone); the restart happens once
-        # both are known, or at the death when an exit status says it. A second restart of the same
-        # group finds it replaced (``_restart``) and does nothing.
+        # The two signs that a group's ranks ended themselves, in either order: rank 0's reply, and
+        # the death reported once its processes are gone (which alone suffices when an exit status
+        # says it). The restart waits for both.
         self._ending_said: WorkerGroup | None = None
         self._death_reported: WorkerGroup | None = None
         self._signs = threading.Lock()
         self._closed = False
 
-    # what the manager asks ------------------------------------------------------------------------
     @property
     def state(self) -> str:
         return self.group.state if self.group is not None else GroupState.STOPPED
 
     @property
     def ready(self) -> bool:
-        """Whether the group serves requests now (the one place that decides it)."""
         return self.group is not None and self.group.state == GroupState.READY
 
     @property
     def configured(self) -> bool:
-        """Started at launch (``--mode tp``)."""
         return self.settings.mode == TP_MODE
 
     @property
@@ -85,7 +73,6 @@ class TensorParallelEngine:
                      self._in_process_why())
 
     def _in_process_why(self) -> str:
-        """Why requests run in process (the record says in which mode; the page words it)."""
         group = self.group
         if group is None:
             return "the operator has not started the tensor-parallel group"
@@ -95,8 +82,7 @@ class TensorParallelEngine:
                                                                 else "")
 
     def degraded(self) -> str | None:
-        """Something is wrong with the group (it died) while tensor-parallel requests run in process;
-        None while it is ready, starting (an ordinary start is no alarm) or simply not running."""
+        """Only a dead group is an alarm (a start or a stop is not)."""
         group = self.group
         return self._in_process_why() if group is not None and group.state == GroupState.DEAD else None
 
@@ -107,13 +93,11 @@ class TensorParallelEngine:
         return 1 if self.ready else 0
 
     def cores_wanted(self) -> tuple[int, int | None]:
-        """(cores, attention heads) this engine starts with: the core plan's view of it."""
         from backend.models.source import transformer_heads
 
         return self.degree, transformer_heads(self.model_path)
 
     def busy_with_cache(self) -> str | None:
-        """Why the compile cache must not be cleared now (None: it may be)."""
         group = self.group
         if group is not None and group.state in STARTING + (GroupState.READY, GroupState.STOPPING):
             return (f"the tensor-parallel group is {group.state}: its ranks hold lock files in the compile "
@@ -126,15 +110,12 @@ class TensorParallelEngine:
             return {"state": GroupState.STOPPED, "world_size": self.settings.tp_degree, "ranks": [], "error": None}
         return group.describe()
 
-    # lifecycle ------------------------------------------------------------------------------------
     def load(self) -> None:
-        """Start the group of the configured degree and wait for READY."""
         self.start(wait=True)
         if not self.ready:
             raise BackendNotReady(f"the tensor-parallel group did not start: {self.group.error or self.state}")
 
     def start(self, size: int | None = None, wait: bool = False) -> dict[str, Any]:
-        """Launch a group of ``size`` ranks (default ``--tp-degree``), replacing one of another degree."""
         degree = self.settings.tp_degree if size is None else size
         with self._life:
             running = self._launch(degree)
@@ -149,8 +130,7 @@ class TensorParallelEngine:
             return group
         from backend.models.source import transformer_heads
 
-        # Checked (and on Neuron its cores claimed) before the old group is touched; the old
-        # group's own cores count as free: it is closed before the new one launches.
+        # Checked (its cores claimed) before the old group, whose cores count as free, is closed.
         cores = check_degree(degree, transformer_heads(self.model_path), self.device.core_plan,
                              owner=self.name)
         if group is not None:
@@ -165,26 +145,22 @@ class TensorParallelEngine:
         return running
 
     def stop(self) -> None:
-        with self._life:
-            if self.group is not None:
-                self.group.stop()
-            self._release_cores()
+        self._end(lambda group: group.stop())
 
     def close(self) -> None:
-        with self._life:
-            self._closed = True
-            if self.group is not None:
-                self.group.close()
-            self._release_cores()
+        self._end(lambda group: group.close(), closed=True)
 
-    def _release_cores(self) -> None:
-        if self.device.core_plan is not None:
-            self.device.core_plan.release(self.name)
+    def _end(self, how: Callable[[WorkerGroup], None], closed: bool = False) -> None:
+        with self._life:
+            self._closed = self._closed or closed
+            if self.group is not None:
+                how(self.group)
+            if self.device.core_plan is not None:
+                self.device.core_plan.release(self.name)
 
     def logs(self, lines: int = 20) -> dict[str, str]:
         return self.group.rank_logs(lines) if self.group is not None else {}
 
-    # requests -------------------------------------------------------------------------------------
     def run(self, request: GenerationRequest, on_progress: Callable[[ProgressEvent], None],
             should_stop: Callable[[], bool], forbid_compile: bool = False, warming: bool = False) -> EngineOutput:
         group = self.group
@@ -199,11 +175,9 @@ class TensorParallelEngine:
                 raise
 
     def _died(self, group: WorkerGroup) -> None:
-        """The group's ``on_dead``: it was ready, it died, and its processes are gone."""
         self._sign(group, said=group.ended_itself, died=True)
 
     def _sign(self, group: WorkerGroup, said: bool = False, died: bool = False) -> None:
-        """Restart a group whose ranks ended themselves, once its processes are gone."""
         with self._signs:
             if said:
                 self._ending_said = group
@@ -218,12 +192,10 @@ class TensorParallelEngine:
             self._restart(group)
 
     def _restart(self, group: WorkerGroup) -> None:
-        """A new group of the same degree (its requests run in process meanwhile), unless the group
-        was stopped, replaced or closed meanwhile."""
+        """A new group of the same degree, unless this one was stopped, replaced or closed meanwhile."""
         try:
             with self._life:
                 if self.group is group and group.state == GroupState.DEAD and not self._closed:
                     self._launch(group.degree)
         except StudioError as exc:
-            self.last_error = f"restarting the tensor-parallel group: {exc}"
-            log.error("%s", self.last_error)
+            log.error("restarting the tensor-parallel group: %s", exc)
