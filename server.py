@@ -1,9 +1,6 @@
-"""The server, assembled in one place: one ASGI app — FastAPI with the clients' routes (``web.api``),
-the room's guard as its outermost middleware (``web.guard``: Host names, the output folder, uploads,
-the operator's login), the page's Gradio Blocks (``ui.app.build_ui``) mounted at ``/`` with
-``gr.mount_gradio_app`` — served by uvicorn. And ``python app.py`` (serve): the page first, within
-seconds, then the model stack in the background; ``demo``'s warm-up and lock; the process's end
-(signals, the running generation, the workers, Gradio's temp folder: ``ui.temp_dir``).
+"""The server: one ASGI app assembled in one place (``assemble``), served by uvicorn; and the process's
+life: the page first, within seconds, then the model stack in the background; ``demo``'s warm-up and
+lock; the end (signals, the running generation, the workers, Gradio's temp folder).
 """
 
 from __future__ import annotations
@@ -23,7 +20,6 @@ EXIT_BAD_INPUT = 2
 
 
 class Served:
-    """The running server: its address, whether it runs, and how to stop it."""
 
     def __init__(self, app, host: str, port: int):
         import uvicorn
@@ -50,7 +46,8 @@ class Served:
 
 
 def assemble(manager, settings: Settings, key, api_keys, auth: list[tuple[str, str]] | None):
-    """The one ASGI app (see the module's docstring); ``auth``: the viewers' logins (``--auth``, parsed)."""
+    """FastAPI with the clients' routes (``web.api``), the room's guard as its outermost middleware
+    (``web.guard``), the page's Blocks mounted at ``/``. ``auth``: the viewers' logins (``--auth``, parsed)."""
     import gradio as gr
 
     from ui.app import build_ui
@@ -91,8 +88,8 @@ def launch(manager, settings: Settings, block: bool = True) -> Served:
     if settings.host not in ("127.0.0.1", "localhost", "::1") and not settings.auth:
         print(f"warning: serving on {settings.host} without --auth: anyone who can reach this address "
               "can use the app", file=sys.stderr)
-    # Gradio's copies of images and uploads: a private folder of the app's own (``serve`` makes it
-    # before Gradio loads and removes it at exit; for other callers, removed at exit here).
+    # Gradio's copies of images and uploads: ``serve`` made the folder before Gradio loaded; for other
+    # callers it is made, and removed at exit, here.
     made = own_temp_dir()
     if made:
         atexit.register(shutil.rmtree, made, ignore_errors=True)
@@ -114,9 +111,7 @@ def launch(manager, settings: Settings, block: bool = True) -> Served:
 
 
 def serve(settings: Settings, demo_modes: list[str] | None = None, demo_tp: bool = False) -> int:
-    """Serve the page. ``demo_modes``: ``python app.py demo`` — once the model is ready, warm every
-    preset in each of these modes (and start the tensor-parallel group with ``demo_tp``), then lock
-    the app to warm shapes, saying each step on stdout."""
+    """Serve the page. ``demo_modes``: ``python app.py demo`` (``prepare_demo`` once the model is ready)."""
     from backend.serving.manager import Manager
 
     temp_dir = own_temp_dir()
@@ -131,9 +126,8 @@ def serve(settings: Settings, demo_modes: list[str] | None = None, demo_tp: bool
         if demo_modes is not None:
             threading.Thread(target=prepare_demo, args=(manager, demo_modes, demo_tp), name="demo",
                              daemon=True).start()
-        # SIGTERM and Ctrl-C end the app the same way: the running generation is cancelled at its next
-        # step, the worker group is stopped (no process outlives the app), then the web server exits
-        # without waiting for open browser connections — within a few seconds in every mode.
+        # SIGTERM and Ctrl-C end the app the same way, within a few seconds in every mode: the running
+        # generation is cancelled at its next step, the worker group stopped, then the web server.
         stop = threading.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())

@@ -22,7 +22,7 @@ from backend.request.records import Phase
 from backend.request.references import reference_files
 from backend.serving.roles import COOKIE, LOCAL_OPERATOR, Caller, page_caller
 from backend.shapes import whole_number
-from ui.i18n import error_message, text
+from ui.i18n import error_message, language, text
 from ui.temp_dir import is_upload
 from ui.views_common import format_seconds
 
@@ -103,6 +103,12 @@ class Door:
         if self.key is None:
             return page_caller(True, session) if session else LOCAL_OPERATOR
         return self.key.caller(_cookie(page, COOKIE) if page is not None else None, session)
+
+    @staticmethod
+    def info(page: gr.Request | None, key: str, **values) -> None:
+        """The toast ``key`` says, in the page's language."""
+        lang = language(page)
+        _info(lang, text(lang, key, **values))
 
     def page_closed(self, page: gr.Request | None = None) -> None:
         """Gradio's unload: the page's runs leave the board (the running one at its next step)."""

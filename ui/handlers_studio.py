@@ -99,33 +99,28 @@ class StudioTab:
     def stop(self, page: gr.Request | None = None) -> None:
         """Stop this page's run (the operator's: every run) at its next step; while a shape compiles,
         say that the compile finishes first and about when."""
-        lang = language(page)
         caller = self.door.caller(page)
-        with refusals(lang):
+        with refusals(language(page)):
             running = self.manager.cancel(caller=caller)
         if not running:
-            _info(lang, text(lang, "info_nothing"))
-            return
+            return self.door.info(page, "info_nothing")
         status = self.manager.status()
         compiling = [job for job in status.running or [] if job.get("phase") == "compiling"]
         if not compiling:
-            _info(lang, text(lang, "info_stopping"))
-            return
+            return self.door.info(page, "info_stopping")
         job = compiling[0]
         estimate = job.get("compile_estimate")
         left = format_seconds(max(0.0, estimate - (job.get("compile_elapsed") or 0.0))) if estimate else "?"
         endable = job.get("engine") in (status.compiling_workers or ())
-        key = "info_stopping_compile_operator" if caller.is_operator and endable else "info_stopping_compile"
-        _info(lang, text(lang, key, left=left))
+        self.door.info(page, "info_stopping_compile_operator" if caller.is_operator and endable else "info_stopping_compile",
+                       left=left)
 
     def stop_compiling_worker(self, page: gr.Request | None = None) -> list[str]:
         """The operator's: end a compile now by stopping the worker process that runs it."""
-        lang = language(page)
-        with refusals(lang):
+        with refusals(language(page)):
             stopped = self.manager.stop_compiling_workers(caller=self.door.caller(page))
-        names = ", ".join(text(lang, "engine_name_" + name.replace("-", "_")) for name in stopped)
-        _info(lang, text(lang, "info_worker_stopped", engines=names) if stopped
-              else text(lang, "info_no_worker_compiling"))
+        names = ", ".join(text(language(page), "engine_name_" + name.replace("-", "_")) for name in stopped)
+        self.door.info(page, "info_worker_stopped" if stopped else "info_no_worker_compiling", engines=names)
         return stopped
 
     def preset_changed(self, label: str, width, height):

@@ -11,7 +11,7 @@ import time
 
 import gradio as gr
 
-from ui.handlers_base import REPLICA_ENGINE, TP_ENGINE, Door, _info, _whole, refusals
+from ui.handlers_base import REPLICA_ENGINE, TP_ENGINE, Door, _whole, refusals
 from ui.i18n import language, text
 from ui.temp_dir import discard_upload
 from ui.views_common import preset_shape
@@ -39,31 +39,28 @@ class SystemTab:
             group = self.manager.start_engine(TP_ENGINE, wanted, caller=self.door.caller(page))
         ranks = group.get("world_size", wanted)
         if before.get("state") in TP_RUNNING and before.get("world_size") == ranks:
-            _info(lang, text(lang, "info_tp_already", state=tp_state_name(before["state"], lang), ranks=ranks))
+            self.door.info(page, "info_tp_already", state=tp_state_name(before["state"], lang), ranks=ranks)
         elif before.get("state") in TP_RUNNING:
-            _info(lang, text(lang, "info_tp_replacing", old=before.get("world_size"), ranks=ranks))
+            self.door.info(page, "info_tp_replacing", old=before.get("world_size"), ranks=ranks)
         else:
-            _info(lang, text(lang, "info_tp_starting", ranks=ranks))
+            self.door.info(page, "info_tp_starting", ranks=ranks)
 
     def stop_tp(self, page: gr.Request | None = None) -> None:
         """Returns once no process of the group is left (the timer shows "stopping" meanwhile)."""
-        lang = language(page)
-        caller = self.door.caller(page)
-        with refusals(lang):
-            caller.require_operator("Stopping the tensor-parallel group")
+        with refusals(language(page)):
+            self.door.caller(page).require_operator("Stopping the tensor-parallel group")
         if ((self.manager.status().tp or {}).get("state") or "stopped") == "stopped":
-            _info(lang, text(lang, "info_tp_not_running"))
+            self.door.info(page, "info_tp_not_running")
             return
-        with refusals(lang):
-            self.manager.stop_engine(TP_ENGINE, caller=caller)
-        _info(lang, text(lang, "info_tp_stopped"))
+        with refusals(language(page)):
+            self.manager.stop_engine(TP_ENGINE, caller=self.door.caller(page))
+        self.door.info(page, "info_tp_stopped")
 
     def show_tp_logs(self, page: gr.Request | None = None) -> str:
         """The logs are read now, only because someone asked."""
-        lang = language(page)
-        with refusals(lang):
+        with refusals(language(page)):
             logs = self.manager.engine_logs(TP_ENGINE, lines=20, caller=self.door.caller(page))
-        return tp_logs_text(logs, lang)
+        return tp_logs_text(logs, language(page))
 
     def start_replicas(self, count, page: gr.Request | None = None) -> str:
         """A running pool of another size is replaced; checked, cores included, before anything starts."""
@@ -71,22 +68,20 @@ class SystemTab:
         wanted = _whole(count, strict=True, lang=lang, field="replicas")
         with refusals(lang):
             pool = self.manager.start_engine(REPLICA_ENGINE, wanted, caller=self.door.caller(page))
-        _info(lang, text(lang, "info_replicas_starting", count=pool.get("size", wanted)))
+        self.door.info(page, "info_replicas_starting", count=pool.get("size", wanted))
         return replicas_markdown(self.manager.status(), lang)
 
     def stop_replicas(self, page: gr.Request | None = None) -> str:
-        lang = language(page)
-        with refusals(lang):
-            running = (self.manager.status().replicas or {}).get("size")
+        running = (self.manager.status().replicas or {}).get("size")
+        with refusals(language(page)):
             self.manager.stop_engine(REPLICA_ENGINE, caller=self.door.caller(page))
-        _info(lang, text(lang, "info_replicas_stopped" if running else "info_replicas_not_running"))
-        return replicas_markdown(self.manager.status(), lang)
+        self.door.info(page, "info_replicas_stopped" if running else "info_replicas_not_running")
+        return replicas_markdown(self.manager.status(), language(page))
 
     def log_out(self, page: gr.Request | None = None) -> None:
         """A new operator key: this page and the old link are a viewer's from now on; the new link is
         printed where the app was started."""
-        lang = language(page)
-        with refusals(lang):
+        with refusals(language(page)):
             self.door.caller(page).require_operator("Logging out")
         self.key.rotate()
         link = self.key.link(getattr(self.key, "base_url", "") or "")
@@ -104,20 +99,18 @@ class SystemTab:
 
     def export_bundle(self, page: gr.Request | None = None):
         """The warm in-process shapes as a bundle to download."""
-        lang = language(page)
-        caller = self.door.caller(page)
-        with refusals(lang):
-            caller.require_operator("Exporting a warm-start bundle")  # before anything is written
+        with refusals(language(page)):
+            self.door.caller(page).require_operator("Exporting a warm-start bundle")  # before anything is written
         # In Gradio's temp folder (the app's own, removed at exit); gone at once if the export fails.
         folder = tempfile.mkdtemp(prefix="bundle-", dir=os.environ.get("GRADIO_TEMP_DIR") or None)
         path = os.path.join(folder, f"neuron-studio-{time.strftime('%Y%m%d-%H%M%S')}.bundle")
-        with refusals(lang):
-            try:
-                manifest = self.manager.export_bundle(path, caller=caller)
-            except BaseException:
-                shutil.rmtree(folder, ignore_errors=True)
-                raise
-        _info(lang, text(lang, "info_bundle_exported", entries=len(manifest.entries), files=len(manifest.files)))
+        try:
+            with refusals(language(page)):
+                manifest = self.manager.export_bundle(path, caller=self.door.caller(page))
+        except BaseException:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
+        self.door.info(page, "info_bundle_exported", entries=len(manifest.entries), files=len(manifest.files))
         return path
 
     def show_bundle(self, path, page: gr.Request | None = None):
@@ -136,31 +129,27 @@ class SystemTab:
         return bundle_markdown(manifest.to_json(), mismatch, lang), gr.update(visible=mismatch is None)
 
     def import_bundle(self, path, page: gr.Request | None = None) -> str:
-        lang = language(page)
-        with refusals(lang):
-            try:
+        try:
+            with refusals(language(page)):
                 result = self.manager.import_bundle(path, caller=self.door.caller(page))
-            finally:
-                discard_upload(path)  # imported or refused: the upload is not kept
-        _info(lang, text(lang, "info_bundle_imported", written=result["written"], already=result["already_there"]))
-        return system_markdown(self.manager.status(), lang)
+        finally:
+            discard_upload(path)  # imported or refused: the upload is not kept
+        self.door.info(page, "info_bundle_imported", written=result["written"], already=result["already_there"])
+        return system_markdown(self.manager.status(), language(page))
 
     def clear_cache(self, page: gr.Request | None = None) -> str:
-        lang = language(page)
-        with refusals(lang):
+        with refusals(language(page)):
             freed = self.manager.clear_compile_cache(caller=self.door.caller(page))
-        _info(lang, text(lang, "info_cache_cleared", mb=f"{freed / 1e6:.1f}"))
-        return system_markdown(self.manager.status(), lang)
+        self.door.info(page, "info_cache_cleared", mb=f"{freed / 1e6:.1f}")
+        return system_markdown(self.manager.status(), language(page))
 
     def set_warm_only(self, locked: bool, page: gr.Request | None = None) -> None:
-        lang = language(page)
-        with refusals(lang):
+        with refusals(language(page)):
             self.manager.set_warm_only(bool(locked), caller=self.door.caller(page))
-        _info(lang, text(lang, "info_locked" if locked else "info_unlocked"))
+        self.door.info(page, "info_locked" if locked else "info_unlocked")
 
     def start_warmup(self, labels: list[str], mode: str, page: gr.Request | None = None) -> str:
-        lang = language(page)
         shapes = [s for s in (preset_shape(label, self.manager.card.presets) for label in labels or []) if s is not None]
-        with refusals(lang):
+        with refusals(language(page)):
             self.manager.start_warmup(shapes, mode, caller=self.door.caller(page))
-        return warmup_markdown(self.manager.status(), lang)
+        return warmup_markdown(self.manager.status(), language(page))
