@@ -40,7 +40,6 @@ class Served:
         return self._thread.is_alive()
 
     def close(self) -> None:
-        """Stop serving without waiting for open browser connections."""
         self.server.should_exit = self.server.force_exit = True
         self._thread.join(10)
 
@@ -68,7 +67,6 @@ def assemble(manager, settings: Settings, key, api_keys, auth: list[tuple[str, s
 
 
 def launch(manager, settings: Settings, block: bool = True) -> Served:
-    """Serve the page now; the caller starts the model load after this returns (page first)."""
     import atexit
 
     from backend.serving.roles import OperatorKey, parse_pairs

@@ -25,7 +25,6 @@ UPLOAD = {"concurrency_id": UPLOAD_QUEUE, "concurrency_limit": 1, **PRIVATE}
 
 
 def wire(studio, page, demo: gr.Blocks) -> None:
-    """Every event of the page (``page``: ``ui.layout.build_page``'s components), inside the open Blocks."""
     tab, system, performance = studio.studio_tab, studio.system_tab, studio.performance_tab
     status_inputs = [page.mode, page.width, page.height, page.steps, page.tp_degree, page.count, page.references]
     studio_views = [page.engine_line, page.cost, page.badges, page.tp_state, page.generate_btn, page.stop_worker]
@@ -134,7 +133,6 @@ def _api_field(component, text: str, api_type: str | None = None):
 
 
 def add_api(studio, manager) -> None:
-    """The API's hidden inputs and its two endpoints, inside the open Blocks."""
     s, start_shape = manager.settings, manager.card.start_shape
     api_inputs = [
         _api_field(gr.Textbox(visible=False, label="prompt"), "what to draw (required)"),

@@ -106,7 +106,6 @@ class Door:
 
     @staticmethod
     def info(page: gr.Request | None, key: str, **values) -> None:
-        """The toast ``key`` says, in the page's language."""
         lang = language(page)
         _info(lang, text(lang, key, **values))
 
@@ -118,14 +117,11 @@ class Door:
 
 
 class Runs:
-    """A run through the service as the Studio tab, Compare and the API start it."""
-
     def __init__(self, door: Door):
         self.door = door
 
     @staticmethod
     def fields(prompt, width, height, mode, steps, guidance, seed, references=None, count=None) -> dict:
-        """The request's raw fields as the page sends them; the service checks them."""
         return dict(prompt=prompt, height=height, width=width, steps=steps, guidance=guidance, seed=seed, mode=mode,
                     images=references, count=count)
 

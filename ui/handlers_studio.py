@@ -189,7 +189,6 @@ class StudioTab:
                             for n, s in self.manager.card.presets], lang)
 
     def load_png(self, path, page: gr.Request | None = None):
-        """Fill the controls from a PNG's parameters: prompt, size, steps, guidance, seed, mode."""
         if not path:
             return (gr.skip(),) * 10
         lang = language(page)

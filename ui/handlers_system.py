@@ -88,7 +88,6 @@ class SystemTab:
         print("the operator logged out" + (f"; the new operator link: {link}" if link else ""), flush=True)
 
     def clear_plan(self, page: gr.Request | None = None):
-        """What will be removed, and its size, before the operator confirms."""
         lang = language(page)
         with refusals(lang):
             plan = self.manager.cache_plan(caller=self.door.caller(page))
@@ -98,7 +97,6 @@ class SystemTab:
         return "\n".join(lines), gr.update(visible=True)
 
     def export_bundle(self, page: gr.Request | None = None):
-        """The warm in-process shapes as a bundle to download."""
         with refusals(language(page)):
             self.door.caller(page).require_operator("Exporting a warm-start bundle")  # before anything is written
         # In Gradio's temp folder (the app's own, removed at exit); gone at once if the export fails.
@@ -114,7 +112,6 @@ class SystemTab:
         return path
 
     def show_bundle(self, path, page: gr.Request | None = None):
-        """An uploaded bundle's manifest and whether it applies here, then the confirm row."""
         from backend.caches import bundles
 
         lang = language(page)

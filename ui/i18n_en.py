@@ -1,9 +1,5 @@
-"""The page's English words: one sentence per key, ``{placeholders}`` filled in by ``ui.i18n.text``.
-
-``ui.i18n`` gathers this table and the Turkish one (``ui.i18n_tr``, the same keys and the same
-placeholders) into ``MESSAGES``; English is also the fallback for a key or a language missing.
-A key holds no dot: the browser's translation would read it as a nested key.
-"""
+"""The page's English words, one sentence per key, ``{placeholders}`` filled in by ``ui.i18n.text``; English
+is also the fallback. A key holds no dot: the browser's translation would read it as a nested key."""
 
 EN: dict[str, str] = {
     # static page text (translated in the browser by gr.I18n)

@@ -1,8 +1,5 @@
-"""The page's Turkish words: the same keys and placeholders as ``ui.i18n_en``, gathered by ``ui.i18n``.
-
-Numbers, sizes, mode names and the backend's own English details stay as they are in both
-languages; only words are translated.
-"""
+"""The page's Turkish words: the same keys and placeholders as ``ui.i18n_en``; numbers, sizes, mode names
+and the backend's own English details stay as they are."""
 
 TR: dict[str, str] = {
     "title": "# Neuron Studio\nAWS Trainium üzerinde FLUX.2-klein — neyin derlendiğini, yeni bir boyutun neye mal "

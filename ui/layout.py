@@ -1,9 +1,7 @@
-"""The page's layout: every component, tab by tab (Studio, Compare, System, Performance), and the
-words on it. Nothing here reacts to anything: the events are ``ui.wiring``'s, the API's hidden inputs
-``ui.api``'s. Every static word is an ``I18N(key)`` from ``ui.i18n``, which the browser translates.
-
-``build_page`` returns the components by the names they have here (``page.prompt``,
-``page.generate_btn``, …), and ``page.operator_only``: the groups only the operator's page shows.
+"""The page's layout: every component, one function per tab, and the words on it (``I18N`` keys the
+browser translates). Nothing here reacts to anything: the events are ``ui.app``'s. ``build_page``
+returns the components by their names here, and ``page.operator_only``: the groups only the
+operator's page shows.
 """
 
 from __future__ import annotations
@@ -31,17 +29,13 @@ def preset_choices(presets) -> list[tuple]:
 
 
 def _components(scope: dict) -> dict:
-    """The components (and layout groups) a tab's function named, by name."""
     return {name: value for name, value in scope.items() if isinstance(value, gr.blocks.Block)}
 
 
 def build_page(manager) -> SimpleNamespace:
-    """Every component of the page, created in the open ``gr.Blocks``, by name."""
     gr.Markdown(I18N("title"))
-    role_line = gr.Markdown("", elem_id="role-line")
-    engine_line = gr.Markdown(I18N("starting"), elem_id="engine-line")
-    history_state = gr.State([])
-    page = SimpleNamespace(role_line=role_line, engine_line=engine_line, history_state=history_state)
+    page = SimpleNamespace(role_line=gr.Markdown("", elem_id="role-line"),
+                           engine_line=gr.Markdown(I18N("starting"), elem_id="engine-line"), history_state=gr.State([]))
     for tab in (studio_tab(manager), compare_tab(manager), system_tab(manager), performance_tab(manager)):
         assert not vars(page).keys() & tab.keys(), vars(page).keys() & tab.keys()  # one name, one component
         vars(page).update(tab)
@@ -52,9 +46,7 @@ def build_page(manager) -> SimpleNamespace:
 
 
 def studio_tab(manager) -> dict:
-    """Controls, the cost of the chosen shape, badges, the image and this session's history."""
     s = manager.settings
-    # The model's card (backend.models.card): its presets, its start size, the grammar it reads.
     card = manager.card
     start_shape = card.start_shape
     named = card.preset_name(start_shape)
@@ -62,8 +54,7 @@ def studio_tab(manager) -> dict:
     embedded = card.prompt_grammar is not None  # a model that reads its own grammar: start with an example
     examples = load_example_prompts(ASSETS / "prompts.txt")
     with gr.Tab(I18N("tab_studio"), id="studio"):
-        # What a presenter uses on every click sits on the first screen of a laptop (1280x800):
-        # the prompt, Generate, the cost line and the image (with its progress) side by side;
+        # What a presenter uses on every click sits on a laptop's first screen (1280x800), side by side;
         # the settings follow below the buttons, the examples and PNG loading fold away.
         with gr.Row():
             with gr.Column(scale=2):
@@ -74,8 +65,7 @@ def studio_tab(manager) -> dict:
                     generate_btn = gr.Button(I18N("generate"), variant="primary", elem_id="generate", scale=3)
                     # Not red while nothing runs: it is not the page's loudest button.
                     stop_btn = gr.Button(I18N("stop"), variant="secondary", elem_id="stop", scale=1)
-                    # The operator's, shown only while a worker process compiles: killing it is
-                    # the one way to end a compile before it finishes.
+                    # The operator's, shown while a worker compiles: the one way to end a compile early.
                     stop_worker = gr.Button(I18N("stop_worker"), variant="secondary", elem_id="stop-worker",
                                             scale=1, visible=False)
                 cost = gr.Markdown("", elem_id="cost")
@@ -93,8 +83,7 @@ def studio_tab(manager) -> dict:
                                           maximum=64, elem_id="tp-degree", scale=1, visible=s.mode == "tp")
                     count = gr.Number(1, label=I18N("count"), precision=0, minimum=1, maximum=MAX_COUNT, step=1,
                                       elem_id="count", scale=1)
-                # The group is shared by every page: only these buttons (or the System tab's)
-                # start or stop it; picking a mode starts and stops nothing.
+                # The group is shared by every page: only its buttons start or stop it, not the mode.
                 # The state on its own line (it never runs into the buttons), the buttons below.
                 with gr.Column(visible=s.mode == "tp", elem_id="tp-controls") as tp_controls:
                     tp_state = gr.HTML(tp_state_html({}), elem_id="tp-state")
@@ -110,11 +99,8 @@ def studio_tab(manager) -> dict:
                 with gr.Row():
                     seed = gr.Number(0, label=I18N("seed"), precision=0, elem_id="seed")
                     randomize = gr.Checkbox(True, label=I18N("randomize"), elem_id="randomize")
-                # Editing (FLUX.2-klein's second job): each reference is fitted to a reference size,
-                # part of the static signature the cost line prices before the click.
                 with gr.Accordion(I18N("edit_accordion"), open=False, elem_id="edit"):
-                    # Four thumbnails a row, whole (one reference does not stretch to the strip's width,
-                    # where its middle alone showed), below the label that floats over them (CSS).
+                    # Four thumbnails a row, whole (one alone stretched to the strip's width showed its middle).
                     references = gr.Gallery(label=I18N("references"), type="filepath",
                                             interactive=True, columns=4, rows=1, height=165, object_fit="contain",
                                             fit_columns=False, file_types=["image"], elem_id="references")
@@ -134,8 +120,7 @@ def studio_tab(manager) -> dict:
                     use_reference = gr.Button(I18N("use_as_reference"), size="sm", scale=0, min_width=150,
                                               elem_id="use-reference")
                 last_paths = gr.State([])  # the last run's image files (a batch: all of them)
-                # Thumbnails in a row (no preview opened on its own: it showed the first image as
-                # a zoomed strip); a click enlarges one.
+                # No preview opened on its own (it showed the first image as a zoomed strip).
                 history = gr.Gallery(label=I18N("history"), columns=6, rows=1, height=140, object_fit="contain",
                                      preview=False, allow_preview=True, fit_columns=False, elem_id="history")
                 with gr.Accordion(I18N("record_accordion"), open=False):
@@ -144,7 +129,6 @@ def studio_tab(manager) -> dict:
 
 
 def compare_tab(manager) -> dict:
-    """One prompt through two or three modes, side by side, with their timings."""
     with gr.Tab(I18N("tab_compare"), id="compare"):
         gr.Markdown(I18N("compare_intro"))
         compare_modes = gr.CheckboxGroup(mode_choices(manager),
@@ -221,7 +205,6 @@ def system_tab(manager) -> dict:
 
 
 def performance_tab(manager) -> dict:
-    """Latency and compile-time plots; the cost receipt."""
     with gr.Tab(I18N("tab_performance"), id="performance"):
         gr.Markdown(I18N("perf_intro"))
         latency_plot = gr.ScatterPlot(latency_frame([]), x="megapixels", y="seconds", color="mode",

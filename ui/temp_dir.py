@@ -1,5 +1,6 @@
-"""Gradio's temporary folder: a private one (0700) of the app's own, made before Gradio is imported,
-removed at exit; and, at the next start, what a killed run left behind. No gradio here.
+"""Gradio's temporary folder: a private one (0700) of the app's own, made before Gradio is imported
+(several of its modules read ``GRADIO_TEMP_DIR`` at import), removed at exit; at the next start, what a
+killed run left behind. No gradio here.
 """
 
 from __future__ import annotations
@@ -14,11 +15,8 @@ TEMP_PREFIX = "neuron-studio-gradio-"
 
 
 def own_temp_dir() -> str | None:
-    """Gradio's copies of images and uploads (and exported bundles) go to a private folder (0700)
-    of the app's own, which the caller removes at exit; one given in GRADIO_TEMP_DIR is the user's
-    (None: nothing made). Made before Gradio is imported: several of its modules read the variable
-    at import, and would otherwise write to /tmp/gradio. The folder's name holds this process's pid,
-    so that the next start removes what a killed run left (``remove_dead_runs_folders``)."""
+    """The folder made, which the caller removes at exit; None when GRADIO_TEMP_DIR names the user's own.
+    Its name holds this process's pid, so that the next start removes what a killed run left."""
     if os.environ.get("GRADIO_TEMP_DIR"):
         return None
     remove_dead_runs_folders(tempfile.gettempdir())
@@ -27,10 +25,8 @@ def own_temp_dir() -> str | None:
 
 
 def remove_dead_runs_folders(root: str) -> list[str]:
-    """Remove the temp folders of runs of this app whose process is gone (a SIGKILL leaves its
-    folder behind): ``neuron-studio-gradio-<pid>-<random>``, owned by this user, whose pid is not
-    running. Nothing else is touched — not a folder of a live run, not one named otherwise. Returns
-    the folders removed."""
+    """Remove ``neuron-studio-gradio-<pid>-<random>`` folders owned by this user whose pid is not running
+    (a SIGKILL leaves its folder behind); nothing else. Returns the folders removed."""
     import psutil
 
     removed = []
@@ -55,9 +51,8 @@ def remove_dead_runs_folders(root: str) -> list[str]:
 
 
 def is_upload(path) -> bool:
-    """Whether ``path`` is a file in Gradio's upload folder (``GRADIO_TEMP_DIR``): what a page or an
-    API client uploaded. A path an event names is the caller's word: a file elsewhere on the server
-    is never read on its say."""
+    """Whether ``path`` is a file in Gradio's upload folder: a path an event names is the caller's word,
+    and a file elsewhere on the server is never read on its say."""
     folder = os.environ.get("GRADIO_TEMP_DIR", "")
     if not path or not folder:
         return False
@@ -66,9 +61,8 @@ def is_upload(path) -> bool:
 
 
 def discard_upload(path) -> bool:
-    """Delete an upload the app has read (a PNG's parameters, a bundle): only an upload (``is_upload``)
-    in the app's own temporary folder (``own_temp_dir``, named ``TEMP_PREFIX<pid>-``), never anything
-    else. True when it was deleted."""
+    """Delete an upload the app has read, only in the app's own temporary folder (``own_temp_dir``), never
+    anything else. True when it was deleted."""
     folder = os.environ.get("GRADIO_TEMP_DIR", "")
     if not os.path.basename(folder).startswith(f"{TEMP_PREFIX}{os.getpid()}-") or not is_upload(path):
         return False

@@ -35,7 +35,6 @@ MODE_COLORS = {"eager": "#4c78a8", "compiled": "#f58518", "regional": "#54a24b",
 
 def plot_axes(lang: str = DEFAULT, latency_empty: bool = False,
               compile_empty: bool = False) -> tuple[dict[str, str], dict[str, str]]:
-    """The plots' titles in ``lang`` (the frames' columns stay the same); an empty plot's says what will appear."""
     latency = {"title": text(lang, "latency_empty" if latency_empty else "latency_title"),
                "x_title": text(lang, "axis_megapixels"), "y_title": text(lang, "axis_seconds"),
                "color_title": text(lang, "axis_mode"), "color_map": MODE_COLORS}

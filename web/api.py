@@ -63,7 +63,6 @@ class ApiKeys:
 
 
 def read_secret(spec: str) -> str:
-    """A key given as itself, or as a file holding it (its first line)."""
     path = Path(spec).expanduser()
     return path.read_text().strip().splitlines()[0].strip() if path.is_file() else spec.strip()
 
@@ -172,7 +171,6 @@ def router(images: Images, callers: Callers) -> APIRouter:
 
 
 def build_api(manager, keys: ApiKeys | None = None, metrics_key: str | None = None) -> FastAPI:
-    """The clients' routes, every refusal in OpenAI's error shape; the server mounts the page on it."""
     from fastapi.exceptions import RequestValidationError
 
     app = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)

@@ -40,7 +40,6 @@ def host_name(value: str) -> str:
 
 
 def allowed_hosts(bind: str) -> frozenset[str] | None:
-    """The Host names to answer when listening on ``bind`` (None: any)."""
     bind = bind.strip().lower().strip("[]")
     return None if bind in ANY_ADDRESS else LOOPBACK_NAMES | {bind}
 
@@ -65,7 +64,6 @@ def foreign_origin(headers) -> str | None:
 
 
 def content_length(headers) -> int | None:
-    """The declared body length, or None when it is missing or not a plain number of sane size."""
     text = headers.get("content-length") or ""
     return int(text) if text.isdigit() and len(text) < 16 else None
 

@@ -41,8 +41,6 @@ MODEL_NAMES = ("neuron-studio", "flux.2-klein")
 
 
 class ApiError(Exception):
-    """An answer in OpenAI's error shape."""
-
     def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None,
                  kind: str = "invalid_request_error", headers: dict[str, str] | None = None):
         super().__init__(message)
