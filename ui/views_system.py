@@ -3,6 +3,7 @@ replica pool and an uploaded warm-start bundle (the tensor-parallel group's are 
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
@@ -34,9 +35,7 @@ def system_markdown(status: Status, lang: str = DEFAULT) -> str:
     cache = status.cache or {}
     mem = status.memory or {}
     engine = status.engine or {}
-    def t(key: str, **values: Any) -> str:
-        return text(lang, key, **values)
-
+    t = functools.partial(text, lang)
     rows = [
         (t("sys_device"), f"{dev.get('kind', '…')} — "
                           + (device_reason(dev["reason"], lang) if dev.get("reason") else t("resolving"))),

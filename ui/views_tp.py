@@ -3,6 +3,7 @@ ready, the note on which group a run uses) and the System tab (its table, its ra
 
 from __future__ import annotations
 
+import functools
 import html
 from typing import Any
 
@@ -100,9 +101,7 @@ def tp_ranks_markdown(ranks: list[dict[str, Any]]) -> str:
 def tp_markdown(tp: dict[str, Any], lang: str = DEFAULT) -> str:
     if not tp:
         return ""
-    def t(key: str, **values: Any) -> str:
-        return text(lang, key, **values)
-
+    t = functools.partial(text, lang)
     state = tp.get("state", "stopped")
     rows = [(t("tp_row_state"), tp_state_name(state, lang)), (t("tp_row_ranks"), tp.get("world_size")),
             (t("tp_row_each"), tp.get("compile_mode", "…")),
