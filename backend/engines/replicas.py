@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 from backend.engines.base import PlaceBook, Route
 from backend.errors import BackendNotReady, GenerationCancelled, GroupDead, InvalidRequest, StudioError
+from backend.hardware.core_plan import CoresDoNotFit
 from backend.launch.group import STARTING, GroupState, WorkerGroup
 from backend.request.records import EngineOutput, GenerationRequest, ProgressEvent
 from backend.settings import IN_PROCESS_MODES, Settings
@@ -112,8 +113,6 @@ class ReplicaPool:
             raise InvalidRequest("replicas", f"must be a whole number from 1 to {MAX_REPLICAS}, got {count!r}")
         kind = self.device.info.kind
         if kind == "neuron":
-            from backend.hardware.core_plan import CoresDoNotFit
-
             try:
                 cores = self.device.core_plan.cores_for(self.name, count)
             except CoresDoNotFit as exc:

@@ -21,6 +21,7 @@ from typing import Any, Callable
 from backend.engines.base import PlaceBook, Route
 from backend.errors import BackendNotReady, GenerationFailed, StudioError
 from backend.launch.group import STARTING, GroupState, WorkerGroup, check_degree
+from backend.models.source import transformer_heads
 from backend.request.records import EngineOutput, GenerationRequest, ProgressEvent
 from backend.settings import TP_MODE, Settings
 
@@ -93,8 +94,6 @@ class TensorParallelEngine:
         return 1 if self.ready else 0
 
     def cores_wanted(self) -> tuple[int, int | None]:
-        from backend.models.source import transformer_heads
-
         return self.degree, transformer_heads(self.model_path)
 
     def busy_with_cache(self) -> str | None:
@@ -128,8 +127,6 @@ class TensorParallelEngine:
         group = self.group
         if group is not None and group.degree == degree and group.state in STARTING + (GroupState.READY,):
             return group
-        from backend.models.source import transformer_heads
-
         # Checked (its cores claimed) before the old group, whose cores count as free, is closed.
         cores = check_degree(degree, transformer_heads(self.model_path), self.device.core_plan,
                              owner=self.name)

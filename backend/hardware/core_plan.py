@@ -17,13 +17,12 @@ import dataclasses
 from typing import Any
 
 from backend.core_lists import check_on_instance, format_cores
+from backend.hardware import env as device_env
 from backend.hardware.neuron_ls import INSTANCE_FLAG, InstanceCores, detect_instance_cores
 
 
 def claim_app_cores(neuron_cores: str | None, instance_cores: int | None) -> str:
     """Set the app's NeuronCores before its runtime starts (``env.claim_neuron_cores``)."""
-    from backend.hardware import env as device_env
-
     return device_env.claim_neuron_cores(neuron_cores, lambda: default_app_cores(detect_instance_cores(instance_cores)))
 
 

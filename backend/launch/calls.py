@@ -1,13 +1,11 @@
-"""The app's line to a worker group's rank 0, over its authenticated Unix socket (``RankZero``, held
-by ``backend.launch.group.WorkerGroup``): ``run`` (a generation on the one persistent connection,
-its pixels through the shared buffer), ``call`` (a request whose stall or error reply becomes the
-group's death or the exception it stands for), ``request``, and stall detection.
+"""The app's line to a worker group's rank 0 (``RankZero``, held by ``WorkerGroup``): ``run`` (a
+generation on the one persistent connection, its pixels through the shared buffer), ``call`` (a
+request whose stall or error reply becomes the group's death or the exception it stands for),
+``request``, and stall detection.
 
-Stall detection: a request with no message for the stall timeout is hung, unless every rank's
-heartbeat (a counter each rank's thread writes to ``<run dir>/rank<N>.heartbeat``) still moves: on
-Neuron the compiler runs silently at a cold shape, eager mode included, often for longer than the
-stall timeout. Such a silence may last up to the compile timeout; a rank that is stopped or frozen
-stops beating and the group is declared dead within the stall timeout.
+A request with no message for the stall timeout is hung, unless every rank's heartbeat (a counter
+in ``<run dir>/rank<N>.heartbeat``) still moves: on Neuron the compiler runs silently at a cold
+shape, eager mode included, often for longer; such a silence may last up to the compile timeout.
 """
 
 from __future__ import annotations
@@ -27,9 +25,7 @@ from backend.settings import Settings
 
 
 class GroupState(enum.StrEnum):
-    """A worker group's state (``WorkerGroup.state``): launched, loading and warming (the ranks'
-    phases), ready, stopping, stopped, or dead (it ended without being asked). Each member is its
-    name in the status JSON."""
+    """A worker group's state; dead: it ended without being asked. Each is its name in the status JSON."""
 
     STOPPED = "stopped"
     LAUNCHING = "launching"
@@ -44,9 +40,8 @@ STARTING = (GroupState.LAUNCHING, GroupState.LOADING, GroupState.WARMING)
 
 
 class RankZero:
-    """The calls to one worker group's rank 0. ``status()``: the group's state and error, read while
-    a call waits; ``on_lost(reason)``: the group is gone, mark it dead. The pixel buffer is made at
-    the first launch, kept across restarts, freed by ``close``."""
+    """``status()``: the group's state and error, read while a call waits; ``on_lost(reason)``: mark
+    the group dead. The pixel buffer is made at the first launch and kept across restarts."""
 
     def __init__(self, name: str, place: str, degree: int, settings: Settings, clock: Callable[[], float],
                  status: Callable[[], tuple[str, str | None]], on_lost: Callable[[str], None]):
@@ -61,7 +56,7 @@ class RankZero:
         # a benchmark's (bench.tp_transport): each run appends the monotonic stamps of its hops
         self.trace: list[dict[str, float]] | None = None
         self._beats: dict[int, tuple[str, float]] = {}  # rank -> (heartbeat text, when it last changed)
-        # A job's pixels: its references on the way in, its images (a batch of up to MAX_COUNT) on the way out.
+        # A job's pixels: its references on the way in, its images (up to MAX_COUNT) on the way out.
         self._pixels_bytes = min(proto.MAX_PIXELS, max(MAX_COUNT * settings.max_size * settings.max_size * 3,
                                                        settings.max_references * MAX_REFERENCE_RGB))
         self._pixels: proto.PixelBuffer | None = None
@@ -69,7 +64,6 @@ class RankZero:
         self._run_lock = threading.Lock()  # one connection, and the pixel buffer holds one job's pixels
 
     def dial(self, run_dir: str, key: str) -> None:
-        """A new launch: its rank 0 listens in ``run_dir`` for peers that hold ``key``."""
         self.hang_up()
         self.run_dir, self.socket_path, self.key = run_dir, os.path.join(run_dir, "tp.sock"), key
         self.last_request_error = None
@@ -84,7 +78,6 @@ class RankZero:
         return self._pixels
 
     def close(self) -> None:
-        """Free the pixel buffer (the group's processes are gone)."""
         with self._run_lock:
             pixels, self._pixels = self._pixels, None
         if pixels is not None:
@@ -92,15 +85,14 @@ class RankZero:
 
     def run(self, request: GenerationRequest, on_progress: Callable[[ProgressEvent], None],
             should_stop: Callable[[], bool], forbid_compile: bool = False) -> tuple[EngineOutput, float]:
-        """Generate on the runs' connection (the group checks it is ready first); returns the output
-        and the call's round trip (seconds of the clock, the pixels' copies included)."""
+        """The output and the call's round trip (seconds of the clock, the pixels' copies included)."""
         from PIL import Image
 
         def relay(msg: dict[str, Any]) -> None:
             on_progress(ProgressEvent(msg["phase"], msg.get("step", 0), msg.get("steps", 0), request.mode,
                                       msg.get("shape", "")))
 
-        # The job, built once: the request as validated, in the mode its ranks run (``Settings.runs_as``).
+        # The request as validated, in the mode its ranks run.
         job = dataclasses.replace(request, mode=self._runs_as(request.mode)).to_json()
         layout = pixel_layout(request.references)
         header = {"type": "generate", **job, "forbid_compile": forbid_compile, "reference_pixels": layout}
@@ -136,15 +128,14 @@ class RankZero:
 
     def wait_ready(self, deadline: float, stall: float,
                    on_message: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
-        """Rank 0's answer to ``wait_ready``, on the connection the runs will use (kept from READY
-        on: a process that fills rank 0's other connection slots cannot keep the app's requests out)."""
+        """On the connection the runs will use, kept from READY on: a process that fills rank 0's other
+        connection slots cannot keep the app's requests out."""
         with self._run_lock:
             return self.request({"type": "wait_ready"}, deadline=deadline, stall=stall, on_message=on_message,
                                 persistent=True)
 
     def ranks_beating(self, within: float) -> bool:
-        """True while every rank's heartbeat counter has moved within the last ``within`` seconds
-        (of the clock). Read on every poll of a request, so a change is seen when it happens."""
+        """True while every rank's heartbeat has moved within ``within`` seconds (read at every poll)."""
         if not self.run_dir:
             return False
         now, fresh = self._clock(), True
@@ -172,11 +163,10 @@ class RankZero:
                 on_message: Callable[[dict[str, Any]], None] | None = None,
                 should_stop: Callable[[], bool] | None = None,
                 stall: float | None = None, persistent: bool = False) -> dict[str, Any]:
-        """One request: on the runs' persistent connection (``persistent``, the caller holding the
-        runs' lock), else on a connection of its own. Fails when the group dies, when ``deadline``
-        passes, or when no message arrives within ``stall`` seconds (default: the stall timeout,
-        longer while compiling): TimeoutError(phase, seconds). A persistent connection that fails
-        is dropped: what it still carries is stale."""
+        """One request, on the runs' connection (``persistent``, the runs' lock held; dropped when it
+        fails: what it still carries is stale) or one of its own. GroupDead when the group dies;
+        TimeoutError(phase, seconds) past ``deadline`` or after ``stall`` seconds without a message
+        (default: the stall timeout, longer while compiling)."""
         conn = self._conn if persistent else None
         if conn is None:
             conn = self._connect(deadline or self._clock() + 30)
@@ -188,8 +178,7 @@ class RankZero:
             phase, last = "", self._clock()
             while True:
                 quiet = stall or (self.compile_timeout if phase == Phase.COMPILING else self.stall_timeout)
-                # While every rank's heartbeat moves, silence is a compile (the Neuron compiler says
-                # nothing, eager mode included): allowed up to the compile timeout.
+                # While every rank's heartbeat moves, silence is a compile: allowed up to the compile timeout.
                 if stall is None and self.ranks_beating(self.stall_timeout):
                     quiet = max(quiet, self.compile_timeout)
                 limit = min(deadline or float("inf"), last + quiet)
@@ -222,14 +211,13 @@ class RankZero:
                 conn.close()
 
     def hang_up(self) -> None:
-        """Close the runs' connection (the group stopped, or a new launch has a new rank 0)."""
         conn, self._conn = self._conn, None
         if conn is not None:
             conn.close()
 
     def call(self, header: dict[str, Any], **kwargs) -> dict[str, Any]:
-        """A request whose stall kills the group (a hung rank cannot be told apart from a dead one);
-        an error reply becomes the exception it stands for (its code in ``backend.errors``)."""
+        """A request whose stall kills the group (a hung rank is no better than a dead one); an error
+        reply becomes the exception it stands for."""
         try:
             msg = self.request(header, **kwargs)
         except TimeoutError as exc:
@@ -256,9 +244,8 @@ class RankZero:
         raise error
 
     def _group_lost(self, reason: str) -> GroupDead:
-        """The group is going down: wait (bounded) for its monitor to see torchrun exit and say which
-        rank died; ``on_lost`` if it does not. A group being stopped on purpose is not waited for.
-        Returns the error to raise."""
+        """The error to raise for a group going down, after a bounded wait for its monitor to say which
+        rank died (``on_lost`` if it does not)."""
         deadline = self._clock() + 10
         while self._status()[0] in STARTING + (GroupState.READY,) and self._clock() < deadline:
             time.sleep(0.05)

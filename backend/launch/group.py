@@ -1,31 +1,14 @@
-"""A worker group: torchrun worker processes, launched, watched and stopped here (``WorkerGroup``).
+"""A worker group: torchrun worker processes, launched, brought to READY, watched and stopped
+(``WorkerGroup``; its lifecycle and stop are docs/tensor-parallel.md's). The tensor-parallel engine
+holds one of N ranks, the replica pool N of one rank. Every background thread ends the group in a
+state with its reason; its calls to rank 0 go through ``backend.launch.calls.RankZero``; one
+injectable clock serves every deadline, so the stall timeout is tested with a fake clock.
 
-The tensor-parallel engine holds one group of N ranks (the transformer sharded over them); the
-replica pool holds N groups of one rank each (a whole pipeline per replica). What a group knows:
-
-- the lifecycle (as TGI and vLLM do it): ``launching`` (torchrun started) -> ``loading`` ->
-  ``warming`` -> ``ready`` (rank 0 answered ``wait_ready`` with READY: timings, and per rank its pid,
-  core and which transformer weights it holds) ... ``stopping`` -> ``stopped``; ``dead`` when any
-  rank exits (torchrun ends the group; the monitor thread sees it at once), when a call stalls past
-  its deadline, or when the start fails. Every background thread ends the group in a state with its
-  reason, whatever it dies of. A request that fails (bad input, a compiler error) is answered by
-  the worker and leaves the group ``ready``;
-- stop: a polite shutdown request, then SIGTERM to the whole process group, a grace period, then
-  SIGKILL; every pid seen is checked afterwards. Workers also exit when the app's process is gone.
-
-Its calls to rank 0 (run, call, stall detection by the ranks' heartbeats) go through the
-``backend.launch.calls.RankZero`` it holds (``rank0``), which says when it finds the group gone
-(``_mark_dead``). Cores and what a group may run are its engine's business. One injectable clock
-serves every deadline, so the stall timeout is tested with a fake clock.
-
-Why a group died (``death_reason``) it reads from what torch's launcher leaves in its run dir:
-
-- each rank's torchelastic **error file** (``TORCHELASTIC_ERROR_FILE``, which torchrun sets per rank
-  under ``--log-dir``; ``<run dir>/torchrun/<run id>/attempt_<n>/<local rank>/error.json``), written
-  by torch's ``ErrorHandler``: on a rank's uncaught exception (``backend.workers.worker`` runs under
-  torch's ``record``) and by a rank that ends itself after a failed request (``RankEnding``);
-- torchrun's **failure summary** in its log (torch's ``ChildFailedError``), for a rank ended by a
-  signal: it writes no error file, and only the launcher, its parent, learns its exit code.
+Why it died (``death_reason``): each rank's torchelastic error file (``TORCHELASTIC_ERROR_FILE``, set
+by torchrun per rank under ``--log-dir``: ``<run dir>/torchrun/<run id>/attempt_<n>/<local
+rank>/error.json``), written by torch's ``ErrorHandler`` for an uncaught exception and by a rank that
+ends itself (``RankEnding``); torchrun's failure summary (``ChildFailedError``) for a rank ended by a
+signal, which writes no error file.
 """
 
 from __future__ import annotations
@@ -51,6 +34,7 @@ from typing import Any, Callable
 import psutil
 
 from backend.errors import BackendNotReady, InvalidRequest, StudioError
+from backend.hardware.core_plan import CoresDoNotFit
 from backend.launch import protocol as proto
 from backend.launch.calls import STARTING, GroupState, RankZero
 from backend.request.records import EngineOutput, GenerationRequest, ProgressEvent
@@ -63,7 +47,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _alive(pid: int) -> bool:
-    """True while ``pid`` runs (a zombie waiting to be reaped counts as gone)."""
+    """A zombie counts as gone."""
     try:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
@@ -71,7 +55,6 @@ def _alive(pid: int) -> bool:
 
 
 def _wait_gone(pids: list[int], timeout: float) -> None:
-    """Wait until none of ``pids`` is alive, at most ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -87,8 +70,6 @@ def check_degree(degree: Any, heads: int, core_plan=None, owner: str = "tensor-p
                                           f"use one of {', '.join(map(str, divisors))}")
     if core_plan is None:
         return []
-    from backend.hardware.core_plan import CoresDoNotFit
-
     try:
         return core_plan.claim(owner, degree, heads)
     except CoresDoNotFit as exc:
@@ -109,24 +90,18 @@ def rank_failures(run_dir: str | None) -> dict[int, str]:
     return found
 
 
-def exit_codes(log_text: str) -> list[tuple[int, int]]:
-    """(rank, exit code) of the ranks that failed, from torchrun's failure summary (negative: the
-    signal that ended it)."""
-    failed = re.findall(r"rank\s*:\s*(\d+).*?\n.*?exitcode\s*:\s*(-?\d+)", log_text) or \
-        re.findall(r"rank: (\d+) \(local_rank: \d+\)\s+exitcode\s*:\s*(-?\d+)", log_text)
-    return [(int(rank), int(code)) for rank, code in failed]
-
-
 def death_reason(run_dir: str | None, log_text: str, code: int) -> str:
-    """One line for the page: each failed rank and what it died of (its error file's exception, or
-    the signal or status torchrun reports), else torchrun's own last error line."""
+    """One line: each failed rank and what it died of, else torchrun's own last error line."""
     failures, parts = rank_failures(run_dir), []
     ending = proto.RankEnding.__name__ + ": "
     for rank, message in sorted(failures.items())[:4]:
         line = message.splitlines()[0]
         parts.append(f"rank {rank} ended itself after a failed request ({line.removeprefix(ending)[:300]})"
                      if line.startswith(ending) else f"rank {rank} failed: {line[:300]}")
-    for rank, exitcode in exit_codes(log_text)[:4]:
+    # torchrun's failure summary: (rank, exit code; negative: the signal)
+    exits = re.findall(r"rank\s*:\s*(\d+).*?\n.*?exitcode\s*:\s*(-?\d+)", log_text) or \
+        re.findall(r"rank: (\d+) \(local_rank: \d+\)\s+exitcode\s*:\s*(-?\d+)", log_text)
+    for rank, exitcode in ((int(r), int(c)) for r, c in exits[:4]):
         if rank not in failures:
             how = f"signal {signal.Signals(-exitcode).name}" if exitcode < 0 else f"status {exitcode}"
             parts.append(f"rank {rank} exited with {how}")
@@ -146,11 +121,10 @@ class WorkerGroup:
                  on_dead: Callable[["WorkerGroup"], None] | None = None,
                  on_change: Callable[[], None] = lambda: None,
                  clock: Callable[[], float] = time.monotonic, grace: float = 5.0):
-        """``degree`` ranks, rank r on NeuronCore ``cores[r]`` ([] off Neuron); ``role`` ``tp`` shards the
-        transformer over them, ``replica`` (one rank) loads it whole; ``place`` names the group in the
-        compile table; ``warm``: shapes compiled before READY; ``threads`` caps each rank's CPU threads
-        (0: torch's). ``on_dead(group)`` is called (from a background thread) once a group that was
-        ready has died and its processes are gone; ``on_change()`` when its capacity changes."""
+        """Rank r on NeuronCore ``cores[r]`` ([] off Neuron); ``role`` ``tp`` shards the transformer,
+        ``replica`` (one rank) loads it whole; ``place`` names it in the compile table; ``warm``: shapes
+        compiled before READY; ``threads``: each rank's CPU threads (0: torch's). ``on_dead(group)``
+        runs (in a background thread) once a group that was ready died and its processes are gone."""
         self.degree, self.cores, self.role, self.place = degree, list(cores), role, place
         self.name = "tensor-parallel group" if role == "tp" else place
         info = device.info
@@ -179,8 +153,7 @@ class WorkerGroup:
         self.run_root: str | None = None  # where run dirs are made (None: the system's temp folder)
 
     def close(self) -> None:
-        """Stop at once (the app is leaving or replacing the group): SIGTERM, grace, SIGKILL. A dead
-        group stays dead (its reason is what a request that ran into it reports)."""
+        """Stop at once (SIGTERM, grace, SIGKILL); a dead group stays dead, with its reason."""
         self.stop(final_state=GroupState.DEAD if self.state == GroupState.DEAD else GroupState.STOPPED, polite=False)
         self._cleanup_dir()
         self.rank0.close()
@@ -190,7 +163,7 @@ class WorkerGroup:
         return self.rank0.socket_path
 
     def describe(self) -> dict[str, Any]:
-        """JSON-able status; cheap, no I/O (pids, cores and shard reports were read once, at READY)."""
+        """JSON-able status; no I/O (pids, cores and shards were read once, at READY)."""
         return {
             "state": self.state, "place": self.place, "world_size": self.degree,
             "compile_mode": self.compile_mode, "device": self.device_kind,
@@ -203,7 +176,6 @@ class WorkerGroup:
         }
 
     def require_ready(self) -> None:
-        """BackendNotReady, saying how to start it again, unless the group is ready."""
         if self.state != GroupState.READY:
             raise BackendNotReady(f"the {self.name} is {self.state}"
                                   + (f" ({self.error})" if self.error else "")
@@ -211,14 +183,14 @@ class WorkerGroup:
 
     def run(self, request: GenerationRequest, on_progress: Callable[[ProgressEvent], None],
             should_stop: Callable[[], bool], forbid_compile: bool = False) -> EngineOutput:
-        """Generate through the group (one request at a time: the caller's engine queues them)."""
+        """One request at a time: the caller's engine queues them."""
         self.require_ready()
         out, self.timings["last_round_trip"] = self.rank0.run(request, on_progress, should_stop, forbid_compile)
         self.timings["last_worker_seconds"] = out.seconds
         return out
 
     def health(self, timeout: float = 2.0) -> dict[str, Any]:
-        """Rank 0's health reply (a starting group takes the phase it names), else the state and why."""
+        """Rank 0's health reply (a starting group takes its phase), else the state and why."""
         if self.state in (GroupState.STOPPED, GroupState.DEAD, GroupState.STOPPING) or not self.socket_path:
             return {"state": self.state, "error": self.error}
         try:
@@ -229,7 +201,6 @@ class WorkerGroup:
         return msg
 
     def _tail(self, name: str, lines: int = 20) -> str:
-        """The last ``lines`` lines of a file in the run dir ("" when it does not exist)."""
         try:
             with open(os.path.join(self.dir, name), encoding="utf-8", errors="replace") as handle:
                 return "".join(handle.readlines()[-lines:])
@@ -237,13 +208,12 @@ class WorkerGroup:
             return ""
 
     def rank_logs(self, lines: int = 20) -> dict[str, str]:
-        """Each rank's log tail and torchrun's, read now (only when someone looks at them)."""
+        """Read only when someone looks at them."""
         logs = {f"rank {r}": self._tail(f"rank{r}.log", lines) for r in range(self.degree)}
         logs["torchrun"] = self._tail("torchrun.log", lines)
         return logs
 
     def rank_pids(self) -> dict[int, int]:
-        """{rank: pid}, as each rank reported it at READY."""
         return {int(r["rank"]): int(r["pid"]) for r in self.ranks if r.get("pid")}
 
     # The transitions below are the only code that sets ``state``; ``_spawn``, ``_watch`` and
@@ -265,7 +235,7 @@ class WorkerGroup:
         self._watch(self.proc)
 
     def _spawn(self):
-        """(lock held) Launch torchrun and its ranks in the run dir; returns the launcher process."""
+        """(lock held) The launcher process."""
         pixels = self.rank0.pixels()
         config = dataclasses.replace(self._config, socket=self.socket_path, run_dir=self.dir,
                                      pixels=pixels.name, pixels_bytes=pixels.size)
@@ -284,12 +254,10 @@ class WorkerGroup:
                                 stderr=subprocess.STDOUT, start_new_session=True)
 
     def _watch(self, proc) -> None:
-        """Follow a launch: its exit (``_monitor``) and its READY (``_await_ready``)."""
         threading.Thread(target=self._monitor, args=(proc,), name="tp-monitor", daemon=True).start()
         threading.Thread(target=self._await_ready, args=(proc,), name="tp-ready", daemon=True).start()
 
     def _became_ready(self, proc, timings: dict[str, Any], ranks: list[dict[str, Any]]) -> None:
-        """READY from rank 0 (for this launch, while it is still starting)."""
         with self._lock:
             if proc is self.proc and self.state in STARTING:
                 self.state, self.timings, self.was_ready = GroupState.READY, dict(timings), True
@@ -298,14 +266,12 @@ class WorkerGroup:
         self._on_change()
 
     def _phase(self, proc, phase: str | None) -> None:
-        """Rank 0 says which phase of the start it is in (``loading``, ``warming``)."""
         with self._lock:
             if proc is self.proc and self.state in STARTING and phase in (GroupState.LOADING, GroupState.WARMING):
                 self.state = GroupState(phase)
 
     def _exited(self, proc, reason: str) -> bool:
-        """The launcher exited with ``reason``: dead, unless it was being stopped (or was replaced).
-        True when this made the group dead."""
+        """The launcher exited: dead, unless being stopped (or replaced). True when this made it dead."""
         with self._lock:
             if proc is not self.proc or self.state in (GroupState.STOPPING, GroupState.STOPPED, GroupState.DEAD):
                 self._ready.set()
@@ -338,14 +304,13 @@ class WorkerGroup:
 
     @property
     def ended_itself(self) -> bool:
-        """A rank left on purpose after a failed request: the group should be restarted, whether or
-        not rank 0's reply saying so got out before torchrun ended it."""
+        """A rank left on purpose after a failed request (whether or not rank 0's reply said so)."""
         return self.state == GroupState.DEAD and any(
             message.startswith(proto.RankEnding.__name__ + ":") for message in rank_failures(self.dir).values())
 
     def _await_ready(self, proc: subprocess.Popen) -> None:
-        """Wait for READY; whatever happens (a timeout, an error reply, this thread's own failure),
-        the group ends in a state with its reason: ready or dead."""
+        """Whatever happens (a timeout, an error reply, this thread's own failure), the group ends
+        ready or dead, with its reason."""
         try:
             deadline = self._clock() + self.start_timeout
             while self.state == GroupState.LAUNCHING and not os.path.exists(self.socket_path or ""):
@@ -374,7 +339,7 @@ class WorkerGroup:
         self._mark_dead(f"the group did not start: {reason}")
 
     def _mark_dead(self, reason: str) -> None:
-        """Report the group dead now; tear it down in the background (a hung rank needs SIGKILL)."""
+        """Dead now; torn down in the background (a hung rank needs SIGKILL)."""
         with self._lock:
             self.state, self.error = GroupState.DEAD, reason
         self._ready.set()
@@ -389,8 +354,7 @@ class WorkerGroup:
         self._teardown.start()
 
     def stop(self, final_state: GroupState = GroupState.STOPPED, polite: bool = True) -> None:
-        """Shut the group down: ask politely (a ready group; it cancels a running generation first),
-        then SIGTERM the group, then SIGKILL. Leaves no process."""
+        """Ask politely (a ready group: cancel, then shutdown), then SIGTERM, then SIGKILL. Leaves no process."""
         with self._lock:
             proc = self.proc
             stopping = self.state == GroupState.STOPPING and final_state == GroupState.STOPPED
@@ -418,7 +382,6 @@ class WorkerGroup:
             self._cleanup_dir(run_dir)
 
     def _end_processes(self, proc, polite: bool) -> set[int]:
-        """End the launcher and every rank (politely first when asked); returns the pids it ended."""
         try:
             pids = self._pids | {p.pid for p in psutil.Process(proc.pid).children(recursive=True)}
         except psutil.NoSuchProcess:
@@ -445,13 +408,11 @@ class WorkerGroup:
         return pids
 
     def survivors(self) -> list[int]:
-        """Rank or launcher pids of this group still alive (empty after a stop)."""
         pids = set(self._pids) | ({self.proc.pid} if self.proc else set())
         return sorted(p for p in pids if _alive(p))
 
     def _cleanup_dir(self, path: str | None = None) -> None:
-        """Remove the group's private run dir (``path``, default the current one) with its socket
-        and logs. Only a dir named like one (``protocol.RUN_DIR_PREFIX``) is ever removed."""
+        """Remove a run dir (default the current one); ``remove_run_dir`` guards what it removes."""
         path = path or self.dir
         if (path is None or path == self.dir) and self._log and not self._log.closed:
             self._log.close()  # torchrun's log lives in it

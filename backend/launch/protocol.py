@@ -1,23 +1,16 @@
-"""What the app and a worker group agree on: the wire, the worker's config and the environment names
-that carry them, the run dir, and the error messages.
+"""What the app and a worker group agree on: the wire, the worker's config, the run dir, the errors.
 
-The wire is the standard library's ``multiprocessing.connection`` over the group's Unix socket
-(0600, in the group's private run dir). Every connection begins with its mutual HMAC challenge
-over the per-launch key (``connect`` on the app's side, ``accept`` on rank 0's): a peer without
-the key is refused after one frame of at most 256 bytes. Then each message is one frame of UTF-8
-JSON, an object with a ``type``; a frame announced longer than ``MAX_MESSAGE`` is refused before
-it is read, and nothing is pickled. A frame once begun must arrive whole within the read timeout.
+The wire is ``multiprocessing.connection`` over the group's Unix socket (0600, in its private run
+dir). Each connection begins with a mutual HMAC challenge over the per-launch key (``connect``,
+``accept``): a peer without it is refused after one frame of at most 256 bytes. Then each message is
+one frame of UTF-8 JSON, an object with a ``type``; a frame announced longer than ``MAX_MESSAGE`` is
+refused unread, one begun must arrive whole within the read timeout, and nothing is pickled.
 
-Requests: ``wait_ready``, ``generate``, ``health``, ``cancel``, ``shutdown``; a connection may
-carry any number of them, one after another (the app keeps one open for its generations).
-Answers: ``progress`` (zero or more, for generate and wait_ready), then one ``ready``, ``result``,
-``ok`` or ``error``. A result's pixels are not on the wire but in the app's ``PixelBuffer``. An
-error's ``kind`` is its class's code in ``backend.errors``: ``error_message`` and
-``error_from_message`` turn an exception into a message and back, with the fields it carries.
-
-The worker's whole configuration travels once, as JSON (``WorkerConfig``, the app's ``Settings``
-inside it whole) in ``CONFIG_VAR``; the per-launch key in ``TOKEN_VAR``, which the worker removes
-from its environment at once.
+Requests: ``wait_ready``, ``generate``, ``health``, ``cancel``, ``shutdown``, any number per
+connection. Answers: ``progress`` (for generate and wait_ready), then one ``ready``, ``result``,
+``ok`` or ``error`` (its ``kind`` a code of ``backend.errors``, with the fields it carries). A
+result's pixels are in the app's ``PixelBuffer``, not on the wire. The worker's configuration
+travels once as JSON in ``CONFIG_VAR``; the key in ``TOKEN_VAR``, which the worker removes at once.
 """
 
 from __future__ import annotations
@@ -48,7 +41,7 @@ Connection = mpc.Connection
 
 
 class ProtocolError(Exception):
-    """The peer sent something that is not a well-formed message, or went away."""
+    """Not a well-formed message, or the peer went away."""
 
 
 class ConnectionLost(ProtocolError):
@@ -60,8 +53,8 @@ class Refused(ProtocolError):
 
 
 def _bound_io(sock: socket.socket, seconds: float) -> None:
-    """Every read and write on ``sock`` fails after ``seconds`` without progress (the kernel's
-    SO_RCVTIMEO / SO_SNDTIMEO: a frame begun and not finished, or a peer that stopped reading)."""
+    """Every read and write on ``sock`` fails after ``seconds`` without progress (SO_RCVTIMEO and
+    SO_SNDTIMEO: a frame begun and not finished, or a peer that stopped reading)."""
     sock.settimeout(None)  # blocking, so that the kernel's timeouts are the ones that apply
     whole = int(seconds)
     value = struct.pack("ll", whole, int((seconds - whole) * 1e6))
@@ -69,19 +62,22 @@ def _bound_io(sock: socket.socket, seconds: float) -> None:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, value)
 
 
-def _handshake(conn: Connection, key: bytes, first: bool) -> None:
+def _handshake(conn: Connection, key: bytes, first: bool) -> Connection:
+    """``conn`` once the challenge both ways succeeded; else closed, and Refused."""
     steps = (mpc.deliver_challenge, mpc.answer_challenge) if first else (mpc.answer_challenge, mpc.deliver_challenge)
     try:
         for step in steps:
             step(conn, key)
+        return conn
     except mpc.AuthenticationError as exc:
+        conn.close()
         raise Refused(str(exc)) from None
     except (EOFError, OSError, AssertionError) as exc:  # a stranger's frame, a hang-up, a timeout
+        conn.close()
         raise Refused(f"no handshake: {exc or type(exc).__name__}") from None
 
 
 def connect(path: str, key: bytes, timeout: float) -> Connection:
-    """The app's authenticated connection to rank 0 (``Refused``, ``ConnectionLost``)."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.settimeout(timeout)
@@ -90,30 +86,16 @@ def connect(path: str, key: bytes, timeout: float) -> Connection:
     except OSError as exc:
         sock.close()
         raise ConnectionLost(f"cannot connect: {exc}") from None
-    conn = Connection(sock.detach())
-    try:
-        _handshake(conn, key, first=False)
-    except Refused:
-        conn.close()
-        raise
-    return conn
+    return _handshake(Connection(sock.detach()), key, first=False)
 
 
 def accept(sock: socket.socket, key: bytes, timeout: float) -> Connection:
-    """Rank 0's side of a new connection: the handshake within ``timeout`` seconds (``Refused``);
-    afterwards a frame once begun must arrive whole within the same time."""
+    """Rank 0's side: the handshake, and afterwards each frame once begun, within ``timeout`` seconds."""
     _bound_io(sock, timeout)
-    conn = Connection(sock.detach())
-    try:
-        _handshake(conn, key, first=True)
-    except Refused:
-        conn.close()
-        raise
-    return conn
+    return _handshake(Connection(sock.detach()), key, first=True)
 
 
 def send(conn: Connection, message: dict[str, Any]) -> None:
-    """One message (``ConnectionLost`` when the peer is gone or stopped reading)."""
     data = json.dumps(message, ensure_ascii=False, allow_nan=False).encode("utf-8")
     if len(data) > MAX_MESSAGE:
         raise ProtocolError(f"message too large ({len(data)} bytes)")
@@ -124,8 +106,7 @@ def send(conn: Connection, message: dict[str, Any]) -> None:
 
 
 def receive(conn: Connection, timeout: float | None) -> dict[str, Any] | None:
-    """The next message, or None when none began within ``timeout`` seconds (None: wait for it).
-    A message is read whole once begun; a frame longer than ``MAX_MESSAGE`` is refused unread."""
+    """The next message, or None when none began within ``timeout`` seconds (None: wait for it)."""
     try:
         if not conn.poll(timeout):
             return None
@@ -149,18 +130,17 @@ RESTART_EXIT = 75  # a rank that ended itself after a failed request: the group 
 
 
 class RankEnding(Exception):
-    """What a rank that leaves on purpose after a failed request records in its torchelastic error
-    file (``WorkerGroup.ended_itself`` reads it): the group should be restarted."""
+    """In the torchelastic error file of a rank that left after a failed request: restart the group."""
 
 
 RUN_DIR_PREFIX = "neuron-studio-tp-"  # the group's private run dir: tempfile.mkdtemp(prefix=...)
 
 
 def remove_run_dir(path: str | None, require_contents: bool = True, attempts: int = 5) -> bool:
-    """Remove a group's run dir and nothing else: a real directory (not a link) owned by this user,
-    named ``RUN_DIR_PREFIX...``, holding (with ``require_contents``) a ``tp.sock`` or rank logs. This
-    guards every removal of a path that came from a config or environment. Retries a few times:
-    another rank may still be writing its heartbeat into it. True when it is gone."""
+    """Remove a group's run dir and nothing else: a real directory owned by this user, named
+    ``RUN_DIR_PREFIX...``, holding (``require_contents``) a ``tp.sock`` or rank logs; this guards
+    every removal of a path from a config or environment. Retried: a rank may still write its
+    heartbeat there. True when it is gone."""
     if not path:
         return False
     path = os.path.normpath(os.path.abspath(path))
@@ -184,12 +164,9 @@ def remove_run_dir(path: str | None, require_contents: bool = True, attempts: in
 
 
 class PixelBuffer:
-    """The pixels of one result, in shared memory (``multiprocessing.shared_memory``) instead of on
-    the wire: the app makes it for its group (0600, its name in ``WorkerConfig.pixels``), rank 0
-    attaches to it by name and writes each result's pixels at its start before it sends the
-    result; the app copies them out before its next request on the group (``RankZero.run`` holds
-    a lock), and unlinks it when the group closes (the app's resource tracker does, should the app
-    die first). Sized for the largest image the app allows."""
+    """One job's pixels in shared memory instead of on the wire: the app makes it (0600, its name in
+    ``WorkerConfig.pixels``) and unlinks it when the group closes (its resource tracker does, should
+    the app die first); rank 0 attaches by name. One job at a time (``RankZero.run`` holds a lock)."""
 
     def __init__(self, memory: shared_memory.SharedMemory, owner: bool):
         self.memory, self.owner = memory, owner
@@ -203,7 +180,7 @@ class PixelBuffer:
 
     @classmethod
     def attach(cls, name: str, size: int) -> "PixelBuffer":
-        """Rank 0's view of the app's buffer (OSError when it is missing or smaller than ``size``)."""
+        """OSError when it is missing or smaller than ``size``."""
         if sys.version_info >= (3, 13):
             memory = shared_memory.SharedMemory(name=name, track=False)
         else:  # attaching registers it with this process's resource tracker, which would unlink
@@ -221,8 +198,7 @@ class PixelBuffer:
         return self.memory.buf
 
     def write(self, pixels) -> int:
-        """Copy ``pixels`` (bytes-like, or a C-contiguous uint8 array) to the start of the buffer;
-        returns their size (ValueError when they do not fit)."""
+        """Copy bytes-like ``pixels`` to the start; returns their size (ValueError when they do not fit)."""
         data = memoryview(pixels).cast("B")
         if data.nbytes > self.size:
             raise ValueError(f"{data.nbytes} bytes of pixels do not fit the group's buffer of {self.size}")
@@ -230,7 +206,6 @@ class PixelBuffer:
         return data.nbytes
 
     def close(self) -> None:
-        """Unmap it; the app's (its owner's) close also removes it."""
         with contextlib.suppress(BufferError):  # a view is still held: the mapping goes when it is collected
             self.memory.close()
         if self.owner:
@@ -240,8 +215,7 @@ class PixelBuffer:
 
 @dataclasses.dataclass
 class WorkerConfig:
-    """Everything a rank needs, sent once by the app. ``settings`` is ``Settings.to_json()`` whole,
-    with the device the app resolved (kind, dtype, compile backend) written into it."""
+    """Everything a rank needs: ``settings`` is ``Settings.to_json()`` with the device the app resolved."""
 
     settings: dict[str, Any]
     model_path: str
@@ -264,8 +238,7 @@ class WorkerConfig:
 
 
 def error_message(exc: BaseException) -> dict[str, Any]:
-    """The ``error`` message for an exception: its code (``backend.errors``), its text, the fields it
-    carries (the invalid field, the counters a failed run still reports, ``group_ending``)."""
+    """The ``error`` message for an exception: its code, its text, the fields it carries."""
     if not isinstance(exc, StudioError):
         return {"type": "error", "kind": GenerationFailed.code, "error": f"{type(exc).__name__}: {exc}"}
     text = exc.message if isinstance(exc, InvalidRequest) else str(exc)
@@ -273,8 +246,7 @@ def error_message(exc: BaseException) -> dict[str, Any]:
 
 
 def error_from_message(msg: dict[str, Any]) -> StudioError:
-    """The exception an ``error`` message stands for, with its fields (unknown kinds are plain
-    failures; fields a class does not carry are dropped)."""
+    """The exception an ``error`` message stands for (unknown kinds: plain failures)."""
     cls = errors.by_code(str(msg.get("kind") or GenerationFailed.code))
     text = str(msg.get("error") or msg.get("kind") or "failed")
     if issubclass(cls, InvalidRequest):

@@ -1,7 +1,6 @@
-"""The ranks' collectives over the gloo control group, outside the model: a job broadcast from
-rank 0 and the ranks' reports gathered to it, each one collective of a fixed size, as JSON bytes
-(nothing is pickled); every rank's compile counters folded into one record; and whether an error
-is a broken collective. ``Rank`` is what a rank knows about itself (its control group among it)."""
+"""The ranks' collectives over the gloo control group, outside the model: a job broadcast from rank 0
+and reports gathered to it, each one collective of a fixed size of JSON bytes (nothing is pickled);
+every rank's compile counters folded into one record; whether an error is a broken collective."""
 
 from __future__ import annotations
 
@@ -12,7 +11,6 @@ from typing import Any
 
 @dataclasses.dataclass
 class Rank:
-    """What one rank knows about itself after ``backend.workers.worker.init_distributed``."""
 
     rank: int
     local_rank: int
@@ -29,10 +27,8 @@ REFERENCE_JOB_BYTES = 512  # one reference described in a job (its hash, sizes, 
 
 
 def job_bytes(max_prompt_chars: int, max_references: int = 0) -> int:
-    """The longest job's JSON (UTF-8, unescaped): the prompt and what was typed, each at most
-    ``max_prompt_chars`` characters of at most 4 bytes, each reference's description, and 8 KiB for
-    the rest. Rank 0 refuses a longer one at its door (``Rank0Server``); every job goes to the
-    ranks in one broadcast of this size (a reference's pixels follow in one of their own)."""
+    """The longest job's JSON: the prompt and what was typed (``max_prompt_chars`` of at most 4 bytes
+    each), each reference's description, 8 KiB for the rest. Rank 0 refuses a longer one at its door."""
     return 2 * 4 * max_prompt_chars + max_references * REFERENCE_JOB_BYTES + (8 << 10)
 
 
@@ -41,8 +37,7 @@ def encode_job(obj: Any) -> bytes:
 
 
 def _pack(obj: Any, size: int, what: str):
-    """``obj``'s JSON in a uint8 tensor of 8 + ``size`` bytes, its length in the first 8
-    (ValueError when it is longer than ``size``)."""
+    """``obj``'s JSON in a uint8 tensor of 8 + ``size`` bytes, its length first (ValueError: too long)."""
     import torch
 
     data = encode_job(obj)
@@ -55,15 +50,12 @@ def _pack(obj: Any, size: int, what: str):
 
 
 def _unpack(buf) -> Any:
-    """The object ``_pack`` put in ``buf``."""
     raw = buf.numpy()
     length = int.from_bytes(raw[:_JOB_LEN].tobytes(), "little")
     return json.loads(raw[_JOB_LEN:_JOB_LEN + length].tobytes().decode("utf-8"))
 
 
 def _bcast_json(obj: Any, me: Rank) -> Any:
-    """Rank 0's job to every rank, as JSON bytes over the control group (no pickle): one collective
-    of ``job_bytes`` bytes, its length in the first 8."""
     import torch
     import torch.distributed as dist
 
@@ -79,8 +71,7 @@ COUNTERS_BYTES = 4 << 10  # a rank's compile counters after a job
 
 
 def _gather_json(obj: Any, me: Rank, size: int = REPORT_BYTES) -> list[Any] | None:
-    """Every rank's JSON-able object to rank 0 (None elsewhere): one gather over the control group
-    of ``size`` bytes a rank, its length in the first 8 (ValueError for a longer one)."""
+    """Every rank's object to rank 0 (None elsewhere), ``size`` bytes a rank."""
     import torch
     import torch.distributed as dist
 
@@ -91,7 +82,7 @@ def _gather_json(obj: Any, me: Rank, size: int = REPORT_BYTES) -> list[Any] | No
 
 
 def _counters(out) -> dict[str, Any] | None:
-    """A rank's counters for the gather, its host-run op names cut to fit ``COUNTERS_BYTES``."""
+    """A rank's counters, its host-run op names cut to fit ``COUNTERS_BYTES``."""
     if out is None:
         return None
     host = list(out.fallback_ops)
@@ -103,11 +94,9 @@ def _counters(out) -> dict[str, Any] | None:
 
 
 def every_ranks_compiles(out, me: Rank):
-    """Each rank compiles for itself (its shard's graphs, and on Neuron its own NEFFs, counted by
-    TorchNeuron per process): the record counts every rank's. NEFFs add up over the ranks, compile
-    seconds are the longest rank's (they compile side by side), host-run ops are the union. Every
-    rank that stays calls this once per job, with ``out`` None where its run failed; a rank that
-    leaves (``_ends_rank``) does not, and its exit fails its peers' gather."""
+    """Every rank's compiles in one record (each compiles for itself, counted per process): NEFFs
+    summed, seconds the longest rank's (side by side), host-run ops the union. Every rank that
+    stays calls it once per job (``out`` None where its run failed); one that leaves fails the gather."""
     if me.world == 1:
         return out
     every = _gather_json(_counters(out), me, COUNTERS_BYTES)  # rank 0's list; None on the others
@@ -120,7 +109,7 @@ def every_ranks_compiles(out, me: Rank):
 
 
 def _collective_broken(exc: BaseException) -> bool:
-    """True when the error (or its cause) is a failed collective, i.e. a peer rank died or hung up."""
+    """The error (or its cause) is a failed collective: a peer rank died or hung up."""
     import torch.distributed as dist
 
     seen = exc

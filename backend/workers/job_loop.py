@@ -13,15 +13,14 @@ from backend.workers.rank0_server import Rank0Server
 
 
 def _pixels_of(images) -> tuple[bytes, int, int]:
-    """(RGB pixels, width, height) of the images diffusers made: a batch's one after the other."""
+    """(RGB pixels of a batch, one image after the other, width, height)."""
     rgbs = [image if image.mode == "RGB" else image.convert("RGB") for image in images]
     return b"".join(rgb.tobytes() for rgb in rgbs), rgbs[0].width, rgbs[0].height
 
 
 def _read_references(job: dict, server: Rank0Server) -> list[bytes] | None:
-    """Rank 0: each reference's pixels from the app's buffer where the job says they lie, checked
-    whole (their SHA-256) and bounded (``MAX_REFERENCE_RGB`` each, inside the buffer). None when the
-    job's description is wrong: the job then fails on every rank alike (``_bcast_references``)."""
+    """Rank 0: each reference's pixels from the app's buffer where the job says, bounded and checked
+    whole (SHA-256). None when the description is wrong: the job then fails on every rank alike."""
     import hashlib
 
     from backend.errors import InvalidRequest
@@ -46,8 +45,8 @@ def _read_references(job: dict, server: Rank0Server) -> list[bytes] | None:
 
 
 def _bcast_references(job: dict, rgbs: list[bytes] | None, me: Rank) -> list[bytes]:
-    """Every rank gets rank 0's reference pixels whole: a one-byte verdict (rank 0 read them, or
-    not), then one broadcast per reference of exactly its bytes (its size from the job, bounded)."""
+    """Rank 0's reference pixels to every rank: a one-byte verdict (rank 0 read them whole, or not),
+    then one broadcast per reference of exactly its bytes."""
     import torch
     import torch.distributed as dist
 
@@ -77,11 +76,8 @@ def _bcast_references(job: dict, rgbs: list[bytes] | None, me: Rank) -> list[byt
 
 
 def _ends_rank(exc: BaseException, me: Rank) -> bool:
-    """Whether this rank must leave after ``exc`` (the app then restarts the group on Neuron): a
-    broken collective anywhere; on Neuron any failure the job reached, since a failed collective
-    inside the model does not say it is one and this rank may be out of step with its peers (cancels
-    and warm-only refusals happen on every rank alike, at a step boundary or before the first
-    collective)."""
+    """A broken collective anywhere; on Neuron any failure but a cancel or a warm-only refusal (alike
+    on every rank), since a Neuron collective error does not say it is one."""
     from backend.errors import GenerationCancelled, ShapeLocked
 
     suspect = me.device.kind == "neuron" and not isinstance(exc, (GenerationCancelled, ShapeLocked))
@@ -89,15 +85,13 @@ def _ends_rank(exc: BaseException, me: Rank) -> bool:
 
 
 def serve(server: Rank0Server | None, run, me: Rank) -> None:
-    """The job loop: rank 0 takes a job from its connections, every rank runs it, rank 0 answers."""
     from backend.request.records import GenerationRequest
     from backend.request.references import from_job
 
     while True:
         job, conn, finished, stamps = None, None, None, None
         if server:
-            # The app validated the request and resolved the mode it runs in (``Settings.runs_as``)
-            # before it sent it over the authenticated connection: the job is trusted as it is.
+            # The app validated the job and sent it over the authenticated connection: trusted as it is.
             job, conn, finished = server.jobs.get()
             stamps = job.pop("stamps", None)  # a benchmark's trace, when it asked for one
             _stamp(stamps, "taken")
@@ -178,7 +172,7 @@ def serve(server: Rank0Server | None, run, me: Rank) -> None:
 
 
 def _safe(fn, *args) -> bool:
-    """Send to a client that may have gone away; the group must not die of a closed connection."""
+    """The group must not die of a client that went away."""
     try:
         fn(*args)
         return True
@@ -188,15 +182,13 @@ def _safe(fn, *args) -> bool:
 
 
 def record_exit(exc: BaseException) -> None:
-    """Write the exception to this rank's torchelastic error file (``TORCHELASTIC_ERROR_FILE``)
-    with torch's own writer: the app reads why the rank left there (``backend.launch.group.death_reason``)."""
+    """To this rank's torchelastic error file (``TORCHELASTIC_ERROR_FILE``), by torch's own writer."""
     from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
 
     ErrorHandler().record_exception(exc)
 
 
 def _stamp(stamps: dict[str, float] | None, name: str) -> None:
-    """A benchmark's trace (``bench.tp_transport``): when this point of the job was reached, on
-    CLOCK_MONOTONIC (one clock for every process on the machine); nothing when no trace was asked."""
+    """A benchmark's trace (``bench.tp_transport``), on CLOCK_MONOTONIC: one clock for every process."""
     if stamps is not None:
         stamps[name] = time.monotonic()

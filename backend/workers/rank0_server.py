@@ -1,10 +1,6 @@
-"""Rank 0's Unix socket server: the one door of a worker group to the outside.
-
-It authenticates each connection (``protocol.accept``: the standard library's challenge over the
-group's key), then serves its requests one after another: health, cancel and wait_ready at once
-from the connection's thread, generate and shutdown queued for the job loop
-(``backend.workers.job_loop``), which answers them on the same connection. The socket is 0600 in
-the group's private run dir; the messages are ``backend.launch.protocol``'s."""
+"""Rank 0's Unix socket server, a worker group's one door: each connection authenticated
+(``protocol.accept``), then its requests served in turn: health, cancel and wait_ready at once,
+generate and shutdown queued for the job loop, which answers them on the same connection."""
 
 from __future__ import annotations
 
@@ -21,11 +17,8 @@ from backend.workers.collectives import encode_job
 
 
 class Rank0Server:
-    """Rank 0's socket: authenticates, answers quick requests, queues device work.
-
-    Bounded against whoever can reach the socket: at most ``max_connections`` connections at once
-    (one more is closed as soon as it is accepted); ``read_timeout`` seconds for the handshake,
-    whose first frame from the peer is at most 256 bytes, and for each message once begun."""
+    """Bounded against whoever can reach the socket: ``max_connections`` at once (one more is closed
+    as soon as it is accepted); ``read_timeout`` seconds for the handshake and each message begun."""
 
     def __init__(self, path: str, key: bytes, world: int, *, max_job: int, max_connections: int = 16,
                  read_timeout: float = 10.0):
@@ -47,10 +40,8 @@ class Rank0Server:
         self.open_connections = 0
         self._closed = False
         self.ready = threading.Event()
-        # The app takes the socket file's appearance to mean "connect now": it must not appear
-        # before the socket listens (a connect between bind and listen is refused, and a start
-        # that gets "connection refused" is a dead group). So it is bound under another name,
-        # listening, and then renamed into place (rename is atomic; the socket goes with its inode).
+        # The socket file's appearance means "connect now" to the app, and a connect before listen()
+        # is refused: so it is bound under another name and renamed into place once listening.
         staging = path + ".new"
         old = os.umask(0o177)  # the socket file is created 0600
         try:
@@ -70,7 +61,7 @@ class Rank0Server:
                 "open_connections": self.open_connections}
 
     def close(self) -> None:
-        """Stop accepting (the accept thread ends); open connections finish on their own."""
+        """Stop accepting; open connections finish on their own."""
         self._closed = True
         for end in (lambda: self.sock.shutdown(socket.SHUT_RDWR), self.sock.close):
             try:
@@ -130,8 +121,7 @@ class Rank0Server:
             self.cancel.set()
             proto.send(conn, {"type": "ok"})
         elif kind == "wait_ready":
-            # Each phase as it begins (loading, warming), then READY: the app learns the
-            # group's phase from this one call, and asks nothing while it shows a status.
+            # Each phase as it begins, then READY: the app asks nothing else while it starts.
             said = None
             while not self.ready.wait(0.2):
                 if self.state != said:

@@ -10,34 +10,25 @@ or with ``role`` replica one rank of the replica pool that loads the whole pipel
     NEURON_STUDIO_TP_TOKEN=$(openssl rand -hex 32) \\
     torchrun --standalone --nproc_per_node=2 --monitor-interval=0.5 -m backend.workers.worker
 
-First each rank writes its output to ``<run_dir>/rank<N>.log``, beats a heartbeat counter into
-``<run_dir>/rank<N>.heartbeat`` from a thread (so the app can tell a rank that is silent because it
-compiles from one that is stopped or frozen), and exits when the app's process is gone. Then the
-phases, as vLLM's worker names them:
+Each rank logs to ``<run_dir>/rank<N>.log``, counts up in ``<run_dir>/rank<N>.heartbeat`` from a
+thread (a rank silent in a compile still beats; a stopped or frozen one does not), exits when the
+app's process is gone, then runs its phases (docs/tensor-parallel.md):
 
-1. ``init_distributed`` — before torch loads, (on Neuron) claim NeuronCore ``cores[LOCAL_RANK]`` from
-   the app's core plan and set the app's cache variables; then initialise the process group
-   (neuron / nccl / gloo, the device the app chose, with the collective timeout from the settings)
-   before anything asks the device anything (under torchrun any ``torch.neuron`` query starts the
-   Neuron runtime, and the init would then fail); only then the rank's device index (on Neuron
-   ``torch.neuron.current_device()``, which TorchNeuron has made LOCAL_RANK), a gloo control
-   group, and ``DeviceMesh(device, range(N))``;
-2. ``load_sharded`` — the transformer with ``from_pretrained(..., parallel_config=
-   TensorParallelConfig(mesh=mesh))``, the other components whole on the rank's device; each rank
-   then reports what it holds (``shard_report``);
+1. ``init_distributed`` — before torch loads, its NeuronCore ``cores[LOCAL_RANK]`` and the cache
+   variables; then the process group, before anything asks the device anything (under torchrun any
+   ``torch.neuron`` query starts the runtime and the init then fails); then its device index, a gloo
+   control group and ``DeviceMesh(device, range(N))``;
+2. ``load_sharded`` — the transformer with ``parallel_config=TensorParallelConfig(mesh=mesh)``, the
+   rest whole on the rank's device; each rank reports what it holds (``shard_report``);
 3. ``warm_up`` — compile and run the configured shapes;
-4. ``serve`` (``backend.workers.job_loop``) — rank 0 alone talks to the outside: it serves the Unix
-   socket (``backend.workers.rank0_server``), answers health/cancel at once, and hands
-   generate/shutdown jobs to its main loop, which broadcasts each job to every rank as JSON bytes
-   over the control group (``backend.workers.collectives``). All ranks run the same pipeline call;
-   at every step they agree (an all-reduce) on whether to stop, so a cancel never leaves a rank
-   behind in a collective. Rank 0 streams step progress and returns the pixels.
+4. ``serve`` (``job_loop``) — rank 0 alone talks to the outside (``rank0_server``) and broadcasts
+   each job to every rank; at every step the ranks vote (an all-reduce) on whether to stop, so a
+   cancel never leaves a rank behind in a collective.
 
-A failed request is answered and the group serves on, except where the failure may have left a
-collective half done: a broken gloo/NCCL collective, and on Neuron any exception raised after the
-job reached every rank (a Neuron collective error does not say it is one). Then the rank answers
-with ``group_ending`` and exits; the app restarts the group. A cancel (agreed by every rank at a
-step boundary) and a warm-only refusal (the same graphs on every rank) are not such failures.
+A failed request is answered and the group serves on, unless it may have left a collective half
+done (a broken collective; on Neuron any failure after the job reached every rank, since a Neuron
+collective error does not say it is one): then the rank answers ``group_ending`` and exits, and the
+app restarts the group. A cancel and a warm-only refusal (alike on every rank) are not such failures.
 """
 
 from __future__ import annotations
@@ -63,8 +54,7 @@ def _redirect_output(run_dir: str, rank: int) -> None:
 
 
 def _heartbeat(run_dir: str, rank: int, interval: float) -> None:
-    """Count up in ``rank<N>.heartbeat`` every ``interval`` seconds, from a thread: a stopped or
-    frozen process stops counting; one busy in a compile (which releases the GIL) keeps on."""
+    """A compile releases the GIL, so a rank busy in one keeps counting."""
     path = os.path.join(run_dir, f"rank{rank}.heartbeat")
 
     def beat() -> None:
@@ -84,8 +74,8 @@ def _heartbeat(run_dir: str, rank: int, interval: float) -> None:
 
 def _watch_parent(pid: int, run_dir: str = "", rank: int = 0, interval: float = 1.0,
                   exit_process=os._exit) -> threading.Thread | None:
-    """Exit when the app is gone (the 'death pipe' of vLLM, by polling the parent's pid). The app
-    cannot clean up after a SIGKILL, so the ranks remove the group's private run dir first."""
+    """Exit when the app is gone (vLLM's 'death pipe', by polling its pid), removing the group's run
+    dir first: a SIGKILLed app cannot."""
     if not pid:
         return None
 
@@ -133,13 +123,10 @@ def init_distributed(cfg: proto.WorkerConfig, rank: int, local_rank: int, world:
     info = rank_device_info(settings)  # the app's choice; asks the device nothing
     if info.kind == "cuda":
         torch.cuda.set_device(local_rank)
-    # Before anything touches the device (TorchNeuron refuses a process group after that), with a
-    # timeout of minutes: a rank stuck in a collective fails the request, not the demo. On Neuron
-    # the watchdog's clock starts when a collective is enqueued and eager ops compile one at a time
-    # ahead of it, so a cold shape may hold a collective for a whole compile: the timeout is at
-    # least the compile allowance there. A replica (one rank) has no peer to talk to: gloo, not
-    # TorchNeuron's process group (whose init takes a root-comm port and an NRT barrier, and
-    # replicas started together would race for the port).
+    # Before anything touches the device (TorchNeuron refuses a process group after that). On
+    # Neuron the watchdog's clock starts when a collective is enqueued and eager ops compile one at
+    # a time ahead of it: the timeout is at least the compile allowance. A replica has no peer: gloo,
+    # not TorchNeuron's group, whose init takes a root-comm port replicas started together would race for.
     timeout = settings.tp_collective_timeout
     if info.kind == "neuron":
         timeout = max(timeout, settings.compile_timeout)
@@ -147,15 +134,14 @@ def init_distributed(cfg: proto.WorkerConfig, rank: int, local_rank: int, world:
     dist.init_process_group(backend=backend, timeout=timedelta(seconds=timeout))
     device = Device(info, max_compiled_shapes=settings.max_compiled_shapes)
     device.bind_rank(local_rank)  # the index the runtime gave this rank (neuron:LOCAL_RANK)
-    # Jobs and the per-step stop vote travel over gloo on CPU tensors; an idle group may wait for
-    # days between requests.
+    # Jobs and stop votes travel over gloo; an idle group may wait days between requests.
     control = dist.new_group(backend="gloo", timeout=timedelta(days=3650))
     mesh = DeviceMesh(info.kind, list(range(world))) if cfg.role == "tp" else None  # a replica shards nothing
     return Rank(rank, local_rank, world, cores[local_rank] if cores else None, settings, device, mesh, control)
 
 
 def load_sharded(cfg: proto.WorkerConfig, me: Rank):
-    """An in-process engine, loaded, its transformer sharded across the mesh (a replica loads it whole)."""
+    """An in-process engine, loaded, its transformer sharded over the mesh (a replica's whole)."""
     from backend.engines.in_process import InProcessEngine
 
     def sharded(device, model_path: str):
@@ -182,8 +168,8 @@ def load_sharded(cfg: proto.WorkerConfig, me: Rank):
 
 
 def shard_report(module, me: Rank) -> dict[str, Any]:
-    """What this rank holds of ``module``: bytes of its local parameters, split into sharded (DTensor
-    shards, with global and local shapes and the split dimension) and replicated."""
+    """This rank's bytes of ``module``: sharded (DTensor shards, with their shapes and split dimension)
+    and replicated."""
     from torch.distributed.tensor import DTensor, Shard
 
     sharded, sharded_bytes, replicated_bytes = [], 0, 0
@@ -283,9 +269,8 @@ def main() -> None:
 
 
 def run() -> None:
-    """``main``, with an exception that ends the rank written to its torchelastic error file (what
-    torch's ``record`` decorator does; applied here so that torch loads only after the rank's
-    NeuronCore is set): the app tells why a rank died from it (``backend.launch.group.death_reason``)."""
+    """``main``, its exception written to the rank's torchelastic error file (torch's ``record``, here
+    so that torch loads after the rank's NeuronCore is set; ``group.death_reason`` reads it)."""
     try:
         main()
     except Exception as exc:
