@@ -227,19 +227,17 @@ class InProcessEngine:
 
     @staticmethod
     def _classify(exc: Exception, during_compile: bool) -> Exception:
-        # dynamo wraps a compiler's own error (BackendCompilerFailed): report the compiler's words
-        # (for TorchNeuron's, its "COMPILATION FAILED: ..." line rather than the header above it).
+        # The compiler's own words (TorchNeuron's "COMPILATION FAILED: ..." line), from under dynamo's wrapper.
         root = getattr(exc, "inner_exception", None) or exc
         text = compile_error_text(root)
         if isinstance(root, torch._dynamo.exc.FailOnRecompileLimitHit):
             return CompileFailure(f"dynamo's recompile limit was hit; the shape was refused rather than run eagerly "
                                   f"({text})")
-        # torch raises a plain RuntimeError for a compile its fail_on_recompile stance forbids: no
-        # type says it, so its own words do (the one classification by text; torch/_dynamo/eval_frame).
+        # A compile the fail_on_recompile stance forbids is a plain RuntimeError: its words say it
+        # (torch/_dynamo/eval_frame).
         if "stance is 'fail_on_recompile'" in str(exc):
             return ShapeLocked(WOULD_COMPILE)
-        # The neuron backend compiles at the graph's first execution, so its errors come from the run:
-        # the device layer knows them by type, whatever phase the progress reached.
+        # Neuron compiles at a graph's first execution: the device layer knows those errors, whatever the phase.
         compiler = during_compile or is_compile_error(exc)
         cls = CompileFailure if compiler else GenerationFailed
         where = "while compiling" if compiler else "in the pipeline"

@@ -56,13 +56,6 @@ def load_torch_neuronx():
     return module
 
 
-def _neuron_cores(neuronx) -> int:
-    neuron = getattr(torch, "neuron", None)
-    if neuronx is None or neuron is None or not neuron.is_available():
-        return 0
-    return int(neuron.device_count())
-
-
 @dataclasses.dataclass
 class DeviceInfo:
     """What was chosen and why; JSON-able for status, doctor and the UI."""
@@ -86,7 +79,8 @@ def resolve_device(settings: Settings) -> DeviceInfo:
     device_env.prepare_environment(settings.cache_dir, settings.compile_timeout)
     installed = neuron_installed()
     neuronx = load_torch_neuronx() if installed and settings.device in ("auto", "neuron") else None
-    cores = _neuron_cores(neuronx)
+    neuron = getattr(torch, "neuron", None)
+    cores = int(neuron.device_count()) if neuronx is not None and neuron is not None and neuron.is_available() else 0
     cuda = torch.cuda.device_count() if torch.cuda.is_available() else 0
 
     wanted = settings.device

@@ -1,15 +1,11 @@
 """The one place that lets diffusers' tensor parallelism run on a CPU mesh (tests and CPU demos).
 
-diffusers 0.42.1 shards a model for TP inside ``from_pretrained(..., parallel_config=...)`` and
-refuses a CPU mesh in two spots:
-
-1. ``ModelMixin._resolve_parallel_config`` computes ``rank % torch.accelerator.device_count()``,
-   which is 0 on a CPU-only torch build (ZeroDivisionError);
-2. ``hooks.tensor_parallel._SUPPORTED_TP_DEVICES`` lists only cuda/neuron/tpu/xpu.
-
-``cpu_tensor_parallel()`` patches both for the duration of the load only, and only when the mesh
-is a CPU mesh: it refuses to run for any other device, so it is never active on Neuron. The TP
-forward itself (DTensor collectives over gloo) needs no help.
+diffusers 0.42.1 shards a model inside ``from_pretrained(..., parallel_config=...)`` and refuses a
+CPU mesh twice: ``ModelMixin._resolve_parallel_config`` takes ``rank % torch.accelerator.device_count()``
+(0 on a CPU-only build: ZeroDivisionError), and ``hooks.tensor_parallel._SUPPORTED_TP_DEVICES`` lists
+only cuda/neuron/tpu/xpu. ``cpu_tensor_parallel()`` patches both for the load only, and refuses to
+run for any other device, so it is never active on Neuron. The TP forward (DTensor over gloo) needs
+no help.
 """
 
 from __future__ import annotations
