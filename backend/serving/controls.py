@@ -187,7 +187,7 @@ class CacheOps:
         caller.require_operator("Exporting a warm-start bundle")
         service, table = self.service, self.service.table
         if pairs is None:
-            pairs = [(r["mode"], Shape(r["height"], r["width"])) for r in table.snapshot()
+            pairs = [(r["mode"], parse_signature(r["shape"])) for r in table.snapshot()
                      if r["state"] == "warm" and r["mode"] in service.local.modes]
         pairs = list(dict.fromkeys(pairs))
         if not pairs:
@@ -196,7 +196,7 @@ class CacheOps:
             cold = [s for m, s in pairs if m == mode and table.state(m, s) != "warm"]
             if cold:
                 service.warmup(cold, mode)
-        rows = {(r["mode"], Shape(r["height"], r["width"])): r for r in table.snapshot()}
+        rows = {(r["mode"], parse_signature(r["shape"])): r for r in table.snapshot()}
         entries = []
         for mode, shape in pairs:
             row = rows.get((mode, shape)) or {}

@@ -269,3 +269,39 @@ def test_a_header_bomb_is_refused_before_the_tar_reader_sees_it_within_a_fixed_m
     used, said = peak_rss_of_show(bomb, tmp_path / "cache")
     assert words in said, said
     assert used < baseline + 64 * 1024, (used, baseline)  # KiB: well under the gigabyte it announces
+
+
+def test_a_system_tab_export_keeps_an_edits_signature_and_its_import_warms_it(tmp_path, monkeypatch):
+    """Issue 52 (4): with ``64x64*2+ref64x64`` warm, the System tab's export lists that signature (not
+    the plain 64x64 it once rebuilt from height and width, warming it cold on the way), and a fresh
+    app started from the bundle with ``--warm-only`` warms it and serves the edit."""
+    from PIL import Image
+
+    from backend.serving.manager import Manager
+    from backend.shapes import parse_shape_list, parse_signature
+    from tests.conftest import make_settings
+    from ui.handlers import Studio
+
+    monkeypatch.setenv("GRADIO_TEMP_DIR", str(tmp_path))  # where the handler writes the bundle
+    edit = parse_signature("64x64*2+ref64x64")
+    made = Manager(make_settings(tmp_path / "made", reference_sizes=parse_shape_list("64x64")))
+    made.start()
+    try:
+        made.warmup([edit], "compiled")
+        path = Studio(made).system_tab.export_bundle()
+        assert {(r["mode"], r["shape"]) for r in made.status().shapes} == {("compiled", "64x64*2+ref64x64")}
+    finally:
+        made.close()
+    assert [(e["mode"], e["shape"]) for e in bundles.read_manifest(path).entries] == [("compiled", str(edit))]
+    served = Manager(make_settings(tmp_path / "served", reference_sizes=parse_shape_list("64x64"),
+                                   cache_from=Path(path), warm_only=True))
+    served.start()
+    try:
+        row = next(r for r in served.status().shapes if (r["mode"], r["shape"]) == ("compiled", str(edit)))
+        assert row["state"] == "warm" and served.bundle["entries"][0]["shape"] == str(edit)
+        Image.new("RGB", (64, 64), "red").save(tmp_path / "ref.png")
+        request = served.validate("a fox", 64, 64, steps=2, seed=1, mode="compiled",
+                                  images=[str(tmp_path / "ref.png")], count=2)
+        assert served.generate(request)[1].compiled is False
+    finally:
+        served.close()
