@@ -10,6 +10,7 @@ dynamo, so compile events and graph counts are this engine's alone.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 import time
 from typing import Callable
@@ -59,7 +60,7 @@ class InProcessEngine:
         return "ready" if self.pipe is not None else "idle"
 
     def route(self, request: GenerationRequest):
-        return Route(request, self) if request.mode in self.modes else None
+        return Route(in_signature_order(request), self) if request.mode in self.modes else None
 
     def places(self, mode: str) -> list[str]:
         return [self.place]
@@ -149,7 +150,7 @@ class InProcessEngine:
             if self.pipe is None:
                 on_progress(ProgressEvent(Phase.LOADING, 0, request.steps, request.mode, str(request.shape)))
                 self._load()
-            return self._run(request, on_progress, should_stop, forbid_compile, decode)
+            return self._run(in_signature_order(request), on_progress, should_stop, forbid_compile, decode)
 
     def _run(self, request, on_progress, should_stop, forbid_compile, decode) -> EngineOutput:
         pipe, device = self.pipe, self.device
@@ -242,6 +243,16 @@ class InProcessEngine:
         cls = CompileFailure if compiler else GenerationFailed
         where = "while compiling" if compiler else "in the pipeline"
         return cls(f"{type(root).__name__} {where}: {text}")
+
+
+def in_signature_order(request: GenerationRequest) -> GenerationRequest:
+    """``request`` with its references in its signature's order (``Shape.with_inputs``: by fitted
+    (height, width); equal sizes keep the caller's order). The pipeline concatenates references in
+    the order it gets them, and on Neuron each eager op compiles per input shapes: the same sizes in
+    another order would be a cold run at a warm signature. The routes give the record this order too,
+    so it lists the references as they ran."""
+    ordered = tuple(sorted(request.references, key=lambda r: r.size))
+    return request if ordered == tuple(request.references) else dataclasses.replace(request, references=ordered)
 
 
 def dense_references(pipe) -> None:

@@ -19,6 +19,7 @@ import threading
 from typing import Any, Callable
 
 from backend.engines.base import PlaceBook, Route
+from backend.engines.in_process import in_signature_order
 from backend.errors import BackendNotReady, GenerationFailed, StudioError
 from backend.launch.group import STARTING, GroupState, WorkerGroup, check_degree
 from backend.models.source import transformer_heads
@@ -68,6 +69,7 @@ class TensorParallelEngine:
     def route(self, request: GenerationRequest) -> Route | None:
         if request.mode not in self.modes:
             return None
+        request = in_signature_order(request)  # as each rank runs it: the record lists that order
         if self.ready:
             return Route(request, self)
         return Route(dataclasses.replace(request, mode=self.settings.runs_as(request.mode)), None,

@@ -93,6 +93,33 @@ def test_a_fitted_reference_at_a_warm_size_does_not_compile(editor, tmp_path):
     assert result.references[0]["source"] == "640x400"
 
 
+def test_a_warm_edit_with_its_references_in_another_order_runs_in_the_signatures_order(tmp_path, monkeypatch):
+    """Issue 52 (6b): the signature sorts reference sizes and the pipeline concatenates references
+    in the order it gets them, so under --warm-only (A 64x64, B 64x128) warm and the same edit sent
+    as (B, A) reaches the pipeline as (A, B) (on Neuron every eager op compiles per input shapes:
+    the other order would compile there), compiles nothing, and its record lists the order that ran."""
+    mgr = Manager(make_settings(tmp_path, reference_sizes=parse_shape_list("64x64,64x128")))
+    mgr.start()
+    try:
+        a, b = _png(tmp_path / "a.png", (64, 64), "red"), _png(tmp_path / "b.png", (64, 128), "blue")
+        pipe, reached = mgr.local.pipe, []
+        encode = pipe.prepare_image_latents
+
+        def spy(images, *args, **kwargs):
+            reached.append([tuple(image.shape[-2:]) for image in images])  # (height, width) of each
+            return encode(images, *args, **kwargs)
+
+        monkeypatch.setattr(pipe, "prepare_image_latents", spy)
+        mgr.generate(mgr.validate("a fox", 64, 64, steps=2, seed=1, mode="compiled", images=[a, b]))
+        mgr.set_warm_only(True)
+        swapped = mgr.generate(mgr.validate("a fox", 64, 64, steps=2, seed=1, mode="compiled", images=[b, a]))[1]
+        assert reached == [[(64, 64), (128, 64)], [(64, 64), (128, 64)]]
+        assert swapped.signature == "64x64+ref64x64+ref64x128" and not swapped.compiled and swapped.compiles == 0
+        assert [r["fitted"] for r in swapped.references] == ["64x64", "64x128"]
+    finally:
+        mgr.close()
+
+
 def test_the_warm_only_lock_refuses_a_cold_signature_before_anything_runs(editor, tmp_path):
     editor.warmup([parse_signature("64x64+ref64x64")], mode="compiled")  # grey references of that size
     assert editor.predict("compiled", parse_signature("64x64+ref64x64"))["state"] == "warm"

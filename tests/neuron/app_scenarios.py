@@ -153,6 +153,14 @@ def _edits(mgr, workdir: Path) -> dict:
                       "compiled": result.compiled, "predicted_state": predicted["state"],
                       "fit": result.references[0]["fit"]}
     out["status"] = [r for r in mgr.status().shapes if r["mode"] == "compiled" and "+ref" in r["shape"]]
+    # Issue 52 (6b): two references warm in one order, then sent in the other under --warm-only.
+    mgr.generate(mgr.validate(PROMPT, 64, 64, steps=2, seed=0, mode="compiled", images=[refs["square"], refs["wide"]]))
+    mgr.set_warm_only(True)
+    _img, swapped = mgr.generate(mgr.validate(PROMPT, 64, 64, steps=2, seed=0, mode="compiled",
+                                              images=[refs["wide"], refs["square"]]))
+    mgr.set_warm_only(False)
+    out["swapped under warm-only"] = {"signature": swapped.signature, "neff_compiles": swapped.neff_compiles,
+                                      "fitted": [r["fitted"] for r in swapped.references]}
     return out
 
 

@@ -148,6 +148,15 @@ def test_a_second_reference_size_compiles_once_then_is_warm(second_process):
 
 
 @pytest.mark.slow
+def test_a_warm_edit_with_its_references_in_another_order_compiles_no_neff(second_process):
+    """Issue 52 (6b): the pipeline concatenates references in the order it gets them and every eager
+    op compiles per input shapes; the app hands them over in the signature's order, so the other
+    order of a warm edit compiles nothing under --warm-only (before, one NEFF: the concatenation)."""
+    swapped = second_process["edits"]["swapped under warm-only"]
+    assert swapped == {"signature": "64x64+ref64x64+ref96x64", "neff_compiles": 0, "fitted": ["64x64", "96x64"]}
+
+
+@pytest.mark.slow
 def test_tensor_parallel_on_neuron_keeps_cores_disjoint_and_restarts(neuron_env):
     root, env = neuron_env
     out = _scenario("tp", root, dict(env, NEURON_STANDIN_FAIL_COLLECTIVE=str(root / "fail-collective")))
