@@ -219,6 +219,17 @@ EN: dict[str, str] = {
     "sys_compile_backend": "Compile backend", "sys_cache": "Compile cache", "sys_cores": "NeuronCores",
     "sys_memory": "Memory", "sys_memory_value": "RSS {rss}, device {device}", "sys_lock": "Warm-only lock",
     "sys_host_ops": "Ops run on the host (CPU fallback)",
+    "chip_title": "The chip, live (neuron-monitor)",
+    "chip_off": "on Trainium this shows each NeuronCore's utilisation and the HBM each process holds on it by "
+                "category (the app, each tensor-parallel rank, each replica), read from neuron-monitor. The app "
+                "runs on {kind}: there is no Neuron runtime to read.",
+    "chip_unavailable": "cannot read the chip: {why}.",
+    "chip_waiting": "waiting for neuron-monitor's first report (one every {period} s).",
+    "chip_head": "report {age} s old, one every {period} s.", "chip_none": "no process holds a NeuronCore",
+    "chip_col_core": "NeuronCore", "chip_col_owner": "Held by", "chip_col_util": "Utilisation",
+    "chip_col_hbm": "HBM used", "chip_col_breakdown": "By category",
+    "chip_owner_app": "the app", "chip_owner_rank": "tensor-parallel rank {index}",
+    "chip_owner_replica": "replica {index}", "chip_owner_other": "another process",
     "sys_last_error": "Last error", "on": "on", "off": "off", "none": "none", "resolving": "resolving",
     "tp_head": "Tensor parallel", "tp_row_state": "State", "tp_row_ranks": "Ranks",
     "tp_row_each": "Each rank runs", "tp_row_cores": "NeuronCores", "tp_no_cores": "n/a on this device",

@@ -209,6 +209,17 @@ TR: dict[str, str] = {
     "sys_compile_backend": "Derleme arka ucu", "sys_cache": "Derleme önbelleği", "sys_cores": "NeuronCore'lar",
     "sys_memory": "Bellek", "sys_memory_value": "RSS {rss}, aygıt {device}", "sys_lock": "Yalnızca sıcak kilidi",
     "sys_host_ops": "Ana makinede çalışan işlemler (CPU'ya geri dönüş)",
+    "chip_title": "Çip, canlı (neuron-monitor)",
+    "chip_off": "Trainium'da burada her NeuronCore'un kullanımı ve her sürecin (uygulama, her tensör-paralel "
+                "sıra, her kopya) onda tuttuğu HBM türüne göre gösterilir; neuron-monitor'dan okunur. Uygulama "
+                "{kind} üzerinde çalışıyor: okunacak bir Neuron çalışma zamanı yok.",
+    "chip_unavailable": "çip okunamıyor: {why}.",
+    "chip_waiting": "neuron-monitor'un ilk raporu bekleniyor (her {period} sn'de bir).",
+    "chip_head": "rapor {age} sn önce, her {period} sn'de bir.", "chip_none": "hiçbir süreç NeuronCore tutmuyor",
+    "chip_col_core": "NeuronCore", "chip_col_owner": "Tutan", "chip_col_util": "Kullanım",
+    "chip_col_hbm": "Kullanılan HBM", "chip_col_breakdown": "Türe göre",
+    "chip_owner_app": "uygulama", "chip_owner_rank": "tensör-paralel sıra {index}",
+    "chip_owner_replica": "kopya {index}", "chip_owner_other": "başka bir süreç",
     "sys_last_error": "Son hata", "on": "açık", "off": "kapalı", "none": "yok", "resolving": "belirleniyor",
     "tp_head": "Tensör paralel", "tp_row_state": "Durum", "tp_row_ranks": "Rank sayısı",
     "tp_row_each": "Her rank çalıştırır", "tp_row_cores": "NeuronCore'lar", "tp_no_cores": "bu aygıtta yok",

@@ -57,7 +57,42 @@ def system_markdown(status: Status, lang: str = DEFAULT) -> str:
           if status.fallback_ops else []),
         (t("sys_last_error"), status.last_error or t("none")),
     ]
-    return "\n".join([f"| {t('sys_head')} | |", "| --- | --- |"] + [f"| {k} | {v} |" for k, v in rows])
+    table = "\n".join([f"| {t('sys_head')} | |", "| --- | --- |"] + [f"| {k} | {v} |" for k, v in rows])
+    chip = chip_markdown(status.chip, lang)
+    return f"{table}\n\n{chip}" if chip else table
+
+
+def _owner(owner: str, lang: str) -> str:
+    """``app``, ``tp-rank-N``, ``replica-N``, ``other`` (backend.hardware.monitor), in the page's words."""
+    for prefix, key in (("tp-rank-", "chip_owner_rank"), ("replica-", "chip_owner_replica")):
+        if owner.startswith(prefix):
+            return text(lang, key, index=owner.removeprefix(prefix))
+    return text(lang, "chip_owner_app" if owner == "app" else "chip_owner_other")
+
+
+def chip_markdown(chip: dict[str, Any] | None, lang: str = DEFAULT) -> str:
+    """neuron-monitor's latest reading: per NeuronCore its holder, utilisation and HBM by category;
+    off Neuron, what it would show and why it cannot. Empty before the device is known."""
+    if not chip:
+        return ""
+    t = functools.partial(text, lang)
+    if chip["device"] != "neuron":
+        return f"**{t('chip_title')}** · {t('chip_off', kind=chip['device'])}"
+    if chip.get("why"):
+        return f"**{t('chip_title')}** · {t('chip_unavailable', why=chip['why'])}"
+    period = f"{chip['period']:g}"
+    if chip.get("age_seconds") is None:
+        return f"**{t('chip_title')}** · {t('chip_waiting', period=period)}"
+    head = t("chip_head", age=f"{chip['age_seconds']:g}", period=period)
+    rows = [f"| {t('chip_col_core')} | {t('chip_col_owner')} | {t('chip_col_util')} | {t('chip_col_hbm')} | "
+            f"{t('chip_col_breakdown')} |", "| --- | --- | --- | --- | --- |"]
+    for core in chip["cores"]:
+        parts = ", ".join(f"{name} {format_bytes(size)}" for name, size in core["memory"].items() if size)
+        rows.append(f"| {core['core']} | {_owner(core['owner'], lang)} | {100 * core['utilization']:.1f} % | "
+                    f"{format_bytes(core['memory_bytes'])} | {parts or '—'} |")
+    if not chip["cores"]:
+        rows.append(f"| — | {t('chip_none')} | | | |")
+    return f"**{t('chip_title')}** · {head}\n\n" + "\n".join(rows)
 
 
 SHAPE_COLUMNS = ["col_mode", "col_shape", "col_state", "col_compile_s", "col_steady_s", "col_runs", "col_error"]

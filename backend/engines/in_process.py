@@ -193,7 +193,8 @@ class InProcessEngine:
         remove_listener = COMPILE_EVENTS.add_start_listener(compile_started)
         stance = torch.compiler.set_stance("fail_on_recompile") if forbid_compile else contextlib.nullcontext()
         before = device.compile_snapshot()
-        device.fallback_ops()  # starts this run's list afresh
+        device.fallback_ops()  # starts this run's lists (host and device ops) afresh
+        device.reset_peak()
         emit(Phase.ENCODING)
         began = time.perf_counter()
         try:
@@ -219,12 +220,14 @@ class InProcessEngine:
             hook.remove()
             remove_listener()
         ended = time.perf_counter()
-        counts, fallback = compiled(), device.fallback_ops()
+        counts, executed = compiled(), device.executed_ops()
+        fallback, peak = device.fallback_ops(), device.peak_bytes()
         encoded = marks.get("encoded", began)
         last_step = marks.get("last_step", encoded)
         emit(Phase.DONE, request.steps)
         return EngineOutput(image=images[0], more_images=images[1:], seconds=ended - began, encode=encoded - began,
-                            denoise=last_step - encoded, decode=ended - last_step, fallback_ops=fallback, **counts)
+                            denoise=last_step - encoded, decode=ended - last_step, fallback_ops=fallback,
+                            device_ops=executed, peak_bytes=peak, **counts)
 
     @staticmethod
     def _classify(exc: Exception, during_compile: bool) -> Exception:

@@ -251,6 +251,20 @@ class Device:
         out["neff_compile_seconds"] = float(data["accumulator"]) / NEFF_COMPILE_TIME_PER_SECOND if data else 0.0
         return out
 
+    def executed_ops(self) -> list[str]:
+        """Ops TorchNeuron ran on the NeuronCore since the last ``fallback_ops()``, which clears both
+        lists (read this first); [] off Neuron (``torchneuron/executed_ops_and_peak.json``)."""
+        return [] if self._neuronx is None else sorted(str(op) for op in self._neuronx.get_executed_ops())
+
+    def reset_peak(self) -> None:
+        """Start a run's peak device memory afresh (``torch.neuron.reset_peak_memory_stats``)."""
+        if self.kind in ("cuda", "neuron"):
+            getattr(torch, self.kind).reset_peak_memory_stats()
+
+    def peak_bytes(self) -> int | None:
+        """The device memory's peak since ``reset_peak`` (None off an accelerator)."""
+        return int(getattr(torch, self.kind).max_memory_allocated()) if self.kind in ("cuda", "neuron") else None
+
     def fallback_ops(self) -> list[str]:
         """Ops TorchNeuron ran on the host (silently) since the last call, which clears them; [] off
         Neuron. Sorted: TorchNeuron keeps a set."""

@@ -71,6 +71,9 @@ class GenerationResult:
     place: str = "app"  # the process that ran it: app, tp, replica N (the compile table's places)
     typed: str | None = None  # what the person typed, when ``prompt`` (what the model drew) is its reading
     fallback_ops: list[str] = dataclasses.field(default_factory=list)  # Neuron: ops that ran on the host (CPU fallback)
+    device_ops: list[str] = dataclasses.field(default_factory=list)  # Neuron: ops that ran on the NeuronCore
+    peak_bytes: int | None = None  # the device memory's peak during the run (the largest rank's, tensor-parallel)
+    rank_peak_bytes: list[int] | None = None  # tensor-parallel: each rank's peak
     rank_neff_compiles: list[int] | None = None  # tensor-parallel: each rank's NEFFs; neff_compiles is their sum
     overlapped: bool = False  # another run ran at the same time: its seconds are not a steady figure
     count: int = 1  # images per prompt: ``path`` is the first, ``paths`` all of them
@@ -123,6 +126,9 @@ class EngineOutput:
     world_size: int = 1  # ranks that computed it
     place: str = "app"  # the process that ran it
     fallback_ops: list[str] = dataclasses.field(default_factory=list)  # Neuron: ops that ran on the host
+    device_ops: list[str] = dataclasses.field(default_factory=list)  # Neuron: ops that ran on the NeuronCore
+    peak_bytes: int | None = None  # device memory's peak during the run (torch.neuron, reset per run)
+    rank_peak_bytes: list[int] | None = None  # tensor-parallel: each rank's peak (peak_bytes is the largest)
     rank_neff_compiles: list[int] | None = None  # tensor-parallel: each rank's NEFFs (neff_compiles is their sum)
     more_images: list[Any] = dataclasses.field(default_factory=list)
 

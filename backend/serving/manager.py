@@ -24,6 +24,7 @@ from backend.errors import (
     NotAllowed,
     StudioError,
 )
+from backend.hardware.monitor import NeuronMonitor
 from backend.request.records import GenerationRequest, GenerationResult, Phase, ProgressEvent
 from backend.request.references import blank_references, load_references, planned_references
 from backend.request.validation import check_sequence, check_signature, validate_request
@@ -61,6 +62,7 @@ class Manager:
         self.table = cs.CompileTable(clock)
         self.admission = Admission(settings, self.table)
         self.device: Device | None = None
+        self.monitor: NeuronMonitor | None = None  # neuron-monitor, once the device is known
         self.engines = Engines()  # by role: .local (in process) and .launched; none before the load
         self.model_label: str | None = None
         self.state = ServiceState.IDLE
@@ -127,6 +129,8 @@ class Manager:
 
             info = resolve_device(self.settings)
             self.device = Device(info, self.settings.max_compiled_shapes, self.settings.neuron_instance_cores)
+            self.monitor = NeuronMonitor(info.kind)
+            self.monitor.start()  # on Neuron only: the System tab's live view of the chip
             self.model_path, self.model_label = resolve_model(self.settings.model, self.settings.cache_dir)
             self._count_tokens = prompt_token_counter(self.model_path)
             self.engines = build_engines(self.settings, self.device, self.model_path,
@@ -188,6 +192,8 @@ class Manager:
         interrupted: ``wait`` bounds the wait for it (None: no bound). False when it still runs."""
         self._closing.set()
         self.board.close()
+        if self.monitor is not None:
+            self.monitor.close()
         if not self.engines:
             return True
         for engine in self.engines.launched:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from backend.errors import (
     BackendBusy,
@@ -20,6 +20,7 @@ from backend.errors import (
     ShapeLocked,
     Unauthorized,
 )
+from backend.hardware.monitor import INSTANCE_LABELS, MEMORY_CATEGORIES
 from backend.serving.status import ServiceState
 from backend.settings import MODES
 
@@ -104,6 +105,7 @@ class ScrapeCollector:
             warm.add_metric([mode], float(len(m.table.warm_shapes(mode))))
         yield warm
         yield from _cores(m)
+        yield from chip_families(m.view.chip({e.status_key: e.describe() for e in m.engines.launched}))
 
 
 def _cores(manager):
@@ -119,3 +121,36 @@ def _cores(manager):
             held.add_metric([engine.name], float(len(plan.claims.get(engine.name, ()))))
     yield planned
     yield held
+
+def chip_families(chip):
+    """neuron-monitor's figures under the names and labels ``neuron-monitor-prometheus.py`` exports
+    (``tests/standin/captures/neuron-monitor/``), so AWS's Grafana dashboard for it reads them; ``owner``
+    (app, tp-rank-N, replica-N, other) is ours. Only the cores a process holds memory on or used. The
+    labels come from the monitor's latest report: its processes now, no history kept."""
+    if not chip or not chip.get("instance"):
+        return
+    instance = [chip["instance"][label] for label, _key in INSTANCE_LABELS]
+    names = [label for label, _key in INSTANCE_LABELS] + ["runtime_tag", "owner"]
+    util = GaugeMetricFamily("neuroncore_utilization_ratio", "NeuronCore utilization ratio",
+                             labels=names + ["neuroncore"])
+    memory = {c: GaugeMetricFamily(f"neuroncore_memory_usage_{c}", f"NeuronCore memory utilization for {c}",
+                                   labels=names + ["memory_location", "neuroncore"]) for c in MEMORY_CATEGORIES}
+    used = GaugeMetricFamily("neuron_runtime_memory_used_bytes", "Runtime memory used bytes",
+                             labels=names + ["memory_location"])
+    latency = GaugeMetricFamily("execution_latency_seconds", "Execution latency in seconds",
+                                labels=names + ["percentile"])
+    status = CounterMetricFamily("execution_status", "Execution status total", labels=names + ["status_type"])
+    for core in chip["cores"]:
+        labels = [*instance, core["tag"], core["owner"]]
+        util.add_metric([*labels, str(core["core"])], core["utilization"])
+        for category, family in memory.items():  # the script leaves memory_location None on these
+            family.add_metric([*labels, "None", str(core["core"])], float(core["memory"][category]))
+    for p in chip["processes"]:
+        labels = [*instance, p["tag"], p["owner"]]
+        used.add_metric([*labels, "host"], float(p["host_bytes"]))
+        used.add_metric([*labels, "neuron_device"], float(p["device_bytes"]))
+        for percentile, seconds in p["latency"].items():
+            latency.add_metric([*labels, percentile], seconds)
+        for kind, count in p["status_total"].items():
+            status.add_metric([*labels, kind], float(count))
+    yield from (util, *memory.values(), used, latency, status)

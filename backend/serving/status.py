@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import enum
+import os
 from typing import Any
 
 from backend.serving.compile_state import CompileState
@@ -52,6 +53,7 @@ class Status:
     fallback_ops: dict[str, Any]
     tp: dict[str, Any] | None = None  # the launched engines, by their status key, when the app has them
     replicas: dict[str, Any] | None = None
+    chip: dict[str, Any] | None = None  # neuron-monitor's reading (backend.hardware.monitor), once loaded
 
     @property
     def loaded(self) -> bool:
@@ -85,6 +87,10 @@ class Status:
             replica.pop("pid", None)
             first_line(replica, "error")
         first_line(replicas, "error")
+        chip = seen["chip"] or {}
+        for row in (chip.get("processes") or []) + (chip.get("cores") or []):
+            row.pop("pid", None)
+            row.pop("tag", None)  # neuron-monitor's tag is the pid unless NEURON_PROCESS_TAG is set
         cache = seen["cache"] or {}
         cache.pop("dir", None)
         for entry in cache.get("caches") or []:
@@ -144,16 +150,25 @@ class StatusView:
             return None
         return plan.describe(wanted={e.name: e.cores_wanted() for e in s.engines.launched})
 
+    def chip(self, launched: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+        """neuron-monitor's reading, each process named from the engines' ``describe()`` (``launched``)."""
+        from backend.hardware.monitor import process_owners
+
+        monitor = self.service.monitor
+        return None if monitor is None else monitor.reading(
+            process_owners(os.getpid(), launched.get("tp"), launched.get("replicas")))
+
     def status(self) -> Status:
         s = self.service
         jobs = s.board.snapshot()
+        launched = {e.status_key: e.describe() for e in s.engines.launched}
         running = [job for job in jobs if job["state"] == "running"]
         device, engines = s.device, list(s.engines.values())
         return Status(
             state=s.state, model={"spec": s.settings.model, "label": s.model_label, "card": s.card.to_json()},
             device=vars(device.info) if device else None, dtype=device.info.dtype if device else None,
             default_mode=s.settings.mode, modes=list(s.modes),
-            **{e.status_key: e.describe() for e in s.engines.launched},
+            **launched, chip=self.chip(launched),
             engine=s.engine.describe() if s.engine else None,
             engines={e.name: {"state": e.state, "modes": list(e.modes), "capacity": e.capacity()} for e in engines},
             warm_only=s.warm_only, max_compiled_shapes=s.settings.max_compiled_shapes,

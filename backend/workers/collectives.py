@@ -82,20 +82,22 @@ def _gather_json(obj: Any, me: Rank, size: int = REPORT_BYTES) -> list[Any] | No
 
 
 def _counters(out) -> dict[str, Any] | None:
-    """A rank's counters, its host-run op names cut to fit ``COUNTERS_BYTES``."""
+    """A rank's counters and peak device memory, its op names (device, then host) cut to fit ``COUNTERS_BYTES``."""
     if out is None:
         return None
-    host = list(out.fallback_ops)
-    report = {"neff": out.neff_compiles, "seconds": out.compile_seconds, "host": host}
-    while len(encode_job(report)) > COUNTERS_BYTES and host:
-        host = host[:len(host) // 2]
-        report["host"] = host + [f"(and {len(out.fallback_ops) - len(host)} more)"]
+    report = {"neff": out.neff_compiles, "seconds": out.compile_seconds, "peak": out.peak_bytes,
+              "host": list(out.fallback_ops), "device": list(out.device_ops)}
+    for key, whole in (("device", out.device_ops), ("host", out.fallback_ops)):  # cut the device's list first
+        kept = list(whole)
+        while len(encode_job(report)) > COUNTERS_BYTES and kept:
+            kept = kept[:len(kept) // 2]
+            report[key] = kept + [f"(and {len(whole) - len(kept)} more)"]
     return report
 
 
 def every_ranks_compiles(out, me: Rank):
     """Every rank's compiles in one record (each compiles for itself, counted per process): NEFFs
-    summed, seconds the longest rank's (side by side), host-run ops the union. Every rank that
+    summed, seconds the longest rank's (side by side), each rank's peak memory, op lists the union. Every rank that
     stays calls it once per job (``out`` None where its run failed); one that leaves fails the gather."""
     if me.world == 1:
         return out
@@ -105,7 +107,10 @@ def every_ranks_compiles(out, me: Rank):
     return dataclasses.replace(out, neff_compiles=sum(p["neff"] for p in every),
                                rank_neff_compiles=[p["neff"] for p in every],
                                compile_seconds=max(p["seconds"] for p in every),
-                               fallback_ops=sorted({op for p in every for op in p["host"]}))
+                               fallback_ops=sorted({op for p in every for op in p["host"]}),
+                               device_ops=sorted({op for p in every for op in p["device"]}),
+                               rank_peak_bytes=[p["peak"] for p in every],
+                               peak_bytes=max((p["peak"] for p in every if p["peak"] is not None), default=None))
 
 
 def _collective_broken(exc: BaseException) -> bool:

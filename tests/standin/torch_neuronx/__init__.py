@@ -18,7 +18,8 @@ wrong app code fails here the way it would on a Trainium instance:
 - ``_distributed``: the "neuron" process-group backend (gloo underneath) with its init rules.
 - ``metrics`` (not imported here) / ``_counters``: ``CompilationCache.*`` counters and the
   compile-time metric (nanoseconds); ``get_fallback_ops`` / ``clear_op_tracking``: ops that ran
-  on the host (CPU fallback); ``utils``: the chip target and LNC.
+  on the host (CPU fallback); ``utils``: the chip target and LNC; ``_monitor``: what the stand-in's
+  ``neuron-monitor`` reads of each process.
 
 Every text, key and unit the app reads from it is TorchNeuron's own, captured with its source in
 ``tests/standin/captures/`` (``tests/neuron/test_captures.py`` holds the two to each other).
@@ -44,7 +45,7 @@ from __future__ import annotations
 
 import os
 
-from . import _compile, _device, _distributed, _runtime, utils  # noqa: F401 - torch_neuronx.utils, as the real package has it
+from . import _compile, _device, _distributed, _monitor, _runtime, utils  # noqa: F401 - torch_neuronx.utils, as the real package has it
 
 __version__ = "2.13.0+standin"
 
@@ -71,6 +72,7 @@ if "LOCAL_RANK" in os.environ and _runtime.VISIBLE_CORES_VAR not in os.environ:
     os.environ[_runtime.VISIBLE_CORES_VAR] = os.environ["LOCAL_RANK"]
 
 _device.register()
+_monitor.register()
 _compile.register()
 _distributed.register()
 
