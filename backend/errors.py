@@ -105,6 +105,12 @@ class ShapeLimitReached(StudioError):
     code = "limit"
 
 
+class DoesNotFit(StudioError):
+    """The signature would not fit one NeuronCore's memory (``backend.hardware.memory``)."""
+
+    code = "does_not_fit"
+
+
 class GenerationCancelled(StudioError):
     """The running generation was stopped by a cancel request (or its page went away)."""
 

@@ -39,7 +39,8 @@ def cost_markdown(prediction: dict[str, Any] | None, error: str | None = None, l
         prefix = text(lang, "cost_failed_before") if p["state"] == "failed" else ""
         nearest = (text(lang, "cost_nearest_warm", signature=p["nearest_warm"])
                    if p.get("nearest_warm") and p["nearest_warm"] != p["shape"] else "")
-        return text(lang, "cost_cold", where=where, prefix=prefix, guess=guess) + warm_on_text(p, lang) + nearest
+        return (text(lang, "cost_cold", where=where, prefix=prefix, guess=guess) + warm_on_text(p, lang) + nearest
+                + chip_text(p, lang))
     expected = p.get("expected_seconds")
     tail = (text(lang, "cost_expected", seconds=format_seconds(expected)) if expected is not None
             else text(lang, "cost_no_timing"))
@@ -47,7 +48,22 @@ def cost_markdown(prediction: dict[str, Any] | None, error: str | None = None, l
     note = (text(lang, "note_" + p["note_key"], **p.get("note_args", {})) if p.get("note_key")
             else p.get("note") or "")
     extra = "" if note in ("warm", "") else f" ({note})"
-    return text(lang, "cost_ready", where=where, tail=tail, extra=extra) + warm_on_text(p, lang)
+    return text(lang, "cost_ready", where=where, tail=tail, extra=extra) + warm_on_text(p, lang) + chip_text(p, lang)
+
+
+def chip_text(prediction: dict[str, Any], lang: str = DEFAULT) -> str:
+    """On Neuron: the transformer's attention path and what the signature needs of a NeuronCore."""
+    needs = prediction.get("memory")
+    if not needs:
+        return ""
+    gib = 2**30
+    attention = next((a for a in needs["attentions"] if a["name"] == "transformer"), None)
+    out = "" if attention is None else (
+        text(lang, "cost_attention_fast") if attention["fast"]
+        else text(lang, "cost_attention_slow", gib=f"{attention['score_bytes'] / gib:.1f}", why=attention["why"]))
+    if needs.get("hbm"):
+        out += text(lang, "cost_memory", total=f"{needs['total'] / gib:.1f}", hbm=f"{needs['hbm'] / gib:.0f}")
+    return out
 
 
 def warm_on_text(prediction: dict[str, Any], lang: str = DEFAULT) -> str:

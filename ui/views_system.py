@@ -108,7 +108,14 @@ def shapes_frame(shapes: list[dict[str, Any]], lang: str = DEFAULT) -> pd.DataFr
              None if r["steady_seconds"] is None else text(lang, "steady_of", seconds=f"{r['steady_seconds']:.3f}",
                                                            count=r.get("steady_runs", 1)),
              r["runs"], r["error"] or ""] for r in shapes]
-    return pd.DataFrame(rows, columns=column_names(SHAPE_COLUMNS, lang))
+    columns = list(SHAPE_COLUMNS)
+    if any("attention" in r for r in shapes):  # on Neuron: the transformer's path (backend.hardware.kernels)
+        columns.insert(3, "col_attention")
+        for row, r in zip(rows, shapes):
+            a = r.get("attention")
+            row.insert(3, "" if a is None else text(lang, "attention_fast") if a["fast"]
+                       else text(lang, "attention_slow", gib=f"{a['score_bytes'] / 2**30:.1f}"))
+    return pd.DataFrame(rows, columns=column_names(columns, lang))
 
 
 def warmup_markdown(status: Status, lang: str = DEFAULT) -> str:

@@ -20,6 +20,7 @@ import torch
 from backend.engines.base import Route
 from backend.errors import CompileFailure, GenerationCancelled, GenerationFailed, ShapeLocked
 from backend.hardware.device import COMPILE_EVENTS, Device, compile_error_text, diff_counters, is_compile_error
+from backend.hardware.metrics import out_of_memory
 from backend.request.records import EngineOutput, GenerationRequest, Phase, ProgressEvent
 from backend.settings import IN_PROCESS_MODES as MODES
 
@@ -241,6 +242,10 @@ class InProcessEngine:
         # (torch/_dynamo/eval_frame).
         if "stance is 'fail_on_recompile'" in str(exc):
             return ShapeLocked(WOULD_COMPILE)
+        size = out_of_memory(exc)
+        if size is not None:
+            return GenerationFailed(f"the NeuronCore's memory is full: an allocation of {size / 2**30:.2f} GiB did not "
+                                    f"fit ({text}); a smaller size, fewer references or a fast-attention size needs less")
         # Neuron compiles at a graph's first execution: the device layer knows those errors, whatever the phase.
         compiler = during_compile or is_compile_error(exc)
         cls = CompileFailure if compiler else GenerationFailed

@@ -162,6 +162,7 @@ class Device:
         self._instance_cores = instance_cores
         self._core_plan = None
         self._cache_size: tuple | None = None  # ((var, dir) pairs, read at, [bytes])
+        self._hbm: int | None = None
         self.dtype = _DTYPES[info.dtype]
         self._neuronx = load_torch_neuronx() if info.kind == "neuron" else None
         self.configure_dynamo(max_compiled_shapes)
@@ -240,6 +241,21 @@ class Device:
         elif self.kind == "neuron":
             allocated, peak = torch.neuron.memory_allocated(), torch.neuron.max_memory_allocated()
         return {"rss_bytes": rss, "device_allocated_bytes": allocated, "device_peak_bytes": peak}
+
+    def hbm_bytes(self) -> int | None:
+        """One NeuronCore's memory: the runtime's limit for this process's core
+        (``get_device_properties(...).total_memory``: attention.json), else the chip's share
+        (``backend.hardware.memory.CHIPS``); None off Neuron."""
+        if self.kind != "neuron":
+            return None
+        if self._hbm is None:
+            from backend.hardware.memory import hbm_per_core
+
+            index = self.info.torch_device.partition(":")[2] or "0"
+            total = int(self._neuronx.get_device_properties(int(index)).total_memory or 0)
+            key = self.neff_key_fields()
+            self._hbm = total or hbm_per_core(key["neuron_target"], key["lnc"])
+        return self._hbm
 
     def neff_counters(self) -> dict[str, float]:
         """TorchNeuron's NEFF cache counters and the compiler's seconds ({} off Neuron)."""

@@ -29,6 +29,8 @@ NEFF_COMPILE_TIME_PER_SECOND = 1e9
 # (ErrorHandler.cpp's HandleCompilationError, or CompilationCache.cpp's ThrowCompilationError);
 # "NRT Execution error occurred ..." is the runtime failing to run a NEFF, not a compile.
 COMPILE_ERROR_MARKS = ("Compilation error occurred on Neuron for operation=", "Compilation failed for cache key '")
+# attention.json: TorchNeuron's caching allocator when the core's memory is full (NeuronCachingAllocator.cpp).
+OUT_OF_MEMORY = re.compile(r"NRT allocation failed for size (\d+) \(OOM\)")
 _COMPILER_MESSAGE = re.compile(r'error message="(COMPILATION FAILED: [^\n]*?)"?$', re.M)
 
 
@@ -44,6 +46,17 @@ def is_compile_error(exc: BaseException) -> bool:
             return True
         seen = getattr(seen, "inner_exception", None) or seen.__cause__
     return False
+
+
+def out_of_memory(exc: BaseException) -> int | None:
+    """The bytes of the allocation that did not fit a NeuronCore, when ``exc`` (or what it wraps) says so."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        found = OUT_OF_MEMORY.search(str(seen))
+        if found:
+            return int(found.group(1))
+        seen = getattr(seen, "inner_exception", None) or seen.__cause__
+    return None
 
 
 def compile_error_text(exc: BaseException) -> str:

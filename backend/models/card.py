@@ -24,7 +24,7 @@ import json
 from pathlib import Path
 
 from backend.errors import ModelNotFound
-from backend.shapes import MULTIPLE, PRESETS, Shape, parse_shape
+from backend.shapes import MULTIPLE, NEURON_PRESETS, PRESETS, Shape, parse_shape
 
 CARD_FILE = "neuron_studio.json"
 MAX_CARD_BYTES = 16 * 1024
@@ -134,25 +134,30 @@ def parse_card(data: object) -> ModelCard:
     return ModelCard(presets, trained, grammar, start)
 
 
-def read_card(folder: str | Path | None) -> ModelCard:
-    """The card in ``folder`` (a diffusers pipeline folder), or the defaults when it has none."""
+def read_card(folder: str | Path | None, neuron: bool = False) -> ModelCard:
+    """The card in ``folder`` (a diffusers pipeline folder), or the defaults when it has none; a card
+    that names no presets gets ``NEURON_PRESETS`` on Neuron (each takes the fast attention path)."""
+    defaults = ModelCard(NEURON_PRESETS) if neuron else ModelCard()
     if folder is None:
-        return ModelCard()
+        return defaults
     path = Path(folder) / CARD_FILE
     if not path.is_file():
-        return ModelCard()
+        return defaults
     try:
         if path.stat().st_size > MAX_CARD_BYTES:
             raise ValueError(f"larger than {MAX_CARD_BYTES // 1024} KiB")
-        card = parse_card(json.loads(path.read_text(encoding="utf-8")))
+        data = json.loads(path.read_text(encoding="utf-8"))
+        card = parse_card(data)
     except (ValueError, UnicodeDecodeError) as exc:  # json.JSONDecodeError is a ValueError
         raise ModelNotFound(f"{path}: {exc}; fix or remove the file (it is optional)") from None
+    if not {"presets", "preset_scale"} & set(data):
+        card = dataclasses.replace(card, presets=defaults.presets)
     return dataclasses.replace(card, source=str(path))
 
 
-def card_for(spec: str, cache_root: Path) -> ModelCard:
+def card_for(spec: str, cache_root: Path, neuron: bool = False) -> ModelCard:
     """The card of the model ``--model spec`` names, read without loading or downloading anything:
     the embedded folders and local folders have theirs; a hub id, the defaults."""
     from backend.models.source import local_folder
 
-    return read_card(local_folder(spec, cache_root))
+    return read_card(local_folder(spec, cache_root), neuron)

@@ -1,9 +1,10 @@
 """Admission: what a run at (mode, shape) will cost now, and whether it may run at all.
 
-A run is refused up front when it would compile while the app is locked to warm shapes, or when a
+A run is refused up front when it would compile while the app is locked to warm shapes, when a
 compiled mode already holds ``--max-compiled-shapes`` graphs (past dynamo's recompile limit a new
-shape would raise or silently run eagerly). On Neuron every new shape compiles something, even in
-eager mode (TorchNeuron compiles each new eager op signature), and per exact (height, width).
+shape would raise or silently run eagerly), or on Neuron when it would not fit one NeuronCore's
+memory (``backend.hardware.memory``). On Neuron every new shape compiles something, even in eager
+mode (TorchNeuron compiles each new eager op signature), and per exact (height, width).
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable
 
-from backend.errors import ShapeLimitReached, ShapeLocked, StudioError
+from backend.errors import DoesNotFit, ShapeLimitReached, ShapeLocked, StudioError
+from backend.hardware import memory
 from backend.serving import compile_state as cs
 from backend.settings import Settings
 from backend.shapes import Shape
@@ -25,6 +27,7 @@ PRIOR_COMPILE_SECONDS = {"inductor": {"compiled": 60.0, "regional": 25.0},
 class Admission:
     def __init__(self, settings: Settings, table: cs.CompileTable):
         self.settings, self.table = settings, table
+        self.geometry: memory.Geometry | None = None  # read from the model folder once it is known
 
     @staticmethod
     def exact_shapes(device) -> bool:
@@ -50,8 +53,45 @@ class Admission:
                                  self.exact_shapes(device), places, prior=self.prior_compile_seconds(device, mode))
         refusal = self._refusal(mode, shape, out["will_compile"], locked, places,
                                 steps_note=out["note"] if out["state"] == cs.WARM else None)
+        needs = self.memory_plan(device, mode, shape)
+        if needs is not None:
+            out["memory"] = needs.to_json()
+            refusal = refusal or self._too_large(device, mode, shape, needs)
         out["refused"] = str(refusal) if refusal else None
         return Decision(out, refusal)
+
+    def memory_plan(self, device, mode: str, shape: Shape, degree: int | None = None) -> memory.Plan | None:
+        """What (mode, shape) needs of each NeuronCore it runs on (None off Neuron, or unread)."""
+        if self.geometry is None or device is None or device.kind != "neuron":
+            return None
+        degree = degree or (self.settings.tp_degree if mode == "tp" else 1)
+        return memory.plan(self.geometry, shape, compiled=self.settings.runs_as(mode) in cs.COMPILED_MODES,
+                           dtype=device.info.dtype, degree=degree, hbm=device.hbm_bytes())
+
+    def _too_large(self, device, mode: str, shape: Shape, needs: memory.Plan) -> DoesNotFit | None:
+        if needs.fits:
+            return None
+        gib = memory.GIB
+        phase = needs.peak_phase
+        slow = [a for a in needs.attentions if a["phase"] == phase and not a["fast"]]
+        held = f"{needs.phases[phase] / gib:.1f} GiB while {phase}" + "".join(
+            f"; {a['name']}: slow attention, {a['score_bytes'] / gib:.1f} GiB of scores ({a['why']})" for a in slow)
+        fixes = []
+        if shape.refs:
+            fixes.append("fewer or smaller references")
+        if needs.slow() is not None:
+            near = memory.fast_sizes(shape)
+            if near:
+                fixes.append(f"a fast-attention size such as {near[0]}")
+        if phase == "decode" or not fixes:
+            fixes.append("a smaller size")
+        if mode != "tp":
+            tp = self.memory_plan(device, "tp", shape, degree=self.settings.tp_degree)
+            if tp is not None and tp.fits:
+                fixes.append(f"tensor-parallel mode (each of {self.settings.tp_degree} ranks holds its share)")
+        return DoesNotFit(f"{shape} in {mode} mode needs about {needs.total / gib:.1f} GiB of one NeuronCore's "
+                          f"{needs.hbm / gib:.1f} GiB ({needs.weights / gib:.1f} GiB of weights, {held}); "
+                          f"try {' or '.join(fixes)}")
 
     def _refusal(self, mode: str, shape: Shape, will_compile: bool, locked: bool,
                  places: list[str] | None, steps_note: str | None = None) -> StudioError | None:

@@ -90,11 +90,12 @@ class Manager:
         self._count_tokens: Callable[[str], int] | None = None  # set once the model's tokenizer loads
         self.bundle: dict[str, Any] | None = None  # what --cache-from imported and warmed
         # Read before anything loads: the page is built from the card. A bad card fails the start.
+        from backend.hardware.kernels import expects_neuron
         from backend.models.card import ModelCard, card_for
 
         self._card_error: StudioError | None = None
         try:
-            self.card = card_for(settings.model, settings.cache_dir)
+            self.card = card_for(settings.model, settings.cache_dir, neuron=expects_neuron(settings.device))
         except StudioError as exc:
             self.card, self._card_error = ModelCard(), exc
         self.metrics = RunMetrics(self)
@@ -125,6 +126,7 @@ class Manager:
             claim_app_cores(self.settings.neuron_cores, self.settings.neuron_instance_cores)
             from backend.engines import build_engines
             from backend.hardware.device import Device, resolve_device
+            from backend.hardware.memory import Geometry
             from backend.models.source import prompt_token_counter, resolve_model
 
             info = resolve_device(self.settings)
@@ -133,6 +135,8 @@ class Manager:
             self.monitor.start()  # on Neuron only: the System tab's live view of the chip
             self.model_path, self.model_label = resolve_model(self.settings.model, self.settings.cache_dir)
             self._count_tokens = prompt_token_counter(self.model_path)
+            if info.kind == "neuron":  # what each signature needs of a NeuronCore (admission plans by it)
+                self.admission.geometry = Geometry.read(self.model_path)
             self.engines = build_engines(self.settings, self.device, self.model_path,
                                          PlaceBook(self.admission, self.device, self.controls.capacity_changed),
                                          self._engine_factory)

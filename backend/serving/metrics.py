@@ -13,6 +13,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from backend.errors import (
     BackendBusy,
     BackendNotReady,
+    DoesNotFit,
     GenerationCancelled,
     InvalidRequest,
     NotAllowed,
@@ -30,7 +31,7 @@ LATENCY_BUCKETS = (0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800
 OUTCOMES = ("ok", "invalid", "refused", "not_ready", "cancelled", "failed")
 # The ``outcome`` label of a request that ended with an error: the first kind it is, else "failed".
 _ERROR_OUTCOMES = ((InvalidRequest, "invalid"),
-                   ((ShapeLocked, ShapeLimitReached, NotAllowed, Unauthorized, BackendBusy), "refused"),
+                   ((ShapeLocked, ShapeLimitReached, DoesNotFit, NotAllowed, Unauthorized, BackendBusy), "refused"),
                    (BackendNotReady, "not_ready"), (GenerationCancelled, "cancelled"))
 
 
@@ -121,6 +122,7 @@ def _cores(manager):
             held.add_metric([engine.name], float(len(plan.claims.get(engine.name, ()))))
     yield planned
     yield held
+
 
 def chip_families(chip):
     """neuron-monitor's figures under the names and labels ``neuron-monitor-prometheus.py`` exports

@@ -11,6 +11,7 @@ from typing import Any
 
 from backend.serving.compile_state import CompileState
 from backend.serving.jobs import JobState
+from backend.shapes import parse_signature
 
 
 class ServiceState(enum.StrEnum):
@@ -143,6 +144,18 @@ class StatusView:
             load[job.engine] = (waiting, running + 1) if job.state is JobState.RUNNING else (waiting + 1, running)
         return load
 
+    def shapes(self) -> list[dict[str, Any]]:
+        """The compile table's rows; on Neuron each with its transformer's attention path and what it
+        needs of a core (``backend.hardware.memory``)."""
+        s = self.service
+        rows = s.table.snapshot()
+        for row in rows:
+            needs = s.admission.memory_plan(s.device, row["mode"], parse_signature(row["shape"]))
+            if needs is not None:
+                row["attention"] = needs.slow() or {"fast": True, "score_bytes": 0}
+                row["memory_bytes"] = needs.total
+        return rows
+
     def core_plan_status(self) -> dict[str, Any] | None:
         s = self.service
         plan = s.device.core_plan if s.device is not None else None
@@ -174,7 +187,7 @@ class StatusView:
             warm_only=s.warm_only, max_compiled_shapes=s.settings.max_compiled_shapes,
             busy=running[0] if running else None, running=running,
             waiting=[job for job in jobs if job["state"] == "waiting"],
-            compiling_workers=s.controls.compiling_workers(), shapes=s.table.snapshot(),
+            compiling_workers=s.controls.compiling_workers(), shapes=self.shapes(),
             cache=device.cache_info() if device else None, memory=device.memory() if device else None,
             load_error=s.load_error, last_error=s.last_error, generations=len(s.records),
             warmup=s.controls.warmup_status(), neuron_cores=self.core_plan_status(),

@@ -19,7 +19,9 @@ wrong app code fails here the way it would on a Trainium instance:
 - ``metrics`` (not imported here) / ``_counters``: ``CompilationCache.*`` counters and the
   compile-time metric (nanoseconds); ``get_fallback_ops`` / ``clear_op_tracking``: ops that ran
   on the host (CPU fallback); ``utils``: the chip target and LNC; ``_monitor``: what the stand-in's
-  ``neuron-monitor`` reads of each process.
+  ``neuron-monitor`` reads of each process; ``_attention``: ``scaled_dot_product_attention`` by
+  TorchNeuron's kernel rule (the NKI path allocates no score matrix, the fallback all of it);
+  ``_memory``: a core's capacity, past which an allocation fails in TorchNeuron's words.
 
 Every text, key and unit the app reads from it is TorchNeuron's own, captured with its source in
 ``tests/standin/captures/`` (``tests/neuron/test_captures.py`` holds the two to each other).
@@ -29,15 +31,16 @@ What it proves: the app drives the device through the documented API in the docu
 no dynamic shapes), its pipelines run on a PrivateUse1 device with correct numerics, eager and
 compiled, single process and tensor-parallel, and it reads compile counters and cache state right.
 
-What it cannot prove: anything about speed (compile or run times), memory (HBM capacity; the
-memory figures count host bytes), real compiler limits or numerics of neuronx-cc, op coverage of
+What it cannot prove: anything about speed (compile or run times), memory beyond the bytes of
+live tensors (the figures count host bytes against a capacity knob; fragmentation and the runtime's
+own buffers are not modelled), real compiler limits or numerics of neuronx-cc, op coverage of
 the real backend, NKI kernels, collectives over NeuronLink/EFA. ``torch.accelerator.device_count()``
 is always 1 here (fixed by PyTorch's Python device guard); ``torch.neuron.device_count()`` is right.
 
 Stand-in-only knobs (the app never reads them): ``NEURON_STANDIN_CORES`` (default 4),
 ``NEURON_STANDIN_STATE_DIR`` (claim files), ``NEURON_STANDIN_FAIL_COMPILE_DIM`` (fault injection),
 ``NEURON_STANDIN_FALLBACK_OPS`` (ops that run on the host), ``NEURON_STANDIN_INSTANCE`` (the
-instance type, e.g. trn3.3xlarge).
+instance type, e.g. trn3.3xlarge), ``NEURON_STANDIN_HBM_BYTES`` (a core's memory).
 Each module's docstring cites the vendor page for the rules it enforces.
 """
 
@@ -45,7 +48,7 @@ from __future__ import annotations
 
 import os
 
-from . import _compile, _device, _distributed, _monitor, _runtime, utils  # noqa: F401 - torch_neuronx.utils, as the real package has it
+from . import _attention, _compile, _device, _distributed, _memory, _monitor, _runtime, utils  # noqa: F401 - torch_neuronx.utils, as the real package has it
 
 __version__ = "2.13.0+standin"
 
@@ -65,6 +68,20 @@ def clear_op_tracking() -> None:
     """Forget both lists."""
     _device.clear_op_tracking()
 
+
+def get_device_properties(device):
+    """TorchNeuron (``torch_neuronx/__init__.py`` 209-238): the instance type as ``name`` and the
+    runtime's memory limit of the core as ``total_memory`` (``_memory.capacity``)."""
+    import types
+
+    import torch
+
+    index = int(device.partition(":")[2] or 0) if isinstance(device, str) else int(device)
+    if not 0 <= index < torch.neuron.device_count():
+        raise ValueError(f"Invalid device id: {index}")
+    _runtime.ensure_started()
+    return types.SimpleNamespace(name=_runtime.instance_type(), total_memory=_memory.capacity())
+
 # Under torchrun each rank gets NeuronCore LOCAL_RANK unless the launcher chose its cores already
 # ("How to use torch.distributed on Neuron",
 # https://awsdocs-neuron.readthedocs-hosted.com/en/latest/torch/guides/torch-distributed.html).
@@ -72,6 +89,7 @@ if "LOCAL_RANK" in os.environ and _runtime.VISIBLE_CORES_VAR not in os.environ:
     os.environ[_runtime.VISIBLE_CORES_VAR] = os.environ["LOCAL_RANK"]
 
 _device.register()
+_attention.register()
 _monitor.register()
 _compile.register()
 _distributed.register()

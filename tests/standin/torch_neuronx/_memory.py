@@ -1,14 +1,23 @@
-"""Byte accounting for ``torch.neuron.memory_allocated`` / ``max_memory_allocated``.
+"""Byte accounting for ``torch.neuron.memory_allocated`` / ``max_memory_allocated``, and a core's capacity.
 
-Best effort, and honest about it: the stand-in counts the bytes of live "neuron" storages, which
-live in host memory. Nothing here says anything about Trainium HBM (capacity, fragmentation,
-allocator caching); a number from the stand-in is never a Trainium memory figure.
+The stand-in counts the bytes of live "neuron" storages, which live in host memory. Past the core's
+capacity an allocation fails as TorchNeuron's caching allocator fails it, in its words
+(``NeuronCachingAllocator.cpp`` 82-88: ``captures/torchneuron/attention.json``). The capacity is what
+``get_device_properties(...).total_memory`` reports: the ``NEURON_STANDIN_HBM_BYTES`` knob (scaled for
+the tiny test models), else the chip's HBM shared among its logical cores (``captures/hardware/hbm.json``).
+None of it is a Trainium memory figure: fragmentation, the runtime's own buffers and NEFFs are not counted.
 """
 
 from __future__ import annotations
 
+import functools
+import json
+import os
 import threading
+from pathlib import Path
 
+CAPACITY_VAR = "NEURON_STANDIN_HBM_BYTES"
+OOM = "NRT allocation failed for size {size} (OOM)"
 _lock = threading.RLock()  # re-entrant: a __del__ may run while this thread holds it
 _allocated = 0
 _peak = 0
@@ -25,10 +34,13 @@ class HostBlock:
 
     def __init__(self, storage) -> None:
         global _allocated, _peak
-        self.storage = storage
-        self.nbytes = int(storage.nbytes())
+        self.storage, self.nbytes = storage, 0
+        nbytes = int(storage.nbytes())
         with _lock:
-            _allocated += self.nbytes
+            if _allocated + nbytes > capacity():
+                raise RuntimeError(OOM.format(size=nbytes))
+            self.nbytes = nbytes
+            _allocated += nbytes
             _peak = max(_peak, _allocated)
 
     def __del__(self) -> None:
@@ -52,3 +64,19 @@ def reset_peak() -> None:
     global _peak
     with _lock:
         _peak = _allocated
+
+
+@functools.lru_cache(maxsize=1)
+def _chips() -> dict:
+    return json.loads((Path(__file__).resolve().parents[1] / "captures" / "hardware" / "hbm.json").read_text())["chips"]
+
+
+def capacity() -> int:
+    """One logical core's memory, in bytes (the knob, else the captured chip's share)."""
+    knob = os.environ.get(CAPACITY_VAR)
+    if knob:
+        return int(knob)
+    from . import _runtime
+
+    chip = _chips()[_runtime.platform_target()]
+    return chip["hbm_gib"] * 2**30 * _runtime.lnc() // chip["physical_cores"]
