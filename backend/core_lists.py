@@ -3,6 +3,8 @@ checked against an instance's size. A foundation: it imports nothing of the proj
 
 from __future__ import annotations
 
+NO_CORES = "none"  # --neuron-cores none: the app claims no NeuronCore; every core may go to its engines
+
 
 def parse_cores(text: str) -> list[int]:
     """The cores of a NEURON_RT_VISIBLE_CORES value; ValueError naming the bad part."""
@@ -33,8 +35,10 @@ def format_cores(cores: list[int]) -> str:
 
 
 def check_on_instance(app_cores: str, logical: int | None) -> list[int]:
-    """The app's cores, parsed; ValueError naming ``--neuron-cores`` for a core the instance (of
-    ``logical`` cores; None: unknown) does not have."""
+    """The app's cores, parsed ([] for ``none``); ValueError naming ``--neuron-cores`` for a core the
+    instance (of ``logical`` cores; None: unknown) does not have."""
+    if app_cores == NO_CORES:
+        return []
     cores = parse_cores(app_cores)
     if logical is not None and max(cores) >= logical:
         raise ValueError(f"--neuron-cores {app_cores}: the instance has NeuronCores 0-{logical - 1}")

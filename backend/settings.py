@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from backend.core_lists import check_on_instance, format_cores, parse_cores
+from backend.core_lists import NO_CORES, check_on_instance, format_cores, parse_cores
 from backend.errors import InvalidRequest
 from backend.shapes import MAX_COUNT, Shape, parse_shape_list, validate_shape, whole_number
 
@@ -124,6 +124,12 @@ class Settings:
         values["cache_dir"] = values["cache_dir"].expanduser()
         return cls(**values).check()
 
+    def collective_seconds(self, device: str) -> float:
+        """The worker group's collective timeout: on Neuron at least ``--compile-timeout`` (TorchNeuron's
+        watchdog starts a collective's clock when it is enqueued, and eager ops compile one at a time
+        ahead of it)."""
+        return max(self.tp_collective_timeout, self.compile_timeout) if device == "neuron" else self.tp_collective_timeout
+
     def check(self) -> "Settings":
         """The checks across fields (ValueError naming the flag), made wherever Settings are built
         from outside: the flags and environment (``load_settings``) and a worker's config
@@ -209,7 +215,7 @@ def _plain_shape_list(text: str) -> list[Shape]:
 
 
 def _core_list(text: str) -> str:
-    return format_cores(parse_cores(text))
+    return NO_CORES if text.strip().lower() == NO_CORES else format_cores(parse_cores(text))
 
 
 # field -> (flag, environment variable, parser, help). The one table of the app's knobs.
@@ -244,7 +250,9 @@ OPTIONS: dict[str, tuple[str, str, Any, str]] = {
                  "side by side (0: none; the System tab starts and stops them)"),
     "neuron_cores": ("--neuron-cores", "NEURON_STUDIO_NEURON_CORES", _core_list,
                      "NeuronCores the app process claims, e.g. 0 or 0-1 (default: inherited "
-                     "NEURON_RT_VISIBLE_CORES, else the instance's last core); tensor-parallel ranks and replicas get cores from the rest"),
+                     "NEURON_RT_VISIBLE_CORES, else the instance's last core); tensor-parallel ranks and replicas get "
+                     "cores from the rest. 'none': the app claims none and runs nothing on the device itself, so "
+                     "every core can go to the group or the replicas (degree 4 on a trn2.3xlarge)"),
     "neuron_instance_cores": ("--neuron-instance-cores", "NEURON_STUDIO_NEURON_INSTANCE_CORES", _positive_int,
                               "logical NeuronCores on this instance, as NEURON_RT_VISIBLE_CORES counts them "
                               "(default: from neuron-ls); 4 on a trn2.3xlarge"),
@@ -345,7 +353,7 @@ def settings_table() -> str:
         default = defaults[dest].default  # MISSING for a default_factory: only cache_dir's is not empty
         if default is dataclasses.MISSING:
             default = "user cache dir/neuron-studio" if dest == "cache_dir" else None
-        shown = {None: "none", True: "1", False: "0", "": "none"}.get(default, default)
+        shown = {None: "unset", True: "1", False: "0", "": "unset"}.get(default, default)
         rows.append(f"| `{flag}` | `{env}` | {shown} | {help_text.replace('|', '/')} |")
     return "\n".join(rows) + "\n"
 

@@ -240,5 +240,6 @@ EN: dict[str, str] = {
     "tp_row_each": "Each rank runs", "tp_row_cores": "NeuronCores", "tp_no_cores": "n/a on this device",
     "tp_row_pids": "Rank pids", "tp_row_error": "Group error", "tp_row_request": "Last failed request",
     "tp_row_load": "Load / warm-up", "tp_row_call": "Last call",
+    "tp_row_degrees": "Degrees offered (divide the heads; on Neuron within one chip)",
     "tp_call_value": "{round_trip} round trip, {overhead} over the workers' own time",
 }

@@ -230,5 +230,6 @@ TR: dict[str, str] = {
     "tp_row_each": "Her rank çalıştırır", "tp_row_cores": "NeuronCore'lar", "tp_no_cores": "bu aygıtta yok",
     "tp_row_pids": "Rank pid'leri", "tp_row_error": "Grup hatası", "tp_row_request": "Son başarısız istek",
     "tp_row_load": "Yükleme / ısınma", "tp_row_call": "Son çağrı",
+    "tp_row_degrees": "Sunulan dereceler (başlık sayısını böler; Neuron'da tek çip içinde)",
     "tp_call_value": "{round_trip} gidiş-dönüş, işçilerin kendi süresinin {overhead} üstünde",
 }

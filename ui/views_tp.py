@@ -105,6 +105,7 @@ def tp_markdown(tp: dict[str, Any], lang: str = DEFAULT) -> str:
     state = tp.get("state", "stopped")
     rows = [(t("tp_row_state"), tp_state_name(state, lang)), (t("tp_row_ranks"), tp.get("world_size")),
             (t("tp_row_each"), tp.get("compile_mode", "…")),
+            (t("tp_row_degrees"), ", ".join(map(str, tp.get("degrees") or [])) or "…"),
             (t("tp_row_cores"), ", ".join(map(str, tp["cores"])) if tp.get("cores") else t("tp_no_cores")),
             (t("tp_row_pids"), ", ".join(f"{r}: {p}" for r, p in sorted((tp.get("rank_pids") or {}).items()))
              or "…"),

@@ -18,7 +18,7 @@ from typing import Callable
 import torch
 
 from backend.engines.base import Route
-from backend.errors import CompileFailure, GenerationCancelled, GenerationFailed, ShapeLocked
+from backend.errors import BackendNotReady, CompileFailure, GenerationCancelled, GenerationFailed, ShapeLocked
 from backend.hardware.device import COMPILE_EVENTS, Device, compile_error_text, diff_counters, is_compile_error
 from backend.hardware.metrics import out_of_memory
 from backend.request.records import EngineOutput, GenerationRequest, Phase, ProgressEvent
@@ -35,6 +35,10 @@ def load_pipeline(device: Device, model_path: str):
 
 # What a run refused by the warm-only lock's compile safety net says (torch's fail_on_recompile).
 WOULD_COMPILE = "this shape would compile, and the app is locked to warm shapes"
+# What every run in the app's process says where it holds no NeuronCore (backend.hardware.core_plan).
+NO_APP_CORE = ("the app holds no NeuronCore (--neuron-cores none), so it runs nothing on the device itself: "
+               "use the tensor-parallel group or the replicas (System tab), or start the app with --neuron-cores "
+               "naming a core of its own")
 
 class InProcessEngine:
     """One request at a time (``run`` queues on the lock ``exclusive`` gives out); loaded on first
@@ -77,8 +81,10 @@ class InProcessEngine:
 
     # lifecycle -------------------------------------------------------------------------------
     def load(self) -> None:
+        """Nothing where the app holds no NeuronCore: loading would start its runtime, which would then
+        reserve every core, the engines' included."""
         with self._lock:
-            if self.pipe is None:
+            if self.pipe is None and self.device.holds_cores:
                 self._load()
 
     def _load(self) -> None:
@@ -147,6 +153,8 @@ class InProcessEngine:
             warming: bool = False, decode: bool = True) -> EngineOutput:
         """Generate (GenerationCancelled, ShapeLocked, CompileFailure or GenerationFailed), loading
         first if need be. ``decode=False`` stops at the latents: ranks other than 0 skip the VAE."""
+        if not self.device.holds_cores:
+            raise BackendNotReady(NO_APP_CORE)
         with self._lock:
             if self.pipe is None:
                 on_progress(ProgressEvent(Phase.LOADING, 0, request.steps, request.mode, str(request.shape)))

@@ -105,11 +105,17 @@ class TensorParallelEngine:
                     f"cache and compile into it; stop the group first (System tab), then clear the cache")
         return None
 
+    def degrees(self) -> list[int]:
+        """The degrees offered: they divide the heads (and on Neuron fit one chip: ``CorePlan.tp_degrees``)."""
+        heads, plan = transformer_heads(self.model_path), self.device.core_plan
+        return plan.tp_degrees(heads) if plan is not None else [d for d in range(1, min(heads, 64) + 1)
+                                                                  if heads % d == 0]
+
     def describe(self) -> dict[str, Any]:
         group = self.group
-        if group is None:
-            return {"state": GroupState.STOPPED, "world_size": self.settings.tp_degree, "ranks": [], "error": None}
-        return group.describe()
+        out = group.describe() if group is not None else {
+            "state": GroupState.STOPPED, "world_size": self.settings.tp_degree, "ranks": [], "error": None}
+        return {**out, "degrees": self.degrees()}
 
     def load(self) -> None:
         self.start(wait=True)

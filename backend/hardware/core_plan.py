@@ -8,7 +8,12 @@ gets its own cores in ``NEURON_RT_VISIBLE_CORES`` before its runtime starts, no 
 (an engine holds its ``claim`` until its processes exit), and a count that does not fit is refused
 before anything starts, naming what fits. At LNC=1 two cores share one 24 GB HBM bank and
 FLUX.2-klein-4B in bf16 needs about 16 GB: each process gets the first core of a bank, the second
-left idle. Pure Python, no torch: built before TorchNeuron loads.
+left idle. ``--neuron-cores none``: the app holds no core (it never starts its runtime) and every
+core may go to the engines. A tensor-parallel group stays on one chip ("Keep TP4 within a chip",
+Best practices for training on AWS Neuron,
+https://awsdocs-neuron.readthedocs-hosted.com/en/latest/training/best-practices.html): its degrees
+divide the attention heads and fit one chip's cores (``tp_degrees``). Pure Python, no torch: built
+before TorchNeuron loads.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from backend.core_lists import check_on_instance, format_cores
+from backend.core_lists import NO_CORES, check_on_instance, format_cores
 from backend.hardware import env as device_env
 from backend.hardware.neuron_ls import INSTANCE_FLAG, InstanceCores, detect_instance_cores
 
@@ -74,9 +79,21 @@ class CorePlan:
         return [c for c in range(self.instance_cores) if self._bank(c) not in taken
                 and (not self.whole_banks or c % 2 == 0)]
 
+    def chip_room(self) -> int | None:
+        """The most processes one chip holds (its logical cores; at LNC=1 one per HBM bank); None
+        where neuron-ls did not say which core is on which chip."""
+        sizes = [len(d.cores) // (2 if self.whole_banks else 1) for d in self.instance.devices if d.cores]
+        return min(sizes) if sizes else None
+
+    def tp_degrees(self, heads: int) -> list[int]:
+        """The tensor-parallel degrees this instance offers: they divide ``heads`` and fit one chip."""
+        room = self.chip_room()
+        return [d for d in range(1, min(heads, 64) + 1) if heads % d == 0 and (room is None or d <= room)]
+
     def cores_for(self, owner: str, count: int, heads: int | None = None) -> list[int]:
-        """The cores ``owner`` would get for ``count`` processes, unclaimed. CoresDoNotFit names the
-        counts that fit, or the flag that gives an unknown instance size."""
+        """The cores ``owner`` would get for ``count`` processes, unclaimed; with ``heads`` (a
+        tensor-parallel group) all on one chip. CoresDoNotFit names the counts that fit, or the flag
+        that gives an unknown instance size."""
         one, many, counts = _OWNER_WORDS.get(owner, (owner, owner, "counts"))
         free = self.free_cores(ignoring=owner)
         what = f"{count} {one if count == 1 else many}"
@@ -86,22 +103,28 @@ class CorePlan:
                 f"NeuronCore count is unknown ({self.instance.source.removeprefix('unknown: ')}); give it "
                 f"with {INSTANCE_FLAG} N: logical cores, as NEURON_RT_VISIBLE_CORES counts them "
                 f"(neuron-ls's NEURON CORES; 4 on a trn2.3xlarge, 64 on a trn2.48xlarge at LNC=2)")
-        if count > len(free):
-            fits = [d for d in range(1, len(free) + 1) if heads is None or heads % d == 0]
+        chips = [[c for c in free if c in device.cores] for device in self.instance.devices]
+        group = heads is not None and bool(chips)  # a tensor-parallel group, on one chip
+        room = max(map(len, chips)) if group else len(free)
+        if count > room:
+            fits = [d for d in range(1, room + 1) if heads is None or d in self.tp_degrees(heads)]
             others = "".join(f", the {_OWNER_WORDS.get(o, (o, o))[1]} hold {format_cores(list(c))}"
                              for o, c in sorted(self.claims.items()) if o != owner and c)
             physical = (f" (logical; {self.instance.physical} physical at LNC {self.instance.lnc})"
                         if self.instance.physical and self.instance.lnc else "")
             banks = ("; at LNC=1 two NeuronCores share one HBM bank and a pipeline needs most of one, so each "
                      "process gets a whole bank: its first core, the second left idle") if self.whole_banks else ""
+            chip = (f"; a tensor-parallel group stays on one chip, whose {self.chip_room()} NeuronCores "
+                    f"leave {room} free at most" if group else "")
+            fewer = (" (or give the app fewer cores: --neuron-cores none leaves every core to the engines)"
+                     if self.app_cores else "")
             raise CoresDoNotFit(
                 f"{what} need {count} NeuronCores, but the instance has "
                 f"{self.instance_cores}{physical} and the app holds "
-                f"{format_cores(list(self.app_cores))}{others}; {len(free)} are free "
-                f"({format_cores(free) or 'none'}{banks}), so {counts} that fit are "
-                f"{', '.join(map(str, fits)) or 'none'} (or give the app fewer cores with --neuron-cores)")
-        for device in self.instance.devices:  # on one chip where they fit
-            here = [c for c in free if c in device.cores]
+                f"{format_cores(list(self.app_cores)) or 'none'}{others}; {len(free)} are free "
+                f"({format_cores(free) or 'none'}{banks}{chip}), so {counts} that fit are "
+                f"{', '.join(map(str, fits)) or 'none'}{fewer}")
+        for here in chips:  # on one chip where they fit
             if len(here) >= count:
                 return here[:count]
         return free[:count]
@@ -123,6 +146,8 @@ class CorePlan:
         for owner, (count, owner_heads) in wanted.items():
             entry: dict[str, Any] = {"count": count, "cores": None, "error": None,
                                      "held": owner in self.claims}
+            if owner_heads is not None:
+                entry["degrees"] = self.tp_degrees(owner_heads)
             try:
                 held = self.claims.get(owner)
                 cores = list(held) if held and len(held) == count else self.cores_for(owner, count, owner_heads)
@@ -135,7 +160,7 @@ class CorePlan:
             "physical_cores": self.instance.physical,
             "lnc": self.instance.lnc,
             "source": self.instance.source,
-            "app_cores": format_cores(list(self.app_cores)),
+            "app_cores": format_cores(list(self.app_cores)) or NO_CORES,
             "free_cores": None if free is None else format_cores(free),
             "engines": engines,
             "devices": [{"device": d.index, "cores": format_cores(list(d.cores)), "memory_bytes": d.memory_bytes}

@@ -24,6 +24,7 @@ import psutil
 import torch
 import torch._dynamo
 
+from backend.core_lists import NO_CORES
 from backend.errors import DeviceUnavailable
 from backend.hardware import cache_layout
 from backend.hardware import env as device_env
@@ -178,18 +179,25 @@ class Device:
         if self.kind != "neuron":
             return None
         if self._core_plan is None:
-            from backend.core_lists import parse_cores
+            from backend.core_lists import check_on_instance
             from backend.hardware.core_plan import CorePlan, default_app_cores, make_plan
             from backend.hardware.neuron_ls import InstanceCores, detect_instance_cores
 
             instance = detect_instance_cores(self._instance_cores)
-            own = os.environ.get(device_env.VISIBLE_CORES_VAR) or default_app_cores(instance)
+            own = device_env.app_cores() or default_app_cores(instance)
             try:
                 self._core_plan = make_plan(own, instance)
             except ValueError as exc:
                 # Kept, not raised on every status poll: every engine's start is refused with it.
-                self._core_plan = CorePlan(InstanceCores(None, source=f"unknown: {exc}"), tuple(parse_cores(own)))
+                self._core_plan = CorePlan(InstanceCores(None, source=f"unknown: {exc}"),
+                                           tuple(check_on_instance(own, None)))
         return self._core_plan
+
+    @property
+    def holds_cores(self) -> bool:
+        """False where this process claimed no NeuronCore (``--neuron-cores none``): it must never
+        start its runtime, which would then reserve every core, the engines' included."""
+        return self.kind != "neuron" or device_env.app_cores() != NO_CORES
 
     def bind_rank(self, local_rank: int) -> None:
         """After ``init_process_group``: on Neuron the index TorchNeuron bound the rank to (LOCAL_RANK),
@@ -238,7 +246,7 @@ class Device:
         allocated = peak = None
         if self.kind == "cuda":
             allocated, peak = torch.cuda.memory_allocated(), torch.cuda.max_memory_allocated()
-        elif self.kind == "neuron":
+        elif self.kind == "neuron" and self.holds_cores:
             allocated, peak = torch.neuron.memory_allocated(), torch.neuron.max_memory_allocated()
         return {"rss_bytes": rss, "device_allocated_bytes": allocated, "device_peak_bytes": peak}
 
@@ -252,7 +260,7 @@ class Device:
             from backend.hardware.memory import hbm_per_core
 
             index = self.info.torch_device.partition(":")[2] or "0"
-            total = int(self._neuronx.get_device_properties(int(index)).total_memory or 0)
+            total = int(self._neuronx.get_device_properties(int(index)).total_memory or 0) if self.holds_cores else 0
             key = self.neff_key_fields()
             self._hbm = total or hbm_per_core(key["neuron_target"], key["lnc"])
         return self._hbm

@@ -8,8 +8,10 @@ cache and metrics variables as it loads; so the app sets them here first, each u
 - ``TORCH_NEURONX_METRICS_ENABLED=1``: the compile counters the app reads;
 - ``TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=1``: a failed compile raises instead of running eagerly;
 - ``NEURON_RT_VISIBLE_CORES``: the cores this process claims (unset, the runtime reserves every core);
+  ``--neuron-cores none`` leaves it alone and claims nothing: that process must never start its runtime;
 - ``TORCH_NEURONX_NEFF_CACHE_LOCK_TIMEOUT`` (default 1200 s, ``FileLock.h``): at least
   ``--compile-timeout``, so a rank compiling a long NEFF is not raced by one that thinks its lock stale;
+- a tensor-parallel rank's ``NEURON_RT_EXEC_TIMEOUT`` (``rank_exec_timeout``): at least the collective timeout;
 - ``PATH``: TorchNeuron runs ``neuronx-cc`` by name (``execvp``), so the interpreter's folder (a venv's)
   goes first, for an app started as ``/path/venv/bin/python app.py`` without activating the venv.
 """
@@ -22,6 +24,8 @@ import sys
 from pathlib import Path
 from typing import Callable
 
+from backend.core_lists import NO_CORES
+
 NEFF_CACHE_VAR = "TORCH_NEURONX_NEFF_CACHE_DIR"
 NEFF_LOCAL_CACHE_VAR = "TORCH_NEURONX_NEFF_LOCAL_CACHE_DIR"
 FALLBACK_VAR = "TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION"
@@ -30,6 +34,7 @@ NEURON_METRICS_VAR = "TORCH_NEURONX_METRICS_ENABLED"
 INDUCTOR_CACHE_VAR = "TORCHINDUCTOR_CACHE_DIR"
 LOCK_TIMEOUT_VAR = "TORCH_NEURONX_NEFF_CACHE_LOCK_TIMEOUT"
 DEFAULT_LOCK_TIMEOUT = 1200  # seconds (FileLock.h kDefaultTimeoutSeconds; captured in neff_cache.json)
+EXEC_TIMEOUT_VAR = "NEURON_RT_EXEC_TIMEOUT"  # seconds one execution may run (captures/neuron-runtime/exec_timeout.json)
 # The app-owned cache folders: shown with their sizes and emptied by "clear cache".
 CACHE_VARS = (NEFF_CACHE_VAR, NEFF_LOCAL_CACHE_VAR, INDUCTOR_CACHE_VAR)
 NEURON_CACHE_VARS = (NEFF_CACHE_VAR, NEFF_LOCAL_CACHE_VAR)
@@ -62,11 +67,35 @@ def prepare_environment(cache_root: Path, compile_timeout: float = 1800.0) -> di
 
 def claim_neuron_cores(app_cores: str | None, default: "Callable[[], str] | None" = None) -> str:
     """Set this process's ``NEURON_RT_VISIBLE_CORES``: ``app_cores``, else an inherited value, else
-    ``default()``, else "0"; once set here never changed (the runtime reads it once). Returns it."""
+    ``default()``, else "0"; once set here never changed (the runtime reads it once). Returns it.
+    ``none`` is recorded (``app_cores()``), not set: no value of the variable means "no core"."""
     if VISIBLE_CORES_VAR not in _prepared:
-        value = app_cores or os.environ.get(VISIBLE_CORES_VAR) or (default() if default else "0")
-        _prepared[VISIBLE_CORES_VAR] = os.environ[VISIBLE_CORES_VAR] = value
+        if app_cores == NO_CORES:
+            _prepared[VISIBLE_CORES_VAR] = NO_CORES
+        else:
+            value = app_cores or os.environ.get(VISIBLE_CORES_VAR) or (default() if default else "0")
+            _prepared[VISIBLE_CORES_VAR] = os.environ[VISIBLE_CORES_VAR] = value
     return _prepared[VISIBLE_CORES_VAR]
+
+
+def app_cores() -> str | None:
+    """This process's NeuronCores: ``none`` where it claimed none, else its variable (None: unset)."""
+    return NO_CORES if _prepared.get(VISIBLE_CORES_VAR) == NO_CORES else os.environ.get(VISIBLE_CORES_VAR)
+
+
+def rank_exec_timeout(collective_timeout: float, environ: "dict[str, str] | None" = None) -> dict[str, str]:
+    """``NEURON_RT_EXEC_TIMEOUT`` for a tensor-parallel rank: at least ``collective_timeout`` (a larger
+    value of the user's is kept). A TorchNeuron collective is an XLA op run as a NEFF, one execution of
+    the runtime's; a rank waiting in it for a peer that still compiles (eager ops compile one at a time)
+    would be failed by the runtime with NRT_TIMEOUT at its default (30 s in the configuration guide's
+    table, 600 s on trn1 in the developer guide), long before the process group's raised timeout."""
+    environ = os.environ if environ is None else environ
+    seconds = math.ceil(collective_timeout)
+    try:
+        seconds = max(seconds, int(environ.get(EXEC_TIMEOUT_VAR, "")))
+    except ValueError:
+        pass  # unset or not a number: ours
+    return {EXEC_TIMEOUT_VAR: str(seconds)}
 
 
 def prepared_environment() -> dict[str, str]:

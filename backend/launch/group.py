@@ -34,6 +34,7 @@ from typing import Any, Callable
 import psutil
 
 from backend.errors import BackendNotReady, InvalidRequest, StudioError
+from backend.hardware import env as device_env
 from backend.hardware.core_plan import CoresDoNotFit
 from backend.launch import protocol as proto
 from backend.launch.calls import STARTING, GroupState, RankZero
@@ -61,11 +62,13 @@ def _wait_gone(pids: list[int], timeout: float) -> None:
 
 
 def check_degree(degree: Any, heads: int, core_plan=None, owner: str = "tensor-parallel") -> list[int]:
-    """Refuse a degree that cannot work, naming what can; return each rank's NeuronCore ([] off Neuron)."""
+    """Refuse a degree that cannot work, naming what can (on Neuron: the degrees that divide the heads
+    and fit one chip, ``CorePlan.tp_degrees``); return each rank's NeuronCore ([] off Neuron)."""
     if isinstance(degree, bool) or not isinstance(degree, int) or not 1 <= degree <= 64:
         raise InvalidRequest("tp_degree", f"must be a whole number from 1 to 64, got {degree!r}")
     if heads % degree:
-        divisors = [d for d in range(1, min(heads, 64) + 1) if heads % d == 0]
+        divisors = core_plan.tp_degrees(heads) if core_plan is not None else \
+            [d for d in range(1, min(heads, 64) + 1) if heads % d == 0]
         raise InvalidRequest("tp_degree", f"{degree} does not divide the model's {heads} attention heads; "
                                           f"use one of {', '.join(map(str, divisors))}")
     if core_plan is None:
@@ -138,7 +141,10 @@ class WorkerGroup:
         self._config = proto.WorkerConfig(
             settings=worker_settings.to_json(), model_path=model_path, cores=self.cores,
             warm=list(warm or []), parent_pid=os.getpid(), role=role, threads=threads)
-        self.env, self.threads, self._on_dead, self._on_change = dict(env or {}), threads, on_dead, on_change
+        # A tensor-parallel rank on Neuron: the runtime lets one execution (a collective) wait as long as the group does.
+        ranks = device_env.rank_exec_timeout(settings.collective_seconds(info.kind)) \
+            if info.kind == "neuron" and role == "tp" else {}
+        self.env, self.threads, self._on_dead, self._on_change = {**ranks, **(env or {})}, threads, on_dead, on_change
         self.was_ready, self.state, self.error = False, GroupState.STOPPED, None
         self.timings: dict[str, Any] = {}
         self.ranks: list[dict[str, Any]] = []  # per-rank READY reports: pid, core, sharded weights

@@ -123,15 +123,12 @@ def init_distributed(cfg: proto.WorkerConfig, rank: int, local_rank: int, world:
     info = rank_device_info(settings)  # the app's choice; asks the device nothing
     if info.kind == "cuda":
         torch.cuda.set_device(local_rank)
-    # Before anything touches the device (TorchNeuron refuses a process group after that). On
-    # Neuron the watchdog's clock starts when a collective is enqueued and eager ops compile one at
-    # a time ahead of it: the timeout is at least the compile allowance. A replica has no peer: gloo,
-    # not TorchNeuron's group, whose init takes a root-comm port replicas started together would race for.
-    timeout = settings.tp_collective_timeout
-    if info.kind == "neuron":
-        timeout = max(timeout, settings.compile_timeout)
+    # Before anything touches the device (TorchNeuron refuses a process group after that); on Neuron
+    # the timeout is at least the compile allowance (Settings.collective_seconds; the group set the
+    # runtime's NEURON_RT_EXEC_TIMEOUT to match). A replica has no peer: gloo, not TorchNeuron's
+    # group, whose init takes a root-comm port replicas started together would race for.
     backend = "gloo" if world == 1 else info.process_group_backend
-    dist.init_process_group(backend=backend, timeout=timedelta(seconds=timeout))
+    dist.init_process_group(backend=backend, timeout=timedelta(seconds=settings.collective_seconds(info.kind)))
     device = Device(info, max_compiled_shapes=settings.max_compiled_shapes)
     device.bind_rank(local_rank)  # the index the runtime gave this rank (neuron:LOCAL_RANK)
     # Jobs and stop votes travel over gloo; an idle group may wait days between requests.

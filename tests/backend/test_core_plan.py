@@ -187,3 +187,68 @@ def test_explicit_neuron_without_the_sdk_is_a_clear_error(monkeypatch, tmp_path)
         resolve_device(make_settings(tmp_path, device="neuron"))
     with pytest.raises(DeviceUnavailable, match="no CUDA device"):
         resolve_device(make_settings(tmp_path, device="cuda"))
+
+
+def test_with_neuron_cores_none_every_core_of_a_trn2_3xlarge_goes_to_a_degree_4_group():
+    """Issue 52 (5): the app always kept one of the 4 cores and its refusal named a flag that could
+    not help; ``--neuron-cores none`` leaves every core to the engines, and a refusal says so."""
+    assert load_settings({"neuron_cores": "none"}, environ={}).neuron_cores == "none"
+    assert load_settings({"neuron_cores": "None", "neuron_instance_cores": "4"}, environ={}).neuron_cores == "none"
+    found = parse_neuron_ls(text("neuron-ls/trn2.3xlarge-lnc2.txt"), environ={})
+    with pytest.raises(CoresDoNotFit, match=r"--neuron-cores none leaves every core to the engines"):
+        _tp(make_plan(default_app_cores(found), found), 4, heads=24)
+    plan = make_plan("none", found)
+    assert plan.app_cores == () and _tp(plan, 4, heads=24) == [0, 1, 2, 3]
+    described = plan.describe({"tensor-parallel": (4, 24)})
+    assert described["app_cores"] == "none" and described["engines"]["tensor-parallel"]["cores"] == "0-3"
+    plan.claim("tensor-parallel", 4, heads=24)
+    with pytest.raises(CoresDoNotFit) as refused:
+        plan.cores_for("replicas", 1)
+    assert "the app holds none" in str(refused.value) and "--neuron-cores" not in str(refused.value)
+
+
+def test_tensor_parallel_degrees_divide_the_heads_and_stay_on_one_chip():
+    """Neuron's guidance keeps TP within a chip ("Keep TP4 within a chip", Best practices for training
+    on AWS Neuron): on a trn2.48xlarge's captured table (16 chips of 4 logical cores) degree 8 spans
+    two chips and is refused, and a degree no chip has room for is refused, not spread over chips."""
+    found = parse_neuron_ls(text("neuron-ls/trn2n.48xlarge-lnc2.txt"), environ={})
+    plan = make_plan("none", found)
+    assert plan.chip_room() == 4 and plan.tp_degrees(24) == [1, 2, 3, 4]
+    assert plan.describe({"tensor-parallel": (2, 24)})["engines"]["tensor-parallel"]["degrees"] == [1, 2, 3, 4]
+    with pytest.raises(CoresDoNotFit, match="stays on one chip.*degrees that fit are 1, 2, 3, 4$"):
+        _tp(plan, 8, heads=24)
+    plan.claims["replicas"] = tuple(range(0, 64, 4))  # one core of every chip: 3 free on each
+    assert _tp(plan, 3, heads=24) == [1, 2, 3]
+    with pytest.raises(CoresDoNotFit, match="leave 3 free at most.*degrees that fit are 1, 2, 3$"):
+        _tp(plan, 4, heads=24)
+    from backend.errors import InvalidRequest
+    from backend.launch.group import check_degree
+
+    with pytest.raises(InvalidRequest, match="use one of 1, 2, 3, 4$"):
+        check_degree(5, 24, make_plan("none", found))
+    one_chip = parse_neuron_ls(text("neuron-ls/trn2.3xlarge-lnc2.txt"), environ={"NEURON_LOGICAL_NC_CONFIG": "1"})
+    assert make_plan("none", one_chip).tp_degrees(24) == [1, 2, 3, 4]  # 8 cores, 4 HBM banks: 4 processes
+
+
+def test_an_app_holding_no_core_never_starts_its_runtime_and_refuses_device_work(monkeypatch):
+    """With ``none`` the app's process leaves NEURON_RT_VISIBLE_CORES unset (no value means "no core"),
+    so starting its runtime would reserve every core, the group's included: the in-process engine
+    loads nothing and refuses each run naming the flag; the device asks the runtime for nothing."""
+    from backend.engines.in_process import InProcessEngine
+    from backend.errors import BackendNotReady
+    from backend.hardware import env as device_env
+    from backend.hardware.device import Device
+
+    monkeypatch.delenv("NEURON_RT_VISIBLE_CORES", raising=False)
+    monkeypatch.setitem(device_env._prepared, device_env.VISIBLE_CORES_VAR, "none")
+    assert device_env.claim_neuron_cores("0") == "none" and "NEURON_RT_VISIBLE_CORES" not in os.environ
+    device = Device.__new__(Device)  # the device layer's rules alone: no device behind it
+    device.info = type("Info", (), {"kind": "neuron", "dtype": "bfloat16", "torch_device": "neuron"})()
+    device._instance_cores, device._core_plan, device._hbm, device._neuronx = 4, None, None, None
+    assert not device.holds_cores and device.core_plan.app_cores == ()
+    assert device.memory()["device_allocated_bytes"] is None
+    engine = InProcessEngine(device, "unused", loader=lambda *_: pytest.fail("loaded on a core the app does not hold"))
+    engine.load()
+    assert engine.pipe is None
+    with pytest.raises(BackendNotReady, match=r"holds no NeuronCore \(--neuron-cores none\)"):
+        engine.run(None)

@@ -364,3 +364,37 @@ def test_a_group_that_runs_is_not_started_again(tmp_path):
         assert group.state == "ready" and len(launches.made) == 1
     finally:
         manager.close()
+
+
+@pytest.mark.parametrize("kind, role, users, wanted", [
+    ("neuron", "tp", None, "3601"),  # at least the collective timeout: --compile-timeout 3600.5 on Neuron
+    ("neuron", "tp", "7200", "7200"),  # a longer one of the user's is kept
+    ("neuron", "tp", "30", "3601"),  # the documented default's figure: raised
+    ("neuron", "replica", None, None),  # a replica runs no collective
+    ("cpu", "tp", None, None),
+])
+def test_the_ranks_runtime_lets_a_collective_wait_as_long_as_the_group_does(tmp_path, monkeypatch, kind, role,
+                                                                           users, wanted):
+    """Issue 52 (6a): a TorchNeuron collective is one NEFF execution; the runtime ends an execution
+    after NEURON_RT_EXEC_TIMEOUT (30 s in the configuration guide's table:
+    captures/neuron-runtime/exec_timeout.json), long before the group's raised collective timeout
+    while a peer compiles. The environment torchrun's ranks get says at least that timeout."""
+    from tests.neuron.captures import load
+
+    assert all(d < 1800 for d in load("neuron-runtime/exec_timeout.json")["documented_defaults_seconds"])
+    if users is None:
+        monkeypatch.delenv("NEURON_RT_EXEC_TIMEOUT", raising=False)
+    else:
+        monkeypatch.setenv("NEURON_RT_EXEC_TIMEOUT", users)
+    device = types.SimpleNamespace(info=types.SimpleNamespace(kind=kind, dtype="float32", compile_backend="aot_eager"))
+    made = WorkerGroup(make_settings(tmp_path, compile_timeout=3600.5, tp_collective_timeout=300.0), MODEL, device,
+                       1 if role == "replica" else 2, [0] if role == "replica" else [0, 1], role=role)
+    made.dir = str(tmp_path)
+    made.rank0.dial(str(tmp_path), "t" * 64)
+    launched = []
+    monkeypatch.setattr(subprocess, "Popen", lambda cmd, **kwargs: launched.append(kwargs["env"]))
+    try:
+        made._spawn()
+    finally:
+        made.close()
+    assert launched[0].get("NEURON_RT_EXEC_TIMEOUT") == (wanted or users)

@@ -5,7 +5,7 @@ Run by ``tests/neuron/test_app_on_standin.py`` with ``tests/standin`` on PYTHONP
 the unit here because the Neuron runtime is: cores are claimed per process until it exits, and the
 NEFF cache's persistent hits are only visible to a later process.
 
-    python -m tests.neuron.app_scenarios inprocess|second|tp|replicas WORKDIR
+    python -m tests.neuron.app_scenarios inprocess|second|tp|tp_all_cores|replicas WORKDIR
 """
 
 from __future__ import annotations
@@ -248,6 +248,21 @@ def tp(workdir: Path) -> dict:
     return out
 
 
+def tp_all_cores(workdir: Path) -> dict:
+    """Issue 52 (5): ``--neuron-cores none`` on a trn2.3xlarge (4 logical cores): a degree-4 group holds
+    every core and the app none; work in the app's own process is refused, naming the flag."""
+    from backend.serving.manager import Manager
+
+    mgr = Manager(_settings(workdir, mode="tp", tp_degree=4, neuron_cores="none"))
+    mgr.start()  # --mode tp: the group starts and warms before the app is ready
+    out: dict = {"app_pid": os.getpid(), "plan": mgr.status().neuron_cores}
+    _img, out["record"] = _run(mgr, 64, "tp")
+    out.update(claims=claims(os.environ["NEURON_STANDIN_STATE_DIR"]), tp=mgr.status().tp,
+               eager=_error(lambda: _run(mgr, 64, "eager")))
+    mgr.close()
+    return out
+
+
 def replicas(workdir: Path) -> dict:
     """Two replicas and a tensor-parallel group beside the app on an 8-core instance (two Trainium2
     devices at LNC 2): who holds which core, two requests at once, a killed replica's return."""
@@ -309,7 +324,8 @@ def main() -> None:
     from backend.hardware import env as device_env
 
     device_env.prepare_environment(workdir / "cache")
-    result = {"inprocess": inprocess, "second": second, "tp": tp, "replicas": replicas}[scenario](workdir)
+    result = {"inprocess": inprocess, "second": second, "tp": tp, "tp_all_cores": tp_all_cores,
+              "replicas": replicas}[scenario](workdir)
     print(json.dumps(result, default=str))
     sys.stdout.flush()
     os._exit(0)  # after DTensor collectives a normal exit may abort (DESIGN.md)

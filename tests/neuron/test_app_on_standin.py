@@ -157,6 +157,20 @@ def test_a_warm_edit_with_its_references_in_another_order_compiles_no_neff(secon
 
 
 @pytest.mark.slow
+def test_with_neuron_cores_none_a_degree_4_group_holds_every_core_of_a_trn2_3xlarge(tmp_path):
+    """Issue 52 (5): the app kept one of the 4 cores, so degree 4 could not run; with ``--neuron-cores
+    none`` the four ranks hold cores 0-3, the app holds none (it never started its runtime), and a
+    request for the app's own process is refused naming the flag."""
+    out = _scenario("tp_all_cores", tmp_path, standin_env(tmp_path / "state"))
+    assert out["plan"]["app_cores"] == "none" and out["plan"]["engines"]["tensor-parallel"]["degrees"] == [1, 2, 4]  # 4 heads
+    assert out["record"]["world_size"] == 4 and out["tp"]["cores"] == [0, 1, 2, 3]
+    ranks = {int(pid) for pid in out["tp"]["rank_pids"].values()}
+    assert set(out["claims"]) == {"0", "1", "2", "3"} and set(out["claims"].values()) == ranks
+    assert out["app_pid"] not in ranks
+    assert out["eager"]["class"] == "BackendNotReady" and "--neuron-cores none" in out["eager"]["message"]
+
+
+@pytest.mark.slow
 def test_tensor_parallel_on_neuron_keeps_cores_disjoint_and_restarts(neuron_env):
     root, env = neuron_env
     out = _scenario("tp", root, dict(env, NEURON_STANDIN_FAIL_COLLECTIVE=str(root / "fail-collective")))

@@ -211,6 +211,7 @@ def test_system_panel_shows_the_group_and_its_ranks(studio, manager, launches):
     *_rest, tp_badge, tp_md, _replicas, status = system_views(studio)
     assert 'data-state="stopped"' in tp_badge and "| State | stopped |" in tp_md and "| Rank |" not in tp_md
     assert "| Ranks | 2 |" in tp_md  # never started: the degree a Start would launch
+    assert "| Degrees offered (divide the heads; on Neuron within one chip) | 1, 2, 4 |" in tp_md  # 4 heads, CPU
     launches.hold = True
     manager.start_engine("tensor-parallel", 4)
     *_rest, tp_badge, tp_md, _replicas, status = system_views(studio)
