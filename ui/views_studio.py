@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from ui.i18n import DEFAULT, text
-from ui.views_common import column_names, format_seconds, word
+from ui.views_common import column_names, format_bytes, format_seconds, word
 from ui.views_tp import tp_engine_text
 
 if TYPE_CHECKING:
@@ -56,14 +56,14 @@ def chip_text(prediction: dict[str, Any], lang: str = DEFAULT) -> str:
     needs = prediction.get("memory")
     if not needs:
         return ""
-    gib = 2**30
     attention = next((a for a in needs["attentions"] if a["name"] == "transformer"), None)
-    out = "" if attention is None else (
-        text(lang, "cost_attention_fast") if attention["fast"]
-        else text(lang, "cost_attention_slow", gib=f"{attention['score_bytes'] / gib:.1f}", why=attention["why"]))
+    if attention is None:
+        return ""
+    out = (text(lang, "cost_attention_fast") if attention["fast"]
+           else text(lang, "cost_attention_slow", size=format_bytes(attention["score_bytes"]), why=attention["why"]))
     if needs.get("hbm"):
-        out += text(lang, "cost_memory", total=f"{needs['total'] / gib:.1f}", hbm=f"{needs['hbm'] / gib:.0f}")
-    return out
+        out += text(lang, "cost_memory", total=format_bytes(needs["total"]), hbm=format_bytes(needs["hbm"]))
+    return out + "."
 
 
 def warm_on_text(prediction: dict[str, Any], lang: str = DEFAULT) -> str:

@@ -114,7 +114,7 @@ def shapes_frame(shapes: list[dict[str, Any]], lang: str = DEFAULT) -> pd.DataFr
         for row, r in zip(rows, shapes):
             a = r.get("attention")
             row.insert(3, "" if a is None else text(lang, "attention_fast") if a["fast"]
-                       else text(lang, "attention_slow", gib=f"{a['score_bytes'] / 2**30:.1f}"))
+                       else text(lang, "attention_slow", size=format_bytes(a["score_bytes"])))
     return pd.DataFrame(rows, columns=column_names(columns, lang))
 
 

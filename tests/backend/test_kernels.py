@@ -173,10 +173,10 @@ def test_the_cost_line_says_the_attention_path_and_the_cores_memory(admission):
 
     fast = admission.decide(neuron_device(), "compiled", Shape(1024, 1024), 4, locked=False).prediction
     line = cost_markdown(fast)
-    assert "**fast attention**" in line and "of a NeuronCore's 24 GiB" in line
+    assert "**Fast attention**" in line and "about 17.1 GB of a NeuronCore's 24.0 GB." in line
     slow = admission.decide(neuron_device(), "compiled", Shape(896, 1152), 4, locked=False).prediction
-    assert "**slow attention**: 0.9 GiB of scores" in cost_markdown(slow)
-    assert "**yavaş dikkat**" in cost_markdown(slow, lang="tr")
+    assert "**Slow attention**: 945.2 MB of scores" in cost_markdown(slow)
+    assert "**Yavaş dikkat**" in cost_markdown(slow, lang="tr")
 
 
 def test_the_shapes_table_says_each_signatures_attention_on_neuron_only():
@@ -186,6 +186,6 @@ def test_the_shapes_table_says_each_signatures_attention_on_neuron_only():
            "steady_runs": 2, "runs": 3, "error": None}
     assert "attention" not in shapes_frame([row]).columns
     slow = shapes_frame([{**row, "attention": {"fast": False, "score_bytes": 987_758_592}}])
-    assert slow["attention"].tolist() == ["slow: 0.9 GiB of scores"]
+    assert slow["attention"].tolist() == ["slow: 942.0 MB of scores"]
     fast = shapes_frame([{**row, "attention": {"fast": True, "score_bytes": 0}}], lang="tr")
     assert fast["dikkat"].tolist() == ["hızlı"]

@@ -6,11 +6,15 @@ in compiled and eager mode at three of the model's presets (its own, from its ca
 shape table and the plots have something to show, and writes PNGs under assets/: what a laptop
 screen shows (1280x800, no scrolling) of each tab, a compile in progress with its estimate, a
 refused click, the Studio tab as a Turkish browser sees it (studio-tr.png), and an edit from a
-reference image with two images per prompt (edit.png).
+reference image with two images per prompt (edit.png). `python -m tests.ui.screenshot assets neuron`:
+the System tab of the app on the neuron stand-in (system-neuron.png: the chip panel, the core plan,
+each shape's attention path).
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -58,6 +62,8 @@ def _generate(page, runs: int) -> None:
 
 def make_screenshots(out_dir: Path, only: str | None = None) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
+    if only == "neuron":
+        return [_system_on_standin(out_dir / "system-neuron.png")]
     written = []
     with tempfile.TemporaryDirectory() as tmp, running_app(Path(tmp), "--compile-backend", "aot_eager") as url, \
             chromium() as browser:
@@ -140,6 +146,43 @@ def _edit(browser, url: str, tmp: Path, path: Path) -> Path:
     page.wait_for_timeout(1000)
     _shoot(page, path, down_to="#edit")
     page.close()
+    return path
+
+
+@contextlib.contextmanager
+def _environment(env: dict[str, str]):
+    saved = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def _system_on_standin(path: Path) -> Path:
+    """The operator's System tab with the app on the CPU-backed neuron stand-in (tests/standin), after
+    eager runs at a preset and at a size whose attention takes the fast path: what the chip panel,
+    the NeuronCore plan and the shapes table's attention column show."""
+    from tests.neuron.standin import standin_env
+
+    with tempfile.TemporaryDirectory() as tmp, _environment(standin_env(Path(tmp) / "state")), \
+            running_app(Path(tmp), "--device", "neuron", "--dtype", "float32", "--mode", "eager",
+                        "--cache-dir", str(Path(tmp) / "cache"), timeout=300) as url, chromium() as browser:
+        page = browser.new_page(locale="en-US", viewport=LAPTOP)
+        page.goto(url + "operator?token=" + operator_token(Path(tmp)))
+        page.wait_for_selector("#badges .ns-badge", timeout=60000)
+        page.fill("#prompt textarea", PROMPT)
+        page.get_by_label("1:1 · 256x256").check()
+        _generate(page, 1)
+        _size(page, 512, 256)
+        _generate(page, 1)
+        page.get_by_role("tab", name="System").click()
+        page.wait_for_function("document.body.innerText.includes('slow: ')", timeout=60000)
+        page.wait_for_timeout(6000)  # the stand-in's neuron-monitor reports every few seconds
+        _shoot(page, path, down_to="#shapes-table")
+        page.close()
     return path
 
 
