@@ -319,13 +319,39 @@ def replicas(workdir: Path) -> dict:
     return out
 
 
+def memory(workdir: Path) -> dict:
+    """A NeuronCore of ``NEURON_STANDIN_HBM_BYTES`` (the test sets it): a signature whose plan does not
+    fit is refused before it runs; one of about the same pixel count on the fast attention path runs;
+    the refused one, forced through the engine, fails on the stand-in in TorchNeuron's words."""
+    import torch
+
+    from backend.serving.manager import Manager
+
+    mgr = Manager(_settings(workdir, mode="eager", max_sequence_tokens=20_000))
+    mgr.start()
+    before = mgr.device.compile_snapshot()["neff_compiles"]
+    out: dict = {"hbm": mgr.device.hbm_bytes()}
+    slow = dict(prompt=PROMPT, height=1024, width=2032, steps=1, seed=0)
+    out["slow_prediction"] = mgr.plan(dict(slow, mode="eager"))[1]
+    out["slow_refused"] = _error(lambda: mgr.run(slow, save=False))
+    out["compiles_after_refusal"] = mgr.device.compile_snapshot()["neff_compiles"] - before
+    torch.neuron.reset_peak_memory_stats()
+    _image, result = mgr.run(dict(slow, width=2048), save=False)
+    out["fast"] = {"shape": str(result.shape), "peak": torch.neuron.max_memory_allocated(),
+                   "prediction": mgr.predict("eager", result.shape, 1)["memory"]}
+    forced = mgr.validate(**dict(slow, mode="eager"))
+    out["forced"] = _error(lambda: mgr.local.run(forced, lambda event: None, lambda: False))
+    mgr.close()
+    return out
+
+
 def main() -> None:
     scenario, workdir = sys.argv[1], Path(sys.argv[2])
     from backend.hardware import env as device_env
 
     device_env.prepare_environment(workdir / "cache")
     result = {"inprocess": inprocess, "second": second, "tp": tp, "tp_all_cores": tp_all_cores,
-              "replicas": replicas}[scenario](workdir)
+              "replicas": replicas, "memory": memory}[scenario](workdir)
     print(json.dumps(result, default=str))
     sys.stdout.flush()
     os._exit(0)  # after DTensor collectives a normal exit may abort (DESIGN.md)

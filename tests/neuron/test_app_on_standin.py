@@ -13,6 +13,7 @@ import sys
 
 import pytest
 
+from tests.neuron.captures import load
 from tests.neuron.standin import run_all, standin_env
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
@@ -280,3 +281,24 @@ def test_replicas_hold_disjoint_cores_beside_the_app_and_a_group(tmp_path):
         "neuron_studio_neuron_cores_planned tensor-parallel": 2}, gauges
     assert gauges["neuron_studio_neuron_cores_in_use replicas"] == 2, gauges
     assert gauges["neuron_studio_neuron_cores_in_use tensor-parallel"] == 2, gauges
+
+
+@pytest.mark.slow
+def test_a_signature_that_would_not_fit_the_core_is_refused_and_a_fast_one_of_its_size_runs(tmp_path):
+    """The stand-in's core holds 1 GB (its knob, scaled for the tiny model): 2032x1024 puts its
+    transformer's attention on the fallback (8640 tokens with the text: not a multiple of 512), whose
+    score matrix the app's plan counts past the core; 2048x1024 (8704 tokens) takes the NKI kernel."""
+    env = standin_env(tmp_path / "state", NEURON_STANDIN_HBM_BYTES=str(10**9))
+    out = _scenario("memory", tmp_path, env)
+    assert out["hbm"] == 10**9
+    refused = out["slow_refused"]
+    assert refused["class"] == "DoesNotFit" and "of one NeuronCore's 0.9 GiB" in refused["message"]
+    assert "transformer: slow attention" in refused["message"] and "a fast-attention size such as" in refused["message"]
+    assert out["slow_prediction"]["refused"] == refused["message"]
+    assert out["compiles_after_refusal"] == 0  # refused before anything ran
+    fast = out["fast"]
+    assert fast["shape"] == "2048x1024" and fast["prediction"]["fits"] and fast["peak"] <= 10**9
+    forced = out["forced"]
+    expected = load("torchneuron/attention.json")["out_of_memory"]["format"].format(size=4 * 8640 * 8640 * 4)
+    assert forced["class"] == "GenerationFailed" and expected in forced["message"]
+    assert "the NeuronCore's memory is full" in forced["message"]
