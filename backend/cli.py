@@ -243,7 +243,7 @@ def doctor_report(settings: Settings) -> dict[str, Any]:
         neuron["neuronx_cc"] = compiler_on_path()
         neuron["neff_key"] = device.neff_key_fields()
         neuron["lock_timeout"] = os.environ.get(device_env.LOCK_TIMEOUT_VAR)
-        neuron["collective_timeout"] = max(settings.tp_collective_timeout, settings.compile_timeout)
+        neuron["collective_timeout"] = settings.collective_seconds("neuron")
     try:
         path, label = resolve_model(settings.model, settings.cache_dir)
         report["model"] = {"spec": settings.model, "path": path, "label": label}

@@ -16,6 +16,7 @@ import threading
 from typing import Any, Callable
 
 from backend.engines.base import PlaceBook, Route
+from backend.engines.in_process import in_signature_order
 from backend.errors import BackendNotReady, GenerationCancelled, GroupDead, InvalidRequest, StudioError
 from backend.hardware.core_plan import CoresDoNotFit
 from backend.launch.group import STARTING, GroupState, WorkerGroup
@@ -60,7 +61,8 @@ class ReplicaPool:
                 or self.state in (GroupState.STOPPED, GroupState.STOPPING):
             return None  # not started: the in-process engine serves, as without replicas
         why = self.degraded()
-        return Route(request, None if why else self, why)
+        # Each replica's in-process engine runs the references in the signature's order: the record says so.
+        return Route(in_signature_order(request), None if why else self, why)
 
     def degraded(self) -> str | None:
         if not self.replicas or self.state in (GroupState.READY, GroupState.STOPPED, GroupState.STOPPING):

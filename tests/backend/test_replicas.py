@@ -89,11 +89,13 @@ def test_an_edit_with_two_references_and_a_batch_on_a_replica_gives_the_in_proce
     from backend.shapes import Shape
 
     # Fitted to small reference sizes (this model's presets are a megapixel: slow on two cores).
-    refs = load_references([str(tmp_path / "wide.png"), str(tmp_path / "tall.png")], [Shape(64, 96), Shape(96, 64)])
+    refs = load_references([str(tmp_path / "tall.png"), str(tmp_path / "wide.png")], [Shape(64, 96), Shape(96, 64)])
     request = mgr.validate("a fox", 64, 64, steps=2, seed=1, mode="eager", images=refs, count=2)
     _image, served = mgr.generate(request)
     assert served.engine == "replicas" and served.place.startswith("replica ")
     assert served.signature == "64x64*2+ref96x64+ref64x96" and len(served.images) == 2
+    # the replica ran them in the signature's order (by fitted size), and its record says so
+    assert [r["fitted"] for r in served.references] == ["96x64", "64x96"]
     here = mgr.engines["in-process"].run(request)  # the same request in the app's own process
     for mine, theirs in zip(here.images, served.images):
         assert np.abs(np.asarray(mine, dtype=int) - np.asarray(theirs, dtype=int)).max() <= 2
