@@ -159,6 +159,13 @@ class BundleRefused(StudioError):
     code = "bundle_refused"
 
 
+class StorageFull(StudioError):
+    """The output folder's disk or quota is full (ENOSPC/EDQUOT): the image was not saved, and
+    nothing partial was left."""
+
+    code = "storage_full"
+
+
 class DeviceUnavailable(StudioError):
     """The requested device cannot be used on this machine."""
 

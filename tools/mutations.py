@@ -179,6 +179,20 @@ MUTATIONS = (
     Mutation("G34", "references are decoded before the sequence budget is checked", "backend/serving/manager.py",
              "            planned = planned_references(images, sizes, fit, most)",
              "            planned = load_references(images, sizes, fit, most)", ("tests/backend/test_editing.py",)),
+    # Issue 53, the backend's bounds.
+    Mutation("BK07", "an output's name has no random part (a chosen seed finds another caller's image)",
+             "backend/images/pngmeta.py", "{secrets.token_hex(NAME_RANDOM_BITS // 8)}.png", "{'0' * 16}.png",
+             ("tests/backend/test_pngmeta.py::test_an_output_name_cannot_be_derived_from_its_parameters",)),
+    Mutation("BK11", "retention deletes by name (a user's file named like the app's goes)", "backend/images/folder.py",
+             "APP_PNG.match(p.name) and is_own_png(p)]", "APP_PNG.match(p.name) and p.is_file()]",
+             ("tests/backend/test_pngmeta.py::test_retention_removes_only_the_apps_own_pngs",)),
+    Mutation("BK10", "a full disk is a generic failure", "backend/images/pngmeta.py",
+             "        if isinstance(exc, OSError) and exc.errno in FULL_ERRNOS:\n", "        if False:\n",
+             ("tests/backend/test_pngmeta.py::test_a_full_output_folder_raises_storage_full_and_leaves_nothing_partial",)),
+    Mutation("BK09", "/readyz prints the load error (--model's path)", "backend/serving/status.py",
+             "return False, \"the model failed to load (the System tab and the app's log say why)\"",
+             "return False, \"the model failed to load: \" + (s.load_error or \"\")",
+             ("tests/backend/test_manager.py::test_readiness_names_no_path_when_the_model_fails_to_load",)),
 )
 
 

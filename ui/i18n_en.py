@@ -111,6 +111,7 @@ EN: dict[str, str] = {
     "info_replicas_stopped": "The replicas are stopped.", "info_replicas_not_running": "No replicas are running.",
     "err_unauthorized": "Refused: not this launch's worker token", "err_bundle_refused": "The bundle was refused",
     "err_device_unavailable": "The device cannot be used",
+    "err_storage_full": "The output folder is full: the image was not saved",
     "err_error": "Something went wrong", "err_not_png": "That file is not a readable PNG.",
     "title_error": "Error", "title_info": "Info", "title_warning": "Warning",
     # messages and progress

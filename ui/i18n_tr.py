@@ -113,6 +113,7 @@ TR: dict[str, str] = {
     "info_replicas_stopped": "Kopyalar durduruldu.", "info_replicas_not_running": "Çalışan kopya yok.",
     "err_unauthorized": "Reddedildi: bu başlatmanın işçi belirteci değil", "err_bundle_refused": "Paket reddedildi",
     "err_device_unavailable": "Aygıt kullanılamıyor",
+    "err_storage_full": "Çıktı klasörü dolu: görüntü kaydedilmedi",
     "err_error": "Bir şeyler ters gitti", "err_not_png": "Bu dosya okunabilir bir PNG değil.",
     "title_error": "Hata", "title_info": "Bilgi", "title_warning": "Uyarı",
     "info_stopping": "Bir sonraki gürültü giderme adımında duruluyor…", "info_nothing": "Çalışan bir şey yok.",

@@ -1,20 +1,24 @@
 """The output folder's retention: the app keeps its newest ``--keep-outputs`` PNGs and removes older
-ones it wrote itself (names ``unique_output_path`` makes: ``YYYYMMDD-HHMMSS-WxH-mode-seed[-n].png``).
-Anything else in the folder is the user's and stays."""
+ones it wrote itself: a name ``unique_output_path`` makes (``YYYYMMDD-HHMMSS-WxH-mode-seed-<16 hex>.png``)
+*and* the app's own ``neuron_studio`` chunk inside (``pngmeta.is_own_png``). Anything else in the
+folder is the user's and stays, a file named like the app's included."""
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
-APP_PNG = re.compile(r"^\d{8}-\d{6}-\d{1,5}x\d{1,5}-[a-z]+-\d{1,20}(-\d{1,6})?\.png$")
+from backend.images.pngmeta import NAME_RANDOM_BITS, is_own_png
+
+APP_PNG = re.compile(r"^\d{8}-\d{6}-\d{1,5}x\d{1,5}-[a-z]+-\d{1,20}-[0-9a-f]{%d}\.png$" % (NAME_RANDOM_BITS // 4))
 
 
 def prune(folder: str | Path, keep: int) -> list[Path]:
     """Remove the app's own PNGs beyond the newest ``keep``; returns what was removed."""
     folder = Path(folder)
     try:
-        mine = [p for p in folder.iterdir() if APP_PNG.match(p.name) and p.is_file() and not p.is_symlink()]
+        mine = [p for p in folder.iterdir() if APP_PNG.match(p.name) and is_own_png(p)]
     except OSError:
         return []
     mine.sort(key=lambda p: (p.stat().st_mtime, p.name), reverse=True)
@@ -29,12 +33,10 @@ def prune(folder: str | Path, keep: int) -> list[Path]:
 
 
 def is_app_output(path, folder: str | Path) -> bool:
-    """Whether ``path`` is a PNG this app wrote in ``folder`` (its own name, a plain file there)."""
-    import os
-
+    """Whether ``path`` is a PNG this app wrote in ``folder`` (its own name and chunk, a plain file there)."""
     target = Path(os.path.realpath(str(path))) if path else None
     return bool(target and target.parent == Path(os.path.realpath(str(folder))) and APP_PNG.match(target.name)
-                and target.is_file() and not Path(str(path)).is_symlink())
+                and not Path(str(path)).is_symlink() and is_own_png(target))
 
 
 def save_outputs(folder: str | Path, keep: int, image, result, name=None) -> str:

@@ -21,10 +21,12 @@ Reading is bounded, because the PNG comes from outside (an upload on the page):
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
 import re
+import secrets
 import stat
 import struct
 import tempfile
@@ -35,6 +37,7 @@ from typing import Any
 
 from PIL import Image, PngImagePlugin
 
+from backend.errors import StorageFull
 from backend.request.records import GenerationResult
 
 PARAMS_KEY = "parameters"
@@ -46,6 +49,8 @@ MAX_FIELDS = 64  # "key: value" pieces looked at on the params line (A1111 write
 MAX_PNG_BYTES = 20 * 1024 * 1024  # a larger file is refused before it is read
 MAX_CHUNK_BYTES = 64 * 1024  # a larger text chunk is skipped without being read
 MAX_CHUNKS = 256  # chunks allowed before the image data (a PNG from a tool has about 10)
+NAME_RANDOM_BITS = 64  # the random end of an output's name (secrets.token_hex)
+FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)  # a write that fails so raises StorageFull
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 _TEXT_CHUNKS = (b"tEXt", b"zTXt", b"iTXt")
 _DIGITS = frozenset("0123456789")
@@ -92,7 +97,8 @@ def _reference(value: str, max_size: int = 8192) -> dict[str, str] | None:
 
 
 def save_png(image: Image.Image, result: GenerationResult, path: str | Path) -> Path:
-    """Write ``image`` with its metadata to ``path`` atomically (a temp file, then rename)."""
+    """Write ``image`` with its metadata to ``path`` atomically (a temp file, then rename). A full
+    disk or quota raises ``StorageFull`` (the temp file removed: nothing partial is left)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     info = PngImagePlugin.PngInfo()
@@ -103,21 +109,41 @@ def save_png(image: Image.Image, result: GenerationResult, path: str | Path) -> 
         with os.fdopen(fd, "wb") as handle:
             image.save(handle, format="PNG", pnginfo=info)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError) and exc.errno in FULL_ERRNOS:
+            raise StorageFull(f"the output folder is full ({exc.strerror}): the image was not saved; "
+                              "free some space or lower --keep-outputs") from None
         raise
     return path
 
 
 def unique_output_path(folder: str | Path, result: GenerationResult) -> Path:
-    """A new file name in ``folder`` that says when, what size, which mode and seed."""
+    """A new file name in ``folder`` that says when, what size, which mode and seed, and ends in
+    ``NAME_RANDOM_BITS`` random bits: no one finds another caller's image from its parameters."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
     base = f"{stamp}-{result.width}x{result.height}-{result.mode}-{result.seed}"
-    folder = Path(folder)
-    candidate, n = folder / f"{base}.png", 1
-    while candidate.exists():
-        candidate, n = folder / f"{base}-{n}.png", n + 1
-    return candidate
+    while True:
+        candidate = Path(folder) / f"{base}-{secrets.token_hex(NAME_RANDOM_BITS // 8)}.png"
+        if not candidate.exists():
+            return candidate
+
+
+def is_own_png(path: str | Path) -> bool:
+    """Whether ``path`` is a regular PNG file (not a link) that carries this app's ``neuron_studio``
+    chunk before its image data: read bounded as ``read_png_parameters`` reads, no pixels decoded."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return False
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_PNG_BYTES:
+            return False
+        try:
+            return _png_text(handle, info.st_size, JSON_KEY, MAX_CHUNK_BYTES) is not None
+        except (OSError, ValueError):
+            return False
 
 
 def _ascii_int(value: str, max_digits: int = 20) -> int | None:
@@ -237,7 +263,7 @@ def _decode_text_chunk(kind: bytes, data: bytes, max_chars: int) -> tuple[str, s
     return keyword.decode("latin-1"), text
 
 
-def _png_text(handle, size: int, key: str) -> str | None:
+def _png_text(handle, size: int, key: str, max_chars: int = MAX_INFOTEXT) -> str | None:
     """The text of the first text chunk named ``key`` before the image data, as PIL's
     ``Image.open`` (and other tools reading ``info``) sees it. Reads chunk headers and that text
     chunk only: pixel data is never read or decompressed. Raises ValueError for a file that is not
@@ -266,7 +292,7 @@ def _png_text(handle, size: int, key: str) -> str | None:
                 continue
             if len(crc) < 4 or zlib.crc32(kind + data) != struct.unpack(">I", crc)[0]:
                 continue  # a damaged chunk is not trusted
-            decoded = _decode_text_chunk(kind, data, MAX_INFOTEXT)
+            decoded = _decode_text_chunk(kind, data, max_chars)
             if decoded is not None and decoded[0] == key:
                 return decoded[1]
         else:

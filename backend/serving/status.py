@@ -105,12 +105,14 @@ class StatusView:
         self.service = service
 
     def readiness(self) -> tuple[bool, str]:
-        """(ready, why): the model loaded and every ``--prewarm`` shape warm in the default mode."""
+        """(ready, why): the model loaded and every ``--prewarm`` shape warm in the default mode. ``why``
+        is public (``/readyz``): it holds no path (the load error, naming ``--model``'s folder, is the
+        operator's, in ``status().load_error``)."""
         s = self.service
         if s.closing:
             return False, "the app is shutting down"
         if s.state is ServiceState.FAILED:
-            return False, "the model failed to load: " + (s.load_error or "").split("\n", 1)[0]
+            return False, "the model failed to load (the System tab and the app's log say why)"
         if s.state in (ServiceState.IDLE, ServiceState.LOADING) or not s.engines:
             return False, "the model is loading"
         mode = s.settings.mode

@@ -5,7 +5,6 @@ from pathlib import Path
 import pytest
 
 from backend.hardware import cache_layout
-from backend.images.folder import prune
 from tests.neuron.captures import neff_layout_paths
 
 FOREIGN = ["notes.txt", "0a/keep.txt", "0a/1b/photo.jpg", "fx/cfx123.py", "project/fxgraph.txt",
@@ -61,17 +60,3 @@ def test_the_device_clears_by_layout_and_reports_what_it_removed(tmp_path, monke
     assert plan[0]["entries"] == 1 and plan[0]["remove_bytes"] == 1000
     assert device.clear_caches() == 1000
     assert not mine.exists() and keep.read_bytes() == b"x" * 10
-
-
-def test_outputs_keep_the_newest_of_the_apps_own_pngs(tmp_path):
-    import os
-
-    names = [f"20261201-10000{i}-64x64-eager-{i}.png" for i in range(5)]
-    for i, name in enumerate(names):
-        path = _plant(tmp_path, name)
-        os.utime(path, (1000 + i, 1000 + i))
-    user = _plant(tmp_path, "holiday.png")
-    removed = prune(tmp_path, keep=2)
-    assert sorted(p.name for p in removed) == names[:3]
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names[3:] + ["holiday.png"])
-    assert user.exists()

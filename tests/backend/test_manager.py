@@ -274,6 +274,19 @@ def test_failed_loads_are_reported(tmp_path):
         bad.generate(bad.validate("fox", 64, 64))
 
 
+def test_readiness_names_no_path_when_the_model_fails_to_load(tmp_path):
+    """Issue 53 (9): /readyz (anyone's) printed --model's folder; its reason now holds no path, and the
+    operator's status keeps the whole error."""
+    secret = tmp_path / "private-models" / "missing"
+    bad = Manager(make_settings(tmp_path, model=str(secret)))
+    bad.start(background=True)
+    assert bad.wait_ready(30) is False
+    ready, why = bad.readiness()
+    assert not ready and "failed to load" in why
+    assert "/" not in why and "private-models" not in why
+    assert str(secret) in bad.status().load_error
+
+
 def test_a_prewarm_shape_that_fails_leaves_the_app_ready(tmp_path, monkeypatch):
     mgr = Manager(make_settings(tmp_path, prewarm=[Shape(64, 64)], mode="regional",
                                 compile_backend="broken_for_test"))

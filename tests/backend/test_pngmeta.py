@@ -1,3 +1,4 @@
+import errno
 import json
 import math
 import os
@@ -10,7 +11,9 @@ import zlib
 import pytest
 from PIL import Image, PngImagePlugin
 
-from backend.images.pngmeta import infotext, parse_infotext, read_png_parameters, save_png
+from backend.errors import StorageFull
+from backend.images.folder import APP_PNG, is_app_output, prune, save_outputs
+from backend.images.pngmeta import infotext, parse_infotext, read_png_parameters, save_png, unique_output_path
 from backend.request.records import GenerationResult
 
 
@@ -272,3 +275,61 @@ def test_a_truncated_png_still_gives_what_it_read(tmp_path):
     path = tmp_path / "cut.png"
     path.write_bytes(data[:-20])  # cut inside the image data: the parameters came before it
     assert read_png_parameters(path) == {"prompt": "p", "steps": 3}
+
+
+# --- output names, retention and a full disk (issue 53) -----------------------------------------
+
+def test_an_output_name_cannot_be_derived_from_its_parameters(tmp_path, monkeypatch):
+    """Issue 53 (7): with a chosen seed another caller's image was found in 237 guesses. Two runs with
+    the same parameters in the same second (each in an empty folder, so no counter differs) get
+    names whose ends are 64 random bits."""
+    monkeypatch.setattr(time, "strftime", lambda fmt, *a: "20261201-100000")
+    names = []
+    for run in ("a", "b"):
+        result = _result()
+        save_outputs(tmp_path / run, 10, Image.new("RGB", (8, 8)), result)
+        names.append(os.path.basename(result.path))
+    prefix = "20261201-100000-256x128-compiled-42-"
+    assert names[0] != names[1] and all(n.startswith(prefix) and APP_PNG.match(n) for n in names)
+    tails = [n[len(prefix):-len(".png")] for n in names]
+    assert all(len(t) * 4 >= 64 and int(t, 16) >= 0 for t in tails) and tails[0] != tails[1]
+
+
+def _app_png(folder, seed, mtime):
+    path = save_png(Image.new("RGB", (8, 8)), _result(seed=seed), unique_output_path(folder, _result(seed=seed)))
+    os.utime(path, (mtime, mtime))
+    return path
+
+
+def test_retention_removes_only_the_apps_own_pngs(tmp_path):
+    """Issue 53 (11): a user's file named like an app PNG was deleted. Retention removes the oldest
+    PNGs that carry the app's own chunk; a file with the app's name pattern but not its chunk (older
+    than all of them), a PNG with only A1111's infotext, and a user's photo all stay."""
+    mine = [_app_png(tmp_path, seed, 2000 + seed) for seed in range(5)]
+    foreign = unique_output_path(tmp_path, _result(seed=98))  # a name the app would give
+    Image.new("RGB", (8, 8)).save(foreign)
+    infotext_only = _pil_png(unique_output_path(tmp_path, _result(seed=99)), "fox\nSteps: 4, Seed: 2")
+    for path in (foreign, infotext_only):
+        os.utime(path, (1000, 1000))
+    user = tmp_path / "holiday.png"
+    user.write_bytes(b"x" * 10)
+    assert APP_PNG.match(foreign.name) and APP_PNG.match(infotext_only.name)
+    removed = prune(tmp_path, keep=2)
+    assert sorted(removed) == sorted(mine[:3])
+    assert sorted(tmp_path.iterdir()) == sorted(mine[3:] + [foreign, infotext_only, user])
+    assert is_app_output(mine[4], tmp_path) and not is_app_output(foreign, tmp_path)
+
+
+def test_a_full_output_folder_raises_storage_full_and_leaves_nothing_partial(tmp_path, monkeypatch):
+    """Issue 53 (10): ENOSPC (or EDQUOT) at the write is StorageFull ("storage_full"), not a generic
+    failure, and the temp file is gone."""
+    for code in (errno.ENOSPC, errno.EDQUOT):
+        def full(self, fp, *args, code=code, **kwargs):
+            fp.write(b"half a png")
+            raise OSError(code, os.strerror(code))
+
+        monkeypatch.setattr(Image.Image, "save", full)
+        with pytest.raises(StorageFull, match="full") as err:
+            save_outputs(tmp_path, 10, Image.new("RGB", (8, 8)), _result())
+        assert err.value.code == "storage_full"
+        assert list(tmp_path.iterdir()) == []
