@@ -50,7 +50,8 @@ def test_doctor_says_neuron_and_shows_the_core_plan(neuron_env):
     # the default degree 2 on the first two.
     assert plan == {"instance_cores": 4, "physical_cores": 8, "lnc": 2, "source": "neuron-ls", "app_cores": "3",
                     "free_cores": "0-2",
-                    "engines": {"tensor-parallel": {"count": 2, "cores": "0-1", "error": None, "held": False}},
+                    "engines": {"tensor-parallel": {"count": 2, "cores": "0-1", "error": None, "held": False,
+                                                    "degrees": [1, 2, 4]}},  # divide the heads, fit one chip
                     "devices": [{"device": 0, "cores": "0-3", "memory_bytes": 96 * 2**30}],
                     "hbm_per_core_bytes": 24 * 2**30, "whole_banks": False, "instance_type": "trn2.3xlarge"}
     nx = report["torch_neuronx"]
@@ -63,7 +64,9 @@ def test_doctor_says_neuron_and_shows_the_core_plan(neuron_env):
     assert ("NeuronCores   app 1 · tensor-parallel ranks 0,2 · instance 4 logical = 8 physical / LNC 2 on 1 device "
             "(from neuron-ls, trn2.3xlarge), HBM 24 GiB per core") in text
     assert "neuronx-cc    NOT ON PATH" in text and "NEFF key      target trn2, LNC 2" in text
-    assert "3 are free (0-2), so degrees that fit are 1, 2 " in json.loads(four.stdout)["torch_neuronx"]["core_plan"]["engines"]["tensor-parallel"]["error"]
+    refusal = json.loads(four.stdout)["torch_neuronx"]["core_plan"]["engines"]["tensor-parallel"]["error"]
+    assert "3 are free (0-2; a tensor-parallel group stays on one chip" in refusal
+    assert "so degrees that fit are 1, 2 (or give the app fewer cores: --neuron-cores none" in refusal
 
 
 @pytest.mark.slow
