@@ -179,6 +179,13 @@ MUTATIONS = (
     Mutation("G34", "references are decoded before the sequence budget is checked", "backend/serving/manager.py",
              "            planned = planned_references(images, sizes, fit, most)",
              "            planned = load_references(images, sizes, fit, most)", ("tests/backend/test_editing.py",)),
+    # Issue 52, the chip's memory.
+    Mutation("K01", "a signature past a NeuronCore's memory is admitted", "backend/serving/admission.py",
+             "        if needs.fits:\n            return None", "        if True:\n            return None",
+             ("tests/backend/test_kernels.py",)),
+    Mutation("K02", "the attention rule forgets the head size (the VAE's 512-wide head takes the kernel)",
+             "backend/hardware/kernels.py", "        if self.head_dim > MAX_HEAD_DIM:", "        if False:",
+             ("tests/backend/test_kernels.py",)),
     # Issue 53, the backend's bounds.
     Mutation("BK07", "an output's name has no random part (a chosen seed finds another caller's image)",
              "backend/images/pngmeta.py", "{secrets.token_hex(NAME_RANDOM_BITS // 8)}.png", "{'0' * 16}.png",
