@@ -187,6 +187,13 @@ MUTATIONS = (
              "backend/hardware/kernels.py", "        if self.head_dim > MAX_HEAD_DIM:", "        if False:",
              ("tests/backend/test_kernels.py",)),
     # Issue 53, the backend's bounds.
+    Mutation("BK06", "a killed import's staging folder and temporary copies stay after the next start",
+             "backend/serving/manager.py", "            sweep_leftovers(self.device)  #", "            (self.device)  #",
+             ("tests/backend/test_bundles.py::test_an_import_killed_outright_leaves_nothing_after_the_next_start",)),
+    Mutation("BK06L", "the sweep removes a live import's staging and copies", "backend/caches/bundles.py",
+             "                    and not _alive(int(match[1])):\n", "                    and True:\n",
+             ("tests/backend/test_bundles.py::test_the_sweep_takes_only_a_dead_imports_own_leftovers",),
+             more=(("if match and not _alive(int(match[1])) and", "if match and"),)),
     Mutation("BK07", "an output's name has no random part (a chosen seed finds another caller's image)",
              "backend/images/pngmeta.py", "{secrets.token_hex(NAME_RANDOM_BITS // 8)}.png", "{'0' * 16}.png",
              ("tests/backend/test_pngmeta.py::test_an_output_name_cannot_be_derived_from_its_parameters",)),

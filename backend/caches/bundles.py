@@ -8,6 +8,11 @@ The manifest's match fields include what TorchNeuron puts in every NEFF's key be
 A bundle is untrusted code (NEFF programs, inductor's pickles and shared libraries): every member is
 staged in a private folder and verified against the manifest before anything reaches the caches; an
 existing cache file is never overwritten, and a refusal leaves the caches as they were.
+
+An import killed outright (SIGKILL, a power cut) cannot clean up after itself: its staging folder
+(``neuron-studio-bundle-<pid>-*`` in the temp folder) and its temporary copies in the caches
+(``.<name>.neuron-studio-import-<pid>``) carry its pid, and ``sweep_leftovers`` (at every import and
+at the app's start) removes those of a pid that is no longer alive, and nothing else.
 """
 
 from __future__ import annotations
@@ -17,8 +22,10 @@ import dataclasses
 import hashlib
 import io
 import json
+import logging
 import os
 import platform
+import re
 import shutil
 import tarfile
 import tempfile
@@ -37,6 +44,11 @@ MAX_FILES = 20_000
 MAX_FILE_BYTES = 2 * 2**30  # one NEFF of a large graph stays well under this
 MAX_TOTAL_BYTES = 16 * 2**30
 MAX_MANIFEST_BYTES = 8 * 2**20
+STAGING_PREFIX = "neuron-studio-bundle-"  # + "<pid>-" + mkdtemp's letters, in the temp folder
+TEMP_SUFFIX = ".neuron-studio-import-"  # ".<name>" + this + "<pid>": a copy on its way into a cache
+_STAGING = re.compile(re.escape(STAGING_PREFIX) + r"(\d{1,10})-[A-Za-z0-9_]{1,32}")
+_TEMP = re.compile(r"\..+" + re.escape(TEMP_SUFFIX) + r"(\d{1,10})", re.DOTALL)
+log = logging.getLogger(__name__)
 # Fields that must match this install for a bundle to apply, in the order they are checked.
 MATCH_FIELDS = ("format", "app_version", "torch", "diffusers", "torch_neuronx", "neuronx_cc", "device",
                 "neuron_target", "lnc", "neuron_opt_level", "neuron_cc_flags",
@@ -283,7 +295,7 @@ def _place_all(moves: list[tuple[Path, Path]]) -> None:
             for folder in reversed(missing):
                 folder.mkdir()
                 made_dirs.append(folder)
-            temp = destination.with_name(f".{destination.name}.neuron-studio-import")
+            temp = destination.with_name(f".{destination.name}{TEMP_SUFFIX}{os.getpid()}")
             temps.append((temp, destination))
             shutil.copyfile(source, temp)
         for temp, destination in temps:
@@ -301,8 +313,46 @@ def _place_all(moves: list[tuple[Path, Path]]) -> None:
                             "nothing was imported, the caches are as they were") from None
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True  # another user's process (or no such number): not ours to judge, left alone
+    return True
+
+
+def sweep_leftovers(device) -> list[Path]:
+    """Remove what an import killed outright left: staging folders in the temp folder and temporary
+    copies in ``device``'s caches, by their names only (``STAGING_PREFIX``, ``TEMP_SUFFIX``), only
+    this user's, only when the pid in the name is not alive. Returns what was removed."""
+    removed: list[Path] = []
+    with contextlib.suppress(OSError), os.scandir(tempfile.gettempdir()) as found:
+        for entry in found:
+            match = _STAGING.fullmatch(entry.name)
+            if match and entry.is_dir(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_uid == os.getuid() \
+                    and not _alive(int(match[1])):
+                shutil.rmtree(entry.path, ignore_errors=True)
+                removed.append(Path(entry.path))
+    for root in _cache_dirs(device).values():
+        for folder, _dirs, files in os.walk(root):
+            for name in files:
+                match = _TEMP.fullmatch(name)
+                path = Path(folder) / name
+                if match and not _alive(int(match[1])) and not path.is_symlink():
+                    with contextlib.suppress(OSError):
+                        path.unlink()
+                        removed.append(path)
+    if removed:
+        log.warning("removed %d leftovers of an import that was killed: %s", len(removed),
+                    ", ".join(str(p) for p in removed[:5]))
+    return removed
+
+
 def import_bundle(path: str | Path, device, here: Manifest) -> dict[str, Any]:
     """Returns {"manifest", "written", "already_there"}, or BundleRefused with nothing changed."""
+    sweep_leftovers(device)
     manifest = read_manifest(path)
     mismatch = check(manifest, here)
     if mismatch:
@@ -322,7 +372,7 @@ def import_bundle(path: str | Path, device, here: Manifest) -> dict[str, Any]:
     if total > MAX_TOTAL_BYTES:
         raise BundleRefused(f"the bundle holds {total} bytes; at most {MAX_TOTAL_BYTES} are imported")
     dirs = _cache_dirs(device)
-    staging = Path(tempfile.mkdtemp(prefix="neuron-studio-bundle-"))
+    staging = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-"))
     try:
         seen = set()
         with tarfile.open(path, mode="r:") as tar:

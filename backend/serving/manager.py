@@ -124,6 +124,7 @@ class Manager:
 
             # Before the device layer loads torch (and TorchNeuron): this process's own NeuronCores.
             claim_app_cores(self.settings.neuron_cores, self.settings.neuron_instance_cores)
+            from backend.caches.bundles import sweep_leftovers
             from backend.engines import build_engines
             from backend.hardware.device import Device, resolve_device
             from backend.hardware.memory import Geometry
@@ -131,6 +132,7 @@ class Manager:
 
             info = resolve_device(self.settings)
             self.device = Device(info, self.settings.max_compiled_shapes, self.settings.neuron_instance_cores)
+            sweep_leftovers(self.device)  # what an import killed outright left (staging, temp copies)
             self.monitor = NeuronMonitor(info.kind)
             self.monitor.start()  # on Neuron only: the System tab's live view of the chip
             self.model_path, self.model_label = resolve_model(self.settings.model, self.settings.cache_dir)

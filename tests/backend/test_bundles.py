@@ -305,3 +305,114 @@ def test_a_system_tab_export_keeps_an_edits_signature_and_its_import_warms_it(tm
         assert served.generate(request)[1].compiled is False
     finally:
         served.close()
+
+
+_KILLED_IMPORT = """
+import os, shutil, sys, tarfile
+from pathlib import Path
+from backend.caches import bundles
+from backend.hardware.device import Device, resolve_device
+from tests.backend.test_bundles import _here
+from tests.conftest import make_settings
+
+state, bundle = sys.argv[1], sys.argv[2]
+os.environ["TORCHINDUCTOR_CACHE_DIR"] = sys.argv[3]  # (after tests.conftest, which sets its own)
+device = Device(resolve_device(make_settings()))
+here = _here(device)
+
+def hold(what):  # say where the import is, then wait for the SIGKILL
+    print(what, flush=True)
+    sys.stdin.read()
+
+if state == "staging":  # the first member is staged; the second is next
+    real_filter, seen = tarfile.data_filter, []
+    def data_filter(member, dest):
+        seen.append(member.name)
+        if len(seen) == 2:
+            hold("staging")
+        return real_filter(member, dest)
+    tarfile.data_filter = data_filter
+else:  # inside _place_all: a temporary copy is in the cache
+    real_copy = shutil.copyfile
+    def copyfile(src, dst, **kw):
+        out = real_copy(src, dst, **kw)
+        hold("placing")
+        return out
+    shutil.copyfile = copyfile
+bundles.import_bundle(bundle, device, here)
+print("imported", flush=True)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("state", ["staging", "placing"])
+def test_an_import_killed_outright_leaves_nothing_after_the_next_start(tmp_path, caches, monkeypatch, state):
+    """Issue 53 (6): a SIGKILL during an import left its staging folder in the temp folder and its
+    temporary copies in the cache until the same bundle was imported again. The import is killed
+    where it says it is (staging its members, or placing them); the next start — the app's
+    (Manager.start) after a kill while staging, the CLI's cache import after one while placing —
+    removes both, and the import then goes through."""
+    import signal
+    import subprocess
+    import sys
+    import tempfile
+
+    from backend import cli
+    from backend.serving.manager import Manager
+    from tests.conftest import make_settings
+
+    _manifest, bundle = _made(tmp_path, caches)
+    caches("elsewhere")
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    env = {**os.environ, "TMPDIR": str(temp), "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    child = subprocess.Popen([sys.executable, "-c", _KILLED_IMPORT, state, str(bundle), str(tmp_path / "elsewhere")],
+                             env=env, text=True,
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    said = child.stdout.readline().strip()
+    child.kill()  # SIGKILL: nothing of the import's own clean-up runs
+    assert child.wait() == -signal.SIGKILL and said == state, child.stderr.read()[-2000:]
+    def staged():  # (the child's conftest import leaves a test cache folder there too: not the import's)
+        return [p.name for p in temp.iterdir() if p.name.startswith("neuron-studio-bundle-")]
+
+    assert len(staged()) == 1
+    temps = [p for p in (tmp_path / "elsewhere").rglob("*") if "neuron-studio-import" in p.name]
+    assert len(temps) == (1 if state == "placing" else 0)
+
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    if state == "staging":
+        manager = Manager(make_settings(tmp_path))
+        try:
+            manager.start()
+        finally:
+            manager.close()
+    else:
+        assert cli.cache_import(make_settings(tmp_path), str(bundle)) == 0
+    assert staged() == []
+    assert not [p for p in (tmp_path / "elsewhere").rglob("*") if "neuron-studio-import" in p.name]
+
+
+def test_the_sweep_takes_only_a_dead_imports_own_leftovers(tmp_path, caches, monkeypatch):
+    """What the sweep may remove: its own names with a pid that is not alive. A live import's (this
+    process's) staging and copies, and anything named otherwise, stay."""
+    import subprocess
+    import sys
+    import tempfile
+
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead, alive = int(done.stdout), os.getpid()  # (the child has been reaped: its pid is free)
+    temp, cache = tmp_path / "tmp", tmp_path / "elsewhere"
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    device = caches("elsewhere")
+    gone = [temp / f"neuron-studio-bundle-{dead}-ab_c1", cache / "fxgraph" / f".entry.neuron-studio-import-{dead}"]
+    kept = [temp / f"neuron-studio-bundle-{alive}-ab_c1", temp / "neuron-studio-bundle-x1", temp / "my-bundle-1-a",
+            cache / "fxgraph" / f".entry.neuron-studio-import-{alive}", cache / ".notes.neuron-studio-import",
+            cache / f"entry.neuron-studio-import-{dead}", cache / f".entry.neuron-studio-import-{dead}.txt"]
+    for path in gone + kept:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.parent == temp:
+            (path / "files").mkdir(parents=True)
+        else:
+            path.write_bytes(b"x")
+    assert sorted(bundles.sweep_leftovers(device)) == sorted(gone)
+    assert not any(p.exists() for p in gone) and all(p.exists() for p in kept)
