@@ -214,8 +214,21 @@ def _as_int(field: str, value: object) -> int:
     return whole_number(field, value, "a whole number of pixels", allow_point=True)
 
 
-def validate_shape(height: object, width: object, min_size: int, max_size: int) -> Shape:
-    """Return the Shape, or raise InvalidRequest naming the nearest valid shape."""
+def within_tokens(shape: Shape, tokens: int, min_size: int = MULTIPLE) -> Shape | None:
+    """The largest output of about ``shape``'s aspect (sides multiples of 16, at least ``min_size``)
+    whose image tokens are at most ``tokens``; None when even the smallest is more."""
+    scale = min(1.0, math.sqrt(tokens / shape.tokens)) if shape.tokens else 1.0
+    height, width = (max(min_size, int(side * scale) // MULTIPLE * MULTIPLE) for side in (shape.height, shape.width))
+    while (height // MULTIPLE) * (width // MULTIPLE) > tokens and max(height, width) > min_size:
+        height, width = (max(min_size, side - MULTIPLE) if side == max(height, width) else side
+                         for side in (height, width))
+    fitted = Shape(height, width)
+    return fitted if fitted.tokens <= tokens else None
+
+
+def validate_shape(height: object, width: object, min_size: int, max_size: int, budget: int | None = None) -> Shape:
+    """Return the Shape, or raise InvalidRequest naming the nearest valid shape (one within the
+    sequence ``budget`` too, when given: a suggestion is always a size that would run)."""
     h = _as_int("height", height)
     w = _as_int("width", width)
     problems = []
@@ -227,6 +240,7 @@ def validate_shape(height: object, width: object, min_size: int, max_size: int) 
             problems.append(f"{field} {v} is not a multiple of {MULTIPLE}")
     if problems:
         nearest = Shape(_nearest(h, min_size, max_size), _nearest(w, min_size, max_size))
-        field = "size"
-        raise InvalidRequest(field, f"{'; '.join(problems)}; nearest valid size is {nearest}")
+        if budget is not None and nearest.tokens > budget:
+            nearest = within_tokens(nearest, budget, min_size) or nearest
+        raise InvalidRequest("size", f"{'; '.join(problems)}; nearest valid size is {nearest}")
     return Shape(height=h, width=w)

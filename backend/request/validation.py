@@ -12,7 +12,7 @@ from backend.errors import InvalidRequest
 from backend.request.records import GenerationRequest
 from backend.request.references import check_count
 from backend.settings import Settings
-from backend.shapes import Shape, show_value, validate_shape, whole_number
+from backend.shapes import Shape, show_value, validate_shape, whole_number, within_tokens
 
 MAX_SEED = 2**63 - 1
 RANDOM_SEED_BOUND = 2**53  # random seeds stay exact as JavaScript numbers in the browser
@@ -45,17 +45,27 @@ def work(shape: Shape, steps: int) -> float:
     return shape.work_pixels * steps / 1e6
 
 
-def check_sequence(shape: Shape, budget: int) -> None:
-    if shape.tokens > budget:
-        raise InvalidRequest("images", f"{shape} is {shape.tokens} image tokens (the output's and the references'); "
-                                       f"the budget is {budget} (--max-sequence-tokens) — fewer or smaller "
-                                       "references, or a smaller size")
+def check_sequence(shape: Shape, budget: int, min_size: int = 16) -> None:
+    """The image tokens a request asks against the model's budget; the field named is the one at fault:
+    the size when the output alone is over, else the references."""
+    if shape.tokens <= budget:
+        return
+    output = Shape(shape.height, shape.width)
+    if output.tokens > budget:
+        fits = within_tokens(output, budget, min_size)
+        raise InvalidRequest("size", f"{output} is {output.tokens} image tokens; this model takes at most {budget} "
+                                     "per request (--max-sequence-tokens)"
+                                     + (f" — the largest size of that shape within it is {fits}" if fits else ""))
+    raise InvalidRequest("images", f"{shape} is {shape.tokens} image tokens (the output's and the references'); "
+                                   f"this model takes at most {budget} per request (--max-sequence-tokens) — fewer or "
+                                   "smaller references, or a smaller size")
 
 
 def check_signature(s: Settings, height: Any, width: Any, steps: Any = None, count: Any = None,
-                    references: tuple = ()) -> tuple[Shape, int]:
-    """(signature, steps) checked: size, aspect, steps, batch, references, work."""
-    shape = validate_shape(height, width, s.min_size, s.max_size)
+                    references: tuple = (), budget: int | None = None) -> tuple[Shape, int]:
+    """(signature, steps) checked: size, aspect, steps, batch, references, work; with ``budget``, the
+    image tokens too (``check_sequence``)."""
+    shape = validate_shape(height, width, s.min_size, s.max_size, budget)
     long_side, short_side = max(shape.height, shape.width), min(shape.height, shape.width)
     if long_side > s.max_aspect * short_side:
         fitted = int(short_side * s.max_aspect) // 16 * 16
@@ -72,13 +82,15 @@ def check_signature(s: Settings, height: Any, width: Any, steps: Any = None, cou
     if s.max_work and work(shape, steps) > s.max_work:
         raise InvalidRequest("work", f"{shape} at {steps} steps is {work(shape, steps):.1f} megapixel-steps; the "
                                      f"limit is {s.max_work:g} — fewer steps or a smaller size")
+    if budget is not None:
+        check_sequence(shape, budget, s.min_size)
     return shape, steps
 
 
 def validate_request(s: Settings, modes: Iterable[str], prompt: Any, height: Any, width: Any, steps: Any = None,
                      guidance: Any = None, seed: Any = None, mode: Any = None,
                      count_tokens: Callable[[str], int] | None = None, count: Any = None,
-                     references: tuple = ()) -> GenerationRequest:
+                     references: tuple = (), budget: int | None = None) -> GenerationRequest:
     """Raw inputs to a GenerationRequest, or InvalidRequest naming the field. Without
     ``count_tokens`` (the tokenizer with its chat template) only the character limit applies."""
     modes = tuple(modes)
@@ -102,7 +114,7 @@ def validate_request(s: Settings, modes: Iterable[str], prompt: Any, height: Any
         if tokens > s.max_prompt_tokens:
             raise InvalidRequest("prompt", f"is {tokens} tokens with the chat template; the text encoder reads "
                                            f"{s.max_prompt_tokens}, so the end would be cut off — shorten it")
-    shape, steps = check_signature(s, height, width, steps, count, references)
+    shape, steps = check_signature(s, height, width, steps, count, references, budget)
 
     if guidance is None:
         guidance = s.guidance

@@ -27,7 +27,7 @@ from backend.errors import (
 from backend.hardware.monitor import NeuronMonitor
 from backend.request.records import GenerationRequest, GenerationResult, Phase, ProgressEvent
 from backend.request.references import blank_references, load_references, planned_references
-from backend.request.validation import check_sequence, check_signature, validate_request
+from backend.request.validation import check_signature, validate_request
 from backend.serving import compile_state as cs
 from backend.serving.admission import Admission, PlaceBook
 from backend.serving.controls import CacheOps, EngineControls
@@ -253,14 +253,14 @@ class Manager:
 
             def checked(height, width) -> GenerationRequest:
                 return validate_request(self.settings, self.modes, prompt, height, width, steps, guidance, seed, mode,
-                                        count_tokens=self._count_tokens, count=count, references=planned)
+                                        count_tokens=self._count_tokens, count=count, references=planned,
+                                        budget=self.sequence_budget)
 
             request = checked(height, width)
             warm = self.table.warm_shapes(request.mode) if nearest_warm else []
             nearest = cs.nearest_signature(request.shape, warm) if warm else None
             if nearest is not None and (nearest.height, nearest.width) != (request.height, request.width):
                 request = dataclasses.replace(checked(nearest.height, nearest.width), seed=request.seed)
-            check_sequence(request.shape, self.sequence_budget)
             if planned and not planned[0].rgb:
                 request = dataclasses.replace(request, references=load_references(images, sizes, fit, most))
         except InvalidRequest as exc:
@@ -278,9 +278,7 @@ class Manager:
         ``validate`` checks them but without a prompt and with nothing decoded."""
         planned = planned_references(images, self.reference_sizes, self.settings.reference_fit,
                                      self.settings.max_references)
-        shape, steps = check_signature(self.settings, height, width, steps, count, planned)
-        check_sequence(shape, self.sequence_budget)
-        return shape, steps
+        return check_signature(self.settings, height, width, steps, count, planned, self.sequence_budget)
 
     def plan(self, fields: dict[str, Any]) -> tuple[GenerationRequest, dict[str, Any]]:
         """Raw ``fields`` validated and priced before they run (the Images API, the CLI)."""

@@ -201,8 +201,24 @@ def test_a_reference_set_past_the_sequence_budget_and_a_bad_count_are_refused(ed
         editor.validate("a fox", 64, 64, mode="eager", count=5)
     assert bad_count.value.field == "count"
     tight = Manager(make_settings(tmp_path, reference_sizes=parse_shape_list(SIZES), max_sequence_tokens=40))
-    with pytest.raises(InvalidRequest, match="64x64\\+ref64x64x3 is 64 image tokens.*budget is 40"):
+    with pytest.raises(InvalidRequest, match="64x64\\+ref64x64x3 is 64 image tokens.*at most 40 per request") as over:
         tight.validate("a fox", 64, 64, mode="eager", images=[ref] * 3)
+    assert over.value.field == "images"  # the output alone fits: the references are what is over
+
+
+def test_a_size_past_the_budget_blames_the_size_and_suggests_one_that_runs(tmp_path):
+    """Issue 54 (2): 1024x1024 on a model whose budget is 1024 tokens named "images" with no reference
+    loaded; 1000x1000 suggested 1008x1008, itself over the budget."""
+    manager = Manager(make_settings(tmp_path, max_sequence_tokens=1024))
+    with pytest.raises(InvalidRequest) as over:
+        manager.validate("a fox", 1024, 1024, mode="eager")
+    assert over.value.field == "size"
+    assert "1024x1024 is 4096 image tokens; this model takes at most 1024" in str(over.value)
+    assert "the largest size of that shape within it is 512x512" in str(over.value)
+    with pytest.raises(InvalidRequest, match="nearest valid size is 512x512") as odd:
+        manager.signature(1000, 1000)  # what the cost line asks before the click
+    assert odd.value.field == "size"
+    manager.validate("a fox", 512, 512, mode="eager")  # the suggestion runs
 
 
 def test_the_record_and_the_png_keep_the_references_and_the_count(editor, tmp_path):
@@ -242,7 +258,7 @@ def test_references_past_the_budget_are_refused_from_their_headers_before_any_de
     process = psutil.Process()
     before = process.memory_info().rss
     for _ in range(20):
-        with pytest.raises(InvalidRequest, match="image tokens.*the budget is 16384"):
+        with pytest.raises(InvalidRequest, match="image tokens.*at most 16384 per request"):
             manager.validate("make it blue", 1024, 1024, images=big)
     assert decoded == []
     assert process.memory_info().rss - before < 50 * 2**20
