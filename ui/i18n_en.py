@@ -88,6 +88,7 @@ EN: dict[str, str] = {
     "err_compile_failed": "The compile failed", "err_group_dead": "The tensor-parallel group died",
     "err_failed": "The generation failed", "err_model_not_found": "The model was not found",
     "cost_warm_on": " · warm on {warm} of {of} replicas",
+    "badge_warm_on": "warm on {warm} of {of} replicas",
     "cost_attention_fast": " **Fast attention** (the NKI flash kernel)",
     "cost_attention_slow": " **Slow attention**: {size} of scores ({why})",
     "cost_memory": "; about {total} of a NeuronCore's {hbm}",
@@ -171,7 +172,7 @@ EN: dict[str, str] = {
     # the run line
     "run_line": "**{size}**, {mode}, {steps} steps, seed `{seed}` — **{total}** total: encode {encode}, "
                 "denoise {denoise}, decode {decode}; {compiled}.",
-    "run_degraded": " **Degraded** — {reason}.",
+    "run_degraded": " It ran on the app's own core because {reason}.",
     "engine_degraded": " · **degraded**: {why}", "warn_degraded": "Served in process ({mode}), degraded: {why}.",
     "run_drawn_as": " Drawn as “{caption}” (the prompt read in the model's grammar).",
     "run_host_ops": " {count} op(s) ran on the host, not the NeuronCore (CPU fallback): {ops}.",
@@ -183,7 +184,8 @@ EN: dict[str, str] = {
     "run_warm": "no compile (warm)",
     "run_graphs": "{count} graph(s) in {seconds}", "run_neffs": "{count} NEFF(s)",
     "run_compiled": "compiled {parts}",
-    "run_and": " and ", "run_in_process": "served in process ({mode}) instead of {requested}",
+    "run_and": " and ", "run_in_process": "{mode} on the app's own core instead of {requested}",
+    "run_own_core": "{mode} on the app's own core",
     "run_tp": "tp ({ranks} ranks)",
     "caption_degraded": "{mode} in process ({requested} down)",
     "axis_megapixels": "megapixels", "axis_seconds": "seconds per image", "axis_mode": "mode",

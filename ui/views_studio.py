@@ -86,9 +86,12 @@ def badges_html(predictions: list[tuple[str, dict[str, Any]]], lang: str = DEFAU
         state = badge_state(p)
         title = html.escape(cost_markdown(p, lang=lang).replace("**", ""), quote=True)
         warm_on = p.get("warm_on")
-        count = f" {warm_on[0]}/{warm_on[1]}" if warm_on else ""
+        word = text(lang, "badge_" + state)
+        if warm_on and state == "warm":  # several processes serve the mode: warm only where it has run
+            word = text(lang, "badge_warm_on", warm=warm_on[0], of=warm_on[1])
+            state = "warm" if warm_on[0] else "cold"  # no green dot for "warm on 0 of 2"
         spans.append(f'<span class="ns-badge ns-{state}" data-shape="{p["shape"]}" data-state="{state}" '
-                     f'title="{title}"><i></i>{html.escape(label)} · {text(lang, "badge_" + state)}{count}</span>')
+                     f'title="{title}"><i></i>{html.escape(label)} · {word}</span>')
     return '<div class="ns-badges">' + "".join(spans) + "</div>"
 
 
@@ -143,7 +146,9 @@ def mode_text(result: dict[str, Any], lang: str = DEFAULT) -> str:
     """Which mode served a run: a TP request served in process says so, never "tp"."""
     mode = result["mode"]
     if result.get("degraded"):
-        return text(lang, "run_in_process", mode=mode, requested=result.get("requested_mode") or "tp")
+        requested = result.get("requested_mode") or "tp"
+        return (text(lang, "run_own_core", mode=mode) if requested == mode
+                else text(lang, "run_in_process", mode=mode, requested=requested))
     if mode == "tp":
         return text(lang, "run_tp", ranks=result.get("world_size", 1))
     return mode

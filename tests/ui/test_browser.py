@@ -302,7 +302,7 @@ def test_the_tensor_parallel_group_is_started_and_stopped_only_by_its_buttons(br
         _generate_small(a, "a sharded fox")
         a.wait_for_function("document.querySelector('#run-info').innerText.includes('64x64, tp (2 ranks),')",
                             timeout=120000)
-        assert "served in process" not in a.inner_text("#run-info")
+        assert "own core" not in a.inner_text("#run-info")
 
         a.click("#tp-stop")
         _wait_state(a, "tp-state", "stopped", timeout=60000)

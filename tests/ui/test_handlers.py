@@ -182,14 +182,15 @@ def test_runs_served_in_process_while_the_group_is_down_say_so(studio, manager):
         _p, info, record, _s, gallery, _h, _paths = studio.studio_tab.generate_from_page("a fox", 64, 64, "tp", 2, 1.0, 1, False, [])
     assert (record["mode"], record["requested_mode"]) == ("eager", "tp") and "dead" in record["degraded"]
     assert (record["engine"], record["place"]) == ("in-process", "app")
-    assert ", served in process (eager) instead of tp, 2 steps" in info
-    assert info.endswith("**Degraded** — the tensor-parallel group is dead (rank 1 exited with code 1).")
+    assert ", eager on the app's own core instead of tp, 2 steps" in info
+    assert info.endswith("It ran on the app's own core because the tensor-parallel group is dead "
+                         "(rank 1 exited with code 1).")
     assert ", tp" not in info and "eager in process (tp down)" in gallery[0][1]
     studio.system_tab.start_tp(2)  # a dead group is replaced by a fresh one
     _p, info, record, _s, gallery, _h, _paths = studio.studio_tab.generate_from_page("a fox", 64, 64, "tp", 2, 1.0, 1, False, [])
     assert record["mode"] == "tp" and record["degraded"] is None and record["world_size"] == 2
     assert (record["engine"], record["place"]) == ("tensor-parallel", "tp")
-    assert ", tp (2 ranks)," in info and "served in process" not in info and "tp ×2" in gallery[0][1]
+    assert ", tp (2 ranks)," in info and "own core" not in info and "tp ×2" in gallery[0][1]
     studio.system_tab.stop_tp()
     # stopped on purpose: served in process the same way, saying so
     _p, info, record, *_ = studio.studio_tab.generate_from_page("a fox", 64, 64, "tp", 2, 1.0, 1, False, [])
@@ -770,3 +771,22 @@ def test_an_edit_on_the_page_takes_uploads_and_the_apps_own_images_only(studio, 
     _gallery, table = studio.compare_tab.compare("a fox", 64, 64, 4, 1.0, 3, False, ["eager", "compiled"], [(str(upload), None)])
     assert [r.signature for r in manager.records[-2:]] == ["64x64+ref1216x832"] * 2  # Compare runs the same edit
     assert list(table["mode"]) == ["eager", "compiled"]
+
+
+def test_a_badge_says_where_a_shape_is_warm_among_replicas_and_warm_on_none_is_no_green_dot():
+    """Issue 54 (6): "4:3 · 288x224 · warm 0/2" showed a green dot."""
+    from ui.views_studio import badges_html
+
+    def badge(warm_on):
+        p = {"shape": "288x224", "state": "warm", "will_compile": False, "warm_on": warm_on, "mode": "eager",
+             "expected_seconds": None, "note": "warm"}
+        return badges_html([("4:3 · 288x224", p)])
+
+    none = badge([0, 2])
+    assert 'data-state="cold"' in none and "warm on 0 of 2 replicas" in none and "ns-warm" not in none
+    one = badge([1, 2])
+    assert 'data-state="warm"' in one and "warm on 1 of 2 replicas" in one
+    assert "2 kopyanın 1 tanesinde sıcak" in badges_html([("4:3", {**{"shape": "288x224", "state": "warm",
+                                                                     "will_compile": False, "warm_on": [1, 2],
+                                                                     "mode": "eager", "expected_seconds": None,
+                                                                     "note": "warm"}})], lang="tr")
