@@ -5,7 +5,9 @@ device, on the CPU ``cpu_count // N`` threads; a count that does not fit is refu
 Dispatch: a free ready replica, preferring one where (mode, shape) is warm; where a new shape
 compiles, a request at a shape warm somewhere waits for a warm replica rather than compile again, so
 the cost line's "warm on 2 of 4" is what it gets; a warm-up goes where the shape is cold. A replica
-that dies fails its own request and restarts; while none is ready, the in-process engine serves.
+that dies fails its own request and restarts; one whose heartbeat stands still for the stall timeout
+(stopped or frozen) is ended and restarted, busy or idle, and its request goes to another replica;
+while none is ready, the in-process engine serves.
 """
 
 from __future__ import annotations
@@ -203,31 +205,39 @@ class ReplicaPool:
     def run(self, request: GenerationRequest, on_progress: Callable[[ProgressEvent], None],
             should_stop: Callable[[], bool], forbid_compile: bool = False,
             warming: bool = False) -> EngineOutput:
-        with self._free:
-            while True:
-                if should_stop():
-                    raise GenerationCancelled("stopped while waiting for a free replica")
-                if self._closing:
-                    raise BackendNotReady("the replicas are stopping")
-                index = self._pick(request, warming)
-                if index is not None:
-                    self._busy.add(index)
-                    group = self.replicas[index]
-                    break
-                self._free.wait(self._poll)
-        try:
-            out = group.run(request, on_progress, should_stop, forbid_compile)
-            if index < len(self.served) and self.replicas[index] is group:
-                self.served[index] += 1
-            return out
-        except GroupDead as exc:  # its restart is under way (on_dead)
-            why = str(exc).splitlines()[0]  # the rank's log tail stays in the System tab's logs
-            raise exc.evolve(f"{group.place} died while serving this request ({why}); it is restarting, and the "
-                             f"other replicas keep serving — try again") from None
-        finally:
+        retries = 2  # for a request whose replica froze under it
+        while True:
             with self._free:
-                self._busy.discard(index)
-                self._free.notify_all()
+                while True:
+                    if should_stop():
+                        raise GenerationCancelled("stopped while waiting for a free replica")
+                    if self._closing:
+                        raise BackendNotReady("the replicas are stopping")
+                    index = self._pick(request, warming)
+                    if index is not None:
+                        self._busy.add(index)
+                        group = self.replicas[index]
+                        break
+                    self._free.wait(self._poll)
+            try:
+                out = group.run(request, on_progress, should_stop, forbid_compile)
+                if index < len(self.served) and self.replicas[index] is group:
+                    self.served[index] += 1
+                return out
+            except GroupDead as exc:  # its restart is under way (on_dead)
+                why = str(exc).splitlines()[0]  # the rank's log tail stays in the System tab's logs
+                if group.froze and retries and not should_stop():
+                    retries -= 1
+                    # Stopped or frozen (its heartbeat stood still), not crashed: it made nothing of this
+                    # request, which another ready replica serves (or waits for one, as any request does).
+                    log.warning("%s froze under a request (%s); another replica serves it", group.place, why)
+                    continue
+                raise exc.evolve(f"{group.place} died while serving this request ({why}); it is restarting, and "
+                                 f"the other replicas keep serving — try again") from None
+            finally:
+                with self._free:
+                    self._busy.discard(index)
+                    self._free.notify_all()
 
     def _replace(self, index: int, group: WorkerGroup) -> None:
         """``on_dead`` of a replica that was ready: a fresh one on the same core. (One that never became
@@ -241,6 +251,7 @@ class ReplicaPool:
                 fresh = self._group(index, group.cores, group.env, group.threads)
                 self.replicas[index] = fresh
                 self.restarts += 1
+                self.last_error = f"{group.place} was restarted: {group.error}"
                 log.warning("%s died (%s); restarting it", group.place, group.error)
                 fresh.start()
             except StudioError as exc:

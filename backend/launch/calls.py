@@ -40,11 +40,11 @@ STARTING = (GroupState.LAUNCHING, GroupState.LOADING, GroupState.WARMING)
 
 
 class RankZero:
-    """``status()``: the group's state and error, read while a call waits; ``on_lost(reason)``: mark
-    the group dead. The pixel buffer is made at the first launch and kept across restarts."""
+    """``status()``: the group's state and error, read while a call waits; ``on_lost(reason, froze)``:
+    mark the group dead (``froze``: a rank's heartbeat stopped). The pixel buffer is made at the first launch and kept across restarts."""
 
     def __init__(self, name: str, place: str, degree: int, settings: Settings, clock: Callable[[], float],
-                 status: Callable[[], tuple[str, str | None]], on_lost: Callable[[str], None]):
+                 status: Callable[[], tuple[str, str | None]], on_lost: Callable[..., None]):
         self.name, self.place, self.degree, self._clock = name, place, degree, clock
         self._status, self._on_lost, self._runs_as = status, on_lost, settings.runs_as
         self.stall_timeout, self.compile_timeout = settings.tp_stall_timeout, settings.compile_timeout
@@ -136,21 +136,29 @@ class RankZero:
 
     def ranks_beating(self, within: float) -> bool:
         """True while every rank's heartbeat has moved within ``within`` seconds (read at every poll)."""
-        if not self.run_dir:
-            return False
-        now, fresh = self._clock(), True
-        for rank in range(self.degree):
+        quiet = self._quiet_beats()
+        return bool(self.run_dir) and all(q is not None and q <= within for q in quiet)
+
+    def stopped_beating(self, within: float) -> int | None:
+        """A rank whose heartbeat was seen and has not moved for more than ``within`` seconds (stopped
+        or frozen: its heartbeat thread cannot run); None when every rank that has one beats."""
+        return next((rank for rank, q in enumerate(self._quiet_beats()) if q is not None and q > within), None)
+
+    def _quiet_beats(self) -> list[float | None]:
+        """Per rank, seconds since its heartbeat last changed as this side saw it (None: no heartbeat file)."""
+        now, quiet = self._clock(), []
+        for rank in range(self.degree if self.run_dir else 0):
             try:
                 with open(os.path.join(self.run_dir, f"rank{rank}.heartbeat"), encoding="ascii") as handle:
                     text = handle.read()
             except OSError:
-                return False
+                quiet.append(None)
+                continue
             seen = self._beats.get(rank)
             if seen is None or seen[0] != text:
-                self._beats[rank] = (text, now)
-            elif now - seen[1] > within:
-                fresh = False
-        return fresh
+                self._beats[rank] = seen = (text, now)
+            quiet.append(now - seen[1])
+        return quiet
 
     def _connect(self, deadline: float) -> proto.Connection:
         try:
@@ -224,7 +232,7 @@ class RankZero:
             phase, stall = exc.args
             reason = (f"no progress for {stall:g} s" + (f" while {phase}" if phase else "")
                       + " — a rank is hung or too slow; the group is being stopped")
-            self._on_lost(reason)
+            self._on_lost(reason, self.stopped_beating(self.stall_timeout) is not None)
             raise GroupDead(reason) from None
         except GroupDead as exc:  # rank 0 hung up: it died, and torchrun is ending the group
             raise self._group_lost(str(exc)) from None

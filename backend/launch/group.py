@@ -146,6 +146,8 @@ class WorkerGroup:
             if info.kind == "neuron" and role == "tp" else {}
         self.env, self.threads, self._on_dead, self._on_change = {**ranks, **(env or {})}, threads, on_dead, on_change
         self.was_ready, self.state, self.error = False, GroupState.STOPPED, None
+        self.froze = False  # it died because a rank's heartbeat stopped (SIGSTOP, a frozen host)
+        self.beat_poll = max(0.05, min(1.0, settings.tp_stall_timeout / 5))  # heartbeats read this often while ready
         self.timings: dict[str, Any] = {}
         self.ranks: list[dict[str, Any]] = []  # per-rank READY reports: pid, core, sharded weights
         self.proc: subprocess.Popen | None = None
@@ -233,7 +235,7 @@ class WorkerGroup:
             self._cleanup_dir()
             self.dir = tempfile.mkdtemp(prefix=proto.RUN_DIR_PREFIX, dir=self.run_root)  # 0700: ours alone
             self.rank0.dial(self.dir, secrets.token_hex(32))
-            self.error = None
+            self.error, self.froze = None, False
             self.timings, self.ranks, self._pids = {}, [], set()
             self._ready.clear()
             self.proc = self._spawn()
@@ -262,6 +264,20 @@ class WorkerGroup:
     def _watch(self, proc) -> None:
         threading.Thread(target=self._monitor, args=(proc,), name="tp-monitor", daemon=True).start()
         threading.Thread(target=self._await_ready, args=(proc,), name="tp-ready", daemon=True).start()
+        threading.Thread(target=self._watch_beats, args=(proc,), name="tp-heartbeat", daemon=True).start()
+
+    def _watch_beats(self, proc) -> None:
+        """While ready, read the ranks' heartbeats every ``beat_poll`` s: a rank whose heartbeat has not
+        moved for the stall timeout is stopped or frozen, and the group is dead at once (a replica
+        restarts), so no request waits on it, busy or idle."""
+        stall = self.rank0.stall_timeout
+        while proc is self.proc and self.state not in (GroupState.STOPPING, GroupState.STOPPED, GroupState.DEAD):
+            rank = self.rank0.stopped_beating(stall) if self.state == GroupState.READY else None
+            if rank is not None:
+                self._mark_dead(f"rank {rank}'s heartbeat has not moved for {stall:g} s (--tp-stall-timeout): it is "
+                                "stopped or frozen; the group is being stopped", froze=True)
+                return
+            time.sleep(self.beat_poll)
 
     def _became_ready(self, proc, timings: dict[str, Any], ranks: list[dict[str, Any]]) -> None:
         with self._lock:
@@ -344,10 +360,13 @@ class WorkerGroup:
                 return
         self._mark_dead(f"the group did not start: {reason}")
 
-    def _mark_dead(self, reason: str) -> None:
-        """Dead now; torn down in the background (a hung rank needs SIGKILL)."""
+    def _mark_dead(self, reason: str, froze: bool = False) -> None:
+        """Dead now; torn down in the background (a hung rank needs SIGKILL). Once: a group already
+        dead keeps its first reason."""
         with self._lock:
-            self.state, self.error = GroupState.DEAD, reason
+            if self.state == GroupState.DEAD:
+                return
+            self.state, self.error, self.froze = GroupState.DEAD, reason, froze
         self._ready.set()
         self._on_change()
         proc = self.proc

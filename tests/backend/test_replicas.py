@@ -2,6 +2,7 @@
 requests run side by side, dispatch prefers warm replicas, a killed replica loses nothing and comes
 back. No test here waits for a number of seconds: each waits for a state, with a generous bound."""
 
+import contextlib
 import os
 import signal
 import threading
@@ -181,3 +182,32 @@ def test_a_killed_replica_fails_only_its_request_and_comes_back(mgr):
     assert victim.survivors() == []
     for seed in (10, 11):  # both serve again
         mgr.generate(_req(mgr, seed=seed))
+
+
+def test_a_stopped_replica_is_found_by_its_heartbeat_and_routed_around(tmp_path):
+    """Issue 53 (12): a SIGSTOPped replica (alive, silent) held the next request sent to it for the
+    stall timeout and more (68 s in the probe). Its heartbeat stands still, so within the stall
+    timeout (10 s here) it is dead and restarting, with the reason in the pool's status; a request
+    made then is served by a replica that runs, and the stopped process is gone."""
+    manager = Manager(make_settings(tmp_path, replicas=2, tp_stall_timeout=10.0))
+    pid = None
+    try:
+        manager.start()
+        pool = manager.engines["replicas"]
+        victim = pool.replicas[0]
+        pid = int(victim.rank_pids()[0])
+        os.kill(pid, signal.SIGSTOP)
+        stopped = time.monotonic()
+        _until(lambda: victim.state == "dead", "the stopped replica to be found by its heartbeat")
+        print(f"found dead {time.monotonic() - stopped:.1f} s after SIGSTOP (stall timeout 10 s)")
+        assert victim.froze and "heartbeat has not moved for 10 s" in victim.error
+        _image, record = manager.generate(_req(manager, seed=21))
+        assert record.place in ("replica 0", "replica 1")  # replica 1, or replica 0 restarted
+        _until(lambda: pool.restarts >= 1 and not victim.survivors(), "the stopped replica to be ended and restarted")
+        assert pool.replicas[0] is not victim
+        assert "replica 0 was restarted" in manager.status().replicas["error"]
+    finally:
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+        manager.close()

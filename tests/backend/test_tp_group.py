@@ -398,3 +398,67 @@ def test_the_ranks_runtime_lets_a_collective_wait_as_long_as_the_group_does(tmp_
     finally:
         made.close()
     assert launched[0].get("NEURON_RT_EXEC_TIMEOUT") == (wanted or users)
+
+
+@pytest.mark.parametrize("beating", [True, False])
+def test_a_ready_group_whose_heartbeat_stands_still_is_dead_within_the_stall_timeout(group, tmp_path, beating):
+    """Issue 53 (12): a SIGSTOPped replica, idle, was found only by the next request sent to it, after
+    the stall timeout. While ready, the group reads its ranks' heartbeats: one that stands still for
+    the stall timeout (30 s here) makes the group dead at once, a stopped or frozen rank in its
+    reason; heartbeats that move keep it ready. The fake clock moves 1 s per look, and each look
+    (while ``beating``) sees both ranks' counters move; the watch ends when the group leaves ready."""
+    looks = {"n": 0}
+
+    def clock() -> float:
+        looks["n"] += 1
+        if beating:
+            for rank in range(2):
+                (tmp_path / f"rank{rank}.heartbeat").write_text(str(looks["n"]))
+        if looks["n"] > 200:  # long past the stall timeout: the test's end
+            group.state = "stopping"
+        return float(looks["n"])
+
+    for rank in range(2):
+        (tmp_path / f"rank{rank}.heartbeat").write_text("0")
+    group.rank0._clock = group._clock = clock
+    group.beat_poll = 0.0
+    group.proc, group.state = _sleeper(), "ready"
+    try:
+        group._watch_beats(group.proc)
+        if beating:
+            assert group.state == "stopping" and group.error is None and not group.froze
+        else:
+            assert group.state == "dead" and group.froze and looks["n"] < 40
+            assert "heartbeat has not moved for 30 s" in group.error and "stopped or frozen" in group.error
+            group._teardown.join(10)
+    finally:
+        group.proc.kill()
+        group.proc.wait()
+
+
+def test_a_request_on_a_replica_that_froze_under_it_is_served_by_another(tmp_path):
+    """Issue 53 (12): the replica serving a request freezes (its heartbeat stands still, and the group
+    is marked dead for it, as ``_watch_beats`` does); the request is served by another replica instead
+    of failing, and the frozen one is restarted and reported."""
+    from backend.launch.group import GroupState
+    from tests.ui.fake_engines import start_manager, until
+
+    manager, _launches = start_manager(tmp_path)
+    try:
+        pool = manager.engines["replicas"]
+        pool.start(2, wait=True)
+        frozen = pool.replicas[0]  # both free and cold: the first is picked
+
+        def freeze(step: int) -> None:
+            if step == 1:
+                frozen._mark_dead("rank 0's heartbeat has not moved for 60 s: it is stopped or frozen")
+                frozen.froze = True
+
+        frozen.at_step = freeze
+        _image, record = manager.generate(manager.validate("a fox", 64, 64, steps=2, seed=1, mode="eager"))
+        assert record.place in ("replica 0", "replica 1") and frozen.state == GroupState.DEAD
+        until(lambda: pool.restarts == 1, "the frozen replica's restart")  # (its teardown runs in the background)
+        assert "replica 0 was restarted" in pool.describe()["error"]
+        assert pool.replicas[0] is not frozen
+    finally:
+        manager.close()
