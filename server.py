@@ -21,10 +21,13 @@ EXIT_BAD_INPUT = 2
 
 class Served:
 
-    def __init__(self, app, host: str, port: int):
+    def __init__(self, app, host: str, port: int, forwarded_allow_ips: str | None = None):
         import uvicorn
 
-        config = uvicorn.Config(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=1)
+        # X-Forwarded-For/-Proto are read only from the proxies the operator names (uvicorn's default
+        # trusts loopback, so a local caller could be any address it liked): else the peer's address.
+        config = uvicorn.Config(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=1,
+                                proxy_headers=bool(forwarded_allow_ips), forwarded_allow_ips=forwarded_allow_ips or "")
         self.server = uvicorn.Server(config)
         self.port = port
         self._thread = threading.Thread(target=self.server.run, name="web-server", daemon=True)
@@ -46,20 +49,25 @@ class Served:
 
 def assemble(manager, settings: Settings, key, api_keys, auth: list[tuple[str, str]] | None):
     """FastAPI with the clients' routes (``web.api``), the room's guard as its outermost middleware
-    (``web.guard``), the page's Blocks mounted at ``/``. ``auth``: the viewers' logins (``--auth``, parsed)."""
+    (``web.guard``), the page's Blocks mounted at ``/``. ``auth``: the viewers' logins (``--auth``, parsed).
+    Starlette's CORS middleware with no origin allowed stands in for Gradio's, which would answer any
+    localhost origin with credentials (Gradio leaves CORS to a parent app that configures it)."""
     import gradio as gr
+    from starlette.middleware.cors import CORSMiddleware
 
     from ui.app import build_ui
     from ui.constants import CSS, I18N, MAX_QUEUE, MAX_UPLOAD, PROMPT_KEYS
     from web.api import build_api
-    from web.guard import RoomGuard, allowed_hosts
+    from web.guard import Failures, RoomGuard, allowed_hosts
 
     demo = build_ui(manager, key)
     demo.queue(default_concurrency_limit=1, max_size=MAX_QUEUE)
-    app = build_api(manager, api_keys, settings.metrics_key)
+    failures = Failures()  # one window for every credential: the logins, API keys, the metrics key
+    app = build_api(manager, api_keys, settings.metrics_key, failures)
+    app.add_middleware(CORSMiddleware, allow_origins=[])
     app.add_middleware(RoomGuard, key=key, hosts=allowed_hosts(settings.host),
                        output_dir=str(Path(settings.output_dir).resolve()),
-                       upload_dir=os.environ.get("GRADIO_TEMP_DIR"))
+                       upload_dir=os.environ.get("GRADIO_TEMP_DIR"), failures=failures, viewer_login=bool(auth))
     return gr.mount_gradio_app(app, demo, path="/", auth=auth, show_error=False,
                                enable_monitoring=False, css=CSS, js=PROMPT_KEYS, i18n=I18N, max_file_size=MAX_UPLOAD,
                                allowed_paths=[str(Path(settings.output_dir).resolve())],
@@ -92,7 +100,7 @@ def launch(manager, settings: Settings, block: bool = True) -> Served:
     if made:
         atexit.register(shutil.rmtree, made, ignore_errors=True)
     app = assemble(manager, settings, key, api_keys, auth)
-    served = Served(app, settings.host, settings.port)
+    served = Served(app, settings.host, settings.port, settings.forwarded_allow_ips)
     shown = "127.0.0.1" if settings.host in ("0.0.0.0", "::", "") else settings.host
     key.base_url = f"http://{'[' + shown + ']' if ':' in shown else shown}:{served.port}"
     print(f"* Running on local URL:  {key.base_url}", flush=True)

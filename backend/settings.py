@@ -91,6 +91,7 @@ class Settings:
     max_sequence_tokens: int = 0  # 0: the output and three references at the largest preset's size
     api_keys: Path | None = None
     metrics_key: str | None = None
+    forwarded_allow_ips: str | None = None  # None: X-Forwarded-* trusted from no one (the peer's address)
     price_per_hour: float = 0.0
 
     def runs_as(self, mode: str) -> str:
@@ -303,7 +304,11 @@ OPTIONS: dict[str, tuple[str, str, Any, str]] = {
                  "viewer (default: no key, loopback callers only)"),
     "metrics_key": ("--metrics-key", "NEURON_STUDIO_METRICS_KEY", str,
                     "a key (or a file holding it) that lets a non-loopback scraper read /metrics as a Bearer "
-                    "token (default: loopback scrapers only)"),
+                    "token, at least 16 characters (default: loopback scrapers only)"),
+    "forwarded_allow_ips": ("--forwarded-allow-ips", "NEURON_STUDIO_FORWARDED_ALLOW_IPS", str,
+                            "the reverse proxies (comma-separated addresses or networks, uvicorn's "
+                            "forwarded_allow_ips) whose X-Forwarded-For and X-Forwarded-Proto are believed: "
+                            "the caller's address and scheme for every bound (default: none, the peer's address)"),
     "price_per_hour": ("--price-per-hour", "NEURON_STUDIO_PRICE_PER_HOUR", _non_negative_float,
                        "the instance's price per hour (USD) for the cost receipt (0: the dated on-demand table "
                        "for the instance type neuron-ls reports, if it lists it)"),

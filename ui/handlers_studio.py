@@ -193,14 +193,16 @@ class StudioTab:
             return (gr.skip(),) * 10
         lang = language(page)
         bounds = self.manager.settings  # the app's own bounds: a PNG it made at 80 of --max-steps 100 loads whole
-        if not is_upload(path):  # only what was uploaded: never a server file an event names
-            raise gr.Error(text(lang, "err_not_png"), title=text(lang, "title_error"))
+        # A caller's malformed input is answered, not logged with a traceback (gr.Error prints one by default).
+        not_png = gr.Error(text(lang, "err_not_png"), title=text(lang, "title_error"), print_exception=False)
+        if not isinstance(path, str) or "\0" in path or not is_upload(path):  # only what was uploaded
+            raise not_png
         try:
             params = read_png_parameters(path, max_prompt=bounds.max_prompt_chars, max_steps=bounds.max_steps,
                                          max_guidance=bounds.max_guidance, min_size=bounds.min_size,
                                          max_size=bounds.max_size)
         except Exception:  # noqa: BLE001 - not a PNG (or a broken one): say so, change nothing
-            raise gr.Error(text(lang, "err_not_png"), title=text(lang, "title_error")) from None
+            raise not_png from None
         finally:
             discard_upload(path)  # read: the upload is not kept (web.guard bounds what is held)
         if not params:

@@ -15,8 +15,8 @@ from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
 from backend.serving.roles import api_caller
-from web.guard import LOGIN_FAILURES, LOGIN_WINDOW_S, LOOPBACK_NAMES, Window, foreign_origin, host_name
-from web.images import ApiError, Images
+from web.guard import LOOPBACK_NAMES, Failures, foreign_origin, host_name
+from web.images import FILES_ROUTE, ApiError, Images
 
 MIN_KEY_CHARS = 16
 
@@ -77,16 +77,29 @@ def _loopback(request: Request) -> bool:
 
 
 class Callers:
-    """Who calls the clients' routes (``caller``) and ``/metrics`` (``scraper``); wrong keys from one
-    address are slowed down as wrong operator logins are."""
+    """Who calls the clients' routes (``caller``) and ``/metrics`` (``scraper``). A right key is taken
+    before the failure window (``web.guard.Failures``, shared with the page's logins): wrong keys from
+    an address are refused for the window (429) and never lock out a key's holder there."""
 
-    def __init__(self, keys: ApiKeys, metrics_key: str | None = None, clock=time.monotonic):
+    def __init__(self, keys: ApiKeys, metrics_key: str | None = None, clock=time.monotonic,
+                 failures: Failures | None = None):
         self.keys = keys
         self.metrics_key = read_secret(metrics_key) if metrics_key else None
-        self.failures = Window(LOGIN_WINDOW_S, clock)  # wrong API keys from each address
+        if self.metrics_key is not None and (len(self.metrics_key) < MIN_KEY_CHARS
+                                             or any(c.isspace() for c in self.metrics_key)):
+            raise ValueError(f"--metrics-key: a key is at least {MIN_KEY_CHARS} characters without spaces")
+        self.failures = failures or Failures(clock)
+
+    def _wrong(self, address: str, credential: str, refusal: ApiError) -> ApiError:
+        wait = self.failures.wait(address, credential)
+        if wait is not None:
+            return ApiError(429, f"too many wrong {credential}s from this address; try again in {wait} s",
+                            code="rate_limit_exceeded", kind="rate_limit_error", headers={"retry-after": str(wait)})
+        self.failures.failed(address, credential)
+        return refusal
 
     def caller(self, request: Request):
-        origin = foreign_origin(request.headers)
+        origin = foreign_origin(request.headers, request.url.scheme)
         if origin:
             raise ApiError(403, f"requests from another site's page ({origin!r}) are refused", code="cross_origin",
                            kind="permission_error")
@@ -96,19 +109,15 @@ class Callers:
                 raise ApiError(403, "this app's Images API answers loopback callers only (start it with --api-keys "
                                     "to let others in)", code="loopback_only", kind="permission_error")
             return api_caller(None, address)
-        if self.failures.spent(address) >= LOGIN_FAILURES:
-            wait = self.failures.wait(address)
-            raise ApiError(429, f"too many wrong API keys from this address; try again in {wait} s",
-                           code="rate_limit_exceeded", kind="rate_limit_error", headers={"retry-after": str(wait)})
         token = _bearer(request)
         if not token:
             raise ApiError(401, "an API key is required: send Authorization: Bearer <key> (--api-keys)",
                            param="authorization", code="missing_api_key", kind="authentication_error")
         name = self.keys.name_of(token)
         if name is None:
-            self.failures.add(address)
-            raise ApiError(401, "that API key is not one of this app's (--api-keys)", param="authorization",
-                           code="invalid_api_key", kind="authentication_error")
+            raise self._wrong(address, "API key", ApiError(
+                401, "that API key is not one of this app's (--api-keys)", param="authorization",
+                code="invalid_api_key", kind="authentication_error"))
         return api_caller(name, address)
 
     def scraper(self, request: Request) -> None:
@@ -116,8 +125,10 @@ class Callers:
         if self.metrics_key and token is not None and hmac.compare_digest(token.encode(), self.metrics_key.encode()):
             return
         if not _loopback(request):
-            raise ApiError(403, "/metrics answers loopback scrapers, or others with the --metrics-key as a Bearer "
-                                "token", code="metrics_key_required", kind="permission_error")
+            refusal = ApiError(403, "/metrics answers loopback scrapers, or others with the --metrics-key as a "
+                                    "Bearer token", code="metrics_key_required", kind="permission_error")
+            address = request.client.host if request.client else "unknown"
+            raise refusal if token is None else self._wrong(address, "metrics key", refusal)
 
 
 def router(images: Images, callers: Callers) -> APIRouter:
@@ -160,6 +171,10 @@ def router(images: Images, callers: Callers) -> APIRouter:
                                 "image[])", param="image", code="missing_image")
         return await images.answer(request, caller, fields, references)
 
+    @routes.get(FILES_ROUTE + "{ident}")
+    def image_file(ident: str, caller=Depends(callers.caller)):
+        return images.file(ident, caller)
+
     # The page is mounted at "/" beside these routes and would take any other method on their paths.
     @routes.api_route("/v1/images/generations", methods=["GET", "PUT", "PATCH", "DELETE"])
     @routes.api_route("/v1/images/edits", methods=["GET", "PUT", "PATCH", "DELETE"])
@@ -170,11 +185,12 @@ def router(images: Images, callers: Callers) -> APIRouter:
     return routes
 
 
-def build_api(manager, keys: ApiKeys | None = None, metrics_key: str | None = None) -> FastAPI:
+def build_api(manager, keys: ApiKeys | None = None, metrics_key: str | None = None,
+              failures: Failures | None = None) -> FastAPI:
     from fastapi.exceptions import RequestValidationError
 
     app = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
-    app.include_router(router(Images(manager), Callers(keys or ApiKeys(), metrics_key)))
+    app.include_router(router(Images(manager), Callers(keys or ApiKeys(), metrics_key, failures=failures)))
 
     @app.exception_handler(ApiError)
     async def refused(_request: Request, exc: ApiError):

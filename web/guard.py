@@ -2,25 +2,42 @@
 
 - **DNS rebinding**: while the app listens on a loopback address, a ``Host`` that is not a loopback
   name is refused (421); with another ``--host``, ``allowed_hosts`` (any for ``0.0.0.0``/``::``).
+- **Other origins**: a request whose ``Origin`` is not exactly this server's scheme, host and port
+  (``foreign_origin``) is refused (403) when it changes state (any method but GET/HEAD/OPTIONS, a
+  websocket) or carries a credential (a cookie, an ``Authorization``): cookies ignore ports, so a page
+  on another localhost port would otherwise act with the operator's.
 - **The output folder serves images only**: under it only the PNGs the app wrote (``APP_PNG``) are
-  answered, not a user's file beside them nor an HTML page (404).
-- **Uploads are bounded** (Gradio caps each file, not their number): per address
-  ``UPLOAD_BYTES_PER_CALLER`` in ``UPLOAD_WINDOW_S`` (429), all held under ``UPLOADS_TOTAL_BYTES``
-  (413), none from another site's page (403). The handlers delete an upload once read.
+  answered, not a user's file beside them nor an HTML page (404); a path with a NUL byte is 400.
+- **Uploads are bounded as they arrive** (Gradio's upload route and the Images API's multipart edits):
+  the bytes each address sent in ``UPLOAD_WINDOW_S`` and is sending now, at most
+  ``UPLOAD_BYTES_PER_CALLER`` (429), and all held plus all arriving, at most ``UPLOADS_TOTAL_BYTES``
+  (413), counted chunk by chunk, so a body without a ``Content-Length`` is bounded by what it sends.
+  A cut body ends the parser with ``UploadCut`` (a ``MultiPartException``: Gradio's and Starlette's
+  parsers delete their part files on it) and the guard answers. A full disk while a part is written
+  answers 507, and the part files made meanwhile are removed. The handlers delete an upload once read.
+- **Wrong credentials** (``Failures``, one window for all of them: the operator's login, the viewers'
+  ``--auth`` login at ``/login``, API keys, the metrics key): ``LOGIN_FAILURES`` wrong ones within
+  ``LOGIN_WINDOW_S`` from an address make it wait (429). A password login's window is the address and
+  the user name claimed; a key (the operator token, an API key, the metrics key: long and random) is
+  checked before the window, so a neighbour's wrong guesses never lock out its holder.
 - **The operator's login** (``backend.serving.roles``): ``/operator?token=T``, or HTTP Basic with
-  ``--operator-auth``, sets the operator cookie (HttpOnly, SameSite=Strict); ``LOGIN_FAILURES`` wrong
-  ones from an address within ``LOGIN_WINDOW_S`` make it wait out the window (429).
+  ``--operator-auth``, sets the operator cookie (HttpOnly, SameSite=Strict).
+
+The address is the peer's: uvicorn rewrites it from ``X-Forwarded-For`` only for the proxies named by
+``--forwarded-allow-ips`` (``server.Served``).
 """
 
 from __future__ import annotations
 
 import base64
 import collections
+import errno
 import os
 import time
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from starlette.datastructures import Headers, QueryParams
+from starlette.formparsers import MultiPartException
 from starlette.responses import PlainTextResponse, RedirectResponse
 
 from backend.hardware.env import dir_size
@@ -45,22 +62,39 @@ def allowed_hosts(bind: str) -> frozenset[str] | None:
 
 
 FILE_ROUTE = "/gradio_api/file="
+UPLOAD_ROUTES = frozenset({"/gradio_api/upload", "/v1/images/edits"})
 UPLOAD_ROUTE = "/gradio_api/upload"
+VIEWER_LOGIN_ROUTES = frozenset({"/login", "/login/"})  # Gradio's, with --auth
 LOGIN_FAILURES = 5
 LOGIN_WINDOW_S = 60.0
+MAX_LOGIN_BODY = 16 * 2**10
 UPLOAD_BYTES_PER_CALLER = 100 * 2**20  # five of the largest uploads; thousands of parameter PNGs
 UPLOAD_WINDOW_S = 600.0
-UNKNOWN_LENGTH = 20 * 2**20  # a body without a Content-Length counts as the largest upload (MAX_UPLOAD)
 UPLOADS_TOTAL_BYTES = 200 * 2**20
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+_DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
-def foreign_origin(headers) -> str | None:
-    """The request's ``Origin`` when it names another site than its ``Host`` (a page elsewhere made
-    the browser send it), else None."""
+def _origin_tuple(scheme: str, netloc: str) -> tuple[str, str, int] | None:
+    try:
+        parts = urlsplit(f"//{netloc}")
+        port = parts.port
+    except ValueError:
+        return None
+    scheme = {"ws": "http", "wss": "https"}.get(scheme.lower(), scheme.lower())
+    return (scheme, (parts.hostname or "").lower(), port or _DEFAULT_PORTS.get(scheme, 0))
+
+
+def foreign_origin(headers, scheme: str = "http") -> str | None:
+    """The request's ``Origin`` when it is not exactly this server's scheme, host and port (the
+    ``Host`` the request was sent to, over ``scheme``): a page elsewhere made the browser send it."""
     origin = headers.get("origin")
-    if origin and host_name(urlsplit(origin).netloc) != host_name(headers.get("host", "")):
-        return origin
-    return None
+    if origin is None:
+        return None
+    parts = urlsplit(origin)
+    theirs = _origin_tuple(parts.scheme, parts.netloc) if parts.scheme and parts.netloc else None
+    ours = _origin_tuple(scheme, headers.get("host", ""))
+    return None if theirs is not None and theirs == ours else origin
 
 
 def content_length(headers) -> int | None:
@@ -95,36 +129,110 @@ class Window:
         self._spent.setdefault(caller, collections.deque()).append((self._clock(), amount))
 
 
+class Failures:
+    """The one window of wrong credentials, for every door that takes one: an address and the
+    credential it tried (``"operator"``, ``"api key"``, ``"metrics key"``, ``"viewer alice"``) is
+    one entry, so wrong guesses at one name or key do not close another's."""
+
+    def __init__(self, clock=time.monotonic):
+        self._window = Window(LOGIN_WINDOW_S, clock)
+
+    def wait(self, address: str, credential: str) -> int | None:
+        """Seconds to wait before trying ``credential`` again from ``address`` (None: it may try now)."""
+        caller = f"{address} {credential}"
+        return self._window.wait(caller) if self._window.spent(caller) >= LOGIN_FAILURES else None
+
+    def failed(self, address: str, credential: str) -> None:
+        self._window.add(f"{address} {credential}")
+
+
+def _top_files(folder: str | None) -> set[str]:
+    """The regular files at the top of the upload folder: Gradio's uploads in progress (a finished one
+    is moved into a folder of its own)."""
+    if not folder or not os.path.isdir(folder):
+        return set()
+    return {entry.name for entry in os.scandir(folder) if entry.is_file(follow_symlinks=False)}
+
+
 def _address(scope) -> str:
     return (scope.get("client") or ("unknown",))[0]
 
 
+class UploadCut(MultiPartException):
+    """An upload past its bound, raised to the parser reading it (which deletes its part files)."""
+
+    def __init__(self, answer: PlainTextResponse):
+        super().__init__("the upload was cut at its bound; File size exceeded maximum allowed size")
+        self.answer = answer
+
+
 class RoomGuard:
     def __init__(self, app, key: OperatorKey, hosts: frozenset[str] | None, output_dir: str | None = None,
-                 upload_dir: str | None = None, clock=time.monotonic):
+                 upload_dir: str | None = None, clock=time.monotonic, failures: Failures | None = None,
+                 viewer_login: bool = False):
         self.app, self.key, self.hosts = app, key, hosts
         self.output_dir = os.path.realpath(output_dir) if output_dir else None
         self.upload_dir = upload_dir
+        self.viewer_login = viewer_login  # --auth: Gradio's /login takes the viewers' passwords
         self._uploads = Window(UPLOAD_WINDOW_S, clock)  # bytes each address uploaded
-        self._failures = Window(LOGIN_WINDOW_S, clock)  # wrong operator logins from each address
+        self._arriving: collections.Counter = collections.Counter()  # bytes of bodies still arriving, by address
+        self.failures = failures or Failures(clock)
 
-    def _upload_refusal(self, scope, headers) -> PlainTextResponse | None:
-        """None lets the upload through (and counts it)."""
-        origin = foreign_origin(headers)
-        if origin:
-            return _reply(403, f"Uploads come only from this app's own page; {origin!r} is another site.")
-        caller = _address(scope)
-        declared = content_length(headers)
-        length = UNKNOWN_LENGTH if declared is None else declared
-        if self._uploads.spent(caller) + length > UPLOAD_BYTES_PER_CALLER:
+    def _upload_refusal(self, caller: str, more: int, held: int) -> PlainTextResponse | None:
+        """None lets ``more`` bytes from ``caller`` through, on top of what it sent and is sending."""
+        if self._uploads.spent(caller) + self._arriving[caller] + more > UPLOAD_BYTES_PER_CALLER:
             return _reply(429, f"Too much uploaded from this address: at most {UPLOAD_BYTES_PER_CALLER / 2**20:.0f} "
                                f"MB every {UPLOAD_WINDOW_S / 60:g} minutes; try again in {self._uploads.wait(caller)} s.")
-        held = dir_size(self.upload_dir) if self.upload_dir else 0
-        if held + length > UPLOADS_TOTAL_BYTES:
+        if held + sum(self._arriving.values()) + more > UPLOADS_TOTAL_BYTES:
             return _reply(413, f"The app holds {held / 2**20:.0f} MB of uploads; at most "
                                f"{UPLOADS_TOTAL_BYTES / 2**20:.0f} MB are kept at once. Try again when they have been read.")
-        self._uploads.add(caller, length)
         return None
+
+    async def _upload(self, scope, receive, send, headers):
+        """The upload handed on with its body counted as it arrives, and cut at the first bound it passes."""
+        caller, declared = _address(scope), content_length(headers) or 0
+        held = dir_size(self.upload_dir) if self.upload_dir else 0
+        refusal = self._upload_refusal(caller, declared, held)  # a declared length: refused before the body
+        if refusal:
+            return await refusal(scope, receive, send)
+        state = {"got": 0, "answer": None}
+        before = _top_files(self.upload_dir)
+
+        async def counted():
+            message = await receive()
+            if message["type"] == "http.request" and message.get("body"):
+                size = len(message["body"])
+                answer = self._upload_refusal(caller, size, held)
+                state["got"] += size
+                self._arriving[caller] += size
+                if answer is not None:
+                    state["answer"] = answer
+                    raise UploadCut(answer)
+            return message
+
+        async def until_cut(message):
+            if state["answer"] is None:
+                await send(message)
+
+        try:
+            await self.app(scope, counted, until_cut)
+        except UploadCut:
+            pass
+        except OSError as exc:  # a full disk while a part was written
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            # Gradio's parser leaves its part file (a temporary file at the folder's top) on this error:
+            # those made meanwhile go (an upload arriving beside this one on the full disk goes with it).
+            for name in _top_files(self.upload_dir) - before:
+                os.unlink(os.path.join(self.upload_dir, name))
+            state["answer"] = _reply(507, "The server's disk is full: the upload was not kept. Try again later.")
+        finally:
+            self._arriving[caller] -= state["got"]
+            if self._arriving[caller] <= 0:
+                del self._arriving[caller]
+            self._uploads.add(caller, max(state["got"], declared))
+        if state["answer"] is not None:
+            await state["answer"](scope, receive, send)
 
     def _foreign_output(self, path: str) -> bool:
         if self.output_dir is None or not path.startswith(FILE_ROUTE):
@@ -138,43 +246,88 @@ class RoomGuard:
         if scope["type"] not in ("http", "websocket"):
             return await self.app(scope, receive, send)
         headers, path, answer = Headers(scope=scope), scope.get("path", ""), None
+        method = scope.get("method", "GET") if scope["type"] == "http" else "WEBSOCKET"
+        origin = foreign_origin(headers, scope.get("scheme", "http"))
         if self.hosts is not None and host_name(headers.get("host", "")) not in self.hosts:
             if scope["type"] == "websocket":
                 return await send({"type": "websocket.close", "code": 1008})
             answer = _reply(421, f"This server answers only for its own address ({', '.join(sorted(self.hosts))}); "
                                  f"Host {headers.get('host')!r} is refused (DNS rebinding protection).")
+        elif origin and (method not in SAFE_METHODS or "cookie" in headers or "authorization" in headers):
+            if scope["type"] == "websocket":
+                return await send({"type": "websocket.close", "code": 1008})
+            answer = _reply(403, f"Requests from another site's page ({origin!r}) are refused: only this app's own "
+                                 "page (its scheme, host and port) may send them. Behind a proxy, name it with "
+                                 "--forwarded-allow-ips so the scheme it was reached by is known.")
+        elif "\0" in path or "%00" in path:
+            answer = _reply(400, "A path with a NUL byte is refused.")
         elif scope["type"] == "http" and path == "/operator":
             answer = self._login(scope, headers)
         elif scope["type"] == "http" and self._foreign_output(path):
             answer = _reply(404, "Not found: the output folder serves only the images the app made.")
-        elif scope["type"] == "http" and path == UPLOAD_ROUTE and scope.get("method") == "POST":
-            answer = self._upload_refusal(scope, headers)
+        elif scope["type"] == "http" and path in UPLOAD_ROUTES and method == "POST":
+            return await self._upload(scope, receive, send, headers)
+        elif self.viewer_login and scope["type"] == "http" and path in VIEWER_LOGIN_ROUTES and method == "POST":
+            return await self._viewer_login(scope, receive, send)
         await (answer or self.app)(scope, receive, send)
 
+    async def _viewer_login(self, scope, receive, send):
+        """Gradio's ``/login`` behind the failure window of the address and the user name claimed."""
+        body, more = b"", True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":
+                return
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+            if len(body) > MAX_LOGIN_BODY:
+                return await _reply(413, "A login is a user name and a password.")(scope, receive, send)
+        fields = parse_qs(body.decode("latin-1"))
+        caller, credential = _address(scope), f"viewer {(fields.get('username') or [''])[0].strip()[:64]}"
+        wait = self.failures.wait(caller, credential)
+        if wait is not None:
+            return await _reply(429, f"Too many wrong logins for this user from this address; try again in {wait} s.",
+                                {"retry-after": str(wait)})(scope, receive, send)
+        sent = [False]
+
+        async def replay():
+            if sent[0]:
+                return await receive()
+            sent[0] = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        async def watch(message):
+            if message["type"] == "http.response.start" and message["status"] != 200:
+                self.failures.failed(caller, credential)
+            await send(message)
+
+        await self.app(scope, replay, watch)
+
     def _login(self, scope, headers):
-        caller = _address(scope)
-        if self._failures.spent(caller) >= LOGIN_FAILURES:
-            wait = self._failures.wait(caller)
+        caller, query = _address(scope), QueryParams(scope.get("query_string", b""))
+        token, auth = query.get("token"), headers.get("authorization", "")
+        if self.key.check_token(token):  # a key (long, random): checked before the window, never locked out
+            return self._operator_cookie()
+        user = password = None
+        if self.key.pairs and auth.lower().startswith("basic "):
+            try:
+                user, _, password = base64.b64decode(auth[6:]).decode("utf-8").partition(":")
+            except (ValueError, UnicodeDecodeError):
+                pass
+        credential = "operator" if user is None else f"operator {user[:64]}"  # a password: its own window
+        wait = self.failures.wait(caller, credential)
+        if wait is not None:
             return _reply(429, f"Too many wrong operator logins from this address; try again in {wait} s.",
                           {"retry-after": str(wait)})
-        query = QueryParams(scope.get("query_string", b""))
-        ok = self.key.check_token(query.get("token"))
-        if not ok and self.key.pairs:
-            auth = headers.get("authorization", "")
-            if auth.lower().startswith("basic "):
-                try:
-                    user, _, password = base64.b64decode(auth[6:]).decode("utf-8").partition(":")
-                except (ValueError, UnicodeDecodeError):
-                    user = password = None
-                ok = self.key.check_login(user, password)
-            if not ok:
-                if auth or query.get("token"):
-                    self._failures.add(caller)
-                return _reply(401, "Operator login required.",
-                              {"www-authenticate": 'Basic realm="Neuron Studio operator"'})
-        if not ok:
-            self._failures.add(caller)
-            return _reply(403, "That is not this run's operator token: the page stays a viewer's.")
+        if user is not None and self.key.check_login(user, password):
+            return self._operator_cookie()
+        if token or auth or not self.key.pairs:
+            self.failures.failed(caller, credential)
+        if self.key.pairs:
+            return _reply(401, "Operator login required.", {"www-authenticate": 'Basic realm="Neuron Studio operator"'})
+        return _reply(403, "That is not this run's operator token: the page stays a viewer's.")
+
+    def _operator_cookie(self) -> RedirectResponse:
         cookie = f"{COOKIE}={self.key.session_key}; Path=/; HttpOnly; SameSite=Strict"
         return RedirectResponse("/", 303, headers={"set-cookie": cookie, "cache-control": "no-store"})
 

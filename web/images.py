@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import collections
+import secrets
 import threading
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import quote
 
 from fastapi import Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import FileResponse, JSONResponse
 from pydantic import BaseModel, ConfigDict, ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.formparsers import MultiPartException, MultiPartParser
@@ -28,6 +29,7 @@ from backend.errors import (
     QueueFull,
     ShapeLimitReached,
     ShapeLocked,
+    StorageFull,
     StudioError,
 )
 from backend.request.references import MAX_REFERENCE_BYTES
@@ -38,6 +40,8 @@ MAX_JSON_BYTES = 64 * 1024
 POLICY_HEADER = "x-compile-policy"
 API_NAMES = {"count": "n", "images": "image", "width": "size", "height": "size"}  # the service's field -> the API's
 MODEL_NAMES = ("neuron-studio", "flux.2-klein")
+FILES_ROUTE = "/v1/images/files/"
+FILES_KEPT = 1000  # the newest response_format=url images each served by its id (retention may remove one sooner)
 
 
 class ApiError(Exception):
@@ -77,6 +81,9 @@ FIELDS = tuple(ImageRequest.model_fields)[:-5]  # without OpenAI's five that cha
 def _pydantic_refusal(exc: ValidationError) -> ApiError:
     first = exc.errors()[0]
     name = str(first["loc"][0]) if first.get("loc") else None
+    if first["type"] == "json_invalid":  # a parse error, a nesting past the parser's limit included
+        return ApiError(400, f"the body is not JSON: {first.get('ctx', {}).get('error', first['msg'])}",
+                        code="invalid_json")
     if first["type"] == "extra_forbidden":
         return ApiError(400, f"{name}: not a field of this API (fields: {', '.join(FIELDS)})", param=name,
                         code="unknown_parameter")
@@ -108,6 +115,27 @@ class BoundedParts(MultiPartParser):
 class Images:
     def __init__(self, manager):
         self.manager = manager
+        # id -> (path, owner): an image of a response_format=url answer, served to its maker only, by an
+        # unguessable id that names no path
+        self._files: collections.OrderedDict[str, tuple[str, Any]] = collections.OrderedDict()
+        self._files_lock = threading.Lock()
+
+    def _file_url(self, request: Request, path: str, owner) -> str:
+        ident = f"{secrets.token_urlsafe(18)}.png"
+        with self._files_lock:
+            self._files[ident] = (path, owner)
+            while len(self._files) > FILES_KEPT:
+                self._files.popitem(last=False)
+        return f"{str(request.base_url).rstrip('/')}{FILES_ROUTE}{ident}"
+
+    def file(self, ident: str, caller) -> FileResponse:
+        """The image ``ident`` names, for the caller that made it; 404 for anyone else, as for no image."""
+        with self._files_lock:
+            path, owner = self._files.get(ident, (None, None))
+        if path is None or owner != caller.owner or not Path(path).is_file():
+            raise ApiError(404, "no such image for this caller (an image's URL opens for the key that made it)",
+                           code="not_found")
+        return FileResponse(path, media_type="image/png", headers={"cache-control": "private, no-store"})
 
     @staticmethod
     async def json_fields(request: Request) -> ImageRequest:
@@ -166,7 +194,7 @@ class Images:
 
     def check_model(self, model: Any) -> None:
         known = self.model_names()
-        if model not in (None, "") and model not in known:
+        if model not in (None, "") and (not isinstance(model, str) or model not in known):
             raise ApiError(400, f"model: this app serves {self.manager.model_label or self.manager.settings.model}; "
                                 f"give one of {', '.join(sorted(known))} or leave it out, got {show_value(model)}",
                            param="model", code="model_not_found")
@@ -228,7 +256,7 @@ class Images:
         data = []
         for path in result.paths:
             if fields.response_format == "url":
-                data.append({"url": f"{str(request.base_url).rstrip('/')}/gradio_api/file={quote(path)}"})
+                data.append({"url": self._file_url(request, path, caller.owner)})
             else:
                 data.append({"b64_json": base64.b64encode(Path(path).read_bytes()).decode()})
             if run.typed and run.typed != run.prompt:
@@ -254,6 +282,7 @@ _REFUSALS = (
     (QueueFull, 429, {"code": "rate_limit_exceeded", "kind": "rate_limit_error", "headers": {"retry-after": "5"}}),
     ((BackendNotReady, BackendBusy), 503, {"code": "not_ready", "kind": "server_error", "headers": {"retry-after": "5"}}),
     (GenerationCancelled, 499, {"code": "cancelled", "kind": "server_error"}),
+    (StorageFull, 507, {"code": "storage_full", "kind": "server_error"}),
 )
 
 

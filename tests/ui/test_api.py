@@ -244,7 +244,9 @@ def test_generate_and_edit_with_the_openai_client(app, client):
     edited = client.images.edit(image=[("ref.png", buffer.getvalue(), "image/png")], prompt="make it red",
                                 size="64x64", response_format="url", extra_body={"steps": 2})
     assert "+ref" in edited.model_extra["neuron_studio"]["signature"]
-    with urllib.request.urlopen(edited.data[0].url, timeout=10) as response:  # the app's own output route
+    assert "/v1/images/files/" in edited.data[0].url  # no server path: an id that opens for its key only
+    opened = urllib.request.Request(edited.data[0].url, headers={"Authorization": f"Bearer {client.api_key}"})
+    with urllib.request.urlopen(opened, timeout=10) as response:
         assert Image.open(io.BytesIO(response.read())).size == (64, 64)
 
 
