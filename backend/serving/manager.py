@@ -217,7 +217,8 @@ class Manager:
 
     def _check_ready(self) -> None:
         if self.state is ServiceState.FAILED:
-            raise BackendNotReady(f"the model failed to load: {self.load_error}")
+            # Every door's caller hears it; the error (which may name --model's folder) is the operator's status.
+            raise BackendNotReady("the model failed to load (the System tab and the app's log say why)")
         if self.device is None or self.model_path is None or self.state is ServiceState.LOADING or not self.engines:
             raise BackendNotReady("the model is still loading; try again in a moment")
         if self._closing.is_set():

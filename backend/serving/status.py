@@ -96,7 +96,9 @@ class Status:
         cache.pop("dir", None)
         for entry in cache.get("caches") or []:
             entry.pop("dir", None)
-        first_line(seen, "load_error", "last_error", "degraded")
+        first_line(seen, "last_error", "degraded")
+        if seen["load_error"]:  # it may name --model's folder: the operator's page and the log say it whole
+            seen["load_error"] = "the model failed to load (the operator's System tab says why)"
         return Status(**seen)
 
 

@@ -285,6 +285,11 @@ def test_readiness_names_no_path_when_the_model_fails_to_load(tmp_path):
     assert not ready and "failed to load" in why
     assert "/" not in why and "private-models" not in why
     assert str(secret) in bad.status().load_error
+    # nor does any door's refusal, nor a viewer's status
+    with pytest.raises(BackendNotReady) as refused:
+        bad.generate(bad.validate("fox", 64, 64))
+    assert "private-models" not in str(refused.value)
+    assert "private-models" not in bad.status().for_viewer().load_error
 
 
 def test_a_prewarm_shape_that_fails_leaves_the_app_ready(tmp_path, monkeypatch):
