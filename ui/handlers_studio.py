@@ -4,6 +4,7 @@ badges the timer refreshes, a PNG's parameters, and whether the tensor-parallel 
 
 from __future__ import annotations
 
+import os
 from typing import Callable
 
 import gradio as gr
@@ -195,6 +196,7 @@ class StudioTab:
         bounds = self.manager.settings  # the app's own bounds: a PNG it made at 80 of --max-steps 100 loads whole
         # A caller's malformed input is answered, not logged with a traceback (gr.Error prints one by default).
         not_png = gr.Error(text(lang, "err_not_png"), title=text(lang, "title_error"), print_exception=False)
+        path = os.fspath(path) if isinstance(path, os.PathLike) else path
         if not isinstance(path, str) or "\0" in path or not is_upload(path):  # only what was uploaded
             raise not_png
         try:
