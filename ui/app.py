@@ -52,8 +52,9 @@ def wire(studio, page, demo: gr.Blocks) -> None:
         tab.refresh_studio, status_inputs, studio_views, **LIGHT)
     page.prompt.submit(tab.generate_from_page, run_inputs, run_outputs, show_progress_on=[page.image], **RUN)
     # Stop must not queue behind the generation it stops.
-    page.stop_btn.click(tab.stop, None, None, queue=False, **PRIVATE)
-    page.stop_worker.click(tab.stop_compiling_worker, None, None, queue=False, **PRIVATE)
+    page.stop_btn.click(tab.stop, None, page.stop_info, queue=False, **PRIVATE)
+    page.stop_worker.click(tab.stop_compiling_worker, None, page.stop_info, queue=False, **PRIVATE)
+    page.generate_btn.click(lambda: "", None, page.stop_info, queue=False, **PRIVATE)  # a new run: Stop's line goes
     page.use_reference.click(tab.use_as_reference, [page.last_paths, page.references], page.references, **LIGHT)
     page.history.select(tab.history_selected, None, page.last_paths, **LIGHT)
     # Parsing an upload is bounded (backend.images.pngmeta) and runs one at a time, apart from the

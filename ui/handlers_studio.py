@@ -9,7 +9,7 @@ from typing import Callable
 
 import gradio as gr
 
-from backend.errors import InvalidRequest
+from backend.errors import InvalidRequest, StudioError
 from backend.images.pngmeta import read_png_parameters
 from backend.request.validation import work
 from backend.shapes import Shape
@@ -97,32 +97,39 @@ class StudioTab:
         _info(lang, text(lang, "info_reference_added", n=len(current) + 1))
         return current + [(paths[0], None)]
 
-    def stop(self, page: gr.Request | None = None) -> None:
+    def stop(self, page: gr.Request | None = None) -> str:
         """Stop this page's run (the operator's: every run) at its next step; while a shape compiles,
-        say that the compile finishes first and about when."""
-        caller = self.door.caller(page)
-        with refusals(language(page)):
+        say that the compile finishes first and about when. The answer is the page's line under the
+        buttons (Stop does not queue, and a toast from an unqueued event never reaches the page)."""
+        caller, lang = self.door.caller(page), language(page)
+        try:
             running = self.manager.cancel(caller=caller)
+        except StudioError as exc:  # another viewer's run: said on the page, nothing stopped
+            return text(lang, "title_error") + " — " + error_message(exc, lang)
         if not running:
-            return self.door.info(page, "info_nothing")
+            return self._said(page, "info_nothing")
         status = self.manager.status()
         compiling = [job for job in status.running or [] if job.get("phase") == "compiling"]
         if not compiling:
-            return self.door.info(page, "info_stopping")
+            return self._said(page, "info_stopping")
         job = compiling[0]
         estimate = job.get("compile_estimate")
         left = format_seconds(max(0.0, estimate - (job.get("compile_elapsed") or 0.0))) if estimate else "?"
         endable = job.get("engine") in (status.compiling_workers or ())
-        self.door.info(page, "info_stopping_compile_operator" if caller.is_operator and endable else "info_stopping_compile",
-                       left=left)
+        return self._said(page, "info_stopping_compile_operator" if caller.is_operator and endable
+                          else "info_stopping_compile", left=left)
 
-    def stop_compiling_worker(self, page: gr.Request | None = None) -> list[str]:
+    def stop_compiling_worker(self, page: gr.Request | None = None) -> str:
         """The operator's: end a compile now by stopping the worker process that runs it."""
         with refusals(language(page)):
             stopped = self.manager.stop_compiling_workers(caller=self.door.caller(page))
         names = ", ".join(text(language(page), "engine_name_" + name.replace("-", "_")) for name in stopped)
-        self.door.info(page, "info_worker_stopped" if stopped else "info_no_worker_compiling", engines=names)
-        return stopped
+        return self._said(page, "info_worker_stopped" if stopped else "info_no_worker_compiling", engines=names)
+
+    def _said(self, page, key: str, **values) -> str:
+        """The line under the buttons, in the page's language (and the terminal's log line)."""
+        self.door.info(page, key, **values)
+        return text(language(page), key, **values)
 
     def preset_changed(self, label: str, width, height):
         shape = preset_shape(label, self.manager.card.presets)

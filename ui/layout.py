@@ -68,6 +68,7 @@ def studio_tab(manager) -> dict:
                     # The operator's, shown while a worker compiles: the one way to end a compile early.
                     stop_worker = gr.Button(I18N("stop_worker"), variant="secondary", elem_id="stop-worker",
                                             scale=1, visible=False)
+                stop_info = gr.Markdown("", elem_id="stop-info")  # what Stop did, at once
                 cost = gr.Markdown("", elem_id="cost")
                 preset = gr.Radio(preset_choices(card.presets), value=default_preset, label=I18N("resolution"),
                                   elem_id="preset")

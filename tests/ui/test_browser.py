@@ -111,6 +111,25 @@ def test_stop_stops_a_running_generation_and_a_second_viewer_sees_it_live(page, 
     viewer.close()
 
 
+def test_stop_during_a_compile_is_answered_on_the_page_at_once(page):
+    """Issue 54 (1): Stop is not queued, and a toast from an unqueued event never reached the page: a
+    Stop pressed during a compile was silent there until the compile ended. Its answer is now the line
+    under the buttons, shown while the compile still runs."""
+    choose_mode(page, "compiled (whole transformer)")
+    page.get_by_label("21:9 · 1536x640").check()  # a token count no other test compiles
+    page.fill("#prompt textarea", "a fox")
+    page.click("#generate")
+    page.wait_for_function("document.querySelector('#engine-line').innerText.includes('compiling')", timeout=60000)
+    page.click("#stop")
+    page.wait_for_function("document.querySelector('#stop-info').innerText.includes('Stopping')", timeout=30000)
+    said = page.inner_text("#stop-info")
+    assert "compile that is running finishes first" in said or "next denoising step" in said
+    page.wait_for_function("document.querySelector('#run-info').innerText.includes('Stopped')", timeout=120000)
+    page.click("#stop")  # nothing runs now: said so too
+    page.wait_for_function("document.querySelector('#stop-info').innerText.includes('Nothing is running')",
+                           timeout=30000)
+
+
 def test_a_run_behind_another_viewers_says_its_place_and_runs_when_that_one_stops(page, browser, app_url):
     """Issue 51: every run waits on the service's job board, not in Gradio's queue, so the page says
     the board's place while it waits (Gradio would show nothing for it)."""

@@ -72,13 +72,13 @@ def test_backend_errors_become_notices_and_stop_is_not_an_error(studio, manager,
     assert "boom" in calm_refusal(studio.studio_tab.generate_from_page("a fox", 64, 64, "eager", 4, 1.0, 0, True, []))
     assert "boom" in manager.status().last_error and not manager.records
     engine.fail_with = None
-    studio.studio_tab.stop()
+    assert studio.studio_tab.stop() == "Nothing is running."  # the page's line under the buttons
     assert "Nothing is running." in capsys.readouterr().out
     page_run = lambda: studio.studio_tab.generate_from_page("a fox", 64, 64, "eager", 4, 1.0, 0, True, [])  # noqa: E731
     with engine.hold(page_run, after_step=2) as outcome:
         assert manager.status().busy["phase"] == "denoising"
-        studio.studio_tab.stop()  # the real cancel: the run stops at its next step boundary
-        assert "Stopping at the next denoising step" in capsys.readouterr().out
+        said = studio.studio_tab.stop()  # the real cancel: the run stops at its next step boundary
+        assert said.startswith("Stopping at the next denoising step") and said in capsys.readouterr().out
     assert "Stopped: stopped after step 2 of 4" in capsys.readouterr().out
     assert "Stopped" in outcome["result"][1] and not manager.records and manager.status().busy is None
 
@@ -659,7 +659,7 @@ def test_the_operator_can_end_a_compile_a_worker_runs_and_a_viewer_cannot(tmp_pa
         viewers_page = Studio(manager, OperatorKey())
         assert viewers_page.studio_tab.refresh_studio("tp", 64, 64, 4, 2, page=viewer)[5] == gr.update(visible=False)
         assert group.state == "ready"
-        assert studio.studio_tab.stop_compiling_worker() == ["tensor-parallel"]
+        assert studio.studio_tab.stop_compiling_worker().startswith("Stopped the tensor-parallel workers")
         assert "Stopped the tensor-parallel workers: the compile ended" in capsys.readouterr().out
         assert group.state == "stopped"
     finally:

@@ -133,8 +133,7 @@ def test_a_viewer_stops_only_its_own_run(room, manager, engine):
     with engine.hold(alices_run) as outcome:
         busy = manager.status().busy
         assert busy["mode"] == "eager" and "owner" not in busy  # sessions are not published
-        with pytest.raises(gr.Error, match="another viewer's"):
-            studio.studio_tab.stop(page=page(session="s-bob"))
+        assert "another viewer's" in studio.studio_tab.stop(page=page(session="s-bob"))  # said on the page
     assert "result" in outcome  # bob's stop changed nothing: alice's run finished
 
     with engine.hold(alices_run) as outcome:
@@ -187,8 +186,7 @@ def test_a_forged_stop_with_any_owner_string_an_api_client_could_send_ends_nothi
     with engine.hold(lambda: manager.run(request, alice)) as outcome:
         for forged in ("api key alice", "key alice", "alice", "api loopback 127.0.0.1", "loopback 127.0.0.1",
                        str(alice.owner), "api address 127.0.0.1", "local", ""):
-            with pytest.raises(gr.Error, match="another viewer's"):
-                studio.studio_tab.stop(page=page(session=forged or None))
+            assert "another viewer's" in studio.studio_tab.stop(page=page(session=forged or None))
     assert "result" in outcome  # every forged stop changed nothing: Alice's run finished
 
 def test_a_shape_warmed_from_a_bundle_is_labelled_so_in_the_shapes_table():
@@ -233,14 +231,12 @@ def test_a_run_an_api_client_owns_cannot_be_stopped_by_a_sessionless_or_other_ca
     api_run = lambda: studio.api.api_generate("a fox", 64, 64, "eager", 4, 1, 1.0, page=api_client)  # noqa: E731
     with engine.hold(api_run) as outcome:
         for who in (page(session=None), page(session="s-someone-else")):
-            with pytest.raises(gr.Error, match="another viewer's"):
-                studio.studio_tab.stop(page=who)
+            assert "another viewer's" in studio.studio_tab.stop(page=who)
     assert "result" in outcome and outcome["result"][1]["seed"] == 1  # the API client got its image
     warmup_run = lambda: manager.generate(manager.validate("a fox", 64, 64, steps=4, seed=0, mode="eager"),  # noqa: E731
                                           _warming=True)
     with engine.hold(warmup_run) as outcome:
-        with pytest.raises(gr.Error, match="another viewer's"):
-            studio.studio_tab.stop(page=page(session=None))
+        assert "another viewer's" in studio.studio_tab.stop(page=page(session=None))
     assert "result" in outcome  # a warm-up has no owner: no viewer stops it
 
 
