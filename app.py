@@ -46,8 +46,11 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="serve the web UI (the default command)")
     add_setting_flags(serve)
 
-    demo = sub.add_parser("demo", help="serve, warm every preset in --demo-modes, optionally start the group, "
-                                       "lock to warm shapes: a demo in one command")
+    demo_help = ("serve, warm every preset in --demo-modes, optionally start the group, lock to warm shapes: "
+                 "a demo in one command")
+    demo = sub.add_parser("demo", help=demo_help, description=demo_help[0].upper() + demo_help[1:] + ". The page "
+                          "is served at once; /readyz answers 503 until the warm set is warm. Each setting below "
+                          "falls back to its NEURON_STUDIO_* variable, then to its default (docs/settings.md).")
     add_setting_flags(demo)
     demo.add_argument("--demo-modes", default=None,
                       help="comma-separated modes whose presets are warmed (default: --mode)")

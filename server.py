@@ -159,14 +159,18 @@ def prepare_demo(manager, modes: list[str], tp: bool, say=print) -> None:
         say(f"demo: the model did not load: {manager.load_error}")
         return
     shapes = [shape for _name, shape in manager.card.presets]
-    for mode in modes:
-        say(f"demo: warming {len(shapes)} presets in {mode} mode…")
-        manager.warmup(shapes, mode, progress=lambda done, total, shape, mode=mode: shape is not None and say(
-            f"demo:   {mode} {shape} ({done + 1}/{total})"))
-    if tp:
-        say("demo: starting the tensor-parallel group…")
-        manager.start_engine("tensor-parallel", wait=True)
-    manager.set_warm_only(True)
+    manager.preparing = "the demo is warming its presets"  # /readyz waits for it
+    try:
+        for mode in modes:
+            say(f"demo: warming {len(shapes)} presets in {mode} mode…")
+            manager.warmup(shapes, mode, progress=lambda done, total, shape, mode=mode: shape is not None and say(
+                f"demo:   {mode} {shape} ({done + 1}/{total})"))
+        if tp:
+            say("demo: starting the tensor-parallel group…")
+            manager.start_engine("tensor-parallel", wait=True)
+        manager.set_warm_only(True)
+    finally:
+        manager.preparing = None
     say(f"demo: ready — {len(shapes)} presets warm in {', '.join(modes) or 'no mode'}"
         + (", the tensor-parallel group running" if tp else "") + "; locked to warm shapes. Open the operator "
         "link above on the presenter's screen; the room opens the local URL (or --host/--port's).")

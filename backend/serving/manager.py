@@ -69,6 +69,7 @@ class Manager:
         self.load_error: str | None = None
         self.last_error: str | None = None
         self.warm_only = settings.warm_only
+        self.preparing: str | None = None  # what readiness waits for besides --prewarm (``app.py demo``'s warm set)
         self.fallback_ops: dict[str, set[str]] = {}  # op that ran on the host -> the "mode shape"s it ran in
         self.records: list[GenerationResult] = []
         self._state_lock = threading.Lock()

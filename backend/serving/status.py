@@ -107,9 +107,9 @@ class StatusView:
         self.service = service
 
     def readiness(self) -> tuple[bool, str]:
-        """(ready, why): the model loaded and every ``--prewarm`` shape warm in the default mode. ``why``
-        is public (``/readyz``): it holds no path (the load error, naming ``--model``'s folder, is the
-        operator's, in ``status().load_error``)."""
+        """(ready, why): the model loaded, every ``--prewarm`` shape warm in the default mode and ``demo``'s
+        warm set done. ``why`` is public (``/readyz``): it holds no path (the load error, naming
+        ``--model``'s folder, is the operator's, in ``status().load_error``)."""
         s = self.service
         if s.closing:
             return False, "the app is shutting down"
@@ -117,6 +117,8 @@ class StatusView:
             return False, "the model failed to load (the System tab and the app's log say why)"
         if s.state in (ServiceState.IDLE, ServiceState.LOADING) or not s.engines:
             return False, "the model is loading"
+        if s.preparing:
+            return False, s.preparing
         mode = s.settings.mode
         states = {str(shape): s.table.state(mode, shape) for shape in s.settings.prewarm}
         failed = [shape for shape, state in states.items() if state == CompileState.FAILED]
