@@ -153,7 +153,7 @@ EN: dict[str, str] = {
     "note_no_compile": "{mode} mode does not compile on this device",
     "note_shares_graph": "probably reuses the graph of {shape}: the same batch and token count",
     "col_mode": "mode", "col_shape": "shape", "col_state": "state", "col_compile_s": "compile s",
-    "steady_of": "{seconds} (median of {count} lone runs)",
+    "steady_of": "{seconds} (median of {count} steady runs: no compile, nothing beside them)",
     "col_steady_s": "steady s", "col_runs": "runs", "col_error": "error", "col_seconds": "seconds",
     "col_attention": "attention", "attention_fast": "fast", "attention_slow": "slow: {size} of scores",
     "col_compiled": "compiled", "col_max_diff": "max |Δ| vs first (0-255)",

@@ -152,7 +152,7 @@ TR: dict[str, str] = {
     "note_no_compile": "{mode} modu bu cihazda derlenmez",
     "note_shares_graph": "büyük olasılıkla {shape} grafiğini yeniden kullanır: aynı toplu iş ve token sayısı",
     "col_mode": "mod", "col_shape": "boyut", "col_state": "durum", "col_compile_s": "derleme s",
-    "steady_of": "{seconds} (tek başına {count} çalıştırmanın medyanı)",
+    "steady_of": "{seconds} ({count} kararlı çalıştırmanın medyanı: derlemesiz, yanında başka iş yokken)",
     "col_steady_s": "kararlı s", "col_runs": "çalıştırma", "col_error": "hata", "col_seconds": "saniye",
     "col_attention": "dikkat", "attention_fast": "hızlı", "attention_slow": "yavaş: {size} skor",
     "col_compiled": "derlendi", "col_max_diff": "ilkine göre en büyük |Δ| (0-255)",

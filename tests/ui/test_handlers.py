@@ -588,7 +588,7 @@ def test_runs_side_by_side_are_not_steady_figures(studio, manager, engine):
     assert not eager_lone.overlapped
     row = next(r for r in manager.status().shapes if (r["mode"], r["shape"]) == ("eager", "64x64"))
     assert row["runs"] == 2 and row["steady_runs"] == 1 and row["steady_seconds"] == eager_lone.seconds
-    assert "(median of 1 lone runs)" in shapes_frame(manager.status().shapes).iloc[0]["steady s"]
+    assert "(median of 1 steady runs" in shapes_frame(manager.status().shapes).iloc[0]["steady s"]
     assert len(latency_frame(manager.records)) == 1  # the lone eager run only
     # Before any run the modes are still words: an untyped empty column read as numbers drew a "NaN" legend.
     empty = latency_frame([])
