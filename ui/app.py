@@ -56,6 +56,7 @@ def wire(studio, page, demo: gr.Blocks) -> None:
     page.stop_worker.click(tab.stop_compiling_worker, None, page.stop_info, queue=False, **PRIVATE)
     page.generate_btn.click(lambda: "", None, page.stop_info, queue=False, **PRIVATE)  # a new run: Stop's line goes
     page.use_reference.click(tab.use_as_reference, [page.last_paths, page.references], page.references, **LIGHT)
+    page.add_reference.click(tab.add_as_reference, [page.last_paths, page.references], page.references, **LIGHT)
     page.history.select(tab.history_selected, None, page.last_paths, **LIGHT)
     # Parsing an upload is bounded (backend.images.pngmeta) and runs one at a time, apart from the
     # device queue and the status events, so no file can hold the server.

@@ -85,10 +85,20 @@ class StudioTab:
         return [path] if path else gr.skip()
 
     def use_as_reference(self, paths, references, page: gr.Request | None = None):
-        """The last run's image (a batch's first), or the history image last clicked, joins the references."""
+        """The last run's image (a batch's first), or the history image last clicked, becomes the one
+        reference (a second press does not stack it: *Add as reference* keeps several)."""
+        if not paths:
+            return gr.skip()
+        _info(language(page), text(language(page), "info_reference_used"))
+        return [(paths[0], None)]
+
+    def add_as_reference(self, paths, references, page: gr.Request | None = None):
+        """That image joins the references (once: the same image twice adds nothing; the page's copy of
+        a file keeps its name, and an output's name is unique to it)."""
         lang = language(page)
         current = list(references or [])
-        if not paths:
+        names = {os.path.basename(str(item[0] if isinstance(item, (tuple, list)) else item)) for item in current}
+        if not paths or os.path.basename(str(paths[0])) in names:
             return gr.skip()
         limit = self.manager.settings.max_references
         if len(current) >= limit:

@@ -97,6 +97,8 @@ EN: dict[str, str] = {
     "edit_accordion": "Edit: reference images", "references": "Reference images (each is fitted to a reference size: "
     "a new size compiles once)", "count": "Images per prompt",
     "use_as_reference": "Use as reference", "info_reference_added": "Added as reference {n}.",
+    "add_as_reference": "Add as reference",
+    "info_reference_used": "This image is now the reference (Add as reference keeps several).",
     "warn_references_full": "Already {n} references, the most an edit takes.",
     "run_references": " Edited from {refs}.", "run_batch": " {count} images in one batch.",
     "warn_png_references": "This image was an edit of {count} reference image(s): {refs}. Add those files "

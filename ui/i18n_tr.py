@@ -99,6 +99,8 @@ TR: dict[str, str] = {
     "edit_accordion": "Düzenle: referans görseller", "references": "Referans görseller (her biri bir referans boyutuna "
     "uydurulur: yeni bir boyut bir kez derlenir)", "count": "İstem başına görsel",
     "use_as_reference": "Referans olarak kullan", "info_reference_added": "{n}. referans olarak eklendi.",
+    "add_as_reference": "Referans olarak ekle",
+    "info_reference_used": "Bu görsel artık referans (birden çok referans için: Referans olarak ekle).",
     "warn_references_full": "Zaten {n} referans var; bir düzenleme en çok bu kadar alır.",
     "run_references": " Düzenlenen: {refs}.", "run_batch": " Tek toplu işte {count} görsel.",
     "warn_png_references": "Bu görsel {count} referans görselin düzenlemesiydi: {refs}. Yeniden çalıştırmak için "

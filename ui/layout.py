@@ -120,6 +120,8 @@ def studio_tab(manager) -> dict:
                     run_info = gr.Markdown("", elem_id="run-info")
                     use_reference = gr.Button(I18N("use_as_reference"), size="sm", scale=0, min_width=150,
                                               elem_id="use-reference")
+                    add_reference = gr.Button(I18N("add_as_reference"), size="sm", scale=0, min_width=150,
+                                              elem_id="add-reference")
                 last_paths = gr.State([])  # the last run's image files (a batch: all of them)
                 # No preview opened on its own (it showed the first image as a zoomed strip).
                 history = gr.Gallery(label=I18N("history"), columns=6, rows=1, height=140, object_fit="contain",

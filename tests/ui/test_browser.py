@@ -71,6 +71,22 @@ def test_type_prompt_pick_preset_generate_and_see_the_image(page):
     assert cut == []
 
 
+def test_use_as_reference_twice_leaves_one_reference_and_add_keeps_several(page):
+    """Issue 54 (5): every press of "Use as reference" added the image again (a red+cyan smear)."""
+    page.fill("#prompt textarea", "a fox")
+    page.get_by_label("1:1 · 1024x1024").check()
+    before = page.locator("#history img").count()
+    page.click("#generate")
+    page.wait_for_function(f"document.querySelectorAll('#history img').length > {before}", timeout=60000)
+    page.click("#edit .label-wrap")  # the Edit area, where the references show
+    for _ in range(2):
+        page.click("#use-reference")
+    page.wait_for_function("document.querySelectorAll('#references img').length === 1", timeout=15000)
+    page.click("#add-reference")  # the same image: nothing to add
+    page.wait_for_timeout(500)
+    assert page.locator("#references img").count() == 1
+
+
 def test_compiled_badge_goes_from_cold_to_warm(page):
     choose_mode(page, "compiled (whole transformer)")
     page.get_by_label("3:2 · 1216x832").check()

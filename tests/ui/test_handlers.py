@@ -768,8 +768,12 @@ def test_an_edit_on_the_page_takes_uploads_and_the_apps_own_images_only(studio, 
     assert record["signature"] == "64x64*2+ref1216x832" and len(paths) == 2
     assert "2 images in one batch" in line and "300x200 → 1216x832 (cropped)" in line
     assert shown.size == (64 * 2 + 8, 64) and len(gallery) == 1  # one sheet, one history entry
-    references = studio.studio_tab.use_as_reference(paths, [(str(upload), None)])
-    assert references[-1] == (paths[0], None)  # the app's own image joins the references
+    # Issue 54 (5): Use as reference makes it the one reference, however often it is pressed; Add keeps several
+    assert studio.studio_tab.use_as_reference(paths, [(str(upload), None)]) == [(paths[0], None)]
+    assert studio.studio_tab.use_as_reference(paths, [(paths[0], None)]) == [(paths[0], None)]
+    references = studio.studio_tab.add_as_reference(paths, [(str(upload), None)])
+    assert references == [(str(upload), None), (paths[0], None)]  # the app's own image joins the references
+    assert studio.studio_tab.add_as_reference(paths, references) == gr.skip()  # the same image twice: once
     clicked = gr.SelectData(None, {"index": 1, "value": {"image": {"path": paths[1]}, "caption": "x"}})
     assert studio.studio_tab.history_selected(clicked) == [paths[1]]  # or the history image clicked last
     _s, _line, again, *_ = studio.studio_tab.generate_from_page("a fox", 64, 64, "eager", 4, 1.0, 1, False, [], references, 1)
