@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import functools
 import json
 import math
 import struct
@@ -185,19 +186,21 @@ def plan(geometry: Geometry, shape: Shape, *, compiled: bool, dtype: str, degree
     return Plan(geometry.weights(degree) * size, phases, calls, hbm)
 
 
-def fast_sizes(near: Shape, multiple: int = MULTIPLE, slack: float = 0.35) -> list[Shape]:
-    """Output sizes near ``near`` (area within ``slack``) whose sequence, with the text and the same
-    references, takes the fast path (a multiple of the NKI kernel's 512), nearest aspect first."""
+@functools.lru_cache(maxsize=256)
+def fast_sizes(near: Shape, max_side: int, slack: float = 0.35) -> tuple[Shape, ...]:
+    """Output sizes near ``near`` (area within ``slack``, sides at most ``max_side``) whose sequence,
+    with the text and the same references, takes the fast path (a multiple of the NKI kernel's 512),
+    nearest aspect first. Cached: a refused badge asks again every second."""
     from backend.hardware.kernels import SEQ_MULTIPLE
 
-    refs = sum((h // multiple) * (w // multiple) for h, w in near.refs)
+    refs = sum((h // MULTIPLE) * (w // MULTIPLE) for h, w in near.refs)
     found = []
-    for height in range(multiple * 8, 4 * near.height + 1, multiple):
-        for width in range(multiple * 8, 4 * near.width + 1, multiple):
-            pixels = height * width
-            if abs(pixels - near.pixels) > slack * near.pixels:
-                continue
-            if (TEXT_TOKENS + refs + (height // multiple) * (width // multiple)) % SEQ_MULTIPLE == 0:
+    for height in range(MULTIPLE * 8, max_side + 1, MULTIPLE):
+        # only the widths whose area is within the slack: one short range per height
+        low = max(MULTIPLE * 8, math.ceil((1 - slack) * near.pixels / height / MULTIPLE) * MULTIPLE)
+        for width in range(low, min(max_side, int((1 + slack) * near.pixels / height)) + 1, MULTIPLE):
+            if (TEXT_TOKENS + refs + (height // MULTIPLE) * (width // MULTIPLE)) % SEQ_MULTIPLE == 0:
                 found.append(Shape(height, width))
     aspect = math.log(near.width / near.height)
-    return sorted(found, key=lambda s: (abs(math.log(s.width / s.height) - aspect), abs(s.pixels - near.pixels)))
+    return tuple(sorted(found, key=lambda s: (abs(math.log(s.width / s.height) - aspect),
+                                              abs(s.pixels - near.pixels))))

@@ -79,10 +79,11 @@ class Admission:
         fixes = []
         if shape.refs:
             fixes.append("fewer or smaller references")
-        if needs.slow() is not None:
-            near = memory.fast_sizes(shape)
-            if near:
-                fixes.append(f"a fast-attention size such as {near[0]}")
+        if needs.slow() is not None:  # a fast-attention size that would also fit, if one is near
+            near = next((size for size in memory.fast_sizes(shape, self.settings.max_size)
+                         if self.memory_plan(device, mode, size.with_inputs(shape.count, shape.refs)).fits), None)
+            if near is not None:
+                fixes.append(f"a fast-attention size such as {near}")
         if phase == "decode" or not fixes:
             fixes.append("a smaller size")
         if mode != "tp":
