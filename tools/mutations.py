@@ -261,8 +261,8 @@ MUTATIONS = (
              "        if isinstance(exc, OSError) and exc.errno in FULL_ERRNOS:\n", "        if False:\n",
              ("tests/backend/test_pngmeta.py::test_a_full_output_folder_raises_storage_full_and_leaves_nothing_partial",)),
     Mutation("BK09", "/readyz prints the load error (--model's path)", "backend/serving/status.py",
-             "return False, \"the model failed to load (the System tab and the app's log say why)\"",
-             "return False, \"the model failed to load: \" + (s.load_error or \"\")",
+             "            return False, LOAD_FAILED",
+             "            return False, \"the model failed to load: \" + (s.load_error or \"\")",
              ("tests/backend/test_manager.py::test_readiness_names_no_path_when_the_model_fails_to_load",)),
 )
 

@@ -62,8 +62,8 @@ def allowed_hosts(bind: str) -> frozenset[str] | None:
 
 
 FILE_ROUTE = "/gradio_api/file="
-UPLOAD_ROUTES = frozenset({"/gradio_api/upload", "/v1/images/edits"})
 UPLOAD_ROUTE = "/gradio_api/upload"
+UPLOAD_ROUTES = frozenset({UPLOAD_ROUTE, "/v1/images/edits"})
 VIEWER_LOGIN_ROUTES = frozenset({"/login", "/login/"})  # Gradio's, with --auth
 LOGIN_FAILURES = 5
 LOGIN_WINDOW_S = 60.0

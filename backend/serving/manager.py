@@ -34,7 +34,7 @@ from backend.serving.controls import CacheOps, EngineControls
 from backend.serving.jobs import JobBoard
 from backend.serving.metrics import RunMetrics
 from backend.serving.roles import LOCAL_OPERATOR, Caller
-from backend.serving.status import ServiceState, StatusView
+from backend.serving.status import LOAD_FAILED, ServiceState, StatusView
 from backend.settings import MODES, Settings
 from backend.shapes import Shape
 
@@ -218,8 +218,7 @@ class Manager:
 
     def _check_ready(self) -> None:
         if self.state is ServiceState.FAILED:
-            # Every door's caller hears it; the error (which may name --model's folder) is the operator's status.
-            raise BackendNotReady("the model failed to load (the System tab and the app's log say why)")
+            raise BackendNotReady(LOAD_FAILED)
         if self.device is None or self.model_path is None or self.state is ServiceState.LOADING or not self.engines:
             raise BackendNotReady("the model is still loading; try again in a moment")
         if self._closing.is_set():

@@ -13,6 +13,9 @@ from backend.serving.compile_state import CompileState
 from backend.serving.jobs import JobState
 from backend.shapes import parse_signature
 
+# What anyone hears of a failed load: the error itself may name --model's folder (the operator's status has it).
+LOAD_FAILED = "the model failed to load (the System tab and the app's log say why)"
+
 
 class ServiceState(enum.StrEnum):
     IDLE = "idle"
@@ -114,7 +117,7 @@ class StatusView:
         if s.closing:
             return False, "the app is shutting down"
         if s.state is ServiceState.FAILED:
-            return False, "the model failed to load (the System tab and the app's log say why)"
+            return False, LOAD_FAILED
         if s.state in (ServiceState.IDLE, ServiceState.LOADING) or not s.engines:
             return False, "the model is loading"
         if s.preparing:
