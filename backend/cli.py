@@ -182,8 +182,8 @@ def generate(settings: Settings, args: argparse.Namespace) -> int:
                 for number, reference in enumerate(result.references, 1):
                     print(f"  reference {number}: {reference['source']} -> {reference['fitted']} "
                           f"({reference['fit']}), sha256 {reference['sha256'][:12]}…", flush=True)
-                if result.typed:  # the model read the prompt as a caption of its grammar
-                    print(f"  drawn as: {result.prompt}", flush=True)
+                if result.caption:  # the model read the prompt as a caption of its grammar
+                    print(f"  drawn as: {result.caption}", flush=True)
                 if result.fallback_ops:
                     print(f"  {len(result.fallback_ops)} op(s) ran on the host (CPU fallback): "
                           f"{', '.join(result.fallback_ops)}", flush=True)

@@ -41,9 +41,10 @@ def test_generate_works_offline_with_no_flags(tmp_path):
     path = Path(record["path"])
     assert path.parent == tmp_path / "outputs" and path.is_file()
     params = read_png_parameters(path)
-    assert params["seed"] == record["seed"] == 1 and params["prompt"] == prompt and params["width"] == 256
+    assert params["seed"] == record["seed"] == 1 and params["prompt"] == typed and params["width"] == 256
     assert record["model"] == "embedded:scenes-flux2-klein"
-    assert (record["typed"], record["prompt"]) == (typed, prompt)  # the CLI validated what was typed, once more
+    # The record and the PNG keep what was typed (loading it reads it again) and what was drawn.
+    assert (record["prompt"], record["caption"]) == (typed, prompt)
     verdict = scenes.judge(Image.open(path), prompt)
     assert verdict.agrees, verdict.reason
 

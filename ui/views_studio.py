@@ -186,8 +186,8 @@ def run_markdown(result: dict[str, Any], lang: str = DEFAULT) -> str:
         line += text(lang, "run_references", refs=refs)
     if result.get("degraded"):
         line += text(lang, "run_degraded", reason=result["degraded"])
-    if result.get("typed"):  # the model read the prompt as a caption of its grammar
-        line += text(lang, "run_drawn_as", caption=result["prompt"])
+    if result.get("caption"):  # the model read the prompt as a caption of its grammar
+        line += text(lang, "run_drawn_as", caption=result["caption"])
     if result.get("fallback_ops"):  # Neuron ran these on the CPU, silently: say so
         line += text(lang, "run_host_ops", count=len(result["fallback_ops"]), ops=", ".join(result["fallback_ops"]))
     return line

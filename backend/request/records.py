@@ -69,7 +69,7 @@ class GenerationResult:
     started_at: float = 0.0
     engine: str = "in-process"  # the engine that served it (its name)
     place: str = "app"  # the process that ran it: app, tp, replica N (the compile table's places)
-    typed: str | None = None  # what the person typed, when ``prompt`` (what the model drew) is its reading
+    caption: str | None = None  # what the model drew, when it read ``prompt`` (what was typed) as a caption
     fallback_ops: list[str] = dataclasses.field(default_factory=list)  # Neuron: ops that ran on the host (CPU fallback)
     device_ops: list[str] = dataclasses.field(default_factory=list)  # Neuron: ops that ran on the NeuronCore
     peak_bytes: int | None = None  # the device memory's peak during the run (the largest rank's, tensor-parallel)
@@ -88,7 +88,7 @@ class GenerationResult:
     def of(cls, request: GenerationRequest, out: "EngineOutput", *, device: str, model: str, engine: str,
            started_at: float, requested_mode: str | None = None, degraded: str | None = None) -> "GenerationResult":
         """The record of a run: the request, what the engine measured, where it ran. Built here only."""
-        return cls(prompt=request.prompt, typed=request.typed, width=request.width, height=request.height, mode=request.mode,
+        return cls(prompt=request.typed or request.prompt, caption=request.prompt if request.typed else None, width=request.width, height=request.height, mode=request.mode,
                    steps=request.steps, guidance=request.guidance, seed=request.seed, device=device, model=model,
                    compiled=bool(out.compiles or out.neff_compiles), engine=engine, started_at=started_at,
                    requested_mode=requested_mode if degraded else None, degraded=degraded, count=request.count,

@@ -198,11 +198,11 @@ def test_what_a_person_typed_reaches_the_ranks_the_record_and_the_png(mgr, tmp_p
     _ensure_ready(mgr)
     request = dataclasses.replace(_req(mgr, "tp"), typed="a red fox, please")
     image, result = mgr.generate(request)
-    assert result.typed == "a red fox, please" and result.world_size == 2
+    assert (result.prompt, result.caption) == ("a red fox, please", request.prompt) and result.world_size == 2
     assert _group(mgr).rank0.last_ran == {**request.to_json(), "mode": "eager"}  # the ranks' record: --tp-compile
     path = mgr.save_image(image, result)
     with Image.open(path) as png:
-        assert json.loads(png.text[JSON_KEY])["typed"] == "a red fox, please"
+        assert json.loads(png.text[JSON_KEY])["prompt"] == "a red fox, please"
 
 
 def test_cancel_stops_every_rank_at_the_same_step(mgr):

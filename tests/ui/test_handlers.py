@@ -559,7 +559,7 @@ def test_the_first_page_fits_the_model(model, tmp_path):
                                                        "a red circle on a blue background")
             _path, line, record, *_ = studio.studio_tab.generate_from_page(request.typed, 256, 256, "eager", 1, 1.0, 1,
                                                                 False, [])
-            assert record["typed"] == request.typed and record["prompt"] == request.prompt
+            assert record["prompt"] == request.typed and record["caption"] == request.prompt
             assert "Drawn as “a red circle in the centre, on a blue background”" in line
             exact = manager.validate(request.prompt, 256, 256, steps=1, seed=1)
             assert exact.typed is None  # a caption of the grammar goes in as typed
@@ -704,7 +704,7 @@ def test_the_embedded_models_page_says_what_it_did_not_understand_and_what_it_ca
     monkeypatch.setattr(type(manager.card), "read_prompt", lambda *a, **k: reads.append(a) or read(*a, **k))
     studio.studio_tab.examples = ["a red circle on a blue background", "a blue star in the middle, on an orange background"]
     _p, info, record, *_ = studio.studio_tab.generate_from_page("a cat on orange", 256, 256, "eager", 4, 1.0, 1, False, [])
-    assert record["typed"] == "a cat on orange" and len(reads) == 1  # the prompt is read once, by the service
+    assert record["prompt"] == "a cat on orange" and len(reads) == 1  # the prompt is read once, by the service
     assert "**Not understood**: “cat”" in info and "made up (the prompt did not say): a shape: circle" in info
     assert info.endswith("Closest example: “a blue star in the middle, on an orange background”.")
     cost = studio.studio_tab.refresh_studio("eager", 512, 512, 4)[1]
