@@ -58,6 +58,11 @@ class Settings:
     # another process's compile lock after TORCH_NEURONX_NEFF_CACHE_LOCK_TIMEOUT).
     compile_timeout: float = 1800.0
     replicas: int = 0
+    ray: str | None = None  # a Ray cluster's address: the Ray Serve engine (backend.engines.ray_serve)
+    ray_replicas: int = 2
+    ray_cores_per_replica: int = 1
+    ray_min_replicas: int = 1
+    ray_max_replicas: int = 0  # 0: --ray-replicas, fixed
     neuron_cores: str | None = None  # None: backend.hardware.core_plan.claim_app_cores decides
     neuron_instance_cores: int | None = None  # None: ask neuron-ls (its JSON, else its table)
     # Request defaults and bounds. FLUX.2-klein is step-distilled: 4 steps, guidance ignored.
@@ -138,6 +143,9 @@ class Settings:
         if self.min_size % 16 or self.max_size % 16 or self.min_size > self.max_size:
             raise ValueError(f"--min-size/--max-size: bounds must be multiples of 16 with min <= max, "
                              f"got {self.min_size}..{self.max_size}")
+        if self.ray_max_replicas and not self.ray_min_replicas <= self.ray_replicas <= self.ray_max_replicas:
+            raise ValueError(f"--ray-replicas {self.ray_replicas} must lie within --ray-min-replicas "
+                             f"{self.ray_min_replicas} and --ray-max-replicas {self.ray_max_replicas}")
         if self.neuron_cores is not None and self.neuron_instance_cores is not None:
             check_on_instance(self.neuron_cores, self.neuron_instance_cores)  # ValueError names the flag
         for shape in self.prewarm:
@@ -249,6 +257,19 @@ OPTIONS: dict[str, tuple[str, str, Any, str]] = {
                  "replicas started at launch: worker processes, each a whole pipeline on its own "
                  "NeuronCore (CUDA device; share of the CPU) serving eager/compiled/regional requests "
                  "side by side (0: none; the System tab starts and stops them)"),
+    "ray": ("--ray", "NEURON_STUDIO_RAY", str,
+            "serve eager/compiled/regional from a Ray Serve deployment on this Ray cluster (an address such as "
+            "head:6379, or auto), each replica a whole pipeline on --ray-cores-per-replica neuron_cores (GPUs; CPUs) "
+            "(default: none; docs/replicas.md)"),
+    "ray_replicas": ("--ray-replicas", "NEURON_STUDIO_RAY_REPLICAS", _positive_int,
+                     "Serve replicas of the pipeline (the initial count under autoscaling)"),
+    "ray_cores_per_replica": ("--ray-cores-per-replica", "NEURON_STUDIO_RAY_CORES_PER_REPLICA", _positive_int,
+                              "neuron_cores (GPUs; CPUs where the cluster has neither) each Serve replica holds"),
+    "ray_min_replicas": ("--ray-min-replicas", "NEURON_STUDIO_RAY_MIN_REPLICAS", _whole,
+                         "autoscaling's lower bound (with --ray-max-replicas)"),
+    "ray_max_replicas": ("--ray-max-replicas", "NEURON_STUDIO_RAY_MAX_REPLICAS", _whole,
+                         "autoscaling's upper bound: Serve scales on ongoing requests, one per replica (0: a fixed "
+                         "--ray-replicas)"),
     "neuron_cores": ("--neuron-cores", "NEURON_STUDIO_NEURON_CORES", _core_list,
                      "NeuronCores the app process claims, e.g. 0 or 0-1 (default: inherited "
                      "NEURON_RT_VISIBLE_CORES, else the instance's last core); tensor-parallel ranks and replicas get "

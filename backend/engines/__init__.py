@@ -1,7 +1,8 @@
 """Engines: what runs a request. One contract (``backend.engines.base``), three engines the manager
 never names: ``in_process.InProcessEngine`` (the pipeline in the app's process),
 ``tensor_parallel.TensorParallelEngine`` (a torchrun group, mode ``tp``) and ``replicas.ReplicaPool``
-(N one-rank groups); the last two share ``backend.launch.group.WorkerGroup``.
+(N one-rank groups); the last two share ``backend.launch.group.WorkerGroup``. ``ray_serve.RayServeEngine``
+serves from a Ray Serve deployment, an engine only where ``--ray`` names a cluster.
 """
 
 from __future__ import annotations
@@ -13,9 +14,11 @@ def build_engines(settings, device, model_path: str, book: PlaceBook, engine_fac
     """The engines for these settings, by role. ``engine_factory(device, model_path)`` replaces the
     in-process engine (the handler tests give a fake one)."""
     from backend.engines.in_process import InProcessEngine
+    from backend.engines.ray_serve import RayServeEngine
     from backend.engines.replicas import ReplicaPool
     from backend.engines.tensor_parallel import TensorParallelEngine
 
     local = (engine_factory or InProcessEngine)(device, model_path)
+    ray = (RayServeEngine(settings, device, model_path, book),) if settings.ray else ()
     return Engines(local, (TensorParallelEngine(settings, device, model_path, book),
-                           ReplicaPool(settings, device, model_path, book)))
+                           ReplicaPool(settings, device, model_path, book), *ray))

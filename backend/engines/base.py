@@ -41,6 +41,8 @@ class PlaceBook(Protocol):
     def warm_by_place(self) -> dict[str, list[str]]: ...  # the "mode shape"s warm at each place
     def compiles_here(self, mode: str) -> bool: ...  # whether a new shape in ``mode`` compiles at all
     def lost_place(self, place: str) -> None: ...  # a process that held graphs is gone
+    # ``place`` ran (mode, signature) outside the manager's runs (a Ray replica's warm set): its compile counts
+    def warmed(self, place: str, mode: str, signature: str, counts: dict[str, Any]) -> None: ...
     def capacity_changed(self) -> None: ...  # a worker group became ready, died or stopped
     def lost_mode(self, mode: str) -> None: ...  # every graph of ``mode`` is gone (its group replaced)
 

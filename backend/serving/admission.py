@@ -151,5 +151,12 @@ class PlaceBook:
     def lost_place(self, place: str) -> None:
         self._table.forget_place(place)
 
+    def warmed(self, place: str, mode: str, signature: str, counts: dict[str, Any]) -> None:
+        from backend.shapes import parse_signature
+
+        self._table.finish(mode, parse_signature(signature), compiles=int(counts.get("compiles") or 0),
+                           compile_seconds=float(counts.get("compile_seconds") or 0.0), seconds=None,
+                           neff_compiles=int(counts.get("neff_compiles") or 0), place=place)
+
     def lost_mode(self, mode: str) -> None:
         self._table.forget(mode)

@@ -143,7 +143,8 @@ class Manager:
             self.engines = build_engines(self.settings, self.device, self.model_path,
                                          PlaceBook(self.admission, self.device, self.controls.capacity_changed),
                                          self._engine_factory)
-            bundled = self.caches.import_at_start() if self.settings.cache_from else None
+            # Under --ray each replica imports the bundle into its own node's caches (backend.engines.ray_serve).
+            bundled = self.caches.import_at_start() if self.settings.cache_from and not self.settings.ray else None
             launched = [e for e in self.engines.launched if e.configured]
             for engine in launched:  # each starts and waits for READY, or raises with the reason
                 engine.load()

@@ -57,6 +57,7 @@ class Status:
     fallback_ops: dict[str, Any]
     tp: dict[str, Any] | None = None  # the launched engines, by their status key, when the app has them
     replicas: dict[str, Any] | None = None
+    ray: dict[str, Any] | None = None  # the Ray Serve engine (backend.engines.ray_serve): nodes, replicas, cores
     chip: dict[str, Any] | None = None  # neuron-monitor's reading (backend.hardware.monitor), once loaded
 
     @property
@@ -65,7 +66,7 @@ class Status:
 
     def to_json(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
-        for key in ("tp", "replicas"):
+        for key in ("tp", "replicas", "ray"):
             if out[key] is None:
                 del out[key]
         return out
@@ -91,6 +92,9 @@ class Status:
             replica.pop("pid", None)
             first_line(replica, "error")
         first_line(replicas, "error")
+        for replica in (seen["ray"] or {}).get("replicas") or []:
+            for key in ("pid", "log", "bundle"):
+                replica.pop(key, None)
         chip = seen["chip"] or {}
         for row in (chip.get("processes") or []) + (chip.get("cores") or []):
             row.pop("pid", None)

@@ -1,0 +1,466 @@
+"""The Ray Serve engine (docs/replicas.md, "Beyond one instance"): the studio's pipeline runner as a
+Serve deployment on a Ray cluster, each replica one ``InProcessEngine`` on K accelerators that Ray
+hands it: ``neuron_cores`` where the cluster offers them (Ray sets ``NEURON_RT_VISIBLE_CORES`` for
+the replica, ``ray/_private/accelerators/neuron.py``), else ``num_gpus``, else ``num_cpus``.
+
+- ``StudioReplica`` (runs in a replica process): loads the model, warms what the deployment's
+  ``user_config`` lists (a bundle it imports first, ``--prewarm``, every operator warm-up), and
+  streams each run back: progress events, then the output. Serve calls ``reconfigure`` on every
+  replica, and on every replica that joins later, so a warm-up reaches them all.
+- ``ReplicaBook`` (a small actor on the app's node): what each replica says of itself (node, cores,
+  what is warm), read by the app; Serve's own view of the replicas is the controller's details
+  (``serve_details``, captured in tests/standin/captures/ray/).
+- ``RayServeEngine`` (in the app): deploys (or attaches to) the app, routes through its handle,
+  watches the replicas, and turns Ray's failures into the studio's. A Stop cancels the stream:
+  Serve raises ``CancelledError`` in the replica, whose next step ends the run. A replica that
+  dies mid-run (its node lost) is retried once on another; Serve restarts it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import os
+import threading
+from typing import Any, Callable
+
+from backend.engines.base import PlaceBook, Route
+from backend.errors import BackendNotReady, GenerationCancelled, GroupDead, InvalidRequest, StudioError
+from backend.launch.protocol import error_from_message, error_message
+from backend.request.records import EngineOutput, GenerationRequest, ProgressEvent
+from backend.settings import IN_PROCESS_MODES, Settings
+
+log = logging.getLogger(__name__)
+APP = "neuron-studio"  # the Serve application's name
+DEPLOYMENT = "StudioReplica"
+BOOK = "neuron-studio-replicas"  # the ReplicaBook actor's name
+NAMESPACE = "neuron-studio"
+
+
+def resource_ask(cluster: dict[str, float], cores: int) -> tuple[str, dict[str, Any]]:
+    """(device kind, ray_actor_options) for a replica of ``cores`` accelerators on this cluster."""
+    if cluster.get("neuron_cores"):
+        return "neuron", {"num_cpus": 0, "resources": {"neuron_cores": cores}}
+    if cluster.get("GPU"):
+        return "cuda", {"num_cpus": 0, "num_gpus": cores}
+    return "cpu", {"num_cpus": cores}
+
+
+class StudioReplica:
+    """One Serve replica: the in-process engine, on the accelerators Ray assigned before ``__init__``."""
+
+    def __init__(self, settings: dict[str, Any]):
+        import ray
+        from ray import serve
+
+        from backend.engines.in_process import InProcessEngine
+        from backend.hardware.device import Device, resolve_device
+        from backend.models.source import resolve_model
+
+        own_cache = os.environ.get("NEURON_STUDIO_CACHE_DIR")  # a node's own cache folder wins over the app's
+        self.settings = Settings.from_json({**settings, **({"cache_dir": own_cache} if own_cache else {})})
+        context = ray.get_runtime_context()
+        info = resolve_device(self.settings)
+        self.device = Device(info, self.settings.max_compiled_shapes)
+        model_path, _label = resolve_model(self.settings.model, self.settings.cache_dir)
+        self.engine = InProcessEngine(self.device, model_path)
+        self.engine.load()
+        ids = context.get_accelerator_ids()
+        cores = ids.get("neuron_cores") or ids.get("GPU") or []
+        self.me = {"replica": serve.get_replica_context().replica_id.unique_id, "node": context.get_node_id(),
+                   "pid": os.getpid(), "device": info.kind, "cores": ",".join(map(str, cores)) or "cpu",
+                   "visible_cores": os.environ.get("NEURON_RT_VISIBLE_CORES"), "warm": {}, "served": 0,
+                   "bundle": None, "stopped_at": None}
+        self.book = ray.get_actor(BOOK, namespace=NAMESPACE)
+        self._report()
+
+    def _report(self) -> None:
+        self.book.put.remote(self.me["replica"], dict(self.me, warm=dict(self.me["warm"])))
+
+    def reconfigure(self, config: dict[str, Any]) -> None:
+        """Serve's user_config: ``bundle`` (a path every node reads) and ``warm`` [[mode, signature]]."""
+        from backend.request.references import blank_references
+        from backend.shapes import parse_signature
+
+        if config.get("bundle") and self.me["bundle"] is None:
+            self.me["bundle"] = self._import(config["bundle"])
+        for mode, text in (self.me["bundle"] or {}).get("warm", []) + config.get("warm", []):
+            if f"{mode} {text}" in self.me["warm"]:
+                continue
+            shape = parse_signature(text)
+            request = GenerationRequest("warm-up", shape.height, shape.width, self.settings.steps,
+                                        self.settings.guidance, 0, mode, count=shape.count,
+                                        references=blank_references(shape))
+            try:
+                self._ran(request, self.engine.run(request))
+            except StudioError as exc:
+                log.error("warming %s %s: %s", mode, text, exc)
+        self._report()
+
+    def _import(self, path: str) -> dict[str, Any]:
+        from backend.caches import bundles
+        from backend.models.source import resolve_model
+
+        model_path, label = resolve_model(self.settings.model, self.settings.cache_dir)
+        here = bundles.describe_install(self.device, self.settings, model_path, label)
+        try:
+            done = bundles.import_bundle(path, self.device, here)
+        except StudioError as exc:
+            return {"path": path, "error": str(exc)}
+        return {"path": path, "written": done["written"], "already_there": done["already_there"],
+                "warm": [[e["mode"], str(e["shape"])] for e in done["manifest"].entries if e["mode"] in IN_PROCESS_MODES]}
+
+    def _ran(self, request: GenerationRequest, out: EngineOutput) -> None:
+        key = f"{request.mode} {request.shape}"
+        if key not in self.me["warm"]:
+            self.me["warm"][key] = {"compiles": out.compiles, "neff_compiles": out.neff_compiles,
+                                    "compile_seconds": out.compile_seconds}
+
+    async def run(self, request: GenerationRequest, forbid_compile: bool = False):
+        """Progress events, then {"output": EngineOutput} or {"error": the error message}."""
+        loop, events, stop = asyncio.get_running_loop(), asyncio.Queue(), threading.Event()
+
+        def work() -> EngineOutput:
+            def progress(event: ProgressEvent) -> None:
+                loop.call_soon_threadsafe(events.put_nowait, event)
+            return self.engine.run(request, progress, stop.is_set, forbid_compile)
+
+        done = loop.run_in_executor(None, work)
+        done.add_done_callback(lambda _f: events.put_nowait(None))
+        try:
+            while (event := await events.get()) is not None:
+                yield event
+            try:
+                out = done.result()
+            except Exception as exc:  # noqa: BLE001 - sent to the app as the studio's error
+                if isinstance(exc, GenerationCancelled):
+                    self.me["stopped_at"] = str(exc)
+                yield {"error": error_message(exc)}
+                return
+            self.me["served"] += 1
+            self._ran(request, out)
+            yield {"output": dataclasses.replace(out, place=self.me["replica"])}
+        finally:
+            stop.set()  # a cancelled stream (the app's Stop): the engine ends at its next step
+            if not done.done():
+                done.add_done_callback(lambda f: self._stopped(f))
+            self._report()
+
+    def _stopped(self, future) -> None:
+        exc = future.exception()
+        self.me["stopped_at"] = str(exc) if exc else "finished"
+        self._report()
+
+
+class ReplicaBook:
+    """Each replica's own account of itself, by replica id (the app forgets the dead ones)."""
+
+    def __init__(self):
+        self.entries: dict[str, dict[str, Any]] = {}
+
+    def put(self, replica: str, entry: dict[str, Any]) -> None:
+        self.entries[replica] = entry
+
+    def drop(self, replica: str) -> None:
+        self.entries.pop(replica, None)
+
+    def all(self) -> dict[str, dict[str, Any]]:
+        return self.entries
+
+
+def build(args: dict[str, Any]):
+    """A RayService's ``import_path`` (deploy/rayservice-trn2.yaml): the deployment, its settings
+    from the ``NEURON_STUDIO_*`` environment where Serve builds it (each replica resolves its device)."""
+    from ray import serve
+
+    from backend.settings import load_settings
+
+    return serve.deployment(StudioReplica, name=DEPLOYMENT).bind(load_settings({}, os.environ).to_json())
+
+
+def serve_details() -> dict[str, Any]:
+    """The Serve controller's details (what ``serve status`` and the dashboard read; the shape is
+    ``ray.serve.schema.ServeInstanceDetails``, a capture in tests/standin/captures/ray/)."""
+    from ray.serve.context import _get_global_client
+
+    return _get_global_client().get_serve_details()
+
+
+def _text(value: Any) -> Any:
+    return getattr(value, "value", value)  # Serve's str enums (ReplicaState, DeploymentStatus) as their text
+
+
+def place_name(replica: str, node: str, cores: str) -> str:
+    return f"ray {replica} · node {node[:8]} · core {cores}"
+
+
+class RayServeEngine:
+    name = "ray"
+    status_key = "ray"
+    modes = IN_PROCESS_MODES
+
+    def __init__(self, settings: Settings, device, model_path: str, book: PlaceBook, *, poll: float = 0.5,
+                 details: Callable[[], dict[str, Any]] = serve_details):
+        self.settings, self.device, self.book, self._poll, self._details = settings, device, book, poll, details
+        self.state, self.error, self.last_error = "stopped", None, None
+        self.handle = None
+        self.kind: str | None = None
+        self.actor_options: dict[str, Any] = {}
+        self.replicas: dict[str, dict[str, Any]] = {}  # replica id -> Serve's view merged with the replica's
+        self.nodes: dict[str, dict[str, Any]] = {}
+        self.restarts, self.retried, self.target = 0, 0, 0
+        self.warm: list[list[str]] = [[settings.mode, str(s)] for s in settings.prewarm] \
+            if settings.mode in self.modes else []
+        self._warmed: set[tuple[str, str]] = set()  # (replica, "mode shape") already told to the table
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._monitor: threading.Thread | None = None
+        self._book = None
+        self.attached = False
+
+    @property
+    def configured(self) -> bool:
+        return self.settings.ray is not None
+
+    def route(self, request: GenerationRequest) -> Route | None:
+        if request.mode not in self.modes or self.state == "stopped":
+            return None
+        from backend.engines.in_process import in_signature_order
+
+        return Route(in_signature_order(request), self)
+
+    def degraded(self) -> None:
+        return None
+
+    def places(self, mode: str) -> list[str]:
+        return [r["place"] for r in self.replicas.values() if r["state"] == "RUNNING" and r.get("place")]
+
+    def capacity(self) -> int:
+        return sum(r["state"] == "RUNNING" for r in self.replicas.values())
+
+    def cores_wanted(self) -> tuple[int, None]:
+        return 0, None  # the cluster's cores, not this instance's
+
+    def busy_with_cache(self) -> None:
+        return None  # the replicas' caches are their nodes'
+
+    def logs(self, lines: int = 20) -> dict[str, str]:
+        return {r["place"] or r["id"]: f"{r['state']} on {r['node_ip']} (pid {r['pid']}): {r['log']}"
+                for r in self.replicas.values()}
+
+    # lifecycle -------------------------------------------------------------------------------
+    def load(self) -> None:
+        self.start(wait=True)
+
+    def start(self, size: int | None = None, wait: bool = False) -> dict[str, Any]:
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        count = self.settings.ray_replicas if size is None else size
+        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 256:
+            raise InvalidRequest("replicas", f"must be a whole number from 1 to 256, got {count!r}")
+        with self._lock:
+            if not ray.is_initialized():
+                ray.init(address=self.settings.ray, namespace=NAMESPACE, log_to_driver=False,
+                         logging_level=logging.WARNING)
+            self.kind, self.actor_options = resource_ask(ray.cluster_resources(), self.settings.ray_cores_per_replica)
+            here = ray.get_runtime_context().get_node_id()
+            self._book = ray.remote(ReplicaBook).options(
+                name=BOOK, namespace=NAMESPACE, get_if_exists=True, num_cpus=0, lifetime=None,
+                scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False),
+            ).remote()
+            self.target, self.state, self.error = count, "launching", None
+        app = self._details().get("applications", {}).get(APP) or {}
+        self.attached = app.get("source") == "declarative"  # a RayService's (serveConfigV2): its config rules
+        if self.attached:
+            from ray import serve
+
+            config = (app.get("deployments") or {}).get(DEPLOYMENT, {}).get("deployment_config") or {}
+            self.warm = list((config.get("user_config") or {}).get("warm") or [])
+            self.handle = serve.get_app_handle(APP)
+        else:
+            self._deploy(count)
+        self.state = "ready"
+        if self._monitor is None:
+            self._stop.clear()
+            self._monitor = threading.Thread(target=self._watch, name="ray-monitor", daemon=True)
+            self._monitor.start()
+        self.refresh()
+        return self.describe()
+
+    def _deploy(self, count: int) -> None:
+        """serve.run: at once for a user_config change (Serve reconfigures every replica in place),
+        a rolling update otherwise; returns when the application is running again."""
+        from ray import serve
+
+        settings = dataclasses.replace(self.settings, device=self.kind, prewarm=[])
+        scale = {"num_replicas": count}
+        if self.settings.ray_max_replicas:
+            scale = {"autoscaling_config": {"min_replicas": self.settings.ray_min_replicas,
+                                            "initial_replicas": count, "target_ongoing_requests": 1,
+                                            "max_replicas": self.settings.ray_max_replicas}}
+        config = {"warm": self.warm, "bundle": str(self.settings.cache_from) if self.settings.cache_from else None}
+        deployment = serve.deployment(StudioReplica, name=DEPLOYMENT, max_ongoing_requests=1,
+                                      ray_actor_options=self.actor_options, user_config=config, **scale)
+        try:
+            self.handle = serve.run(deployment.bind(settings.to_json()), name=APP, route_prefix=None)
+        except Exception as exc:
+            self.state, self.error = "dead", f"{type(exc).__name__}: {exc}"
+            raise BackendNotReady(f"the Ray Serve deployment did not start: {self.error}") from exc
+
+    def stop(self) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._monitor is not None:
+            self._monitor.join(5)
+            self._monitor = None
+        if self.state == "stopped":
+            return
+        from ray import serve
+
+        for replica in list(self.replicas.values()):
+            if replica.get("place"):
+                self.book.lost_place(replica["place"])
+        try:
+            if not self.attached:  # a RayService's application is its operator's to end
+                serve.delete(APP)
+        except Exception as exc:  # noqa: BLE001 - the cluster may be gone already
+            log.warning("deleting the Serve application: %s", exc)
+        self.replicas, self.state = {}, "stopped"
+        self.book.capacity_changed()
+
+    # warm-ups --------------------------------------------------------------------------------
+    def warm_everywhere(self, mode: str, shape) -> None:
+        """Add (mode, shape) to the deployment's warm set: Serve reconfigures every replica."""
+        if [mode, str(shape)] in self.warm or self.attached:  # (a RayService's warm set is its serveConfigV2's)
+            return
+        self.warm.append([mode, str(shape)])
+        self._deploy(self.target)
+        self.refresh()
+
+    # watching --------------------------------------------------------------------------------
+    def _watch(self) -> None:
+        while not self._stop.wait(self._poll):
+            try:
+                self.refresh()
+            except Exception as exc:  # noqa: BLE001 - the cluster may be briefly unreachable
+                self.error = f"reading the cluster: {type(exc).__name__}: {exc}"
+
+    def refresh(self) -> None:
+        """Serve's replicas merged with their own reports; lost places and capacity told to the table."""
+        import ray
+
+        app = self._details().get("applications", {}).get(APP) or {}
+        deployment = (app.get("deployments") or {}).get(DEPLOYMENT) or {}
+        reports = self.reports()
+        before, capacity = self.replicas, self.capacity()
+        seen = {}
+        for r in deployment.get("replicas", []):
+            mine = reports.get(r["replica_id"], {})
+            cores, node = mine.get("cores"), r.get("node_id") or ""  # a replica still being placed has no node
+            seen[r["replica_id"]] = {
+                "id": r["replica_id"], "state": _text(r["state"]), "node": node, "node_ip": r.get("node_ip"),
+                "pid": r.get("pid"), "cores": cores, "place": place_name(r["replica_id"], node, cores)
+                if cores and node else None, "warm": sorted(mine.get("warm", {})), "served": mine.get("served", 0),
+                "bundle": mine.get("bundle"), "stopped_at": mine.get("stopped_at"), "log": r.get("log_file_path"),
+                "visible_cores": mine.get("visible_cores")}
+        for gone in set(before) - set(seen):
+            old = before[gone]
+            if old.get("place"):
+                self.book.lost_place(old["place"])
+            self._book.drop.remote(gone)
+            if self.state == "ready":
+                self.restarts += 1
+                self.last_error = (f"replica {gone} on node {old['node'][:8] or '?'} is gone (it was "
+                                   f"{old['state'].lower()}); Serve starts another")
+                log.warning("%s", self.last_error)
+        for rid, r in seen.items():
+            for key, counts in (reports.get(rid, {}).get("warm") or {}).items():
+                if r["place"] and (rid, key) not in self._warmed:
+                    mode, _sep, text = key.partition(" ")
+                    self.book.warmed(r["place"], mode, text, counts)
+                    self._warmed.add((rid, key))
+        self.replicas = seen
+        self.nodes = {n["NodeID"]: {"ip": n["NodeManagerAddress"], "alive": n["Alive"],
+                                    "neuron_cores": n["Resources"].get("neuron_cores", 0),
+                                    "gpus": n["Resources"].get("GPU", 0), "cpus": n["Resources"].get("CPU", 0)}
+                      for n in ray.nodes()}
+        self.status, self.message = _text(deployment.get("status")), deployment.get("message")
+        if self.capacity() != capacity:
+            self.book.capacity_changed()
+
+    def reports(self) -> dict[str, dict[str, Any]]:
+        """What each replica last said of itself (its warm set with each shape's compile counts)."""
+        import ray
+
+        return ray.get(self._book.all.remote(), timeout=10)
+
+    def describe(self) -> dict[str, Any]:
+        alive = [n for n in self.nodes.values() if n["alive"]]
+        return {"state": self.state, "address": self.settings.ray, "device": self.kind,
+                "resources": self.actor_options, "target": self.target, "ready": self.capacity(),
+                "deployment": getattr(self, "status", None), "message": getattr(self, "message", None),
+                "restarts": self.restarts, "retried": self.retried, "attached": self.attached, "error": self.error,
+                "last_error": self.last_error, "warm_set": [" ".join(w) for w in self.warm],
+                "nodes": len(alive), "cluster_neuron_cores": sum(n["neuron_cores"] for n in alive),
+                "replicas": sorted(self.replicas.values(), key=lambda r: (r["node"], r["cores"] or ""))}
+
+    # generation ------------------------------------------------------------------------------
+    def run(self, request: GenerationRequest, on_progress: Callable[[ProgressEvent], None],
+            should_stop: Callable[[], bool], forbid_compile: bool = False,
+            warming: bool = False) -> EngineOutput:
+        from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
+
+        if self.handle is None:
+            raise BackendNotReady("the Ray Serve engine is not started")
+        request = dataclasses.replace(request, reading=None)
+        for attempt in (1, 2):
+            try:
+                out = self._stream(request, on_progress, should_stop, forbid_compile)
+                break
+            except (RayActorError, ActorDiedError, ActorUnavailableError) as exc:
+                why = str(exc).strip().splitlines()[0][:300]
+                if attempt == 2 or should_stop():
+                    raise GroupDead(f"the Ray replica serving this request died twice ({why}); Serve restarts "
+                                    f"replicas, and the page shows when they are back — try again") from None
+                self.retried += 1
+                log.warning("a Ray replica died under a request (%s); another replica serves it", why)
+        rid = out.place
+        info = self.replicas.get(rid) or {}
+        if not info.get("place"):
+            self.refresh()
+            info = self.replicas.get(rid) or {}
+        out.place = info.get("place") or f"ray {rid}"
+        if warming:
+            self.warm_everywhere(request.mode, request.shape)
+        return out
+
+    def _stream(self, request, on_progress, should_stop, forbid_compile) -> EngineOutput:
+        from ray.serve.exceptions import RequestCancelledError
+
+        stream = self.handle.options(stream=True).run.remote(request, forbid_compile)
+        done = threading.Event()
+
+        def watch() -> None:  # a Stop reaches the replica at once, not at the next event
+            while not done.wait(0.05):
+                if should_stop():
+                    stream.cancel()
+                    return
+
+        threading.Thread(target=watch, name="ray-stop", daemon=True).start()
+        try:
+            for item in stream:
+                if isinstance(item, ProgressEvent):
+                    on_progress(item)
+                elif "error" in item:
+                    raise error_from_message(item["error"])
+                else:
+                    return item["output"]
+        except RequestCancelledError:
+            raise GenerationCancelled("stopped: the Ray replica ended the run at its next step") from None
+        finally:
+            done.set()
+        raise BackendNotReady("the Ray replica ended the stream without an answer")

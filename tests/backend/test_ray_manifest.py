@@ -1,0 +1,56 @@
+"""deploy/rayservice-trn2.yaml against the app: its Serve application is the one the studio attaches
+to, its resource names are the ones Ray and the Neuron device plugin use, its flags and variables
+are the app's own. (Parsed here; never applied to a cluster in this project's tests.)"""
+
+import importlib
+from pathlib import Path
+
+import pytest
+
+from backend.engines import ray_serve
+from backend.settings import IN_PROCESS_MODES, OPTIONS, load_settings
+from backend.shapes import parse_signature
+
+yaml = pytest.importorskip("yaml")
+MANIFEST = Path(__file__).resolve().parents[2] / "deploy" / "rayservice-trn2.yaml"
+
+
+def _containers(spec):
+    return spec["template"]["spec"]["containers"]
+
+
+def test_the_trn2_manifest_deploys_what_the_studio_attaches_to_with_the_apps_own_names():
+    import app as app_module
+
+    service, ingress = yaml.safe_load_all(MANIFEST.read_text())
+    assert service["kind"] == "RayService" and ingress["kind"] == "Service"
+    application = yaml.safe_load(service["spec"]["serveConfigV2"])["applications"][0]
+    assert application["name"] == ray_serve.APP
+    module, attr = application["import_path"].split(":")
+    assert getattr(importlib.import_module(module), attr) is ray_serve.build
+    deployment = application["deployments"][0]
+    assert deployment["name"] == ray_serve.DEPLOYMENT and deployment["max_ongoing_requests"] == 1
+    assert deployment["ray_actor_options"] == ray_serve.resource_ask({"neuron_cores": 4}, 1)[1]
+    for mode, text in deployment["user_config"]["warm"]:
+        assert mode in IN_PROCESS_MODES and parse_signature(text)
+    cluster = service["spec"]["rayClusterConfig"]
+    head = cluster["headGroupSpec"]
+    assert head["rayStartParams"]["num-cpus"] == "0"  # nothing is scheduled on the head but Serve's own actors
+    assert all("aws.amazon.com/neuroncore" not in str(c.get("resources")) for c in _containers(head))
+    studio = next(c for c in _containers(head) if c["name"] == "studio")
+    argv = studio["command"][2:]
+    assert studio["command"][:2] == ["python", "app.py"]
+    args = app_module.build_parser().parse_args(argv)
+    settings = load_settings({k: v for k, v in vars(args).items() if k in OPTIONS}, environ={})
+    assert settings.ray == "auto" and settings.ray_replicas == deployment["num_replicas"]
+    assert settings.ray_cores_per_replica == deployment["ray_actor_options"]["resources"]["neuron_cores"]
+    assert ingress["spec"]["ports"][0]["targetPort"] == settings.port == studio["ports"][0]["containerPort"]
+    known = {env for _flag, env, _parse, _help in OPTIONS.values()}
+    for group in (head, *cluster["workerGroupSpecs"]):
+        for container in _containers(group):
+            named = [e["name"] for e in container.get("env", []) if e["name"].startswith("NEURON_STUDIO_")]
+            assert set(named) <= known, named
+    (workers,) = cluster["workerGroupSpecs"]
+    granted = int(_containers(workers)[0]["resources"]["limits"]["aws.amazon.com/neuroncore"])
+    declared = yaml.safe_load(yaml.safe_load(workers["rayStartParams"]["resources"]))
+    assert declared == {"neuron_cores": granted}

@@ -1,0 +1,216 @@
+"""The Ray Serve engine on a real local Ray cluster (``ray.cluster_utils.Cluster``): a head without
+Neuron and worker nodes that each declare one ``neuron_cores``, every node its own simulated trn2
+(the TorchNeuron stand-in in the replicas, its own core-claim folder and compile cache), so Ray's
+own assignment sets ``NEURON_RT_VISIBLE_CORES`` and the stand-in refuses a core claimed twice.
+One cluster for the module; each test waits for states, never for a number of seconds."""
+
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from backend.errors import GenerationCancelled, ShapeLocked
+from backend.serving.manager import Manager
+from tests.conftest import make_settings
+from tests.neuron.standin import REPO, _runtime, standin_env
+
+ray = pytest.importorskip("ray")
+pytestmark = pytest.mark.slow
+BOUND = 120.0
+BUNDLED = "80x80"  # compiled mode: the shape the bundle brings
+
+
+def _until(predicate, what: str, bound: float = BOUND) -> None:
+    deadline = time.monotonic() + bound
+    while not predicate():
+        assert time.monotonic() < deadline, f"still waiting for {what}"
+        time.sleep(0.05)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    from ray.cluster_utils import Cluster
+
+    root = tmp_path_factory.mktemp("ray")
+    bundle = root / "compiled.bundle"
+    # The bundle is made on a simulated trn2 of its own while the cluster starts.
+    maker = subprocess.Popen([sys.executable, "app.py", "cache", "export", str(bundle), "--mode", "compiled",
+                              "--sizes", BUNDLED, "--device", "neuron", "--dtype", "float32",
+                              "--model", "embedded-random", "--cache-dir", str(root / "maker-cache")],
+                             cwd=REPO, env=standin_env(root / "maker"), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    # A lost node is found within a few seconds (Ray's default health check gives it 15 s and more).
+    head = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 1, "include_dashboard": False,
+        "_system_config": {"health_check_period_ms": 500, "health_check_failure_threshold": 4}})
+
+    def node(name: str):
+        env = standin_env(root / name, NEURON_STUDIO_CACHE_DIR=str(root / f"{name}-cache"))
+        return head.add_node(num_cpus=1, resources={"neuron_cores": 1}, env_vars=env)
+
+    head.nodes_by_name = {name: node(name) for name in ("a", "b")}
+    head.root, head.node = root, node
+    _out, err = maker.communicate(timeout=240)
+    assert maker.returncode == 0, err[-3000:]
+    head.bundle = bundle
+    yield head
+    head.shutdown()
+
+
+@pytest.fixture(scope="module")
+def mgr(cluster, tmp_path_factory):
+    settings = make_settings(tmp_path_factory.mktemp("app"), ray=cluster.address, ray_replicas=2,
+                             compile_backend=None, cache_from=cluster.bundle)
+    manager = Manager(settings)
+    manager.start()  # --ray: the deployment is up and every replica warm before start returns
+    yield manager
+    manager.close()
+    ray.shutdown()
+
+
+def _req(mgr, mode="eager", size=64, steps=2, seed=3):
+    return mgr.validate("a red circle on a blue background", size, size, steps=steps, seed=seed, mode=mode)
+
+
+def test_two_replicas_on_two_nodes_serve_two_requests_at_once_with_the_in_process_pixels(mgr, cluster):
+    """Request A holds its first step until request B has made progress: were they served one after
+    the other, A would wait for ever (bounded here) and the test fails."""
+    import numpy as np
+
+    ray_status = mgr.status().ray
+    assert ray_status["ready"] == 2 and mgr.capacity() == 2 and ray_status["device"] == "neuron"
+    assert ray_status["resources"] == {"num_cpus": 0, "resources": {"neuron_cores": 1}}
+    replicas = ray_status["replicas"]
+    assert len({r["node"] for r in replicas}) == 2, replicas
+    b_started, results, errors, spans = threading.Event(), {}, [], {}
+
+    def a_progress(event):
+        if event.phase == "denoising" and event.step == 1:
+            assert b_started.wait(BOUND), "request B never ran while A was running"
+
+    def b_progress(event):
+        if event.phase == "denoising":
+            b_started.set()
+
+    def run(name, progress, seed):
+        try:
+            began = time.monotonic()
+            results[name] = mgr.generate(_req(mgr, seed=seed), progress)
+            spans[name] = (began, time.monotonic())
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    a = threading.Thread(target=run, args=("a", a_progress, 1))
+    a.start()
+    _until(lambda: mgr.status().running, "request A to start")
+    b = threading.Thread(target=run, args=("b", b_progress, 2))
+    b.start()
+    a.join(BOUND)
+    b.join(BOUND)
+    assert not errors, errors
+    assert spans["a"][0] < spans["b"][1] and spans["b"][0] < spans["a"][1]  # the run intervals overlap
+    places = {results[n][1].place for n in "ab"}
+    by_place = {r["place"]: r for r in mgr.status().ray["replicas"]}
+    assert places == set(by_place), (places, by_place)
+    for name in "ab":
+        assert results[name][1].engine == "ray" and " · node " in results[name][1].place
+        assert results[name][1].place.endswith(" · core 0")  # each node's one core, as Ray assigned it
+    # Ray set each replica's NEURON_RT_VISIBLE_CORES, and the stand-in's claim on that core is the replica's.
+    assert [r["visible_cores"] for r in by_place.values()] == ["0", "0"]
+    holders = {_runtime().holder_of(0, cluster.root / n) for n in ("a", "b")}
+    assert holders == {r["pid"] for r in by_place.values()}
+    # The app's own engine (the CPU, two threads) against the replicas (the stand-in's "neuron" device,
+    # one thread): within test_replicas' tolerance (measured: 1 of 255 at most).
+    for name, seed in (("a", 1), ("b", 2)):
+        out = mgr.local.run(_req(mgr, seed=seed))
+        same = np.asarray(out.image, dtype=np.int16) - np.asarray(results[name][0], dtype=np.int16)
+        assert int(np.abs(same).max()) <= 2
+
+
+def test_every_replica_started_warm_from_the_bundle_and_the_table_says_where(mgr):
+    """--cache-from under --ray: each replica imported the bundle into its own node's cache and ran
+    its shape from it, with no NEFF compiled; the compile table holds the shape warm at both."""
+    replicas = mgr.status().ray["replicas"]
+    for replica in replicas:
+        assert replica["bundle"]["written"] > 0 and f"compiled {BUNDLED}" in replica["warm"], replica
+    reports = mgr.engines["ray"].reports()
+    assert all(r["warm"][f"compiled {BUNDLED}"]["neff_compiles"] == 0 for r in reports.values()), reports
+    predicted = mgr.predict("compiled", _req(mgr, "compiled", 80).shape)
+    assert predicted["will_compile"] is False and predicted["warm_on"] == [2, 2], predicted
+    _image, result = mgr.generate(_req(mgr, "compiled", 80))
+    assert result.compiles == 0 and result.neff_compiles == 0
+
+
+def test_warm_only_refuses_a_cold_signature_before_it_reaches_ray(mgr):
+    served = {rid: r["served"] for rid, r in mgr.engines["ray"].reports().items()}
+    mgr.set_warm_only(True)
+    try:
+        with pytest.raises(ShapeLocked):
+            mgr.generate(_req(mgr, "compiled", 96))
+        mgr.generate(_req(mgr, "compiled", 80))  # the bundled shape is warm on the replicas: it runs
+    finally:
+        mgr.set_warm_only(False)
+    after = {rid: r["served"] for rid, r in mgr.engines["ray"].reports().items()}
+    assert sum(after.values()) == sum(served.values()) + 1, (served, after)
+
+
+def test_stop_ends_a_remote_run_at_its_next_step(mgr):
+    asked = {}
+
+    def progress(event):
+        if event.phase == "denoising" and event.step == 2 and not asked:
+            asked["step"] = event.step
+            mgr.cancel()
+
+    with pytest.raises(GenerationCancelled):
+        mgr.generate(_req(mgr, steps=40, seed=5), progress)
+    engine = mgr.engines["ray"]
+    _until(lambda: any((r.get("stopped_at") or "").startswith("stopped after step")
+                       for r in engine.reports().values()), "the replica to end the run")
+    ended = [int(r["stopped_at"].split()[3]) for r in engine.reports().values()
+             if (r.get("stopped_at") or "").startswith("stopped after step")]
+    assert ended and ended[0] <= asked["step"] + 1, ended
+
+
+def test_a_killed_worker_node_loses_no_request_and_its_replacement_starts_warm_from_the_bundle(mgr, cluster):
+    """Two requests run, one per node; node a dies under its request (its raylet and replica
+    killed). That request is served again by the other replica; Serve starts a replacement, which
+    lands on node c (a fresh node: a new cache, its own cores) and is warm from the bundle at once."""
+    engine = mgr.engines["ray"]
+    restarts, retried = engine.restarts, engine.retried
+    both, results, errors = threading.Barrier(3), {}, []
+
+    def run(name):
+        sent = {}
+
+        def progress(event):
+            if event.phase == "denoising" and event.step == 1 and not sent:
+                sent["once"] = True
+                both.wait(BOUND)
+
+        try:
+            results[name] = mgr.generate(_req(mgr, steps=12, seed=7 if name == "x" else 8), progress)[1]
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(name,)) for name in "xy"]
+    for thread in threads:
+        thread.start()
+    both.wait(BOUND)  # both are denoising, one on each node
+    cluster.remove_node(cluster.nodes_by_name.pop("a"), allow_graceful=False)
+    for thread in threads:
+        thread.join(BOUND)
+    assert not errors, errors
+    assert set(results) == {"x", "y"} and engine.retried == retried + 1
+    assert len({r.place for r in results.values()}) == 1  # both served by the replica that lived
+    _until(lambda: engine.restarts > restarts, "the app to see the replica gone")
+    assert "is gone" in engine.last_error
+    cluster.nodes_by_name["c"] = cluster.node("c")
+    _until(lambda: mgr.capacity() == 2 and all(f"compiled {BUNDLED}" in r["warm"] for r in engine.replicas.values()),
+           "Serve's replacement to be up and warm")
+    joined = [r for r in engine.reports().values() if r["node"] == cluster.nodes_by_name["c"].node_id]
+    assert joined and joined[0]["warm"][f"compiled {BUNDLED}"]["neff_compiles"] == 0, joined
+    predicted = mgr.predict("compiled", _req(mgr, "compiled", 80).shape)
+    assert predicted["warm_on"] == [2, 2], predicted
