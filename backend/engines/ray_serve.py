@@ -184,7 +184,8 @@ def serve_details() -> dict[str, Any]:
     ``ray.serve.schema.ServeInstanceDetails``, a capture in tests/standin/captures/ray/)."""
     from ray.serve.context import _get_global_client
 
-    return _get_global_client().get_serve_details()
+    client = _get_global_client(raise_if_no_controller_running=False)
+    return client.get_serve_details() if client is not None else {}
 
 
 def _text(value: Any) -> Any:
@@ -271,11 +272,12 @@ class RayServeEngine:
                 scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False),
             ).remote()
             self.target, self.state, self.error = count, "launching", None
+        from ray import serve
+
+        serve.start(proxy_location="Disabled")  # the studio's page is the ingress, not Serve's HTTP proxy
         app = self._details().get("applications", {}).get(APP) or {}
         self.attached = app.get("source") == "declarative"  # a RayService's (serveConfigV2): its config rules
         if self.attached:
-            from ray import serve
-
             config = (app.get("deployments") or {}).get(DEPLOYMENT, {}).get("deployment_config") or {}
             self.warm = list((config.get("user_config") or {}).get("warm") or [])
             self.handle = serve.get_app_handle(APP)

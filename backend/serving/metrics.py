@@ -106,6 +106,7 @@ class ScrapeCollector:
             warm.add_metric([mode], float(len(m.table.warm_shapes(mode))))
         yield warm
         yield from _cores(m)
+        yield from _cluster(m.engines.get("ray") if m.engines else None)
         yield from chip_families(m.view.chip({e.status_key: e.describe() for e in m.engines.launched}))
 
 
@@ -122,6 +123,23 @@ def _cores(manager):
             held.add_metric([engine.name], float(len(plan.claims.get(engine.name, ()))))
     yield planned
     yield held
+
+
+def _cluster(engine):
+    """The Ray Serve engine's cluster (backend.engines.ray_serve); its queue is queue_depth{engine="ray"}."""
+    if engine is None:
+        return
+    seen = engine.describe()
+    nodes = GaugeMetricFamily(f"{PREFIX}_ray_nodes", "Alive nodes of the Ray cluster")
+    nodes.add_metric([], float(seen["nodes"]))
+    cores = GaugeMetricFamily(f"{PREFIX}_ray_neuron_cores", "NeuronCores the Ray cluster's alive nodes offer")
+    cores.add_metric([], float(seen["cluster_neuron_cores"]))
+    replicas = GaugeMetricFamily(f"{PREFIX}_ray_replicas", "Serve replicas of the studio, by state", labels=["state"])
+    for state in sorted({r["state"] for r in seen["replicas"]}):
+        replicas.add_metric([state], float(sum(r["state"] == state for r in seen["replicas"])))
+    restarts = CounterMetricFamily(f"{PREFIX}_ray_replica_restarts", "Serve replicas the app saw replaced")
+    restarts.add_metric([], float(seen["restarts"]))
+    yield from (nodes, cores, replicas, restarts)
 
 
 def chip_families(chip):

@@ -4,6 +4,7 @@ are the app's own. (Parsed here; never applied to a cluster in this project's te
 
 import importlib
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -54,3 +55,55 @@ def test_the_trn2_manifest_deploys_what_the_studio_attaches_to_with_the_apps_own
     granted = int(_containers(workers)[0]["resources"]["limits"]["aws.amazon.com/neuroncore"])
     declared = yaml.safe_load(yaml.safe_load(workers["rayStartParams"]["resources"]))
     assert declared == {"neuron_cores": granted}
+
+
+class _Book:
+    """The manager's side of PlaceBook, recorded."""
+
+    def __init__(self):
+        self.lost, self.warm, self.changes = [], [], 0
+
+    def lost_place(self, place):
+        self.lost.append(place)
+
+    def warmed(self, place, mode, signature, counts):
+        self.warm.append((place, mode, signature, counts["neff_compiles"]))
+
+    def capacity_changed(self):
+        self.changes += 1
+
+
+def test_the_engine_reads_serves_captured_details_and_tells_the_table_what_changed(monkeypatch):
+    """Ray's captured output (tests/standin/captures/ray): each RUNNING replica a place naming its node
+    and core, its warm report told to the table once; a replica gone from Serve's list is a lost
+    place and a restart, and the capacity follows."""
+    import json
+
+    ray = pytest.importorskip("ray")
+    from tests.conftest import make_settings
+
+    captures = MANIFEST.parents[1] / "tests" / "standin" / "captures" / "ray"
+    details = json.loads((captures / "serve_details.json").read_text())
+    monkeypatch.setattr(ray, "nodes", lambda: json.loads((captures / "nodes.json").read_text()))
+    replicas = details["applications"][ray_serve.APP]["deployments"][ray_serve.DEPLOYMENT]["replicas"]
+    reports = {r["replica_id"]: {"cores": "0", "warm": {"compiled 80x80": {"neff_compiles": 0}}} for r in replicas}
+    book = _Book()
+    engine = ray_serve.RayServeEngine(make_settings(ray="auto"), None, "", book, details=lambda: details)
+    monkeypatch.setattr(engine, "reports", lambda: reports)
+    dropped = []
+    engine._book = SimpleNamespace(drop=SimpleNamespace(remote=dropped.append))  # the ReplicaBook actor
+    engine.state = "ready"
+    engine.refresh()
+    places = engine.places("eager")
+    assert engine.capacity() == 2 and book.changes == 1 and len(places) == 2
+    assert all(f" · node {r['node_id'][:8]} · core 0" in " ".join(places) for r in replicas)
+    assert sorted(book.warm) == sorted((p, "compiled", "80x80", 0) for p in places)
+    described = engine.describe()
+    assert described["nodes"] == 3 and described["cluster_neuron_cores"] == 2 and described["deployment"] == "HEALTHY"
+    engine.refresh()
+    assert len(book.warm) == 2  # told once
+    gone = replicas.pop(0)
+    engine.refresh()
+    assert book.lost == [p for p in places if gone["replica_id"] in p] and engine.restarts == 1
+    assert engine.capacity() == 1 and book.changes == 2 and gone["replica_id"] in engine.last_error
+    assert dropped == [gone["replica_id"]]

@@ -78,7 +78,12 @@ def test_two_replicas_on_two_nodes_serve_two_requests_at_once_with_the_in_proces
     """Request A holds its first step until request B has made progress: were they served one after
     the other, A would wait for ever (bounded here) and the test fails."""
     import numpy as np
+    from prometheus_client import generate_latest
 
+    scraped = generate_latest(mgr.metrics.registry).decode()  # /metrics: the cluster as the scraper sees it
+    for line in ("neuron_studio_ray_nodes 3.0", "neuron_studio_ray_neuron_cores 2.0",
+                 'neuron_studio_ray_replicas{state="RUNNING"} 2.0', 'neuron_studio_engine_capacity{engine="ray"} 2.0'):
+        assert line in scraped, line
     ray_status = mgr.status().ray
     assert ray_status["ready"] == 2 and mgr.capacity() == 2 and ray_status["device"] == "neuron"
     assert ray_status["resources"] == {"num_cpus": 0, "resources": {"neuron_cores": 1}}
