@@ -139,7 +139,11 @@ def _find_places(words: list[str]) -> dict[int, tuple[str, int]]:
 
 
 def _background(words: list[str], used: set[int]) -> tuple[Background | None, set[int]]:
-    """The background the prompt names, and the indices of its words."""
+    """The background the prompt names, and the indices of its words. A pattern or a gradient named
+    without its colour ("on a checkerboard", "on stripes", "on a gradient") comes back with an empty
+    name, for ``_unnamed`` to choose once the shapes are known; a bare "background" names nothing
+    but is understood."""
+    bare, plain = None, set()
     for i, word in enumerate(words):
         kind = PATTERN_WORDS.get(word)
         if kind is None:
@@ -149,6 +153,7 @@ def _background(words: list[str], used: set[int]) -> tuple[Background | None, se
             name = next((words[j] for j in near if words[j] in GRADIENT_WORDS), None)
             if name:
                 return Background("gradient", name), {i} | {j for j in near if words[j] == name}
+            bare = bare or (Background("gradient", ""), {i})
             continue
         for j in near:
             colour = COLOUR_WORDS.get(words[j])
@@ -162,6 +167,10 @@ def _background(words: list[str], used: set[int]) -> tuple[Background | None, se
                 if colour in PATTERN_COLOURS:
                     return Background(kind, colour), {i, j}
                 return Background("flat", colour), {i, j}
+        if kind in ("stripes", "checkerboard"):
+            bare = bare or (Background(kind, ""), {i})
+        else:  # "on a (striped) background": understood, and says nothing more
+            plain.add(i)
     for i, word in enumerate(words):  # "a sunset", "at night", "a night sky"
         if word in GRADIENT_WORDS and i not in used:
             return Background("gradient", word), {i}
@@ -174,7 +183,22 @@ def _background(words: list[str], used: set[int]) -> tuple[Background | None, se
             if not any(SHAPE_WORDS.get(w) for w in words[i + 1:]):
                 return Background("flat", colour), {i}
         break
-    return None, set()
+    return (bare[0], bare[1] | plain) if bare else (None, plain)
+
+
+def _unnamed(background: Background, colours: list[str | None]) -> Background:
+    """A pattern or gradient named without its colour: the first of the grammar's on which every
+    shape colour shows."""
+    names = GRADIENTS if background.kind == "gradient" else PATTERN_COLOURS
+    fits = [n for n in names if all(c is None or colour_fits(c, Background(background.kind, n)) for c in colours)]
+    return Background(background.kind, (fits or list(names))[0])
+
+
+def _unnamed_said(background: Background) -> str:
+    """What ``Reading.guessed`` says of a background ``_unnamed`` chose."""
+    if background.kind == "gradient":
+        return f"a gradient: {background.name}"
+    return f"a colour for the {background.kind}: {background.name}"
 
 
 def read(prompt: str) -> Reading:
@@ -221,6 +245,9 @@ def read(prompt: str) -> Reading:
         ignored.extend(f"{s[1]} (at most two shapes)" for s in shapes[2:])
         shapes = shapes[:2]
     _place(shapes)
+    if background is not None and not background.name:
+        background = _unnamed(background, [c for c, _, _ in shapes])
+        guessed.append(_unnamed_said(background))
     if background is None:
         background = next((Background("flat", b) for b in BACKGROUND_ORDER
                            if all(c is None or colour_fits(c, Background("flat", b)) for c, _, _ in shapes)),
@@ -298,7 +325,10 @@ def read_edit(prompt: str) -> Reading | None:
         return default
 
     if kind == "background":
-        return Reading(f"on {background.phrase} instead", (), tuple(dict.fromkeys(ignored)))
+        if not background.name:
+            background = _unnamed(background, [])
+            guessed.append(_unnamed_said(background))
+        return Reading(f"on {background.phrase} instead", tuple(guessed), tuple(dict.fromkeys(ignored)))
     shape = pick(shapes, "circle", "a shape")
     shape_colours = [c for c in colours if c in COLOURS]
     # the shape as named, with its colour when the prompt says it ("the red square"); a recolour's

@@ -70,6 +70,75 @@ def test_a_prompt_outside_the_grammar_still_becomes_a_scene_and_says_what_it_mad
     assert len(scenes.parse_caption(long.caption).shapes) == 2
 
 
+def _hint_lists() -> dict[str, list[str]]:
+    """The words the page's hint (``ScenesReader.prompt_help``, ``embedded.words.describe``) lists,
+    read off its text: what a person is told the model understands."""
+    import re
+
+    from embedded.serving import ScenesReader
+
+    hint = ScenesReader().prompt_help("en")
+
+    def listed(pattern: str, sep: str = ", ") -> list[str]:
+        found = re.search(pattern, hint)
+        assert found, (pattern, hint)
+        return found.group(1).split(sep)
+
+    return {"shapes": listed(r"up to two shapes \(([^)]*)\)"), "colours": listed(r"in a colour \(([^)]*)\)"),
+            "places": listed(r"each (.*?) \(left out"), "gradients": listed(r"a ([\w/]+) gradient", "/"),
+            "patterns": listed(r"or ([\w/]+) stripes or checkerboard", "/"),
+            "backgrounds": listed(r"those colours or (\w+), a")}
+
+
+def test_every_word_the_page_hint_lists_is_read():
+    # The hint says what to type; "on a checkerboard" came back "Not understood" though it lists it.
+    # Every word it lists, alone and in the forms it suggests, is read and nothing is ignored.
+    words = _hint_lists()
+    assert words["shapes"] == list(scenes.SHAPES) and words["colours"] == list(scenes.COLOURS)
+    assert len(words["places"]) == len(scenes.POSITIONS) and words["patterns"] == list(scenes.PATTERN_COLOURS)
+    prompts = {f"a {c} {s} {p}": (c, s, p) for c in words["colours"] for s in words["shapes"] for p in words["places"]}
+    for prompt, (colour, shape, place) in prompts.items():
+        reading = grammar.read(prompt)
+        assert not reading.ignored, (prompt, reading)
+        assert f"{colour} {shape} {place}" in reading.caption, (prompt, reading)
+    backgrounds = {f"on a {g} gradient": f"a {g} gradient" for g in words["gradients"]}
+    backgrounds |= {f"on {p} stripes": f"{p} stripes" for p in words["patterns"]}
+    backgrounds |= {f"on a {p} checkerboard": f"a {p} checkerboard" for p in words["patterns"]}
+    backgrounds |= {f"on a {c} background": f"a {c} background" for c in words["colours"] + words["backgrounds"]}
+    backgrounds |= {f"on {c}": f"a {c} background" for c in words["backgrounds"]}
+    for said, phrase in backgrounds.items():
+        reading = grammar.read(f"a black star {said}" if "black" not in said else f"a white star {said}")
+        assert reading.understood and reading.caption.endswith(", on " + phrase), (said, reading)
+    # Named without its colour, a pattern or a gradient is read, and the colour chosen is said.
+    for said, kind in (("on a checkerboard", "checkerboard"), ("on stripes", "stripes"),
+                       ("on a striped background", "stripes"), ("on a gradient", "gradient"),
+                       ("on a checkered background", "checkerboard")):
+        for colour in words["colours"]:
+            reading = grammar.read(f"a {colour} triangle {said}")
+            scene = scenes.parse_caption(reading.caption)
+            assert not reading.ignored and scene.background.kind == kind, (said, reading)
+            names = scenes.GRADIENTS if kind == "gradient" else scenes.PATTERN_COLOURS
+            if any(scenes.colour_fits(colour, scenes.Background(kind, n)) for n in names):  # not white on a pattern
+                assert scenes.colour_fits(colour, scene.background), reading  # the shape shows on it
+            assert reading.guessed == (f"a colour for the {kind}: {scene.background.name}" if kind != "gradient"
+                                       else f"a gradient: {scene.background.name}",), reading
+    bare = grammar.read("a red circle on a background")
+    assert bare.understood and bare.caption == "a red circle in the centre, on a white background"
+    edit = grammar.read_edit("on a checkerboard instead")
+    assert edit.caption == "on a grey checkerboard instead" and not edit.ignored
+
+
+def test_every_edit_the_page_lists_is_read_as_itself():
+    from embedded.serving import ScenesReader
+    from embedded.words import EDIT_EXAMPLES
+
+    hint = ScenesReader().edit_help("en")
+    for example in EDIT_EXAMPLES:
+        assert example in hint
+        reading = grammar.read_edit(example)
+        assert reading is not None and reading.understood and reading.caption == example, (example, reading)
+
+
 def test_prompts_as_people_write_them_read_as_the_captions_they_came_from():
     pairs = grammar.people_prompts(48)
     assert len({p for p, _ in pairs}) == 48
