@@ -50,8 +50,15 @@ def manager(tmp_path):
 
     mgr = Manager(make_settings(tmp_path))
     mgr.start()
+    own_compile_history(mgr, tmp_path)
     yield mgr
     mgr.close()
+
+
+def own_compile_history(manager, tmp_path: Path) -> None:
+    """The manager's compile history from a file of this test's own: the suite's cache folder is
+    shared, and what one test compiled would be another's estimate."""
+    manager.table.history.open(tmp_path / "compile-history.json", "test")
 
 
 # Inductor's own cache entries as a real compile wrote them (tests/captures/inductor_cache_tree.txt):

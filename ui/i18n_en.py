@@ -45,13 +45,15 @@ EN: dict[str, str] = {
     "receipt_ref_label": "Reference machine", "receipt_ref_price": "Its price (USD/hour)",
     "receipt_ref_seconds": "Its seconds per image", "receipt_button": "Make the receipt",
     "receipt_head": "Measured on **{measured_on}**; price {price} ({source}).", "receipt_price_unit": "${price:g}/hour", "receipt_unknown": "unknown",
-    "receipt_columns": "mode|signature|median s/run|steady runs|images/hour|per 1,000 images",
+    "receipt_columns": "mode|signature|s/run, quiet|steady runs|load seen|images/hour|per 1,000 images",
     "receipt_reference_column": "{label} per 1,000", "receipt_at_once": "{n} at once",
     "receipt_none": "no warm shape with a steady run yet",
     "receipt_reference": "{label}: ${price:g}/hour at {seconds:g} s/image ({per_hour:,.0f} images/hour) — figures "
                          "you entered, not measured here.",
-    "receipt_caveat": "Each figure is this machine's median of warm runs that ran alone; idle time, compiles and "
-                      "other requests are not in it. It says nothing of hardware this app has not run on.",
+    "receipt_caveat": "Each figure is the lower quartile of this machine's warm runs that ran alone, read as on a "
+                      "quiet machine (on a CPU, a run's seconds times the share of the CPU it got; load seen: the "
+                      "median share other work took meanwhile); idle time, compiles and other requests are not in "
+                      "it. It says nothing of hardware this app has not run on.",
     "receipt_bad": "The reference needs a positive price and seconds per image: {reason}",
     "compare_hint": "Pick two or three modes and press **Compare**: the same prompt and seed run through each, "
                     "the images appear side by side and their timings in the table below.",
@@ -126,7 +128,7 @@ EN: dict[str, str] = {
                                       "compiles).",
     "progress_queued": "waiting for your turn — place {place} of {waiting}",
     "progress_queued_about": "waiting for your turn — place {place} of {waiting}, about {seconds}",
-    "progress_compiling": "compiling — {elapsed} so far, about {estimate} expected",
+    "progress_compiling": "compiling — {elapsed} so far, about {estimate} expected; Stop ends the run once the compile is done",
     "info_stopped": "Stopped: {detail}",
     "run_stopped": "**Stopped** before the image was finished (seed `{seed}`).",
     "warn_no_params": "This PNG carries no generation parameters.",
@@ -147,11 +149,12 @@ EN: dict[str, str] = {
     "cost_compiling": "**Compiling** — {where} is compiling now ({elapsed} elapsed",
     "cost_compiling_of": " of ~{estimate})",
     "cost_cold": "**Cold** — {where}: {prefix}it will compile first ({guess}).",
-    "cost_estimate": "estimated {estimate} from past compiles",
+    "cost_estimate": "about {estimate}, from {count} past compiles", "cost_estimate_one": "about {estimate}, from 1 past compile",
     "cost_no_estimate": "no compile measured yet in this mode to estimate from",
     "cost_prior": "about {estimate} — a prior for this compile backend, until this machine measures its first compile",
     "cost_failed_before": "failed before; ", "cost_ready": "**Ready** — {where}: {tail}{extra}.",
-    "cost_expected": "expected {seconds}", "cost_no_timing": "no steady timing yet",
+    "cost_expected": "expected {seconds}",
+    "cost_loaded": " ({quiet} on a quiet machine; other work takes {load}% of the CPU now)", "cost_no_timing": "no steady timing yet",
     "note_no_compile": "{mode} mode does not compile on this device",
     "note_shares_graph": "probably reuses the graph of {shape}: the same batch and token count",
     "col_mode": "mode", "col_shape": "shape", "col_state": "state", "col_compile_s": "compile s",

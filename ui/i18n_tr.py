@@ -47,14 +47,16 @@ TR: dict[str, str] = {
     "receipt_ref_label": "Karşılaştırılan makine", "receipt_ref_price": "Fiyatı (USD/saat)",
     "receipt_ref_seconds": "Görsel başına saniyesi", "receipt_button": "Fişi çıkar",
     "receipt_head": "Ölçüldüğü yer: **{measured_on}**; fiyat {price} ({source}).", "receipt_price_unit": "${price:g}/saat", "receipt_unknown": "bilinmiyor",
-    "receipt_columns": "mod|imza|medyan sn/çalıştırma|kararlı çalıştırma|görsel/saat|1.000 görsel başına",
+    "receipt_columns": "mod|imza|sn/çalıştırma, sakin|kararlı çalıştırma|görülen yük|görsel/saat|1.000 görsel başına",
     "receipt_reference_column": "{label}, 1.000 görsel", "receipt_at_once": "aynı anda {n}",
     "receipt_none": "henüz kararlı çalıştırması olan sıcak boyut yok",
     "receipt_reference": "{label}: ${price:g}/saat, görsel başına {seconds:g} sn ({per_hour:,.0f} görsel/saat) — "
                          "sizin girdiğiniz değerler, burada ölçülmedi.",
-    "receipt_caveat": "Her değer bu makinede tek başına çalışan sıcak çalıştırmaların medyanıdır; boşta geçen "
-                      "süre, derlemeler ve diğer istekler dahil değildir. Bu uygulamanın çalışmadığı donanım "
-                      "hakkında hiçbir şey söylemez.",
+    "receipt_caveat": "Her değer bu makinede tek başına çalışan sıcak çalıştırmaların alt çeyreğidir ve sakin bir "
+                      "makinedeki gibi okunur (CPU'da bir çalıştırmanın saniyesi, aldığı CPU payıyla çarpılır; "
+                      "görülen yük: o sırada başka işlerin aldığı payın medyanı); boşta geçen süre, derlemeler ve "
+                      "diğer istekler dahil değildir. Bu uygulamanın çalışmadığı donanım hakkında hiçbir şey "
+                      "söylemez.",
     "receipt_bad": "Karşılaştırma için pozitif bir fiyat ve görsel başına saniye gerekir: {reason}",
     "compare_hint": "İki ya da üç mod seçip **Karşılaştır**'a basın: aynı istem ve tohum her birinden geçer, "
                     "görseller yan yana, süreleri aşağıdaki tabloda görünür.",
@@ -126,7 +128,7 @@ TR: dict[str, str] = {
                                       "bitirmek için Derlemeyi bitir'e basın (derleyen işçiyi durdurur).",
     "progress_queued": "sıranızı bekliyor — {waiting} işin {place}. sırasında",
     "progress_queued_about": "sıranızı bekliyor — {waiting} işin {place}. sırasında, yaklaşık {seconds}",
-    "progress_compiling": "derleniyor — şimdiye dek {elapsed}, beklenen yaklaşık {estimate}",
+    "progress_compiling": "derleniyor — şimdiye dek {elapsed}, beklenen yaklaşık {estimate}; Durdur, derleme bitince çalıştırmayı durdurur",
     "info_stopped": "Durduruldu: {detail}",
     "run_stopped": "Görsel bitmeden **durduruldu** (tohum `{seed}`).",
     "warn_no_params": "Bu PNG üretim parametresi taşımıyor.",
@@ -147,9 +149,10 @@ TR: dict[str, str] = {
     "cost_compiling_of": ", tahmini ~{estimate})",
     "cost_cold": "**Soğuk** — {where}: {prefix}önce derlenecek ({guess}).",
     "cost_prior": "yaklaşık {estimate} — bu derleme arka ucu için bir ön tahmin; bu makine ilk derlemesini ölçene dek",
-    "cost_estimate": "geçmiş derlemelere göre tahmini {estimate}",
+    "cost_estimate": "yaklaşık {estimate}, geçmiş {count} derlemeye göre", "cost_estimate_one": "yaklaşık {estimate}, geçmiş 1 derlemeye göre",
     "cost_no_estimate": "bu modda tahmin için henüz ölçülmüş derleme yok",
-    "cost_failed_before": "daha önce başarısız oldu; ", "cost_ready": "**Hazır** — {where}: {tail}{extra}.",
+    "cost_failed_before": "daha önce başarısız oldu; ",
+    "cost_loaded": " (sakin bir makinede {quiet}; başka işler şu anda CPU'nun %{load} kadarını alıyor)", "cost_ready": "**Hazır** — {where}: {tail}{extra}.",
     "cost_expected": "beklenen {seconds}", "cost_no_timing": "henüz kararlı süre yok",
     "note_no_compile": "{mode} modu bu cihazda derlenmez",
     "note_shares_graph": "büyük olasılıkla {shape} grafiğini yeniden kullanır: aynı toplu iş ve token sayısı",

@@ -13,7 +13,7 @@ from ui.i18n import DEFAULT, text
 def latency_frame(records: list[Any]) -> pd.DataFrame:
     """Steady-state seconds per image (median over runs) against megapixels, per mode."""
     rows = [{"mode": r.mode, "megapixels": r.width * r.height / 1e6, "shape": f"{r.width}x{r.height}",
-             "seconds": r.seconds} for r in records if not r.compiled and not r.overlapped]
+             "seconds": r.seconds} for r in records if r.steady]
     if not rows:  # typed columns: an untyped empty "mode" reads as a number, and the legend said "NaN"
         return pd.DataFrame({"mode": pd.Series(dtype=str), "megapixels": pd.Series(dtype=float),
                              "shape": pd.Series(dtype=str), "seconds": pd.Series(dtype=float)})

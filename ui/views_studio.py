@@ -17,6 +17,9 @@ if TYPE_CHECKING:
     from backend.serving.status import Status
 
 
+LOADED = 0.15  # the share of the CPU other work takes from which the cost line says so
+
+
 def cost_markdown(prediction: dict[str, Any] | None, error: str | None = None, lang: str = DEFAULT) -> str:
     """``error`` is already in ``lang``."""
     if error:
@@ -35,7 +38,8 @@ def cost_markdown(prediction: dict[str, Any] | None, error: str | None = None, l
         est = p.get("estimate_compile_seconds")
         guess = (text(lang, "cost_no_estimate") if est is None
                  else text(lang, "cost_prior", estimate=format_seconds(est)) if p.get("estimate_source") == "prior"
-                 else text(lang, "cost_estimate", estimate=format_seconds(est)))
+                 else text(lang, "cost_estimate_one" if p.get("estimate_compiles") == 1 else "cost_estimate",
+                          estimate=format_seconds(est), count=p.get("estimate_compiles")))
         prefix = text(lang, "cost_failed_before") if p["state"] == "failed" else ""
         nearest = (text(lang, "cost_nearest_warm", signature=p["nearest_warm"])
                    if p.get("nearest_warm") and p["nearest_warm"] != p["shape"] else "")
@@ -44,6 +48,8 @@ def cost_markdown(prediction: dict[str, Any] | None, error: str | None = None, l
     expected = p.get("expected_seconds")
     tail = (text(lang, "cost_expected", seconds=format_seconds(expected)) if expected is not None
             else text(lang, "cost_no_timing"))
+    if expected is not None and (p.get("load") or 0) >= LOADED:  # the machine is busy: say it, and the quiet figure
+        tail += text(lang, "cost_loaded", quiet=format_seconds(p["quiet_seconds"]), load=round(p["load"] * 100))
     # The backend's note in English, or one the page knows (``note_key``) in the page's language.
     note = (text(lang, "note_" + p["note_key"], **p.get("note_args", {})) if p.get("note_key")
             else p.get("note") or "")

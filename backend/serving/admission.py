@@ -28,6 +28,7 @@ class Admission:
     def __init__(self, settings: Settings, table: cs.CompileTable):
         self.settings, self.table = settings, table
         self.geometry: memory.Geometry | None = None  # read from the model folder once it is known
+        self.cpu_load = None  # backend.hardware.load.CpuLoad, once the device is known: the load now
 
     @staticmethod
     def exact_shapes(device) -> bool:
@@ -50,7 +51,8 @@ class Admission:
                places: list[str] | None = None) -> "Decision":
         """The prediction for a run at (mode, shape) in ``places``, its ``refused`` saying why it may not start."""
         out = self.table.predict(mode, shape, steps or self.settings.steps, self.compiles_here(device, mode),
-                                 self.exact_shapes(device), places, prior=self.prior_compile_seconds(device, mode))
+                                 self.exact_shapes(device), places, prior=self.prior_compile_seconds(device, mode),
+                                 load=self.cpu_load.now if self.cpu_load is not None else None)
         refusal = self._refusal(mode, shape, out["will_compile"], locked, places,
                                 steps_note=out["note"] if out["state"] == cs.WARM else None)
         needs = self.memory_plan(device, mode, shape)

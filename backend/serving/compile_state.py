@@ -11,10 +11,14 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import json
 import math
+import os
 import statistics
 import threading
 import time
+import typing
+from pathlib import Path
 from typing import Any, Callable
 
 from backend.shapes import Shape
@@ -35,6 +39,21 @@ NOTES = {"no_compile": "{mode} mode does not compile on this device",
 _STEADY_KEEP = 20
 
 
+class Steady(typing.NamedTuple):
+    """A run that compiled nothing, was not the first at its place and ran beside no other run."""
+
+    seconds: float
+    per_step: float | None  # denoise seconds per step
+    overhead: float  # encode + decode seconds
+    load: float | None  # the share of the CPU other work took meanwhile (backend.hardware.load)
+
+
+def low(values: list[float]) -> float:
+    """The lower quartile (the least of up to four): a run is slowed by other work, never sped up."""
+    ordered = sorted(values)
+    return ordered[(len(ordered) - 1) // 4]
+
+
 @dataclasses.dataclass
 class ShapeRecord:
     mode: str
@@ -46,12 +65,77 @@ class ShapeRecord:
     compiling_since: float | None = None
     runs: int = 0
     error: str | None = None
-    steady_seconds: list[float] = dataclasses.field(default_factory=list)
-    per_step: float | None = None  # denoise seconds per step, from the latest steady run
-    overhead: float | None = None  # encode + decode seconds, from the latest steady run
+    steady: list[Steady] = dataclasses.field(default_factory=list)  # the latest steady runs
     bundle_compile_seconds: float | None = None  # warmed from a bundle: its compile seconds, made elsewhere
     warm_at: set[str] = dataclasses.field(default_factory=set)  # the places (engines' processes) it is warm in
     warm_steps: set[int] = dataclasses.field(default_factory=set)  # step counts that ran to the end here
+
+
+class CompileHistory:
+    """The compile seconds this install measured, per (mode, signature): this run's, a bundle's (made
+    on a machine of the same kind) and, once ``open``, earlier runs' from a file in the app's cache
+    folder, kept for the same device, compile backend and model only. A cold shape's compile is
+    estimated from it before this run has compiled anything."""
+
+    KEEP = 200  # entries per file; the oldest go
+    MAX_BYTES = 256 * 1024  # a longer file is not ours to read
+    NEAREST = 5  # an estimate is the median of this many compiles nearest in token count
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._entries: list[dict[str, Any]] = []  # {"mode", "tokens", "seconds"}
+        self._path: Path | None = None
+        self._key = ""
+
+    def open(self, path: Path, key: str) -> None:
+        """Read the entries measured for ``key`` at ``path`` (an unreadable or foreign file: none)."""
+        entries = []
+        try:
+            if path.stat().st_size <= self.MAX_BYTES:
+                data = json.loads(path.read_text())
+                entries = [e for e in data.get(key, []) if isinstance(e, dict) and isinstance(e.get("mode"), str)
+                           and isinstance(e.get("tokens"), int) and isinstance(e.get("seconds"), (int, float))
+                           and 0 < e["seconds"] < 1e6 and e["tokens"] > 0]
+        except (OSError, ValueError, AttributeError):
+            pass
+        with self._lock:
+            self._path, self._key = path, key
+            self._entries = entries[-self.KEEP:]
+
+    def add(self, mode: str, shape: Shape, seconds: float | None, keep: bool = True) -> None:
+        """A compile of ``seconds`` at (mode, shape); ``keep``: written to the file (a bundle's are not)."""
+        if not seconds or seconds <= 0:
+            return
+        with self._lock:
+            self._entries = (self._entries + [{"mode": mode, "tokens": shape.tokens * shape.count,
+                                               "seconds": round(seconds, 3)}])[-self.KEEP:]
+            if keep and self._path is not None:
+                self._save()
+
+    def _save(self) -> None:
+        try:
+            others = json.loads(self._path.read_text()) if self._path.is_file() else {}
+            others = others if isinstance(others, dict) and self._path.stat().st_size <= self.MAX_BYTES else {}
+        except (OSError, ValueError):
+            others = {}
+        others[self._key] = self._entries
+        tmp = self._path.with_name(f".{self._path.name}.{os.getpid()}.tmp")
+        try:
+            self._path.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(json.dumps(others))
+            os.replace(tmp, self._path)
+        except OSError:  # a read-only cache folder: the estimates still learn in memory
+            tmp.unlink(missing_ok=True)
+
+    def estimate(self, mode: str, shape: Shape) -> tuple[float, int] | None:
+        """(median seconds of the compiles in ``mode`` nearest in token count, how many), or None."""
+        tokens = shape.tokens * shape.count
+        with self._lock:
+            past = [e for e in self._entries if e["mode"] == mode]
+        if not past:
+            return None
+        nearest = sorted(past, key=lambda e: abs(math.log(e["tokens"] / tokens)))[:self.NEAREST]
+        return statistics.median(e["seconds"] for e in nearest), len(nearest)
 
 
 class CompileTable:
@@ -61,6 +145,10 @@ class CompileTable:
         self._clock = clock
         self._lock = threading.Lock()
         self._records: dict[tuple[str, Shape], ShapeRecord] = {}
+        self.history = CompileHistory()
+        # On a CPU a run's seconds scale with the CPU it got: a steady run's figures are read as on a
+        # quiet machine (times the share other work left it), and an estimate as under the load now.
+        self.cpu_bound = False
 
     def _get(self, mode: str, shape: Shape) -> ShapeRecord:
         key = (mode, shape)
@@ -79,18 +167,20 @@ class CompileTable:
             rec.state, rec.compiling_since, rec.error = COMPILING, self._clock(), None
 
     def record(self, result) -> None:
-        self.finish(result.mode, result.shape, compiles=result.compiles, compile_seconds=result.compile_seconds,
+        """``result.steady`` says whether its seconds were kept as a steady figure."""
+        result.steady = self.finish(result.mode, result.shape, compiles=result.compiles, compile_seconds=result.compile_seconds,
                     seconds=result.seconds, encode=result.encode, denoise=result.denoise, decode=result.decode,
                     steps=result.steps, neff_compiles=result.neff_compiles, place=result.place,
-                    steady=not result.overlapped)
+                    steady=not result.overlapped, load=result.load)
 
     def finish(self, mode: str, shape: Shape, *, compiles: int, compile_seconds: float,
                seconds: float | None, encode: float = 0.0, denoise: float = 0.0,
                decode: float = 0.0, steps: int = 0, neff_compiles: int = 0, place: str = "app",
-               steady: bool = True) -> None:
+               steady: bool = True, load: float | None = None) -> bool:
         """A run that completed (``seconds`` None: cancelled after its compile) in ``place`` (``app``,
         ``tp``, ``replica 1``). ``steady`` False: it overlapped another run, so it is kept out of the
-        steady figures."""
+        steady figures, as is the first run at a place (its first-time costs); ``load``: the share of
+        the CPU other work took meanwhile."""
         with self._lock:
             rec = self._get(mode, shape)
             was_warm = place in rec.warm_at
@@ -101,13 +191,16 @@ class CompileTable:
                 rec.warm_steps.add(steps)
             if compiles or neff_compiles or not was_warm:
                 rec.compiles, rec.compile_seconds, rec.neff_compiles = compiles, compile_seconds, neff_compiles
+            if compiles or neff_compiles:
+                self.history.add(mode, shape, compile_seconds)
             if seconds is None:
-                return
+                return False
             rec.runs += 1
-            if compiles == 0 and neff_compiles == 0 and steady:
-                rec.steady_seconds = (rec.steady_seconds + [seconds])[-_STEADY_KEEP:]
-                rec.per_step = denoise / steps if steps else None
-                rec.overhead = encode + decode
+            steady = compiles == 0 and neff_compiles == 0 and steady and was_warm
+            if steady:
+                run = Steady(seconds, denoise / steps if steps else None, encode + decode, load)
+                rec.steady = (rec.steady + [run])[-_STEADY_KEEP:]
+            return steady
 
     def failed_run(self, mode: str, shape: Shape, exc: BaseException, keep_compiles: bool = True,
                    place: str = "app") -> None:
@@ -142,6 +235,7 @@ class CompileTable:
 
     def mark_bundled(self, mode: str, shape: Shape, compile_seconds: float | None) -> None:
         """A warm shape's compile came from a bundle: its seconds are the bundle's until it runs here."""
+        self.history.add(mode, shape, compile_seconds, keep=False)
         with self._lock:
             rec = self._records.get((mode, shape))
             if rec is not None and rec.state == WARM:
@@ -176,24 +270,33 @@ class CompileTable:
             return set(rec.warm_at) if rec and rec.state == WARM else set()
 
     def _estimate_into(self, out: dict[str, Any], mode: str, shape: Shape, prior: float | None) -> None:
-        """The measured compile in ``mode`` nearest in token count, else the prior, saying which."""
-        past = [r for (m, _s), r in self._records.items()
-                if m == mode and r.compiles and r.compile_seconds is not None]
-        tokens = shape.tokens * shape.count
-        nearest = min(past, default=None, key=lambda r: (abs(r.shape.tokens * r.shape.count - tokens),
-                                                         r.shape.count != shape.count))
-        measured = nearest.compile_seconds if nearest is not None else None
-        out["estimate_compile_seconds"] = measured if measured is not None else prior
-        out["estimate_source"] = "measured" if measured is not None else ("prior" if prior is not None else None)
+        """From the compiles this install measured in ``mode`` (``CompileHistory``), else the prior."""
+        measured = self.history.estimate(mode, shape)
+        out["estimate_compile_seconds"] = measured[0] if measured else prior
+        out["estimate_compiles"] = measured[1] if measured else 0
+        out["estimate_source"] = "measured" if measured else ("prior" if prior is not None else None)
 
-    def _expected_seconds(self, rec: ShapeRecord | None, steps: int) -> float | None:
-        if rec is None or rec.per_step is None or rec.overhead is None:
+    def _expect_into(self, out: dict[str, Any], rec: ShapeRecord | None, steps: int, load: float | None) -> None:
+        """``quiet_seconds``: a run's seconds on a quiet machine, from the lower quartile of the steady
+        runs; ``expected_seconds``: under ``load`` (the share of the CPU other work takes now)."""
+        quiet = self._quiet_seconds(rec, steps)
+        load = load if self.cpu_bound else None
+        out.update(quiet_seconds=quiet, load=load, expected_seconds=None if quiet is None
+                   else quiet / (1.0 - min(load, 0.9)) if load else quiet)
+
+    def _quiet_seconds(self, rec: ShapeRecord | None, steps: int) -> float | None:
+        runs = [r for r in rec.steady if r.per_step is not None] if rec else []
+        if not runs:
             return None
-        return rec.overhead + rec.per_step * steps
+        return low([self._quiet(r.overhead, r.load) for r in runs]) + low(
+            [self._quiet(r.per_step, r.load) for r in runs]) * steps
+
+    def _quiet(self, seconds: float, load: float | None) -> float:
+        return seconds * (1.0 - load) if self.cpu_bound and load is not None else seconds
 
     def predict(self, mode: str, shape: Shape, steps: int, compiles_here: bool,
                 exact_shapes: bool = False, places: list[str] | None = None,
-                prior: float | None = None) -> dict[str, Any]:
+                prior: float | None = None, load: float | None = None) -> dict[str, Any]:
         """What a run at (mode, shape) will cost, from what was measured so far. ``exact_shapes``: the
         device compiles per exact (height, width) (Neuron's eager ops); ``places``: the processes
         that may serve it (None: anywhere), ``warm_on`` [2, 4] being "warm on 2 of 4"; ``prior``:
@@ -205,11 +308,11 @@ class CompileTable:
                 state = COLD  # warm elsewhere (in process, or on replicas since restarted)
             out: dict[str, Any] = {"mode": mode, "shape": str(shape), "state": state,
                                    "will_compile": False, "estimate_compile_seconds": None,
-                                   "expected_seconds": self._expected_seconds(rec, steps),
                                    "note": "", "warm_on": None}
             if places is not None and len(places) > 1:
                 out["warm_on"] = [len(rec.warm_at.intersection(places)) if rec else 0, len(places)]
             out["estimate_source"] = None
+            self._expect_into(out, rec, steps, load)
             if state == WARM and exact_shapes and steps and rec.warm_steps and steps not in rec.warm_steps:
                 # On Neuron every eager op compiles per shape, and the scheduler's per-step tensors
                 # (its sigmas, one per step plus one) change length with the step count: a warm size
@@ -233,7 +336,7 @@ class CompileTable:
                     if m == mode and self._warm(r, places) and s.graph_key == shape.graph_key]
                 if sharing:
                     _note(out, "shares_graph", shape=str(sharing[0]))
-                    out["expected_seconds"] = self._expected_seconds(self._records[(mode, sharing[0])], steps)
+                    self._expect_into(out, self._records[(mode, sharing[0])], steps, load)
                 else:
                     out["will_compile"] = True
                     self._estimate_into(out, mode, shape, prior)
@@ -254,8 +357,13 @@ class CompileTable:
                     "tokens": shape.tokens, "state": rec.state, "compile_seconds": rec.compile_seconds,
                     "compiles": rec.compiles, "neff_compiles": rec.neff_compiles,
                     # The median of the runs that compiled nothing and overlapped no other run, and how many.
-                    "steady_seconds": statistics.median(rec.steady_seconds) if rec.steady_seconds else None,
-                    "steady_runs": len(rec.steady_seconds), "runs": rec.runs,
+                    "steady_seconds": statistics.median(r.seconds for r in rec.steady) if rec.steady else None,
+                    "steady_runs": len(rec.steady), "runs": rec.runs,
+                    # Read as on a quiet machine, and the median share other work took meanwhile.
+                    "steady_quiet_seconds": low([self._quiet(r.seconds, r.load) for r in rec.steady])
+                    if rec.steady else None,
+                    "steady_load": statistics.median(r.load for r in rec.steady if r.load is not None)
+                    if self.cpu_bound and any(r.load is not None for r in rec.steady) else None,
                     "compiling_elapsed": now - rec.compiling_since if rec.compiling_since else None,
                     "error": rec.error, "bundle_compile_seconds": rec.bundle_compile_seconds,
                     "warm_at": sorted(rec.warm_at),

@@ -114,8 +114,9 @@ class EngineControls:
             while warm_on and warm_on[0] < warm_on[1] and tries < warm_on[1] - 1:
                 results.append(manager.generate(request, _warming=True)[1])
                 warm_on, tries = manager.predict(mode, shape).get("warm_on"), tries + 1
-            if first.compiled:  # measure the steady latency too, so the shape shows expected seconds
-                results.append(manager.generate(request, _warming=True)[1])
+            # Once more for a steady figure, so the shape shows expected seconds (a first run at a place
+            # is not one: it compiled, or paid first-time costs).
+            results.append(manager.generate(request, _warming=True)[1])
         if progress:
             progress(len(shapes), len(shapes), None)
         return results

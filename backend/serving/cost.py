@@ -1,6 +1,8 @@
 """The cost receipt: what an image costs here, from what this machine measured.
 
-For each warm (mode, signature) with steady runs: its median seconds, the batch, and how many runs
+For each warm (mode, signature) with steady runs: its seconds as on a quiet machine (the lower
+quartile of its steady runs, each on a CPU times the share of the CPU it got; with the median load
+they ran under), the batch, and how many runs
 the mode's engines take at once give images per hour; the price per hour (``--price-per-hour``,
 else ``ON_DEMAND`` for the instance type neuron-ls reported) gives the price of 1,000 images. A
 reference the user enters sits beside it. Nothing is guessed: no price, no price column.
@@ -67,12 +69,14 @@ def receipt(status: dict[str, Any], capacity: dict[str, int], price_per_hour: fl
                                               status.get("model") and f"model {status['model']}") if v) or "unknown"
     rows = []
     for row in status.get("shapes") or []:
-        if row["state"] != "warm" or not row.get("steady_seconds"):
+        seconds = row.get("steady_quiet_seconds")
+        if row["state"] != "warm" or not seconds:
             continue
         shape = parse_signature(row["shape"])
         places = max(1, capacity.get(row["mode"], 1))
-        per_hour = 3600.0 / row["steady_seconds"] * shape.count * places
-        rows.append({"mode": row["mode"], "signature": row["shape"], "median_seconds": row["steady_seconds"],
+        per_hour = 3600.0 / seconds * shape.count * places
+        rows.append({"mode": row["mode"], "signature": row["shape"], "seconds": seconds,
+                     "load": row.get("steady_load"),
                      "runs": row["steady_runs"], "images_per_run": shape.count, "parallel": places,
                      "images_per_hour": per_hour,
                      "per_thousand": price / per_hour * 1000 if price is not None else None})
@@ -88,14 +92,16 @@ WORDS = {
     "head": "Measured on **{measured_on}**; price {price} ({source}).",
     "unknown": "unknown",
     "price": "${price:g}/hour",
-    "columns": "mode|signature|median s/run|steady runs|images/hour|per 1,000 images",
+    "columns": "mode|signature|s/run, quiet|steady runs|load seen|images/hour|per 1,000 images",
     "reference_column": "{label} per 1,000",
     "at_once": "{n} at once",
     "none": "no warm shape with a steady run yet",
     "reference": "{label}: ${price:g}/hour at {seconds:g} s/image ({per_hour:,.0f} images/hour) — figures you "
                  "entered, not measured here.",
-    "caveat": "Each figure is this machine's median of warm runs that ran alone; idle time, compiles and other "
-              "requests are not in it. It says nothing of hardware this app has not run on.",
+    "caveat": "Each figure is the lower quartile of this machine's warm runs that ran alone, read as on a quiet "
+              "machine (on a CPU, a run's seconds times the share of the CPU it got; load seen: the median share "
+              "other work took meanwhile); idle time, compiles and other requests are not in it. It says nothing "
+              "of hardware this app has not run on.",
 }
 
 
@@ -115,7 +121,8 @@ def format_receipt(data: dict[str, Any], words: dict[str, str] | None = None) ->
         per_hour = f"{row['images_per_hour']:,.0f}"
         if row["parallel"] > 1:
             per_hour += " (" + words["at_once"].format(n=row["parallel"]) + ")"
-        cells = [row["mode"], row["signature"], f"{row['median_seconds']:.2f}", str(row["runs"]), per_hour,
+        load = "—" if row["load"] is None else f"{row['load']:.0%}"
+        cells = [row["mode"], row["signature"], f"{row['seconds']:.2f}", str(row["runs"]), load, per_hour,
                  f"${row['per_thousand']:,.2f}" if row["per_thousand"] is not None else "—"]
         if ref:
             cells.append(f"${ref['per_thousand']:,.2f}")

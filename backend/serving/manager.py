@@ -24,6 +24,7 @@ from backend.errors import (
     NotAllowed,
     StudioError,
 )
+from backend.hardware.load import CpuLoad
 from backend.hardware.monitor import NeuronMonitor
 from backend.request.records import GenerationRequest, GenerationResult, Phase, ProgressEvent
 from backend.request.references import blank_references, load_references, planned_references
@@ -136,8 +137,13 @@ class Manager:
             sweep_leftovers(self.device)  # what an import killed outright left (staging, temp copies)
             self.monitor = NeuronMonitor(info.kind)
             self.monitor.start()  # on Neuron only: the System tab's live view of the chip
+            self.admission.cpu_load = CpuLoad()
+            self.admission.cpu_load.start()
+            self.table.cpu_bound = info.kind == "cpu"
             self.model_path, self.model_label = resolve_model(self.settings.model, self.settings.cache_dir)
             self._count_tokens = prompt_token_counter(self.model_path)
+            self.table.history.open(self.settings.cache_dir / "compile-history.json",
+                                    f"{info.kind} {info.compile_backend} {self.model_label}")
             if info.kind == "neuron":  # what each signature needs of a NeuronCore (admission plans by it)
                 self.admission.geometry = Geometry.read(self.model_path)
             self.engines = build_engines(self.settings, self.device, self.model_path,
@@ -202,6 +208,8 @@ class Manager:
         self.board.close()
         if self.monitor is not None:
             self.monitor.close()
+        if self.admission.cpu_load is not None:
+            self.admission.cpu_load.close()
         if not self.engines:
             return True
         for engine in self.engines.launched:
@@ -393,7 +401,7 @@ class Manager:
             if progress is not None:
                 progress(event)
 
-        started_at = time.time()
+        started_at, ticks = time.time(), CpuLoad.mark()
         try:
             out = engine.run(run, on_progress, should_stop, forbid_compile=locked, warming=_warming)
         except Exception as exc:
@@ -416,7 +424,7 @@ class Manager:
         result = GenerationResult.of(run, out, device=self.device.kind, model=self.model_label or "",
                                      engine=engine.name, started_at=started_at, requested_mode=request.mode,
                                      degraded=route.degraded)
-        result.overlapped = job.overlapped
+        result.overlapped, result.load = job.overlapped, CpuLoad.during(ticks)
         result.images = out.images
         self.table.record(result)
         self.metrics.ended(request.mode, result)

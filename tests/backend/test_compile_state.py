@@ -1,5 +1,9 @@
 """CompileTable with a fake clock: elapsed times and estimates without sleeping."""
 
+import json
+
+import pytest
+
 from backend.serving.compile_state import CompileTable
 from backend.shapes import Shape
 
@@ -64,3 +68,51 @@ def test_on_neuron_a_warm_size_at_a_new_step_count_still_compiles_and_the_lock_r
     decision = Admission(Settings(), table).decide(neuron_device, "eager", Shape(64, 64), 8, locked=True)
     assert isinstance(decision.refusal, ShapeLocked) and "use a step count it is warm at" in str(decision.refusal)
     assert Admission(Settings(), table).decide(neuron_device, "eager", Shape(64, 64), 4, locked=True).refusal is None
+
+
+def test_compile_estimates_learn_from_this_installs_compiles_across_restarts(tmp_path):
+    """The compiles a run measured are an estimate for the next run's first compile (same device,
+    compile backend and model only), the median of the nearest in token count, saying how many."""
+    path = tmp_path / "compile-history.json"
+    first = CompileTable(FakeClock())
+    first.history.open(path, "cpu inductor tiny")
+    for side, seconds in ((64, 4.0), (128, 6.0), (256, 20.0)):
+        first.finish("compiled", Shape(side, side), compiles=1, compile_seconds=seconds, seconds=seconds + 1, steps=1)
+    first.finish("eager", Shape(64, 64), compiles=0, compile_seconds=0.0, seconds=0.5, steps=1)  # no compile: none
+    later = CompileTable(FakeClock())
+    later.history.open(path, "cpu inductor tiny")
+    cold = later.predict("compiled", Shape(96, 96), steps=4, compiles_here=True, prior=60.0)
+    assert (cold["estimate_compile_seconds"], cold["estimate_compiles"], cold["estimate_source"]) == (6.0, 3, "measured")
+    other = CompileTable(FakeClock())
+    other.history.open(path, "cpu inductor another-model")  # another model's compiles say nothing of this one
+    assert other.predict("compiled", Shape(96, 96), 4, True, prior=60.0)["estimate_source"] == "prior"
+    assert later.predict("regional", Shape(96, 96), 4, True, prior=25.0)["estimate_source"] == "prior"
+    for junk in (b"{not json", b"[1, 2]", b'{"cpu inductor tiny": [{"mode": "compiled", "tokens": -1, "seconds": 3}]}',
+                 b" " * (300 * 1024)):
+        path.write_bytes(junk)
+        hostile = CompileTable(FakeClock())
+        hostile.history.open(path, "cpu inductor tiny")
+        assert hostile.predict("compiled", Shape(96, 96), 4, True)["estimate_source"] is None
+    hostile.finish("compiled", Shape(64, 64), compiles=1, compile_seconds=2.0, seconds=3.0, steps=1)
+    assert json.loads(path.read_text())["cpu inductor tiny"][0]["seconds"] == 2.0  # a foreign file is replaced
+
+
+def test_steady_figures_leave_out_first_runs_and_read_a_busy_machine_as_a_quiet_one():
+    """A first run at a place pays first-time costs; a run under load took longer: the estimate is
+    the lower quartile of the steady runs read as on a quiet machine, then scaled by the load now."""
+    table = CompileTable(FakeClock())
+    table.cpu_bound = True
+    shape = Shape(64, 64)
+    args = dict(compiles=0, compile_seconds=0.0, steps=4)
+    assert not table.finish("eager", shape, seconds=13.6, encode=1.6, denoise=12.0, decode=0.0, **args)
+    assert table.predict("eager", shape, 4, False)["expected_seconds"] is None  # the first run is no figure
+    assert table.finish("eager", shape, seconds=2.0, encode=0.4, denoise=1.6, decode=0.0, load=0.5, **args)
+    assert table.finish("eager", shape, seconds=1.2, encode=0.2, denoise=1.0, decode=0.0, load=0.0, **args)
+    quiet = table.predict("eager", shape, 4, False)
+    assert quiet["expected_seconds"] == quiet["quiet_seconds"] == pytest.approx(1.0)  # 2.0 s at half the CPU
+    busy = table.predict("eager", shape, 4, False, load=0.5)
+    assert busy["expected_seconds"] == pytest.approx(2.0) and busy["load"] == 0.5
+    row = table.snapshot()[0]
+    assert (row["steady_runs"], row["runs"], row["steady_quiet_seconds"], row["steady_load"]) == (2, 3, 1.0, 0.25)
+    table.cpu_bound = False  # a device's time is not the host CPU's: figures as measured, load not applied
+    assert table.predict("eager", shape, 4, False, load=0.5)["expected_seconds"] == pytest.approx(1.2)

@@ -302,11 +302,13 @@ def start_manager(tmp_path: Path, **settings):
     the in-process engine a ``FakeEngine`` and the launched engines' groups from a ``FakeLaunches``.
     Returns (manager, launches); close the manager when done."""
     from backend.serving.manager import Manager
-    from tests.conftest import make_settings
+    from tests.conftest import make_settings, own_compile_history
 
     manager = Manager(make_settings(tmp_path, **{"model": EMBEDDED_RANDOM_MODEL, **settings}),
                       engine_factory=FakeEngine, clock=_fixed_clock)
     manager.start()
+    own_compile_history(manager, Path(tmp_path))
+    manager.table.cpu_bound = False  # a FakeEngine's seconds are made up, not slowed by the machine's load
     launches = FakeLaunches(Path(tmp_path) / "runs")
     for name in ("tensor-parallel", "replicas"):
         manager.engines[name]._group_factory = launches

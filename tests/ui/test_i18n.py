@@ -142,9 +142,9 @@ def test_a_turkish_page_gets_turkish_status_lines_with_the_same_numbers(studio):
     # the estimate for a cold shape is the compile just measured (the nearest in token count)
     engine, cost, badges, tp_badge = studio.studio_tab.refresh_studio("compiled", 1024, 1024, 4, None, page=TR)[:4]
     assert cost == ("**Soğuk** — **compiled** modunda **1024x1024**: önce derlenecek "
-                    "(geçmiş derlemelere göre tahmini 1.5 s). En yakın sıcak imza: **256x128**.")
+                    "(yaklaşık 1.5 s, geçmiş 1 derlemeye göre). En yakın sıcak imza: **256x128**.")
     assert studio.studio_tab.refresh_studio("compiled", 1024, 1024, 4, None, page=EN)[1] == (
-        "**Cold** — **1024x1024** in **compiled** mode: it will compile first (estimated 1.5 s from past compiles). "
+        "**Cold** — **1024x1024** in **compiled** mode: it will compile first (about 1.5 s, from 1 past compile). "
         "Nearest warm: **256x128**.")
     assert '<span class="ns-badge ns-cold" data-shape="1024x1024" data-state="cold"' in badges
     assert "1:1 · 1024x1024 · soğuk</span>" in badges

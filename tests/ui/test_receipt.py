@@ -13,13 +13,14 @@ TR = SimpleNamespace(headers={"accept-language": "tr-TR,tr;q=0.9"})
 def _status(**device):
     return {"device": {"torch_device": "cpu", "dtype": "float32", **device}, "neuron_cores": None,
             "model": "embedded:test", "shapes": [
-                {"mode": "eager", "shape": "256x256", "state": "warm", "steady_seconds": 2.0, "steady_runs": 5},
-                {"mode": "eager", "shape": "256x256*2", "state": "warm", "steady_seconds": 3.0, "steady_runs": 3},
-                {"mode": "compiled", "shape": "512x512", "state": "warm", "steady_seconds": None, "steady_runs": 0},
-                {"mode": "compiled", "shape": "64x64", "state": "cold", "steady_seconds": 1.0, "steady_runs": 1}]}
+                {"mode": "eager", "shape": "256x256", "state": "warm", "steady_quiet_seconds": 2.0, "steady_runs": 5,
+                 "steady_load": 0.25},
+                {"mode": "eager", "shape": "256x256*2", "state": "warm", "steady_quiet_seconds": 3.0, "steady_runs": 3},
+                {"mode": "compiled", "shape": "512x512", "state": "warm", "steady_quiet_seconds": None, "steady_runs": 0},
+                {"mode": "compiled", "shape": "64x64", "state": "cold", "steady_quiet_seconds": 1.0, "steady_runs": 1}]}
 
 
-def test_images_per_hour_and_the_price_of_a_thousand_come_from_the_steady_median():
+def test_images_per_hour_and_the_price_of_a_thousand_come_from_the_quiet_steady_figure():
     data = receipt(_status(), {"eager": 2}, price_per_hour=1.8, reference=Reference("g5", 1.0, 4.0))
     one, batch = data["rows"]  # no steady run, or not warm: no row
     assert (one["signature"], one["images_per_hour"], one["parallel"]) == ("256x256", 3600.0, 2)  # 2 s, two at once
@@ -28,6 +29,7 @@ def test_images_per_hour_and_the_price_of_a_thousand_come_from_the_steady_median
     assert data["reference"]["images_per_hour"] == 900 and data["reference"]["per_thousand"] == pytest.approx(1.0 / 0.9)
     text = format_receipt(data)
     assert "cpu, float32, model embedded:test" in text and "$0.50" in text and "2 at once" in text
+    assert "| eager | 256x256 | 2.00 | 5 | 25% |" in text and "| eager | 256x256*2 | 3.00 | 3 | — |" in text
     assert "not measured here" in text and "says nothing of hardware this app has not run on" in text
 
 
