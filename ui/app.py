@@ -30,7 +30,7 @@ def wire(studio, page, demo: gr.Blocks) -> None:
     studio_views = [page.engine_line, page.cost, page.badges, page.tp_state, page.generate_btn, page.stop_worker]
     refresh = (studio.refresh_all, status_inputs, studio_views + [  # the Studio tab's views, then the System tab's
         page.system_info, page.shapes_table, page.warm_info, page.tp_system_state, page.tp_info, page.replica_info,
-        page.status_json])
+        page.ray_info, page.status_json])
     plots = [page.latency_plot, page.compile_plot]
 
     def hide():

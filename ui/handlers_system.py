@@ -15,7 +15,14 @@ from ui.handlers_base import REPLICA_ENGINE, TP_ENGINE, Door, _whole, refusals
 from ui.i18n import language, text
 from ui.temp_dir import discard_upload
 from ui.views_common import preset_shape
-from ui.views_system import bundle_markdown, replicas_markdown, shapes_frame, system_markdown, warmup_markdown
+from ui.views_system import (
+    bundle_markdown,
+    ray_markdown,
+    replicas_markdown,
+    shapes_frame,
+    system_markdown,
+    warmup_markdown,
+)
 from ui.views_tp import TP_RUNNING, tp_logs_text, tp_markdown, tp_state_html, tp_state_name
 
 
@@ -28,7 +35,7 @@ class SystemTab:
         tp = status.tp or {}
         return (system_markdown(status, lang), shapes_frame(status.shapes, lang), warmup_markdown(status, lang),
                 tp_state_html(tp, lang), tp_markdown(tp, lang),
-                replicas_markdown(status, lang, operator), status.to_json())
+                replicas_markdown(status, lang, operator), ray_markdown(status, lang), status.to_json())
 
     def start_tp(self, degree, page: gr.Request | None = None) -> None:
         """Start the group with this page's degree (a running group of another degree is replaced)."""

@@ -250,4 +250,19 @@ EN: dict[str, str] = {
     "tp_row_load": "Load / warm-up", "tp_row_call": "Last call",
     "tp_row_degrees": "Degrees offered (divide the heads; on Neuron within one chip)",
     "tp_call_value": "{round_trip} round trip, {overhead} over the workers' own time",
+    # the System tab's Ray Serve cluster (ui.views_system.ray_markdown; issue 55)
+    "ray_head": "**Ray Serve cluster** ({device}): engine {state} · deployment {deployment} · {ready} of {target} "
+                "replicas running · {restarts} restarted, {retried} requests retried · queue: {waiting} waiting, "
+                "{running} running",
+    "ray_col_node": "Node", "ray_col_address": "Address", "ray_col_replicas": "Replicas", "ray_col_replica": "Replica",
+    "ray_col_cores": "Cores", "ray_col_state": "State", "ray_node_head": "head", "ray_node_lost": "lost",
+    "ray_no_replicas": "no replica yet", "ray_error": "Ray says: {error}",
+    "ray_engine_launching": "launching", "ray_engine_ready": "ready", "ray_engine_dead": "dead",
+    "ray_engine_stopped": "stopped",
+    "ray_deployment_healthy": "healthy", "ray_deployment_updating": "updating", "ray_deployment_unhealthy": "unhealthy",
+    "ray_deployment_deploy_failed": "failed to deploy", "ray_deployment_upscaling": "scaling up",
+    "ray_deployment_downscaling": "scaling down",
+    "ray_replica_starting": "starting", "ray_replica_updating": "updating", "ray_replica_recovering": "recovering",
+    "ray_replica_running": "running", "ray_replica_stopping": "stopping",
+    "ray_replica_pending_migration": "waiting to move",
 }

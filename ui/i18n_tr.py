@@ -240,4 +240,19 @@ TR: dict[str, str] = {
     "tp_row_load": "Yükleme / ısınma", "tp_row_call": "Son çağrı",
     "tp_row_degrees": "Sunulan dereceler (başlık sayısını böler; Neuron'da tek çip içinde)",
     "tp_call_value": "{round_trip} gidiş-dönüş, işçilerin kendi süresinin {overhead} üstünde",
+    # Sistem sekmesindeki Ray Serve kümesi (ui.views_system.ray_markdown; issue 55)
+    "ray_head": "**Ray Serve kümesi** ({device}): motor {state} · dağıtım {deployment} · {target} kopyanın {ready} "
+                "tanesi çalışıyor · {restarts} yeniden başlatıldı, {retried} istek yeniden denendi · kuyruk: "
+                "{waiting} bekliyor, {running} çalışıyor",
+    "ray_col_node": "Düğüm", "ray_col_address": "Adres", "ray_col_replicas": "Kopyalar", "ray_col_replica": "Kopya",
+    "ray_col_cores": "Çekirdekler", "ray_col_state": "Durum", "ray_node_head": "baş düğüm", "ray_node_lost": "kayıp",
+    "ray_no_replicas": "henüz kopya yok", "ray_error": "Ray'in iletisi: {error}",
+    "ray_engine_launching": "başlatılıyor", "ray_engine_ready": "hazır", "ray_engine_dead": "çöktü",
+    "ray_engine_stopped": "durduruldu",
+    "ray_deployment_healthy": "sağlıklı", "ray_deployment_updating": "güncelleniyor",
+    "ray_deployment_unhealthy": "sağlıksız", "ray_deployment_deploy_failed": "dağıtılamadı",
+    "ray_deployment_upscaling": "büyütülüyor", "ray_deployment_downscaling": "küçültülüyor",
+    "ray_replica_starting": "başlıyor", "ray_replica_updating": "güncelleniyor", "ray_replica_recovering": "kurtarılıyor",
+    "ray_replica_running": "çalışıyor", "ray_replica_stopping": "duruyor",
+    "ray_replica_pending_migration": "taşınmayı bekliyor",
 }

@@ -190,6 +190,7 @@ def system_tab(manager) -> dict:
                                           scale=1)
                 replica_stop = gr.Button(I18N("stop_replicas"), variant="secondary", elem_id="replica-stop", scale=1)
             replica_info = gr.Markdown("", elem_id="replica-info")
+            ray_info = gr.Markdown("", elem_id="ray-info", visible=s.ray is not None)  # --ray's cluster
             with gr.Column(visible=False) as tp_log_panel:
                 tp_logs_btn = gr.Button(I18N("show_logs"), elem_id="tp-logs-show")
                 tp_log_box = gr.Textbox(label=I18N("rank_logs"), lines=8,

@@ -160,3 +160,49 @@ def replicas_markdown(status: Status, lang: str = DEFAULT, operator: bool = True
                     f"{', '.join(r.get('warm') or []) or '—'} |")
     error = f"\n\n{pool['error']}" if pool.get("error") else ""
     return head + "\n\n" + "\n".join(rows) + error
+
+
+def _ray_state(lang: str, prefix: str, name: str | None) -> str:
+    """A Serve state (``RUNNING``, ``HEALTHY``, ``DEPLOY_FAILED``…) in the page's words; an unknown one as Ray says it."""
+    return word(lang, prefix, (name or "").lower()) if name else "…"
+
+
+def ray_markdown(status: Status, lang: str = DEFAULT) -> str:
+    """The Ray Serve cluster (``status.ray``, ``backend.engines.ray_serve``): a line of totals and the
+    queue, then its nodes (NeuronCores, CPUs, the replicas on each) and the studio's replicas (node,
+    cores, state, warm shapes, requests served). Empty when the app has no Ray engine."""
+    ray = status.ray
+    if not ray:
+        return ""
+    t = functools.partial(text, lang)
+    queued = sum(job.get("engine") == "ray" for job in status.waiting)
+    running = sum(job.get("engine") == "ray" for job in status.running)
+    replicas = ray.get("replicas") or []
+    head = t("ray_head", state=_ray_state(lang, "ray_engine_", ray.get("state")), device=ray.get("device") or "…",
+             deployment=_ray_state(lang, "ray_deployment_", ray.get("deployment")), ready=ray.get("ready", 0),
+             target=ray.get("target", 0), restarts=ray.get("restarts", 0), retried=ray.get("retried", 0),
+             waiting=queued, running=running)
+    nodes = ray.get("node_list") or []
+    addressed = any("ip" in n for n in nodes)  # a viewer's status has no addresses (Status.for_viewer)
+    lines = [head, "", f"| {t('ray_col_node')} | " + (f"{t('ray_col_address')} | " if addressed else "")
+             + f"NeuronCores | CPU | GPU | {t('ray_col_replicas')} |",
+             "| --- | " + ("--- | " if addressed else "") + "--- | --- | --- | --- |"]
+    for n in nodes:
+        name = f"`{n['id'][:8]}`" + (f" ({t('ray_node_head')})" if n.get("head") else "") \
+            + ("" if n.get("alive", True) else f" — {t('ray_node_lost')}")
+        on_it = sum(r.get("node") == n["id"] for r in replicas)
+        lines.append(f"| {name} | " + (f"{n.get('ip') or '—'} | " if addressed else "")
+                     + f"{n.get('neuron_cores', 0):g} | {n.get('cpus', 0):g} | {n.get('gpus', 0):g} | {on_it or '—'} |")
+    if not nodes:
+        lines.append("| — | " + ("| " if addressed else "") + "| | | |")
+    lines += ["", f"| {t('ray_col_replica')} | {t('ray_col_node')} | {t('ray_col_cores')} | {t('ray_col_state')} | "
+                  f"{t('col_warm')} | {t('col_served')} |", "| --- | --- | --- | --- | --- | --- |"]
+    for r in replicas:
+        node = f"`{r['node'][:8]}`" if r.get("node") else "—"  # a replica still being placed has none
+        lines.append(f"| `{r['id']}` | {node} | {r.get('cores') or '—'} | "
+                     f"{_ray_state(lang, 'ray_replica_', r.get('state'))} | {len(r.get('warm') or [])} | "
+                     f"{r.get('served', 0)} |")
+    if not replicas:
+        lines.append(f"| — | | | {t('ray_no_replicas')} | | |")
+    error = ray.get("error") or (ray.get("message") if ray.get("deployment") != "HEALTHY" else None)
+    return "\n".join(lines) + (f"\n\n{t('ray_error', error=error)}" if error else "")

@@ -388,7 +388,8 @@ class RayServeEngine:
         self.replicas = seen
         self.nodes = {n["NodeID"]: {"ip": n["NodeManagerAddress"], "alive": n["Alive"],
                                     "neuron_cores": n["Resources"].get("neuron_cores", 0),
-                                    "gpus": n["Resources"].get("GPU", 0), "cpus": n["Resources"].get("CPU", 0)}
+                                    "gpus": n["Resources"].get("GPU", 0), "cpus": n["Resources"].get("CPU", 0),
+                                    "head": "node:__internal_head__" in n["Resources"]}
                       for n in ray.nodes()}
         self.status, self.message = _text(deployment.get("status")), deployment.get("message")
         if self.capacity() != capacity:
@@ -408,6 +409,8 @@ class RayServeEngine:
                 "restarts": self.restarts, "retried": self.retried, "attached": self.attached, "error": self.error,
                 "last_error": self.last_error, "warm_set": [" ".join(w) for w in self.warm],
                 "nodes": len(alive), "cluster_neuron_cores": sum(n["neuron_cores"] for n in alive),
+                "node_list": [{"id": node, **seen} for node, seen in  # the head first, then by id
+                              sorted(self.nodes.items(), key=lambda kv: (not kv[1]["head"], kv[0]))],
                 "replicas": sorted(self.replicas.values(), key=lambda r: (r["node"], r["cores"] or ""))}
 
     # generation ------------------------------------------------------------------------------

@@ -93,8 +93,10 @@ class Status:
             first_line(replica, "error")
         first_line(replicas, "error")
         for replica in (seen["ray"] or {}).get("replicas") or []:
-            for key in ("pid", "log", "bundle"):
+            for key in ("pid", "log", "bundle", "node_ip"):
                 replica.pop(key, None)
+        for node in (seen["ray"] or {}).get("node_list") or []:
+            node.pop("ip", None)  # the cluster's addresses are the operator's
         chip = seen["chip"] or {}
         for row in (chip.get("processes") or []) + (chip.get("cores") or []):
             row.pop("pid", None)

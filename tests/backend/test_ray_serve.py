@@ -89,6 +89,14 @@ def test_two_replicas_on_two_nodes_serve_two_requests_at_once_with_the_in_proces
     assert ray_status["resources"] == {"num_cpus": 0, "resources": {"neuron_cores": 1}}
     replicas = ray_status["replicas"]
     assert len({r["node"] for r in replicas}) == 2, replicas
+    from ui.handlers import Studio
+
+    shown = Studio(mgr).refresh_all("eager", 64, 64, 4)[-2]  # the System tab's cluster, as the page's timer fills it
+    assert "2 of 2 replicas running" in shown and len(ray_status["node_list"]) == 3
+    for node in ray_status["node_list"]:
+        assert f"`{node['id'][:8]}`" in shown, shown
+    for r in replicas:
+        assert f"| `{r['id']}` | `{r['node'][:8]}` | 0 | running |" in shown, shown
     b_started, results, errors, spans = threading.Event(), {}, [], {}
 
     def a_progress(event):

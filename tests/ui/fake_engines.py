@@ -329,7 +329,8 @@ def calm_refusal(outputs) -> str:
 
 def system_views(studio, page=None) -> tuple:
     """The System tab's views as the page's timer fills them (``Studio.refresh_all``, after the Studio
-    tab's six): system table, shapes table, warm-up, group badge, group table, replicas, raw status."""
+    tab's six): system table, shapes table, warm-up, group badge, group table, replicas, the Ray cluster
+    (empty without --ray), raw status."""
     return studio.refresh_all("eager", 64, 64, 4, page=page)[6:]
 
 

@@ -209,16 +209,16 @@ def test_the_timer_reads_no_logs_and_the_logs_button_does(studio, manager):
 
 
 def test_system_panel_shows_the_group_and_its_ranks(studio, manager, launches):
-    *_rest, tp_badge, tp_md, _replicas, status = system_views(studio)
+    *_rest, tp_badge, tp_md, _replicas, _ray, status = system_views(studio)
     assert 'data-state="stopped"' in tp_badge and "| State | stopped |" in tp_md and "| Rank |" not in tp_md
     assert "| Ranks | 2 |" in tp_md  # never started: the degree a Start would launch
     assert "| Degrees offered (divide the heads; on Neuron within one chip) | 1, 2, 4 |" in tp_md  # 4 heads, CPU
     launches.hold = True
     manager.start_engine("tensor-parallel", 4)
-    *_rest, tp_badge, tp_md, _replicas, status = system_views(studio)
+    *_rest, tp_badge, tp_md, _replicas, _ray, status = system_views(studio)
     assert "| State | launching |" in tp_md and "| Ranks | 4 |" in tp_md and "| Rank |" not in tp_md
     tp_group(manager).ready()
-    *_rest, tp_badge, tp_md, _replicas, status = system_views(studio)
+    *_rest, tp_badge, tp_md, _replicas, _ray, status = system_views(studio)
     assert "0: 11, 1: 12, 2: 13, 3: 14" in tp_md and "| Load / warm-up | 2.0 s / 0.5 s |" in tp_md
     assert "| 3 | 14 | n/a | cpu | 3.00 | 2.00 | 1.00 | 6 weights sharded |" in tp_md
     assert "logs" not in status["tp"]
@@ -370,7 +370,7 @@ def test_load_parameters_from_png_fills_the_controls(studio, tmp_path, monkeypat
 
 def test_system_panel_table_warmup_lock_and_cache(studio, manager, engine, cache_dir, capsys):
     studio.studio_tab.generate_from_page("a fox", 64, 64, "compiled", 4, 1.0, 0, True, [])
-    info, table, warm, _tp_badge, _tp, _replicas, status = system_views(studio)
+    info, table, warm, _tp_badge, _tp, _replicas, _ray, status = system_views(studio)
     cache = status["cache"]["caches"][0]
     assert f"| Model | {status['model']['label']} |" in info and "| Device | cpu — requested |" in info
     assert f"| Compile cache | `{cache['dir']}` ({format_bytes(cache['bytes'])}, TORCHINDUCTOR_CACHE_DIR) |" in info

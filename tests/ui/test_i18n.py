@@ -150,7 +150,7 @@ def test_a_turkish_page_gets_turkish_status_lines_with_the_same_numbers(studio):
     assert "1:1 · 1024x1024 · soğuk</span>" in badges
     assert "Tensör paralel grup: durdu" in tp_badge and 'data-state="stopped"' in tp_badge
     assert "**Geçersiz** — Görsel boyutu geçerli değil:" in studio.studio_tab.refresh_studio("eager", 1000, 1024, 4, None, page=TR)[1]
-    system, _table, _warm, _badge, tp_md, replicas, _status = system_views(studio, TR)
+    system, _table, _warm, _badge, tp_md, replicas, _ray, _status = system_views(studio, TR)
     assert "| Sistem | |" in system and "| Aygıt |" in system
     assert replicas.startswith("Çalışan kopya yok.")
     assert "Rank günlüğü yok: tensör paralel grup başlatılmadı." == studio.system_tab.show_tp_logs(TR)
