@@ -44,7 +44,8 @@ class StudioError(Exception):
     def evolve(self, message: str | None = None, **fields: Any) -> "StudioError":
         """The same error (class, message, fields), with another message or fields."""
         if isinstance(self, InvalidRequest):
-            return type(self)(self.field, self.message if message is None else message)
+            return type(self)(self.field, self.message if message is None else message,
+                              self.why if message is None else None)
         return type(self)(str(self) if message is None else message, **{**self.fields(), **fields})
 
 
@@ -62,10 +63,12 @@ class InvalidRequest(StudioError, ValueError):
     """A request field is out of range or malformed; ``field`` names it."""
 
     code = "invalid"
-    carries = ("field",)
+    carries = ("field", "why")
 
-    def __init__(self, field: str, message: str):
-        super().__init__(f"{field}: {message}", field=field)
+    def __init__(self, field: str, message: str, why: tuple[tuple[str, dict[str, Any]], ...] | None = None):
+        """``why``: the message as (reason key, values) pairs, for a page that says it in its own
+        language (``ui.i18n``: ``why_<key>``); the API and the CLI say ``message``."""
+        super().__init__(f"{field}: {message}", field=field, why=why)
         self.message = message
 
 

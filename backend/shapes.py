@@ -197,7 +197,7 @@ def whole_number(field: str, value: object, what: str = "a whole number", allow_
         return -int(digits) if text.startswith("-") else int(digits)
     if isinstance(value, float):
         if not math.isfinite(value) or value != int(value):
-            raise InvalidRequest(field, f"must be {what}, got {value!r}")
+            raise InvalidRequest(field, f"must be {what}, got {value!r}", (("whole", {"got": repr(value)}),))
         return int(value)
     try:
         return operator.index(value)  # int, numpy integers
@@ -231,16 +231,19 @@ def validate_shape(height: object, width: object, min_size: int, max_size: int, 
     sequence ``budget`` too, when given: a suggestion is always a size that would run)."""
     h = _as_int("height", height)
     w = _as_int("width", width)
-    problems = []
+    problems, why = [], []
     for field, v in (("width", w), ("height", h)):
         if v < min_size or v > max_size:
             shown = v if abs(v) < 10**9 else f"({show_value(v)})"
             problems.append(f"{field} {shown} is outside {min_size}..{max_size}")
+            why.append(("outside", {"field": field, "value": shown, "low": min_size, "high": max_size}))
         elif v % MULTIPLE:
             problems.append(f"{field} {v} is not a multiple of {MULTIPLE}")
+            why.append(("not_multiple", {"field": field, "value": v, "multiple": MULTIPLE}))
     if problems:
         nearest = Shape(_nearest(h, min_size, max_size), _nearest(w, min_size, max_size))
         if budget is not None and nearest.tokens > budget:
             nearest = within_tokens(nearest, budget, min_size) or nearest
-        raise InvalidRequest("size", f"{'; '.join(problems)}; nearest valid size is {nearest}")
+        raise InvalidRequest("size", f"{'; '.join(problems)}; nearest valid size is {nearest}",
+                             (*why, ("nearest", {"size": str(nearest)})))
     return Shape(height=h, width=w)

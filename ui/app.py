@@ -57,6 +57,10 @@ def wire(studio, page, demo: gr.Blocks) -> None:
     page.generate_btn.click(lambda: "", None, page.stop_info, queue=False, **PRIVATE)  # a new run: Stop's line goes
     page.use_reference.click(tab.use_as_reference, [page.last_paths, page.references], page.references, **LIGHT)
     page.add_reference.click(tab.add_as_reference, [page.last_paths, page.references], page.references, **LIGHT)
+    page.references.change(tab.references_shown, page.references, page.edit_panel, **LIGHT)
+    page.references.select(tab.reference_selected, None, page.selected_reference, **LIGHT)
+    page.remove_reference.click(tab.remove_reference, [page.references, page.selected_reference],
+                                [page.references, page.selected_reference], **LIGHT)
     page.history.select(tab.history_selected, None, page.last_paths, **LIGHT)
     # Parsing an upload is bounded (backend.images.pngmeta) and runs one at a time, apart from the
     # device queue and the status events, so no file can hold the server.
@@ -107,13 +111,16 @@ def wire(studio, page, demo: gr.Blocks) -> None:
     demo.load(studio.page_opened, None, [page.tp_degree, page.tp_system_degree], **LIGHT)
     demo.load(studio.page_role, None, [page.role_line, *page.operator_only], **LIGHT)
     demo.load(tab.show_tp_controls, page.mode, [page.tp_degree, page.tp_controls], **LIGHT)
-    demo.load(studio.page_labels, None, [page.image, page.prompt, page.edit_help], **LIGHT)
+    demo.load(studio.page_labels, None, [page.image, page.prompt_hint, page.edit_help], **LIGHT)
+    notes = (studio.device_notes, None, [page.compare_cpu_note, page.perf_cpu_note])
+    demo.load(*notes, **LIGHT)
     demo.load(studio.compare_tab.empty_compare_table, None, page.compare_table, **LIGHT)
     demo.load(*refresh, **LIGHT)
     demo.load(performance.refresh_plots, None, plots, **LIGHT)
     demo.unload(studio.page_closed)  # its runs leave the board: nobody is left to see them
     gr.Timer(1.0).tick(*refresh, show_progress="hidden", **LIGHT)
     gr.Timer(5.0).tick(performance.refresh_plots, None, plots, show_progress="hidden", **LIGHT)
+    gr.Timer(5.0).tick(*notes, show_progress="hidden", **LIGHT)  # the device is known once the model loaded
 
 
 class RawNumber(gr.Number):

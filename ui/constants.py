@@ -61,6 +61,19 @@ CSS = """
           background: #9ca3af;}
 .ns-tp-ready i {background: #16a34a;} .ns-tp-dead i {background: #dc2626;}
 .ns-tp-launching i, .ns-tp-loading i, .ns-tp-warming i, .ns-tp-stopping i {background: #eab308;}
-#history .caption-label {white-space: normal; max-width: calc(100% - 8px); font-size: 11px; line-height: 1.25;}
+#history .thumbnail-item {display: flex; flex-direction: column; overflow: visible;}
+#history .thumbnail-item img {height: calc(100% - 2.7em); object-fit: contain;}
+#history .caption-label {position: static; transform: none; background: none; color: var(--body-text-color);
+  white-space: normal; max-width: 100%; padding: 1px 2px; font-size: 10.5px; line-height: 1.2;}
+#examples .gallery {display: flex; flex-wrap: wrap; gap: 4px;}
+#examples .gallery-item {padding: 1px 8px; font-size: 0.82em;}
+#examples > .label {display: none;}
+#examples .gallery-item div {max-width: 140px; white-space: nowrap !important; overflow: hidden; text-overflow: ellipsis;}
 #references .grid-container {padding-top: 48px;}
+#title h1 {display: inline; font-size: 1.5em; margin: 0 12px 0 0;} #title p {display: inline; margin: 0;}
+#lines {gap: 24px; align-items: baseline;} #lines p {margin: 0;}
+.ns-hint {font-size: 0.85em; opacity: 0.8;} .ns-hint summary {cursor: pointer;} .ns-i {font-style: normal;}
+#system-info table, #tp-info table, #replica-info table {border-collapse: collapse; font-size: 0.9em;}
+#system-info :is(td, th), #tp-info :is(td, th), #replica-info :is(td, th) {
+  border: 0 !important; border-bottom: 1px solid var(--border-color-primary) !important; padding: 3px 12px !important;}
 """

@@ -20,7 +20,7 @@ from ui.handlers_system import SystemTab
 from ui.i18n import language, text
 from ui.views_common import format_seconds
 from ui.views_performance import compile_frame, latency_frame, plot_axes
-from ui.views_studio import compare_frame, mode_caption
+from ui.views_studio import compare_frame, hint_html, mode_caption
 from ui.views_tp import TP_RUNNING
 
 MAX_PRICE = 10_000.0  # USD per hour: beyond any instance
@@ -69,13 +69,18 @@ class Studio:
         line = text(language(page), "role_operator" if operator else "role_viewer")
         return (line, *[gr.update(visible=operator) for _ in range(self.operator_controls)])
 
+    def device_notes(self):
+        """On a CPU, Compare and Performance say what the modes show here and what they are for on Trainium."""
+        shown = gr.update(visible=self.manager.device is not None and self.manager.device.kind == "cpu")
+        return shown, shown
+
     def page_labels(self, page: gr.Request | None = None):
         """Words the browser's translation does not reach: the image's label (gr.Image's block label shows
         "[object Object]" for an ``I18N`` key in Gradio 6.31) and the card's prompt and edit help."""
         lang = language(page)
         card = self.manager.card
         helps, edits = card.prompt_help(lang), card.edit_help(lang)
-        return (gr.update(label=text(lang, "image")), (gr.update(info=helps) if helps else gr.skip()),
+        return (gr.update(label=text(lang, "image")), (hint_html(helps, lang) if helps else gr.skip()),
                 (gr.update(value=edits) if edits else gr.skip()))
 
 
@@ -128,7 +133,7 @@ class PerformanceTab:
 
     def refresh_plots(self, page: gr.Request | None = None):
         latency, compiles = latency_frame(self.manager.records), compile_frame(self.manager.status().shapes)
-        latency_axes, compile_axes = plot_axes(language(page), latency.empty, compiles.empty)
+        latency_axes, compile_axes = plot_axes(language(page), latency, compiles.empty)
         return gr.ScatterPlot(latency, **latency_axes), gr.BarPlot(compiles, **compile_axes)
 
     def cost_receipt(self, price, ref_label, ref_price, ref_seconds, page: gr.Request | None = None):

@@ -92,6 +92,24 @@ class StudioTab:
         _info(language(page), text(language(page), "info_reference_used"))
         return [(paths[0], None)]
 
+    @staticmethod
+    def reference_selected(event: gr.SelectData):
+        return event.index
+
+    @staticmethod
+    def remove_reference(references, selected):
+        """The reference clicked last (none clicked: the last one) leaves the references."""
+        current = list(references or [])
+        if not current:
+            return gr.skip(), None
+        index = selected if isinstance(selected, int) and 0 <= selected < len(current) else len(current) - 1
+        return current[:index] + current[index + 1:], None
+
+    @staticmethod
+    def references_shown(references):
+        """The references' panel beside the prompt opens when it holds one, so an edit's input is in view."""
+        return gr.update(open=True) if references else gr.skip()
+
     def add_as_reference(self, paths, references, page: gr.Request | None = None):
         """That image joins the references (once: the same image twice adds nothing; the page's copy of
         a file keeps its name, and an output's name is unique to it)."""

@@ -50,4 +50,7 @@ def error_message(exc: BaseException, lang: str = DEFAULT) -> str:
     which the code names)."""
     sentence = text(lang, "err_" + error_code(exc).replace(".", "_"))
     detail = exc.message if isinstance(exc, InvalidRequest) else str(exc)
+    if isinstance(exc, InvalidRequest) and exc.why and lang != DEFAULT:  # the reason in the page's language
+        detail = "; ".join(text(lang, "why_" + key, **{k: text(lang, "field_" + v) if k == "field" else v
+                                                          for k, v in values.items()}) for key, values in exc.why)
     return f"{sentence}: {detail}" if detail else sentence

@@ -56,7 +56,7 @@ EN: dict[str, str] = {
                       "it. It says nothing of hardware this app has not run on.",
     "receipt_bad": "The reference needs a positive price and seconds per image: {reason}",
     "compare_hint": "Pick two or three modes and press **Compare**: the same prompt and seed run through each, "
-                    "the images appear side by side and their timings in the table below.",
+                    "the images appear side by side and their timings in the table beside them.",
     "refresh_plots": "Refresh plots",
     # errors: a sentence per code; the backend's English detail follows it
     "err_invalid": "A value is not valid", "err_invalid_prompt": "The prompt is not valid",
@@ -154,6 +154,22 @@ EN: dict[str, str] = {
     "cost_prior": "about {estimate} — a prior for this compile backend, until this machine measures its first compile",
     "cost_failed_before": "failed before; ", "cost_ready": "**Ready** — {where}: {tail}{extra}.",
     "cost_expected": "expected {seconds}",
+    "prompt_hint": "It draws shapes, colours, places and a background, from a small grammar",
+    "remove_reference": "Remove the reference",
+    "tp_ranks_columns": "Rank | pid | NeuronCore | device | transformer MB | sharded MB | replicated MB | weights",
+    "tp_ranks_sharded": "{n} weights sharded", "na": "n/a",
+    # A refused field's reason, by its key (backend InvalidRequest.why); the English page says the backend's own words.
+    "why_outside": "{field} {value} is outside {low}..{high}", "why_not_multiple": "{field} {value} is not a multiple "
+    "of {multiple}", "why_nearest": "nearest valid size is {size}", "why_tokens": "{size} is {tokens} image tokens; "
+    "this model takes at most {budget} per request", "why_largest": "the largest size of that shape within it is {size}",
+    "why_aspect": "aspect ratio {ratio}:1 is beyond {limit}:1", "why_between": "must be between {low} and {high}, "
+    "got {got}", "why_empty_prompt": "is empty; describe the image you want",
+    "why_long_prompt": "is {chars} characters; the limit is {limit}", "field_width": "width", "field_height": "height",
+    "why_whole": "must be a whole number, got {got}", "why_whole_between": "must be a whole number from {low} to "
+    "{high}, got {got}",
+    "cpu_caveat": "**On a CPU, compiled runs about as fast as eager and tensor parallel is slower**: on Trainium "
+                  "compiling removes the per-op dispatch a NeuronCore pays, and tensor parallel splits a model that "
+                  "one NeuronCore cannot hold; here the ranks share the same few cores.",
     "cost_loaded": " ({quiet} on a quiet machine; other work takes {load}% of the CPU now)", "cost_no_timing": "no steady timing yet",
     "note_no_compile": "{mode} mode does not compile on this device",
     "note_shares_graph": "probably reuses the graph of {shape}: the same batch and token count",

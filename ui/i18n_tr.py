@@ -59,7 +59,7 @@ TR: dict[str, str] = {
                       "söylemez.",
     "receipt_bad": "Karşılaştırma için pozitif bir fiyat ve görsel başına saniye gerekir: {reason}",
     "compare_hint": "İki ya da üç mod seçip **Karşılaştır**'a basın: aynı istem ve tohum her birinden geçer, "
-                    "görseller yan yana, süreleri aşağıdaki tabloda görünür.",
+                    "görseller yan yana, süreleri yanlarındaki tabloda görünür.",
     "refresh_plots": "Grafikleri yenile",
     "err_not_allowed": "İzleyici için izin yok",
     "from_bundle": "paketten", "bundle_accordion": "Sıcak başlangıç paketi", "bundle_export": "Sıcak boyutları paket olarak dışa aktar",
@@ -152,6 +152,21 @@ TR: dict[str, str] = {
     "cost_estimate": "yaklaşık {estimate}, geçmiş {count} derlemeye göre", "cost_estimate_one": "yaklaşık {estimate}, geçmiş 1 derlemeye göre",
     "cost_no_estimate": "bu modda tahmin için henüz ölçülmüş derleme yok",
     "cost_failed_before": "daha önce başarısız oldu; ",
+    "prompt_hint": "Küçük bir dilbilgisiyle şekil, renk, yer ve arka plan çizer",
+    "remove_reference": "Referansı kaldır",
+    "tp_ranks_columns": "Rank | pid | NeuronCore | aygıt | transformer MB | bölünmüş MB | kopyalanmış MB | ağırlıklar",
+    "tp_ranks_sharded": "{n} ağırlık bölündü", "na": "yok",
+    "why_outside": "{field} {value}, {low}..{high} aralığının dışında", "why_not_multiple": "{field} {value}, "
+    "{multiple} sayısının katı değil", "why_nearest": "en yakın geçerli boyut {size}", "why_tokens": "{size}, "
+    "{tokens} görsel jetonu; bu model istek başına en fazla {budget} alır", "why_largest": "bu en-boy oranında sığan "
+    "en büyük boyut {size}", "why_aspect": "en-boy oranı {ratio}:1, {limit}:1 sınırını aşıyor",
+    "why_between": "{low} ile {high} arasında olmalı, {got} verildi", "why_empty_prompt": "boş; istediğiniz görseli "
+    "anlatın", "why_long_prompt": "{chars} karakter; sınır {limit}", "field_width": "genişlik",
+    "field_height": "yükseklik", "why_whole": "tam sayı olmalı, {got} verildi",
+    "why_whole_between": "{low} ile {high} arasında bir tam sayı olmalı, {got} verildi",
+    "cpu_caveat": "**CPU'da derlenmiş mod eager kadar hızlıdır, tensör paralellik daha yavaştır**: Trainium'da "
+                  "derleme bir NeuronCore'un işlem başına ödediği gönderimi kaldırır, tensör paralellik de tek bir "
+                  "NeuronCore'un tutamadığı bir modeli böler; burada rank'ler aynı birkaç çekirdeği paylaşır.",
     "cost_loaded": " (sakin bir makinede {quiet}; başka işler şu anda CPU'nun %{load} kadarını alıyor)", "cost_ready": "**Hazır** — {where}: {tail}{extra}.",
     "cost_expected": "beklenen {seconds}", "cost_no_timing": "henüz kararlı süre yok",
     "note_no_compile": "{mode} modu bu cihazda derlenmez",

@@ -14,7 +14,7 @@ from backend.request.references import MAX_COUNT
 from ui.constants import ASSETS, I18N
 from ui.views_common import CUSTOM, MODE_KEYS, load_example_prompts, preset_label
 from ui.views_performance import compile_frame, latency_frame
-from ui.views_studio import badges_html, compare_frame
+from ui.views_studio import badges_html, compare_frame, hint_html
 from ui.views_system import shapes_frame
 from ui.views_tp import tp_state_html
 
@@ -33,9 +33,11 @@ def _components(scope: dict) -> dict:
 
 
 def build_page(manager) -> SimpleNamespace:
-    gr.Markdown(I18N("title"))
-    page = SimpleNamespace(role_line=gr.Markdown("", elem_id="role-line"),
-                           engine_line=gr.Markdown(I18N("starting"), elem_id="engine-line"), history_state=gr.State([]))
+    gr.Markdown(I18N("title"), elem_id="title")
+    with gr.Row(elem_id="lines"):  # who you are, and what runs: one line each, side by side
+        page = SimpleNamespace(role_line=gr.Markdown("", elem_id="role-line"),
+                               engine_line=gr.Markdown(I18N("starting"), elem_id="engine-line"),
+                               history_state=gr.State([]))
     for tab in (studio_tab(manager), compare_tab(manager), system_tab(manager), performance_tab(manager)):
         assert not vars(page).keys() & tab.keys(), vars(page).keys() & tab.keys()  # one name, one component
         vars(page).update(tab)
@@ -54,13 +56,31 @@ def studio_tab(manager) -> dict:
     embedded = card.prompt_grammar is not None  # a model that reads its own grammar: start with an example
     examples = load_example_prompts(ASSETS / "prompts.txt")
     with gr.Tab(I18N("tab_studio"), id="studio"):
-        # What a presenter uses on every click sits on a laptop's first screen (1280x800), side by side;
-        # the settings follow below the buttons, the examples and PNG loading fold away.
+        # What a presenter uses on every click sits on a laptop's first screen (1280x800), side by side:
+        # the prompt (its grammar in one line, the rest behind an (i)), the references beside it, the
+        # examples as chips, Generate, the cost, size, mode and steps; the rest follows below.
         with gr.Row():
             with gr.Column(scale=2):
                 prompt = gr.Textbox(examples[0] if examples and embedded else "",
                                     label=I18N("prompt"), lines=2, max_lines=4, elem_id="prompt",
-                                    placeholder=I18N("prompt_placeholder"), info=card.prompt_help())
+                                    placeholder=I18N("prompt_placeholder"))
+                prompt_hint = gr.HTML(hint_html(card.prompt_help()), elem_id="prompt-hint",
+                                      visible=card.prompt_help() is not None)
+                # The references an edit starts from, next to the prompt; each can be removed (its x).
+                with gr.Accordion(I18N("edit_accordion"), open=False, elem_id="edit") as edit_panel:
+                    # Four thumbnails a row, whole (one alone stretched to the strip's width showed its middle).
+                    references = gr.Gallery(label=I18N("references"), type="filepath",
+                                            interactive=True, columns=4, rows=1, height=165, object_fit="contain",
+                                            fit_columns=False, file_types=["image"], elem_id="references")
+                    with gr.Row():
+                        remove_reference = gr.Button(I18N("remove_reference"), size="sm", elem_id="remove-reference",
+                                                     scale=0, min_width=160)
+                        edit_help = gr.Markdown(card.edit_help() or "", visible=card.edit_help() is not None,
+                                                elem_id="edit-help")
+                selected_reference = gr.State(None)  # the reference clicked last (Remove takes it out)
+                if examples:
+                    gr.Examples([[e] for e in examples], inputs=[prompt], label=I18N("examples"),
+                                examples_per_page=3, elem_id="examples")
                 with gr.Row():
                     generate_btn = gr.Button(I18N("generate"), variant="primary", elem_id="generate", scale=3)
                     # Not red while nothing runs: it is not the page's loudest button.
@@ -70,46 +90,40 @@ def studio_tab(manager) -> dict:
                                             scale=1, visible=False)
                 stop_info = gr.Markdown("", elem_id="stop-info")  # what Stop did, at once
                 cost = gr.Markdown("", elem_id="cost")
-                preset = gr.Radio(preset_choices(card.presets), value=default_preset, label=I18N("resolution"),
-                                  elem_id="preset")
-                badges = gr.HTML(badges_html([]), elem_id="badges")
                 with gr.Row():
+                    preset = gr.Dropdown(preset_choices(card.presets), value=default_preset, label=I18N("resolution"),
+                                         elem_id="preset", scale=2, min_width=150)
                     # No min/max here: the backend's check answers with the nearest valid size.
-                    width = gr.Number(start_shape.width, label=I18N("width"), precision=0, step=16, elem_id="width")
+                    width = gr.Number(start_shape.width, label=I18N("width"), precision=0, step=16, elem_id="width",
+                                      scale=1, min_width=80)
                     height = gr.Number(start_shape.height, label=I18N("height"), precision=0, step=16,
-                                       elem_id="height")
+                                       elem_id="height", scale=1, min_width=80)
+                with gr.Row():
                     mode = gr.Dropdown(mode_choices(manager), value=s.mode, label=I18N("mode"), elem_id="mode",
-                                       allow_custom_value=True, scale=2)
-                    tp_degree = gr.Number(s.tp_degree, label=I18N("tp_degree"), precision=0, minimum=1,
-                                          maximum=64, elem_id="tp-degree", scale=1, visible=s.mode == "tp")
-                    count = gr.Number(1, label=I18N("count"), precision=0, minimum=1, maximum=MAX_COUNT, step=1,
-                                      elem_id="count", scale=1)
+                                       allow_custom_value=True, scale=2, min_width=150)
+                    steps = gr.Slider(1, s.max_steps, value=s.steps, step=1, label=I18N("steps"), elem_id="steps",
+                                      scale=2, min_width=120)
+                badges = gr.HTML(badges_html([]), elem_id="badges")
                 # The group is shared by every page: only its buttons start or stop it, not the mode.
                 # The state on its own line (it never runs into the buttons), the buttons below.
                 with gr.Column(visible=s.mode == "tp", elem_id="tp-controls") as tp_controls:
                     tp_state = gr.HTML(tp_state_html({}), elem_id="tp-state")
-                    with gr.Row(visible=False, elem_id="tp-buttons") as tp_buttons:  # the operator's (no empty row for viewers)
-                        tp_start = gr.Button(I18N("start_group"), variant="primary", elem_id="tp-start",
-                                             scale=1, min_width=100, size="sm")
-                        tp_stop = gr.Button(I18N("stop_group"), variant="secondary", elem_id="tp-stop",
-                                            scale=1, min_width=100, size="sm")
+                    with gr.Row():
+                        tp_degree = gr.Number(s.tp_degree, label=I18N("tp_degree"), precision=0, minimum=1,
+                                              maximum=64, elem_id="tp-degree", scale=1, visible=s.mode == "tp")
+                        with gr.Row(visible=False, elem_id="tp-buttons") as tp_buttons:  # the operator's
+                            tp_start = gr.Button(I18N("start_group"), variant="primary", elem_id="tp-start",
+                                                 scale=1, min_width=100, size="sm")
+                            tp_stop = gr.Button(I18N("stop_group"), variant="secondary", elem_id="tp-stop",
+                                                scale=1, min_width=100, size="sm")
                 with gr.Row():
-                    steps = gr.Slider(1, s.max_steps, value=s.steps, step=1, label=I18N("steps"), elem_id="steps")
+                    count = gr.Number(1, label=I18N("count"), precision=0, minimum=1, maximum=MAX_COUNT, step=1,
+                                      elem_id="count", scale=1, min_width=80)
                     guidance = gr.Slider(0, s.max_guidance, value=s.guidance, step=0.1,
-                                         label=I18N("guidance"))
+                                         label=I18N("guidance"), scale=2)
                 with gr.Row():
                     seed = gr.Number(0, label=I18N("seed"), precision=0, elem_id="seed")
                     randomize = gr.Checkbox(True, label=I18N("randomize"), elem_id="randomize")
-                with gr.Accordion(I18N("edit_accordion"), open=False, elem_id="edit"):
-                    # Four thumbnails a row, whole (one alone stretched to the strip's width showed its middle).
-                    references = gr.Gallery(label=I18N("references"), type="filepath",
-                                            interactive=True, columns=4, rows=1, height=165, object_fit="contain",
-                                            fit_columns=False, file_types=["image"], elem_id="references")
-                    edit_help = gr.Markdown(card.edit_help() or "", visible=card.edit_help() is not None,
-                                            elem_id="edit-help")
-                if examples:
-                    with gr.Accordion(I18N("examples"), open=False, elem_id="examples"):
-                        gr.Examples([[e] for e in examples], inputs=[prompt], label=I18N("examples"))
                 with gr.Accordion(I18N("png_accordion"), open=False):
                     png_in = gr.File(label=I18N("png_file"),
                                      file_types=[".png"], type="filepath", elem_id="png-in")
@@ -138,11 +152,14 @@ def compare_tab(manager) -> dict:
                                          value=[m for m in ("eager", "compiled", "regional") if m in manager.modes],
                                          label=I18N("compare_modes"), elem_id="compare-modes")
         compare_btn = gr.Button(I18N("compare"), variant="primary", elem_id="compare-run")
-        compare_gallery = gr.Gallery(label=I18N("side_by_side"), columns=3, height="auto",
-                                     elem_id="compare-gallery")
-        gr.Markdown(I18N("compare_hint"), elem_id="compare-hint")
-        compare_table = gr.Dataframe(compare_frame([]), label=I18N("timings"), interactive=False,
-                                     elem_id="compare-table")
+        with gr.Row():  # the timings beside the images, both on the first screen
+            compare_gallery = gr.Gallery(label=I18N("side_by_side"), columns=3, height=360,
+                                         object_fit="contain", elem_id="compare-gallery", scale=3)
+            with gr.Column(scale=2):
+                compare_table = gr.Dataframe(compare_frame([]), label=I18N("timings"), interactive=False,
+                                             elem_id="compare-table")
+                gr.Markdown(I18N("compare_hint"), elem_id="compare-hint")
+                compare_cpu_note = gr.Markdown(I18N("cpu_caveat"), visible=False, elem_id="compare-cpu-note")
     return _components(locals())
 
 
@@ -172,23 +189,24 @@ def system_tab(manager) -> dict:
                                     label=I18N("warm_mode"), elem_id="warm-mode")
             warm_btn = gr.Button(I18N("warm_button"), elem_id="warm-up")
             warm_info = gr.Markdown("", elem_id="warm-info")
-        with gr.Group():
-            with gr.Row():
+        # Panels, not groups: a group draws its buttons flat (its "Stop group" read as plain text).
+        with gr.Column(variant="panel", elem_id="tp-panel"):
+            with gr.Row(equal_height=True):
                 tp_system_state = gr.HTML(tp_state_html({}), elem_id="tp-system-state", scale=2)
                 tp_system_degree = gr.Number(s.tp_degree, label=I18N("tp_degree"), precision=0, minimum=1,
                                              maximum=64, elem_id="tp-system-degree", scale=1)
                 tp_system_start = gr.Button(I18N("start_group"), variant="primary", elem_id="tp-system-start",
                                             scale=1, visible=False)
-                tp_system_stop = gr.Button(I18N("stop_group"), variant="secondary", elem_id="tp-system-stop", scale=1,
+                tp_system_stop = gr.Button(I18N("stop_group"), variant="stop", elem_id="tp-system-stop", scale=1,
                                            visible=False)
             tp_info = gr.Markdown("", elem_id="tp-info")
-        with gr.Group():
-            with gr.Row(visible=False) as replica_controls:
+        with gr.Column(variant="panel", elem_id="replica-panel"):
+            with gr.Row(visible=False, equal_height=True) as replica_controls:
                 replica_count = gr.Number(max(s.replicas, 2), label=I18N("replicas_count"), precision=0,
                                           minimum=1, maximum=64, elem_id="replica-count", scale=1)
                 replica_start = gr.Button(I18N("start_replicas"), variant="primary", elem_id="replica-start",
                                           scale=1)
-                replica_stop = gr.Button(I18N("stop_replicas"), variant="secondary", elem_id="replica-stop", scale=1)
+                replica_stop = gr.Button(I18N("stop_replicas"), variant="stop", elem_id="replica-stop", scale=1)
             replica_info = gr.Markdown("", elem_id="replica-info")
             ray_info = gr.Markdown("", elem_id="ray-info", visible=s.ray is not None)  # --ray's cluster
             with gr.Column(visible=False) as tp_log_panel:
@@ -211,6 +229,7 @@ def system_tab(manager) -> dict:
 def performance_tab(manager) -> dict:
     with gr.Tab(I18N("tab_performance"), id="performance"):
         gr.Markdown(I18N("perf_intro"))
+        perf_cpu_note = gr.Markdown(I18N("cpu_caveat"), visible=False, elem_id="perf-cpu-note")
         latency_plot = gr.ScatterPlot(latency_frame([]), x="megapixels", y="seconds", color="mode",
                                       title=I18N("latency_empty"), elem_id="latency-plot")
         compile_plot = gr.BarPlot(compile_frame([]), x="shape · mode", y="compile seconds",

@@ -17,6 +17,14 @@ if TYPE_CHECKING:
     from backend.serving.status import Status
 
 
+def hint_html(help_text: str | None, lang: str = DEFAULT) -> str:
+    """What the model's grammar understands: one short line, the whole sentence behind its (i)."""
+    if not help_text:
+        return ""
+    return (f'<details class="ns-hint"><summary>{html.escape(text(lang, "prompt_hint"))} '
+            f'<span class="ns-i" title="{html.escape(help_text)}">(i)</span></summary>{html.escape(help_text)}</details>')
+
+
 LOADED = 0.15  # the share of the CPU other work takes from which the cost line says so
 
 

@@ -51,7 +51,8 @@ def system_markdown(status: Status, lang: str = DEFAULT) -> str:
           for c in cache.get("caches") or [{"dir": "…", "bytes": None, "variable": ""}]],  # a viewer's: no dir
         *([(t("sys_cores"), core_plan_text(status.neuron_cores))] if status.neuron_cores else []),
         (t("sys_memory"), t("sys_memory_value", rss=format_bytes(mem.get("rss_bytes")),
-                            device=format_bytes(mem.get("device_allocated_bytes")))),
+                            device=t("na") if mem.get("device_allocated_bytes") is None
+                            else format_bytes(mem["device_allocated_bytes"]))),
         (t("sys_lock"), t("on") if status.warm_only else t("off")),
         *([(t("sys_host_ops"), "; ".join(f"`{op}` ({', '.join(where)})" for op, where in status.fallback_ops.items()))]
           if status.fallback_ops else []),

@@ -82,19 +82,21 @@ def tp_group_note(tp: dict[str, Any], degree: int | None, lang: str = DEFAULT) -
     return text(lang, "tp_note", ranks=ranks)
 
 
-def _mb(n: int | None) -> str:
-    return "n/a" if n is None else f"{n / 2**20:.2f}"
-
-
-def tp_ranks_markdown(ranks: list[dict[str, Any]]) -> str:
+def tp_ranks_markdown(ranks: list[dict[str, Any]], lang: str = DEFAULT) -> str:
+    """One row per rank: its process, core, device, and the transformer's bytes it holds (sharded, replicated)."""
     if not ranks:
         return ""
-    head = ["| Rank | pid | NeuronCore | device | transformer MB | sharded MB | replicated MB | weights |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- |"]
-    rows = [f"| {r['rank']} | {r.get('pid') or '…'} | {'n/a' if r.get('core') is None else r['core']} | "
+    na = text(lang, "na")
+
+    def mb(n: int | None) -> str:
+        return na if n is None else f"{n / 2**20:.2f}"
+
+    head = [f"| {text(lang, 'tp_ranks_columns')} |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    rows = [f"| {r['rank']} | {r.get('pid') or '…'} | {na if r.get('core') is None else r['core']} | "
             f"{r.get('device') or '…'} | "
-            f"{_mb(r.get('transformer_bytes'))} | {_mb(r.get('sharded_bytes'))} | {_mb(r.get('replicated_bytes'))} | "
-            f"{len(r.get('sharded') or [])} weights sharded |" for r in sorted(ranks, key=lambda r: r["rank"])]
+            f"{mb(r.get('transformer_bytes'))} | {mb(r.get('sharded_bytes'))} | {mb(r.get('replicated_bytes'))} | "
+            f"{text(lang, 'tp_ranks_sharded', n=len(r.get('sharded') or []))} |"
+            for r in sorted(ranks, key=lambda r: r["rank"])]
     return "\n".join(head + rows)
 
 
@@ -119,7 +121,7 @@ def tp_markdown(tp: dict[str, Any], lang: str = DEFAULT) -> str:
         rows.append((t("tp_row_call"), t("tp_call_value", round_trip=f"{timings['last_round_trip']:.3f} s",
                                          overhead=f"{overhead:.1f} ms")))
     table = "\n".join([f"| {t('tp_head')} | |", "| --- | --- |"] + [f"| {k} | {v} |" for k, v in rows])
-    ranks = tp_ranks_markdown(tp.get("ranks") or [])
+    ranks = tp_ranks_markdown(tp.get("ranks") or [], lang)
     return table + ("\n\n" + ranks if ranks else "")
 
 

@@ -114,7 +114,8 @@ class ReplicaPool:
         """Per replica its NeuronCores and environment, and each one's CPU threads; refuses a count
         that does not fit."""
         if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_REPLICAS:
-            raise InvalidRequest("replicas", f"must be a whole number from 1 to {MAX_REPLICAS}, got {count!r}")
+            raise InvalidRequest("replicas", f"must be a whole number from 1 to {MAX_REPLICAS}, got {count!r}",
+                                 (("whole_between", {"low": 1, "high": MAX_REPLICAS, "got": repr(count)}),))
         kind = self.device.info.kind
         if kind == "neuron":
             try:

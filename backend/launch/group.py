@@ -65,7 +65,8 @@ def check_degree(degree: Any, heads: int, core_plan=None, owner: str = "tensor-p
     """Refuse a degree that cannot work, naming what can (on Neuron: the degrees that divide the heads
     and fit one chip, ``CorePlan.tp_degrees``); return each rank's NeuronCore ([] off Neuron)."""
     if isinstance(degree, bool) or not isinstance(degree, int) or not 1 <= degree <= 64:
-        raise InvalidRequest("tp_degree", f"must be a whole number from 1 to 64, got {degree!r}")
+        raise InvalidRequest("tp_degree", f"must be a whole number from 1 to 64, got {degree!r}",
+                             (("whole_between", {"low": 1, "high": 64, "got": repr(degree)}),))
     if heads % degree:
         divisors = core_plan.tp_degrees(heads) if core_plan is not None else \
             [d for d in range(1, min(heads, 64) + 1) if heads % d == 0]

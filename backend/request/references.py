@@ -182,7 +182,8 @@ def planned_references(items: Sequence[Any] | None, sizes: Sequence[Shape], fit:
 def check_count(value: Any) -> int:
     count = 1 if value in (None, "") else whole_number("count", value)
     if not 1 <= count <= MAX_COUNT:
-        raise InvalidRequest("count", f"must be between 1 and {MAX_COUNT} images per prompt, got {count}")
+        raise InvalidRequest("count", f"must be between 1 and {MAX_COUNT} images per prompt, got {count}",
+                             (("between", {"low": 1, "high": MAX_COUNT, "got": count}),))
     return count
 
 

@@ -55,7 +55,9 @@ def check_sequence(shape: Shape, budget: int, min_size: int = 16) -> None:
         fits = within_tokens(output, budget, min_size)
         raise InvalidRequest("size", f"{output} is {output.tokens} image tokens; this model takes at most {budget} "
                                      "per request (--max-sequence-tokens)"
-                                     + (f" — the largest size of that shape within it is {fits}" if fits else ""))
+                                     + (f" — the largest size of that shape within it is {fits}" if fits else ""),
+                             (("tokens", {"size": str(output), "tokens": output.tokens, "budget": budget}),)
+                             + ((("largest", {"size": str(fits)}),) if fits else ()))
     raise InvalidRequest("images", f"{shape} is {shape.tokens} image tokens (the output's and the references'); "
                                    f"this model takes at most {budget} per request (--max-sequence-tokens) — fewer or "
                                    "smaller references, or a smaller size")
@@ -71,10 +73,13 @@ def check_signature(s: Settings, height: Any, width: Any, steps: Any = None, cou
         fitted = int(short_side * s.max_aspect) // 16 * 16
         nearest = (f"{fitted}x{shape.height}" if shape.width > shape.height else f"{shape.width}x{fitted}")
         raise InvalidRequest("size", f"aspect ratio {long_side / short_side:.2f}:1 is beyond {s.max_aspect:g}:1; "
-                                     f"nearest valid size is {nearest}")
+                                     f"nearest valid size is {nearest}",
+                             (("aspect", {"ratio": f"{long_side / short_side:.2f}", "limit": f"{s.max_aspect:g}"}),
+                              ("nearest", {"size": nearest})))
     steps = s.steps if steps is None else whole_number("steps", steps)
     if not 1 <= steps <= s.max_steps:
-        raise InvalidRequest("steps", f"must be between 1 and {s.max_steps}, got {show_value(steps)}")
+        raise InvalidRequest("steps", f"must be between 1 and {s.max_steps}, got {show_value(steps)}",
+                             (("between", {"low": 1, "high": s.max_steps, "got": show_value(steps)}),))
     count, references = check_count(count), tuple(references)
     if len(references) > s.max_references:
         raise InvalidRequest("images", f"{len(references)} reference images; at most {s.max_references} per request")
@@ -98,9 +103,10 @@ def validate_request(s: Settings, modes: Iterable[str], prompt: Any, height: Any
         raise InvalidRequest("prompt", f"must be text, got {type(prompt).__name__}")
     text = prompt.strip()
     if not text:
-        raise InvalidRequest("prompt", "is empty; describe the image you want")
+        raise InvalidRequest("prompt", "is empty; describe the image you want", (("empty_prompt", {}),))
     if len(text) > s.max_prompt_chars:
-        raise InvalidRequest("prompt", f"is {len(text)} characters; the limit is {s.max_prompt_chars}")
+        raise InvalidRequest("prompt", f"is {len(text)} characters; the limit is {s.max_prompt_chars}",
+                             (("long_prompt", {"chars": len(text), "limit": s.max_prompt_chars}),))
     for pos, ch in enumerate(text):
         if (ord(ch) < 32 or 0x7F <= ord(ch) < 0xA0) and ch not in _ALLOWED_CONTROL:
             raise InvalidRequest("prompt", f"contains control character U+{ord(ch):04X} at position {pos}")
@@ -120,7 +126,8 @@ def validate_request(s: Settings, modes: Iterable[str], prompt: Any, height: Any
         guidance = s.guidance
     guidance = _number("guidance", guidance)
     if not math.isfinite(guidance) or not 0.0 <= guidance <= s.max_guidance:
-        raise InvalidRequest("guidance", f"must be between 0 and {s.max_guidance}, got {guidance!r}")
+        raise InvalidRequest("guidance", f"must be between 0 and {s.max_guidance}, got {guidance!r}",
+                             (("between", {"low": 0, "high": s.max_guidance, "got": repr(guidance)}),))
 
     if seed is None or seed == "" or (isinstance(seed, (int, float)) and not isinstance(seed, bool) and seed == -1):
         seed = secrets.randbelow(RANDOM_SEED_BOUND)

@@ -278,11 +278,14 @@ class CompileTable:
 
     def _expect_into(self, out: dict[str, Any], rec: ShapeRecord | None, steps: int, load: float | None) -> None:
         """``quiet_seconds``: a run's seconds on a quiet machine, from the lower quartile of the steady
-        runs; ``expected_seconds``: under ``load`` (the share of the CPU other work takes now)."""
+        runs; ``expected_seconds``: under ``load`` (the share of the CPU other work takes now, with this
+        app idle). The scheduler shares the cores between the run's threads (as many as cores) and
+        the other work's, so the run takes (1 + load) times as long; other work that fills the
+        machine while the app idles yields half of it to a run (seen: 0.13 s quiet, 0.28 s at 97 %)."""
         quiet = self._quiet_seconds(rec, steps)
         load = load if self.cpu_bound else None
         out.update(quiet_seconds=quiet, load=load, expected_seconds=None if quiet is None
-                   else quiet / (1.0 - min(load, 0.9)) if load else quiet)
+                   else quiet * (1.0 + load) if load else quiet)
 
     def _quiet_seconds(self, rec: ShapeRecord | None, steps: int) -> float | None:
         runs = [r for r in rec.steady if r.per_step is not None] if rec else []

@@ -38,5 +38,10 @@ def choose_mode(page, label: str) -> None:
     page.get_by_role("option", name=label, exact=True).click()
 
 
+def choose_preset(page, label: str) -> None:
+    page.click("#preset input")
+    page.get_by_role("option", name=label, exact=True).click()
+
+
 def badge_state(page, shape: str) -> str:
     return page.get_attribute(f'#badges .ns-badge[data-shape="{shape}"]', "data-state")

@@ -19,7 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tests.ui.browser import ROOT, choose_mode, chromium
+from tests.ui.browser import ROOT, choose_mode, choose_preset, chromium
 from tools.app_process import operator_token, running_app
 from ui.views_common import load_example_prompts
 
@@ -75,7 +75,7 @@ def make_screenshots(out_dir: Path, only: str | None = None) -> list[Path]:
         page.fill("#prompt textarea", PROMPT)
         # A first compile, caught while it runs: the bar says how long so far and what to expect.
         choose_mode(page, "compiled (whole transformer)")
-        page.get_by_label("9:21 · 160x384").check()
+        choose_preset(page, "9:21 · 160x384")
         page.wait_for_function("document.querySelector('#cost').innerText.includes('160x384')", timeout=30000)
         page.click("#generate")
         page.wait_for_function("document.body.innerText.includes('compiling')", timeout=60000)
@@ -86,10 +86,10 @@ def make_screenshots(out_dir: Path, only: str | None = None) -> list[Path]:
         for mode in ("compiled (whole transformer)", "eager"):
             choose_mode(page, mode)
             for label in ("16:9 · 336x192", "3:4 · 224x288"):
-                page.get_by_label(label).check()
+                choose_preset(page, label)
                 _generate(page, 2 if mode.startswith("compiled") else 1)
         choose_mode(page, "eager")
-        page.get_by_label("1:1 · 256x256").check()
+        choose_preset(page, "1:1 · 256x256")
         _generate(page, 1)
         choose_mode(page, "compiled (whole transformer)")
         _generate(page, 2)
@@ -174,7 +174,7 @@ def _system_on_standin(path: Path) -> Path:
         page.goto(url + "operator?token=" + operator_token(Path(tmp)))
         page.wait_for_selector("#badges .ns-badge", timeout=60000)
         page.fill("#prompt textarea", PROMPT)
-        page.get_by_label("1:1 · 256x256").check()
+        choose_preset(page, "1:1 · 256x256")
         _generate(page, 1)
         _size(page, 512, 256)
         _generate(page, 1)

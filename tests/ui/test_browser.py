@@ -6,7 +6,7 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from tests.ui.browser import CHROMIUM, IN_CI, badge_state, choose_mode, chromium
+from tests.ui.browser import CHROMIUM, IN_CI, badge_state, choose_mode, choose_preset, chromium
 from tools.app_process import operator_token
 
 # .ci/run installs Debian's chromium, so in CI (CI=true) a missing browser fails instead of skipping.
@@ -56,7 +56,7 @@ def page(browser, app_url):
 
 def test_type_prompt_pick_preset_generate_and_see_the_image(page):
     page.fill("#prompt textarea", "a lighthouse in a storm")
-    page.get_by_label("16:9 · 1344x768").check()
+    choose_preset(page, "16:9 · 1344x768")
     expect(page.locator("#width input")).to_have_value("1344")
     expect(page.locator("#height input")).to_have_value("768")
     page.click("#generate")
@@ -74,22 +74,25 @@ def test_type_prompt_pick_preset_generate_and_see_the_image(page):
 def test_use_as_reference_twice_leaves_one_reference_and_add_keeps_several(page):
     """Issue 54 (5): every press of "Use as reference" added the image again (a red+cyan smear)."""
     page.fill("#prompt textarea", "a fox")
-    page.get_by_label("1:1 · 1024x1024").check()
+    choose_preset(page, "1:1 · 1024x1024")
     before = page.locator("#history img").count()
     page.click("#generate")
     page.wait_for_function(f"document.querySelectorAll('#history img').length > {before}", timeout=60000)
-    page.click("#edit .label-wrap")  # the Edit area, where the references show
     for _ in range(2):
         page.click("#use-reference")
+    # The Edit area opens by itself, beside the prompt (above Generate), where the reference shows.
     page.wait_for_function("document.querySelectorAll('#references img').length === 1", timeout=15000)
+    assert page.locator("#references").bounding_box()["y"] < page.locator("#generate").bounding_box()["y"]
     page.click("#add-reference")  # the same image: nothing to add
     page.wait_for_timeout(500)
     assert page.locator("#references img").count() == 1
+    page.click("#remove-reference")
+    page.wait_for_function("document.querySelectorAll('#references img').length === 0", timeout=15000)
 
 
 def test_compiled_badge_goes_from_cold_to_warm(page):
     choose_mode(page, "compiled (whole transformer)")
-    page.get_by_label("3:2 · 1216x832").check()
+    choose_preset(page, "3:2 · 1216x832")
     page.wait_for_function("document.querySelector('#badges .ns-badge[data-shape=\"1216x832\"]')"
                            ".dataset.state === 'cold'", timeout=15000)
     assert "Cold" in page.inner_text("#cost")
@@ -106,7 +109,7 @@ def test_compiled_badge_goes_from_cold_to_warm(page):
 def start_a_long_run(page) -> None:
     """1024x1024 at 50 steps from ``page``, returned once it denoises."""
     page.fill("#prompt textarea", "a long one")
-    page.get_by_label("1:1 · 1024x1024").check()
+    choose_preset(page, "1:1 · 1024x1024")
     page.fill("#steps input[type=number]", "50")
     page.press("#steps input[type=number]", "Enter")
     page.click("#generate")
@@ -132,7 +135,7 @@ def test_stop_during_a_compile_is_answered_on_the_page_at_once(page):
     Stop pressed during a compile was silent there until the compile ended. Its answer is now the line
     under the buttons, shown while the compile still runs."""
     choose_mode(page, "compiled (whole transformer)")
-    page.get_by_label("21:9 · 1536x640").check()  # a token count no other test compiles
+    choose_preset(page, "21:9 · 1536x640")  # a token count no other test compiles
     page.fill("#prompt textarea", "a fox")
     page.click("#generate")
     page.wait_for_function("document.querySelector('#engine-line').innerText.includes('compiling')", timeout=60000)
@@ -184,9 +187,14 @@ def test_a_presenter_sees_prompt_generate_cost_and_image_on_one_screen(browser, 
         page = context.new_page()
         page.goto(app_url)
         page.wait_for_selector("#badges .ns-badge", timeout=30000)
-        for element in ("#prompt textarea", "#generate", "#cost", "#image"):
+        # Issue 54 (4): size, mode and steps were below the fold at 1280x800.
+        for element in ("#prompt textarea", "#generate", "#cost", "#image", "#preset", "#width", "#mode", "#steps"):
             box = page.locator(element).bounding_box()
             assert box and box["y"] >= 0 and box["y"] + min(box["height"], 40) <= size["height"], (element, box)
+        page.get_by_role("tab", name="Compare").click()  # its timings beside its images, on the same screen
+        gallery, table = (page.locator(e).bounding_box() for e in ("#compare-gallery", "#compare-table"))
+        assert table["x"] >= gallery["x"] + gallery["width"] - 1 and table["y"] + 40 <= size["height"], (gallery, table)
+        page.get_by_role("tab", name="Studio").click()
         page.fill("#prompt textarea", "a blue ring")
         page.press("#prompt textarea", "Control+Enter")
         assert page.input_value("#prompt textarea") == "a blue ring\n"  # a new line, no generation
@@ -211,8 +219,8 @@ def test_a_presenter_sees_prompt_generate_cost_and_image_on_one_screen(browser, 
 LANGUAGES = {
     "tr-TR": {"tabs": ["Stüdyo", "Karşılaştır", "Sistem", "Performans"], "generate": "Oluştur", "prompt": "İstem",
               "width": "Genişlik", "image": "Görsel", "engine": "· hazır", "invalid": "Geçersiz",
-              "error": "Görsel boyutu geçerli değil: width 1000 is not a multiple of 16; "
-                       "nearest valid size is 1008x1024"},
+              "error": "Görsel boyutu geçerli değil: genişlik 1000, 16 sayısının katı değil; "
+                       "en yakın geçerli boyut 1008x1024"},
     "en-US": {"tabs": ["Studio", "Compare", "System", "Performance"], "generate": "Generate", "prompt": "Prompt",
               "width": "Width", "image": "Image", "engine": "· ready", "invalid": "Invalid",
               "error": "The image size is not valid: width 1000 is not a multiple of 16; "
@@ -253,9 +261,8 @@ ENGLISH_ONLY = {"the", "and", "is", "are", "of", "with", "not", "running", "pres
 
 def _english_lines(page) -> list[str]:
     """Every line of every tab of the page that holds an English-only word, outside what stays
-    English by design (docs/ui.md): the prompt box and its examples (the model's own grammar), the
-    backend's detail after a translated sentence (here: the invalid size's), code (numbers, paths),
-    Gradio's own footer and toasts."""
+    English by design (docs/ui.md): the prompt box and its examples and what the model drew (“…”:
+    the model's own grammar), code (numbers, paths), Gradio's own footer and toasts."""
     found = []
     for tab in page.get_by_role("tab").all():
         tab.click()
@@ -264,11 +271,28 @@ def _english_lines(page) -> list[str]:
             c.querySelectorAll('#prompt, #examples, code, footer, .toast-wrap').forEach(e => e.remove());
             return c.innerText; }""")
         for line in text.splitlines():
-            line = line.split(": width ")[0]  # the backend's detail of the invalid size, in English by design
+            line = re.sub("“[^”]*”", "", line)
             if set(re.findall(r"[a-z]+", line.lower())) & ENGLISH_ONLY:
                 found.append(line)
     page.get_by_role("tab").first.click()
     return found
+
+
+def test_the_turkish_operators_page_has_no_english_line_after_a_run(browser, operator_url):
+    """Issue 54 (8): the System tab's per-rank table and the validation errors stayed English."""
+    context = browser.new_context(locale="tr-TR", viewport={"width": 1280, "height": 800})
+    try:
+        page = context.new_page()
+        page.goto(operator_url)
+        page.wait_for_selector("#badges .ns-badge", timeout=30000)
+        _generate_small(page, "a fox")
+        page.wait_for_selector("#history img", timeout=60000)
+        page.fill("#width input", "1000")  # a refused value: its reason in Turkish too
+        page.press("#width input", "Tab")
+        expect(page.locator("#cost")).to_contain_text("Geçersiz", timeout=15000)
+        assert not _english_lines(page), _english_lines(page)
+    finally:
+        context.close()
 
 
 def _wait_state(page, element: str, state: str, timeout: float = 30000) -> None:

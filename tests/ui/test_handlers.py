@@ -549,7 +549,8 @@ def test_the_first_page_fits_the_model(model, tmp_path):
             assert presets[:3] == ["1:1 · 256x256", "4:3 · 288x224", "3:4 · 224x288"] and len(presets) == 10
             assert (value["width"], value["height"], value["preset"]) == (256, 256, "1:1 · 256x256")
             assert value["prompt"] == examples[0] and ", on " not in examples[0]  # no place: the centre
-            assert "(left out: the centre)" in blocks["prompt"].info
+            # The grammar in one short line beside the prompt, the whole of it behind its (i).
+            assert "(left out: the centre)" in value["prompt-hint"] and "<summary>" in value["prompt-hint"]
             assert studio.studio_tab.preset_changed("21:9 · 384x160", 0, 0) == (384, 160)
             assert studio.studio_tab.size_changed(160, 384) == "9:21 · 160x384"
             assert "**Beyond training**: this model learnt sizes up to 65,536 pixels (256x256)" in \
@@ -569,7 +570,7 @@ def test_the_first_page_fits_the_model(model, tmp_path):
             assert presets == [preset_label(n, s) for n, s in PRESETS] + [CUSTOM]
             assert (value["width"], value["height"]) == (shape.width, shape.height)
             assert value["preset"] == preset_label(name, shape) and value["prompt"] == ""
-            assert blocks["prompt"].info is None
+            assert not blocks["prompt-hint"].visible
             assert manager.validate("a red fox", 64, 64).prompt == "a red fox"  # no grammar: as typed
             assert "Beyond training" not in studio.studio_tab.refresh_studio("eager", 1536, 1536, 4)[1]
     finally:
@@ -803,3 +804,26 @@ def test_a_badge_says_where_a_shape_is_warm_among_replicas_and_warm_on_none_is_n
                                                                      "will_compile": False, "warm_on": [1, 2],
                                                                      "mode": "eager", "expected_seconds": None,
                                                                      "note": "warm"}})], lang="tr")
+
+
+def test_remove_takes_out_the_reference_clicked_last_or_the_last_one():
+    from ui.handlers_studio import StudioTab
+
+    refs = [("a.png", None), ("b.png", None), ("c.png", None)]
+    assert StudioTab.remove_reference(refs, 0) == (refs[1:], None)
+    assert StudioTab.remove_reference(refs, None) == (refs[:2], None)
+    assert StudioTab.remove_reference(refs, 7) == (refs[:2], None)  # a stale index: the last one
+    assert StudioTab.remove_reference([], None)[0] == gr.skip()
+
+
+def test_the_latency_plot_axes_start_at_zero_and_follow_the_data():
+    frame = pd.DataFrame({"mode": ["eager"] * 2, "shape": ["256x256", "288x224"], "megapixels": [0.0655, 0.0645],
+                          "seconds": [0.3, 0.5]})
+    latency, _compiles = plot_axes("en", frame)
+    assert latency["x_lim"] == [0, pytest.approx(0.0655 * 1.15)] and latency["y_lim"] == [0, pytest.approx(0.575)]
+    assert "x_lim" not in plot_axes("en", frame.iloc[:0])[0]
+
+
+def test_compare_and_performance_say_what_the_modes_show_on_a_cpu(studio, manager):
+    compare_note, perf_note = studio.device_notes()
+    assert compare_note["visible"] is perf_note["visible"] is (manager.device.kind == "cpu") is True

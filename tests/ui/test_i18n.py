@@ -125,13 +125,14 @@ def test_every_field_the_backend_names_has_a_sentence():
 
 def test_a_turkish_page_gets_turkish_errors_that_still_name_the_nearest_size(studio):
     line = calm_refusal(studio.studio_tab.generate_from_page("a fox", 1000, 128, "eager", 4, 1.0, 0, True, [], page=TR))
-    assert line == ("**Çalıştırılmadı.** Görsel boyutu geçerli değil: width 1000 is not a multiple of 16; "
-                    "nearest valid size is 1008x128")
+    # The field and the reason in Turkish (the API and the CLI say the backend's English).
+    assert line == ("**Çalıştırılmadı.** Görsel boyutu geçerli değil: genişlik 1000, 16 sayısının katı değil; "
+                    "en yakın geçerli boyut 1008x128")
     assert re.search("The image size is not valid: width 1000 .* 1008x128", calm_refusal(
         studio.studio_tab.generate_from_page("a fox", 1000, 128, "eager", 4, 1.0, 0, True, [], page=EN)))
-    assert "İstem geçerli değil: is empty" in calm_refusal(studio.studio_tab.generate_from_page("", 64, 64, "eager", 4, 1.0, 0,
+    assert "İstem geçerli değil: boş; istediğiniz görseli anlatın" in calm_refusal(studio.studio_tab.generate_from_page("", 64, 64, "eager", 4, 1.0, 0,
                                                                                      True, [], page=TR))
-    with pytest.raises(gr.Error, match="TP derecesi geçerli değil: must be a whole number, got 2.5"):
+    with pytest.raises(gr.Error, match="TP derecesi geçerli değil: tam sayı olmalı, 2.5 verildi"):
         studio.system_tab.start_tp(2.5, TR)
 
 
@@ -156,7 +157,7 @@ def test_a_turkish_page_gets_turkish_status_lines_with_the_same_numbers(studio):
     assert "Rank günlüğü yok: tensör paralel grup başlatılmadı." == studio.system_tab.show_tp_logs(TR)
     assert studio.studio_tab.refresh_studio("tp", 64, 64, 4, 2, page=TR)[1].startswith("**Durdu** — tensör paralel grup çalışmıyor")
     assert studio.page_labels(TR)[0]["label"] == "Görsel" and studio.page_labels(None)[0]["label"] == "Image"
-    with pytest.raises(gr.Error, match="Kopya sayısı geçerli değil: must be a whole number, got 1.5"):
+    with pytest.raises(gr.Error, match="Kopya sayısı geçerli değil: tam sayı olmalı, 1.5 verildi"):
         studio.system_tab.start_replicas(1.5, TR)
     assert "**Kopyalar**: 2 kopyanın 2 tanesi hazır, 0 meşgul, 0 yeniden başlatıldı" in studio.system_tab.start_replicas(2, TR)
     assert "| Kopya | durum | NeuronCore | pid | Sunulan | Sıcak boyutlar |" in system_views(studio, TR)[5]
@@ -186,8 +187,9 @@ def test_the_grammar_and_edit_help_speak_the_pages_language(tmp_path):
     studio = Studio(NS(card=card_for("embedded", tmp_path)))
     _image, turkish, turkish_edits = studio.page_labels(TR)
     _image, english, english_edits = studio.page_labels(EN)
-    assert turkish["info"].startswith("Bu model en fazla iki şekil (circle") and "İngilizce" in turkish["info"]
-    assert english["info"].startswith("This model draws up to two shapes (circle")
+    assert "<summary>Küçük bir dilbilgisiyle" in turkish and "</summary>Bu model en fazla iki şekil (circle" in turkish
+    assert "İngilizce" in turkish
+    assert "</summary>This model draws up to two shapes (circle" in english
     assert turkish_edits["value"].startswith("Bu model bir referans görselde") and "“remove the pink star”" in turkish_edits["value"]
     assert english_edits["value"].startswith("This model changes one thing") and "“make the red circle blue”" in english_edits["value"]
 
