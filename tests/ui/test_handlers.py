@@ -556,6 +556,12 @@ def test_the_first_page_fits_the_model(model, tmp_path):
             assert "**Beyond training**: this model learnt sizes up to 65,536 pixels (256x256)" in \
                 studio.studio_tab.refresh_studio("eager", 512, 512, 4)[1]
             assert "Beyond training" not in studio.studio_tab.refresh_studio("eager", 384, 160, 4)[1]
+            # Issue 54 (2): the first size people type is refused before the click, naming the size and
+            # the model's budget, with a size of that shape that runs (it blamed a reference nobody loaded).
+            _e, cost, _b, _t, generate, *_ = studio.studio_tab.refresh_studio("eager", 1024, 1024, 4)
+            assert cost.startswith("**Invalid** — The image size is not valid: 1024x1024 is 4096 image tokens")
+            assert "the largest size of that shape within it is 512x512" in cost and generate["interactive"] is False
+            assert studio.studio_tab.refresh_studio("eager", 512, 512, 4)[4]["interactive"] is True
             request = manager.validate("a red circle on a blue background", 256, 256, steps=1, seed=1)
             assert (request.prompt, request.typed) == ("a red circle in the centre, on a blue background",
                                                        "a red circle on a blue background")
