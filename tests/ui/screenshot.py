@@ -8,7 +8,8 @@ screen shows (1280x800, no scrolling) of each tab, a compile in progress with it
 refused click, the Studio tab as a Turkish browser sees it (studio-tr.png), and an edit from a
 reference image with two images per prompt (edit.png). `python -m tests.ui.screenshot assets neuron`:
 the System tab of the app on the neuron stand-in (system-neuron.png: the chip panel, the core plan,
-each shape's attention path).
+each shape's attention path). `python -m tests.ui.screenshot assets ray`: the System tab of the app
+serving from a local Ray cluster (system-ray.png: the nodes, the Serve replicas, the queue).
 """
 
 from __future__ import annotations
@@ -64,6 +65,8 @@ def make_screenshots(out_dir: Path, only: str | None = None) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     if only == "neuron":
         return [_system_on_standin(out_dir / "system-neuron.png")]
+    if only == "ray":
+        return [_system_on_ray(out_dir / "system-ray.png")]
     written = []
     with tempfile.TemporaryDirectory() as tmp, running_app(Path(tmp), "--compile-backend", "aot_eager") as url, \
             chromium() as browser:
@@ -183,6 +186,54 @@ def _system_on_standin(path: Path) -> Path:
         page.wait_for_timeout(6000)  # the stand-in's neuron-monitor reports every few seconds
         _shoot(page, path, down_to="#shapes-table")
         page.close()
+    return path
+
+
+def _system_on_ray(path: Path) -> Path:
+    """The operator's System tab with the app serving from a local Ray cluster (``--ray``, docs/replicas.md):
+    a head and two worker nodes declaring one NeuronCore each, every node its own simulated trn2 (the
+    TorchNeuron stand-in, as tests/backend/test_ray_serve.py), two Serve replicas warm at 256x256 and a
+    run; the screen scrolled down to the cluster's tables. Prints the operator's ``status().ray`` as JSON
+    (tests/standin/captures/ray/status_ray.json is one)."""
+    import json
+
+    from gradio_client import Client
+    from ray.cluster_utils import Cluster
+
+    from backend.serving.roles import COOKIE
+    from tests.neuron.standin import standin_env
+
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+        try:
+            for name in ("a", "b"):
+                cluster.add_node(num_cpus=1, resources={"neuron_cores": 1}, env_vars=standin_env(
+                    root / name, NEURON_STUDIO_CACHE_DIR=str(root / f"{name}-cache")))
+            with running_app(root, "--ray", cluster.address, "--ray-replicas", "2",
+                             "--dtype", "float32", "--mode", "eager", "--prewarm", "256x256",
+                             "--cache-dir", str(root / "cache"), timeout=600) as url, chromium() as browser:
+                page = browser.new_page(locale="en-US", viewport=LAPTOP)
+                page.goto(url + "operator?token=" + operator_token(root))
+                page.wait_for_selector("#badges .ns-badge", timeout=60000)
+                page.fill("#prompt textarea", PROMPT)
+                choose_preset(page, "1:1 · 256x256")
+                _generate(page, 1)
+                page.get_by_role("tab", name="System").click()
+                page.wait_for_function("document.querySelector('#ray-info').innerText.includes('2 of 2 replicas')",
+                                       timeout=60000)
+                page.wait_for_timeout(2500)
+                # What the screen shows scrolled down to the replicas: the pool's controls, then the cluster.
+                page.evaluate("window.scrollTo(0, document.querySelector('#replica-count').getBoundingClientRect().top"
+                              " + window.scrollY - 24)")
+                page.wait_for_timeout(300)
+                page.screenshot(path=str(path))
+                cookie = next(c["value"] for c in page.context.cookies() if c["name"] == COOKIE)
+                status = Client(url, verbose=False, headers={"Cookie": f"{COOKIE}={cookie}"}).predict(api_name="/status")
+                print(json.dumps(status["ray"], indent=1))
+                page.close()
+        finally:
+            cluster.shutdown()
     return path
 
 
