@@ -30,6 +30,7 @@ from typing import Any, Callable
 from bench import BENCH_MODEL, RESULTS, ROOT
 from bench.agreement import p9_prompt_agreement
 from bench.api import p13_api
+from bench.cluster import p15_ray_serve
 from bench.editing import p12_edits
 from bench.estimates import p16_estimates
 from bench.latency import p1_app_overhead, p2_warm_shape_reuse, p8_modes
@@ -44,7 +45,7 @@ BENCHMARKS: dict[str, Callable[[Path, bool], list[dict]]] = {
     "P1": p1_app_overhead, "P2": p2_warm_shape_reuse, "P3": p3_memory, "P4": p4_tp_transport,
     "P5": p5_regional_warmup, "P6": p6_time_to_ui, "P7": p7_persistent_cache, "P8": p8_modes,
     "P9": p9_prompt_agreement, "P10": p10_bundle_start, "P11": p11_replicas, "P12": p12_edits,
-    "P13": p13_api, "P14": p14_fair_turn, "P16": p16_estimates,
+    "P13": p13_api, "P14": p14_fair_turn, "P15": p15_ray_serve, "P16": p16_estimates,
 }
 
 
