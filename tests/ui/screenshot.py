@@ -40,6 +40,7 @@ def _shoot(page, path: Path, down_to: str | None = None) -> None:
     """What the screen shows with the page at its top (a click may have scrolled it); with
     ``down_to``, the page from its top to the bottom of that element, however tall."""
     page.evaluate("window.scrollTo(0, 0)")
+    page.evaluate("document.querySelectorAll('.toast-close').forEach(b => b.click())")  # an earlier step's notice
     page.wait_for_timeout(300)
     if down_to is None:
         page.screenshot(path=str(path))
@@ -119,6 +120,8 @@ def make_screenshots(out_dir: Path, only: str | None = None) -> list[Path]:
             written.append(out_dir / name)
             _shoot(page, written[-1])
         written.append(_turkish_studio(browser, url, out_dir / "studio-tr.png"))
+        written.append(_turkish_system(browser, url + "operator?token=" + operator_token(Path(tmp)),
+                                       out_dir / "system-tr.png"))
         written.append(_edit(browser, url, Path(tmp), out_dir / "edit.png"))
     return written
 
@@ -139,7 +142,7 @@ def _edit(browser, url: str, tmp: Path, path: Path) -> Path:
     page.goto(url)
     page.wait_for_selector("#badges .ns-badge", timeout=30000)
     page.fill("#prompt textarea", EDIT_PROMPT)
-    page.get_by_text("4:3 · 288x224", exact=True).click()  # the output at the reference's fitted size
+    choose_preset(page, "4:3 · 288x224")  # the output at the reference's fitted size
     page.click("#edit .label-wrap")
     page.set_input_files("#references input[type=file]", str(reference))
     page.fill("#count input", "2")
@@ -249,6 +252,19 @@ def _turkish_studio(browser, url: str, path: Path) -> Path:
     _generate(page, 1)
     page.wait_for_function("document.querySelector('#cost').innerText.startsWith('Hazır')", timeout=30000)
     _shoot(page, path)
+    page.close()
+    return path
+
+
+def _turkish_system(browser, operator_url: str, path: Path) -> Path:
+    """The operator's System tab as a Turkish browser sees it: the shapes table, the warm-up, the
+    tensor-parallel and replica panels with their buttons."""
+    page = browser.new_page(locale="tr-TR", viewport=LAPTOP)
+    page.goto(operator_url)
+    page.wait_for_selector("#badges .ns-badge", timeout=30000)
+    page.get_by_role("tab", name="Sistem").click()
+    page.wait_for_timeout(2500)
+    _shoot(page, path, down_to="#replica-info")
     page.close()
     return path
 
