@@ -6,7 +6,8 @@
 The prompts are captions from ``embedded.scenes``'s grammar made only of (colour, shape, background)
 triples that training never drew (``scenes.is_held_out``). Each is generated the way the app does
 by default for this model (4 steps, guidance 1.0, a fixed seed per prompt) and judged by
-``scenes.judge``: shape colours dominant, centroids in the named places, background as named.
+``scenes.judge``: shape colours dominant, centroids in the named places, each shape's outline the
+kind named (circle, square, triangle, star, ring: ``scenes.classify_shape``), background as named.
 Training used sizes 64..256 px, so 512 and 1024 measure extrapolation. Prints one row per size.
 ``p9_prompt_agreement`` is the suite's P9 (``python -m bench --only P9``): the trained model at
 every preset of its card, and on prompts as people write them.
@@ -48,11 +49,30 @@ def generate(pipe, prompts: list[str], height: int, width: int, seed: int = 0, b
     return images
 
 
+def by_shape(prompts: list[str], verdicts: list) -> dict[str, dict]:
+    """Per shape kind the prompts name: how many of them were drawn as that kind (``right``) of those
+    named, and what the others were drawn as (``drawn``; "colour or place" where the judge found
+    no shape of its colour at its place to look at)."""
+    from embedded import scenes
+
+    out = {kind: {"right": 0, "named": 0, "drawn": {}} for kind in scenes.SHAPES}
+    for prompt, verdict in zip(prompts, verdicts):
+        for spec, entry in zip(scenes.parse_caption(prompt).shapes, verdict.shapes):
+            kind = out[spec.shape]
+            kind["named"] += 1
+            drawn = entry.get("drawn") or "colour or place"
+            if drawn == spec.shape:
+                kind["right"] += 1
+            else:
+                kind["drawn"][drawn] = kind["drawn"].get(drawn, 0) + 1
+    return out
+
+
 def measure(sizes=DEFAULT_SIZES, prompts: int | list[str] = 24, seed: int = 0, pipe=None,
             model_dir: str | Path | None = None, keep_images: bool = False) -> dict:
     """Agreement per size: {"prompts": [...], "sizes": {"HxW": {"agree", "total", "fraction",
-    "seconds", "failures": [(prompt, reason)], "images"?}}}. ``prompts``: a count of held-out
-    prompts or the list itself."""
+    "seconds", "agree_without_outlines", "by_shape", "failures": [(prompt, reason)], "images"?}}}.
+    ``prompts``: a count of held-out prompts or the list itself."""
     from embedded import scenes
 
     prompt_list = scenes.held_out_prompts(prompts) if isinstance(prompts, int) else list(prompts)
@@ -64,8 +84,11 @@ def measure(sizes=DEFAULT_SIZES, prompts: int | list[str] = 24, seed: int = 0, p
         images = generate(pipe, prompt_list, height, width, seed=seed, batch=batch)
         verdicts = [scenes.judge(image, prompt) for image, prompt in zip(images, prompt_list)]
         agree = sum(v.agrees for v in verdicts)
+        # the judge before issue 54 (colours, places, background; not the outlines), for comparison
+        colour_place = sum(scenes.agrees(image, prompt, shapes=False) for image, prompt in zip(images, prompt_list))
         row = {"agree": agree, "total": len(verdicts), "fraction": agree / len(verdicts),
-               "seconds": round(time.perf_counter() - t0, 1),
+               "agree_without_outlines": colour_place,
+               "seconds": round(time.perf_counter() - t0, 1), "by_shape": by_shape(prompt_list, verdicts),
                "failures": [(p, v.reason) for p, v in zip(prompt_list, verdicts) if not v.agrees]}
         if keep_images:
             row["images"] = images
@@ -84,8 +107,9 @@ def p9_prompt_agreement(tmp: Path, quick: bool) -> list[dict]:
     the page offers for it? Held-out grammar prompts, judged by image statistics
     (``measure``, ``embedded.scenes.judge``); the share that agrees, with its Wilson
     interval. One row per preset of the model's card, one for prompts written as people write
-    them (place left out, synonyms; read by ``embedded.grammar``), and an info row at twice the
-    trained scale."""
+    them (place left out, synonyms; read by ``embedded.grammar``), an info row at twice the
+    trained scale, and an info row per shape kind: how many of the shapes of that kind the judged
+    rows' prompts name were drawn as that kind (with what the others were drawn as)."""
     from backend.models.card import read_card
     from backend.shapes import parse_shape
     from bench import stats
@@ -106,7 +130,7 @@ def p9_prompt_agreement(tmp: Path, quick: bool) -> list[dict]:
         beyond = parse_shape(P9_BEYOND[0])
         cases.append((f"at {beyond}, twice the trained scale (held-out prompts; beyond training)", beyond,
                       P9_BEYOND[1], None))
-    rows = []
+    rows, shapes_seen = [], {}
     for text, shape, n, pairs in cases:
         # People's prompts: each read once, and it must read as the caption it was made from (two
         # prompts may read alike: "gray" and "grey"); ``typed`` names a failure as it was written.
@@ -123,7 +147,22 @@ def p9_prompt_agreement(tmp: Path, quick: bool) -> list[dict]:
         rows.append(make_row("P9", f"{name} {text}", stats.proportion(outcomes), "share",
                              ">= 0.8" if judged else None,
                              absolute={"agree": got["agree"], "total": got["total"], "seconds": got["seconds"],
-                                       "failures": failures}))
+                                       "agree_without_outlines": got["agree_without_outlines"],
+                                       "by_shape": got["by_shape"], "failures": failures}))
+        if judged:
+            for kind, seen in got["by_shape"].items():
+                sums = shapes_seen.setdefault(kind, {"right": 0, "named": 0, "drawn": {}})
+                sums["right"] += seen["right"]
+                sums["named"] += seen["named"]
+                for other, times in seen["drawn"].items():
+                    sums["drawn"][other] = sums["drawn"].get(other, 0) + times
+    # Per shape kind over every judged row: is each kind drawn as itself? (info: the rows above hold the goal)
+    for kind, seen in shapes_seen.items():
+        if seen["named"]:
+            outcomes = [True] * seen["right"] + [False] * (seen["named"] - seen["right"])
+            rows.append(make_row("P9", f"{name}: each {kind} the prompts name, drawn as a {kind} (every judged row)",
+                                 stats.proportion(outcomes), "share", None,
+                                 absolute={"right": seen["right"], "named": seen["named"], "drawn": seen["drawn"]}))
     return rows
 
 def _size(text: str) -> tuple[int, int]:
@@ -145,6 +184,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{'size':>10}  {'agree':>9}  {'seconds':>8}")
     for size, row in result["sizes"].items():
         print(f"{size:>10}  {row['agree']:>3}/{row['total']:<3} {row['fraction']:>4.0%}  {row['seconds']:>8}")
+        print(f"{'':>12}" + ", ".join(f"{kind} {seen['right']}/{seen['named']}" for kind, seen in row["by_shape"].items()))
         for prompt, reason in row["failures"]:
             print(f"{'':>12}x {prompt}: {reason}")
         if args.save_images:

@@ -24,14 +24,25 @@ def test_it_draws_held_out_prompts_at_its_presets_and_as_people_write_them(tmp_p
     from bench import agreement
 
     rows = agreement.p9_prompt_agreement(tmp_path, quick=True)
+    rows, kinds = rows[:4], rows[4:]
     assert [r["absolute"]["total"] for r in rows] == [16, 16, 16, 16]
+    # and per shape kind: how many of each kind the rows' prompts name were drawn as that kind
+    assert [k["name"].split("each ")[1].split()[0] for k in kinds] == list(scenes.SHAPES)
+    for kind in kinds:
+        shape = kind["name"].split("each ")[1].split()[0]
+        assert kind["absolute"]["named"] == sum(r["absolute"]["by_shape"][shape]["named"] for r in rows) > 0
+        assert kind["absolute"]["right"] == sum(r["absolute"]["by_shape"][shape]["right"] for r in rows)
     assert ["256x256" in rows[0]["name"], "336x192" in rows[1]["name"], "160x384" in rows[2]["name"],
             "people write" in rows[3]["name"]] == [True] * 4
     for row in rows:
-        assert row["value"] >= 0.8, (row["name"], row["absolute"]["failures"])
+        # Colours, places and backgrounds: the judge without outlines, as before issue 54.
+        assert row["absolute"]["agree_without_outlines"] >= 0.8 * 16, (row["name"], row["absolute"]["failures"])
+        # With the outlines judged (P9's value): above what the model drew before issue 54's round
+        # (1:1 21, 16:9 14, 9:21 14 of 48; 16 prompts leave room), not yet the goal (issue 54, item 7).
+        assert row["value"] >= 0.15, (row["name"], row["absolute"]["by_shape"], row["absolute"]["failures"])
         assert row["ci"][0] <= row["value"] <= row["ci"][1] and row["goal"] == ">= 0.8"
-        # The verdict follows the interval (16 prompts leave a wide one: inconclusive unless its low end clears the goal).
-        assert row["verdict"] == ("pass" if row["ci"][0] >= 0.8 else "inconclusive"), row
+        # The verdict follows the interval (16 prompts leave a wide one).
+        assert row["verdict"] == ("pass" if row["ci"][0] >= 0.8 else "fail" if row["ci"][1] < 0.8 else "inconclusive")
 
 
 def test_it_edits_held_out_references_at_its_presets():
@@ -76,6 +87,21 @@ def test_the_judges_take_the_ground_truth_as_the_model_can_draw_it():
         for i, edit in enumerate(editing.held_out_edits(40)):
             verdict = editing.judge_edit(round_trip(editing.render_pair(edit, height, width, random.Random(i))[1]), edit)
             assert verdict.agrees, (height, width, edit.instruction, edit.reference.caption, verdict.reason)
+    # The outlines too (issue 54): every kind, alone and as one of two, through the VAE at every preset,
+    # is judged the kind it is (P9's judge), but for a rare small star or triangle that a rim of the
+    # pattern behind it blurs into the other (seen: 2 of ~300 shapes over the presets).
+    from backend.models.card import read_card
+
+    rng = random.Random(3)
+    wrong, judged = [], 0
+    for _label, shape in read_card(SCENES_MODEL_DIR).presets:
+        for _ in range(4):
+            scene = scenes.sample_scene(rng, held_out=None, two_shapes=0.5)
+            verdict = scenes.judge(round_trip(scenes.render(scene, shape.height, shape.width, rng)), scene)
+            judged += len(scene.shapes)
+            wrong += [(str(shape), scene.caption, verdict.reason) for e, s in zip(verdict.shapes, scene.shapes)
+                      if e.get("drawn") != s.shape]
+    assert len(wrong) <= 1, (judged, wrong)
 
 
 @pytest.fixture(scope="module")
