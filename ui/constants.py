@@ -73,7 +73,7 @@ CSS = """
 #title h1 {display: inline; font-size: 1.5em; margin: 0 12px 0 0;} #title p {display: inline; margin: 0;}
 #lines {gap: 24px; align-items: baseline;} #lines p {margin: 0;}
 .ns-hint {font-size: 0.85em; opacity: 0.8;} .ns-hint summary {cursor: pointer;} .ns-i {font-style: normal;}
-#system-info table, #tp-info table, #replica-info table {border-collapse: collapse; font-size: 0.9em;}
-#system-info :is(td, th), #tp-info :is(td, th), #replica-info :is(td, th) {
+#system-info table, #tp-info table, #replica-info table, #ray-info table {border-collapse: collapse; font-size: 0.9em;}
+#system-info :is(td, th), #tp-info :is(td, th), #replica-info :is(td, th), #ray-info :is(td, th) {
   border: 0 !important; border-bottom: 1px solid var(--border-color-primary) !important; padding: 3px 12px !important;}
 """

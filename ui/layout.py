@@ -43,7 +43,9 @@ def build_page(manager) -> SimpleNamespace:
         vars(page).update(tab)
     # The groups only the operator's page shows (``Studio.page_role`` hides them for viewers).
     page.operator_only = [page.system_ops, page.warm_group, page.tp_buttons, page.tp_system_start,
-                          page.tp_system_stop, page.tp_log_panel, page.bundle_panel, page.replica_controls]
+                          page.tp_system_stop, page.tp_log_panel, page.bundle_panel]
+    if manager.settings.ray is None:
+        page.operator_only.append(page.replica_controls)
     return page
 
 
@@ -207,7 +209,8 @@ def system_tab(manager) -> dict:
                 replica_start = gr.Button(I18N("start_replicas"), variant="primary", elem_id="replica-start",
                                           scale=1)
                 replica_stop = gr.Button(I18N("stop_replicas"), variant="stop", elem_id="replica-stop", scale=1)
-            replica_info = gr.Markdown("", elem_id="replica-info")
+            # Under --ray the Serve replicas are the replicas: the in-instance pool's line and buttons go.
+            replica_info = gr.Markdown("", elem_id="replica-info", visible=s.ray is None)
             ray_info = gr.Markdown("", elem_id="ray-info", visible=s.ray is not None)  # --ray's cluster
             with gr.Column(visible=False) as tp_log_panel:
                 tp_logs_btn = gr.Button(I18N("show_logs"), elem_id="tp-logs-show")

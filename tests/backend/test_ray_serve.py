@@ -147,7 +147,10 @@ def test_every_replica_started_warm_from_the_bundle_and_the_table_says_where(mgr
     its shape from it, with no NEFF compiled; the compile table holds the shape warm at both."""
     replicas = mgr.status().ray["replicas"]
     for replica in replicas:
-        assert replica["bundle"]["written"] > 0 and f"compiled {BUNDLED}" in replica["warm"], replica
+        # A replica Serve restarted (a health check missed on a busy machine) finds its node's cache
+        # already holding the bundle: every file was written or already there, none missing.
+        placed = replica["bundle"]["written"] + replica["bundle"]["already_there"]
+        assert placed > 0 and f"compiled {BUNDLED}" in replica["warm"], replica
     reports = mgr.engines["ray"].reports()
     assert all(r["warm"][f"compiled {BUNDLED}"]["neff_compiles"] == 0 for r in reports.values()), reports
     predicted = mgr.predict("compiled", _req(mgr, "compiled", 80).shape)
