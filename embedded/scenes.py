@@ -261,18 +261,6 @@ def place(scene: Scene, rng: random.Random | None = None) -> list[Placed]:
     return out
 
 
-def outline(shapes: list[Placed], height: int, width: int, band: int = 3) -> np.ndarray:
-    """(H, W) bool: what tells each shape from a round blob where it is drawn: the pixels within
-    ``band`` of its outline, and those where it differs from a circle of its place and size."""
-    side = min(height, width)
-    out = np.zeros((height, width), bool)
-    for p in shapes:
-        cx, cy, r = p.x * width, p.y * height, p.radius * side
-        mask = _shape_mask(p.spec.shape, height, width, cx, cy, r)
-        out |= (~solid(~mask, band, outside=True) & ~solid(mask, band)) | (mask ^ _shape_mask("circle", height, width, cx, cy, r))
-    return out
-
-
 def draw(background: Background, shapes: list[Placed], height: int, width: int) -> np.ndarray:
     """uint8 (H, W, 3): ``shapes`` on ``background``."""
     image = background.render(height, width)
