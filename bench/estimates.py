@@ -10,6 +10,8 @@ it (a state, not a delay) before it reads the prediction. Beside each figure, wh
 
 from __future__ import annotations
 
+import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -48,7 +50,7 @@ def p16_estimates(tmp: Path, quick: bool) -> list[dict]:
                 load = None
                 if side == "loaded":
                     load = subprocess.Popen([sys.executable, "-m", "tools.cpu_load", "--seconds", "300"],
-                                            cwd=ROOT, stdout=subprocess.DEVNULL)
+                                            cwd=ROOT, stdout=subprocess.DEVNULL, start_new_session=True)
                     _settled(manager)
                 try:
                     expected = manager.predict("eager", shape)["expected_seconds"]
@@ -56,8 +58,8 @@ def p16_estimates(tmp: Path, quick: bool) -> list[dict]:
                     request = manager.validate(WARMUP_PROMPT, shape.height, shape.width, seed=1, mode="eager")
                     _img, result = manager.generate(request)
                 finally:
-                    if load is not None:
-                        load.kill()
+                    if load is not None:  # its spinning children too (a killed parent leaves them running)
+                        os.killpg(load.pid, signal.SIGKILL)
                         load.wait()
                         _settled(manager)
                 every = [r.seconds for r in manager.records if r.signature == str(shape)][:-1]

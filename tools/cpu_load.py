@@ -15,10 +15,10 @@ import os
 import time
 
 
-def spin(seconds: float) -> None:
+def spin(seconds: float, parent: int) -> None:
     deadline = time.monotonic() + seconds
     x = 0
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and os.getppid() == parent:  # ends with its parent, however killed
         for i in range(10_000):
             x = (x * 1103515245 + i) % 2147483648
 
@@ -28,7 +28,8 @@ def main() -> None:
     parser.add_argument("--procs", type=int, default=os.cpu_count() or 2, help="busy processes (default: cores)")
     parser.add_argument("--seconds", type=float, default=1800.0, help="stop after this long (default 1800)")
     args = parser.parse_args()
-    workers = [multiprocessing.Process(target=spin, args=(args.seconds,), daemon=True) for _ in range(args.procs)]
+    workers = [multiprocessing.Process(target=spin, args=(args.seconds, os.getpid()), daemon=True)
+               for _ in range(args.procs)]
     for w in workers:
         w.start()
     print(f"cpu_load: {args.procs} busy process(es) for at most {args.seconds:g} s", flush=True)
