@@ -323,7 +323,7 @@ def _in_region(position: str, x: float, y: float) -> bool:
 
 
 # --- what a shape's outline is -----------------------------------------------------------------------
-# A shape is told from its mask (the largest connected region of its colour) by three numbers, each
+# A shape is told from its mask (the region of its colour with the deepest core) by three numbers, each
 # far apart between the kinds as ``render`` draws them (``shape_features`` of a canonical render:
 # tests/backend/test_scenes.py), and kept through the model's VAE:
 #   hole     the largest hole's share of the filled region: a ring 0.30, every other kind 0;
@@ -375,14 +375,6 @@ def components(mask: np.ndarray) -> np.ndarray:
         labels = new
 
 
-def largest_component(mask: np.ndarray) -> np.ndarray:
-    labels = components(mask)
-    if not mask.any():
-        return mask
-    values, counts = np.unique(labels[mask], return_counts=True)
-    return labels == values[np.argmax(counts)]
-
-
 def _hull_area(mask: np.ndarray) -> float:
     """Area of the convex hull of the mask's pixels (their corners), by Andrew's monotone chain."""
     ys, xs = np.nonzero(mask & ~solid(mask, 1))
@@ -407,9 +399,9 @@ def _hull_area(mask: np.ndarray) -> float:
 
 def shape_features(mask: np.ndarray) -> dict[str, float]:
     """hole, solidity and extent (see above) of the connected region of ``mask`` with the deepest core,
-    opened: its solid core (``solid`` by SHAPE_OPENING), grown back within ``mask``. A pattern's soft cell edges can
-    have a shape's colour in long lines a few pixels wide; opened away, they neither join the shape
-    nor pass for it."""
+    opened: its solid core (``solid`` by SHAPE_OPENING), grown back within ``mask``. A pattern's soft
+    cell edges can have a shape's colour in long lines a few pixels wide; opened away, they neither
+    join the shape nor pass for it."""
     ys, xs = np.nonzero(mask)
     if len(ys) == 0:
         return {"hole": 0.0, "solidity": 0.0, "extent": 0.0}
