@@ -37,9 +37,9 @@ def test_it_draws_held_out_prompts_at_its_presets_and_as_people_write_them(tmp_p
     for row in rows:
         # Colours, places and backgrounds: the judge without outlines, as before issue 54.
         assert row["absolute"]["agree_without_outlines"] >= 0.8 * 16, (row["name"], row["absolute"]["failures"])
-        # With the outlines judged (P9's value): above what the model drew before issue 54's round
-        # (1:1 21, 16:9 14, 9:21 14 of 48; 16 prompts leave room), not yet the goal (issue 54, item 7).
-        assert row["value"] >= 0.15, (row["name"], row["absolute"]["by_shape"], row["absolute"]["failures"])
+        # With the outlines judged (P9's value) the committed weights draw 6 to 9 of these 16 (squares,
+        # and most stars, as blobs): a floor against losing more, far from the goal (issue 54, item 7).
+        assert row["value"] >= 0.3, (row["name"], row["absolute"]["by_shape"], row["absolute"]["failures"])
         assert row["ci"][0] <= row["value"] <= row["ci"][1] and row["goal"] == ">= 0.8"
         # The verdict follows the interval (16 prompts leave a wide one).
         assert row["verdict"] == ("pass" if row["ci"][0] >= 0.8 else "fail" if row["ci"][1] < 0.8 else "inconclusive")
