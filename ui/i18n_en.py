@@ -85,8 +85,7 @@ EN: dict[str, str] = {
     "info_bundle_imported": "Bundle imported: {written} files written, {already} already there.",
     "clear_plan_line": "- {entries} compile-cache entries, {mb} MB, in `{dir}` (other files there stay)",
     "role_operator": "You are the **operator**: the System tab's controls are yours.",
-    "role_viewer": "You are a **viewer**: generate, compare and watch. Starting and stopping engines, "
-                   "caches, the warm-shape lock and warm-ups belong to the operator.",
+    "role_viewer": "You are a **viewer**: generate, compare, watch (engines, caches, the lock: the operator's).",
     "err_compile_failed": "The compile failed", "err_group_dead": "The tensor-parallel group died",
     "err_failed": "The generation failed", "err_model_not_found": "The model was not found",
     "cost_warm_on": " · warm on {warm} of {of} replicas",

@@ -73,8 +73,7 @@ TR: dict[str, str] = {
     "info_bundle_imported": "Paket içe aktarıldı: {written} dosya yazıldı, {already} zaten vardı.",
     "clear_plan_line": "- `{dir}` içinde {entries} derleme önbelleği girdisi, {mb} MB (oradaki diğer dosyalar kalır)",
     "role_operator": "**Operatörsünüz**: Sistem sekmesinin denetimleri sizin.",
-    "role_viewer": "**İzleyicisiniz**: üretin, karşılaştırın ve izleyin. Motorları başlatıp durdurmak, "
-                   "önbellekler, sıcak boyut kilidi ve ısıtmalar operatörün işidir.",
+    "role_viewer": "**İzleyicisiniz**: üretin, karşılaştırın, izleyin (motorlar, önbellek, kilit: operatörün).",
     "err_invalid": "Bir değer geçerli değil", "err_invalid_prompt": "İstem geçerli değil",
     "err_invalid_width": "Genişlik geçerli değil", "err_invalid_height": "Yükseklik geçerli değil",
     "err_invalid_size": "Görsel boyutu geçerli değil", "err_invalid_steps": "Adım sayısı geçerli değil",
