@@ -61,8 +61,10 @@ class CpuLoad:
     @staticmethod
     def during(start, end=None) -> float | None:
         """The share of all CPU time from ``start`` to ``end`` (now) that other processes were busy (0 to 1)."""
+        if start is None:  # nothing was marked: no walk of /proc for nothing
+            return None
         end = end or _ticks()
-        if start is None or end is None or end[1] <= start[1]:
+        if end is None or end[1] <= start[1]:
             return None
         others = (end[0] - start[0]) - (end[2] - start[2])
         return min(1.0, max(0.0, others / (end[1] - start[1])))

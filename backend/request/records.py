@@ -76,7 +76,7 @@ class GenerationResult:
     rank_peak_bytes: list[int] | None = None  # tensor-parallel: each rank's peak
     rank_neff_compiles: list[int] | None = None  # tensor-parallel: each rank's NEFFs; neff_compiles is their sum
     overlapped: bool = False  # another run ran at the same time: its seconds are not a steady figure
-    load: float | None = None  # the share of the machine's CPU other work took during the run
+    load: float | None = None  # on a CPU device: the share of the machine's CPU other work took during the run
     steady: bool = False  # kept as a steady figure (compiled nothing, not its place's first run, ran alone)
     count: int = 1  # images per prompt: ``path`` is the first, ``paths`` all of them
     references: list[dict[str, Any]] = dataclasses.field(default_factory=list)  # sha256, source, fitted, fit

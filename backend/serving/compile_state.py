@@ -168,10 +168,11 @@ class CompileTable:
 
     def record(self, result) -> None:
         """``result.steady`` says whether its seconds were kept as a steady figure."""
-        result.steady = self.finish(result.mode, result.shape, compiles=result.compiles, compile_seconds=result.compile_seconds,
-                    seconds=result.seconds, encode=result.encode, denoise=result.denoise, decode=result.decode,
-                    steps=result.steps, neff_compiles=result.neff_compiles, place=result.place,
-                    steady=not result.overlapped, load=result.load)
+        result.steady = self.finish(
+            result.mode, result.shape, compiles=result.compiles, compile_seconds=result.compile_seconds,
+            seconds=result.seconds, encode=result.encode, denoise=result.denoise, decode=result.decode,
+            steps=result.steps, neff_compiles=result.neff_compiles, place=result.place,
+            steady=not result.overlapped, load=result.load)
 
     def finish(self, mode: str, shape: Shape, *, compiles: int, compile_seconds: float,
                seconds: float | None, encode: float = 0.0, denoise: float = 0.0,
@@ -181,6 +182,8 @@ class CompileTable:
         ``tp``, ``replica 1``). ``steady`` False: it overlapped another run, so it is kept out of the
         steady figures, as is the first run at a place (its first-time costs); ``load``: the share of
         the CPU other work took meanwhile."""
+        if compiles or neff_compiles:  # the history writes its file: not under the table's lock
+            self.history.add(mode, shape, compile_seconds)
         with self._lock:
             rec = self._get(mode, shape)
             was_warm = place in rec.warm_at
@@ -191,8 +194,6 @@ class CompileTable:
                 rec.warm_steps.add(steps)
             if compiles or neff_compiles or not was_warm:
                 rec.compiles, rec.compile_seconds, rec.neff_compiles = compiles, compile_seconds, neff_compiles
-            if compiles or neff_compiles:
-                self.history.add(mode, shape, compile_seconds)
             if seconds is None:
                 return False
             rec.runs += 1

@@ -137,9 +137,12 @@ class Manager:
             sweep_leftovers(self.device)  # what an import killed outright left (staging, temp copies)
             self.monitor = NeuronMonitor(info.kind)
             self.monitor.start()  # on Neuron only: the System tab's live view of the chip
-            self.admission.cpu_load = CpuLoad()
-            self.admission.cpu_load.start()
+            # On a CPU a run's seconds depend on the machine's other work: the meter reads it (elsewhere
+            # the device's time does not, and nothing walks /proc).
             self.table.cpu_bound = info.kind == "cpu"
+            if self.table.cpu_bound:
+                self.admission.cpu_load = CpuLoad()
+                self.admission.cpu_load.start()
             self.model_path, self.model_label = resolve_model(self.settings.model, self.settings.cache_dir)
             self._count_tokens = prompt_token_counter(self.model_path)
             self.table.history.open(self.settings.cache_dir / "compile-history.json",
@@ -401,7 +404,7 @@ class Manager:
             if progress is not None:
                 progress(event)
 
-        started_at, ticks = time.time(), CpuLoad.mark()
+        started_at, ticks = time.time(), CpuLoad.mark() if self.table.cpu_bound else None
         try:
             out = engine.run(run, on_progress, should_stop, forbid_compile=locked, warming=_warming)
         except Exception as exc:
