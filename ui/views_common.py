@@ -40,9 +40,9 @@ def format_seconds(value: float | None) -> str:
     return f"{value * 1000:.0f} ms" if value < 1 else f"{value:.1f} s"
 
 
-def format_bytes(n: int | None) -> str:
+def format_bytes(n: int | None, lang: str = DEFAULT) -> str:
     if n is None:
-        return "n/a"
+        return text(lang, "na")
     for unit in ("B", "KB", "MB"):
         if n < 1024:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"

@@ -46,13 +46,12 @@ def system_markdown(status: Status, lang: str = DEFAULT) -> str:
                           f"{word(lang, 'engine_state_', status.state)}"
                           + (t("sys_active_mode", mode=engine["active_mode"]) if engine.get("active_mode") else "")),
         (t("sys_compile_backend"), dev.get("compile_backend", "…")),
-        *[(t("sys_cache"), f"`{c['dir']}` ({format_bytes(c['bytes'])}, {c['variable']})" if c.get("dir")
-           else f"{format_bytes(c['bytes'])} ({c['variable']})")
+        *[(t("sys_cache"), f"`{c['dir']}` ({format_bytes(c['bytes'], lang)}, {c['variable']})" if c.get("dir")
+           else f"{format_bytes(c['bytes'], lang)} ({c['variable']})")
           for c in cache.get("caches") or [{"dir": "…", "bytes": None, "variable": ""}]],  # a viewer's: no dir
         *([(t("sys_cores"), core_plan_text(status.neuron_cores))] if status.neuron_cores else []),
-        (t("sys_memory"), t("sys_memory_value", rss=format_bytes(mem.get("rss_bytes")),
-                            device=t("na") if mem.get("device_allocated_bytes") is None
-                            else format_bytes(mem["device_allocated_bytes"]))),
+        (t("sys_memory"), t("sys_memory_value", rss=format_bytes(mem.get("rss_bytes"), lang),
+                            device=format_bytes(mem.get("device_allocated_bytes"), lang))),
         (t("sys_lock"), t("on") if status.warm_only else t("off")),
         *([(t("sys_host_ops"), "; ".join(f"`{op}` ({', '.join(where)})" for op, where in status.fallback_ops.items()))]
           if status.fallback_ops else []),
@@ -90,7 +89,7 @@ def chip_markdown(chip: dict[str, Any] | None, lang: str = DEFAULT) -> str:
     for core in chip["cores"]:
         parts = ", ".join(f"{name} {format_bytes(size)}" for name, size in core["memory"].items() if size)
         rows.append(f"| {core['core']} | {_owner(core['owner'], lang)} | {100 * core['utilization']:.1f} % | "
-                    f"{format_bytes(core['memory_bytes'])} | {parts or '—'} |")
+                    f"{format_bytes(core['memory_bytes'], lang)} | {parts or '—'} |")
     if not chip["cores"]:
         rows.append(f"| — | {t('chip_none')} | | | |")
     return f"**{t('chip_title')}** · {head}\n\n" + "\n".join(rows)
