@@ -4,15 +4,16 @@ Neuron and worker nodes that each declare one ``neuron_cores``, every node its o
 own assignment sets ``NEURON_RT_VISIBLE_CORES`` and the stand-in refuses a core claimed twice.
 One cluster for the module; each test waits for states, never for a number of seconds."""
 
+import functools
 import subprocess
 import sys
 import threading
-import time
 
 import pytest
 
 from backend.errors import GenerationCancelled, ShapeLocked
 from backend.serving.manager import Manager
+from tests.backend.concurrency import serve_two_at_once, until
 from tests.conftest import make_settings
 from tests.neuron.standin import REPO, _runtime, standin_env
 
@@ -22,11 +23,7 @@ BOUND = 120.0
 BUNDLED = "80x80"  # compiled mode: the shape the bundle brings
 
 
-def _until(predicate, what: str, bound: float = BOUND) -> None:
-    deadline = time.monotonic() + bound
-    while not predicate():
-        assert time.monotonic() < deadline, f"still waiting for {what}"
-        time.sleep(0.05)
+_until = functools.partial(until, bound=BOUND)
 
 
 @pytest.fixture(scope="module")
@@ -97,32 +94,7 @@ def test_two_replicas_on_two_nodes_serve_two_requests_at_once_with_the_in_proces
         assert f"`{node['id'][:8]}`" in shown, shown
     for r in replicas:
         assert f"| `{r['id']}` | `{r['node'][:8]}` | 0 | running |" in shown, shown
-    b_started, results, errors, spans = threading.Event(), {}, [], {}
-
-    def a_progress(event):
-        if event.phase == "denoising" and event.step == 1:
-            assert b_started.wait(BOUND), "request B never ran while A was running"
-
-    def b_progress(event):
-        if event.phase == "denoising":
-            b_started.set()
-
-    def run(name, progress, seed):
-        try:
-            began = time.monotonic()
-            results[name] = mgr.generate(_req(mgr, seed=seed), progress)
-            spans[name] = (began, time.monotonic())
-        except Exception as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
-
-    a = threading.Thread(target=run, args=("a", a_progress, 1))
-    a.start()
-    _until(lambda: mgr.status().running, "request A to start")
-    b = threading.Thread(target=run, args=("b", b_progress, 2))
-    b.start()
-    a.join(BOUND)
-    b.join(BOUND)
-    assert not errors, errors
+    results, spans = serve_two_at_once(mgr, lambda seed: _req(mgr, seed=seed), BOUND)
     assert spans["a"][0] < spans["b"][1] and spans["b"][0] < spans["a"][1]  # the run intervals overlap
     places = {results[n][1].place for n in "ab"}
     by_place = {r["place"]: r for r in mgr.status().ray["replicas"]}

@@ -3,6 +3,7 @@ requests run side by side, dispatch prefers warm replicas, a killed replica lose
 back. No test here waits for a number of seconds: each waits for a state, with a generous bound."""
 
 import contextlib
+import functools
 import os
 import signal
 import threading
@@ -13,6 +14,7 @@ import pytest
 from backend.errors import GroupDead, InvalidRequest, NotAllowed
 from backend.serving.manager import Manager
 from backend.serving.roles import Caller
+from tests.backend.concurrency import serve_two_at_once, until
 from tests.conftest import make_settings
 
 pytestmark = pytest.mark.slow
@@ -23,11 +25,7 @@ def _req(mgr, mode="eager", size=64, steps=2, seed=3):
     return mgr.validate("a red circle on a blue background", size, size, steps=steps, seed=seed, mode=mode)
 
 
-def _until(predicate, what: str, bound: float = BOUND) -> None:
-    deadline = time.monotonic() + bound
-    while not predicate():
-        assert time.monotonic() < deadline, f"still waiting for {what}"
-        time.sleep(0.05)
+_until = functools.partial(until, bound=BOUND)
 
 
 @pytest.fixture(scope="module")
@@ -48,31 +46,10 @@ def test_two_replicas_serve_two_requests_at_once(mgr):
     pool = status.replicas
     assert pool["size"] == 2 and pool["ready"] == 2 and mgr.capacity() == 2
     assert len({r["pid"] for r in pool["replicas"]}) == 2 and status.engine is None  # the app loaded no model
-    b_started, results, errors = threading.Event(), {}, []
-
-    def a_progress(event):
-        if event.phase == "denoising" and event.step == 1:
-            assert b_started.wait(BOUND), "request B never ran while A was running"
-
-    def b_progress(event):
-        if event.phase == "denoising":
-            b_started.set()
-
-    def run(name, progress, seed):
-        try:
-            results[name] = mgr.generate(_req(mgr, seed=seed), progress)[1]
-        except Exception as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
-
-    a = threading.Thread(target=run, args=("a", a_progress, 1))
-    a.start()
-    _until(lambda: mgr.status().running, "request A to start")
-    b = threading.Thread(target=run, args=("b", b_progress, 2))
-    b.start()
-    _until(lambda: len(mgr.status().running) == 2 or results, "two requests running")
-    a.join(BOUND)
-    b.join(BOUND)
-    assert not errors, errors
+    ran, _spans = serve_two_at_once(
+        mgr, lambda seed: _req(mgr, seed=seed), BOUND,
+        while_both=lambda done: _until(lambda: len(mgr.status().running) == 2 or done, "two requests running"))
+    results = {name: result for name, (_image, result) in ran.items()}
     assert {results["a"].place, results["b"].place} == {"replica 0", "replica 1"}
     assert results["a"].engine == results["b"].engine == "replicas"
 
