@@ -1,5 +1,7 @@
-"""The page's words in English and Turkish (``MESSAGES``, from ``ui.i18n_en`` and ``ui.i18n_tr``), the
-language of a request, and error codes. ``ui.constants`` hands the table whole to ``gr.I18n``, so the
+"""The page's words in English and Turkish (``MESSAGES``, from ``ui/locales/en.json`` and ``tr.json``:
+one sentence per key, ``{placeholders}`` filled in by ``text``; English is also the fallback; a key holds
+no dot, which the browser's translation would read as a nested key), the language of a request, and
+error codes. ``ui.constants`` hands the table whole to ``gr.I18n``, so the
 browser translates the static labels (``tr-TR`` finds ``tr``, anything else ``en``); handlers and views
 render on the server with ``text(lang, key)``, ``lang`` from ``Accept-Language`` by the same rule. Only
 words are translated: numbers and sizes read the same in both. A backend error is shown as the
@@ -8,11 +10,11 @@ translated sentence for its code, then the backend's own English detail. No grad
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 from backend.errors import InvalidRequest, StudioError
-from ui.i18n_en import EN
-from ui.i18n_tr import TR
 
 LANGUAGES = ("en", "tr")
 DEFAULT = "en"
@@ -21,7 +23,20 @@ DEFAULT = "en"
 INVALID_FIELDS = ("prompt", "width", "height", "size", "steps", "guidance", "seed", "mode", "modes", "shapes",
                   "tp_degree", "replicas", "work", "images", "count")
 
-MESSAGES: dict[str, dict[str, str]] = {"en": EN, "tr": TR}
+def _unique(pairs: list[tuple[str, str]]) -> dict[str, str]:
+    """A key written twice would silently keep the last: the first meaning lost without a trace."""
+    keys = [key for key, _ in pairs]
+    if len(keys) != len(set(keys)):
+        raise ValueError(f"a key written twice: {sorted({k for k in keys if keys.count(k) > 1})}")
+    return dict(pairs)
+
+
+def load_table(lang: str) -> dict[str, str]:
+    path = Path(__file__).with_name("locales") / f"{lang}.json"
+    return json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=_unique)
+
+
+MESSAGES: dict[str, dict[str, str]] = {lang: load_table(lang) for lang in LANGUAGES}
 
 
 def language(request: Any = None) -> str:
