@@ -25,8 +25,11 @@ PRIOR_COMPILE_SECONDS = {"inductor": {"compiled": 60.0, "regional": 25.0},
 
 
 class Admission:
-    def __init__(self, settings: Settings, table: cs.CompileTable):
+    def __init__(self, settings: Settings, table: cs.CompileTable, tp_degree: Callable[[], int] | None = None):
         self.settings, self.table = settings, table
+        # The ranks a tp request runs on: the running group's (started from the page at any degree),
+        # else the one it would start with.
+        self.tp_degree = tp_degree or (lambda: settings.tp_degree)
         self.geometry: memory.Geometry | None = None  # read from the model folder once it is known
         self.cpu_load = None  # backend.hardware.load.CpuLoad, once the device is known: the load now
 
@@ -66,7 +69,7 @@ class Admission:
         """What (mode, shape) needs of each NeuronCore it runs on (None off Neuron, or unread)."""
         if self.geometry is None or device is None or device.kind != "neuron":
             return None
-        degree = degree or (self.settings.tp_degree if mode == "tp" else 1)
+        degree = degree or (self.tp_degree() if mode == "tp" else 1)
         return memory.plan(self.geometry, shape, compiled=self.settings.runs_as(mode) in cs.COMPILED_MODES,
                            dtype=device.info.dtype, degree=degree, hbm=device.hbm_bytes())
 
@@ -89,9 +92,9 @@ class Admission:
         if phase == "decode" or not fixes:
             fixes.append("a smaller size")
         if mode != "tp":
-            tp = self.memory_plan(device, "tp", shape, degree=self.settings.tp_degree)
+            tp = self.memory_plan(device, "tp", shape)
             if tp is not None and tp.fits:
-                fixes.append(f"tensor-parallel mode (each of {self.settings.tp_degree} ranks holds its share)")
+                fixes.append(f"tensor-parallel mode (each of {self.tp_degree()} ranks holds its share)")
         return DoesNotFit(f"{shape} in {mode} mode needs about {needs.total / gib:.1f} GiB of one NeuronCore's "
                           f"{needs.hbm / gib:.1f} GiB ({needs.weights / gib:.1f} GiB of weights, {held}); "
                           f"try {' or '.join(fixes)}")

@@ -61,7 +61,7 @@ class Manager:
         self._engine_factory = engine_factory
         self._clock = clock
         self.table = cs.CompileTable(clock)
-        self.admission = Admission(settings, self.table)
+        self.admission = Admission(settings, self.table, tp_degree=self._tp_degree)
         self.device: Device | None = None
         self.monitor: NeuronMonitor | None = None  # neuron-monitor, once the device is known
         self.engines = Engines()  # by role: .local (in process) and .launched; none before the load
@@ -101,6 +101,11 @@ class Manager:
         except StudioError as exc:
             self.card, self._card_error = ModelCard(), exc
         self.metrics = RunMetrics(self)
+
+    def _tp_degree(self) -> int:
+        """The cores a tp request runs on: those of the launched engine that serves tp mode."""
+        engine = next((e for e in self.engines.launched if "tp" in e.modes), None)
+        return engine.cores_wanted()[0] if engine is not None else self.settings.tp_degree
 
     # lifecycle ---------------------------------------------------------------------------------
     def start(self, background: bool = False) -> None:

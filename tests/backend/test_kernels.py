@@ -144,6 +144,19 @@ def test_admission_refuses_what_would_not_fit_a_core_naming_the_estimate_and_wha
         decision.enforce()
 
 
+def test_a_tp_plan_shares_the_weights_over_the_running_groups_ranks_not_the_flags(klein):
+    """A group started from the page at another degree than --tp-degree: each rank holds 1/degree."""
+    degree = [2]
+    admission = Admission(Settings(tp_degree=2), CompileTable(), tp_degree=lambda: degree[0])
+    admission.geometry = klein
+    two = admission.decide(neuron_device(), "tp", Shape(1024, 1024), 4, locked=False).prediction["memory"]
+    degree[0] = 4
+    four = admission.decide(neuron_device(), "tp", Shape(1024, 1024), 4, locked=False).prediction["memory"]
+    assert four["weights"] < two["weights"]
+    assert four == memory.plan(klein, Shape(1024, 1024), compiled=False, dtype="bfloat16", degree=4,
+                               hbm=24 * GIB).to_json()
+
+
 def test_admission_lets_a_fast_square_run_and_refuses_a_2048_decode(admission):
     square = admission.decide(neuron_device(), "compiled", Shape(1024, 1024), 4, locked=False)
     assert square.refusal is None and square.prediction["memory"]["fits"]
