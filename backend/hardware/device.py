@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import importlib.util
 import os
 import shutil
 import subprocess
@@ -28,6 +27,7 @@ from backend.core_lists import NO_CORES
 from backend.errors import DeviceUnavailable
 from backend.hardware import cache_layout
 from backend.hardware import env as device_env
+from backend.hardware.kernels import neuron_installed
 from backend.hardware.metrics import (  # the last three: importers take them from here
     COMPILE_EVENTS,
     NEFF_COMPILE_TIME,
@@ -41,10 +41,6 @@ from backend.settings import Settings
 
 PROCESS_GROUP_BACKENDS = {"neuron": "neuron", "cuda": "nccl", "cpu": "gloo"}
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-def neuron_installed() -> bool:
-    return importlib.util.find_spec("torch_neuronx") is not None
 
 
 def load_torch_neuronx():

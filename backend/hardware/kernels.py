@@ -31,9 +31,13 @@ NKI_SWITCH = "TORCH_NEURONX_ENABLE_NKI_SDPA"
 EAGER_SCORE_BYTES = 4  # the MLIR fallback's float32 logits
 
 
+def neuron_installed() -> bool:
+    return importlib.util.find_spec("torch_neuronx") is not None
+
+
 def expects_neuron(device: str) -> bool:
     """Whether ``--device`` will resolve to Neuron, asked before torch loads (the page's presets)."""
-    return device == "neuron" or (device == "auto" and importlib.util.find_spec("torch_neuronx") is not None)
+    return device == "neuron" or (device == "auto" and neuron_installed())
 
 
 def nki_enabled(environ: Mapping[str, str] | None = None) -> bool:
