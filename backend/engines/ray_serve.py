@@ -5,8 +5,10 @@ the replica, ``ray/_private/accelerators/neuron.py``), else ``num_gpus``, else `
 
 - ``StudioReplica`` (runs in a replica process): loads the model, warms what the deployment's
   ``user_config`` lists (a bundle it imports first, ``--prewarm``, every operator warm-up), and
-  streams each run back: progress events, then the output. Serve calls ``reconfigure`` on every
-  replica, and on every replica that joins later, so a warm-up reaches them all.
+  streams each run back in few parts (each one more message through Ray; docs/performance.md P15):
+  its progress events folded to one part a ``PROGRESS_EVERY``, a small image's pixels in parts under
+  Ray's inline size, then the output. Serve calls ``reconfigure`` on every replica, and on every
+  replica that joins later, so a warm-up reaches them all.
 - ``ReplicaBook`` (a small actor on the app's node): what each replica says of itself (node, cores,
   what is warm), read by the app; Serve's own view of the replicas is the controller's details
   (``serve_details``, captured in tests/standin/captures/ray/).
@@ -36,6 +38,56 @@ APP = "neuron-studio"  # the Serve application's name
 DEPLOYMENT = "StudioReplica"
 BOOK = "neuron-studio-replicas"  # the ReplicaBook actor's name
 NAMESPACE = "neuron-studio"
+
+
+PROGRESS_EVERY = 0.1  # seconds: a replica sends its progress at most this often (StudioReplica.run)
+REPORT_AFTER = 0.05  # seconds after a run's last part: the replica's report to the app (about 1 ms of its time)
+# Ray sends an object of up to 100 KiB inside the message that carries it (its max_direct_call_object_size);
+# a bigger one goes through the object store and, from another node, a transfer. Measured on a local
+# cluster like P15's (docs/performance.md): 192 KiB (a 256x256 image) came back in about 4 ms as 2
+# parts under that size against about 9 ms as one object; 768 KiB (512x512, 8 parts) about the same
+# either way; 3 MiB (1024x1024) slower in parts. So images of up to INLINE_PARTS parts travel as
+# parts, bigger ones as one object.
+PART_BYTES = 96 * 1024
+INLINE_PARTS = 4
+
+
+def pixel_parts(out: EngineOutput) -> tuple[EngineOutput, list[bytes], list[dict[str, Any]] | None]:
+    """(the output without its pixels, the pixel parts, how to put each image back) when its images
+    are PIL images of a byte a band, PART_BYTES x INLINE_PARTS in all or less; else (out, [], None)."""
+    images = out.images
+    if not all(getattr(im, "mode", None) in ("RGB", "RGBA", "L") for im in images):  # latents, arrays
+        return out, [], None
+    if sum(im.width * im.height * len(im.getbands()) for im in images) > PART_BYTES * INLINE_PARTS:
+        return out, [], None
+    raw = [im.tobytes() for im in images]
+    joined = b"".join(raw)
+    parts = [joined[i:i + PART_BYTES] for i in range(0, len(joined), PART_BYTES)]
+    layout = [{"mode": im.mode, "size": im.size, "bytes": len(data), "info": dict(im.info)}
+              for im, data in zip(images, raw)]
+    return dataclasses.replace(out, image=None, more_images=[]), parts, layout
+
+
+def with_pixels(out: EngineOutput, parts: list[bytes], layout: list[dict[str, Any]]) -> EngineOutput:
+    """``pixel_parts`` undone: the images put back from their parts, bit for bit."""
+    from PIL import Image
+
+    joined, images, at = b"".join(parts), [], 0
+    for entry in layout:
+        image = Image.frombytes(entry["mode"], tuple(entry["size"]), joined[at:at + entry["bytes"]])
+        image.info.update(entry["info"])
+        images.append(image)
+        at += entry["bytes"]
+    return dataclasses.replace(out, image=images[0], more_images=images[1:])
+
+
+def fold(pending: list[ProgressEvent], event: ProgressEvent) -> None:
+    """Add ``event`` to the events held back: it replaces a held one of its own phase (a later step),
+    so every phase the run went through still reaches the app, in order, at its latest step."""
+    if pending and pending[-1].phase == event.phase:
+        pending[-1] = event
+    else:
+        pending.append(event)
 
 
 def resource_ask(cluster: dict[str, float], cores: int) -> tuple[str, dict[str, Any]]:
@@ -118,7 +170,11 @@ class StudioReplica:
                                     "compile_seconds": out.compile_seconds}
 
     async def run(self, request: GenerationRequest, forbid_compile: bool = False):
-        """Progress events, then {"output": EngineOutput} or {"error": the error message}."""
+        """The run as a stream of parts: {"events": [ProgressEvent]}, then a small image's pixels as
+        bytes (``pixel_parts``), and last {"events", "output": EngineOutput, "layout"} or {"events",
+        "error": the error message}. Each part crosses Ray as a message of its own, so the events go
+        out at most every ``PROGRESS_EVERY`` seconds (the first that long after the start), folded in
+        between (``fold``: each phase at its latest step), and what is left rides on the last part."""
         loop, events, stop = asyncio.get_running_loop(), asyncio.Queue(), threading.Event()
 
         def work() -> EngineOutput:
@@ -128,24 +184,43 @@ class StudioReplica:
 
         done = loop.run_in_executor(None, work)
         done.add_done_callback(lambda _f: events.put_nowait(None))
+        pending: list[ProgressEvent] = []
+        sent = loop.time()  # the first events go out PROGRESS_EVERY after the start, not at once
         try:
-            while (event := await events.get()) is not None:
-                yield event
+            while True:
+                if pending:  # held back: sent when its interval is over, or with what comes next
+                    try:
+                        event = await asyncio.wait_for(events.get(), max(0.0, sent + PROGRESS_EVERY - loop.time()))
+                    except asyncio.TimeoutError:
+                        yield {"events": pending}
+                        pending, sent = [], loop.time()
+                        continue
+                else:
+                    event = await events.get()
+                if event is None:
+                    break
+                fold(pending, event)
+                if loop.time() - sent >= PROGRESS_EVERY:
+                    yield {"events": pending}
+                    pending, sent = [], loop.time()
             try:
                 out = done.result()
             except Exception as exc:  # noqa: BLE001 - sent to the app as the studio's error
                 if isinstance(exc, GenerationCancelled):
                     self.me["stopped_at"] = str(exc)
-                yield {"error": error_message(exc)}
+                yield {"events": pending, "error": error_message(exc)}
                 return
             self.me["served"] += 1
             self._ran(request, out)
-            yield {"output": dataclasses.replace(out, place=self.me["replica"])}
+            out, parts, layout = pixel_parts(dataclasses.replace(out, place=self.me["replica"]))
+            for part in parts:  # each under Ray's inline size: no object store, no transfer (PART_BYTES)
+                yield part
+            yield {"events": pending, "output": out, "layout": layout}
         finally:
             stop.set()  # a cancelled stream (the app's Stop): the engine ends at its next step
             if not done.done():
                 done.add_done_callback(lambda f: self._stopped(f))
-            self._report()
+            loop.call_later(REPORT_AFTER, self._report)  # after the last part has gone, not beside it
 
     def _stopped(self, future) -> None:
         exc = future.exception()
@@ -205,7 +280,7 @@ class RayServeEngine:
                  details: Callable[[], dict[str, Any]] = serve_details):
         self.settings, self.device, self.book, self._poll, self._details = settings, device, book, poll, details
         self.state, self.error, self.last_error = "stopped", None, None
-        self.handle = None
+        self.handle = self._streaming = None
         self.kind: str | None = None
         self.actor_options: dict[str, Any] = {}
         self.replicas: dict[str, dict[str, Any]] = {}  # replica id -> Serve's view merged with the replica's
@@ -281,6 +356,7 @@ class RayServeEngine:
             config = (app.get("deployments") or {}).get(DEPLOYMENT, {}).get("deployment_config") or {}
             self.warm = list((config.get("user_config") or {}).get("warm") or [])
             self.handle = serve.get_app_handle(APP)
+            self._streaming = self.handle.options(stream=True)  # made once: every run shares its router
         else:
             self._deploy(count)
         self.state = "ready"
@@ -307,6 +383,7 @@ class RayServeEngine:
                                       ray_actor_options=self.actor_options, user_config=config, **scale)
         try:
             self.handle = serve.run(deployment.bind(settings.to_json()), name=APP, route_prefix=None)
+            self._streaming = self.handle.options(stream=True)  # made once: every run shares its router
         except Exception as exc:
             self.state, self.error = "dead", f"{type(exc).__name__}: {exc}"
             raise BackendNotReady(f"the Ray Serve deployment did not start: {self.error}") from exc
@@ -446,10 +523,10 @@ class RayServeEngine:
     def _stream(self, request, on_progress, should_stop, forbid_compile) -> EngineOutput:
         from ray.serve.exceptions import RequestCancelledError
 
-        stream = self.handle.options(stream=True).run.remote(request, forbid_compile)
+        stream = self._streaming.run.remote(request, forbid_compile)
         done = threading.Event()
 
-        def watch() -> None:  # a Stop reaches the replica at once, not at the next event
+        def watch() -> None:  # a Stop reaches the replica at once, not at the next part
             while not done.wait(0.05):
                 if should_stop():
                     stream.cancel()
@@ -457,13 +534,19 @@ class RayServeEngine:
 
         threading.Thread(target=watch, name="ray-stop", daemon=True).start()
         try:
-            for item in stream:
-                if isinstance(item, ProgressEvent):
-                    on_progress(item)
-                elif "error" in item:
-                    raise error_from_message(item["error"])
-                else:
-                    return item["output"]
+            pixels = []
+            for part in stream:
+                if isinstance(part, bytes):
+                    pixels.append(part)
+                    continue
+                for event in part["events"]:
+                    on_progress(event)
+                if "error" in part:
+                    raise error_from_message(part["error"])
+                if "output" in part:
+                    return with_pixels(part["output"], pixels, part["layout"]) if part["layout"] else part["output"]
+                if should_stop():  # a Stop asked from a progress callback goes out now
+                    stream.cancel()
         except RequestCancelledError:
             raise GenerationCancelled("stopped: the Ray replica ended the run at its next step") from None
         finally:

@@ -24,8 +24,8 @@ def serve_two_at_once(mgr, request: Callable[[int], Any], bound: float,
     (began, ended)})."""
     b_started, results, errors, spans = threading.Event(), {}, [], {}
 
-    def a_progress(event):
-        if event.phase == "denoising" and event.step == 1:
+    def a_progress(event):  # (step >= 1: a Ray replica folds steps that come close together)
+        if event.phase == "denoising" and event.step >= 1:
             assert b_started.wait(bound), "request B never ran while A was running"
 
     def b_progress(event):

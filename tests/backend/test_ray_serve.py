@@ -4,6 +4,7 @@ Neuron and worker nodes that each declare one ``neuron_cores``, every node its o
 own assignment sets ``NEURON_RT_VISIBLE_CORES`` and the stand-in refuses a core claimed twice.
 One cluster for the module; each test waits for states, never for a number of seconds."""
 
+import dataclasses
 import functools
 import subprocess
 import sys
@@ -140,15 +141,19 @@ def test_warm_only_refuses_a_cold_signature_before_it_reaches_ray(mgr):
         mgr.generate(_req(mgr, "compiled", 80))  # the bundled shape is warm on the replicas: it runs
     finally:
         mgr.set_warm_only(False)
-    after = {rid: r["served"] for rid, r in mgr.engines["ray"].reports().items()}
-    assert sum(after.values()) == sum(served.values()) + 1, (served, after)
+
+    def counted():  # a replica reports just after its run's last part (REPORT_AFTER)
+        return sum(r["served"] for r in mgr.engines["ray"].reports().values())
+
+    _until(lambda: counted() >= sum(served.values()) + 1, "the replica's report of its run")
+    assert counted() == sum(served.values()) + 1, (served, mgr.engines["ray"].reports())
 
 
 def test_stop_ends_a_remote_run_at_its_next_step(mgr):
     asked = {}
 
-    def progress(event):
-        if event.phase == "denoising" and event.step == 2 and not asked:
+    def progress(event):  # a replica folds the steps of each PROGRESS_EVERY: step 2 may come as a later one
+        if event.phase == "denoising" and event.step >= 2 and not asked:
             asked["step"] = event.step
             mgr.cancel()
 
@@ -174,7 +179,7 @@ def test_a_killed_worker_node_loses_no_request_and_its_replacement_starts_warm_f
         sent = {}
 
         def progress(event):
-            if event.phase == "denoising" and event.step == 1 and not sent:
+            if event.phase == "denoising" and event.step >= 1 and not sent:
                 sent["once"] = True
                 both.wait(BOUND)
 
@@ -202,3 +207,39 @@ def test_a_killed_worker_node_loses_no_request_and_its_replacement_starts_warm_f
     assert joined and joined[0]["warm"][f"compiled {BUNDLED}"]["neff_compiles"] == 0, joined
     predicted = mgr.predict("compiled", _req(mgr, "compiled", 80).shape)
     assert predicted["warm_on"] == [2, 2], predicted
+
+
+def test_a_replica_folds_close_events_and_sends_a_small_image_in_parts_under_rays_inline_size():
+    """What ``StudioReplica.run`` sends, without a cluster: of the events held back, each phase at its
+    latest step, in order; an image of INLINE_PARTS parts or fewer as bytes put back bit for bit, a
+    bigger one and latents as they are."""
+    import numpy as np
+    from PIL import Image
+
+    from backend.engines.ray_serve import INLINE_PARTS, PART_BYTES, fold, pixel_parts, with_pixels
+    from backend.request.records import EngineOutput, Phase, ProgressEvent
+
+    held = []
+    for phase, step in (("encoding", 0), ("denoising", 0), ("denoising", 1), ("denoising", 2), ("decoding", 2)):
+        fold(held, ProgressEvent(phase, step, 2))
+    assert [(e.phase, e.step) for e in held] == [(Phase.ENCODING, 0), (Phase.DENOISING, 2), (Phase.DECODING, 2)]
+
+    def output(*sides):
+        rng = np.random.default_rng(0)
+        images = [Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)) for h, w in sides]
+        return EngineOutput(image=images[0], more_images=images[1:], compiles=0, compile_seconds=0.0,
+                            neff_compiles=0, seconds=1.0, encode=0.1, denoise=0.8, decode=0.1, place="r1")
+
+    for sides in (((256, 256),), ((128, 96), (96, 128))):
+        out = output(*sides)
+        bare, parts, layout = pixel_parts(out)
+        assert bare.image is None and bare.more_images == [] and bare.place == "r1"
+        assert 1 <= len(parts) <= INLINE_PARTS and all(len(p) <= PART_BYTES for p in parts)
+        back = with_pixels(bare, parts, layout)
+        assert [im.size for im in back.images] == [im.size for im in out.images]
+        for a, b in zip(back.images, out.images):
+            assert a.mode == b.mode and np.array_equal(np.asarray(a), np.asarray(b))
+    big = output((512, 512))  # 768 KiB: one object through Ray's store
+    assert pixel_parts(big) == (big, [], None)
+    latents = dataclasses.replace(big, image=None, more_images=[])
+    assert pixel_parts(latents) == (latents, [], None)
