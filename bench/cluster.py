@@ -3,12 +3,18 @@
 ``p15_ray_serve`` (``python -m bench --only P15``) starts a ``ray.cluster_utils.Cluster`` of a head
 that offers no CPU and two worker nodes of one CPU each (each Serve replica asks for one CPU, so one
 lands on each node and Ray sets its ``OMP_NUM_THREADS`` to 1), and two managers in this process: one
-serving from a Serve deployment of 2 replicas (``--ray``), one in process. Two rows, each measured
-side by side, in an order drawn at random per repetition (``bench/stats.py``):
+serving from a Serve deployment of 2 replicas (``--ray``), one in process. Ray starts its workers at
+nice 15 (``worker_niceness``) and this process runs at 0: on a busy machine a replica would yield to
+this process and the cluster's daemons where the in-process engine does not, so the cluster's workers
+run at 0 too. Two
+rows, each measured side by side, in an order drawn at random per repetition (``bench/stats.py``):
 
 - **throughput, 2 replicas / 1**: the same requests (``measure_room``) with two clients at once, both
-  replicas busy, against one client, one request at a time: what one replica serves, since a replica
-  takes one request at a time (``max_ongoing_requests`` 1). Both sides run on the one deployment.
+  replicas busy, against one client, one request at a time. Both sides run on the one deployment:
+  the second is what a deployment of one replica serves, since the app's job board lets an engine
+  run as many requests at once as it has running replicas (``RayServeEngine.capacity``), so the
+  board would hold a second client's request until the first is done, as one client does, and a
+  replica takes one request at a time anyway (``max_ongoing_requests`` 1).
 - **the Ray hop**: one warm request through the Ray engine (the door, the job board, Serve's handle,
   the stream of progress events, the replica) against the same request on the in-process engine,
   whose torch is held to one thread for the row, as a replica's is: the ratio is the hop, not a
@@ -36,7 +42,10 @@ from bench.rows import make_row
 def _cluster():
     from ray.cluster_utils import Cluster
 
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
+    # Ray starts its workers (the Serve replicas) at nice 15 (its worker_niceness), below this process's 0:
+    # on a busy machine a replica would yield where the in-process side does not (the module's docstring).
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False,
+                                                            "_system_config": {"worker_niceness": 0}})
     for _ in range(2):
         cluster.add_node(num_cpus=1)
     cluster.wait_for_nodes()
@@ -115,7 +124,8 @@ def p15_ray_serve(tmp: Path, quick: bool) -> list[dict]:
         return "unknown" if others[key] is None else f"{100 * others[key]:.0f} %"
 
     note = (f"a local Ray cluster (ray {ray.__version__}): a head without CPUs and 2 worker nodes of 1 CPU each, "
-            f"on {os.cpu_count()} cores; Serve replicas of 1 CPU (one thread), the random-weight model, eager, "
+            f"on {os.cpu_count()} cores; Serve replicas of 1 CPU (one thread, nice 0 as this process), the "
+            f"random-weight model, eager, "
             f"{steps} steps; places {', '.join(sorted(places))}")
     rows = [make_row("P15", f"Ray Serve throughput, 2 replicas / 1 (2 x {per_client} requests at {size}x{size}, two in "
                             f"flight against one)", throughput, "x", ">= 1.6",
