@@ -35,6 +35,7 @@ def system_markdown(status: Status, lang: str = DEFAULT) -> str:
     cache = status.cache or {}
     mem = status.memory or {}
     engine = status.engine or {}
+    serving = [engine["engine"]] if engine.get("engine") else list(status.engines or ())
     t = functools.partial(text, lang)
     rows = [
         (t("sys_device"), f"{dev.get('kind', '…')} — "
@@ -42,7 +43,8 @@ def system_markdown(status: Status, lang: str = DEFAULT) -> str:
         (t("sys_model"), status.model.get("label") or status.model["spec"]),
         (t("sys_dtype"), status.dtype or "…"),
         (t("sys_default_mode"), status.default_mode),
-        (t("sys_engine"), f"{t('engine_name_' + engine['engine'].replace('-', '_')) if engine.get('engine') else '…'} · "
+        # Under --ray the app loads no pipeline of its own: the engines that serve are named.
+        (t("sys_engine"), f"{', '.join(t('engine_name_' + name.replace('-', '_')) for name in serving) or '…'} · "
                           f"{word(lang, 'engine_state_', status.state)}"
                           + (t("sys_active_mode", mode=engine["active_mode"]) if engine.get("active_mode") else "")),
         (t("sys_compile_backend"), dev.get("compile_backend", "…")),

@@ -79,3 +79,12 @@ def test_the_system_tab_shows_it_only_under_ray():
     """SystemTab.views, what the page's timer fills: the cluster after the replica pool, empty without --ray."""
     assert SystemTab.views(_status(), "tr")[6] == ray_markdown(_status(), "tr")
     assert SystemTab.views(a_status(), "en")[6] == ""
+
+
+def test_under_ray_the_engine_row_names_ray_serve_where_no_pipeline_runs_in_the_app():
+    """The app loads no pipeline of its own under --ray: the row said "… · ready"."""
+    from ui.views_system import system_markdown
+
+    status = _status(engine=None, engines={"ray": {"state": "ready", "modes": ["eager"], "capacity": 2}})
+    assert "| Engine | Ray Serve · ready |" in system_markdown(status, "en")
+    assert "| Motor | Ray Serve · hazır |" in system_markdown(status, "tr")
