@@ -99,6 +99,28 @@ def resource_ask(cluster: dict[str, float], cores: int) -> tuple[str, dict[str, 
     return "cpu", {"num_cpus": cores}
 
 
+@dataclasses.dataclass(frozen=True)
+class ReplicaDevice:
+    """What admission reads of a device (``backend.hardware.device.Device``'s names), as a replica
+    reported its own."""
+
+    kind: str
+    dtype: str
+    compile_backend: str | None
+    hbm: int | None
+
+    @property
+    def eager_compiles(self) -> bool:
+        return self.kind == "neuron"  # as Device.eager_compiles: each new eager op signature compiles
+
+    @property
+    def info(self) -> "ReplicaDevice":
+        return self  # Device.info's dtype and compile_backend
+
+    def hbm_bytes(self) -> int | None:
+        return self.hbm
+
+
 class StudioReplica:
     """One Serve replica: the in-process engine, on the accelerators Ray assigned before ``__init__``."""
 
@@ -123,7 +145,9 @@ class StudioReplica:
         self.me = {"replica": serve.get_replica_context().replica_id.unique_id, "node": context.get_node_id(),
                    "pid": os.getpid(), "device": info.kind, "cores": ",".join(map(str, cores)) or "cpu",
                    "visible_cores": os.environ.get("NEURON_RT_VISIBLE_CORES"), "warm": {}, "served": 0,
-                   "bundle": None, "stopped_at": None}
+                   "bundle": None, "stopped_at": None,
+                   "facts": {"kind": info.kind, "dtype": info.dtype, "compile_backend": info.compile_backend,
+                             "hbm": self.device.hbm_bytes()}}
         self.book = ray.get_actor(BOOK, namespace=NAMESPACE)
         self._report()
 
@@ -445,7 +469,7 @@ class RayServeEngine:
                 "pid": r.get("pid"), "cores": cores, "place": place_name(r["replica_id"], node, cores)
                 if cores and node else None, "warm": sorted(mine.get("warm", {})), "served": mine.get("served", 0),
                 "bundle": mine.get("bundle"), "stopped_at": mine.get("stopped_at"), "log": r.get("log_file_path"),
-                "visible_cores": mine.get("visible_cores")}
+                "visible_cores": mine.get("visible_cores"), "facts": mine.get("facts")}
         for gone in set(before) - set(seen):
             old = before[gone]
             if old.get("place"):
@@ -471,6 +495,12 @@ class RayServeEngine:
         self.status, self.message = _text(deployment.get("status")), deployment.get("message")
         if self.capacity() != capacity:
             self.book.capacity_changed()
+
+    def admission_device(self) -> ReplicaDevice | None:
+        """The device the replicas run on, for admission (None before one reports): a head without
+        Neuron serves Neuron replicas, whose every new shape compiles, eager too."""
+        facts = next((r["facts"] for r in self.replicas.values() if r.get("facts")), None)
+        return ReplicaDevice(**facts) if facts else None
 
     def reports(self) -> dict[str, dict[str, Any]]:
         """What each replica last said of itself (its warm set with each shape's compile counts)."""

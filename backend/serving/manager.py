@@ -329,7 +329,9 @@ class Manager:
         route = self._route(request)
         run = route.request
         places = route.engine.places(run.mode)
-        return route, places, self.admission.decide(self.device, run.mode, run.shape, run.steps, locked, places)
+        # An engine whose processes run on another device than the app's says so (Ray's replicas).
+        device = getattr(route.engine, "admission_device", lambda: None)() or self.device
+        return route, places, self.admission.decide(device, run.mode, run.shape, run.steps, locked, places)
 
     def predict(self, mode: str, shape: Shape, steps: int | None = None) -> dict[str, Any]:
         """What a run at (mode, shape) would cost now, refusal included."""

@@ -243,3 +243,13 @@ def test_a_replica_folds_close_events_and_sends_a_small_image_in_parts_under_ray
     assert pixel_parts(big) == (big, [], None)
     latents = dataclasses.replace(big, image=None, more_images=[])
     assert pixel_parts(latents) == (latents, [], None)
+
+
+def test_admission_predicts_by_the_replicas_device_not_the_apps(mgr):
+    """The app here runs on the CPU, its replicas on the neuron stand-in (a head without Neuron, as on
+    EKS): a new size compiles on them even in eager mode, and the cost line says so."""
+    from backend.shapes import Shape
+
+    assert mgr.device.kind == "cpu" and mgr.engines["ray"].admission_device().kind == "neuron"
+    assert mgr.predict("eager", Shape(112, 112))["will_compile"]
+    assert not mgr.admission.decide(mgr.device, "eager", Shape(112, 112), 2, False).prediction["will_compile"]
