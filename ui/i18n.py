@@ -31,12 +31,12 @@ def _unique(pairs: list[tuple[str, str]]) -> dict[str, str]:
     return dict(pairs)
 
 
-def load_table(lang: str) -> dict[str, str]:
-    path = Path(__file__).with_name("locales") / f"{lang}.json"
+def load_table(path: Path) -> dict[str, str]:
     return json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=_unique)
 
 
-MESSAGES: dict[str, dict[str, str]] = {lang: load_table(lang) for lang in LANGUAGES}
+LOCALES = Path(__file__).with_name("locales")
+MESSAGES: dict[str, dict[str, str]] = {lang: load_table(LOCALES / f"{lang}.json") for lang in LANGUAGES}
 
 
 def language(request: Any = None) -> str:

@@ -107,11 +107,8 @@ class ReplicaDevice:
     kind: str
     dtype: str
     compile_backend: str | None
+    eager_compiles: bool
     hbm: int | None
-
-    @property
-    def eager_compiles(self) -> bool:
-        return self.kind == "neuron"  # as Device.eager_compiles: each new eager op signature compiles
 
     @property
     def info(self) -> "ReplicaDevice":
@@ -147,7 +144,7 @@ class StudioReplica:
                    "visible_cores": os.environ.get("NEURON_RT_VISIBLE_CORES"), "warm": {}, "served": 0,
                    "bundle": None, "stopped_at": None,
                    "facts": {"kind": info.kind, "dtype": info.dtype, "compile_backend": info.compile_backend,
-                             "hbm": self.device.hbm_bytes()}}
+                             "eager_compiles": self.device.eager_compiles, "hbm": self.device.hbm_bytes()}}
         self.book = ray.get_actor(BOOK, namespace=NAMESPACE)
         self._report()
 

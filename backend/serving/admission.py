@@ -65,13 +65,13 @@ class Admission:
         out["refused"] = str(refusal) if refusal else None
         return Decision(out, refusal)
 
-    def memory_plan(self, device, mode: str, shape: Shape, degree: int | None = None) -> memory.Plan | None:
+    def memory_plan(self, device, mode: str, shape: Shape) -> memory.Plan | None:
         """What (mode, shape) needs of each NeuronCore it runs on (None off Neuron, or unread)."""
         if self.geometry is None or device is None or device.kind != "neuron":
             return None
-        degree = degree or (self.tp_degree() if mode == "tp" else 1)
         return memory.plan(self.geometry, shape, compiled=self.settings.runs_as(mode) in cs.COMPILED_MODES,
-                           dtype=device.info.dtype, degree=degree, hbm=device.hbm_bytes())
+                           dtype=device.info.dtype, degree=self.tp_degree() if mode == "tp" else 1,
+                           hbm=device.hbm_bytes())
 
     def _too_large(self, device, mode: str, shape: Shape, needs: memory.Plan) -> DoesNotFit | None:
         if needs.fits:

@@ -194,16 +194,15 @@ def test_the_grammar_and_edit_help_speak_the_pages_language(tmp_path):
     assert english_edits["value"].startswith("This model changes one thing") and "“make the red circle blue”" in english_edits["value"]
 
 
-def test_the_table_has_each_key_once_per_language(tmp_path, monkeypatch):
+def test_the_table_has_each_key_once_per_language(tmp_path):
     """A key written twice in one language's table would silently keep the last: the first meaning is
     lost without a trace. The loader refuses it."""
     for lang in i18n.LANGUAGES:
-        assert i18n.load_table(lang) == i18n.MESSAGES[lang]
-    (tmp_path / "locales").mkdir()
-    (tmp_path / "locales" / "en.json").write_text('{"a": "one", "b": "two", "a": "three"}')
-    monkeypatch.setattr(i18n, "__file__", str(tmp_path / "i18n.py"))
+        assert i18n.load_table(i18n.LOCALES / f"{lang}.json") == i18n.MESSAGES[lang]
+    twice = tmp_path / "en.json"
+    twice.write_text('{"a": "one", "b": "two", "a": "three"}')
     with pytest.raises(ValueError, match=r"\['a'\]"):
-        i18n.load_table("en")
+        i18n.load_table(twice)
 
 
 def test_the_system_tabs_values_speak_turkish_too():
