@@ -21,6 +21,9 @@ rows, each measured side by side, in an order drawn at random per repetition (``
   difference in threads. The hop is about a fixed cost, so the full run measures it at 256x256 and
   512x512 (``--quick``: 128x128 only).
 
+- **autoscaling** (the full run only, an info row: ``p15_autoscaling``): a deployment of 1 replica with
+  bounds 1 and 2 under two clients asking without pause, the seconds until the second runs.
+
 Each row's note gives the share of the CPU other processes took while it ran (``backend.hardware.load``;
 the cluster's processes are this one's children, so they count as ours).
 
@@ -149,4 +152,70 @@ def p15_ray_serve(tmp: Path, quick: bool) -> list[dict]:
                       "hop_median_s": statistics.median(a - b for a, b in zip(measured["ray"], measured["in-process"])),
                       "others_cpu_share": others[hop_size]},
             note=f"{note}; other processes took {share(hop_size)} of the CPU meanwhile"))
+    if not quick:
+        rows.append(p15_autoscaling(tmp))
     return rows
+
+
+def p15_autoscaling(tmp: Path, bound: float = 300.0) -> dict:
+    """Serve's autoscaling under the studio: a deployment of 1 replica with bounds 1 and 2, two clients
+    asking without pause; how long until the second replica runs (Serve's defaults: it scales up after
+    30 s of demand over its target), and whether it then serves. An info row: Serve's timing, not a goal."""
+    import threading
+    import time
+
+    from backend.errors import StudioError
+
+    cluster = _cluster()
+    manager, stop, answers = None, threading.Event(), []
+    try:
+        manager = start_manager(tmp / "scale", model=BENCH_MODEL, ray=cluster.address, ray_replicas=1,
+                                ray_min_replicas=1, ray_max_replicas=2)
+        assert manager.status().ray["ready"] == 1, manager.status().ray
+
+        def client(index: int) -> None:
+            for k in range(10 ** 6):
+                if stop.is_set():
+                    return
+                request = manager.validate(PROMPT, 256, 256, steps=4, seed=index * 10 ** 6 + k, mode="eager")
+                try:
+                    answers.append(("image", manager.generate(request)[1].place, time.monotonic()))
+                except StudioError as exc:
+                    answers.append(("error", str(exc), time.monotonic()))
+
+        began = time.monotonic()
+        clients = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(2)]
+        for thread in clients:
+            thread.start()
+        scaled = None
+        while time.monotonic() - began < bound and scaled is None:
+            if manager.status().ray["ready"] >= 2:
+                scaled = time.monotonic()
+            time.sleep(0.5)
+        after = time.monotonic()
+        while scaled is not None and time.monotonic() - after < 10:  # the new replica's first runs
+            time.sleep(0.5)
+        stop.set()
+        for thread in clients:
+            thread.join(60)
+        ray_status = manager.status().ray
+    finally:
+        stop.set()
+        if manager is not None:
+            manager.close()
+        import ray
+
+        ray.shutdown()
+        cluster.shutdown()
+    errors = [a for a in answers if a[0] != "image"]
+    late = {a[1] for a in answers if a[0] == "image" and scaled is not None and a[2] > scaled}
+    return make_row("P15", "Ray Serve autoscaling (--ray-replicas 1 --ray-min-replicas 1 --ray-max-replicas 2): "
+                           "seconds of two clients' demand until the second replica runs", None, "s", None,
+                    count=None if scaled is None else round(scaled - began, 1),
+                    absolute={"answered": len(answers) - len(errors), "errors": len(errors),
+                              "places_serving_after": sorted(late), "target": ray_status.get("target"),
+                              "first_error": errors[0][1] if errors else None},
+                    note="Serve's autoscaling defaults (upscale_delay_s 30, look_back_period_s 30), target 1 "
+                         "request a replica; 256x256, 4 steps, the random-weight model; "
+                         + ("it did not scale within the bound" if scaled is None else
+                            f"{len(late)} replicas answered in the 10 s after"))

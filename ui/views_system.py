@@ -184,6 +184,8 @@ def ray_markdown(status: Status, lang: str = DEFAULT) -> str:
              deployment=_ray_state(lang, "ray_deployment_", ray.get("deployment")), ready=ray.get("ready", 0),
              target=ray.get("target", 0), restarts=ray.get("restarts", 0), retried=ray.get("retried", 0),
              waiting=queued, running=running)
+    if ray.get("autoscaling"):
+        head += t("ray_autoscaling", low=ray["autoscaling"][0], high=ray["autoscaling"][1])
     nodes = ray.get("node_list") or []
     addressed = any("ip" in n for n in nodes)  # a viewer's status has no addresses (Status.for_viewer)
     lines = [head, "", f"| {t('ray_col_node')} | " + (f"{t('ray_col_address')} | " if addressed else "")

@@ -315,6 +315,7 @@ class RayServeEngine:
         self._monitor: threading.Thread | None = None
         self._book = None
         self.attached = False
+        self.scale = (settings.ray_min_replicas, settings.ray_max_replicas)  # autoscaling's bounds; max 0: fixed
 
     @property
     def configured(self) -> bool:
@@ -333,8 +334,16 @@ class RayServeEngine:
     def places(self, mode: str) -> list[str]:
         return [r["place"] for r in self.replicas.values() if r["state"] == "RUNNING" and r.get("place")]
 
-    def capacity(self) -> int:
+    def running(self) -> int:
         return sum(r["state"] == "RUNNING" for r in self.replicas.values())
+
+    def capacity(self) -> int:
+        """Requests the job board hands the deployment at once: one a running replica, and under
+        autoscaling one more while below its upper bound. Serve scales on the requests its handle
+        holds, queued ones included (target_ongoing_requests 1: one a replica); a board that handed it
+        only what runs would show it no demand, and it would never grow."""
+        running, most = self.running(), self.scale[1]
+        return running + 1 if most and running < most else running
 
     def cores_wanted(self) -> tuple[int, None]:
         return 0, None  # the cluster's cores, not this instance's
@@ -376,6 +385,8 @@ class RayServeEngine:
         if self.attached:
             config = (app.get("deployments") or {}).get(DEPLOYMENT, {}).get("deployment_config") or {}
             self.warm = list((config.get("user_config") or {}).get("warm") or [])
+            bounds = config.get("autoscaling_config") or {}
+            self.scale = (bounds.get("min_replicas") or 0, bounds.get("max_replicas") or 0)
             self.handle = serve.get_app_handle(APP)
             self._streaming = self.handle.options(stream=True)  # made once: every run shares its router
         else:
@@ -490,6 +501,7 @@ class RayServeEngine:
                                     "head": "node:__internal_head__" in n["Resources"]}
                       for n in ray.nodes()}
         self.status, self.message = _text(deployment.get("status")), deployment.get("message")
+        self.target = deployment.get("target_num_replicas", self.target)  # Serve's, as its autoscaler moves it
         if self.capacity() != capacity:
             self.book.capacity_changed()
 
@@ -508,7 +520,8 @@ class RayServeEngine:
     def describe(self) -> dict[str, Any]:
         alive = [n for n in self.nodes.values() if n["alive"]]
         return {"state": self.state, "address": self.settings.ray, "device": self.kind,
-                "resources": self.actor_options, "target": self.target, "ready": self.capacity(),
+                "resources": self.actor_options, "target": self.target, "ready": self.running(),
+                "autoscaling": list(self.scale) if self.scale[1] else None,
                 "deployment": getattr(self, "status", None), "message": getattr(self, "message", None),
                 "restarts": self.restarts, "retried": self.retried, "attached": self.attached, "error": self.error,
                 "last_error": self.last_error, "warm_set": [" ".join(w) for w in self.warm],

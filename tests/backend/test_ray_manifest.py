@@ -107,3 +107,37 @@ def test_the_engine_reads_serves_captured_details_and_tells_the_table_what_chang
     assert book.lost == [p for p in places if gone["replica_id"] in p] and engine.restarts == 1
     assert engine.capacity() == 1 and book.changes == 2 and gone["replica_id"] in engine.last_error
     assert dropped == [gone["replica_id"]]
+
+
+def test_under_autoscaling_the_board_hands_serve_one_request_more_than_runs_until_the_upper_bound(monkeypatch):
+    """Serve scales on the requests its handle holds (target 1 a replica): the board must let one
+    more through than the replicas running, or Serve sees no demand and never grows; at the upper
+    bound, and without autoscaling, one a running replica. The page says the bounds."""
+    import json
+
+    ray = pytest.importorskip("ray")
+    from tests.conftest import make_settings
+    from ui.views_system import ray_markdown
+
+    captures = MANIFEST.parents[1] / "tests" / "standin" / "captures" / "ray"
+    monkeypatch.setattr(ray, "nodes", lambda: json.loads((captures / "nodes.json").read_text()))
+    details = json.loads((captures / "serve_details.json").read_text())
+    deployment = details["applications"][ray_serve.APP]["deployments"][ray_serve.DEPLOYMENT]
+
+    def engine(**settings):
+        made = ray_serve.RayServeEngine(make_settings(ray="auto", **settings), None, "", _Book(),
+                                        details=lambda: details)
+        monkeypatch.setattr(made, "reports", lambda: {})
+        made._book, made.state = SimpleNamespace(drop=SimpleNamespace(remote=lambda _rid: None)), "ready"
+        made.refresh()
+        return made
+
+    assert engine().capacity() == 2  # two RUNNING in the capture, a fixed deployment
+    scaled = engine(ray_min_replicas=1, ray_max_replicas=4)
+    assert scaled.running() == 2 and scaled.capacity() == 3
+    assert scaled.describe()["autoscaling"] == [1, 4] and scaled.describe()["ready"] == 2
+    deployment["target_num_replicas"] = 3  # Serve's autoscaler moved its target
+    scaled.refresh()
+    assert scaled.describe()["target"] == 3
+    assert "autoscaling between 1 and 4" in ray_markdown(SimpleNamespace(ray=scaled.describe(), waiting=[], running=[]), "en")
+    assert engine(ray_min_replicas=1, ray_max_replicas=2).capacity() == 2  # at its upper bound
