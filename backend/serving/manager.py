@@ -152,7 +152,9 @@ class Manager:
             self._count_tokens = prompt_token_counter(self.model_path)
             self.table.history.open(self.settings.cache_dir / "compile-history.json",
                                     f"{info.kind} {info.compile_backend} {self.model_label}")
-            if info.kind == "neuron":  # what each signature needs of a NeuronCore (admission plans by it)
+            # What each signature needs of a NeuronCore (admission plans by it); under --ray the replicas'
+            # device may be Neuron where the app's is not.
+            if info.kind == "neuron" or self.settings.ray:
                 self.admission.geometry = Geometry.read(self.model_path)
             self.engines = build_engines(self.settings, self.device, self.model_path,
                                          PlaceBook(self.admission, self.device, self.controls.capacity_changed),
@@ -325,13 +327,20 @@ class Manager:
             raise InvalidRequest("mode", f"must be one of {', '.join(self.modes)}, got {request.mode!r}")
         return route
 
+    def device_of(self, engine) -> Any:
+        """The device ``engine``'s processes run on: the app's, unless it says (Ray's replicas report theirs)."""
+        return getattr(engine, "admission_device", lambda: None)() or self.device
+
+    def device_for(self, mode: str) -> Any:
+        """The device a run in ``mode`` would run on now: that of the first launched engine serving it."""
+        return self.device_of(next((e for e in self.engines.launched if e.configured and mode in e.modes), None))
+
     def _admit(self, request: GenerationRequest, locked: bool):
         route = self._route(request)
         run = route.request
         places = route.engine.places(run.mode)
-        # An engine whose processes run on another device than the app's says so (Ray's replicas).
-        device = getattr(route.engine, "admission_device", lambda: None)() or self.device
-        return route, places, self.admission.decide(device, run.mode, run.shape, run.steps, locked, places)
+        return route, places, self.admission.decide(self.device_of(route.engine), run.mode, run.shape, run.steps,
+                                                    locked, places)
 
     def predict(self, mode: str, shape: Shape, steps: int | None = None) -> dict[str, Any]:
         """What a run at (mode, shape) would cost now, refusal included."""
@@ -421,7 +430,8 @@ class Manager:
             # On Neuron the components a cancel skipped (the eager VAE) compile too: a shape is
             # warm there only after a whole run, so a cancelled run keeps no compile.
             self.table.failed_run(run.mode, run.shape, exc, place=places[0] if len(places) == 1 else None,
-                                  keep_compiles=len(places) == 1 and not self.admission.exact_shapes(self.device))
+                                  keep_compiles=len(places) == 1
+                                  and not self.admission.exact_shapes(self.device_of(engine)))
             if not isinstance(exc, GenerationCancelled):
                 self.last_error = str(exc) if isinstance(exc, StudioError) else f"{type(exc).__name__}: {exc}"
             self.metrics.ended(request.mode, error=exc)

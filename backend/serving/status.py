@@ -165,7 +165,7 @@ class StatusView:
         s = self.service
         rows = s.table.snapshot()
         for row in rows:
-            needs = s.admission.memory_plan(s.device, row["mode"], parse_signature(row["shape"]))
+            needs = s.admission.memory_plan(s.device_for(row["mode"]), row["mode"], parse_signature(row["shape"]))
             if needs is not None:
                 row["attention"] = needs.slow() or {"fast": True, "score_bytes": 0}
                 row["memory_bytes"] = needs.total

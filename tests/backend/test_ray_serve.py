@@ -253,3 +253,8 @@ def test_admission_predicts_by_the_replicas_device_not_the_apps(mgr):
     assert mgr.device.kind == "cpu" and mgr.engines["ray"].admission_device().kind == "neuron"
     assert mgr.predict("eager", Shape(112, 112))["will_compile"]
     assert not mgr.admission.decide(mgr.device, "eager", Shape(112, 112), 2, False).prediction["will_compile"]
+    # The shapes table's memory rows are planned for a NeuronCore of the replicas', which the app lacks.
+    rows = [r for r in mgr.status().shapes if r["mode"] in ("eager", "compiled")]
+    assert rows and all(r.get("memory_bytes") for r in rows), rows
+    assert mgr.device_for("eager").kind == "neuron" and mgr.device_of(None) is mgr.device
+    assert mgr.admission.memory_plan(mgr.device_for("eager"), "eager", Shape(128, 128)).fits
