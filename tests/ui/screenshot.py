@@ -213,7 +213,7 @@ def _system_on_ray(path: Path) -> Path:
             for name in ("a", "b"):
                 cluster.add_node(num_cpus=1, resources={"neuron_cores": 1}, env_vars=standin_env(
                     root / name, NEURON_STUDIO_CACHE_DIR=str(root / f"{name}-cache")))
-            with running_app(root, "--ray", cluster.address, "--ray-replicas", "2",
+            with running_app(root, "--ray", cluster.address, "--ray-replicas", "2", "--ray-max-replicas", "2",
                              "--dtype", "float32", "--mode", "eager", "--prewarm", "256x256",
                              "--cache-dir", str(root / "cache"), timeout=600) as url, chromium() as browser:
                 page = browser.new_page(locale="en-US", viewport=LAPTOP)
@@ -226,8 +226,8 @@ def _system_on_ray(path: Path) -> Path:
                 page.wait_for_function("document.querySelector('#ray-info').innerText.includes('2 of 2 replicas')",
                                        timeout=60000)
                 page.wait_for_timeout(2500)
-                # What the screen shows scrolled down to the replicas: the pool's controls, then the cluster.
-                page.evaluate("window.scrollTo(0, document.querySelector('#replica-count').getBoundingClientRect().top"
+                # What the screen shows scrolled down to the cluster's tables.
+                page.evaluate("window.scrollTo(0, document.querySelector('#ray-info').getBoundingClientRect().top"
                               " + window.scrollY - 24)")
                 page.wait_for_timeout(300)
                 page.screenshot(path=str(path))
