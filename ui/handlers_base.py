@@ -16,6 +16,7 @@ import time
 from typing import Callable, Iterator
 
 import gradio as gr
+from starlette.requests import cookie_parser
 
 from backend.errors import GenerationCancelled, InvalidRequest, StudioError
 from backend.request.records import Phase
@@ -79,14 +80,9 @@ def _whole(value, strict: bool = False, lang: str = "en", field: str = "tp_degre
 
 def _cookie(page, name: str) -> str | None:
     cookies = getattr(page, "cookies", None)
-    if cookies is not None and hasattr(cookies, "get"):
-        return cookies.get(name)
-    header = (getattr(page, "headers", None) or {}).get("cookie") or ""
-    for part in header.split(";"):
-        key, _, value = part.strip().partition("=")
-        if key == name:
-            return value
-    return None
+    if cookies is None:
+        cookies = cookie_parser((getattr(page, "headers", None) or {}).get("cookie") or "")
+    return cookies.get(name)
 
 
 class Door:
@@ -103,6 +99,15 @@ class Door:
         if self.key is None:
             return page_caller(True, session) if session else LOCAL_OPERATOR
         return self.key.caller(_cookie(page, COOKIE) if page is not None else None, session)
+
+    def call(self, page: gr.Request | None, action: Callable, *args, **kwargs):
+        """``action(*args, caller=`` the event's caller ``)``; a refusal becomes the page's notice."""
+        with refusals(language(page)):
+            return action(*args, caller=self.caller(page), **kwargs)
+
+    def require_operator(self, page: gr.Request | None, action: str) -> None:
+        with refusals(language(page)):
+            self.caller(page).require_operator(action)
 
     @staticmethod
     def info(page: gr.Request | None, key: str, **values) -> None:

@@ -13,7 +13,7 @@ from backend.errors import InvalidRequest, StudioError
 from backend.images.pngmeta import read_png_parameters
 from backend.request.validation import work
 from backend.shapes import Shape
-from ui.handlers_base import Door, Runs, _info, _warning, _whole, refusals
+from ui.handlers_base import Door, Runs, _info, _warning, _whole
 from ui.i18n import error_message, language, text
 from ui.temp_dir import discard_upload, is_upload
 from ui.views_common import CUSTOM, format_seconds, preset_label, preset_shape
@@ -149,8 +149,7 @@ class StudioTab:
 
     def stop_compiling_worker(self, page: gr.Request | None = None) -> str:
         """The operator's: end a compile now by stopping the worker process that runs it."""
-        with refusals(language(page)):
-            stopped = self.manager.stop_compiling_workers(caller=self.door.caller(page))
+        stopped = self.door.call(page, self.manager.stop_compiling_workers)
         names = ", ".join(text(language(page), "engine_name_" + name.replace("-", "_")) for name in stopped)
         return self._said(page, "info_worker_stopped" if stopped else "info_no_worker_compiling", engines=names)
 

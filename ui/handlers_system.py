@@ -42,8 +42,7 @@ class SystemTab:
         lang = language(page)
         wanted = _whole(degree, strict=True, lang=lang)
         before = self.manager.status().tp or {}
-        with refusals(lang):
-            group = self.manager.start_engine(TP_ENGINE, wanted, caller=self.door.caller(page))
+        group = self.door.call(page, self.manager.start_engine, TP_ENGINE, wanted)
         ranks = group.get("world_size", wanted)
         if before.get("state") in TP_RUNNING and before.get("world_size") == ranks:
             self.door.info(page, "info_tp_already", state=tp_state_name(before["state"], lang), ranks=ranks)
@@ -54,64 +53,54 @@ class SystemTab:
 
     def stop_tp(self, page: gr.Request | None = None) -> None:
         """Returns once no process of the group is left (the timer shows "stopping" meanwhile)."""
-        with refusals(language(page)):
-            self.door.caller(page).require_operator("Stopping the tensor-parallel group")
+        self.door.require_operator(page, "Stopping the tensor-parallel group")
         if ((self.manager.status().tp or {}).get("state") or "stopped") == "stopped":
             self.door.info(page, "info_tp_not_running")
             return
-        with refusals(language(page)):
-            self.manager.stop_engine(TP_ENGINE, caller=self.door.caller(page))
+        self.door.call(page, self.manager.stop_engine, TP_ENGINE)
         self.door.info(page, "info_tp_stopped")
 
     def show_tp_logs(self, page: gr.Request | None = None) -> str:
         """The logs are read now, only because someone asked."""
-        with refusals(language(page)):
-            logs = self.manager.engine_logs(TP_ENGINE, lines=20, caller=self.door.caller(page))
-        return tp_logs_text(logs, language(page))
+        return tp_logs_text(self.door.call(page, self.manager.engine_logs, TP_ENGINE, lines=20), language(page))
 
     def start_replicas(self, count, page: gr.Request | None = None) -> str:
         """A running pool of another size is replaced; checked, cores included, before anything starts."""
         lang = language(page)
         wanted = _whole(count, strict=True, lang=lang, field="replicas")
-        with refusals(lang):
-            pool = self.manager.start_engine(REPLICA_ENGINE, wanted, caller=self.door.caller(page))
+        pool = self.door.call(page, self.manager.start_engine, REPLICA_ENGINE, wanted)
         self.door.info(page, "info_replicas_starting", count=pool.get("size", wanted))
         return replicas_markdown(self.manager.status(), lang)
 
     def stop_replicas(self, page: gr.Request | None = None) -> str:
         running = (self.manager.status().replicas or {}).get("size")
-        with refusals(language(page)):
-            self.manager.stop_engine(REPLICA_ENGINE, caller=self.door.caller(page))
+        self.door.call(page, self.manager.stop_engine, REPLICA_ENGINE)
         self.door.info(page, "info_replicas_stopped" if running else "info_replicas_not_running")
         return replicas_markdown(self.manager.status(), language(page))
 
     def log_out(self, page: gr.Request | None = None) -> None:
         """A new operator key: this page and the old link are a viewer's from now on; the new link is
         printed where the app was started."""
-        with refusals(language(page)):
-            self.door.caller(page).require_operator("Logging out")
+        self.door.require_operator(page, "Logging out")
         self.key.rotate()
         link = self.key.link(getattr(self.key, "base_url", "") or "")
         print("the operator logged out" + (f"; the new operator link: {link}" if link else ""), flush=True)
 
     def clear_plan(self, page: gr.Request | None = None):
         lang = language(page)
-        with refusals(lang):
-            plan = self.manager.cache_plan(caller=self.door.caller(page))
+        plan = self.door.call(page, self.manager.cache_plan)
         lines = [text(lang, "confirm_clear")] + [
             text(lang, "clear_plan_line", entries=c["entries"], mb=f"{c['remove_bytes'] / 1e6:.1f}", dir=c["dir"])
             for c in plan]
         return "\n".join(lines), gr.update(visible=True)
 
     def export_bundle(self, page: gr.Request | None = None):
-        with refusals(language(page)):
-            self.door.caller(page).require_operator("Exporting a warm-start bundle")  # before anything is written
+        self.door.require_operator(page, "Exporting a warm-start bundle")  # before anything is written
         # In Gradio's temp folder (the app's own, removed at exit); gone at once if the export fails.
         folder = tempfile.mkdtemp(prefix="bundle-", dir=os.environ.get("GRADIO_TEMP_DIR") or None)
         path = os.path.join(folder, f"neuron-studio-{time.strftime('%Y%m%d-%H%M%S')}.bundle")
         try:
-            with refusals(language(page)):
-                manifest = self.manager.export_bundle(path, caller=self.door.caller(page))
+            manifest = self.door.call(page, self.manager.export_bundle, path)
         except BaseException:
             shutil.rmtree(folder, ignore_errors=True)
             raise
@@ -134,26 +123,22 @@ class SystemTab:
 
     def import_bundle(self, path, page: gr.Request | None = None) -> str:
         try:
-            with refusals(language(page)):
-                result = self.manager.import_bundle(path, caller=self.door.caller(page))
+            result = self.door.call(page, self.manager.import_bundle, path)
         finally:
             discard_upload(path)  # imported or refused: the upload is not kept
         self.door.info(page, "info_bundle_imported", written=result["written"], already=result["already_there"])
         return system_markdown(self.manager.status(), language(page))
 
     def clear_cache(self, page: gr.Request | None = None) -> str:
-        with refusals(language(page)):
-            freed = self.manager.clear_compile_cache(caller=self.door.caller(page))
+        freed = self.door.call(page, self.manager.clear_compile_cache)
         self.door.info(page, "info_cache_cleared", mb=f"{freed / 1e6:.1f}")
         return system_markdown(self.manager.status(), language(page))
 
     def set_warm_only(self, locked: bool, page: gr.Request | None = None) -> None:
-        with refusals(language(page)):
-            self.manager.set_warm_only(bool(locked), caller=self.door.caller(page))
+        self.door.call(page, self.manager.set_warm_only, bool(locked))
         self.door.info(page, "info_locked" if locked else "info_unlocked")
 
     def start_warmup(self, labels: list[str], mode: str, page: gr.Request | None = None) -> str:
         shapes = [s for s in (preset_shape(label, self.manager.card.presets) for label in labels or []) if s is not None]
-        with refusals(language(page)):
-            self.manager.start_warmup(shapes, mode, caller=self.door.caller(page))
+        self.door.call(page, self.manager.start_warmup, shapes, mode)
         return warmup_markdown(self.manager.status(), language(page))
