@@ -62,3 +62,9 @@ def word(lang: str, prefix: str, name: str) -> str:
 
 def column_names(keys: list[str], lang: str) -> list[str]:
     return [text(lang, key) for key in keys]
+
+
+def markdown_table(head: list, rows: list) -> str:
+    """The head, its rule and the rows, one line each; an empty cell is written ``| |``."""
+    return "\n".join(" ".join("|" if cell == "" else f"| {cell}" for cell in line) + " |"
+                     for line in [head, ["---"] * len(head), *rows])

@@ -10,7 +10,7 @@ import pandas as pd
 
 from backend.hardware.core_plan import plan_text as core_plan_text
 from ui.i18n import DEFAULT, text
-from ui.views_common import column_names, format_bytes, shorten, word
+from ui.views_common import column_names, format_bytes, markdown_table, shorten, word
 from ui.views_tp import tp_state_name
 
 # The device layer's reason for its choice is English; its fragments, in the page's language.
@@ -59,7 +59,7 @@ def system_markdown(status: Status, lang: str = DEFAULT) -> str:
           if status.fallback_ops else []),
         (t("sys_last_error"), status.last_error or t("none")),
     ]
-    table = "\n".join([f"| {t('sys_head')} | |", "| --- | --- |"] + [f"| {k} | {v} |" for k, v in rows])
+    table = markdown_table([t("sys_head"), ""], rows)
     chip = chip_markdown(status.chip, lang)
     return f"{table}\n\n{chip}" if chip else table
 
@@ -86,15 +86,13 @@ def chip_markdown(chip: dict[str, Any] | None, lang: str = DEFAULT) -> str:
     if chip.get("age_seconds") is None:
         return f"**{t('chip_title')}** · {t('chip_waiting', period=period)}"
     head = t("chip_head", age=f"{chip['age_seconds']:g}", period=period)
-    rows = [f"| {t('chip_col_core')} | {t('chip_col_owner')} | {t('chip_col_util')} | {t('chip_col_hbm')} | "
-            f"{t('chip_col_breakdown')} |", "| --- | --- | --- | --- | --- |"]
-    for core in chip["cores"]:
-        parts = ", ".join(f"{name} {format_bytes(size)}" for name, size in core["memory"].items() if size)
-        rows.append(f"| {core['core']} | {_owner(core['owner'], lang)} | {100 * core['utilization']:.1f} % | "
-                    f"{format_bytes(core['memory_bytes'], lang)} | {parts or '—'} |")
-    if not chip["cores"]:
-        rows.append(f"| — | {t('chip_none')} | | | |")
-    return f"**{t('chip_title')}** · {head}\n\n" + "\n".join(rows)
+    rows = [[core["core"], _owner(core["owner"], lang), f"{100 * core['utilization']:.1f} %",
+             format_bytes(core["memory_bytes"], lang),
+             ", ".join(f"{name} {format_bytes(size)}" for name, size in core["memory"].items() if size) or "—"]
+            for core in chip["cores"]]
+    columns = ["chip_col_core", "chip_col_owner", "chip_col_util", "chip_col_hbm", "chip_col_breakdown"]
+    table = markdown_table(column_names(columns, lang), rows or [["—", t("chip_none"), "", "", ""]])
+    return f"**{t('chip_title')}** · {head}\n\n{table}"
 
 
 SHAPE_COLUMNS = ["col_mode", "col_shape", "col_state", "col_compile_s", "col_steady_s", "col_runs", "col_error"]
@@ -134,14 +132,14 @@ def warmup_markdown(status: Status, lang: str = DEFAULT) -> str:
 
 def bundle_markdown(manifest: dict[str, Any], mismatch: str | None, lang: str = DEFAULT) -> str:
     """An uploaded bundle before it is imported: what it warms, what made it, whether it applies here."""
-    rows = [f"| {key} | {manifest.get(key)} |" for key in ("created", "model", "device", "neuron_target", "lnc",
-                                                            "neuron_opt_level", "neuron_cc_flags", "dtype",
-                                                            "compile_backend", "torch", "torch_neuronx", "tp_degree")]
+    rows = [(key, manifest.get(key)) for key in ("created", "model", "device", "neuron_target", "lnc",
+                                                 "neuron_opt_level", "neuron_cc_flags", "dtype", "compile_backend",
+                                                 "torch", "torch_neuronx", "tp_degree")]
     entries = ", ".join(f"{e.get('mode')} {e.get('shape')}" for e in manifest.get("entries") or []) or "—"
     size = sum(f.get("bytes", 0) for f in manifest.get("files") or [])
     verdict = text(lang, "bundle_applies") if mismatch is None else text(lang, "bundle_mismatch", why=mismatch)
     return "\n".join([f"**{text(lang, 'bundle_entries')}:** {entries} · {len(manifest.get('files') or [])} "
-                      f"files, {size / 1e6:.1f} MB", "", "| | |", "| --- | --- |", *rows, "", verdict, "",
+                      f"files, {size / 1e6:.1f} MB", "", markdown_table(["", ""], rows), "", verdict, "",
                       text(lang, "bundle_trust")])
 
 
@@ -151,21 +149,21 @@ def replicas_markdown(status: Status, lang: str = DEFAULT, operator: bool = True
         return text(lang, "replicas_none" if operator else "replicas_none_viewer")
     head = text(lang, "replicas_head", ready=pool["ready"], size=pool["size"], busy=pool["busy"],
                 restarts=pool.get("restarts", 0))
-    rows = [f"| {text(lang, 'col_replica')} | {text(lang, 'col_state')} | {text(lang, 'col_core')} | pid | "
-            f"{text(lang, 'col_served')} | {text(lang, 'col_warm')} |", "| --- | --- | --- | --- | --- | --- |"]
+    rows = []
     for r in pool["replicas"]:
         state = tp_state_name(r["state"], lang) + (f" · {text(lang, 'replica_busy')}" if r.get("busy") else "")
         if r.get("error") and r["state"] == "dead":
             state += f" ({shorten(r['error'], 80)})"
-        core = r["core"] if r.get("core") is not None else "—"
-        rows.append(f"| {r['index']} | {state} | {core} | {r.get('pid') or '—'} | {r.get('served', 0)} | "
-                    f"{', '.join(r.get('warm') or []) or '—'} |")
+        rows.append([r["index"], state, "—" if r.get("core") is None else r["core"], r.get("pid") or "—",
+                     r.get("served", 0), ", ".join(r.get("warm") or []) or "—"])
+    columns = [text(lang, "col_replica"), text(lang, "col_state"), text(lang, "col_core"), "pid",
+               text(lang, "col_served"), text(lang, "col_warm")]
     error = f"\n\n{pool['error']}" if pool.get("error") else ""
-    return head + "\n\n" + "\n".join(rows) + error
+    return head + "\n\n" + markdown_table(columns, rows) + error
 
 
 def _ray_state(lang: str, prefix: str, name: str | None) -> str:
-    """A Serve state (``RUNNING``, ``HEALTHY``, ``DEPLOY_FAILED``…) in the page's words; an unknown one as Ray says it."""
+    """A Serve state (``RUNNING``, ``DEPLOY_FAILED``…) in the page's words; an unknown one as Ray says it."""
     return word(lang, prefix, (name or "").lower()) if name else "…"
 
 
@@ -188,25 +186,21 @@ def ray_markdown(status: Status, lang: str = DEFAULT) -> str:
         head += t("ray_autoscaling", low=ray["autoscaling"][0], high=ray["autoscaling"][1])
     nodes = ray.get("node_list") or []
     addressed = any("ip" in n for n in nodes)  # a viewer's status has no addresses (Status.for_viewer)
-    lines = [head, "", f"| {t('ray_col_node')} | " + (f"{t('ray_col_address')} | " if addressed else "")
-             + f"NeuronCores | CPU | GPU | {t('ray_col_replicas')} |",
-             "| --- | " + ("--- | " if addressed else "") + "--- | --- | --- | --- |"]
+    node_rows = []
     for n in nodes:
         name = f"`{n['id'][:8]}`" + (f" ({t('ray_node_head')})" if n.get("head") else "") \
             + ("" if n.get("alive", True) else f" — {t('ray_node_lost')}")
-        on_it = sum(r.get("node") == n["id"] for r in replicas)
-        lines.append(f"| {name} | " + (f"{n.get('ip') or '—'} | " if addressed else "")
-                     + f"{n.get('neuron_cores', 0):g} | {n.get('cpus', 0):g} | {n.get('gpus', 0):g} | {on_it or '—'} |")
-    if not nodes:
-        lines.append("| — | " + ("| " if addressed else "") + "| | | |")
-    lines += ["", f"| {t('ray_col_replica')} | {t('ray_col_node')} | {t('ray_col_cores')} | {t('ray_col_state')} | "
-                  f"{t('col_warm')} | {t('col_served')} |", "| --- | --- | --- | --- | --- | --- |"]
-    for r in replicas:
-        node = f"`{r['node'][:8]}`" if r.get("node") else "—"  # a replica still being placed has none
-        lines.append(f"| `{r['id']}` | {node} | {r.get('cores') or '—'} | "
-                     f"{_ray_state(lang, 'ray_replica_', r.get('state'))} | {len(r.get('warm') or [])} | "
-                     f"{r.get('served', 0)} |")
-    if not replicas:
-        lines.append(f"| — | | | {t('ray_no_replicas')} | | |")
+        node_rows.append([name, *([n.get("ip") or "—"] if addressed else []), f"{n.get('neuron_cores', 0):g}",
+                          f"{n.get('cpus', 0):g}", f"{n.get('gpus', 0):g}",
+                          sum(r.get("node") == n["id"] for r in replicas) or "—"])
+    node_head = [t("ray_col_node"), *([t("ray_col_address")] if addressed else []), "NeuronCores", "CPU", "GPU",
+                 t("ray_col_replicas")]
+    replica_rows = [[f"`{r['id']}`", f"`{r['node'][:8]}`" if r.get("node") else "—",  # still being placed: none
+                     r.get("cores") or "—", _ray_state(lang, "ray_replica_", r.get("state")),
+                     len(r.get("warm") or []), r.get("served", 0)] for r in replicas]
+    replica_head = [t("ray_col_replica"), t("ray_col_node"), t("ray_col_cores"), t("ray_col_state"), t("col_warm"),
+                    t("col_served")]
+    lines = [head, "", markdown_table(node_head, node_rows or [["—"] + [""] * (len(node_head) - 1)]), "",
+             markdown_table(replica_head, replica_rows or [["—", "", "", t("ray_no_replicas"), "", ""]])]
     error = ray.get("error") or (ray.get("message") if ray.get("deployment") != "HEALTHY" else None)
     return "\n".join(lines) + (f"\n\n{t('ray_error', error=error)}" if error else "")

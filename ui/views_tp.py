@@ -8,7 +8,7 @@ import html
 from typing import Any
 
 from ui.i18n import DEFAULT, text
-from ui.views_common import format_seconds, shorten, word
+from ui.views_common import format_seconds, markdown_table, shorten, word
 
 TP_STARTING = ("launching", "loading", "warming")
 TP_RUNNING = TP_STARTING + ("ready",)
@@ -91,13 +91,11 @@ def tp_ranks_markdown(ranks: list[dict[str, Any]], lang: str = DEFAULT) -> str:
     def mb(n: int | None) -> str:
         return na if n is None else f"{n / 2**20:.2f}"
 
-    head = [f"| {text(lang, 'tp_ranks_columns')} |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
-    rows = [f"| {r['rank']} | {r.get('pid') or '…'} | {na if r.get('core') is None else r['core']} | "
-            f"{r.get('device') or '…'} | "
-            f"{mb(r.get('transformer_bytes'))} | {mb(r.get('sharded_bytes'))} | {mb(r.get('replicated_bytes'))} | "
-            f"{text(lang, 'tp_ranks_sharded', n=len(r.get('sharded') or []))} |"
+    rows = [[r["rank"], r.get("pid") or "…", na if r.get("core") is None else r["core"], r.get("device") or "…",
+             mb(r.get("transformer_bytes")), mb(r.get("sharded_bytes")), mb(r.get("replicated_bytes")),
+             text(lang, "tp_ranks_sharded", n=len(r.get("sharded") or []))]
             for r in sorted(ranks, key=lambda r: r["rank"])]
-    return "\n".join(head + rows)
+    return markdown_table(text(lang, "tp_ranks_columns").split(" | "), rows)
 
 
 def tp_markdown(tp: dict[str, Any], lang: str = DEFAULT) -> str:
@@ -120,7 +118,7 @@ def tp_markdown(tp: dict[str, Any], lang: str = DEFAULT) -> str:
         overhead = (timings["last_round_trip"] - timings["last_worker_seconds"]) * 1000
         rows.append((t("tp_row_call"), t("tp_call_value", round_trip=f"{timings['last_round_trip']:.3f} s",
                                          overhead=f"{overhead:.1f} ms")))
-    table = "\n".join([f"| {t('tp_head')} | |", "| --- | --- |"] + [f"| {k} | {v} |" for k, v in rows])
+    table = markdown_table([t("tp_head"), ""], rows)
     ranks = tp_ranks_markdown(tp.get("ranks") or [], lang)
     return table + ("\n\n" + ranks if ranks else "")
 
