@@ -478,12 +478,17 @@ class RayServeEngine:
                 if cores and node else None, "warm": sorted(mine.get("warm", {})), "served": mine.get("served", 0),
                 "bundle": mine.get("bundle"), "stopped_at": mine.get("stopped_at"), "log": r.get("log_file_path"),
                 "visible_cores": mine.get("visible_cores"), "facts": mine.get("facts")}
+        target = deployment.get("target_num_replicas", self.target)  # Serve's, as its autoscaler moves it
         for gone in set(before) - set(seen):
             old = before[gone]
             if old.get("place"):
                 self.book.lost_place(old["place"])
             self._book.drop.remote(gone)
-            if self.state == "ready":
+            # Serve stops a replica it no longer wants (autoscaling down, a smaller count) as it stops a dead
+            # one (STOPPING, then gone): only its target tells them apart.
+            if target < len(before):
+                log.info("replica %s stopped: Serve scaled the deployment down to %s", gone, target)
+            elif self.state == "ready":
                 self.restarts += 1
                 self.last_error = (f"replica {gone} on node {old['node'][:8] or '?'} is gone (it was "
                                    f"{old['state'].lower()}); Serve starts another")
@@ -501,7 +506,7 @@ class RayServeEngine:
                                     "head": "node:__internal_head__" in n["Resources"]}
                       for n in ray.nodes()}
         self.status, self.message = _text(deployment.get("status")), deployment.get("message")
-        self.target = deployment.get("target_num_replicas", self.target)  # Serve's, as its autoscaler moves it
+        self.target = target
         if self.capacity() != capacity:
             self.book.capacity_changed()
 

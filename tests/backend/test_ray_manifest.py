@@ -141,3 +141,9 @@ def test_under_autoscaling_the_board_hands_serve_one_request_more_than_runs_unti
     assert scaled.describe()["target"] == 3
     assert "autoscaling between 1 and 4" in ray_markdown(SimpleNamespace(ray=scaled.describe(), waiting=[], running=[]), "en")
     assert engine(ray_min_replicas=1, ray_max_replicas=2).capacity() == 2  # at its upper bound
+    # Serve scales down: a replica it stopped is gone from its list and its target is lower; no restart
+    deployment["target_num_replicas"] = 1
+    gone = deployment["replicas"].pop(0)
+    scaled.refresh()
+    assert scaled.restarts == 0 and scaled.running() == 1 and scaled.capacity() == 2
+    assert gone["replica_id"] not in scaled.replicas and scaled.last_error is None
