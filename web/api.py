@@ -19,6 +19,7 @@ from web.guard import LOOPBACK_NAMES, Failures, foreign_origin, host_name
 from web.images import FILES_ROUTE, ApiError, Images
 
 MIN_KEY_CHARS = 16
+WEAK_KEY = f"a key is at least {MIN_KEY_CHARS} characters without spaces"
 
 
 class ApiKeys:
@@ -39,9 +40,8 @@ class ApiKeys:
                 continue
             name, _, key = line.rpartition(":")
             name, key = name.strip() or f"key-{number}", key.strip()
-            if len(key) < MIN_KEY_CHARS or any(c.isspace() for c in key):
-                raise ValueError(f"--api-keys {path}: line {number}: a key is at least {MIN_KEY_CHARS} characters "
-                                 "without spaces")
+            if _weak(key):
+                raise ValueError(f"--api-keys {path}: line {number}: {WEAK_KEY}")
             if name in keys:
                 raise ValueError(f"--api-keys {path}: line {number}: the name {name!r} is used twice")
             keys[name] = key
@@ -51,15 +51,16 @@ class ApiKeys:
 
     def name_of(self, token: str) -> str | None:
         """The key's name (None for a wrong one): compared in constant time against every key."""
-        found = None
-        for name, key in self.keys.items():
-            if hmac.compare_digest(token.encode(), key.encode()):
-                found = name
-        return found
+        found = [name for name, key in self.keys.items() if hmac.compare_digest(token.encode(), key.encode())]
+        return found[-1] if found else None
 
     def describe(self) -> str:
         return (f"the Images API (/v1/images) takes {len(self.keys)} API key(s) from --api-keys" if self.keys else
                 "the Images API (/v1/images) answers loopback callers only (no --api-keys)")
+
+
+def _weak(key: str) -> bool:
+    return len(key) < MIN_KEY_CHARS or any(c.isspace() for c in key)
 
 
 def read_secret(spec: str) -> str:
@@ -72,8 +73,12 @@ def _bearer(request: Request) -> str | None:
     return auth[7:].strip() if auth[:7].lower() == "bearer " else None
 
 
+def _address(request: Request) -> str:
+    return request.client.host if request.client else "unknown"
+
+
 def _loopback(request: Request) -> bool:
-    return request.client is not None and host_name(request.client.host) in LOOPBACK_NAMES | {"::ffff:127.0.0.1"}
+    return host_name(_address(request)) in LOOPBACK_NAMES | {"::ffff:127.0.0.1"}
 
 
 class Callers:
@@ -81,14 +86,12 @@ class Callers:
     before the failure window (``web.guard.Failures``, shared with the page's logins): wrong keys from
     an address are refused for the window (429) and never lock out a key's holder there."""
 
-    def __init__(self, keys: ApiKeys, metrics_key: str | None = None, clock=time.monotonic,
-                 failures: Failures | None = None):
+    def __init__(self, keys: ApiKeys, metrics_key: str | None = None, failures: Failures | None = None):
         self.keys = keys
         self.metrics_key = read_secret(metrics_key) if metrics_key else None
-        if self.metrics_key is not None and (len(self.metrics_key) < MIN_KEY_CHARS
-                                             or any(c.isspace() for c in self.metrics_key)):
-            raise ValueError(f"--metrics-key: a key is at least {MIN_KEY_CHARS} characters without spaces")
-        self.failures = failures or Failures(clock)
+        if self.metrics_key is not None and _weak(self.metrics_key):
+            raise ValueError(f"--metrics-key: {WEAK_KEY}")
+        self.failures = failures or Failures()
 
     def _wrong(self, address: str, credential: str, refusal: ApiError) -> ApiError:
         wait = self.failures.wait(address, credential)
@@ -103,22 +106,21 @@ class Callers:
         if origin:
             raise ApiError(403, f"requests from another site's page ({origin!r}) are refused", code="cross_origin",
                            kind="permission_error")
-        address = request.client.host if request.client else "unknown"
         if not self.keys.keys:
             if not _loopback(request):
                 raise ApiError(403, "this app's Images API answers loopback callers only (start it with --api-keys "
                                     "to let others in)", code="loopback_only", kind="permission_error")
-            return api_caller(None, address)
+            return api_caller(None, _address(request))
         token = _bearer(request)
         if not token:
             raise ApiError(401, "an API key is required: send Authorization: Bearer <key> (--api-keys)",
                            param="authorization", code="missing_api_key", kind="authentication_error")
         name = self.keys.name_of(token)
         if name is None:
-            raise self._wrong(address, "API key", ApiError(
+            raise self._wrong(_address(request), "API key", ApiError(
                 401, "that API key is not one of this app's (--api-keys)", param="authorization",
                 code="invalid_api_key", kind="authentication_error"))
-        return api_caller(name, address)
+        return api_caller(name, _address(request))
 
     def scraper(self, request: Request) -> None:
         token = _bearer(request)
@@ -127,8 +129,7 @@ class Callers:
         if not _loopback(request):
             refusal = ApiError(403, "/metrics answers loopback scrapers, or others with the --metrics-key as a "
                                     "Bearer token", code="metrics_key_required", kind="permission_error")
-            address = request.client.host if request.client else "unknown"
-            raise refusal if token is None else self._wrong(address, "metrics key", refusal)
+            raise refusal if token is None else self._wrong(_address(request), "metrics key", refusal)
 
 
 def router(images: Images, callers: Callers) -> APIRouter:
@@ -190,7 +191,7 @@ def build_api(manager, keys: ApiKeys | None = None, metrics_key: str | None = No
     from fastapi.exceptions import RequestValidationError
 
     app = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
-    app.include_router(router(Images(manager), Callers(keys or ApiKeys(), metrics_key, failures=failures)))
+    app.include_router(router(Images(manager), Callers(keys or ApiKeys(), metrics_key, failures)))
 
     @app.exception_handler(ApiError)
     async def refused(_request: Request, exc: ApiError):

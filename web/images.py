@@ -20,18 +20,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.formparsers import MultiPartException, MultiPartParser
 
-from backend.errors import (
-    BackendBusy,
-    BackendNotReady,
-    GenerationCancelled,
-    InvalidRequest,
-    NotAllowed,
-    QueueFull,
-    ShapeLimitReached,
-    ShapeLocked,
-    StorageFull,
-    StudioError,
-)
+from backend import errors
+from backend.errors import InvalidRequest, StudioError
 from backend.request.references import MAX_REFERENCE_BYTES
 from backend.shapes import parse_shape, show_value
 from web.guard import content_length
@@ -277,12 +267,14 @@ def _invalid(exc: InvalidRequest) -> ApiError:
 
 # A service refusal's HTTP status and OpenAI error fields, by its class (the first that matches).
 _REFUSALS = (
-    ((ShapeLocked, ShapeLimitReached), 409, {"param": "size", "code": "shape_not_warm"}),
-    (NotAllowed, 403, {"code": "not_allowed", "kind": "permission_error"}),
-    (QueueFull, 429, {"code": "rate_limit_exceeded", "kind": "rate_limit_error", "headers": {"retry-after": "5"}}),
-    ((BackendNotReady, BackendBusy), 503, {"code": "not_ready", "kind": "server_error", "headers": {"retry-after": "5"}}),
-    (GenerationCancelled, 499, {"code": "cancelled", "kind": "server_error"}),
-    (StorageFull, 507, {"code": "storage_full", "kind": "server_error"}),
+    ((errors.ShapeLocked, errors.ShapeLimitReached), 409, {"param": "size", "code": "shape_not_warm"}),
+    (errors.NotAllowed, 403, {"code": "not_allowed", "kind": "permission_error"}),
+    (errors.QueueFull, 429, {"code": "rate_limit_exceeded", "kind": "rate_limit_error",
+                             "headers": {"retry-after": "5"}}),
+    ((errors.BackendNotReady, errors.BackendBusy), 503, {"code": "not_ready", "kind": "server_error",
+                                                         "headers": {"retry-after": "5"}}),
+    (errors.GenerationCancelled, 499, {"code": "cancelled", "kind": "server_error"}),
+    (errors.StorageFull, 507, {"code": "storage_full", "kind": "server_error"}),
 )
 
 
