@@ -39,25 +39,23 @@ def _shape_arg(text: str):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="app.py", description=__doc__.split("\n\n")[0])
-    add_setting_flags(parser)
+    common = _Parser(add_help=False)  # every command takes the settings' flags
+    add_setting_flags(common)
+    parser = _Parser(prog="app.py", description=__doc__.split("\n\n")[0], parents=[common])
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
-
-    serve = sub.add_parser("serve", help="serve the web UI (the default command)")
-    add_setting_flags(serve)
+    sub.add_parser("serve", parents=[common], help="serve the web UI (the default command)")
 
     demo_help = ("serve, warm every preset in --demo-modes, optionally start the group, lock to warm shapes: "
                  "a demo in one command")
-    demo = sub.add_parser("demo", help=demo_help, description=demo_help[0].upper() + demo_help[1:] + ". The page "
-                          "is served at once; /readyz answers 503 until the warm set is warm. Each setting below "
-                          "falls back to its NEURON_STUDIO_* variable, then to its default (docs/settings.md).")
-    add_setting_flags(demo)
+    demo = sub.add_parser("demo", parents=[common], help=demo_help,
+                          description=demo_help[0].upper() + demo_help[1:] + ". The page is served at once; /readyz "
+                          "answers 503 until the warm set is warm. Each setting below falls back to its "
+                          "NEURON_STUDIO_* variable, then to its default (docs/settings.md).")
     demo.add_argument("--demo-modes", default=None,
                       help="comma-separated modes whose presets are warmed (default: --mode)")
     demo.add_argument("--tp", action="store_true", help="also start the tensor-parallel group (--tp-degree ranks)")
 
-    gen = sub.add_parser("generate", help="generate images headless, one per --size")
-    add_setting_flags(gen)
+    gen = sub.add_parser("generate", parents=[common], help="generate images headless, one per --size")
     gen.add_argument("prompt")
     gen.add_argument("--size", action="append", type=_shape_arg, metavar="WxH",
                      help="image size, WIDTHxHEIGHT; repeat for several images in one process")
@@ -71,9 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--no-save", action="store_true", help="do not write PNG files")
     # generate takes --mode/--steps/--guidance from the settings flags above.
 
-    cost = sub.add_parser("cost", help="measure what an image costs here: warm each size, time --runs runs, print "
-                                       "the receipt (images/hour, price of 1,000 at --price-per-hour)")
-    add_setting_flags(cost)
+    cost = sub.add_parser("cost", parents=[common], help="measure what an image costs here: warm each size, time "
+                          "--runs runs, print the receipt (images/hour, price of 1,000 at --price-per-hour)")
     cost.add_argument("--sizes", default=None, help="comma-separated WIDTHxHEIGHT (default: --prewarm, else the "
                                                     "model's first preset)")
     cost.add_argument("--runs", type=int, default=3, help="steady runs per size after its warm-up (default 3)")
@@ -84,8 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     cost.add_argument("--reference-label", default="reference", help="its name in the receipt")
     cost.add_argument("--json", action="store_true")
 
-    doctor = sub.add_parser("doctor", help="print versions, the chosen device and why, cache dirs")
-    add_setting_flags(doctor)
+    doctor = sub.add_parser("doctor", parents=[common], help="print versions, the chosen device and why, cache dirs")
     doctor.add_argument("--json", action="store_true")
 
     cache = sub.add_parser("cache", help="warm-start bundles: export, import or show one (backend.cli)")
@@ -93,8 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name, what in (("export", "write a bundle that warms --modes x --sizes"),
                        ("import", "put a bundle's compile entries in this install's caches"),
                        ("show", "print a bundle's manifest and whether it applies here")):
-        verb = cache_sub.add_parser(name, help=what)
-        add_setting_flags(verb)
+        verb = cache_sub.add_parser(name, parents=[common], help=what)
         verb.add_argument("bundle", help="the bundle file")
         if name == "export":
             verb.add_argument("--modes", default=None, help="comma-separated modes (default: --mode)")

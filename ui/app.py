@@ -134,8 +134,9 @@ class RawNumber(gr.Number):
         return payload
 
 
-def _api_field(component, text: str, api_type: str | None = None):
+def _api_input(kind, label: str, value, text: str, api_type: str | None = None, **kwargs):
     """A hidden API input whose ``view_api`` line carries a one-line description (and its type)."""
+    component = kind(value, visible=False, label=label, **kwargs)
     info = {**component.api_info(), "additional_description": text, **({"type": api_type} if api_type else {})}
     component.api_info = lambda: info
     return component
@@ -143,25 +144,21 @@ def _api_field(component, text: str, api_type: str | None = None):
 
 def add_api(studio, manager) -> None:
     s, start_shape = manager.settings, manager.card.start_shape
+    pixels = f"pixels, a multiple of 16 from {s.min_size} to {s.max_size}"
     api_inputs = [
-        _api_field(gr.Textbox(visible=False, label="prompt"), "what to draw (required)"),
-        _api_field(RawNumber(start_shape.width, visible=False, label="width"),
-                   f"pixels, a multiple of 16 from {s.min_size} to {s.max_size}", "integer"),
-        _api_field(RawNumber(start_shape.height, visible=False, label="height"),
-                   f"pixels, a multiple of 16 from {s.min_size} to {s.max_size}", "integer"),
-        _api_field(gr.Textbox(s.mode, visible=False, label="mode"), f"one of {', '.join(manager.modes)}"),
-        _api_field(RawNumber(s.steps, visible=False, label="steps"),
-                   f"denoising steps, 1 to {s.max_steps}", "integer"),
-        _api_field(RawNumber(-1, visible=False, label="seed"), "0 to 2^63-1, or -1 for a random one",
-                   "integer"),
-        _api_field(RawNumber(s.guidance, visible=False, label="guidance"),
+        _api_input(gr.Textbox, "prompt", None, "what to draw (required)"),
+        _api_input(RawNumber, "width", start_shape.width, pixels, "integer"),
+        _api_input(RawNumber, "height", start_shape.height, pixels, "integer"),
+        _api_input(gr.Textbox, "mode", s.mode, f"one of {', '.join(manager.modes)}"),
+        _api_input(RawNumber, "steps", s.steps, f"denoising steps, 1 to {s.max_steps}", "integer"),
+        _api_input(RawNumber, "seed", -1, "0 to 2^63-1, or -1 for a random one", "integer"),
+        _api_input(RawNumber, "guidance", s.guidance,
                    f"guidance scale, 0 to {s.max_guidance:g} (ignored by distilled models)"),
-        _api_field(gr.File(None, file_count="multiple", type="filepath", visible=False, label="images"),
-                   "reference images to edit from (gradio_client's handle_file), 0 to --max-references; each is "
-                   "fitted to a reference size (a new size compiles)"),
-        _api_field(RawNumber(1, visible=False, label="count"),
-                   "images per prompt, 1 to 4 (the image output is the batch's first; the record lists them)",
-                   "integer"),
+        _api_input(gr.File, "images", None, "reference images to edit from (gradio_client's handle_file), 0 to "
+                   "--max-references; each is fitted to a reference size (a new size compiles)",
+                   file_count="multiple", type="filepath"),
+        _api_input(RawNumber, "count", 1, "images per prompt, 1 to 4 (the image output is the batch's first; the "
+                   "record lists them)", "integer"),
     ]
     outputs = [gr.Image(type="filepath", format="png", visible=False), gr.JSON(visible=False)]
     gr.Button(visible=False).click(studio.api.api_generate, api_inputs, outputs, api_name="generate",  # never shown
