@@ -48,9 +48,8 @@ def wire(studio, page, demo: gr.Blocks) -> None:
                   page.randomize, page.history_state, page.references, page.count]
     run_outputs = [page.image, page.run_info, page.record, page.seed, page.history, page.history_state,
                    page.last_paths]
-    page.generate_btn.click(tab.generate_from_page, run_inputs, run_outputs, show_progress_on=[page.image], **RUN).then(
-        tab.refresh_studio, status_inputs, studio_views, **LIGHT)
-    page.prompt.submit(tab.generate_from_page, run_inputs, run_outputs, show_progress_on=[page.image], **RUN)
+    gr.on([page.generate_btn.click, page.prompt.submit], tab.generate_from_page, run_inputs, run_outputs,
+          show_progress_on=[page.image], **RUN).then(tab.refresh_studio, status_inputs, studio_views, **LIGHT)
     # Stop must not queue behind the generation it stops.
     page.stop_btn.click(tab.stop, None, page.stop_info, queue=False, **PRIVATE)
     page.stop_worker.click(tab.stop_compiling_worker, None, page.stop_info, queue=False, **PRIVATE)
@@ -174,10 +173,11 @@ def add_api(studio, manager) -> None:
 
 def build_ui(manager, operator_key=None) -> gr.Blocks:
     """The page. ``operator_key`` (``backend.serving.roles.OperatorKey``) tells each event's caller."""
-    studio = Studio(manager, operator_key, examples=load_example_prompts(ASSETS / "prompts.txt"))
+    examples = load_example_prompts(ASSETS / "prompts.txt")
+    studio = Studio(manager, operator_key, examples)
     # Gradio's temporary copies (images, uploads) older than an hour are deleted every 10 minutes.
     with gr.Blocks(title="Neuron Studio", delete_cache=(600, 3600)) as demo:
-        page = build_page(manager)
+        page = build_page(manager, examples)
         wire(studio, page, demo)
         add_api(studio, manager)
     studio.operator_controls = len(page.operator_only)

@@ -11,8 +11,8 @@ from types import SimpleNamespace
 import gradio as gr
 
 from backend.request.references import MAX_COUNT
-from ui.constants import ASSETS, I18N
-from ui.views_common import CUSTOM, MODE_KEYS, load_example_prompts, preset_label
+from ui.constants import I18N
+from ui.views_common import CUSTOM, MODE_KEYS, preset_label
 from ui.views_performance import compile_frame, latency_frame
 from ui.views_studio import badges_html, compare_frame, hint_html
 from ui.views_system import shapes_frame
@@ -32,13 +32,13 @@ def _components(scope: dict) -> dict:
     return {name: value for name, value in scope.items() if isinstance(value, gr.blocks.Block)}
 
 
-def build_page(manager) -> SimpleNamespace:
+def build_page(manager, examples: list[str]) -> SimpleNamespace:
     gr.Markdown(I18N("title"), elem_id="title")
     with gr.Row(elem_id="lines"):  # who you are, and what runs: one line each, side by side
         page = SimpleNamespace(role_line=gr.Markdown("", elem_id="role-line"),
                                engine_line=gr.Markdown(I18N("starting"), elem_id="engine-line"),
                                history_state=gr.State([]))
-    for tab in (studio_tab(manager), compare_tab(manager), system_tab(manager), performance_tab(manager)):
+    for tab in (studio_tab(manager, examples), compare_tab(manager), system_tab(manager), performance_tab(manager)):
         assert not vars(page).keys() & tab.keys(), vars(page).keys() & tab.keys()  # one name, one component
         vars(page).update(tab)
     # The groups only the operator's page shows (``Studio.page_role`` hides them for viewers).
@@ -49,14 +49,13 @@ def build_page(manager) -> SimpleNamespace:
     return page
 
 
-def studio_tab(manager) -> dict:
+def studio_tab(manager, examples: list[str]) -> dict:
     s = manager.settings
     card = manager.card
     start_shape = card.start_shape
     named = card.preset_name(start_shape)
     default_preset = preset_label(named, start_shape) if named else CUSTOM
     embedded = card.prompt_grammar is not None  # a model that reads its own grammar: start with an example
-    examples = load_example_prompts(ASSETS / "prompts.txt")
     with gr.Tab(I18N("tab_studio"), id="studio"):
         # What a presenter uses on every click sits on a laptop's first screen (1280x800), side by side:
         # the prompt (its grammar in one line, the rest behind an (i)), the references beside it, the
