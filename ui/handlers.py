@@ -28,10 +28,9 @@ _LABEL = re.compile(r"[^\w .()/-]+")  # the reference's name, shown as code in M
 
 
 class Studio:
-    """Every handler of the page, bound to one manager (real or fake). ``operator_controls``: how many
-    groups the page shows only to the operator."""
+    """Every handler of the page, bound to one manager (real or fake)."""
 
-    def __init__(self, manager, operator_key=None, examples: list[str] | None = None, operator_controls: int = 0):
+    def __init__(self, manager, operator_key=None, examples: list[str] | None = None):
         self.manager = manager
         self.door = Door(manager, operator_key)
         runs = Runs(self.door)
@@ -40,7 +39,7 @@ class Studio:
         self.system_tab = SystemTab(self.door)
         self.performance_tab = PerformanceTab(manager)
         self.api = ApiEndpoint(runs)
-        self.operator_controls = operator_controls
+        self.operator_controls = 0  # how many groups only the operator's page shows (``ui.app.build_ui`` counts)
         self.page_closed = self.door.page_closed
 
     def refresh_all(self, mode, width, height, steps, degree=None, count=None, references=None,

@@ -29,6 +29,7 @@ from ui.views_common import format_seconds
 
 log = logging.getLogger("neuron_studio.ui")
 TP_ENGINE, REPLICA_ENGINE = "tensor-parallel", "replicas"  # the manager's names for them
+PHASE_BAR = {Phase.ENCODING: 0.0, Phase.COMPILING: None, Phase.DECODING: 1.0}  # None: no share known, it spins
 
 
 def _page_error(exc: StudioError, lang: str) -> gr.Error:
@@ -40,8 +41,7 @@ def _page_error(exc: StudioError, lang: str) -> gr.Error:
 
 @contextlib.contextmanager
 def refusals(lang: str | None) -> Iterator[None]:
-    """A backend refusal becomes the page's notice in ``lang`` or, without a language (an API call),
-    the backend's own words. Anything else passes through untouched."""
+    """A backend refusal becomes the page's notice in ``lang``, or without one (an API call) the backend's words."""
     try:
         yield
     except StudioError as exc:
@@ -172,9 +172,8 @@ class Runs:
                                         waiting=event.steps, seconds=about))
             elif event.phase == Phase.LOADING:  # the model is still loading: the request waits for it
                 progress(None, desc=text(lang, "progress_loading", seconds=event.step))
-            elif event.phase in (Phase.ENCODING, Phase.COMPILING, Phase.DECODING):
-                progress(None if event.phase == Phase.COMPILING else 0.0 if event.phase == Phase.ENCODING else 1.0,
-                         desc=text(lang, f"phase_{event.phase}") + "…")
+            elif event.phase in PHASE_BAR:
+                progress(PHASE_BAR[event.phase], desc=text(lang, f"phase_{event.phase}") + "…")
 
         on_progress.close = close
         return on_progress

@@ -6,6 +6,7 @@ killed run left behind. No gradio here.
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
 import shutil
 import stat
@@ -30,23 +31,16 @@ def remove_dead_runs_folders(root: str) -> list[str]:
     import psutil
 
     removed = []
-    try:
-        names = os.listdir(root)
-    except OSError:
-        return removed
-    for name in names:
-        pid_text, _, rest = name.removeprefix(TEMP_PREFIX).partition("-")
-        if not name.startswith(TEMP_PREFIX) or not pid_text.isdigit() or not rest:
-            continue
-        path = os.path.join(root, name)
+    for path in glob.glob(os.path.join(glob.escape(root), TEMP_PREFIX + "*")):
+        pid_text, _, rest = os.path.basename(path).removeprefix(TEMP_PREFIX).partition("-")
         try:
             info = os.lstat(path)
         except OSError:
             continue
-        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or psutil.pid_exists(int(pid_text)):
-            continue
-        shutil.rmtree(path, ignore_errors=True)
-        removed.append(path)
+        if (pid_text.isdigit() and rest and stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid()
+                and not psutil.pid_exists(int(pid_text))):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
     return removed
 
 

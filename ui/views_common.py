@@ -21,10 +21,7 @@ def preset_label(name: str, shape: Shape) -> str:
 
 
 def preset_shape(label: str, presets) -> Shape | None:
-    for name, shape in presets:
-        if preset_label(name, shape) == label:
-            return shape
-    return None
+    return next((shape for name, shape in presets if preset_label(name, shape) == label), None)
 
 
 def load_example_prompts(path: Path) -> list[str]:

@@ -38,13 +38,12 @@ def plot_axes(lang: str = DEFAULT, latency: pd.DataFrame | None = None,
     """The plots' words in ``lang``; the latency plot's axes from zero to a little past its data (a
     range fitted to the points alone spread three sizes of 0.06 MP over the whole width)."""
     empty = latency is None or latency.empty
+    colors = {"color_title": text(lang, "axis_mode"), "color_map": MODE_COLORS}
     latency_axes = {"title": text(lang, "latency_empty" if empty else "latency_title"),
-                    "x_title": text(lang, "axis_megapixels"), "y_title": text(lang, "axis_seconds"),
-                    "color_title": text(lang, "axis_mode"), "color_map": MODE_COLORS}
+                    "x_title": text(lang, "axis_megapixels"), "y_title": text(lang, "axis_seconds"), **colors}
     if not empty:
         latency_axes.update(x_lim=[0, float(latency["megapixels"].max()) * 1.15],
                             y_lim=[0, float(latency["seconds"].max()) * 1.15])
-    compile_ = {"title": text(lang, "compile_empty" if compile_empty else "compile_title"),
-                "x_title": text(lang, "axis_shape_mode"), "y_title": text(lang, "axis_compile_seconds"),
-                "color_title": text(lang, "axis_mode"), "color_map": MODE_COLORS}
-    return latency_axes, compile_
+    return latency_axes, {"title": text(lang, "compile_empty" if compile_empty else "compile_title"),
+                          "x_title": text(lang, "axis_shape_mode"), "y_title": text(lang, "axis_compile_seconds"),
+                          **colors}
