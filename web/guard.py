@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import base64
 import collections
+import contextlib
 import errno
 import os
 import time
@@ -310,10 +311,8 @@ class RoomGuard:
             return self._operator_cookie()
         user = password = None
         if self.key.pairs and auth.lower().startswith("basic "):
-            try:
+            with contextlib.suppress(ValueError):  # a bad base64 or UTF-8 (a UnicodeDecodeError) is no login
                 user, _, password = base64.b64decode(auth[6:]).decode("utf-8").partition(":")
-            except (ValueError, UnicodeDecodeError):
-                pass
         credential = "operator" if user is None else f"operator {user[:64]}"  # a password: its own window
         wait = self.failures.wait(caller, credential)
         if wait is not None:
