@@ -66,8 +66,7 @@ def _warning(lang: str, message: str) -> None:
 
 
 def _whole(value, strict: bool = False, lang: str = "en", field: str = "tp_degree") -> int | None:
-    """A TP degree or replica count from a Number box, or None (the default). Anything else is a page
-    error with ``strict``, else ignored (for the status views)."""
+    """A TP degree or replica count from a Number box, or None; a bad one: a page error if ``strict``, else None."""
     if value is None or value == "":
         return None
     try:

@@ -189,13 +189,11 @@ class StudioTab:
             cost = tp_cost_markdown(tp, degree, operator, lang)
             badges = self._badges(status, self.manager.settings.runs_as("tp"), steps, lang)
             return engine, cost, badges, tp_badge, gr.update(interactive=True), end_compile
-        bounds = self.manager.settings
+        bounds, shape, error = self.manager.settings, None, None
         try:  # the service's own checks of the signature (the references' headers only are read)
             shape, _steps = self.manager.signature(height, width, steps, count, self.runs.page_files(references))
         except InvalidRequest as exc:
-            shape, error = None, error_message(exc, lang)
-        else:
-            error = None
+            error = error_message(exc, lang)
         prediction = self.manager.predict(mode, shape, steps) if status.loaded and shape else None
         cost = cost_markdown(prediction, error, lang)
         if bounds.max_work and shape is not None and prediction is not None:
@@ -262,7 +260,6 @@ class StudioTab:
         )
 
     def show_tp_controls(self, mode, page: gr.Request | None = None):
-        """Picking a mode only shows or hides the TP degree (the operator's) and the group's row; it
-        starts and stops nothing."""
+        """Picking a mode shows or hides the TP degree (the operator's) and the group's row; it starts nothing."""
         operator = self.door.caller(page).is_operator
         return gr.update(visible=mode == "tp" and operator), gr.update(visible=mode == "tp")

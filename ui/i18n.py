@@ -61,8 +61,7 @@ def error_code(exc: BaseException) -> str:
 
 
 def error_message(exc: BaseException, lang: str = DEFAULT) -> str:
-    """The translated sentence for the error's code, then the backend's own words (without the field,
-    which the code names)."""
+    """The translated sentence for the error's code, then the backend's words (less the field the code names)."""
     sentence = text(lang, "err_" + error_code(exc).replace(".", "_"))
     detail = exc.message if isinstance(exc, InvalidRequest) else str(exc)
     if isinstance(exc, InvalidRequest) and exc.why and lang != DEFAULT:  # the reason in the page's language

@@ -55,8 +55,7 @@ def is_upload(path) -> bool:
 
 
 def discard_upload(path) -> bool:
-    """Delete an upload the app has read, only in the app's own temporary folder (``own_temp_dir``), never
-    anything else. True when it was deleted."""
+    """Delete an upload the app has read, only in its own temporary folder (``own_temp_dir``); True if deleted."""
     folder = os.environ.get("GRADIO_TEMP_DIR", "")
     if not os.path.basename(folder).startswith(f"{TEMP_PREFIX}{os.getpid()}-") or not is_upload(path):
         return False

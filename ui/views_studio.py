@@ -34,16 +34,14 @@ def cost_markdown(prediction: dict[str, Any] | None, error: str | None = None, l
         return text(lang, "cost_invalid", error=error)
     if prediction is None:
         return text(lang, "cost_waiting")
-    p = prediction
+    p, est = prediction, prediction.get("estimate_compile_seconds")
     where = text(lang, "cost_where", shape=p["shape"], mode=p["mode"])
     if p.get("refused"):
         return text(lang, "cost_refused", where=where, reason=p["refused"])
     if p["state"] == "compiling":
-        est = p.get("estimate_compile_seconds")
         return (text(lang, "cost_compiling", where=where, elapsed=format_seconds(p.get("elapsed_seconds")))
                 + (text(lang, "cost_compiling_of", estimate=format_seconds(est)) if est else ")"))
     if p["will_compile"]:
-        est = p.get("estimate_compile_seconds")
         guess = (text(lang, "cost_no_estimate") if est is None
                  else text(lang, "cost_prior", estimate=format_seconds(est)) if p.get("estimate_source") == "prior"
                  else text(lang, "cost_estimate_one" if p.get("estimate_compiles") == 1 else "cost_estimate",
@@ -81,7 +79,7 @@ def chip_text(prediction: dict[str, Any], lang: str = DEFAULT) -> str:
 
 
 def warm_on_text(prediction: dict[str, Any], lang: str = DEFAULT) -> str:
-    """" · warm on 2 of 4 replicas" where several processes serve the mode."""
+    """ " · warm on 2 of 4 replicas" where several processes serve the mode."""
     warm_on = prediction.get("warm_on")
     return text(lang, "cost_warm_on", warm=warm_on[0], of=warm_on[1]) if warm_on else ""
 

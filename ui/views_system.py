@@ -169,8 +169,7 @@ def _ray_state(lang: str, prefix: str, name: str | None) -> str:
 
 def ray_markdown(status: Status, lang: str = DEFAULT) -> str:
     """The Ray Serve cluster (``status.ray``, ``backend.engines.ray_serve``): a line of totals and the
-    queue, then its nodes (NeuronCores, CPUs, the replicas on each) and the studio's replicas (node,
-    cores, state, warm shapes, requests served). Empty when the app has no Ray engine."""
+    queue, its nodes and the studio's replicas. Empty when the app has no Ray engine."""
     ray = status.ray
     if not ray:
         return ""
