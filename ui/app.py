@@ -74,8 +74,7 @@ def wire(studio, page, demo: gr.Blocks) -> None:
     page.tp_system_degree.input(lambda d: d, page.tp_system_degree, page.tp_degree, **LIGHT)
     for button, degree in ((page.tp_start, page.tp_degree), (page.tp_system_start, page.tp_system_degree)):
         button.click(system.start_tp, degree, None, **LIGHT).then(*refresh, **LIGHT)
-    for button in (page.tp_stop, page.tp_system_stop):
-        button.click(system.stop_tp, None, None, **LIGHT).then(*refresh, **LIGHT)
+    gr.on([page.tp_stop.click, page.tp_system_stop.click], system.stop_tp, None, None, **LIGHT).then(*refresh, **LIGHT)
     page.tp_logs_btn.click(system.show_tp_logs, None, page.tp_log_box, **LIGHT)
     page.replica_start.click(system.start_replicas, page.replica_count, page.replica_info, **LIGHT).then(
         *refresh, **LIGHT)

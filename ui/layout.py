@@ -23,11 +23,6 @@ def mode_choices(manager) -> list[tuple]:
     return [(I18N(MODE_KEYS[m]) if m in MODE_KEYS else m, m) for m in manager.modes]
 
 
-def preset_choices(presets) -> list[tuple]:
-    """The model's presets by their own names (sizes read the same in every language), then "Custom"."""
-    return [(preset_label(name, shape),) * 2 for name, shape in presets] + [(I18N("custom"), CUSTOM)]
-
-
 def _components(scope: dict) -> dict:
     return {name: value for name, value in scope.items() if isinstance(value, gr.blocks.Block)}
 
@@ -92,8 +87,10 @@ def studio_tab(manager, examples: list[str]) -> dict:
                 stop_info = gr.Markdown("", elem_id="stop-info")  # what Stop did, at once
                 cost = gr.Markdown("", elem_id="cost")
                 with gr.Row():
-                    preset = gr.Dropdown(preset_choices(card.presets), value=default_preset, label=I18N("resolution"),
-                                         elem_id="preset", scale=2, min_width=150)
+                    # The presets by their own names (sizes read the same in every language), then "Custom".
+                    presets = [(preset_label(name, shape),) * 2 for name, shape in card.presets]
+                    preset = gr.Dropdown(presets + [(I18N("custom"), CUSTOM)], value=default_preset,
+                                         label=I18N("resolution"), elem_id="preset", scale=2, min_width=150)
                     # No min/max here: the backend's check answers with the nearest valid size.
                     width = gr.Number(start_shape.width, label=I18N("width"), precision=0, step=16, elem_id="width",
                                       scale=1, min_width=80)
