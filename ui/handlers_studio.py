@@ -137,10 +137,9 @@ class StudioTab:
         if not running:
             return self._said(page, "info_nothing")
         status = self.manager.status()
-        compiling = [job for job in status.running or [] if job.get("phase") == "compiling"]
-        if not compiling:
+        job = next((job for job in status.running or [] if job.get("phase") == "compiling"), None)
+        if job is None:
             return self._said(page, "info_stopping")
-        job = compiling[0]
         estimate = job.get("compile_estimate")
         left = format_seconds(max(0.0, estimate - (job.get("compile_elapsed") or 0.0))) if estimate else "?"
         endable = job.get("engine") in (status.compiling_workers or ())
