@@ -14,7 +14,7 @@ import gradio as gr
 
 from backend.errors import GenerationCancelled
 from backend.serving.cost import WORDS, Reference, format_receipt
-from ui.handlers_base import Door, Runs, _info, refusals
+from ui.handlers_base import Door, Runs, refusals
 from ui.handlers_studio import StudioTab
 from ui.handlers_system import SystemTab
 from ui.i18n import language, text
@@ -104,7 +104,7 @@ class CompareTab:
             try:
                 entries = self.door.manager.compare(fields, modes or [], adapter, caller=self.door.caller(page))
             except GenerationCancelled as exc:
-                _info(lang, text(lang, "info_stopped", detail=exc))
+                self.door.info(page, "info_stopped", detail=exc)
                 return gr.skip(), gr.skip()
         gallery, table = [], []
         for e in entries:

@@ -109,9 +109,11 @@ class Door:
             self.caller(page).require_operator(action)
 
     @staticmethod
-    def info(page: gr.Request | None, key: str, **values) -> None:
-        lang = language(page)
-        _info(lang, text(lang, key, **values))
+    def info(page: gr.Request | None, key: str, **values) -> str:
+        """A toast in the page's language; its words are also the line Stop's buttons answer with."""
+        said = text(language(page), key, **values)
+        _info(language(page), said)
+        return said
 
     def page_closed(self, page: gr.Request | None = None) -> None:
         """Gradio's unload: the page's runs leave the board (the running one at its next step)."""

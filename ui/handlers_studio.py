@@ -13,7 +13,7 @@ from backend.errors import InvalidRequest, StudioError
 from backend.images.pngmeta import read_png_parameters
 from backend.request.validation import work
 from backend.shapes import Shape
-from ui.handlers_base import Door, Runs, _info, _warning, _whole
+from ui.handlers_base import Door, Runs, _warning, _whole
 from ui.i18n import error_message, language, text
 from ui.temp_dir import discard_upload, is_upload
 from ui.views_common import CUSTOM, format_seconds, preset_label, preset_shape
@@ -89,7 +89,7 @@ class StudioTab:
         reference (a second press does not stack it: *Add as reference* keeps several)."""
         if not paths:
             return gr.skip()
-        _info(language(page), text(language(page), "info_reference_used"))
+        self.door.info(page, "info_reference_used")
         return [(paths[0], None)]
 
     @staticmethod
@@ -122,7 +122,7 @@ class StudioTab:
         if len(current) >= limit:
             _warning(lang, text(lang, "warn_references_full", n=limit))
             return gr.skip()
-        _info(lang, text(lang, "info_reference_added", n=len(current) + 1))
+        self.door.info(page, "info_reference_added", n=len(current) + 1)
         return current + [(paths[0], None)]
 
     def stop(self, page: gr.Request | None = None) -> str:
@@ -135,27 +135,22 @@ class StudioTab:
         except StudioError as exc:  # another viewer's run: said on the page, nothing stopped
             return text(lang, "title_error") + " — " + error_message(exc, lang)
         if not running:
-            return self._said(page, "info_nothing")
+            return self.door.info(page, "info_nothing")
         status = self.manager.status()
         job = next((job for job in status.running or [] if job.get("phase") == "compiling"), None)
         if job is None:
-            return self._said(page, "info_stopping")
+            return self.door.info(page, "info_stopping")
         estimate = job.get("compile_estimate")
         left = format_seconds(max(0.0, estimate - (job.get("compile_elapsed") or 0.0))) if estimate else "?"
         endable = job.get("engine") in (status.compiling_workers or ())
-        return self._said(page, "info_stopping_compile_operator" if caller.is_operator and endable
-                          else "info_stopping_compile", left=left)
+        return self.door.info(page, "info_stopping_compile_operator" if caller.is_operator and endable
+                              else "info_stopping_compile", left=left)
 
     def stop_compiling_worker(self, page: gr.Request | None = None) -> str:
         """The operator's: end a compile now by stopping the worker process that runs it."""
         stopped = self.door.call(page, self.manager.stop_compiling_workers)
         names = ", ".join(text(language(page), "engine_name_" + name.replace("-", "_")) for name in stopped)
-        return self._said(page, "info_worker_stopped" if stopped else "info_no_worker_compiling", engines=names)
-
-    def _said(self, page, key: str, **values) -> str:
-        """The line under the buttons, in the page's language (and the terminal's log line)."""
-        self.door.info(page, key, **values)
-        return text(language(page), key, **values)
+        return self.door.info(page, "info_worker_stopped" if stopped else "info_no_worker_compiling", engines=names)
 
     def preset_changed(self, label: str, width, height):
         shape = preset_shape(label, self.manager.card.presets)
