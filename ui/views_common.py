@@ -1,5 +1,5 @@
-"""What every tab's views share: the words table's English keys, presets and modes by name, and
-numbers, sizes and long texts written the same way in every language."""
+"""What every tab's views share: the words table's English keys, presets and modes by name, Markdown
+tables, and numbers, sizes and long texts written the same way in every language."""
 
 from __future__ import annotations
 

@@ -65,8 +65,7 @@ def tp_cost_markdown(tp: dict[str, Any], degree: int | None = None, operator: bo
     if state in TP_STARTING:
         return text(lang, "tp_cost_starting", ranks=ranks, state=tp_state_name(state, lang), meanwhile=meanwhile)
     if not operator:
-        key = "tp_cost_dead_viewer" if state == "dead" else "tp_cost_stopped_viewer"
-        return text(lang, key, meanwhile=meanwhile)
+        return text(lang, "tp_cost_dead_viewer" if state == "dead" else "tp_cost_stopped_viewer", meanwhile=meanwhile)
     if state == "stopping":
         return text(lang, "tp_cost_stopping") + meanwhile
     if state == "dead":
