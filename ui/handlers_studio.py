@@ -195,10 +195,9 @@ class StudioTab:
                          limit=f"{bounds.max_work:g}")
         card = self.manager.card
         if shape is not None and card.beyond_training(shape):
-            nearest = min((s for _n, s in card.presets if not card.beyond_training(s)),
-                          key=lambda s: abs(s.width / s.height - shape.width / shape.height), default=None)
-            name = card.preset_name(nearest) if nearest else None
-            cost += beyond_training_note(card.trained_pixels, preset_label(name, nearest) if name else None, lang)
+            nearest = min(((n, s) for n, s in card.presets if not card.beyond_training(s)),
+                          key=lambda p: abs(p[1].width / p[1].height - shape.width / shape.height), default=None)
+            cost += beyond_training_note(card.trained_pixels, nearest and preset_label(*nearest), lang)
         if mode == "tp" and prediction is not None and not prediction.get("refused"):
             cost += tp_group_note(tp, degree, lang)
         badges = self._badges(status, mode, steps, lang, shape)

@@ -45,8 +45,7 @@ def build_page(manager, examples: list[str]) -> SimpleNamespace:
 
 
 def studio_tab(manager, examples: list[str]) -> dict:
-    s = manager.settings
-    card = manager.card
+    s, card = manager.settings, manager.card
     start_shape = card.start_shape
     named = card.preset_name(start_shape)
     default_preset = preset_label(named, start_shape) if named else CUSTOM
@@ -164,8 +163,7 @@ def compare_tab(manager) -> dict:
 def system_tab(manager) -> dict:
     """Device, caches, the per-shape table, warm-up, the lock, the tensor-parallel group, replicas,
     bundles; the operator's controls start hidden (``page_role`` shows them on the operator's page)."""
-    s = manager.settings
-    card = manager.card
+    s, card = manager.settings, manager.card
     with gr.Tab(I18N("tab_system"), id="system"):
         system_info = gr.Markdown("", elem_id="system-info")
         with gr.Row(visible=False) as system_ops:
