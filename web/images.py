@@ -133,8 +133,7 @@ class Images:
             raise ApiError(415, "send the request as JSON (Content-Type: application/json)",
                            code="unsupported_media_type")
         too_big = ApiError(413, f"the request body is over {MAX_JSON_BYTES / 2**10:.0f} KB", code="body_too_large")
-        declared = content_length(request.headers)
-        if declared is not None and declared > MAX_JSON_BYTES:
+        if (content_length(request.headers) or 0) > MAX_JSON_BYTES:  # a declared length: refused before the body
             raise too_big
         body = bytearray()
         async for chunk in request.stream():
