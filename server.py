@@ -74,7 +74,7 @@ def assemble(manager, settings: Settings, key, api_keys, auth: list[tuple[str, s
                                server_name=settings.host, server_port=settings.port, ssr_mode=False)
 
 
-def launch(manager, settings: Settings, block: bool = True) -> Served:
+def launch(manager, settings: Settings) -> Served:
     import atexit
 
     from backend.serving.roles import OperatorKey, parse_pairs
@@ -110,9 +110,6 @@ def launch(manager, settings: Settings, block: bool = True) -> Served:
     print(f"api: {api_keys.describe()}: {key.base_url}/v1/images/generations; probes /healthz /readyz; "
           f"metrics /metrics ({'loopback, or the --metrics-key' if settings.metrics_key else 'loopback only'})",
           flush=True)
-    if block:
-        while served.is_running:
-            time.sleep(0.5)
     return served
 
 
@@ -124,7 +121,7 @@ def serve(settings: Settings, demo_modes: list[str] | None = None, demo_tp: bool
     try:
         manager = Manager(settings)
         try:
-            served = launch(manager, settings, block=False)  # the page first, within seconds
+            served = launch(manager, settings)  # the page first, within seconds
         except (ValueError, OSError) as exc:  # a bad --auth, a port in use
             print(f"app.py: error: {exc}", file=sys.stderr)
             return EXIT_BAD_INPUT

@@ -26,7 +26,7 @@ PROBE = textwrap.dedent("""
         port = s.getsockname()[1]
     tmp = tempfile.mkdtemp()
     settings = Settings(model=sys.argv[1], cache_dir=tmp + "/cache", output_dir=tmp + "/out", port=port)
-    served = launch(Manager(settings), settings, block=False)
+    served = launch(Manager(settings), settings)
     page = urllib.request.urlopen(f"http://127.0.0.1:{served.port}/", timeout=60)
     print(json.dumps({"status": page.status, "modules": sorted(sys.modules)}))
     sys.stdout.flush()
