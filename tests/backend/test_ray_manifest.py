@@ -139,7 +139,8 @@ def test_under_autoscaling_the_board_hands_serve_one_request_more_than_runs_unti
     deployment["target_num_replicas"] = 3  # Serve's autoscaler moved its target
     scaled.refresh()
     assert scaled.describe()["target"] == 3
-    assert "autoscaling between 1 and 4" in ray_markdown(SimpleNamespace(ray=scaled.describe(), waiting=[], running=[]), "en")
+    status = SimpleNamespace(ray=scaled.describe(), waiting=[], running=[])
+    assert "autoscaling between 1 and 4" in ray_markdown(status, "en")
     assert engine(ray_min_replicas=1, ray_max_replicas=2).capacity() == 2  # at its upper bound
     # Serve scales down: a replica it stopped is gone from its list and its target is lower; no restart
     deployment["target_num_replicas"] = 1
