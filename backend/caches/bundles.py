@@ -86,8 +86,7 @@ class Manifest:
         if not isinstance(data, dict):
             raise BundleRefused("the bundle's manifest is not a JSON object")
         names = {f.name for f in dataclasses.fields(cls)}
-        missing = [n for n in names if n not in data and n not in ("created", "python")]
-        if missing:
+        if missing := [n for n in names if n not in data and n not in ("created", "python")]:
             raise BundleRefused(f"the bundle's manifest lacks {', '.join(sorted(missing))}")
         if data.get("format") != FORMAT:
             raise BundleRefused(f"format: the bundle is {data.get('format')!r}, this app reads {FORMAT!r}")
@@ -109,8 +108,7 @@ def model_hash(model_path: str | Path) -> str:
     root = Path(model_path)
     digest = hashlib.sha256()
     for path in sorted(p for p in root.rglob("*") if p.is_file() and not p.name.startswith(".")):
-        relative = path.relative_to(root).as_posix()
-        digest.update(relative.encode() + b"\0")
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0")
         with open(path, "rb") as handle:
             for block in iter(lambda: handle.read(1 << 20), b""):
                 digest.update(block)
@@ -258,11 +256,6 @@ def read_manifest(path: str | Path) -> Manifest:
     """The manifest (the first member), bounded; its headers are checked first (``_check_headers``)."""
     try:
         _check_headers(path, MAX_TOTAL_BYTES + MAX_MANIFEST_BYTES)
-    except HeaderRefused as exc:
-        raise BundleRefused(f"{path}: not a readable bundle ({exc})") from None
-    except OSError as exc:
-        raise BundleRefused(f"{path}: not a readable bundle ({type(exc).__name__}: {exc})") from None
-    try:
         with tarfile.open(path, mode="r:") as tar:
             first = tar.next()
             if first is None or first.name != "manifest.json" or not first.isfile():
@@ -270,6 +263,8 @@ def read_manifest(path: str | Path) -> Manifest:
             if first.size > MAX_MANIFEST_BYTES:
                 raise BundleRefused(f"{path}: its manifest is {first.size} bytes, more than a manifest can be")
             data = json.loads(tar.extractfile(first).read().decode("utf-8"))
+    except HeaderRefused as exc:
+        raise BundleRefused(f"{path}: not a readable bundle ({exc})") from None
     except (tarfile.TarError, OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise BundleRefused(f"{path}: not a readable bundle ({type(exc).__name__}: {exc})") from None
     return Manifest.from_json(data)
@@ -354,11 +349,9 @@ def import_bundle(path: str | Path, device, here: Manifest) -> dict[str, Any]:
     """Returns {"manifest", "written", "already_there"}, or BundleRefused with nothing changed."""
     sweep_leftovers(device)
     manifest = read_manifest(path)
-    mismatch = check(manifest, here)
-    if mismatch:
+    if mismatch := check(manifest, here):
         raise BundleRefused(f"the bundle does not apply here: {mismatch}")
-    listed = {}
-    total = 0
+    listed, total = {}, 0
     if len(manifest.files) > MAX_FILES:
         raise BundleRefused(f"the bundle lists {len(manifest.files)} files; at most {MAX_FILES} are read")
     for meta in manifest.files:
