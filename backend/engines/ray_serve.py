@@ -134,8 +134,8 @@ class StudioReplica:
         context = ray.get_runtime_context()
         info = resolve_device(self.settings)
         self.device = Device(info, self.settings.max_compiled_shapes)
-        model_path, _label = resolve_model(self.settings.model, self.settings.cache_dir)
-        self.engine = InProcessEngine(self.device, model_path)
+        self.model = resolve_model(self.settings.model, self.settings.cache_dir)  # (path, label)
+        self.engine = InProcessEngine(self.device, self.model[0])
         self.engine.load()
         ids = context.get_accelerator_ids()
         cores = ids.get("neuron_cores") or ids.get("GPU") or []
@@ -173,10 +173,8 @@ class StudioReplica:
 
     def _import(self, path: str) -> dict[str, Any]:
         from backend.caches import bundles
-        from backend.models.source import resolve_model
 
-        model_path, label = resolve_model(self.settings.model, self.settings.cache_dir)
-        here = bundles.describe_install(self.device, self.settings, model_path, label)
+        here = bundles.describe_install(self.device, self.settings, *self.model)
         try:
             done = bundles.import_bundle(path, self.device, here)
         except StudioError as exc:
@@ -209,19 +207,16 @@ class StudioReplica:
         sent = loop.time()  # the first events go out PROGRESS_EVERY after the start, not at once
         try:
             while True:
-                if pending:  # held back: sent when its interval is over, or with what comes next
-                    try:
-                        event = await asyncio.wait_for(events.get(), max(0.0, sent + PROGRESS_EVERY - loop.time()))
-                    except asyncio.TimeoutError:
-                        yield {"events": pending}
-                        pending, sent = [], loop.time()
-                        continue
-                else:
-                    event = await events.get()
-                if event is None:
-                    break
-                fold(pending, event)
-                if loop.time() - sent >= PROGRESS_EVERY:
+                due = False
+                try:  # held back: sent when its interval is over, or with what comes next
+                    event = await asyncio.wait_for(events.get(), max(0.0, sent + PROGRESS_EVERY - loop.time())
+                                                   if pending else None)
+                    if event is None:
+                        break
+                    fold(pending, event)
+                except asyncio.TimeoutError:
+                    due = True
+                if due or loop.time() - sent >= PROGRESS_EVERY:
                     yield {"events": pending}
                     pending, sent = [], loop.time()
             try:
@@ -240,7 +235,7 @@ class StudioReplica:
         finally:
             stop.set()  # a cancelled stream (the app's Stop): the engine ends at its next step
             if not done.done():
-                done.add_done_callback(lambda f: self._stopped(f))
+                done.add_done_callback(self._stopped)
             loop.call_later(REPORT_AFTER, self._report)  # after the last part has gone, not beside it
 
     def _stopped(self, future) -> None:
@@ -288,10 +283,6 @@ def _text(value: Any) -> Any:
     return getattr(value, "value", value)  # Serve's str enums (ReplicaState, DeploymentStatus) as their text
 
 
-def place_name(replica: str, node: str, cores: str) -> str:
-    return f"ray {replica} · node {node[:8]} · core {cores}"
-
-
 class RayServeEngine:
     name = "ray"
     status_key = "ray"
@@ -310,11 +301,9 @@ class RayServeEngine:
         self.warm: list[list[str]] = [[settings.mode, str(s)] for s in settings.prewarm] \
             if settings.mode in self.modes else []
         self._warmed: set[tuple[str, str]] = set()  # (replica, "mode shape") already told to the table
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
+        self._lock, self._stop = threading.Lock(), threading.Event()
         self._monitor: threading.Thread | None = None
-        self._book = None
-        self.attached = False
+        self._book, self.attached = None, False
         self.scale = (settings.ray_min_replicas, settings.ray_max_replicas)  # autoscaling's bounds; max 0: fixed
 
     @property
@@ -374,8 +363,7 @@ class RayServeEngine:
             here = ray.get_runtime_context().get_node_id()
             self._book = ray.remote(ReplicaBook).options(
                 name=BOOK, namespace=NAMESPACE, get_if_exists=True, num_cpus=0, lifetime=None,
-                scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False),
-            ).remote()
+                scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False)).remote()
             self.target, self.state, self.error = count, "launching", None
         from ray import serve
 
@@ -420,9 +408,6 @@ class RayServeEngine:
             self.state, self.error = "dead", f"{type(exc).__name__}: {exc}"
             raise BackendNotReady(f"the Ray Serve deployment did not start: {self.error}") from exc
 
-    def stop(self) -> None:
-        self.close()
-
     def close(self) -> None:
         self._stop.set()
         if self._monitor is not None:
@@ -442,6 +427,8 @@ class RayServeEngine:
             log.warning("deleting the Serve application: %s", exc)
         self.replicas, self.state = {}, "stopped"
         self.book.capacity_changed()
+
+    stop = close  # the cluster's replicas end; the operator's Start deploys them again
 
     # warm-ups --------------------------------------------------------------------------------
     def warm_everywhere(self, mode: str, shape) -> None:
@@ -470,14 +457,18 @@ class RayServeEngine:
         before, capacity = self.replicas, self.capacity()
         seen = {}
         for r in deployment.get("replicas", []):
-            mine = reports.get(r["replica_id"], {})
+            rid, mine = r["replica_id"], reports.get(r["replica_id"], {})
             cores, node = mine.get("cores"), r.get("node_id") or ""  # a replica still being placed has no node
-            seen[r["replica_id"]] = {
-                "id": r["replica_id"], "state": _text(r["state"]), "node": node, "node_ip": r.get("node_ip"),
-                "pid": r.get("pid"), "cores": cores, "place": place_name(r["replica_id"], node, cores)
-                if cores and node else None, "warm": sorted(mine.get("warm", {})), "served": mine.get("served", 0),
-                "bundle": mine.get("bundle"), "stopped_at": mine.get("stopped_at"), "log": r.get("log_file_path"),
-                "visible_cores": mine.get("visible_cores"), "facts": mine.get("facts")}
+            place = f"ray {rid} · node {node[:8]} · core {cores}" if cores and node else None
+            seen[rid] = {"id": rid, "state": _text(r["state"]), "node": node, "node_ip": r.get("node_ip"),
+                         "pid": r.get("pid"), "cores": cores, "place": place, "warm": sorted(mine.get("warm", {})),
+                         "served": mine.get("served", 0), "bundle": mine.get("bundle"),
+                         "stopped_at": mine.get("stopped_at"), "log": r.get("log_file_path"),
+                         "visible_cores": mine.get("visible_cores"), "facts": mine.get("facts")}
+            for key, counts in (mine.get("warm") or {}).items():
+                if place and (rid, key) not in self._warmed:
+                    self.book.warmed(place, *key.split(" ", 1), counts)
+                    self._warmed.add((rid, key))
         target = deployment.get("target_num_replicas", self.target)  # Serve's, as its autoscaler moves it
         for gone in set(before) - set(seen):
             old = before[gone]
@@ -493,12 +484,6 @@ class RayServeEngine:
                 self.last_error = (f"replica {gone} on node {old['node'][:8] or '?'} is gone (it was "
                                    f"{old['state'].lower()}); Serve starts another")
                 log.warning("%s", self.last_error)
-        for rid, r in seen.items():
-            for key, counts in (reports.get(rid, {}).get("warm") or {}).items():
-                if r["place"] and (rid, key) not in self._warmed:
-                    mode, _sep, text = key.partition(" ")
-                    self.book.warmed(r["place"], mode, text, counts)
-                    self._warmed.add((rid, key))
         self.replicas = seen
         self.nodes = {n["NodeID"]: {"ip": n["NodeManagerAddress"], "alive": n["Alive"],
                                     "neuron_cores": n["Resources"].get("neuron_cores", 0),
@@ -555,12 +540,9 @@ class RayServeEngine:
                                     f"replicas, and the page shows when they are back — try again") from None
                 self.retried += 1
                 log.warning("a Ray replica died under a request (%s); another replica serves it", why)
-        rid = out.place
-        info = self.replicas.get(rid) or {}
-        if not info.get("place"):
+        if not self.replicas.get(out.place, {}).get("place"):
             self.refresh()
-            info = self.replicas.get(rid) or {}
-        out.place = info.get("place") or f"ray {rid}"
+        out.place = self.replicas.get(out.place, {}).get("place") or f"ray {out.place}"
         if warming:
             self.warm_everywhere(request.mode, request.shape)
         return out
