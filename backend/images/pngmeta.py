@@ -56,19 +56,14 @@ _TEXT_CHUNKS = (b"tEXt", b"zTXt", b"iTXt")
 _DIGITS = frozenset("0123456789")
 _KEY_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ ")
 _DECIMAL = re.compile(r"[0-9]{1,10}(?:\.[0-9]{1,10})?")  # anchored by fullmatch; cannot backtrack far
+REFERENCE_LETTERS = "ABCDEFGHIJKLMNOP"  # infotext keys are letters and spaces: "Reference A", "Reference B", ...
+_HEX = frozenset("0123456789abcdef")
 
 
 def infotext(result: GenerationResult) -> str:
-    fields = [
-        ("Steps", result.steps),
-        ("Sampler", "FlowMatchEuler"),
-        ("CFG scale", result.guidance),
-        ("Seed", result.seed),
-        ("Size", f"{result.width}x{result.height}"),
-        ("Model", result.model),
-        ("Mode", result.mode),
-        ("Device", result.device),
-    ]
+    fields = [("Steps", result.steps), ("Sampler", "FlowMatchEuler"), ("CFG scale", result.guidance),
+              ("Seed", result.seed), ("Size", f"{result.width}x{result.height}"), ("Model", result.model),
+              ("Mode", result.mode), ("Device", result.device)]
     if result.count > 1:
         fields.append(("Batch size", result.count))
     for letter, reference in zip(REFERENCE_LETTERS, result.references):
@@ -77,19 +72,14 @@ def infotext(result: GenerationResult) -> str:
     return result.prompt + "\n" + ", ".join(f"{k}: {v}" for k, v in fields)
 
 
-REFERENCE_LETTERS = "ABCDEFGHIJKLMNOP"  # infotext keys are letters and spaces: "Reference A", "Reference B", ...
-_HEX = frozenset("0123456789abcdef")
-
-
 def _reference(value: str, max_size: int = 8192) -> dict[str, str] | None:
     """"<sha256> <source WxH> <fitted WxH> <fit>" back into a record's reference; None if malformed."""
     parts = value.split()
     if len(parts) != 4 or len(parts[0]) != 64 or not _HEX.issuperset(parts[0]):
         return None
     for size in parts[1:3]:
-        width, x, height = size.partition("x")
-        w, h = _ascii_int(width, 5), _ascii_int(height, 5)
-        if not x or w is None or h is None or not (0 < w <= max_size and 0 < h <= max_size):
+        sides = _size(size)
+        if sides is None or not all(0 < side <= max_size for side in sides):
             return None
     if parts[3] not in ("crop", "pad", "as-is"):
         return None
@@ -153,6 +143,13 @@ def _ascii_int(value: str, max_digits: int = 20) -> int | None:
     return int(value)
 
 
+def _size(text: str) -> tuple[int, int] | None:
+    """"WIDTHxHEIGHT" (each side at most 5 ASCII digits) as (width, height); None if malformed."""
+    width, x, height = text.partition("x")
+    sides = _ascii_int(width.strip(), 5), _ascii_int(height.strip(), 5)
+    return sides if x and None not in sides else None
+
+
 def _params(line: str) -> dict[str, str]:
     """'Key: value, Key: value' as {key (lower case): value}; malformed pieces are skipped. Linear:
     one split on ',' (at most ``MAX_FIELDS`` + 1 pieces; whatever follows is the last one)
@@ -207,11 +204,9 @@ def parse_infotext(text: str, *, max_prompt: int = 2000, max_steps: int = 50, ma
     seed = _ascii_int(fields.get("seed", ""))
     if seed is not None and 0 <= seed <= max_seed:
         out["seed"] = seed
-    width_text, x, height_text = fields.get("size", "").lower().partition("x")
-    width, height = _ascii_int(width_text.strip(), 5), _ascii_int(height_text.strip(), 5)
-    if x and width is not None and height is not None and all(
-            min_size <= v <= max_size and v % 16 == 0 for v in (width, height)):
-        out["width"], out["height"] = width, height
+    size = _size(fields.get("size", "").lower())
+    if size and all(min_size <= v <= max_size and v % 16 == 0 for v in size):
+        out["width"], out["height"] = size
     for key in ("mode", "model", "device"):
         if fields.get(key):
             out[key] = fields[key]
@@ -251,16 +246,13 @@ def _decode_text_chunk(kind: bytes, data: bytes, max_chars: int) -> tuple[str, s
     limit = max_chars * 4 + 4 if encoding == "utf-8" else max_chars + 1  # bytes enough for max_chars + 1
     if compressed:
         try:
-            inflater = zlib.decompressobj()
-            rest = inflater.decompress(rest, limit)
+            rest = zlib.decompressobj().decompress(rest, limit)
         except zlib.error:
             return None
     if len(rest) > limit:
         return None
     text = rest.decode(encoding, errors="replace")
-    if len(text) > max_chars:
-        return None
-    return keyword.decode("latin-1"), text
+    return (keyword.decode("latin-1"), text) if len(text) <= max_chars else None
 
 
 def _png_text(handle, size: int, key: str, max_chars: int = MAX_INFOTEXT) -> str | None:
