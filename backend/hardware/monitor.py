@@ -149,8 +149,7 @@ class NeuronMonitor:
         self._closing = False
         self._latest: dict[str, Any] | None = None
         self._at: float | None = None
-        self._reports = 0
-        self._dropped = 0
+        self._reports = self._dropped = 0
         self._totals: dict[tuple[int, str], dict[str, int]] = {}  # (pid, tag) -> status counts since start
         self.why: str | None = None if device_kind == "neuron" else "off_neuron"
 
@@ -172,10 +171,7 @@ class NeuronMonitor:
 
     def _read(self, proc: subprocess.Popen) -> None:
         stream = proc.stdout
-        while True:
-            line = stream.readline(LINE_CAP + 1)
-            if not line:
-                break
+        for line in iter(lambda: stream.readline(LINE_CAP + 1), b""):
             if len(line) > LINE_CAP:  # dropped whole: the rest of it too
                 while line and not line.endswith(b"\n"):
                     line = stream.readline(LINE_CAP + 1)
@@ -185,8 +181,8 @@ class NeuronMonitor:
                 report = parse_report(line)
             except ValueError:
                 self._dropped += 1
-                continue
-            self.take(report)
+            else:
+                self.take(report)
         code = proc.wait()
         if not self._closing:
             self.why = f"{self.executable} exited (code {code})"
