@@ -19,6 +19,7 @@ Anything else stays. Folders emptied by the removal go too (the cache folder its
 
 from __future__ import annotations
 
+import contextlib
 import re
 import shutil
 from pathlib import Path
@@ -39,26 +40,20 @@ _INDUCTOR_LOCK = re.compile(r"^c[a-z0-9]{40,}\.lock$")
 _CODE_DIR = re.compile(r"^[a-z0-9]{2}$")  # "j6", "35": the code hash's second and third characters
 _INDUCTOR_CODE = re.compile(r"^c([a-z0-9]{2})[a-z0-9]{30,}(\.[A-Za-z0-9_.]+)?$")
 
-KIND_BY_VARIABLE = {
-    "TORCH_NEURONX_NEFF_CACHE_DIR": "neff",
-    "TORCH_NEURONX_NEFF_LOCAL_CACHE_DIR": "neff-locks",
-    "TORCHINDUCTOR_CACHE_DIR": "inductor",
-}
+KIND_BY_VARIABLE = {"TORCH_NEURONX_NEFF_CACHE_DIR": "neff", "TORCH_NEURONX_NEFF_LOCAL_CACHE_DIR": "neff-locks",
+                    "TORCHINDUCTOR_CACHE_DIR": "inductor"}
 
 
-def _dirs(folder: Path, name: re.Pattern | None = None) -> list[Path]:
-    """The real (not linked) folders in ``folder`` (named like ``name``)."""
+def _dirs(folder: Path, name: re.Pattern | None = None, kind=Path.is_dir) -> list[Path]:
+    """The real (not linked) folders in ``folder`` (named like ``name``); ``kind=Path.is_file``: files."""
     try:
-        return [p for p in folder.iterdir() if p.is_dir() and not p.is_symlink() and (not name or name.match(p.name))]
+        return [p for p in folder.iterdir() if kind(p) and not p.is_symlink() and (not name or name.match(p.name))]
     except OSError:
         return []
 
 
 def _files(folder: Path, name: re.Pattern | None = None) -> list[Path]:
-    try:
-        return [p for p in folder.iterdir() if p.is_file() and not p.is_symlink() and (not name or name.match(p.name))]
-    except OSError:
-        return []
+    return _dirs(folder, name, Path.is_file)
 
 
 def _neff_files(root: Path) -> list[Path]:
@@ -121,10 +116,8 @@ def size(paths: list[Path]) -> int:
         if path.is_dir():
             total += dir_size(path)
         else:
-            try:
+            with contextlib.suppress(OSError):
                 total += path.lstat().st_size
-            except OSError:
-                pass
     return total
 
 
