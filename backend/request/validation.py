@@ -20,8 +20,6 @@ _ALLOWED_CONTROL = {"\n", "\t", "\r"}
 # Unicode's bidirectional formatting characters (UAX #9: embeddings, overrides, isolates, marks):
 # a prompt holding one can show other words than it holds ("Trojan Source"), wherever it is shown.
 _BIDI_CONTROLS = {0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)}
-
-
 _GUIDANCE_TEXT = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]{1,4})?")
 
 
@@ -116,15 +114,12 @@ def validate_request(s: Settings, modes: Iterable[str], prompt: Any, height: Any
             raise InvalidRequest("prompt", f"contains the bidirectional control character U+{ord(ch):04X} at "
                                            f"position {pos}")
     tokens = count_tokens(text) if count_tokens is not None else None
-    if tokens is not None:
-        if tokens > s.max_prompt_tokens:
-            raise InvalidRequest("prompt", f"is {tokens} tokens with the chat template; the text encoder reads "
-                                           f"{s.max_prompt_tokens}, so the end would be cut off — shorten it")
+    if tokens is not None and tokens > s.max_prompt_tokens:
+        raise InvalidRequest("prompt", f"is {tokens} tokens with the chat template; the text encoder reads "
+                                       f"{s.max_prompt_tokens}, so the end would be cut off — shorten it")
     shape, steps = check_signature(s, height, width, steps, count, references, budget)
 
-    if guidance is None:
-        guidance = s.guidance
-    guidance = _number("guidance", guidance)
+    guidance = _number("guidance", s.guidance if guidance is None else guidance)
     if not math.isfinite(guidance) or not 0.0 <= guidance <= s.max_guidance:
         raise InvalidRequest("guidance", f"must be between 0 and {s.max_guidance}, got {guidance!r}",
                              (("between", {"low": 0, "high": s.max_guidance, "got": repr(guidance)}),))
