@@ -38,8 +38,8 @@ def _default_cache_root() -> Path:
 
 @dataclasses.dataclass
 class Settings:
-    """Each field's flag, variable and meaning are in ``OPTIONS`` (and docs/settings.md); the comments
-    here say only what the table does not."""
+    """Each field's parser and meaning are in ``OPTIONS``, its flag and variable are ``names``' (all in
+    docs/settings.md); the comments here say only what the table does not."""
 
     model: str = EMBEDDED_MODEL
     device: str = "auto"
@@ -227,121 +227,96 @@ def _core_list(text: str) -> str:
     return NO_CORES if text.strip().lower() == NO_CORES else format_cores(parse_cores(text))
 
 
-# field -> (flag, environment variable, parser, help). The one table of the app's knobs.
-OPTIONS: dict[str, tuple[str, str, Any, str]] = {
-    "model": ("--model", "NEURON_STUDIO_MODEL", str,
-              "'embedded' (default: a tiny offline model trained to draw scene prompts), "
-              "'embedded-random' (tiny, random weights), a hub id such as "
-              "black-forest-labs/FLUX.2-klein-4B, or a local diffusers folder"),
-    "device": ("--device", "NEURON_STUDIO_DEVICE", _choice(DEVICES), "auto|neuron|cuda|cpu"),
-    "dtype": ("--dtype", "NEURON_STUDIO_DTYPE", _choice(DTYPES),
-              "auto (bf16 on neuron/cuda, fp32 on cpu)|float32|bfloat16|float16"),
-    "compile_backend": ("--compile-backend", "NEURON_STUDIO_COMPILE_BACKEND", str,
-                        "torch.compile backend (default: neuron on Trainium, inductor elsewhere; "
-                        "aot_eager compiles fast on CPU)"),
-    "mode": ("--mode", "NEURON_STUDIO_MODE", _choice(MODES), "eager|compiled|regional|tp (tensor-parallel)"),
-    "tp_degree": ("--tp-degree", "NEURON_STUDIO_TP_DEGREE", _positive_int,
-                  "ranks (devices) of the tensor-parallel group; must divide the attention-head count"),
-    "tp_compile": ("--tp-compile", "NEURON_STUDIO_TP_COMPILE", _choice(IN_PROCESS_MODES),
-                   "how each tensor-parallel rank runs its shard: eager|compiled|regional"),
-    "tp_stall_timeout": ("--tp-stall-timeout", "NEURON_STUDIO_TP_STALL_TIMEOUT", float,
-                         "seconds without progress from the group before it is declared hung"),
-    "tp_torchrun_args": ("--tp-torchrun-args", "NEURON_STUDIO_TP_TORCHRUN_ARGS", str,
-                         "extra torchrun options for the worker group (quoted, shell-style)"),
-    "compile_timeout": ("--compile-timeout", "NEURON_STUDIO_COMPILE_TIMEOUT", _positive_float,
-                        "seconds one shape's compile may take (a silent worker is not hung meanwhile; on Neuron the "
-                        "NEFF lock and collective timeouts are kept at least this long)"),
-    "tp_collective_timeout": ("--tp-collective-timeout", "NEURON_STUDIO_TP_COLLECTIVE_TIMEOUT", float,
-                              "seconds a collective of the worker group may wait before it fails"),
-    "replicas": ("--replicas", "NEURON_STUDIO_REPLICAS", _whole,
-                 "replicas started at launch: worker processes, each a whole pipeline on its own "
-                 "NeuronCore (CUDA device; share of the CPU) serving eager/compiled/regional requests "
-                 "side by side (0: none; the System tab starts and stops them)"),
-    "ray": ("--ray", "NEURON_STUDIO_RAY", str,
-            "serve eager/compiled/regional from a Ray Serve deployment on this Ray cluster (an address such as "
+# field -> (parser, help). The one table of the app's knobs; each one's flag and variable are ``names``.
+OPTIONS: dict[str, tuple[Any, str]] = {
+    "model": (str, "'embedded' (default: a tiny offline model trained to draw scene prompts), 'embedded-random' "
+              "(tiny, random weights), a hub id such as black-forest-labs/FLUX.2-klein-4B, or a local diffusers "
+              "folder"),
+    "device": (_choice(DEVICES), "auto|neuron|cuda|cpu"),
+    "dtype": (_choice(DTYPES), "auto (bf16 on neuron/cuda, fp32 on cpu)|float32|bfloat16|float16"),
+    "compile_backend": (str, "torch.compile backend (default: neuron on Trainium, inductor elsewhere; aot_eager "
+                        "compiles fast on CPU)"),
+    "mode": (_choice(MODES), "eager|compiled|regional|tp (tensor-parallel)"),
+    "tp_degree": (_positive_int, "ranks (devices) of the tensor-parallel group; must divide the attention-head count"),
+    "tp_compile": (_choice(IN_PROCESS_MODES), "how each tensor-parallel rank runs its shard: eager|compiled|regional"),
+    "tp_stall_timeout": (float, "seconds without progress from the group before it is declared hung"),
+    "tp_torchrun_args": (str, "extra torchrun options for the worker group (quoted, shell-style)"),
+    "compile_timeout": (_positive_float, "seconds one shape's compile may take (a silent worker is not hung "
+                        "meanwhile; on Neuron the NEFF lock and collective timeouts are kept at least this long)"),
+    "tp_collective_timeout": (float, "seconds a collective of the worker group may wait before it fails"),
+    "replicas": (_whole, "replicas started at launch: worker processes, each a whole pipeline on its own NeuronCore "
+                 "(CUDA device; share of the CPU) serving eager/compiled/regional requests side by side (0: none; "
+                 "the System tab starts and stops them)"),
+    "ray": (str, "serve eager/compiled/regional from a Ray Serve deployment on this Ray cluster (an address such as "
             "head:6379, or auto), each replica a whole pipeline on --ray-cores-per-replica neuron_cores (GPUs; CPUs) "
             "(default: none; docs/replicas.md)"),
-    "ray_replicas": ("--ray-replicas", "NEURON_STUDIO_RAY_REPLICAS", _positive_int,
-                     "Serve replicas of the pipeline (the initial count under autoscaling)"),
-    "ray_cores_per_replica": ("--ray-cores-per-replica", "NEURON_STUDIO_RAY_CORES_PER_REPLICA", _positive_int,
-                              "neuron_cores (GPUs; CPUs where the cluster has neither) each Serve replica holds"),
-    "ray_min_replicas": ("--ray-min-replicas", "NEURON_STUDIO_RAY_MIN_REPLICAS", _whole,
-                         "autoscaling's lower bound (with --ray-max-replicas)"),
-    "ray_max_replicas": ("--ray-max-replicas", "NEURON_STUDIO_RAY_MAX_REPLICAS", _whole,
-                         "autoscaling's upper bound: Serve scales on ongoing requests, one per replica (0: a fixed "
-                         "--ray-replicas)"),
-    "neuron_cores": ("--neuron-cores", "NEURON_STUDIO_NEURON_CORES", _core_list,
-                     "NeuronCores the app process claims, e.g. 0 or 0-1 (default: inherited "
-                     "NEURON_RT_VISIBLE_CORES, else the instance's last core); tensor-parallel ranks and replicas get "
-                     "cores from the rest. 'none': the app claims none and runs nothing on the device itself, so "
+    "ray_replicas": (_positive_int, "Serve replicas of the pipeline (the initial count under autoscaling)"),
+    "ray_cores_per_replica": (_positive_int, "neuron_cores (GPUs; CPUs where the cluster has neither) each Serve "
+                              "replica holds"),
+    "ray_min_replicas": (_whole, "autoscaling's lower bound (with --ray-max-replicas)"),
+    "ray_max_replicas": (_whole, "autoscaling's upper bound: Serve scales on ongoing requests, one per replica (0: a "
+                         "fixed --ray-replicas)"),
+    "neuron_cores": (_core_list, "NeuronCores the app process claims, e.g. 0 or 0-1 (default: inherited "
+                     "NEURON_RT_VISIBLE_CORES, else the instance's last core); tensor-parallel ranks and replicas "
+                     "get cores from the rest. 'none': the app claims none and runs nothing on the device itself, so "
                      "every core can go to the group or the replicas (degree 4 on a trn2.3xlarge)"),
-    "neuron_instance_cores": ("--neuron-instance-cores", "NEURON_STUDIO_NEURON_INSTANCE_CORES", _positive_int,
-                              "logical NeuronCores on this instance, as NEURON_RT_VISIBLE_CORES counts them "
-                              "(default: from neuron-ls); 4 on a trn2.3xlarge"),
-    "tp_start_timeout": ("--tp-start-timeout", "NEURON_STUDIO_TP_START_TIMEOUT", float,
-                         "seconds the group may take to load and warm up"),
-    "steps": ("--steps", "NEURON_STUDIO_STEPS", _positive_int, "default denoising steps"),
-    "max_steps": ("--max-steps", "NEURON_STUDIO_MAX_STEPS", _positive_int, "most steps a request may ask"),
-    "guidance": ("--guidance", "NEURON_STUDIO_GUIDANCE", float, "default guidance scale"),
-    "min_size": ("--min-size", "NEURON_STUDIO_MIN_SIZE", _positive_int, "smallest height/width"),
-    "max_size": ("--max-size", "NEURON_STUDIO_MAX_SIZE", _positive_int, "largest height/width"),
-    "prewarm": ("--prewarm", "NEURON_STUDIO_PREWARM", parse_shape_list,
-                "shapes to compile at start, e.g. 1024x1024,768x1344 (WIDTHxHEIGHT)"),
-    "warm_only": ("--warm-only", "NEURON_STUDIO_WARM_ONLY", _bool,
-                  "refuse shapes that are not warm instead of compiling them (1/0)"),
-    "max_compiled_shapes": ("--max-compiled-shapes", "NEURON_STUDIO_MAX_COMPILED_SHAPES", _positive_int,
-                            "distinct compiled graphs per mode before new shapes are refused"),
-    "cache_dir": ("--cache-dir", "NEURON_STUDIO_CACHE_DIR", Path, "app-owned compile cache root"),
-    "output_dir": ("--output-dir", "NEURON_STUDIO_OUTPUT_DIR", Path, "where PNGs are written"),
-    "host": ("--host", "NEURON_STUDIO_HOST", str, "address the web UI binds (default 127.0.0.1)"),
-    "port": ("--port", "NEURON_STUDIO_PORT", _positive_int, "web UI port"),
-    "auth": ("--auth", "NEURON_STUDIO_AUTH", str,
-             "require a login: a file with one user:pass per line (or user:pass, which ps shows: "
-             "prefer the file or the environment variable)"),
-    "operator_auth": ("--operator-auth", "NEURON_STUDIO_OPERATOR_AUTH", str,
-                      "the operator's login at /operator: a file of user:pass lines (or user:pass); "
-                      "default: a random operator link printed at start"),
-    "cache_from": ("--cache-from", "NEURON_STUDIO_CACHE_FROM", Path,
-                   "a warm-start bundle to import at start (its shapes then run once, so they are warm); "
+    "neuron_instance_cores": (_positive_int, "logical NeuronCores on this instance, as NEURON_RT_VISIBLE_CORES "
+                              "counts them (default: from neuron-ls); 4 on a trn2.3xlarge"),
+    "tp_start_timeout": (float, "seconds the group may take to load and warm up"),
+    "steps": (_positive_int, "default denoising steps"),
+    "max_steps": (_positive_int, "most steps a request may ask"),
+    "guidance": (float, "default guidance scale"),
+    "min_size": (_positive_int, "smallest height/width"),
+    "max_size": (_positive_int, "largest height/width"),
+    "prewarm": (parse_shape_list, "shapes to compile at start, e.g. 1024x1024,768x1344 (WIDTHxHEIGHT)"),
+    "warm_only": (_bool, "refuse shapes that are not warm instead of compiling them (1/0)"),
+    "max_compiled_shapes": (_positive_int, "distinct compiled graphs per mode before new shapes are refused"),
+    "cache_dir": (Path, "app-owned compile cache root"),
+    "output_dir": (Path, "where PNGs are written"),
+    "host": (str, "address the web UI binds (default 127.0.0.1)"),
+    "port": (_positive_int, "web UI port"),
+    "auth": (str, "require a login: a file with one user:pass per line (or user:pass, which ps shows: prefer the "
+             "file or the environment variable)"),
+    "operator_auth": (str, "the operator's login at /operator: a file of user:pass lines (or user:pass); default: a "
+                      "random operator link printed at start"),
+    "cache_from": (Path, "a warm-start bundle to import at start (its shapes then run once, so they are warm); "
                    "importing a bundle runs its author's code: use only bundles you trust"),
-    "max_queued_per_viewer": ("--max-queued-per-viewer", "NEURON_STUDIO_MAX_QUEUED_PER_VIEWER", _positive_int,
-                              "runs one owner (a page session, an API key or address) may have waiting on the job "
-                              "board besides its running one; one more is refused with its place in line"),
-    "max_work": ("--max-work", "NEURON_STUDIO_MAX_WORK", _non_negative_float,
-                 "megapixel-steps one request may ask (width x height x steps / 1e6; 2048x2048 at 50 steps is "
-                 "210); the cost line states it before the click (0: no bound beyond --max-size and --max-steps)"),
-    "max_references": ("--max-references", "NEURON_STUDIO_MAX_REFERENCES", _whole,
-                       "reference images one edit may take (0: no editing)"),
-    "reference_sizes": ("--reference-sizes", "NEURON_STUDIO_REFERENCE_SIZES", _plain_shape_list,
-                        "the sizes references are fitted to, e.g. 1024x1024,768x1344 (default: the model's "
-                        "presets); each is a compile on Trainium, so keep them few"),
-    "reference_fit": ("--reference-fit", "NEURON_STUDIO_REFERENCE_FIT", _choice(("crop", "pad")),
-                      "how a reference reaches its size: crop (cover, cut the middle) or pad (fit, white around)"),
-    "max_sequence_tokens": ("--max-sequence-tokens", "NEURON_STUDIO_MAX_SEQUENCE_TOKENS", _whole,
-                            "image tokens (the output's and every reference's, 256 pixels each) one request may "
-                            "ask (0: four times the largest preset's)"),
-    "api_keys": ("--api-keys", "NEURON_STUDIO_API_KEYS", Path,
-                 "a file of API keys for /v1/images (one per line, or name:key; # comments): each caller a "
+    "max_queued_per_viewer": (_positive_int, "runs one owner (a page session, an API key or address) may have "
+                              "waiting on the job board besides its running one; one more is refused with its place "
+                              "in line"),
+    "max_work": (_non_negative_float, "megapixel-steps one request may ask (width x height x steps / 1e6; 2048x2048 "
+                 "at 50 steps is 210); the cost line states it before the click (0: no bound beyond --max-size and "
+                 "--max-steps)"),
+    "max_references": (_whole, "reference images one edit may take (0: no editing)"),
+    "reference_sizes": (_plain_shape_list, "the sizes references are fitted to, e.g. 1024x1024,768x1344 (default: "
+                        "the model's presets); each is a compile on Trainium, so keep them few"),
+    "reference_fit": (_choice(("crop", "pad")), "how a reference reaches its size: crop (cover, cut the middle) or "
+                      "pad (fit, white around)"),
+    "max_sequence_tokens": (_whole, "image tokens (the output's and every reference's, 256 pixels each) one request "
+                            "may ask (0: four times the largest preset's)"),
+    "api_keys": (Path, "a file of API keys for /v1/images (one per line, or name:key; # comments): each caller a "
                  "viewer (default: no key, loopback callers only)"),
-    "metrics_key": ("--metrics-key", "NEURON_STUDIO_METRICS_KEY", str,
-                    "a key (or a file holding it) that lets a non-loopback scraper read /metrics as a Bearer "
+    "metrics_key": (str, "a key (or a file holding it) that lets a non-loopback scraper read /metrics as a Bearer "
                     "token, at least 16 characters (default: loopback scrapers only)"),
-    "forwarded_allow_ips": ("--forwarded-allow-ips", "NEURON_STUDIO_FORWARDED_ALLOW_IPS", str,
-                            "the reverse proxies (comma-separated addresses or networks, uvicorn's "
-                            "forwarded_allow_ips) whose X-Forwarded-For and X-Forwarded-Proto are believed: "
-                            "the caller's address and scheme for every bound (default: none, the peer's address)"),
-    "price_per_hour": ("--price-per-hour", "NEURON_STUDIO_PRICE_PER_HOUR", _non_negative_float,
-                       "the instance's price per hour (USD) for the cost receipt (0: the dated on-demand table "
-                       "for the instance type neuron-ls reports, if it lists it)"),
-    "keep_outputs": ("--keep-outputs", "NEURON_STUDIO_KEEP_OUTPUTS", _positive_int,
-                     "generated PNGs kept in the output dir; the app's oldest are removed past it"),
+    "forwarded_allow_ips": (str, "the reverse proxies (comma-separated addresses or networks, uvicorn's "
+                            "forwarded_allow_ips) whose X-Forwarded-For and X-Forwarded-Proto are believed: the "
+                            "caller's address and scheme for every bound (default: none, the peer's address)"),
+    "price_per_hour": (_non_negative_float, "the instance's price per hour (USD) for the cost receipt (0: the dated "
+                       "on-demand table for the instance type neuron-ls reports, if it lists it)"),
+    "keep_outputs": (_positive_int, "generated PNGs kept in the output dir; the app's oldest are removed past it"),
 }
+
+
+def names(dest: str) -> tuple[str, str]:
+    """A setting's flag and environment variable: ``max_steps`` -> --max-steps, NEURON_STUDIO_MAX_STEPS."""
+    return "--" + dest.replace("_", "-"), "NEURON_STUDIO_" + dest.upper()
 
 
 def add_setting_flags(parser: argparse.ArgumentParser) -> None:
     """Add every setting as a flag whose default is 'not given', so env and defaults can fill in."""
     group = parser.add_argument_group("settings (flag > NEURON_STUDIO_* environment > default)")
-    for dest, (flag, env, parse, help_text) in OPTIONS.items():
+    for dest, (parse, help_text) in OPTIONS.items():
+        flag, env = names(dest)
         switch = {"nargs": "?", "const": "1"} if parse is _bool else {}  # `--warm-only` alone means on
         group.add_argument(flag, dest=dest, default=argparse.SUPPRESS, metavar=dest.upper(),
                            help=f"{help_text} [env {env}]", **switch)
@@ -355,7 +330,8 @@ def load_settings(flags: dict[str, Any] | None = None, environ: dict[str, str] |
     flags = flags or {}
     environ = os.environ if environ is None else environ
     values: dict[str, Any] = {}
-    for dest, (flag, env, parse, _help) in OPTIONS.items():
+    for dest, (parse, _help) in OPTIONS.items():
+        flag, env = names(dest)
         if dest in flags:
             raw, source = flags[dest], flag
         elif environ.get(env, "") != "":
@@ -375,7 +351,8 @@ def settings_table() -> str:
     markers (``python -m backend.settings`` rewrites them; a test checks they agree)."""
     defaults = Settings.__dataclass_fields__
     rows = ["| flag | environment | default | meaning |", "| --- | --- | --- | --- |"]
-    for dest, (flag, env, _parse, help_text) in OPTIONS.items():
+    for dest, (_parse, help_text) in OPTIONS.items():
+        flag, env = names(dest)
         default = defaults[dest].default  # MISSING for a default_factory: only cache_dir's is not empty
         if default is dataclasses.MISSING:
             default = "user cache dir/neuron-studio" if dest == "cache_dir" else None

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from backend.engines import ray_serve
-from backend.settings import IN_PROCESS_MODES, OPTIONS, load_settings
+from backend.settings import IN_PROCESS_MODES, OPTIONS, load_settings, names
 from backend.shapes import parse_signature
 
 yaml = pytest.importorskip("yaml")
@@ -46,7 +46,7 @@ def test_the_trn2_manifest_deploys_what_the_studio_attaches_to_with_the_apps_own
     assert settings.ray == "auto" and settings.ray_replicas == deployment["num_replicas"]
     assert settings.ray_cores_per_replica == deployment["ray_actor_options"]["resources"]["neuron_cores"]
     assert ingress["spec"]["ports"][0]["targetPort"] == settings.port == studio["ports"][0]["containerPort"]
-    known = {env for _flag, env, _parse, _help in OPTIONS.values()}
+    known = {names(dest)[1] for dest in OPTIONS}
     for group in (head, *cluster["workerGroupSpecs"]):
         for container in _containers(group):
             named = [e["name"] for e in container.get("env", []) if e["name"].startswith("NEURON_STUDIO_")]

@@ -71,8 +71,8 @@ def test_the_settings_page_is_made_from_the_settings_table():
     rewrites it): a setting added, renamed or given another default shows there."""
     from pathlib import Path
 
-    from backend.settings import OPTIONS, settings_table
+    from backend.settings import OPTIONS, names, settings_table
 
     doc = (Path(__file__).resolve().parents[2] / "docs" / "settings.md").read_text()
     assert settings_table() in doc, "run `python -m backend.settings`"
-    assert all(f"`{flag}`" in doc for flag, _env, _parse, _help in OPTIONS.values())
+    assert all(f"`{names(dest)[0]}`" in doc for dest in OPTIONS)
