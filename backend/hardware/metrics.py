@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 import threading
 import time
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
 import torch._dynamo
@@ -34,37 +34,32 @@ OUT_OF_MEMORY = re.compile(r"NRT allocation failed for size (\d+) \(OOM\)")
 _COMPILER_MESSAGE = re.compile(r'error message="(COMPILATION FAILED: [^\n]*?)"?$', re.M)
 
 
+def _wrapped(exc: BaseException | None) -> Iterator[BaseException]:
+    """``exc`` and what it wraps (an ``inner_exception``, else its ``__cause__``), outermost first."""
+    while exc is not None:
+        yield exc
+        exc = getattr(exc, "inner_exception", None) or exc.__cause__
+
+
 def is_compile_error(exc: BaseException) -> bool:
     """True when ``exc`` (or what it wraps) is a compiler's failure rather than the model's: dynamo's
     ``BackendCompilerFailed``, or (Neuron compiles at a graph's first execution, eager ops as they
     run) a plain RuntimeError in TorchNeuron's words (``COMPILE_ERROR_MARKS``)."""
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, torch._dynamo.exc.BackendCompilerFailed):
-            return True
-        if any(mark in str(seen) for mark in COMPILE_ERROR_MARKS):
-            return True
-        seen = getattr(seen, "inner_exception", None) or seen.__cause__
-    return False
+    return any(isinstance(seen, torch._dynamo.exc.BackendCompilerFailed)
+               or any(mark in str(seen) for mark in COMPILE_ERROR_MARKS) for seen in _wrapped(exc))
 
 
 def out_of_memory(exc: BaseException) -> int | None:
     """The bytes of the allocation that did not fit a NeuronCore, when ``exc`` (or what it wraps) says so."""
-    seen: BaseException | None = exc
-    while seen is not None:
-        found = OUT_OF_MEMORY.search(str(seen))
-        if found:
-            return int(found.group(1))
-        seen = getattr(seen, "inner_exception", None) or seen.__cause__
-    return None
+    found = next(filter(None, (OUT_OF_MEMORY.search(str(seen)) for seen in _wrapped(exc))), None)
+    return int(found.group(1)) if found else None
 
 
 def compile_error_text(exc: BaseException) -> str:
     """TorchNeuron's ``COMPILATION FAILED: <the compiler's last line>`` where the text has one, else
     the error's first line."""
     text = str(exc)
-    found = _COMPILER_MESSAGE.search(text)
-    if found:
+    if found := _COMPILER_MESSAGE.search(text):
         return found.group(1)
     lines = text.strip().splitlines()
     return lines[0] if lines else type(exc).__name__
