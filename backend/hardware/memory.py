@@ -38,11 +38,8 @@ DECODE_COPIES = 5
 
 def hbm_per_core(target: str | None, lnc: int | None) -> int | None:
     """Bytes of HBM one logical NeuronCore has on ``target`` (trn2, trn3) at ``lnc``; None if unknown."""
-    chip = CHIPS.get(str(target or "").lower())
-    if chip is None:
-        return None
-    physical, gib = chip
-    return gib * GIB * max(1, lnc or 1) // physical
+    physical, gib = CHIPS.get(str(target or "").lower(), (None, 0))
+    return None if physical is None else gib * GIB * max(1, lnc or 1) // physical
 
 
 def _tensor_elements(folder: Path) -> dict[str, int]:
@@ -87,19 +84,16 @@ class Geometry:
 
             tp_plan = Flux2Transformer2DModel._tp_plan
         t, v, te = config("transformer"), config("vae"), config("text_encoder")
-        sharded = replicated = 0
-        for name, count in _tensor_elements(root / "transformer").items():
-            module = name.rsplit(".", 1)[0]
-            if any(fnmatch.fnmatchcase(module, pattern) for pattern in tp_plan):
-                sharded += count
-            else:
-                replicated += count
+        counts = _tensor_elements(root / "transformer")
+        sharded = sum(count for name, count in counts.items()  # matched by the module holding the tensor
+                      if any(fnmatch.fnmatchcase(name.rsplit(".", 1)[0], p) for p in tp_plan))
+        replicated = sum(counts.values()) - sharded
         others = sum(sum(_tensor_elements(root / part).values()) for part in ("text_encoder", "vae"))
         text_heads = te["num_attention_heads"]
         return cls(t["num_attention_heads"], t["attention_head_dim"], float(t.get("mlp_ratio", 3.0)), text_heads,
-                   te.get("head_dim") or te["hidden_size"] // text_heads, te.get("intermediate_size", te["hidden_size"]),
-                   tuple(v["block_out_channels"]), bool(v.get("mid_block_add_attention", True)), sharded, replicated,
-                   others)
+                   te.get("head_dim") or te["hidden_size"] // text_heads,
+                   te.get("intermediate_size", te["hidden_size"]), tuple(v["block_out_channels"]),
+                   bool(v.get("mid_block_add_attention", True)), sharded, replicated, others)
 
     @property
     def vae_factor(self) -> int:
