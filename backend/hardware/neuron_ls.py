@@ -61,9 +61,7 @@ def _instance(devices: list[NeuronDevice], reported_lnc: int, source: str, insta
                                                             (d.cores[-1] + 1) * reported_lnc // lnc)))
                    for d in devices]
     logical = sum(len(d.cores) for d in devices)
-    if not logical:
-        return None
-    return InstanceCores(logical, logical * lnc, lnc, source, tuple(devices), instance_type)
+    return InstanceCores(logical, logical * lnc, lnc, source, tuple(devices), instance_type) if logical else None
 
 
 def parse_neuron_ls_json(text: str, environ: Mapping[str, str] | None = None) -> InstanceCores | None:
@@ -177,10 +175,7 @@ def detect_instance_cores(override: int | None = None, *, neuron_ls: str | None 
             continue
         found = parse(proc.stdout, environ) if proc.returncode == 0 else None
         if found is not None and found.logical:
-            _DETECTED[key] = found
-            return found
+            return _DETECTED.setdefault(key, found)
         why.append(f"{what} gave no device table (exit {proc.returncode}: "
                    f"{(proc.stderr or proc.stdout).strip()[:200]})")
-    found = InstanceCores(None, source="unknown: " + "; ".join(why))
-    _DETECTED[key] = found
-    return found
+    return _DETECTED.setdefault(key, InstanceCores(None, source="unknown: " + "; ".join(why)))
