@@ -144,8 +144,7 @@ class CorePlan:
         free = self.free_cores()
         engines: dict[str, dict[str, Any]] = {}
         for owner, (count, owner_heads) in wanted.items():
-            entry: dict[str, Any] = {"count": count, "cores": None, "error": None,
-                                     "held": owner in self.claims}
+            entry: dict[str, Any] = {"count": count, "cores": None, "error": None, "held": owner in self.claims}
             if owner_heads is not None:
                 entry["degrees"] = self.tp_degrees(owner_heads)
             try:
@@ -155,20 +154,14 @@ class CorePlan:
             except CoresDoNotFit as exc:
                 entry["error"] = str(exc)
             engines[owner] = entry
-        return {
-            "instance_cores": self.instance_cores,
-            "physical_cores": self.instance.physical,
-            "lnc": self.instance.lnc,
-            "source": self.instance.source,
-            "app_cores": format_cores(list(self.app_cores)) or NO_CORES,
-            "free_cores": None if free is None else format_cores(free),
-            "engines": engines,
-            "devices": [{"device": d.index, "cores": format_cores(list(d.cores)), "memory_bytes": d.memory_bytes}
-                        for d in self.instance.devices],
-            "hbm_per_core_bytes": self.instance.hbm_per_core(),
-            "whole_banks": self.whole_banks,
-            "instance_type": self.instance.instance_type,
-        }
+        return {"instance_cores": self.instance_cores, "physical_cores": self.instance.physical,
+                "lnc": self.instance.lnc, "source": self.instance.source,
+                "app_cores": format_cores(list(self.app_cores)) or NO_CORES,
+                "free_cores": None if free is None else format_cores(free), "engines": engines,
+                "devices": [{"device": d.index, "cores": format_cores(list(d.cores)), "memory_bytes": d.memory_bytes}
+                            for d in self.instance.devices],
+                "hbm_per_core_bytes": self.instance.hbm_per_core(), "whole_banks": self.whole_banks,
+                "instance_type": self.instance.instance_type}
 
 
 def make_plan(app_cores: str, instance: InstanceCores | int | None) -> CorePlan:
