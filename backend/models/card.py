@@ -104,8 +104,7 @@ def parse_card(data: object) -> ModelCard:
     """A card from its JSON; ValueError naming the key that is wrong."""
     if not isinstance(data, dict):
         raise ValueError("expected a JSON object")
-    unknown = set(data) - {"presets", "preset_scale", "trained_pixels", "prompt_grammar", "start"}
-    if unknown:
+    if unknown := set(data) - {"presets", "preset_scale", "trained_pixels", "prompt_grammar", "start"}:
         raise ValueError(f"unknown key {sorted(unknown)[0]!r}")
     presets = PRESETS
     if "presets" in data and "preset_scale" in data:
@@ -138,16 +137,12 @@ def read_card(folder: str | Path | None, neuron: bool = False) -> ModelCard:
     """The card in ``folder`` (a diffusers pipeline folder), or the defaults when it has none; a card
     that names no presets gets ``NEURON_PRESETS`` on Neuron (each takes the fast attention path)."""
     defaults = ModelCard(NEURON_PRESETS) if neuron else ModelCard()
-    if folder is None:
-        return defaults
-    path = Path(folder) / CARD_FILE
-    if not path.is_file():
+    if folder is None or not (path := Path(folder) / CARD_FILE).is_file():
         return defaults
     try:
         if path.stat().st_size > MAX_CARD_BYTES:
             raise ValueError(f"larger than {MAX_CARD_BYTES // 1024} KiB")
-        data = json.loads(path.read_text(encoding="utf-8"))
-        card = parse_card(data)
+        card = parse_card(data := json.loads(path.read_text(encoding="utf-8")))
     except (ValueError, UnicodeDecodeError) as exc:  # json.JSONDecodeError is a ValueError
         raise ModelNotFound(f"{path}: {exc}; fix or remove the file (it is optional)") from None
     if not {"presets", "preset_scale"} & set(data):
