@@ -22,6 +22,7 @@ Reading is bounded, because the PNG comes from outside (an upload on the page):
 from __future__ import annotations
 
 import errno
+import itertools
 import json
 import math
 import os
@@ -172,37 +173,29 @@ def parse_infotext(text: str, *, max_prompt: int = 2000, max_steps: int = 50, ma
     Linear in ``text`` and bounded: a text over ``MAX_INFOTEXT`` characters gives {}; a last line
     over ``MAX_PARAMS_LINE`` is not a params line; a value over ``MAX_VALUE`` is ignored. Each value
     is held to the app's bounds (the keyword arguments, defaults as in ``Settings``) or left out, so
-    a control is never filled with something validation would refuse:
-
-    - steps: ASCII digits, 1..``max_steps``; guidance ("CFG scale"): a plain decimal, 0..``max_guidance``
-      (no inf, nan or exponent); seed: ASCII digits, 0..``max_seed``;
-    - size: WIDTHxHEIGHT, each ``min_size``..``max_size`` and a multiple of 16 (both or neither);
-    - prompt: cut to ``max_prompt`` characters; mode/model/device: text of at most ``MAX_VALUE``.
+    a control is never filled with something validation would refuse: whole numbers in ASCII digits,
+    guidance ("CFG scale") a plain decimal (no inf, nan or exponent), a size's two sides multiples of
+    16 (both or neither), the prompt cut to ``max_prompt`` characters.
     """
     if not isinstance(text, str) or len(text) > MAX_INFOTEXT:
         return {}
     text = text.strip()
     head, newline, last = text.rpartition("\n")
     fields = _params(last) if len(last) <= MAX_PARAMS_LINE else {}
-    steps_text = fields.get("steps", "")
-    if steps_text[:1].isdigit():  # a params line has "Steps: N" (any digit: a bad one is dropped below)
+    if fields.get("steps", "")[:1].isdigit():  # a params line has "Steps: N" (any digit: a bad one is dropped below)
         prompt = head if newline else ""
     else:
         prompt, fields = text, {}
-    out: dict[str, Any] = {}
     prompt = prompt.strip()[:max_prompt].strip()
-    if prompt:
-        out["prompt"] = prompt
-    steps = _ascii_int(fields.get("steps", ""))
-    if steps is not None and 1 <= steps <= max_steps:
+    out: dict[str, Any] = {"prompt": prompt} if prompt else {}
+    if (steps := _ascii_int(fields.get("steps", ""))) is not None and 1 <= steps <= max_steps:
         out["steps"] = steps
     guidance = fields.get("cfg scale", "")
     if _DECIMAL.fullmatch(guidance):
         value = float(guidance)
         if math.isfinite(value) and 0.0 <= value <= max_guidance:
             out["guidance"] = value
-    seed = _ascii_int(fields.get("seed", ""))
-    if seed is not None and 0 <= seed <= max_seed:
+    if (seed := _ascii_int(fields.get("seed", ""))) is not None and 0 <= seed <= max_seed:
         out["seed"] = seed
     size = _size(fields.get("size", "").lower())
     if size and all(min_size <= v <= max_size and v % 16 == 0 for v in size):
@@ -210,16 +203,10 @@ def parse_infotext(text: str, *, max_prompt: int = 2000, max_steps: int = 50, ma
     for key in ("mode", "model", "device"):
         if fields.get(key):
             out[key] = fields[key]
-    count = _ascii_int(fields.get("batch size", ""), 2)
-    if count is not None and 1 <= count <= 4:
+    if (count := _ascii_int(fields.get("batch size", ""), 2)) is not None and 1 <= count <= 4:
         out["count"] = count
-    references = []
-    for letter in REFERENCE_LETTERS:
-        found = _reference(fields.get(f"reference {letter.lower()}", ""))
-        if found is None:
-            break
-        references.append(found)
-    if references:
+    found = (_reference(fields.get(f"reference {letter.lower()}", "")) for letter in REFERENCE_LETTERS)
+    if references := list(itertools.takewhile(lambda r: r is not None, found)):  # A, B, ... to the first not read
         out["references"] = references
     return out
 
