@@ -21,7 +21,7 @@ from typing import Any, Callable
 from backend.engines.base import PlaceBook, Route
 from backend.engines.in_process import in_signature_order
 from backend.errors import BackendNotReady, GenerationFailed, StudioError
-from backend.launch.group import STARTING, GroupState, WorkerGroup, check_degree
+from backend.launch.group import STARTING, GroupState, WorkerGroup, check_degree, tp_degrees
 from backend.models.source import transformer_heads
 from backend.request.records import EngineOutput, GenerationRequest, ProgressEvent
 from backend.settings import TP_MODE, Settings
@@ -106,10 +106,8 @@ class TensorParallelEngine:
         return None
 
     def degrees(self) -> list[int]:
-        """The degrees offered: they divide the heads (and on Neuron fit one chip: ``CorePlan.tp_degrees``)."""
-        heads, plan = transformer_heads(self.model_path), self.device.core_plan
-        return plan.tp_degrees(heads) if plan is not None else [d for d in range(1, min(heads, 64) + 1)
-                                                                  if heads % d == 0]
+        """The degrees offered (``tp_degrees``)."""
+        return tp_degrees(transformer_heads(self.model_path), self.device.core_plan)
 
     def describe(self) -> dict[str, Any]:
         group = self.group

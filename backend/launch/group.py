@@ -41,7 +41,7 @@ from backend.launch.calls import STARTING, GroupState, RankZero
 from backend.request.records import EngineOutput, GenerationRequest, ProgressEvent
 from backend.settings import Settings
 
-__all__ = ["STARTING", "WorkerGroup", "check_degree"]
+__all__ = ["STARTING", "WorkerGroup", "check_degree", "tp_degrees"]
 
 log = logging.getLogger(__name__)
 ROOT = Path(__file__).resolve().parents[2]
@@ -61,17 +61,21 @@ def _wait_gone(pids: list[int], timeout: float) -> None:
         time.sleep(0.05)
 
 
+def tp_degrees(heads: int, core_plan=None) -> list[int]:
+    """The degrees that divide the heads (on Neuron those that also fit one chip: ``CorePlan.tp_degrees``)."""
+    return core_plan.tp_degrees(heads) if core_plan is not None else \
+        [d for d in range(1, min(heads, 64) + 1) if heads % d == 0]
+
+
 def check_degree(degree: Any, heads: int, core_plan=None, owner: str = "tensor-parallel") -> list[int]:
-    """Refuse a degree that cannot work, naming what can (on Neuron: the degrees that divide the heads
-    and fit one chip, ``CorePlan.tp_degrees``); return each rank's NeuronCore ([] off Neuron)."""
+    """Refuse a degree that cannot work, naming what can (``tp_degrees``); return each rank's
+    NeuronCore ([] off Neuron)."""
     if isinstance(degree, bool) or not isinstance(degree, int) or not 1 <= degree <= 64:
         raise InvalidRequest("tp_degree", f"must be a whole number from 1 to 64, got {degree!r}",
                              (("whole_between", {"low": 1, "high": 64, "got": repr(degree)}),))
     if heads % degree:
-        divisors = core_plan.tp_degrees(heads) if core_plan is not None else \
-            [d for d in range(1, min(heads, 64) + 1) if heads % d == 0]
         raise InvalidRequest("tp_degree", f"{degree} does not divide the model's {heads} attention heads; "
-                                          f"use one of {', '.join(map(str, divisors))}")
+                                          f"use one of {', '.join(map(str, tp_degrees(heads, core_plan)))}")
     if core_plan is None:
         return []
     try:
@@ -176,8 +180,7 @@ class WorkerGroup:
         return {
             "state": self.state, "place": self.place, "world_size": self.degree,
             "compile_mode": self.compile_mode, "device": self.device_kind,
-            "cores": list(self.cores) if self.device_kind == "neuron" else None,
-            "pids": sorted(self._pids),
+            "cores": list(self.cores) if self.device_kind == "neuron" else None, "pids": sorted(self._pids),
             "rank_pids": {str(r): pid for r, pid in self.rank_pids().items()},  # JSON keys are text
             "ranks": self.ranks, "error": self.error, "last_request_error": self.rank0.last_request_error,
             "timings": self.timings,
@@ -263,9 +266,8 @@ class WorkerGroup:
                                 stderr=subprocess.STDOUT, start_new_session=True)
 
     def _watch(self, proc) -> None:
-        threading.Thread(target=self._monitor, args=(proc,), name="tp-monitor", daemon=True).start()
-        threading.Thread(target=self._await_ready, args=(proc,), name="tp-ready", daemon=True).start()
-        threading.Thread(target=self._watch_beats, args=(proc,), name="tp-heartbeat", daemon=True).start()
+        for watch, name in ((self._monitor, "monitor"), (self._await_ready, "ready"), (self._watch_beats, "heartbeat")):
+            threading.Thread(target=watch, args=(proc,), name=f"tp-{name}", daemon=True).start()
 
     def _watch_beats(self, proc) -> None:
         """While ready, read the ranks' heartbeats every ``beat_poll`` s: a rank whose heartbeat has not
