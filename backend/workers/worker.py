@@ -33,6 +33,8 @@ app restarts the group. A cancel and a warm-only refusal (alike on every rank) a
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import os
 import sys
 import threading
@@ -58,15 +60,11 @@ def _heartbeat(run_dir: str, rank: int, interval: float) -> None:
     path = os.path.join(run_dir, f"rank{rank}.heartbeat")
 
     def beat() -> None:
-        count = 0
-        while True:
-            count += 1
-            try:
+        for count in itertools.count(1):
+            with contextlib.suppress(OSError):
                 with open(path + ".tmp", "w", encoding="ascii") as handle:
                     handle.write(str(count))
                 os.replace(path + ".tmp", path)
-            except OSError:
-                pass
             time.sleep(interval)
 
     threading.Thread(target=beat, name="heartbeat", daemon=True).start()
@@ -103,9 +101,8 @@ def init_distributed(cfg: proto.WorkerConfig, rank: int, local_rank: int, world:
     from backend.hardware import env as device_env
 
     # Before torch loads: this rank's NeuronCore, and the app's cache variables.
-    kind = cfg.settings["device"]
     cores = [int(c) for c in cfg.cores]
-    if kind == "neuron":  # rank r claims cores[r] of the core plan (backend.hardware.core_plan)
+    if cfg.settings["device"] == "neuron":  # rank r claims cores[r] of the core plan (backend.hardware.core_plan)
         os.environ[device_env.VISIBLE_CORES_VAR] = str(cores[local_rank])
     device_env.prepare_environment(os.path.expanduser(cfg.settings["cache_dir"]), cfg.settings["compile_timeout"])
 
@@ -142,15 +139,12 @@ def load_sharded(cfg: proto.WorkerConfig, me: Rank):
     from backend.engines.in_process import InProcessEngine
 
     def sharded(device, model_path: str):
-        import contextlib
-
         from diffusers import Flux2KleinPipeline, Flux2Transformer2DModel
         from diffusers.models._modeling_parallel import TensorParallelConfig
 
         from backend.workers.cpu_shim import cpu_tensor_parallel
 
-        shim = cpu_tensor_parallel(device.kind) if device.kind == "cpu" else contextlib.nullcontext()
-        with shim:
+        with cpu_tensor_parallel(device.kind) if device.kind == "cpu" else contextlib.nullcontext():
             transformer = Flux2Transformer2DModel.from_pretrained(
                 model_path, subfolder="transformer", dtype=device.dtype,
                 parallel_config=TensorParallelConfig(mesh=me.mesh))
