@@ -11,7 +11,6 @@ from typing import Any
 
 @dataclasses.dataclass
 class Rank:
-
     rank: int
     local_rank: int
     world: int

@@ -67,9 +67,8 @@ def _bcast_references(job: dict, rgbs: list[bytes] | None, me: Rank) -> list[byt
         return rgbs
     out = []
     for index, item in enumerate(described):
-        size = expected_rgb_bytes(item)
         buf = (torch.frombuffer(bytearray(rgbs[index]), dtype=torch.uint8) if me.rank == 0
-               else torch.empty(size, dtype=torch.uint8))
+               else torch.empty(expected_rgb_bytes(item), dtype=torch.uint8))
         dist.broadcast(buf, src=0, group=me.control)
         out.append(rgbs[index] if me.rank == 0 else buf.numpy().tobytes())
     return out
@@ -89,16 +88,15 @@ def serve(server: Rank0Server | None, run, me: Rank) -> None:
     from backend.request.references import from_job
 
     while True:
-        job, conn, finished, stamps = None, None, None, None
+        job = conn = finished = stamps = rgbs = None
         if server:
             # The app validated the job and sent it over the authenticated connection: trusted as it is.
             job, conn, finished = server.jobs.get()
             stamps = job.pop("stamps", None)  # a benchmark's trace, when it asked for one
             _stamp(stamps, "taken")
             server.cancel.clear()
-        rgbs = None
-        if server and job.get("type") == "generate":
-            rgbs = _read_references(job, server)  # from the app's buffer, before a result overwrites it
+        if server and job.get("type") == "generate":  # from the app's buffer, before a result overwrites it
+            rgbs = _read_references(job, server)
         job = _bcast_json(job, me)
         _stamp(stamps, "broadcast")
         if job["type"] == "shutdown":

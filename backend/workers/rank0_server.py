@@ -4,6 +4,7 @@ generate and shutdown queued for the job loop, which answers them on the same co
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import socket
@@ -64,10 +65,8 @@ class Rank0Server:
         """Stop accepting; open connections finish on their own."""
         self._closed = True
         for end in (lambda: self.sock.shutdown(socket.SHUT_RDWR), self.sock.close):
-            try:
+            with contextlib.suppress(OSError):
                 end()  # shutdown wakes a blocked accept() on Linux; close alone does not
-            except OSError:
-                pass
 
     def _accept(self) -> None:
         while not self._closed:
