@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import io
+import itertools
 import math
 from pathlib import Path
 from typing import Any, Sequence
@@ -195,12 +196,9 @@ MAX_REFERENCE_RGB = 1024 * 1024 * 3  # a reference size is at most 1024x1024 pix
 
 def pixel_layout(references: Sequence[Reference]) -> list[dict[str, Any]]:
     """Where each reference's RGB goes in the pixel buffer, and its SHA-256."""
-    layout, offset = [], 0
-    for reference in references:
-        layout.append({"offset": offset, "bytes": len(reference.rgb),
-                       "sha256": hashlib.sha256(reference.rgb).hexdigest()})
-        offset += len(reference.rgb)
-    return layout
+    offsets = itertools.accumulate((len(reference.rgb) for reference in references), initial=0)
+    return [{"offset": offset, "bytes": len(reference.rgb), "sha256": hashlib.sha256(reference.rgb).hexdigest()}
+            for offset, reference in zip(offsets, references)]
 
 
 def _size(text: Any) -> tuple[int, int]:
