@@ -176,9 +176,8 @@ def plan_text(plan: dict[str, Any]) -> str:
     instance = plan.get("instance_cores")
     text = f"app {plan['app_cores']}"
     engines = plan.get("engines") or {}
-    for owner, entry in engines.items():
-        if entry.get("cores"):
-            text += f" · {_OWNER_WORDS.get(owner, (owner, owner))[1]} {entry['cores']}"
+    text += "".join(f" · {_OWNER_WORDS.get(owner, (owner, owner))[1]} {entry['cores']}"
+                    for owner, entry in engines.items() if entry.get("cores"))
     if instance is None:
         text += " · instance size unknown"
         if not any(entry.get("error") for entry in engines.values()):
@@ -195,7 +194,4 @@ def plan_text(plan: dict[str, Any]) -> str:
                 " (two cores share a bank: one process per bank)" if plan.get("whole_banks") else "")
     if plan.get("free_cores") is not None:
         text += f", free {plan['free_cores'] or 'none'}"
-    for entry in engines.values():
-        if entry.get("error"):
-            text += f" · {entry['error']}"
-    return text
+    return text + "".join(f" · {entry['error']}" for entry in engines.values() if entry.get("error"))
