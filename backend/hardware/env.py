@@ -18,6 +18,7 @@ cache and metrics variables as it loads; so the app sets them here first, each u
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import sys
@@ -46,14 +47,9 @@ def prepare_environment(cache_root: Path, compile_timeout: float = 1800.0) -> di
     """Set the variables above that the user has not set; returns those in force. Inductor reads
     its variable lazily, so a later call still takes effect there."""
     cache_root = Path(cache_root).expanduser().resolve()
-    wanted = {
-        NEFF_CACHE_VAR: str(cache_root / "neff"),
-        NEFF_LOCAL_CACHE_VAR: str(cache_root / "neff-local"),
-        INDUCTOR_CACHE_VAR: str(cache_root / "inductor"),
-        NEURON_METRICS_VAR: "1",
-        FALLBACK_VAR: "1",
-        LOCK_TIMEOUT_VAR: str(max(DEFAULT_LOCK_TIMEOUT, math.ceil(compile_timeout))),
-    }
+    wanted = {NEFF_CACHE_VAR: str(cache_root / "neff"), NEFF_LOCAL_CACHE_VAR: str(cache_root / "neff-local"),
+              INDUCTOR_CACHE_VAR: str(cache_root / "inductor"), NEURON_METRICS_VAR: "1", FALLBACK_VAR: "1",
+              LOCK_TIMEOUT_VAR: str(max(DEFAULT_LOCK_TIMEOUT, math.ceil(compile_timeout)))}
     for var, value in wanted.items():
         _prepared[var] = os.environ[var] = os.environ.get(var) or value
     folder = os.path.dirname(os.path.abspath(sys.executable))
@@ -91,10 +87,8 @@ def rank_exec_timeout(collective_timeout: float, environ: "dict[str, str] | None
     table, 600 s on trn1 in the developer guide), long before the process group's raised timeout."""
     environ = os.environ if environ is None else environ
     seconds = math.ceil(collective_timeout)
-    try:
+    with contextlib.suppress(ValueError):  # unset or not a number: ours
         seconds = max(seconds, int(environ.get(EXEC_TIMEOUT_VAR, "")))
-    except ValueError:
-        pass  # unset or not a number: ours
     return {EXEC_TIMEOUT_VAR: str(seconds)}
 
 
@@ -107,8 +101,6 @@ def dir_size(path: str | Path) -> int:
     total = 0
     for root, _dirs, files in os.walk(path):
         for name in files:
-            try:
+            with contextlib.suppress(OSError):  # gone since the walk listed it
                 total += os.lstat(os.path.join(root, name)).st_size
-            except OSError:
-                continue
     return total

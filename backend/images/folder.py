@@ -5,6 +5,7 @@ folder is the user's and stays, a file named like the app's included."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from pathlib import Path
@@ -24,11 +25,9 @@ def prune(folder: str | Path, keep: int) -> list[Path]:
     mine.sort(key=lambda p: (p.stat().st_mtime, p.name), reverse=True)
     removed = []
     for path in mine[max(0, keep):]:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             path.unlink()
             removed.append(path)
-        except FileNotFoundError:
-            pass
     return removed
 
 
