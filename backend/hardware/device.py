@@ -238,13 +238,12 @@ class Device:
             torch.neuron.synchronize()
 
     def memory(self) -> dict[str, int | None]:
-        rss = psutil.Process().memory_info().rss
         allocated = peak = None
         if self.kind == "cuda":
             allocated, peak = torch.cuda.memory_allocated(), torch.cuda.max_memory_allocated()
         elif self.kind == "neuron" and self.holds_cores:
             allocated, peak = torch.neuron.memory_allocated(), torch.neuron.max_memory_allocated()
-        return {"rss_bytes": rss, "device_allocated_bytes": allocated, "device_peak_bytes": peak}
+        return {"rss_bytes": psutil.Process().memory_info().rss, "device_allocated_bytes": allocated, "device_peak_bytes": peak}
 
     def hbm_bytes(self) -> int | None:
         """One NeuronCore's memory: the runtime's limit for this process's core
