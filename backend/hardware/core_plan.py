@@ -98,11 +98,10 @@ class CorePlan:
         free = self.free_cores(ignoring=owner)
         what = f"{count} {one if count == 1 else many}"
         if free is None:
-            raise CoresDoNotFit(
-                f"{what} need {count} free NeuronCores, but this instance's "
-                f"NeuronCore count is unknown ({self.instance.source.removeprefix('unknown: ')}); give it "
-                f"with {INSTANCE_FLAG} N: logical cores, as NEURON_RT_VISIBLE_CORES counts them "
-                f"(neuron-ls's NEURON CORES; 4 on a trn2.3xlarge, 64 on a trn2.48xlarge at LNC=2)")
+            raise CoresDoNotFit(f"{what} need {count} free NeuronCores, but this instance's NeuronCore count is "
+                                f"unknown ({self.instance.source.removeprefix('unknown: ')}); give it with "
+                                f"{INSTANCE_FLAG} N: logical cores, as NEURON_RT_VISIBLE_CORES counts them "
+                                "(neuron-ls's NEURON CORES; 4 on a trn2.3xlarge, 64 on a trn2.48xlarge at LNC=2)")
         chips = [[c for c in free if c in device.cores] for device in self.instance.devices]
         group = heads is not None and bool(chips)  # a tensor-parallel group, on one chip
         room = max(map(len, chips)) if group else len(free)
@@ -118,16 +117,11 @@ class CorePlan:
                     f"leave {room} free at most" if group else "")
             fewer = (" (or give the app fewer cores: --neuron-cores none leaves every core to the engines)"
                      if self.app_cores else "")
-            raise CoresDoNotFit(
-                f"{what} need {count} NeuronCores, but the instance has "
-                f"{self.instance_cores}{physical} and the app holds "
-                f"{format_cores(list(self.app_cores)) or 'none'}{others}; {len(free)} are free "
-                f"({format_cores(free) or 'none'}{banks}{chip}), so {counts} that fit are "
-                f"{', '.join(map(str, fits)) or 'none'}{fewer}")
-        for here in chips:  # on one chip where they fit
-            if len(here) >= count:
-                return here[:count]
-        return free[:count]
+            raise CoresDoNotFit(f"{what} need {count} NeuronCores, but the instance has {self.instance_cores}"
+                                f"{physical} and the app holds {format_cores(list(self.app_cores)) or 'none'}{others}; "
+                                f"{len(free)} are free ({format_cores(free) or 'none'}{banks}{chip}), so {counts} "
+                                f"that fit are {', '.join(map(str, fits)) or 'none'}{fewer}")
+        return next((here[:count] for here in chips if len(here) >= count), free[:count])  # on one chip where they fit
 
     def claim(self, owner: str, count: int, heads: int | None = None) -> list[int]:
         """``cores_for``, claimed (replacing ``owner``'s earlier claim)."""
@@ -188,7 +182,7 @@ def plan_text(plan: dict[str, Any]) -> str:
             text += f" = {plan['physical_cores']} physical / LNC {plan['lnc']}"
         if plan.get("devices"):
             text += f" on {len(plan['devices'])} device{'s' if len(plan['devices']) > 1 else ''}"
-        text += f" (from {plan.get('source')}" + (f", {plan['instance_type']}" if plan.get("instance_type") else "") + ")"
+        text += f" (from {plan.get('source')}{', ' + plan['instance_type'] if plan.get('instance_type') else ''})"
         if plan.get("hbm_per_core_bytes"):
             text += f", HBM {plan['hbm_per_core_bytes'] / 2**30:g} GiB per core" + (
                 " (two cores share a bank: one process per bank)" if plan.get("whole_banks") else "")
