@@ -28,9 +28,7 @@ from backend.settings import IN_PROCESS_MODES as MODES
 def load_pipeline(device: Device, model_path: str):
     from diffusers import Flux2KleinPipeline
 
-    pipe = Flux2KleinPipeline.from_pretrained(model_path, dtype=device.dtype)
-    pipe.to(device.info.torch_device)
-    return pipe
+    return Flux2KleinPipeline.from_pretrained(model_path, dtype=device.dtype).to(device.info.torch_device)
 
 
 # What a run refused by the warm-only lock's compile safety net says (torch's fail_on_recompile).
@@ -128,8 +126,7 @@ class InProcessEngine:
         return [(m, m._compiled_call_impl) for m in modules]  # switched off and on by _activate
 
     def _drop_variant(self, mode: str) -> None:
-        """After a compile failed in ``mode``: its next request compiles afresh, not with the callable
-        that failed."""
+        """After a failed compile in ``mode``: its next request compiles afresh, not with the failed callable."""
         for module, _impl in self._variants.pop(mode, []) if mode != "eager" else []:
             module._compiled_call_impl = None
         if self.active_mode == mode:
