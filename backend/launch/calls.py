@@ -53,8 +53,7 @@ class RankZero:
         self.key = ""  # the launch's: rank 0 serves only a peer that holds it
         self.last_ran: dict[str, Any] | None = None  # the last job, as rank 0 said its ranks ran it
         self.last_request_error: str | None = None  # this launch's
-        # a benchmark's (bench.tp_transport): each run appends the monotonic stamps of its hops
-        self.trace: list[dict[str, float]] | None = None
+        self.trace: list[dict[str, float]] | None = None  # a benchmark's (bench.tp_transport): each run's hops
         self._beats: dict[int, tuple[str, float]] = {}  # rank -> (heartbeat text, when it last changed)
         # A job's pixels: its references on the way in, its images (up to MAX_COUNT) on the way out.
         self._pixels_bytes = min(proto.MAX_PIXELS, max(MAX_COUNT * settings.max_size * settings.max_size * 3,
@@ -95,10 +94,9 @@ class RankZero:
         # The request as validated, in the mode its ranks run.
         job = dataclasses.replace(request, mode=self._runs_as(request.mode)).to_json()
         layout = pixel_layout(request.references)
-        header = {"type": "generate", **job, "forbid_compile": forbid_compile, "reference_pixels": layout}
         trace = self.trace
-        if trace is not None:
-            header["trace"] = True
+        header = {"type": "generate", **job, "forbid_compile": forbid_compile, "reference_pixels": layout,
+                  **({"trace": True} if trace is not None else {})}
         with self._run_lock:
             if sum(part["bytes"] for part in layout) > self._pixels.size:
                 raise InvalidRequest("images", f"the references do not fit the {self.name}'s pixel buffer")
@@ -175,9 +173,7 @@ class RankZero:
         fails: what it still carries is stale) or one of its own. GroupDead when the group dies;
         TimeoutError(phase, seconds) past ``deadline`` or after ``stall`` seconds without a message
         (default: the stall timeout, longer while compiling)."""
-        conn = self._conn if persistent else None
-        if conn is None:
-            conn = self._connect(deadline or self._clock() + 30)
+        conn = (self._conn if persistent else None) or self._connect(deadline or self._clock() + 30)
         if persistent:
             self._conn = None  # given back only when the request ends cleanly
         cancelled = False
