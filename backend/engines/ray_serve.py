@@ -101,8 +101,7 @@ def resource_ask(cluster: dict[str, float], cores: int) -> tuple[str, dict[str, 
 
 @dataclasses.dataclass(frozen=True)
 class ReplicaDevice:
-    """What admission reads of a device (``backend.hardware.device.Device``'s names), as a replica
-    reported its own."""
+    """What admission reads of a device (``backend.hardware.device.Device``'s names), as a replica reported it."""
 
     kind: str
     dtype: str
