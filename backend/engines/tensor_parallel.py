@@ -47,8 +47,7 @@ class TensorParallelEngine:
         # says it). The restart waits for both.
         self._ending_said: WorkerGroup | None = None
         self._death_reported: WorkerGroup | None = None
-        self._signs = threading.Lock()
-        self._closed = False
+        self._signs, self._closed = threading.Lock(), False
 
     @property
     def state(self) -> str:

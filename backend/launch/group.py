@@ -68,8 +68,7 @@ def tp_degrees(heads: int, core_plan=None) -> list[int]:
 
 
 def check_degree(degree: Any, heads: int, core_plan=None, owner: str = "tensor-parallel") -> list[int]:
-    """Refuse a degree that cannot work, naming what can (``tp_degrees``); return each rank's
-    NeuronCore ([] off Neuron)."""
+    """Refuse a degree that cannot work, naming what can (``tp_degrees``); each rank's NeuronCore ([] off Neuron)."""
     if isinstance(degree, bool) or not isinstance(degree, int) or not 1 <= degree <= 64:
         raise InvalidRequest("tp_degree", f"must be a whole number from 1 to 64, got {degree!r}",
                              (("whole_between", {"low": 1, "high": 64, "got": repr(degree)}),))

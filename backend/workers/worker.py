@@ -159,8 +159,7 @@ def load_sharded(cfg: proto.WorkerConfig, me: Rank):
 
 
 def shard_report(module, me: Rank) -> dict[str, Any]:
-    """This rank's bytes of ``module``: sharded (DTensor shards, with their shapes and split dimension)
-    and replicated."""
+    """This rank's bytes of ``module``: sharded (DTensor shards, their shapes and split dimension) and replicated."""
     from torch.distributed.tensor import DTensor, Shard
 
     sharded, sharded_bytes, replicated_bytes = [], 0, 0
