@@ -109,8 +109,7 @@ def resolve_device(settings: Settings) -> DeviceInfo:
     return info
 
 
-def _info(settings: Settings, kind: str, reason: str, dtype: str, installed: bool, cores: int,
-          cuda: int) -> DeviceInfo:
+def _info(settings: Settings, kind: str, reason: str, dtype: str, installed: bool, cores: int, cuda: int) -> DeviceInfo:
     neuron = kind == "neuron"
     return DeviceInfo(
         kind=kind, reason=reason, torch_device=kind, dtype=dtype,
@@ -201,9 +200,8 @@ class Device:
         if self.kind == "neuron":
             index = int(torch.neuron.current_device())
             if index != local_rank:
-                raise DeviceUnavailable(
-                    f"rank with LOCAL_RANK {local_rank} is bound to neuron:{index} after init_process_group; "
-                    f"expected neuron:{local_rank}")
+                raise DeviceUnavailable(f"rank with LOCAL_RANK {local_rank} is bound to neuron:{index} after "
+                                        f"init_process_group; expected neuron:{local_rank}")
             self.info.torch_device = f"neuron:{index}"
         elif self.kind == "cuda":
             self.info.torch_device = f"cuda:{local_rank}"
@@ -238,12 +236,13 @@ class Device:
             torch.neuron.synchronize()
 
     def memory(self) -> dict[str, int | None]:
+        rss = psutil.Process().memory_info().rss
         allocated = peak = None
         if self.kind == "cuda":
             allocated, peak = torch.cuda.memory_allocated(), torch.cuda.max_memory_allocated()
         elif self.kind == "neuron" and self.holds_cores:
             allocated, peak = torch.neuron.memory_allocated(), torch.neuron.max_memory_allocated()
-        return {"rss_bytes": psutil.Process().memory_info().rss, "device_allocated_bytes": allocated, "device_peak_bytes": peak}
+        return {"rss_bytes": rss, "device_allocated_bytes": allocated, "device_peak_bytes": peak}
 
     def hbm_bytes(self) -> int | None:
         """One NeuronCore's memory: the runtime's limit for this process's core
