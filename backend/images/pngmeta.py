@@ -112,8 +112,7 @@ def save_png(image: Image.Image, result: GenerationResult, path: str | Path) -> 
 def unique_output_path(folder: str | Path, result: GenerationResult) -> Path:
     """A new file name in ``folder`` that says when, what size, which mode and seed, and ends in
     ``NAME_RANDOM_BITS`` random bits: no one finds another caller's image from its parameters."""
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    base = f"{stamp}-{result.width}x{result.height}-{result.mode}-{result.seed}"
+    base = f"{time.strftime('%Y%m%d-%H%M%S')}-{result.width}x{result.height}-{result.mode}-{result.seed}"
     while True:
         candidate = Path(folder) / f"{base}-{secrets.token_hex(NAME_RANDOM_BITS // 8)}.png"
         if not candidate.exists():

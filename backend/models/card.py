@@ -129,8 +129,7 @@ def parse_card(data: object) -> ModelCard:
     grammar = data.get("prompt_grammar")
     if grammar is not None and grammar not in GRAMMARS:
         raise ValueError(f"prompt_grammar: expected one of {', '.join(GRAMMARS)}")
-    start = _shape(data["start"], "start") if "start" in data else None
-    return ModelCard(presets, trained, grammar, start)
+    return ModelCard(presets, trained, grammar, _shape(data["start"], "start") if "start" in data else None)
 
 
 def read_card(folder: str | Path | None, neuron: bool = False) -> ModelCard:

@@ -65,8 +65,7 @@ def resolve_model(spec: str, cache_root: Path) -> tuple[str, str]:
 @functools.lru_cache(maxsize=8)
 def transformer_heads(model_path: str) -> int:
     """Attention heads of the pipeline's transformer (a tensor-parallel degree must divide it)."""
-    config = Path(model_path) / "transformer" / "config.json"
-    return int(json.loads(config.read_text())["num_attention_heads"])
+    return int(json.loads((Path(model_path) / "transformer" / "config.json").read_text())["num_attention_heads"])
 
 
 def prompt_token_counter(model_path: str):
