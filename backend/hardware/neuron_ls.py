@@ -163,9 +163,7 @@ def detect_instance_cores(override: int | None = None, *, neuron_ls: str | None 
     key = (tool, frozenset(environ.items()), run)
     if key in _DETECTED:
         return _DETECTED[key]
-    why = []
-    if not tool:
-        why.append("neuron-ls is not on PATH")
+    why = [] if tool else ["neuron-ls is not on PATH"]
     for flags, parse in ((["--json-output"], parse_neuron_ls_json), ([], parse_neuron_ls)) if tool else ():
         what = " ".join(["neuron-ls", *flags])
         try:
