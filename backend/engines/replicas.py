@@ -37,16 +37,13 @@ class ReplicaPool:
     def __init__(self, settings: Settings, device, model_path: str, book: PlaceBook, *,
                  group_factory: Callable[..., WorkerGroup] = WorkerGroup, poll: float = 0.1):
         self.settings, self.device, self.model_path, self.book = settings, device, model_path, book
-        self._group_factory = group_factory
+        self._group_factory, self._poll = group_factory, poll
         self.replicas: list[WorkerGroup] = []
         self._busy: set[int] = set()
-        self._free = threading.Condition()
-        self._life = threading.Lock()
-        self._poll = poll
-        self.restarts = 0
+        self._free, self._life = threading.Condition(), threading.Lock()
+        self.restarts, self._closing = 0, False
         self.served: list[int] = []  # requests each replica has answered
         self.last_error: str | None = None
-        self._closing = False
 
     @property
     def state(self) -> str:
@@ -92,13 +89,11 @@ class ReplicaPool:
         replicas, warm = [], self.book.warm_by_place()
         for i, group in enumerate(self.replicas):
             info = group.describe()
-            pids = info.get("rank_pids") or {}
             replicas.append({"index": i, "place": group.place, "state": info["state"],
                              "core": group.cores[0] if group.cores else None,
-                             "pid": pids.get("0"), "busy": i in self._busy, "error": info.get("error"),
-                             "served": self.served[i] if i < len(self.served) else 0,
-                             "warm": warm.get(group.place, []),
-                             "timings": info.get("timings") or {}})
+                             "pid": (info.get("rank_pids") or {}).get("0"), "busy": i in self._busy,
+                             "error": info.get("error"), "served": self.served[i] if i < len(self.served) else 0,
+                             "warm": warm.get(group.place, []), "timings": info.get("timings") or {}})
         return {"state": self.state, "size": len(self.replicas), "configured": self.settings.replicas,
                 "ready": self.capacity(), "busy": len(self._busy), "restarts": self.restarts,
                 "device": self.device.info.kind, "replicas": replicas, "error": self.last_error}
@@ -111,8 +106,7 @@ class ReplicaPool:
                                               if r.state != GroupState.READY))
 
     def _plan(self, count: int) -> tuple[list[list[int]], list[dict[str, str]], int]:
-        """Per replica its NeuronCores and environment, and each one's CPU threads; refuses a count
-        that does not fit."""
+        """Per replica its NeuronCores, environment and CPU threads; a count that does not fit is refused."""
         if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_REPLICAS:
             raise InvalidRequest("replicas", f"must be a whole number from 1 to {MAX_REPLICAS}, got {count!r}",
                                  (("whole_between", {"low": 1, "high": MAX_REPLICAS, "got": repr(count)}),))
@@ -178,11 +172,8 @@ class ReplicaPool:
             self._free.notify_all()
 
     def logs(self, lines: int = 20) -> dict[str, str]:
-        logs = {}
-        for group in self.replicas:
-            for name, text in group.rank_logs(lines).items():
-                logs[f"{group.place} · {'worker' if name == 'rank 0' else name}"] = text
-        return logs
+        return {f"{group.place} · {'worker' if name == 'rank 0' else name}": text
+                for group in self.replicas for name, text in group.rank_logs(lines).items()}
 
     def _pick(self, request: GenerationRequest, warming: bool) -> int | None:
         """The replica to run ``request`` on now (None: wait for one to be free)."""
