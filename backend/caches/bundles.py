@@ -97,10 +97,9 @@ class Manifest:
 
 
 def installed_version(dist: str) -> str | None:
-    try:
+    with contextlib.suppress(metadata.PackageNotFoundError):
         return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return None
+    return None
 
 
 def model_hash(model_path: str | Path) -> str:
