@@ -72,8 +72,7 @@ class CompileEvents:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._started: dict[str, float] = {}
-        self.count = 0
-        self.seconds = 0.0
+        self.count, self.seconds = 0, 0.0
         self._on_start: list[Callable[[], None]] = []
 
     def ensure_registered(self) -> None:
