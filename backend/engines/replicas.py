@@ -185,10 +185,8 @@ class ReplicaPool:
         warm = [i for i in ready if self.replicas[i].place in warm_at]
         free = [i for i in ready if i not in self._busy]
         if warming:  # a warm-up goes where the shape is still cold
-            cold = [i for i in free if i not in warm]
-            return (cold or free or [None])[0]
-        free_warm = [i for i in free if i in warm]
-        if free_warm:
+            return ([i for i in free if i not in warm] or free or [None])[0]
+        if free_warm := [i for i in free if i in warm]:
             return free_warm[0]
         if warm and self.book.compiles_here(request.mode):
             return None  # a warm replica frees up sooner than a cold one compiles
