@@ -49,9 +49,7 @@ class InProcessEngine:
 
     def __init__(self, device: Device, model_path: str, loader: Callable | None = None):
         """``loader(device, model_path)``: the pipeline, placed (a rank's shards the transformer)."""
-        self.device = device
-        self.model_path = model_path
-        self._loader = loader or load_pipeline
+        self.device, self.model_path, self._loader = device, model_path, loader or load_pipeline
         self.pipe = None
         self.load_seconds: float | None = None
         self._variants: dict[str, list[tuple[torch.nn.Module, Callable]]] = {}

@@ -25,7 +25,7 @@ class Rank0Server:
                  read_timeout: float = 10.0):
         self.key, self.world, self.max_job = key, world, max_job
         self.jobs: queue.Queue = queue.Queue()
-        self.cancel = threading.Event()
+        self.cancel, self.ready = threading.Event(), threading.Event()
         self.state = "loading"
         self.timings: dict[str, Any] = {}
         self.ranks: list[dict[str, Any]] = []
@@ -38,9 +38,7 @@ class Rank0Server:
         self.max_connections, self.read_timeout = max_connections, read_timeout
         self._slots = threading.BoundedSemaphore(max_connections)
         self._count_lock = threading.Lock()
-        self.open_connections = 0
-        self._closed = False
-        self.ready = threading.Event()
+        self.open_connections, self._closed = 0, False
         # The socket file's appearance means "connect now" to the app, and a connect before listen()
         # is refused: so it is bound under another name and renamed into place once listening.
         staging = path + ".new"
