@@ -379,8 +379,7 @@ def import_bundle(path: str | Path, device, here: Manifest) -> dict[str, Any]:
                 except tarfile.FilterError as exc:
                     raise BundleRefused(f"member {member.name!r}: {exc} (absolute paths and '..' are refused)") from None
                 _safe_relative(member.name)  # and, as for the manifest's paths, no empty parts
-                meta = listed.get(member.name)
-                if meta is None:
+                if (meta := listed.get(member.name)) is None:
                     raise BundleRefused(f"member {member.name!r} is not in the manifest")
                 if member.name in seen:
                     raise BundleRefused(f"member {member.name!r} appears twice")
@@ -396,17 +395,15 @@ def import_bundle(path: str | Path, device, here: Manifest) -> dict[str, Any]:
                         out.write(block)
                 if digest.hexdigest() != meta.get("sha256"):
                     raise BundleRefused(f"member {member.name!r}: its SHA-256 is not the manifest's (a tampered file)")
-        if seen != set(listed):
-            raise BundleRefused(f"the bundle lacks {len(set(listed) - seen)} file(s) its manifest lists, "
-                                f"e.g. {sorted(set(listed) - seen)[0]!r}")
+        if missing := sorted(set(listed) - seen):  # seen holds listed names only: a member not listed is refused
+            raise BundleRefused(f"the bundle lacks {len(missing)} file(s) its manifest lists, e.g. {missing[0]!r}")
         # Every file is verified. Plan the moves; refuse before moving anything if one would overwrite.
         moves, already = [], 0
         for name, meta in listed.items():
             if meta["cache"] not in dirs:
                 raise BundleRefused(f"{name}: this device has no {meta['cache']} cache")
             destination = dirs[meta["cache"]] / meta["path"]
-            blocked = next((parent for parent in destination.parents
-                            if parent.exists() and not parent.is_dir()), None)
+            blocked = next((parent for parent in destination.parents if parent.exists() and not parent.is_dir()), None)
             if blocked is not None or destination.is_symlink():
                 raise BundleRefused(f"{destination}: {blocked or destination} is in the way (a file, not a "
                                     "folder); the import overwrites nothing")
