@@ -90,12 +90,12 @@ class GenerationResult:
     def of(cls, request: GenerationRequest, out: "EngineOutput", *, device: str, model: str, engine: str,
            started_at: float, requested_mode: str | None = None, degraded: str | None = None) -> "GenerationResult":
         """The record of a run: the request, what the engine measured, where it ran. Built here only."""
-        return cls(prompt=request.typed or request.prompt, caption=request.prompt if request.typed else None, width=request.width, height=request.height, mode=request.mode,
-                   steps=request.steps, guidance=request.guidance, seed=request.seed, device=device, model=model,
-                   compiled=bool(out.compiles or out.neff_compiles), engine=engine, started_at=started_at,
-                   requested_mode=requested_mode if degraded else None, degraded=degraded, count=request.count,
-                   references=[r.describe() for r in request.references], signature=str(request.shape),
-                   reading=request.reading, **out.to_json())
+        return cls(prompt=request.typed or request.prompt, caption=request.prompt if request.typed else None,
+                   width=request.width, height=request.height, mode=request.mode, steps=request.steps,
+                   guidance=request.guidance, seed=request.seed, device=device, model=model, engine=engine,
+                   compiled=bool(out.compiles or out.neff_compiles), started_at=started_at, count=request.count,
+                   requested_mode=requested_mode if degraded else None, degraded=degraded, reading=request.reading,
+                   references=[r.describe() for r in request.references], signature=str(request.shape), **out.to_json())
 
     @property
     def shape(self) -> Shape:
