@@ -324,8 +324,7 @@ class Device:
         now = time.monotonic()
         cached = self._cache_size
         if fresh or cached is None or cached[0] != paths or now - cached[1] > self.CACHE_SIZE_TTL:
-            sizes = [device_env.dir_size(path) if path else 0 for _var, path in paths]
-            self._cache_size = cached = (paths, now, sizes)
+            self._cache_size = cached = (paths, now, [device_env.dir_size(path) if path else 0 for _var, path in paths])
         caches = [{"variable": var, "dir": path, "bytes": size} for (var, path), size in zip(paths, cached[2])]
         return {"variable": caches[0]["variable"], "dir": caches[0]["dir"],
                 "bytes": sum(c["bytes"] for c in caches), "caches": caches}
