@@ -279,11 +279,9 @@ def _png_text(handle, size: int, key: str, max_chars: int = MAX_INFOTEXT) -> str
 
 
 def read_png_parameters(path: str | Path, **bounds: Any) -> dict[str, Any]:
-    """Generation parameters stored in a PNG ({} when it carries none, or only an oversized or
-    broken ``parameters`` chunk). ``bounds`` go to ``parse_infotext``.
-
-    Raises ValueError naming the problem for a file that is not a regular file, is larger than
-    ``MAX_PNG_BYTES``, is not a PNG or is truncated. No pixels are decoded."""
+    """Generation parameters stored in a PNG ({} when it carries none, or only an oversized or broken
+    ``parameters`` chunk; ``bounds`` go to ``parse_infotext``), no pixels decoded. ValueError names the
+    problem with a file that is not a regular file, is larger than ``MAX_PNG_BYTES``, is not a PNG or is truncated."""
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
     try:
         fd = os.open(path, flags)  # non-blocking: a FIFO named x.png does not hang the open
