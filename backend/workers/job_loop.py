@@ -139,29 +139,26 @@ def serve(server: Rank0Server | None, run, me: Rank) -> None:
                                          **({"stamps": stamps} if stamps is not None else {})})
                 server.done += 1
         except Exception as exc:  # noqa: BLE001 - a failed request is not a dead group: answer and go on
-            print(f"request failed: {type(exc).__name__}: {exc}", flush=True)
+            what = f"{type(exc).__name__}: {exc}"
+            print(f"request failed: {what}", flush=True)
             from backend.errors import GenerationFailed, GroupDead
 
             broken = _collective_broken(exc)
             if _ends_rank(exc, me):
                 if server:
+                    if broken:
+                        answer = GroupDead(f"a collective failed: {str(exc).splitlines()[0][:300]}")
+                    else:
+                        answer = exc if isinstance(exc, GenerationFailed) else GenerationFailed(what)
                     # On Neuron the app restarts the group at once; elsewhere a broken collective
                     # leaves it dead for the operator, as a rank that died does.
-                    ending = me.device.kind == "neuron"
-                    if broken:
-                        answer = GroupDead(f"a collective failed: {str(exc).splitlines()[0][:300]}",
-                                           group_ending=ending)
-                    else:
-                        failed = exc if isinstance(exc, GenerationFailed) else GenerationFailed(
-                            f"{type(exc).__name__}: {exc}")
-                        answer = failed.evolve(group_ending=ending)
-                    _safe(proto.send, conn, proto.error_message(answer))
+                    _safe(proto.send, conn, proto.error_message(answer.evolve(group_ending=me.device.kind == "neuron")))
                     finished.set()
                 print("ending this rank: the group must be restarted", flush=True)
-                record_exit(exc if broken else proto.RankEnding(f"{type(exc).__name__}: {exc}"))
+                record_exit(exc if broken else proto.RankEnding(what))
                 os._exit(1 if broken else proto.RESTART_EXIT)
             if server:
-                server.error = f"{type(exc).__name__}: {exc}"
+                server.error = what
                 _safe(proto.send, conn, proto.error_message(exc))
         finally:
             if server:
