@@ -5,10 +5,9 @@ the replica, ``ray/_private/accelerators/neuron.py``), else ``num_gpus``, else `
 
 - ``StudioReplica`` (runs in a replica process): loads the model, warms what the deployment's
   ``user_config`` lists (a bundle it imports first, ``--prewarm``, every operator warm-up), and
-  streams each run back in few parts (each one more message through Ray; docs/performance.md P15):
-  its progress events folded to one part a ``PROGRESS_EVERY``, a small image's pixels in parts under
-  Ray's inline size, then the output. Serve calls ``reconfigure`` on every replica, and on every
-  replica that joins later, so a warm-up reaches them all.
+  streams each run back in few parts (``StudioReplica.run``; each one more message through Ray,
+  docs/performance.md P15). Serve calls ``reconfigure`` on every replica, and on every replica that
+  joins later, so a warm-up reaches them all.
 - ``ReplicaBook`` (a small actor on the app's node): what each replica says of itself (node, cores,
   what is warm), read by the app; Serve's own view of the replicas is the controller's details
   (``serve_details``, captured in tests/standin/captures/ray/).
