@@ -188,8 +188,7 @@ class WorkerGroup:
 
     def require_ready(self) -> None:
         if self.state != GroupState.READY:
-            raise BackendNotReady(f"the {self.name} is {self.state}"
-                                  + (f" ({self.error})" if self.error else "")
+            raise BackendNotReady(f"the {self.name} is {self.state}" + (f" ({self.error})" if self.error else "")
                                   + "; start it again (Start beside the mode, or the System tab)")
 
     def run(self, request: GenerationRequest, on_progress: Callable[[ProgressEvent], None],
@@ -220,9 +219,8 @@ class WorkerGroup:
 
     def rank_logs(self, lines: int = 20) -> dict[str, str]:
         """Read only when someone looks at them."""
-        logs = {f"rank {r}": self._tail(f"rank{r}.log", lines) for r in range(self.degree)}
-        logs["torchrun"] = self._tail("torchrun.log", lines)
-        return logs
+        return {**{f"rank {r}": self._tail(f"rank{r}.log", lines) for r in range(self.degree)},
+                "torchrun": self._tail("torchrun.log", lines)}
 
     def rank_pids(self) -> dict[int, int]:
         return {int(r["rank"]): int(r["pid"]) for r in self.ranks if r.get("pid")}
