@@ -95,15 +95,13 @@ class InProcessEngine:
         pipe.set_progress_bar_config(disable=True)
         dense_references(pipe)
         self.device.reset_compiled()
-        self.pipe = pipe
-        self._variants = {"eager": []}
+        self.pipe, self._variants = pipe, {"eager": []}
         self._activate("eager")
         self.load_seconds = time.perf_counter() - began
 
     def close(self) -> None:
         with self._lock:
-            self.pipe = None
-            self._variants = {}
+            self.pipe, self._variants = None, {}
 
     def describe(self) -> dict:
         return {"engine": self.name, "state": self.state, "active_mode": self.active_mode,

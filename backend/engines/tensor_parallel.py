@@ -85,8 +85,7 @@ class TensorParallelEngine:
 
     def degraded(self) -> str | None:
         """Only a dead group is an alarm (a start or a stop is not)."""
-        group = self.group
-        return self._in_process_why() if group is not None and group.state == GroupState.DEAD else None
+        return self._in_process_why() if self.state == GroupState.DEAD else None
 
     def places(self, mode: str) -> list[str]:
         return [PLACE]
