@@ -89,15 +89,9 @@ class CompileHistory:
 
     def open(self, path: Path, key: str) -> None:
         """Read the entries measured for ``key`` at ``path`` (an unreadable or foreign file: none)."""
-        entries = []
-        try:
-            if path.stat().st_size <= self.MAX_BYTES:
-                data = json.loads(path.read_text())
-                entries = [e for e in data.get(key, []) if isinstance(e, dict) and isinstance(e.get("mode"), str)
-                           and isinstance(e.get("tokens"), int) and isinstance(e.get("seconds"), (int, float))
-                           and 0 < e["seconds"] < 1e6 and e["tokens"] > 0]
-        except (OSError, ValueError, AttributeError):
-            pass
+        entries = [e for e in self._read(path).get(key, []) if isinstance(e, dict) and isinstance(e.get("mode"), str)
+                   and isinstance(e.get("tokens"), int) and isinstance(e.get("seconds"), (int, float))
+                   and 0 < e["seconds"] < 1e6 and e["tokens"] > 0]
         with self._lock:
             self._path, self._key = path, key
             self._entries = entries[-self.KEEP:]
@@ -112,12 +106,16 @@ class CompileHistory:
             if keep and self._path is not None:
                 self._save()
 
-    def _save(self) -> None:
+    def _read(self, path: Path) -> dict[str, Any]:
+        """The file's object (an unreadable, overlong or foreign file: empty)."""
         try:
-            others = json.loads(self._path.read_text()) if self._path.is_file() else {}
-            others = others if isinstance(others, dict) and self._path.stat().st_size <= self.MAX_BYTES else {}
+            data = json.loads(path.read_text()) if path.stat().st_size <= self.MAX_BYTES else {}
         except (OSError, ValueError):
-            others = {}
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def _save(self) -> None:
+        others = self._read(self._path)
         others[self._key] = self._entries
         tmp = self._path.with_name(f".{self._path.name}.{os.getpid()}.tmp")
         try:
@@ -151,10 +149,7 @@ class CompileTable:
         self.cpu_bound = False
 
     def _get(self, mode: str, shape: Shape) -> ShapeRecord:
-        key = (mode, shape)
-        if key not in self._records:
-            self._records[key] = ShapeRecord(mode, shape)
-        return self._records[key]
+        return self._records.setdefault((mode, shape), ShapeRecord(mode, shape))
 
     def state(self, mode: str, shape: Shape) -> str:
         with self._lock:
@@ -312,10 +307,9 @@ class CompileTable:
                 state = COLD  # warm elsewhere (in process, or on replicas since restarted)
             out: dict[str, Any] = {"mode": mode, "shape": str(shape), "state": state,
                                    "will_compile": False, "estimate_compile_seconds": None,
-                                   "note": "", "warm_on": None}
+                                   "note": "", "warm_on": None, "estimate_source": None}
             if places is not None and len(places) > 1:
                 out["warm_on"] = [len(rec.warm_at.intersection(places)) if rec else 0, len(places)]
-            out["estimate_source"] = None
             self._expect_into(out, rec, steps, load)
             if state == WARM and exact_shapes and steps and rec.warm_steps and steps not in rec.warm_steps:
                 # On Neuron every eager op compiles per shape, and the scheduler's per-step tensors
@@ -354,25 +348,23 @@ class CompileTable:
     def snapshot(self) -> list[dict[str, Any]]:
         with self._lock:
             now = self._clock()
-            rows = []
-            for (mode, shape), rec in sorted(self._records.items(), key=lambda kv: (kv[0][0], kv[0][1].pixels)):
-                rows.append({
-                    "mode": mode, "shape": str(shape), "width": shape.width, "height": shape.height,
-                    "tokens": shape.tokens, "state": rec.state, "compile_seconds": rec.compile_seconds,
-                    "compiles": rec.compiles, "neff_compiles": rec.neff_compiles,
-                    # The median of the runs that compiled nothing and overlapped no other run, and how many.
-                    "steady_seconds": statistics.median(r.seconds for r in rec.steady) if rec.steady else None,
-                    "steady_runs": len(rec.steady), "runs": rec.runs,
-                    # Read as on a quiet machine, and the median share other work took meanwhile.
-                    "steady_quiet_seconds": low([self._quiet(r.seconds, r.load) for r in rec.steady])
-                    if rec.steady else None,
-                    "steady_load": statistics.median(r.load for r in rec.steady if r.load is not None)
-                    if self.cpu_bound and any(r.load is not None for r in rec.steady) else None,
-                    "compiling_elapsed": now - rec.compiling_since if rec.compiling_since else None,
-                    "error": rec.error, "bundle_compile_seconds": rec.bundle_compile_seconds,
-                    "warm_at": sorted(rec.warm_at),
-                })
-            return rows
+            records = sorted(self._records.items(), key=lambda kv: (kv[0][0], kv[0][1].pixels))
+            return [{
+                "mode": mode, "shape": str(shape), "width": shape.width, "height": shape.height,
+                "tokens": shape.tokens, "state": rec.state, "compile_seconds": rec.compile_seconds,
+                "compiles": rec.compiles, "neff_compiles": rec.neff_compiles,
+                # The median of the runs that compiled nothing and overlapped no other run, and how many.
+                "steady_seconds": statistics.median(r.seconds for r in rec.steady) if rec.steady else None,
+                "steady_runs": len(rec.steady), "runs": rec.runs,
+                # Read as on a quiet machine, and the median share other work took meanwhile.
+                "steady_quiet_seconds": low([self._quiet(r.seconds, r.load) for r in rec.steady])
+                if rec.steady else None,
+                "steady_load": statistics.median(r.load for r in rec.steady if r.load is not None)
+                if self.cpu_bound and any(r.load is not None for r in rec.steady) else None,
+                "compiling_elapsed": now - rec.compiling_since if rec.compiling_since else None,
+                "error": rec.error, "bundle_compile_seconds": rec.bundle_compile_seconds,
+                "warm_at": sorted(rec.warm_at),
+            } for (mode, shape), rec in records]
 
 
 def nearest_signature(shape: Shape, warm: list[Shape]) -> Shape:
