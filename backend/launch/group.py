@@ -274,8 +274,13 @@ class WorkerGroup:
         while proc is self.proc and self.state not in (GroupState.STOPPING, GroupState.STOPPED, GroupState.DEAD):
             rank = self.rank0.stopped_beating(stall) if self.state == GroupState.READY else None
             if rank is not None:
-                self._mark_dead(f"rank {rank}'s heartbeat has not moved for {stall:g} s (--tp-stall-timeout): it is "
-                                "stopped or frozen; the group is being stopped", froze=True)
+                # A rank that failed is the cause (torchrun then ends the others, whose heartbeats stop): on a
+                # busy machine the stall may be seen before the launcher's exit, so its error file is read first.
+                if rank_failures(self.dir):
+                    self._mark_dead(death_reason(self.dir, "", 0))
+                else:
+                    self._mark_dead(f"rank {rank}'s heartbeat has not moved for {stall:g} s (--tp-stall-timeout): it "
+                                    "is stopped or frozen; the group is being stopped", froze=True)
                 return
             time.sleep(self.beat_poll)
 

@@ -400,13 +400,19 @@ def test_the_ranks_runtime_lets_a_collective_wait_as_long_as_the_group_does(tmp_
     assert launched[0].get("NEURON_RT_EXEC_TIMEOUT") == (wanted or users)
 
 
-@pytest.mark.parametrize("beating", [True, False])
-def test_a_ready_group_whose_heartbeat_stands_still_is_dead_within_the_stall_timeout(group, tmp_path, beating):
+@pytest.mark.parametrize("beating, ended", [(True, False), (False, False), (False, True)])
+def test_a_ready_group_whose_heartbeat_stands_still_is_dead_within_the_stall_timeout(group, tmp_path, beating, ended,
+                                                                                      monkeypatch):
     """Issue 53 (12): a SIGSTOPped replica, idle, was found only by the next request sent to it, after
     the stall timeout. While ready, the group reads its ranks' heartbeats: one that stands still for
     the stall timeout (30 s here) makes the group dead at once, a stopped or frozen rank in its
     reason; heartbeats that move keep it ready. The fake clock moves 1 s per look, and each look
-    (while ``beating``) sees both ranks' counters move; the watch ends when the group leaves ready."""
+    (while ``beating``) sees both ranks' counters move; the watch ends when the group leaves ready.
+    ``ended``: a rank ended itself after a failed request first (torchrun stopping the other is what
+    stilled the heartbeats, seen before the launcher's exit on a loaded machine): that is the reason."""
+    if ended:
+        group.dir = str(tmp_path / "run")  # the launched group's run dir, torchrun's error files under it
+        _rank_ends_itself(group.dir, 1, monkeypatch)
     looks = {"n": 0}
 
     def clock() -> float:
@@ -428,8 +434,11 @@ def test_a_ready_group_whose_heartbeat_stands_still_is_dead_within_the_stall_tim
         if beating:
             assert group.state == "stopping" and group.error is None and not group.froze
         else:
-            assert group.state == "dead" and group.froze and looks["n"] < 40
-            assert "heartbeat has not moved for 30 s" in group.error and "stopped or frozen" in group.error
+            assert group.state == "dead" and group.froze != ended and looks["n"] < 40
+            if ended:
+                assert group.error.startswith("rank 1 ended itself after a failed request (RuntimeError: x)")
+            else:
+                assert "heartbeat has not moved for 30 s" in group.error and "stopped or frozen" in group.error
             group._teardown.join(10)
     finally:
         group.proc.kill()
