@@ -50,12 +50,10 @@ def _unwritable(out: str | None, default_dir: Path) -> str | None:
     nothing behind (a missing folder is not created here)."""
     target = Path(out) if out else default_dir
     flag = "--out" if out else "--output-dir"
-    if target.suffix.lower() == ".png":
-        if target.is_dir():
-            return f"{flag}: {target} is a folder, not a .png file name"
-        folder = target.parent
-    else:
-        folder = target
+    png = target.suffix.lower() == ".png"
+    if png and target.is_dir():
+        return f"{flag}: {target} is a folder, not a .png file name"
+    folder = target.parent if png else target
     probe_in = folder
     while not probe_in.exists() and probe_in.parent != probe_in:  # the rest is created on save
         probe_in = probe_in.parent
@@ -131,7 +129,7 @@ class _TerminalProgress:
 def generate(settings: Settings, args: argparse.Namespace) -> int:
     from backend.serving.manager import Manager
 
-    sizes = args.size or []
+    sizes = args.size
     if not sizes:
         return _fail("generate needs at least one --size WIDTHxHEIGHT, e.g. --size 512x512")
     manager = Manager(settings)
@@ -195,8 +193,8 @@ def generate(settings: Settings, args: argparse.Namespace) -> int:
 def doctor_report(settings: Settings) -> dict[str, Any]:
     from backend.caches.bundles import installed_version
     from backend.hardware import env as device_env
-    from backend.hardware.device import DeviceUnavailable, neuron_installed, resolve_device
-    from backend.models.source import resolve_model
+    from backend.hardware.device import Device, DeviceUnavailable, compiler_on_path, neuron_installed, resolve_device
+    from backend.models.source import resolve_model, transformer_heads
 
     report: dict[str, Any] = {
         "python": platform.python_version(),
@@ -221,9 +219,6 @@ def doctor_report(settings: Settings) -> dict[str, Any]:
     report["caches"] = {var: {"dir": prepared[var], "bytes": device_env.dir_size(prepared[var])}
                         for var in device_env.CACHE_VARS if var in prepared}
     if report["device"].get("kind") == "neuron":
-        from backend.hardware.device import Device
-        from backend.models.source import transformer_heads
-
         # The same plan the app would run with: the cores app.py claimed before torch loaded.
         device = Device(info, instance_cores=settings.neuron_instance_cores)
         plan = device.core_plan
@@ -237,8 +232,6 @@ def doctor_report(settings: Settings) -> dict[str, Any]:
             wanted["replicas"] = (settings.replicas, None)
         neuron["core_plan"] = plan.describe(wanted=wanted)
         neuron["fallback_execution_disabled"] = os.environ.get(device_env.FALLBACK_VAR)
-        from backend.hardware.device import compiler_on_path
-
         # TorchNeuron runs neuronx-cc by name from PATH, for every compile (eager mode's too).
         neuron["neuronx_cc"] = compiler_on_path()
         neuron["neff_key"] = device.neff_key_fields()
