@@ -7,6 +7,7 @@ A shape is written WIDTHxHEIGHT everywhere a person types or reads one (``--size
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import math
@@ -199,10 +200,8 @@ def whole_number(field: str, value: object, what: str = "a whole number", allow_
         if not math.isfinite(value) or value != int(value):
             raise InvalidRequest(field, f"must be {what}, got {value!r}", (("whole", {"got": repr(value)}),))
         return int(value)
-    try:
+    with contextlib.suppress(TypeError):
         return operator.index(value)  # int, numpy integers
-    except TypeError:
-        pass
     if isinstance(value, numbers.Real):  # numpy floats
         return whole_number(field, float(value), what)
     raise InvalidRequest(field, f"must be {what}, got {show_value(value)}")
@@ -229,8 +228,7 @@ def within_tokens(shape: Shape, tokens: int, min_size: int = MULTIPLE) -> Shape 
 def validate_shape(height: object, width: object, min_size: int, max_size: int, budget: int | None = None) -> Shape:
     """Return the Shape, or raise InvalidRequest naming the nearest valid shape (one within the
     sequence ``budget`` too, when given: a suggestion is always a size that would run)."""
-    h = _as_int("height", height)
-    w = _as_int("width", width)
+    h, w = _as_int("height", height), _as_int("width", width)
     problems, why = [], []
     for field, v in (("width", w), ("height", h)):
         if v < min_size or v > max_size:
