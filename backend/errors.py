@@ -55,7 +55,6 @@ def by_code(code: str) -> type[StudioError]:
 
 
 def codes() -> dict[str, type[StudioError]]:
-    """Every code and its class."""
     return dict(StudioError._registry)
 
 
