@@ -1,11 +1,10 @@
 """The cost receipt: what an image costs here, from what this machine measured.
 
-For each warm (mode, signature) with steady runs: its seconds as on a quiet machine (the lower
-quartile of its steady runs, each on a CPU times the share of the CPU it got; with the median load
-they ran under), the batch, and how many runs
-the mode's engines take at once give images per hour; the price per hour (``--price-per-hour``,
-else ``ON_DEMAND`` for the instance type neuron-ls reported) gives the price of 1,000 images. A
-reference the user enters sits beside it. Nothing is guessed: no price, no price column.
+For each warm (mode, signature) with steady runs: its seconds as on a quiet machine (the lower quartile of
+its steady runs, each on a CPU times the share of the CPU it got; with the median load they ran under),
+the batch, and how many runs the mode's engines take at once give images per hour; the price per hour
+(``--price-per-hour``, else ``ON_DEMAND`` for the instance type neuron-ls reported) gives the price of
+1,000 images. A reference the user enters sits beside it. Nothing is guessed: no price, no price column.
 """
 
 from __future__ import annotations
