@@ -20,7 +20,6 @@ EXIT_BAD_INPUT = 2
 
 
 class Served:
-
     def __init__(self, app, host: str, port: int, forwarded_allow_ips: str | None = None):
         import uvicorn
 
@@ -152,7 +151,7 @@ def prepare_demo(manager, modes: list[str], tp: bool, say=print) -> None:
     """What a presenter does before the room comes in, in one go: every preset warm in each mode,
     the group started if asked (it warms its own shapes before READY), then the lock to warm shapes,
     so no click in the demo waits for a compile."""
-    if not manager.wait_ready() or manager.state == "failed":
+    if not manager.wait_ready():
         say(f"demo: the model did not load: {manager.load_error}")
         return
     shapes = [shape for _name, shape in manager.card.presets]
