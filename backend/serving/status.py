@@ -65,11 +65,8 @@ class Status:
         return self.state not in (ServiceState.IDLE, ServiceState.LOADING, ServiceState.FAILED)
 
     def to_json(self) -> dict[str, Any]:
-        out = dataclasses.asdict(self)
-        for key in ("tp", "replicas", "ray"):
-            if out[key] is None:
-                del out[key]
-        return out
+        out = dataclasses.asdict(self)  # the launched engines' keys only when the app has them
+        return {k: v for k, v in out.items() if v is not None or k not in ("tp", "replicas", "ray")}
 
     def for_viewer(self) -> Status:
         """A copy without what only the operator needs (the worker socket, process ids, cache paths),
@@ -174,9 +171,7 @@ class StatusView:
     def core_plan_status(self) -> dict[str, Any] | None:
         s = self.service
         plan = s.device.core_plan if s.device is not None else None
-        if plan is None:
-            return None
-        return plan.describe(wanted={e.name: e.cores_wanted() for e in s.engines.launched})
+        return None if plan is None else plan.describe(wanted={e.name: e.cores_wanted() for e in s.engines.launched})
 
     def chip(self, launched: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
         """neuron-monitor's reading, each process named from the engines' ``describe()`` (``launched``)."""
