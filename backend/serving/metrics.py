@@ -93,8 +93,7 @@ class ScrapeCollector:
         queued = GaugeMetricFamily(f"{PREFIX}_queue_depth", "Requests waiting for each engine", labels=["engine"])
         busy = GaugeMetricFamily(f"{PREFIX}_busy_workers", "Requests each engine is running now", labels=["engine"])
         load = m.engine_load()
-        for name in m.engines:
-            engine = m.engines[name]
+        for name, engine in m.engines.items():
             engine_state.add_metric([name, str(engine.state)], 1.0)
             capacity.add_metric([name], float(engine.capacity()))
             waiting, running = load.get(name, (0, 0))
