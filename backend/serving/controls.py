@@ -90,14 +90,12 @@ class EngineControls:
         self.service.board.capacity_changed()
 
     def engine_capacity(self, name: str) -> int:
-        engines = self.service.engines
-        engine = engines.get(name) if engines else None
+        engine = self.service.engines.get(name)
         return engine.capacity() if engine is not None else 1
 
     def capacity(self) -> int:
         """Requests that can run at once now: the launched engines' capacity, at least one."""
-        engines = self.service.engines
-        return max(1, sum(e.capacity() for e in engines.launched)) if engines else 1
+        return max(1, sum(e.capacity() for e in self.service.engines.launched))
 
     def warmup(self, shapes: Iterable[Shape], mode: str | None = None,
                progress: Callable[[int, int, Shape | None], None] | None = None) -> list[GenerationResult]:
