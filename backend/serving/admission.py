@@ -16,7 +16,7 @@ from backend.errors import DoesNotFit, ShapeLimitReached, ShapeLocked, StudioErr
 from backend.hardware import memory
 from backend.serving import compile_state as cs
 from backend.settings import Settings
-from backend.shapes import Shape
+from backend.shapes import Shape, parse_signature
 
 # Seconds a first compile takes before the machine has measured one, by compile backend and mode
 # (see Admission.prior_compile_seconds): a prior, said to be one wherever it is shown.
@@ -39,9 +39,7 @@ class Admission:
         return device is not None and device.eager_compiles
 
     def compiles_here(self, device, mode: str) -> bool:
-        if self.exact_shapes(device):
-            return True
-        return self.settings.runs_as(mode) in cs.COMPILED_MODES
+        return self.exact_shapes(device) or self.settings.runs_as(mode) in cs.COMPILED_MODES
 
     def prior_compile_seconds(self, device, mode: str) -> float | None:
         """A first compile's seconds before any was measured here, from this project's CPU runs (bench
@@ -157,8 +155,6 @@ class PlaceBook:
         self._table.forget_place(place)
 
     def warmed(self, place: str, mode: str, signature: str, counts: dict[str, Any]) -> None:
-        from backend.shapes import parse_signature
-
         self._table.finish(mode, parse_signature(signature), compiles=int(counts.get("compiles") or 0),
                            compile_seconds=float(counts.get("compile_seconds") or 0.0), seconds=None,
                            neff_compiles=int(counts.get("neff_compiles") or 0), place=place)
