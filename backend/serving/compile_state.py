@@ -315,15 +315,13 @@ class CompileTable:
                 # On Neuron every eager op compiles per shape, and the scheduler's per-step tensors
                 # (its sigmas, one per step plus one) change length with the step count: a warm size
                 # at a new step count still compiles those ops.
-                out["will_compile"] = True
-                out["estimate_compile_seconds"] = None
+                out["will_compile"] = True  # (no estimate: these ops' compiles are not measured apart)
                 out["note"] = (f"warm at {', '.join(map(str, sorted(rec.warm_steps)))} steps; {steps} steps "
                                "compiles the scheduler's per-step ops first")
             elif state == WARM:
                 out["note"] = "warm"
             elif state == COMPILING:
-                out["will_compile"] = True
-                out["elapsed_seconds"] = self._clock() - rec.compiling_since
+                out.update(will_compile=True, elapsed_seconds=self._clock() - rec.compiling_since)
                 self._estimate_into(out, mode, shape, prior)
                 out["note"] = "compiling now"
             elif not compiles_here:
