@@ -216,10 +216,9 @@ class Manager:
         interrupted: ``wait`` bounds the wait for it (None: no bound). False when it still runs."""
         self._closing.set()
         self.board.close()
-        if self.monitor is not None:
-            self.monitor.close()
-        if self.admission.cpu_load is not None:
-            self.admission.cpu_load.close()
+        for watcher in (self.monitor, self.admission.cpu_load):
+            if watcher is not None:
+                watcher.close()
         if not self.engines:
             return True
         for engine in self.engines.launched:
@@ -375,8 +374,7 @@ class Manager:
                  still_wanted: Callable[[], bool] | None = None):
         """``run`` without saving. ``still_wanted`` turns False once nobody waits for the image: the
         run leaves the board, or stops at its next step."""
-        if isinstance(request, dict):
-            request = self.validate(**request)
+        request = self.validate(**request) if isinstance(request, dict) else request
         self._await_ready(progress, still_wanted)
         if request.tokens is None and self._count_tokens is not None:
             # Validated before the tokenizer loaded (during the load, the CLI): count its tokens now.
