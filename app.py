@@ -110,12 +110,10 @@ def main(argv: list[str] | None = None) -> int:
     # Before anything imports torch (and with it, TorchNeuron): the app-owned cache variables and
     # the NeuronCores this process may claim (backend.hardware.core_plan).
     device_env.prepare_environment(settings.cache_dir, settings.compile_timeout)
+    from backend import cli
     from backend.hardware.core_plan import claim_app_cores
 
     claim_app_cores(settings.neuron_cores, settings.neuron_instance_cores)
-
-    from backend import cli
-
     command = args.command or "serve"
     if command == "generate":
         return cli.generate(settings, args)
