@@ -7,6 +7,7 @@ exit 2; a generation that fails at run time exits 1. No tracebacks for either.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -221,16 +222,13 @@ def doctor_report(settings: Settings) -> dict[str, Any]:
     if report["device"].get("kind") == "neuron":
         # The same plan the app would run with: the cores app.py claimed before torch loaded.
         device = Device(info, instance_cores=settings.neuron_instance_cores)
-        plan = device.core_plan
         heads = None
-        try:
+        with contextlib.suppress(StudioError, OSError, KeyError, ValueError):
             heads = transformer_heads(resolve_model(settings.model, settings.cache_dir)[0])
-        except (StudioError, OSError, KeyError, ValueError):
-            pass
         wanted = {"tensor-parallel": (settings.tp_degree, heads)}
         if settings.replicas:
             wanted["replicas"] = (settings.replicas, None)
-        neuron["core_plan"] = plan.describe(wanted=wanted)
+        neuron["core_plan"] = device.core_plan.describe(wanted=wanted)
         neuron["fallback_execution_disabled"] = os.environ.get(device_env.FALLBACK_VAR)
         # TorchNeuron runs neuronx-cc by name from PATH, for every compile (eager mode's too).
         neuron["neuronx_cc"] = compiler_on_path()
