@@ -102,9 +102,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    flags = {k: v for k, v in vars(args).items() if k in OPTIONS}
     try:
-        settings = load_settings(flags)
+        settings = load_settings({k: v for k, v in vars(args).items() if k in OPTIONS})
     except ValueError as exc:
         parser.error(str(exc))
     # Before anything imports torch (and with it, TorchNeuron): the app-owned cache variables and
