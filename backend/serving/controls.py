@@ -105,8 +105,7 @@ class EngineControls:
                 progress(i, len(shapes), shape)
             request = manager.validate(WARMUP_PROMPT, shape.height, shape.width, seed=0, mode=mode,
                                        images=blank_references(shape), count=shape.count)
-            _img, first = manager.generate(request, _warming=True)
-            results.append(first)
+            results.append(manager.generate(request, _warming=True)[1])
             # Served by several processes (replicas): once more per other process (a dead one never warms).
             warm_on, tries = manager.predict(mode, shape).get("warm_on"), 0
             while warm_on and warm_on[0] < warm_on[1] and tries < warm_on[1] - 1:
