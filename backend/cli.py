@@ -155,12 +155,8 @@ def generate(settings: Settings, args: argparse.Namespace) -> int:
     try:
         for request in requests:
             try:
-                save = False if args.no_save else name
-                if sys.stderr.isatty():
-                    with _TerminalProgress(request) as progress:
-                        image, result = manager.run(request, progress=progress, save=save)
-                else:
-                    image, result = manager.run(request, save=save)
+                with _TerminalProgress(request) if sys.stderr.isatty() else contextlib.nullcontext() as progress:
+                    _image, result = manager.run(request, progress=progress, save=False if args.no_save else name)
             except (GenerationFailed, GenerationCancelled) as exc:
                 return _fail(str(exc), EXIT_FAILED)
             except StudioError as exc:
