@@ -34,6 +34,10 @@ class TrainConfig:
     vae_lr: float = 1e-3
     captions: int = 1200  # distinct training captions
     images_per_caption: int = 6  # renders (sizes, jitter) per caption
+    # Each render moves a shape by up to 3 % of the side and resizes it by 2 % (the committed weights').
+    # False: one outline per caption and size. With the jitter the first step's target (a caption's
+    # mean image) blurs a square into the circle's blob, and the model draws blobs (docs/embedded-model.md).
+    jitter: bool = True
     steps: int = 6000  # transformer steps at the short prompt length
     finetune_steps: int = 200  # transformer steps at the full 512-token prompt length
     finetune_captions: int = 192

@@ -75,6 +75,8 @@ class EditConfig:
     # Scale each edit's token weights to a mean of 1, so that every edit weighs the same in a batch
     # (unscaled, an edit that changes the whole background outweighs a recolour of one shape ~6 to 1).
     balanced: bool = False
+    # Jitter each text-to-image render's shapes (place and size), as the main phase's ``jitter``.
+    jitter: bool = True
 
 
 # The phase's second round (``rounds``): fresh pairs at a lower rate, with the kinds the first round
@@ -179,7 +181,7 @@ def build_data(pipe, cfg: EditConfig, texts: list[str]) -> tuple[dict, dict]:
     for _ in range(cfg.captions):
         scene = scenes.sample_scene(rng)
         h, w = rng.choices(t2i_sizes, t2i_freq)[0]
-        image = scenes.render(scene, h, w, rng)
+        image = scenes.render(scene, h, w, rng if cfg.jitter else None)
         t2i[(h, w)].append((None, image, text_row(scene.caption), 1 + SHAPE_LOSS_WEIGHT * _cover(_shape_pixels(scene, image))))
     out = []
     with _progress(cfg.pairs * 2 + cfg.captions, "encode") as bar:

@@ -341,11 +341,15 @@ def _train_main(argv: list[str]) -> None:
 
     parser.add_argument("--edit-steps", type=int, default=None,
                         help="steps of each round of the edit phase (default: each round's own; 0: no edit phase)")
+    parser.add_argument("--no-jitter", dest="jitter", action="store_false",
+                        help="render each caption's shapes exactly at their place and size (default: jittered a "
+                             "little, as the committed weights were trained)")
     args = parser.parse_args(argv)
-    overrides = {f: getattr(args, f) for f in ("seed", "threads", "vae_steps", "steps", "finetune_steps", "captions", "batch")}
+    overrides = {f: getattr(args, f)
+                 for f in ("seed", "threads", "vae_steps", "steps", "finetune_steps", "captions", "batch", "jitter")}
     steps = {} if args.edit_steps is None else {"steps": args.edit_steps}
     train_and_save(args.dest, dataclasses.replace(defaults, **overrides),
-                   edit_cfgs=rounds(seed=args.seed, threads=args.threads, **steps))
+                   edit_cfgs=rounds(seed=args.seed, threads=args.threads, jitter=args.jitter, **steps))
     print(args.dest)
 
 
@@ -366,8 +370,11 @@ def _train_edits_main(argv: list[str]) -> None:
                              "and run rounds N to the last (default: 1)")
     parser.add_argument("--to-round", type=int, default=None, metavar="M",
                         help="stop after round M (default: the last); with --from-round M, round M alone")
+    parser.add_argument("--no-jitter", dest="jitter", action="store_false",
+                        help="the text-to-image renders mixed in without the shapes' jitter (as `train --no-jitter`)")
     args = parser.parse_args(argv)
     given = {f: getattr(args, f) for f in ("steps", "pairs", "batch") if getattr(args, f) is not None}
+    given["jitter"] = args.jitter
     cfgs = rounds(seed=args.seed, threads=args.threads, **given)
     if args.to_round is not None and not args.from_round <= args.to_round <= len(cfgs):
         parser.error(f"--to-round must be from --from-round ({args.from_round}) to {len(cfgs)}")

@@ -112,7 +112,7 @@ def build_latents(pipe, captions: list[str], cfg: TrainConfig) -> LatentSet:
         scene = scenes.parse_caption(caption)
         for _ in range(cfg.images_per_caption):
             h, w = rng.choices(sizes, weights)[0]
-            image = scenes.render(scene, h, w, rng)
+            image = scenes.render(scene, h, w, rng if cfg.jitter else None)
             shape = _shape_pixels(scene, image)
             cover = shape.reshape(h // 16, 16, w // 16, 16).mean(axis=(1, 3)).reshape(-1)
             jobs[(h, w)].append((index, image, 1.0 + SHAPE_LOSS_WEIGHT * cover))

@@ -147,6 +147,10 @@ def test_train_edits_goes_on_only_from_the_round_its_folder_ends_with(tmp_path, 
             main(["train-edits", str(folder), *argv])
         assert exited.value.code == 2 and said in capsys.readouterr().err
     recorded["edit_rounds"] = recorded["edit_rounds"][:9]  # nine rounds, the ninth another recipe's
+    (folder / "training.json").write_text(json.dumps(recorded))
+    with pytest.raises(SystemExit):  # the committed rounds' renders were jittered (a field they predate)
+        main(["train-edits", str(folder), "--from-round", "10", "--no-jitter"])
+    assert "edit round 1 is not this recipe's round 1 (it differs in jitter)" in capsys.readouterr().err
     recorded["edit_rounds"][8]["lr"] = 1e-3
     (folder / "training.json").write_text(json.dumps(recorded))
     with pytest.raises(SystemExit):
