@@ -267,10 +267,9 @@ class CompileTable:
 
     def _estimate_into(self, out: dict[str, Any], mode: str, shape: Shape, prior: float | None) -> None:
         """From the compiles this install measured in ``mode`` (``CompileHistory``), else the prior."""
-        measured = self.history.estimate(mode, shape)
-        out["estimate_compile_seconds"] = measured[0] if measured else prior
-        out["estimate_compiles"] = measured[1] if measured else 0
-        out["estimate_source"] = "measured" if measured else ("prior" if prior is not None else None)
+        seconds, count = self.history.estimate(mode, shape) or (prior, 0)  # a measured estimate counts one at least
+        out.update(estimate_compile_seconds=seconds, estimate_compiles=count,
+                   estimate_source="measured" if count else ("prior" if prior is not None else None))
 
     def _expect_into(self, out: dict[str, Any], rec: ShapeRecord | None, steps: int, load: float | None) -> None:
         """``quiet_seconds``: a run's seconds on a quiet machine, from the lower quartile of the steady
