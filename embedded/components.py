@@ -38,6 +38,9 @@ class TrainConfig:
     # False: one outline per caption and size. With the jitter the first step's target (a caption's
     # mean image) blurs a square into the circle's blob, and the model draws blobs (docs/embedded-model.md).
     jitter: bool = True
+    # Extra loss weight of a latent token, times the share of it where the shape's kind shows
+    # (``scenes.outline_pixels``); 0 for the committed weights (docs/embedded-model.md).
+    outline_weight: float = 0.0
     steps: int = 6000  # transformer steps at the short prompt length
     finetune_steps: int = 200  # transformer steps at the full 512-token prompt length
     finetune_captions: int = 192
@@ -76,6 +79,12 @@ def _shape_pixels(scene: scenes.Scene, image: np.ndarray) -> np.ndarray:
     """(H, W) bool: the pixels of a rendered scene that its shapes cover (not its background)."""
     height, width = image.shape[:2]
     return np.any(image != scene.background.render(height, width).astype(np.uint8), axis=-1)
+
+
+def _cover(mask: np.ndarray) -> np.ndarray:
+    """(H, W) bool -> the share of each 16x16 patch (a packed latent token) it covers, row-major."""
+    h, w = mask.shape
+    return mask.reshape(h // 16, 16, w // 16, 16).mean(axis=(1, 3)).reshape(-1)
 
 
 def train_vae(vae, cfg: TrainConfig) -> None:

@@ -35,6 +35,7 @@ from embedded.components import (
     SHAPE_LOSS_WEIGHT,
     SHORT_PROMPT_TOKENS,
     TrainConfig,
+    _cover,
     _lr_at,
     _progress,
     _shape_pixels,
@@ -77,6 +78,7 @@ class EditConfig:
     balanced: bool = False
     # Jitter each text-to-image render's shapes (place and size), as the main phase's ``jitter``.
     jitter: bool = True
+    outline_weight: float = 0.0  # as the main phase's: on the targets of edits and text-to-image renders
 
 
 # The phase's second round (``rounds``): fresh pairs at a lower rate, with the kinds the first round
@@ -138,11 +140,6 @@ class Batchable:
     ref_ids: torch.Tensor | None
 
 
-def _cover(mask: np.ndarray) -> np.ndarray:
-    h, w = mask.shape
-    return mask.reshape(h // 16, 16, w // 16, 16).mean(axis=(1, 3)).reshape(-1)
-
-
 @torch.no_grad()
 def _encode(pipe, images: list[np.ndarray]) -> torch.Tensor:
     out = []
@@ -169,9 +166,13 @@ def build_data(pipe, cfg: EditConfig, texts: list[str]) -> tuple[dict, dict]:
     for _ in range(cfg.pairs):
         edit = editing.sample_edit(rng, kinds=cfg.kinds)
         h, w = rng.choices(sizes, freq)[0]
-        ref, target = editing.render_pair(edit, h, w, rng)
+        ref_placed, target_placed = editing.placements(edit, rng)
+        ref = scenes.draw(edit.reference.background, ref_placed, h, w)
+        target = scenes.draw(edit.target.background, target_placed, h, w)
         changed = np.any(ref != target, axis=-1)
         weight = 1 + SHAPE_LOSS_WEIGHT * _cover(_shape_pixels(edit.target, target)) + EDIT_LOSS_WEIGHT * _cover(changed)
+        if cfg.outline_weight:
+            weight = weight + cfg.outline_weight * _cover(scenes.outline_pixels(target_placed, h, w))
         if cfg.balanced:
             weight = weight / weight.mean()
         words = editing.without_colour(edit) if rng.random() < cfg.uncoloured_share else edit.instruction
@@ -181,8 +182,12 @@ def build_data(pipe, cfg: EditConfig, texts: list[str]) -> tuple[dict, dict]:
     for _ in range(cfg.captions):
         scene = scenes.sample_scene(rng)
         h, w = rng.choices(t2i_sizes, t2i_freq)[0]
-        image = scenes.render(scene, h, w, rng if cfg.jitter else None)
-        t2i[(h, w)].append((None, image, text_row(scene.caption), 1 + SHAPE_LOSS_WEIGHT * _cover(_shape_pixels(scene, image))))
+        placed = scenes.place(scene, rng if cfg.jitter else None)
+        image = scenes.draw(scene.background, placed, h, w)
+        weight = 1 + SHAPE_LOSS_WEIGHT * _cover(_shape_pixels(scene, image))
+        if cfg.outline_weight:
+            weight = weight + cfg.outline_weight * _cover(scenes.outline_pixels(placed, h, w))
+        t2i[(h, w)].append((None, image, text_row(scene.caption), weight))
     out = []
     with _progress(cfg.pairs * 2 + cfg.captions, "encode") as bar:
         for group in (edits, t2i):

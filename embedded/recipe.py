@@ -344,12 +344,16 @@ def _train_main(argv: list[str]) -> None:
     parser.add_argument("--no-jitter", dest="jitter", action="store_false",
                         help="render each caption's shapes exactly at their place and size (default: jittered a "
                              "little, as the committed weights were trained)")
+    parser.add_argument("--outline-weight", type=float, default=defaults.outline_weight,
+                        help="extra loss weight where a shape's kind shows (scenes.outline_pixels), in every phase "
+                             "(default: 0, as the committed weights were trained)")
     args = parser.parse_args(argv)
-    overrides = {f: getattr(args, f)
-                 for f in ("seed", "threads", "vae_steps", "steps", "finetune_steps", "captions", "batch", "jitter")}
+    overrides = {f: getattr(args, f) for f in ("seed", "threads", "vae_steps", "steps", "finetune_steps", "captions",
+                                                "batch", "jitter", "outline_weight")}
     steps = {} if args.edit_steps is None else {"steps": args.edit_steps}
     train_and_save(args.dest, dataclasses.replace(defaults, **overrides),
-                   edit_cfgs=rounds(seed=args.seed, threads=args.threads, jitter=args.jitter, **steps))
+                   edit_cfgs=rounds(seed=args.seed, threads=args.threads, jitter=args.jitter,
+                                    outline_weight=args.outline_weight, **steps))
     print(args.dest)
 
 
@@ -372,9 +376,11 @@ def _train_edits_main(argv: list[str]) -> None:
                         help="stop after round M (default: the last); with --from-round M, round M alone")
     parser.add_argument("--no-jitter", dest="jitter", action="store_false",
                         help="the text-to-image renders mixed in without the shapes' jitter (as `train --no-jitter`)")
+    parser.add_argument("--outline-weight", type=float, default=defaults.outline_weight,
+                        help="extra loss weight where a shape's kind shows (as `train --outline-weight`)")
     args = parser.parse_args(argv)
     given = {f: getattr(args, f) for f in ("steps", "pairs", "batch") if getattr(args, f) is not None}
-    given["jitter"] = args.jitter
+    given.update(jitter=args.jitter, outline_weight=args.outline_weight)
     cfgs = rounds(seed=args.seed, threads=args.threads, **given)
     if args.to_round is not None and not args.from_round <= args.to_round <= len(cfgs):
         parser.error(f"--to-round must be from --from-round ({args.from_round}) to {len(cfgs)}")

@@ -271,6 +271,19 @@ def draw(background: Background, shapes: list[Placed], height: int, width: int) 
     return image.clip(0, 255).astype(np.uint8)
 
 
+def outline_pixels(shapes: list[Placed], height: int, width: int) -> np.ndarray:
+    """(H, W) bool: where each shape's kind shows, the pixels another kind at its place and size would
+    draw otherwise (a square's corners, a ring's hole, a star's notches): what a training loss weighs
+    up so that the outline is learnt, not only the colour and the place."""
+    out = np.zeros((height, width), bool)
+    side = min(height, width)
+    for p in shapes:
+        masks = {kind: _shape_mask(kind, height, width, p.x * width, p.y * height, p.radius * side) for kind in SHAPES}
+        for mask in masks.values():
+            out |= mask ^ masks[p.spec.shape]
+    return out
+
+
 def render(scene: Scene, height: int, width: int, rng: random.Random | None = None) -> np.ndarray:
     """uint8 (H, W, 3). ``rng`` jitters each shape's centre and size a little (None: canonical)."""
     return draw(scene.background, place(scene, rng), height, width)

@@ -58,6 +58,7 @@ from embedded.components import (
     Reader,
     TrainConfig,
     TrainedTextTail,
+    _cover,
     _lr_at,
     _progress,
     _shape_pixels,
@@ -112,10 +113,12 @@ def build_latents(pipe, captions: list[str], cfg: TrainConfig) -> LatentSet:
         scene = scenes.parse_caption(caption)
         for _ in range(cfg.images_per_caption):
             h, w = rng.choices(sizes, weights)[0]
-            image = scenes.render(scene, h, w, rng if cfg.jitter else None)
-            shape = _shape_pixels(scene, image)
-            cover = shape.reshape(h // 16, 16, w // 16, 16).mean(axis=(1, 3)).reshape(-1)
-            jobs[(h, w)].append((index, image, 1.0 + SHAPE_LOSS_WEIGHT * cover))
+            placed = scenes.place(scene, rng if cfg.jitter else None)
+            image = scenes.draw(scene.background, placed, h, w)
+            weight = 1.0 + SHAPE_LOSS_WEIGHT * _cover(_shape_pixels(scene, image))
+            if cfg.outline_weight:
+                weight = weight + cfg.outline_weight * _cover(scenes.outline_pixels(placed, h, w))
+            jobs[(h, w)].append((index, image, weight))
     by_size, ids = {}, {}
     total = sum(len(v) for v in jobs.values())
     with _progress(total, "encode") as bar:

@@ -181,3 +181,17 @@ def test_lines_of_a_shapes_colour_do_not_join_its_outline():
     assert verdict.agrees and verdict.shapes[0]["drawn"] == "triangle", verdict
     image[150:230, 60:200] = cyan  # a wide block is a shape, and not a triangle
     assert scenes.judge(image, scene).shapes[0]["drawn"] != "triangle"
+
+
+def test_outline_pixels_are_where_the_kind_shows():
+    # The training loss's extra weight (``--outline-weight``): a square's corners and a ring's hole,
+    # where another kind at the same place and size would differ; not the background far away.
+    scene = scenes.parse_caption("a red square in the centre, on a white background")
+    placed = scenes.place(scene)
+    outline = scenes.outline_pixels(placed, 256, 256)
+    p = placed[0]
+    r = p.radius * 256
+    corner = (int(p.y * 256 + 0.8 * r), int(p.x * 256 + 0.8 * r))  # inside the square (0.85 r), outside the circle
+    assert outline[corner] and outline[int(p.y * 256), int(p.x * 256)]  # the centre: the ring's hole
+    assert not outline[:10, :10].any() and 0 < outline.mean() < 0.2
+    assert not scenes.outline_pixels([], 64, 64).any()
