@@ -35,8 +35,8 @@ class TrainConfig:
     captions: int = 1200  # distinct training captions
     images_per_caption: int = 6  # renders (sizes, jitter) per caption
     # Each render moves a shape by up to 3 % of the side and resizes it by 2 % (the committed weights').
-    # False: one outline per caption and size. With the jitter the first step's target (a caption's
-    # mean image) blurs a square into the circle's blob, and the model draws blobs (docs/embedded-model.md).
+    # False: one outline per caption and size (the jitter blurs the first step's target, a caption's
+    # mean image, towards a blob; what turning it off did: docs/embedded-model.md).
     jitter: bool = True
     # Extra loss weight of a latent token, times the share of it where the shape's kind shows
     # (``scenes.outline_pixels``); 0 for the committed weights (docs/embedded-model.md).
@@ -85,6 +85,24 @@ def _cover(mask: np.ndarray) -> np.ndarray:
     """(H, W) bool -> the share of each 16x16 patch (a packed latent token) it covers, row-major."""
     h, w = mask.shape
     return mask.reshape(h // 16, 16, w // 16, 16).mean(axis=(1, 3)).reshape(-1)
+
+
+def render_weights(scene: scenes.Scene, placed: list[scenes.Placed], image: np.ndarray,
+                   outline_weight: float) -> np.ndarray:
+    """A render's loss weight per latent token: 1, plus SHAPE_LOSS_WEIGHT times the share of it a shape
+    covers, plus ``outline_weight`` times the share where a shape's kind shows (``scenes.outline_pixels``)."""
+    weight = 1.0 + SHAPE_LOSS_WEIGHT * _cover(_shape_pixels(scene, image))
+    if outline_weight:
+        weight = weight + outline_weight * _cover(scenes.outline_pixels(placed, *image.shape[:2]))
+    return weight
+
+
+def training_render(scene: scenes.Scene, height: int, width: int, rng: random.Random, jitter: bool,
+                    outline_weight: float) -> tuple[np.ndarray, np.ndarray]:
+    """(image, its tokens' loss weights) of a caption's scene, its shapes jittered by ``rng`` if ``jitter``."""
+    placed = scenes.place(scene, rng if jitter else None)
+    image = scenes.draw(scene.background, placed, height, width)
+    return image, render_weights(scene, placed, image, outline_weight)
 
 
 def train_vae(vae, cfg: TrainConfig) -> None:

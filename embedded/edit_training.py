@@ -32,16 +32,16 @@ import torch
 from embedded import editing, scenes
 from embedded.components import (
     FULL_PROMPT_TOKENS,
-    SHAPE_LOSS_WEIGHT,
     SHORT_PROMPT_TOKENS,
     TrainConfig,
     _cover,
     _lr_at,
     _progress,
-    _shape_pixels,
     _to_tensor,
     encode_patchified,
     normalise,
+    render_weights,
+    training_render,
 )
 from embedded.training import flow_loss
 
@@ -170,9 +170,8 @@ def build_data(pipe, cfg: EditConfig, texts: list[str]) -> tuple[dict, dict]:
         ref = scenes.draw(edit.reference.background, ref_placed, h, w)
         target = scenes.draw(edit.target.background, target_placed, h, w)
         changed = np.any(ref != target, axis=-1)
-        weight = 1 + SHAPE_LOSS_WEIGHT * _cover(_shape_pixels(edit.target, target)) + EDIT_LOSS_WEIGHT * _cover(changed)
-        if cfg.outline_weight:
-            weight = weight + cfg.outline_weight * _cover(scenes.outline_pixels(target_placed, h, w))
+        weight = (render_weights(edit.target, target_placed, target, cfg.outline_weight)
+                  + EDIT_LOSS_WEIGHT * _cover(changed))
         if cfg.balanced:
             weight = weight / weight.mean()
         words = editing.without_colour(edit) if rng.random() < cfg.uncoloured_share else edit.instruction
@@ -182,11 +181,7 @@ def build_data(pipe, cfg: EditConfig, texts: list[str]) -> tuple[dict, dict]:
     for _ in range(cfg.captions):
         scene = scenes.sample_scene(rng)
         h, w = rng.choices(t2i_sizes, t2i_freq)[0]
-        placed = scenes.place(scene, rng if cfg.jitter else None)
-        image = scenes.draw(scene.background, placed, h, w)
-        weight = 1 + SHAPE_LOSS_WEIGHT * _cover(_shape_pixels(scene, image))
-        if cfg.outline_weight:
-            weight = weight + cfg.outline_weight * _cover(scenes.outline_pixels(placed, h, w))
+        image, weight = training_render(scene, h, w, rng, cfg.jitter, cfg.outline_weight)
         t2i[(h, w)].append((None, image, text_row(scene.caption), weight))
     out = []
     with _progress(cfg.pairs * 2 + cfg.captions, "encode") as bar:

@@ -53,15 +53,12 @@ from embedded.components import (
     FULL_PROMPT_TOKENS,
     GRID_SHARE,
     READER_WEIGHT,
-    SHAPE_LOSS_WEIGHT,
     SHORT_PROMPT_TOKENS,
     Reader,
     TrainConfig,
     TrainedTextTail,
-    _cover,
     _lr_at,
     _progress,
-    _shape_pixels,
     _to_tensor,
     encode_patchified,
     frozen_text_states,
@@ -71,6 +68,7 @@ from embedded.components import (
     reading_targets,
     set_latent_stats,
     train_vae,
+    training_render,
 )
 
 
@@ -113,11 +111,7 @@ def build_latents(pipe, captions: list[str], cfg: TrainConfig) -> LatentSet:
         scene = scenes.parse_caption(caption)
         for _ in range(cfg.images_per_caption):
             h, w = rng.choices(sizes, weights)[0]
-            placed = scenes.place(scene, rng if cfg.jitter else None)
-            image = scenes.draw(scene.background, placed, h, w)
-            weight = 1.0 + SHAPE_LOSS_WEIGHT * _cover(_shape_pixels(scene, image))
-            if cfg.outline_weight:
-                weight = weight + cfg.outline_weight * _cover(scenes.outline_pixels(placed, h, w))
+            image, weight = training_render(scene, h, w, rng, cfg.jitter, cfg.outline_weight)
             jobs[(h, w)].append((index, image, weight))
     by_size, ids = {}, {}
     total = sum(len(v) for v in jobs.values())
