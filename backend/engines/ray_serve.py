@@ -468,14 +468,16 @@ class RayServeEngine:
                     self.book.warmed(place, *key.split(" ", 1), counts)
                     self._warmed.add((rid, key))
         target = deployment.get("target_num_replicas", self.target)  # Serve's, as its autoscaler moves it
+        # Serve stops a replica it no longer wants (autoscaling down, a smaller count) as it stops a dead
+        # one (STOPPING, then gone): only its target tells them apart, held against the replicas that
+        # were up, since a dead one's replacement may be listed, starting, before the dead one goes.
+        was_up = sum(1 for r in before.values() if r["state"] != "STARTING")
         for gone in set(before) - set(seen):
             old = before[gone]
             if old.get("place"):
                 self.book.lost_place(old["place"])
             self._book.drop.remote(gone)
-            # Serve stops a replica it no longer wants (autoscaling down, a smaller count) as it stops a dead
-            # one (STOPPING, then gone): only its target tells them apart.
-            if target < len(before):
+            if target < was_up:
                 log.info("replica %s stopped: Serve scaled the deployment down to %s", gone, target)
             elif self.state == "ready":
                 self.restarts += 1

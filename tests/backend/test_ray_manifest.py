@@ -109,6 +109,35 @@ def test_the_engine_reads_serves_captured_details_and_tells_the_table_what_chang
     assert dropped == [gone["replica_id"]]
 
 
+def test_a_dead_replica_gone_after_its_replacement_was_listed_is_a_restart_not_a_scale_down(monkeypatch):
+    """The order a dry run met (a node's death found after 10 s): Serve lists the replacement,
+    STARTING and unplaced, while the dead replica is still listed; then the dead one goes. Three
+    listed and a target of two is not a scale-down: the replicas that were up were two."""
+    import copy
+    import json
+
+    ray = pytest.importorskip("ray")
+    from tests.conftest import make_settings
+
+    captures = MANIFEST.parents[1] / "tests" / "standin" / "captures" / "ray"
+    details = json.loads((captures / "serve_details.json").read_text())
+    monkeypatch.setattr(ray, "nodes", lambda: json.loads((captures / "nodes.json").read_text()))
+    deployment = details["applications"][ray_serve.APP]["deployments"][ray_serve.DEPLOYMENT]
+    engine = ray_serve.RayServeEngine(make_settings(ray="auto"), None, "", _Book(), details=lambda: details)
+    monkeypatch.setattr(engine, "reports", lambda: {})
+    engine._book, engine.state = SimpleNamespace(drop=SimpleNamespace(remote=lambda _rid: None)), "ready"
+    engine.refresh()
+    assert deployment["target_num_replicas"] == 2 and len(engine.replicas) == 2
+    replacement = dict(copy.deepcopy(deployment["replicas"][0]), replica_id="replacement", state="STARTING",
+                       node_id=None, node_ip=None, pid=None)
+    deployment["replicas"].append(replacement)
+    engine.refresh()
+    assert engine.restarts == 0
+    gone = deployment["replicas"].pop(0)
+    engine.refresh()
+    assert engine.restarts == 1 and gone["replica_id"] in engine.last_error
+
+
 def test_under_autoscaling_the_board_hands_serve_one_request_more_than_runs_until_the_upper_bound(monkeypatch):
     """Serve scales on the requests its handle holds (target 1 a replica): the board must let one
     more through than the replicas running, or Serve sees no demand and never grows; at the upper
