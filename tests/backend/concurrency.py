@@ -8,11 +8,12 @@ import time
 from typing import Any, Callable
 
 
-def until(predicate: Callable[[], Any], what: str, bound: float) -> None:
-    """Wait for a state, at most ``bound`` seconds; the test fails if it never comes."""
+def until(predicate: Callable[[], Any], what: str, bound: float, detail: Callable[[], str] | None = None) -> None:
+    """Wait for a state, at most ``bound`` seconds; the test fails if it never comes, saying
+    ``detail()`` (what was there instead) when given."""
     deadline = time.monotonic() + bound
     while not predicate():
-        assert time.monotonic() < deadline, f"still waiting for {what}"
+        assert time.monotonic() < deadline, f"still waiting for {what}" + (f"; {detail()}" if detail else "")
         time.sleep(0.05)
 
 

@@ -73,10 +73,10 @@ class _Book:
         self.changes += 1
 
 
-def test_the_engine_reads_serves_captured_details_and_tells_the_table_what_changed(monkeypatch):
-    """Ray's captured output (tests/standin/captures/ray): each RUNNING replica a place naming its node
-    and core, its warm report told to the table once; a replica gone from Serve's list is a lost
-    place and a restart, and the capacity follows."""
+def _on_captures(monkeypatch, book=None, dropped=None):
+    """A RayServeEngine that reads Ray's captured output (tests/standin/captures/ray), ready, no
+    replica reporting yet, its ReplicaBook actor replaced by ``dropped.append``; returns (engine,
+    Serve's details)."""
     import json
 
     ray = pytest.importorskip("ray")
@@ -85,14 +85,26 @@ def test_the_engine_reads_serves_captured_details_and_tells_the_table_what_chang
     captures = MANIFEST.parents[1] / "tests" / "standin" / "captures" / "ray"
     details = json.loads((captures / "serve_details.json").read_text())
     monkeypatch.setattr(ray, "nodes", lambda: json.loads((captures / "nodes.json").read_text()))
-    replicas = details["applications"][ray_serve.APP]["deployments"][ray_serve.DEPLOYMENT]["replicas"]
-    reports = {r["replica_id"]: {"cores": "0", "warm": {"compiled 80x80": {"neff_compiles": 0}}} for r in replicas}
-    book = _Book()
-    engine = ray_serve.RayServeEngine(make_settings(ray="auto"), None, "", book, details=lambda: details)
-    monkeypatch.setattr(engine, "reports", lambda: reports)
-    dropped = []
-    engine._book = SimpleNamespace(drop=SimpleNamespace(remote=dropped.append))  # the ReplicaBook actor
+    engine = ray_serve.RayServeEngine(make_settings(ray="auto"), None, "", book or _Book(), details=lambda: details)
+    monkeypatch.setattr(engine, "reports", lambda: {})
+    engine._book = SimpleNamespace(drop=SimpleNamespace(remote=(dropped if dropped is not None else []).append))
     engine.state = "ready"
+    return engine, details
+
+
+def _deployment(details):
+    return details["applications"][ray_serve.APP]["deployments"][ray_serve.DEPLOYMENT]
+
+
+def test_the_engine_reads_serves_captured_details_and_tells_the_table_what_changed(monkeypatch):
+    """Ray's captured output (tests/standin/captures/ray): each RUNNING replica a place naming its node
+    and core, its warm report told to the table once; a replica gone from Serve's list is a lost
+    place and a restart, and the capacity follows."""
+    book, dropped = _Book(), []
+    engine, details = _on_captures(monkeypatch, book, dropped)
+    replicas = _deployment(details)["replicas"]
+    reports = {r["replica_id"]: {"cores": "0", "warm": {"compiled 80x80": {"neff_compiles": 0}}} for r in replicas}
+    monkeypatch.setattr(engine, "reports", lambda: reports)
     engine.refresh()
     places = engine.places("eager")
     assert engine.capacity() == 2 and book.changes == 1 and len(places) == 2
@@ -114,18 +126,9 @@ def test_a_dead_replica_gone_after_its_replacement_was_listed_is_a_restart_not_a
     STARTING and unplaced, while the dead replica is still listed; then the dead one goes. Three
     listed and a target of two is not a scale-down: the replicas that were up were two."""
     import copy
-    import json
 
-    ray = pytest.importorskip("ray")
-    from tests.conftest import make_settings
-
-    captures = MANIFEST.parents[1] / "tests" / "standin" / "captures" / "ray"
-    details = json.loads((captures / "serve_details.json").read_text())
-    monkeypatch.setattr(ray, "nodes", lambda: json.loads((captures / "nodes.json").read_text()))
-    deployment = details["applications"][ray_serve.APP]["deployments"][ray_serve.DEPLOYMENT]
-    engine = ray_serve.RayServeEngine(make_settings(ray="auto"), None, "", _Book(), details=lambda: details)
-    monkeypatch.setattr(engine, "reports", lambda: {})
-    engine._book, engine.state = SimpleNamespace(drop=SimpleNamespace(remote=lambda _rid: None)), "ready"
+    engine, details = _on_captures(monkeypatch)
+    deployment = _deployment(details)
     engine.refresh()
     assert deployment["target_num_replicas"] == 2 and len(engine.replicas) == 2
     replacement = dict(copy.deepcopy(deployment["replicas"][0]), replica_id="replacement", state="STARTING",

@@ -202,11 +202,10 @@ def test_a_killed_worker_node_loses_no_request_and_its_replacement_starts_warm_f
     assert not errors, errors
     assert set(results) == {"x", "y"} and engine.retried == retried + 1
     assert len({r.place for r in results.values()}) == 1  # both served by the replica that lived
-    try:
-        _until(lambda: engine.restarts > restarts, "the app to see the replica gone")
-    except AssertionError as exc:  # what Serve still listed, for a failure that did not say (a dry run)
-        listed = {rid[:8]: (r["state"], r["node"][:8]) for rid, r in engine.replicas.items()}
-        raise AssertionError(f"{exc}; Serve lists {listed}, the watch's error: {engine.error}") from None
+    # what Serve still listed, for a failure that did not say (a dry run)
+    _until(lambda: engine.restarts > restarts, "the app to see the replica gone",
+           detail=lambda: f"Serve lists {({rid[:8]: (r['state'], r['node'][:8]) for rid, r in engine.replicas.items()})}, "
+                          f"the watch's error: {engine.error}")
     assert "is gone" in engine.last_error
     cluster.nodes_by_name["c"] = cluster.node("c")
     _until(lambda: mgr.capacity() == 2 and all(f"compiled {BUNDLED}" in r["warm"] for r in engine.replicas.values()),
