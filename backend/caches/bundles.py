@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import hashlib
 import io
 import json
@@ -276,24 +277,35 @@ def _safe_relative(name: str) -> PurePosixPath:
     return pure
 
 
-def _place_all(moves: list[tuple[Path, Path]]) -> None:
+def _place_all(moves: list[tuple[Path, Path]]) -> int:
     """Every staged file in place, or none: each is copied beside its destination under a temporary
-    name (the step that may fail: ENOSPC), then linked into place (no space needed; a name taken
-    meanwhile is refused). A failure removes everything this import made."""
+    name (the step that may fail: ENOSPC), then linked into place (no space needed). A name taken
+    meanwhile by the same file (another import of this bundle: replicas on one node share its cache)
+    is kept as it is; by another file, refused. A failure removes everything this import made.
+    Returns how many were already placed by another."""
     made_dirs: list[Path] = []
     temps: list[tuple[Path, Path]] = []
     placed: list[Path] = []
+    theirs = 0
     try:
         for source, destination in moves:
-            missing = [p for p in (destination.parent, *destination.parent.parents) if not p.exists()]
-            for folder in reversed(missing):
-                folder.mkdir()
+            for folder in reversed([p for p in (destination.parent, *destination.parent.parents) if not p.exists()]):
+                try:
+                    folder.mkdir()
+                except FileExistsError:
+                    continue  # made meanwhile by another import: not this one's to remove
                 made_dirs.append(folder)
             temp = destination.with_name(f".{destination.name}{TEMP_SUFFIX}{os.getpid()}")
             temps.append((temp, destination))
             shutil.copyfile(source, temp)
         for temp, destination in temps:
-            os.link(temp, destination)
+            try:
+                os.link(temp, destination)
+            except FileExistsError:
+                if destination.is_symlink() or not destination.is_file() or _sha256(destination) != _sha256(temp):
+                    raise FileExistsError(errno.EEXIST, "written meanwhile with other contents", str(destination)) from None
+                theirs += 1
+                continue
             placed.append(destination)
         for temp, _destination in temps:
             temp.unlink()
@@ -305,6 +317,7 @@ def _place_all(moves: list[tuple[Path, Path]]) -> None:
                 folder.rmdir()
         raise BundleRefused(f"the bundle could not be written into the caches ({type(exc).__name__}: {exc}); "
                             "nothing was imported, the caches are as they were") from None
+    return theirs
 
 
 def _alive(pid: int) -> bool:
@@ -414,9 +427,9 @@ def import_bundle(path: str | Path, device, here: Manifest) -> dict[str, Any]:
                 raise BundleRefused(f"{destination} exists with other contents; the import overwrites nothing "
                                     "(clear the compile cache first if the bundle should replace it)")
             moves.append((staging / name, destination))
-        _place_all(moves)
+        theirs = _place_all(moves)
         device.cache_info(fresh=True)
-        return {"manifest": manifest, "written": len(moves), "already_there": already}
+        return {"manifest": manifest, "written": len(moves) - theirs, "already_there": already + theirs}
     except (tarfile.TarError, OSError) as exc:
         raise BundleRefused(f"{path}: could not be read whole ({type(exc).__name__}: {exc}); nothing was imported") \
             from None

@@ -7,6 +7,7 @@ import hashlib
 import io
 import json
 import os
+import shutil
 import tarfile
 from pathlib import Path
 
@@ -65,6 +66,41 @@ def test_export_then_import_elsewhere_brings_exactly_the_compile_entries(tmp_pat
     assert not (tmp_path / "elsewhere" / "notes.txt").exists()
     again = bundles.import_bundle(bundle, device, _here(device))  # idempotent: same files are no change
     assert again["written"] == 0 and again["already_there"] == 2
+
+
+def test_an_import_beside_another_of_the_same_bundle_keeps_what_the_other_placed(tmp_path, caches, monkeypatch):
+    """Two replicas on one node share its cache and import the same bundle as they start: a file (and
+    its folder) the other placed between this import's check and its link is the same file, so it
+    counts as already there; a different file placed meanwhile is still refused, nothing left."""
+    _manifest, bundle = _made(tmp_path, caches)
+    device = caches("shared")
+    real_copy = shutil.copyfile
+
+    def another_import_places(contents):
+        """shutil.copyfile for this import's temporary copy, while another import links ``contents``
+        (None: the bundle's own file) under the destination's name, the first time only."""
+        calls = []
+
+        def copyfile(src, dst, **kw):
+            destination = Path(dst).with_name(Path(dst).name[1:].split(bundles.TEMP_SUFFIX)[0])
+            if not calls:
+                destination.parent.mkdir(parents=True, exist_ok=True)
+                destination.write_bytes(Path(src).read_bytes() if contents is None else contents)
+            calls.append(destination)
+            return real_copy(src, dst, **kw)
+        return copyfile
+
+    monkeypatch.setattr(bundles.shutil, "copyfile", another_import_places(None))
+    result = bundles.import_bundle(bundle, device, _here(device))
+    assert result["written"] == 1 and result["already_there"] == 1, result
+    assert (tmp_path / "shared" / CODE).read_bytes() == b"print('kernel')"
+    assert (tmp_path / "shared" / GRAPH).read_bytes() == b"graph"
+    assert not [p for p in (tmp_path / "shared").rglob("*") if bundles.TEMP_SUFFIX in p.name]
+    other = caches("other")
+    monkeypatch.setattr(bundles.shutil, "copyfile", another_import_places(b"not the same"))
+    with pytest.raises(bundles.BundleRefused, match="written meanwhile with other contents"):
+        bundles.import_bundle(bundle, other, _here(other))
+    assert [p.read_bytes() for p in (tmp_path / "other").rglob("*") if p.is_file()] == [b"not the same"]
 
 
 def _rewrite(bundle: Path, out: Path, change) -> Path:

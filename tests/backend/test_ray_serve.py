@@ -16,7 +16,7 @@ from backend.errors import GenerationCancelled, ShapeLocked
 from backend.serving.manager import Manager
 from tests.backend.concurrency import serve_two_at_once, until
 from tests.conftest import make_settings
-from tests.neuron.standin import REPO, _runtime, standin_env
+from tests.neuron.standin import REPO, _runtime, add_ray_node, standin_env
 
 ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.slow
@@ -48,8 +48,7 @@ def cluster(tmp_path_factory):
         "_system_config": {"health_check_period_ms": 1000, "health_check_failure_threshold": 10}})
 
     def node(name: str):
-        env = standin_env(root / name, NEURON_STUDIO_CACHE_DIR=str(root / f"{name}-cache"))
-        return head.add_node(num_cpus=1, resources={"neuron_cores": 1}, env_vars=env)
+        return add_ray_node(head, root / name, NEURON_STUDIO_CACHE_DIR=str(root / f"{name}-cache"))
 
     head.nodes_by_name = {name: node(name) for name in ("a", "b")}
     head.root, head.node = root, node
@@ -118,16 +117,18 @@ def test_two_replicas_on_two_nodes_serve_two_requests_at_once_with_the_in_proces
         assert int(np.abs(same).max()) <= 2
 
 
-def test_every_replica_started_warm_from_the_bundle_and_the_table_says_where(mgr):
+def test_every_replica_started_warm_from_the_bundle_and_the_table_says_where(mgr, cluster):
     """--cache-from under --ray: each replica imported the bundle into its own node's cache and ran
     its shape from it, with no NEFF compiled; the compile table holds the shape warm at both."""
     replicas = mgr.status().ray["replicas"]
+    for name in "ab":  # each node's own NEFF cache (not one that this process's environment named)
+        assert any((cluster.root / f"{name}-cache" / "neff").rglob("*.neff")), name
     for replica in replicas:
         # A replica Serve restarted (a health check missed on a busy machine) finds its node's cache
         # already holding the bundle: every file was written or already there, none missing.
         # (a refused import reports {"path", "error"}: the assertion shows the replica and its error)
         placed = replica["bundle"].get("written", 0) + replica["bundle"].get("already_there", 0)
-        assert placed > 0 and f"compiled {BUNDLED}" in replica["warm"], replica
+        assert placed > 0 and f"compiled {BUNDLED}" in replica["warm"], (replica["bundle"], replica)
     reports = mgr.engines["ray"].reports()
     assert all(r["warm"][f"compiled {BUNDLED}"]["neff_compiles"] == 0 for r in reports.values()), reports
     predicted = mgr.predict("compiled", _req(mgr, "compiled", 80).shape)

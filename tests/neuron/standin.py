@@ -45,6 +45,20 @@ def standin_env(state_dir: os.PathLike | str, devices: int = 1, **extra: str | N
     return env
 
 
+def add_ray_node(cluster, state_dir: os.PathLike | str, **extra: str | None):
+    """A worker node of a local Ray cluster (``ray.cluster_utils.Cluster``) whose processes see
+    ``standin_env(state_dir, **extra)``, with one ``neuron_cores``. Ray starts a node with this
+    process's environment *updated* by ``env_vars``, so a variable ``standin_env`` leaves out (a
+    ``TORCH_NEURONX_NEFF_CACHE_DIR`` an earlier test's Device set here) would still reach the node:
+    those are out of this process's environment while the node starts."""
+    env = standin_env(state_dir, **extra)
+    left_out = {k: os.environ.pop(k) for k in [k for k in os.environ if k not in env]}
+    try:
+        return cluster.add_node(num_cpus=1, resources={"neuron_cores": 1}, env_vars=env)
+    finally:
+        os.environ.update(left_out)
+
+
 def run_py(code: str, env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess:
     """``python -c code`` in the repo root with ``env``; stdout/stderr captured as text."""
     return subprocess.run([sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True, text=True,

@@ -204,15 +204,14 @@ def _system_on_ray(path: Path) -> Path:
     from ray.cluster_utils import Cluster
 
     from backend.serving.roles import COOKIE
-    from tests.neuron.standin import standin_env
+    from tests.neuron.standin import add_ray_node
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
         try:
             for name in ("a", "b"):
-                cluster.add_node(num_cpus=1, resources={"neuron_cores": 1}, env_vars=standin_env(
-                    root / name, NEURON_STUDIO_CACHE_DIR=str(root / f"{name}-cache")))
+                add_ray_node(cluster, root / name, NEURON_STUDIO_CACHE_DIR=str(root / f"{name}-cache"))
             with running_app(root, "--ray", cluster.address, "--ray-replicas", "2", "--ray-max-replicas", "2",
                              "--dtype", "float32", "--mode", "eager", "--prewarm", "256x256",
                              "--cache-dir", str(root / "cache"), timeout=600) as url, chromium() as browser:
