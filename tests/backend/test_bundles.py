@@ -217,26 +217,33 @@ def test_a_fresh_install_serves_the_bundled_shapes_warm_without_a_fresh_compile(
     other.mkdir()
     for name in ("model_index.json",):
         (other / name).write_text("{}")
-    refused = subprocess.run([sys.executable, str(root / "app.py"), "cache", "import", str(bundle),
-                              "--model", "embedded", "--device", "cpu", "--compile-backend", "inductor",
-                              "--cache-dir", str(tmp_path / "wrong")],
-                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
-    errors = [line for line in refused.stderr.splitlines() if line.startswith("app.py: error")]
-    assert refused.returncode == 2 and len(errors) == 1 and "the model's contents" in errors[0], refused.stderr
-    assert not any((tmp_path / "wrong" / "inductor").rglob("*.py"))
-    serve = tmp_path / "second-clone"
-    serve.mkdir()
-    with running_app(serve, *common, "--cache-from", str(bundle), "--mode", "compiled", "--warm-only",
-                     "--cache-dir", str(serve / "cache"), timeout=240) as url:
-        client = Client(url, verbose=False)
-        status = client.predict(api_name="/status")
-        assert status["bundle"]["fresh_compiles"] == 0 and status["bundle"]["fxgraph_hits"] >= 1, status["bundle"]
-        row = next(r for r in status["shapes"] if (r["mode"], r["shape"]) == ("compiled", "64x64"))
-        assert row["state"] == "warm" and row["bundle_compile_seconds"] > 0
-        _image, record = client.predict("a fox", 64, 64, "compiled", 2, 1, 1.0, api_name="/generate")
-        assert record["compiled"] is False
-        with pytest.raises(Exception, match="locked to warm shapes"):
-            client.predict("a fox", 96, 96, "compiled", 2, 1, 1.0, api_name="/generate")
+    # Refused by the CLI while the second clone starts (two processes side by side: each imports the model stack).
+    refusing = subprocess.Popen([sys.executable, str(root / "app.py"), "cache", "import", str(bundle),
+                                 "--model", "embedded", "--device", "cpu", "--compile-backend", "inductor",
+                                 "--cache-dir", str(tmp_path / "wrong")],
+                                cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        serve = tmp_path / "second-clone"
+        serve.mkdir()
+        with running_app(serve, *common, "--cache-from", str(bundle), "--mode", "compiled", "--warm-only",
+                         "--cache-dir", str(serve / "cache"), timeout=240) as url:
+            _out, err = refusing.communicate(timeout=120)
+            errors = [line for line in err.splitlines() if line.startswith("app.py: error")]
+            assert refusing.returncode == 2 and len(errors) == 1 and "the model's contents" in errors[0], err
+            assert not any((tmp_path / "wrong" / "inductor").rglob("*.py"))
+            client = Client(url, verbose=False)
+            status = client.predict(api_name="/status")
+            assert status["bundle"]["fresh_compiles"] == 0 and status["bundle"]["fxgraph_hits"] >= 1, status["bundle"]
+            row = next(r for r in status["shapes"] if (r["mode"], r["shape"]) == ("compiled", "64x64"))
+            assert row["state"] == "warm" and row["bundle_compile_seconds"] > 0
+            _image, record = client.predict("a fox", 64, 64, "compiled", 2, 1, 1.0, api_name="/generate")
+            assert record["compiled"] is False
+            with pytest.raises(Exception, match="locked to warm shapes"):
+                client.predict("a fox", 96, 96, "compiled", 2, 1, 1.0, api_name="/generate")
+    finally:
+        if refusing.poll() is None:
+            refusing.kill()
+            refusing.wait()
 
 
 def _tree(root: Path) -> dict:

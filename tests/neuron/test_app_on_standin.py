@@ -229,29 +229,35 @@ def test_a_bundle_makes_every_neff_a_persistent_hit_in_a_fresh_cache(neuron_env)
     compiles no NEFF (the text encoder's and VAE's eager ops included); without the bundle it does."""
     root, env = neuron_env
 
-    def app(*argv, cache, **extra):
-        proc = subprocess.run([sys.executable, "app.py", *argv, "--device", "neuron", "--dtype", "float32",
-                               "--cache-dir", str(root / cache)], cwd=ROOT, env={**env, **extra},
-                              capture_output=True, text=True, timeout=240)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        return proc.stdout
+    def app(*argv, cache, **extra):  # an app.py call: (argv, env) for run_all
+        return (["app.py", *argv, "--device", "neuron", "--dtype", "float32", "--cache-dir", str(root / cache)],
+                {**env, **extra})
+
+    def outputs(*calls) -> list[str]:  # independent calls side by side (each imports the model stack)
+        procs = run_all(*calls, timeout=240)
+        for proc in procs:
+            assert proc.returncode == 0, proc.stderr[-3000:]
+        return [proc.stdout for proc in procs]
 
     bundle = str(root / "neuron.bundle")
     # The graph's NEFF takes a simulated 3 s: the manifest says 3 s (TorchNeuron's metric is in
     # nanoseconds; read as microseconds it would say 3000).
-    app("cache", "export", bundle, "--mode", "compiled", "--sizes", "80x80", cache="bundle-made",
-        NEURON_STANDIN_COMPILE_SECONDS="3")
-    shown = json.loads(app("cache", "show", bundle, "--json", cache="bundle-fresh"))
+    outputs(app("cache", "export", bundle, "--mode", "compiled", "--sizes", "80x80", cache="bundle-made",
+                NEURON_STANDIN_COMPILE_SECONDS="3"))
+    generate = ("generate", "a fox", "--mode", "compiled", "--size", "80x80", "--json", "--no-save")
+    shown, trn3, _imported, without = outputs(
+        app("cache", "show", bundle, "--json", cache="bundle-shown"),
+        # The NEFF key holds the chip target: on a trn3 every NEFF would miss, so the bundle is refused.
+        app("cache", "show", bundle, "--json", cache="bundle-trn3", NEURON_STANDIN_INSTANCE="trn3.3xlarge"),
+        app("cache", "import", bundle, cache="bundle-fresh"),
+        app(*generate, cache="bundle-none"))
+    shown, trn3 = json.loads(shown), json.loads(trn3)
     assert shown["device"] == "neuron" and shown["lnc"] == 2 and shown["applies_here"] is True
     assert shown["neuron_target"] == "trn2" and 3 <= shown["entries"][0]["compile_seconds"] < 30, shown
-    # The NEFF key holds the chip target: on a trn3 every NEFF would miss, so the bundle is refused.
-    trn3 = json.loads(app("cache", "show", bundle, "--json", cache="bundle-trn3", NEURON_STANDIN_INSTANCE="trn3.3xlarge"))
     assert trn3["applies_here"] is False and trn3["mismatch"].startswith("neuron_target: the bundle was made with 'trn2'")
     assert shown["file_count"] > 0 and shown["entries"][0]["shape"] == "80x80"
-    app("cache", "import", bundle, cache="bundle-fresh")
-    generate = ("generate", "a fox", "--mode", "compiled", "--size", "80x80", "--json", "--no-save")
-    with_bundle = json.loads(app(*generate, cache="bundle-fresh").strip().splitlines()[-1])
-    without = json.loads(app(*generate, cache="bundle-none").strip().splitlines()[-1])
+    with_bundle = json.loads(outputs(app(*generate, cache="bundle-fresh"))[0].strip().splitlines()[-1])
+    without = json.loads(without.strip().splitlines()[-1])
     assert with_bundle["neff_compiles"] == 0 and with_bundle["compiles"] == 1, with_bundle  # dynamo still traces
     assert without["neff_compiles"] > 0
 
