@@ -19,11 +19,45 @@ from tests.neuron.standin import run_all, standin_env
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
 
 
+def _start(name: str, workdir, env) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "tests.neuron.app_scenarios", name, str(workdir)],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _result(proc: subprocess.Popen, timeout: int = 280) -> dict:
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err[-4000:]
+    return json.loads(out.strip().splitlines()[-1])
+
+
 def _scenario(name: str, workdir, env, timeout: int = 280) -> dict:
-    proc = subprocess.run([sys.executable, "-m", "tests.neuron.app_scenarios", name, str(workdir)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return _result(_start(name, workdir, env), timeout)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def beside(request, tmp_path_factory):
+    """Scenarios with their own instance (state dir) and nothing timed, started when the module starts
+    (those whose tests were selected) and read by their tests at the module's end: each process works
+    on one core mostly, and the module's other scenarios run meanwhile."""
+    wanted = {item.name for item in request.session.items if item.module is request.module}
+    started: dict[str, subprocess.Popen] = {}
+    for name, test, extra in (
+            ("tp_all_cores", "test_with_neuron_cores_none_a_degree_4_group_holds_every_core_of_a_trn2_3xlarge", {}),
+            ("memory", "test_a_signature_that_would_not_fit_the_core_is_refused_and_a_fast_one_of_its_size_runs",
+             {"NEURON_STANDIN_HBM_BYTES": str(10**9)})):
+        if test in wanted:
+            workdir = tmp_path_factory.mktemp(name)
+            started[name] = _start(name, workdir, standin_env(workdir / "state", **extra))
+    yield lambda name: _result(started[name])
+    for proc in started.values():
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
 
 
 @pytest.fixture(scope="module")
@@ -161,20 +195,6 @@ def test_a_warm_edit_with_its_references_in_another_order_compiles_no_neff(secon
 
 
 @pytest.mark.slow
-def test_with_neuron_cores_none_a_degree_4_group_holds_every_core_of_a_trn2_3xlarge(tmp_path):
-    """Issue 52 (5): the app kept one of the 4 cores, so degree 4 could not run; with ``--neuron-cores
-    none`` the four ranks hold cores 0-3, the app holds none (it never started its runtime), and a
-    request for the app's own process is refused naming the flag."""
-    out = _scenario("tp_all_cores", tmp_path, standin_env(tmp_path / "state"))
-    assert out["plan"]["app_cores"] == "none" and out["plan"]["engines"]["tensor-parallel"]["degrees"] == [1, 2, 4]  # 4 heads
-    assert out["record"]["world_size"] == 4 and out["tp"]["cores"] == [0, 1, 2, 3]
-    ranks = {int(pid) for pid in out["tp"]["rank_pids"].values()}
-    assert set(out["claims"]) == {"0", "1", "2", "3"} and set(out["claims"].values()) == ranks
-    assert out["app_pid"] not in ranks
-    assert out["eager"]["class"] == "BackendNotReady" and "--neuron-cores none" in out["eager"]["message"]
-
-
-@pytest.mark.slow
 def test_tensor_parallel_on_neuron_keeps_cores_disjoint_and_restarts(neuron_env):
     root, env = neuron_env
     out = _scenario("tp", root, dict(env, NEURON_STANDIN_FAIL_COLLECTIVE=str(root / "fail-collective")))
@@ -294,12 +314,25 @@ def test_replicas_hold_disjoint_cores_beside_the_app_and_a_group(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_signature_that_would_not_fit_the_core_is_refused_and_a_fast_one_of_its_size_runs(tmp_path):
+def test_with_neuron_cores_none_a_degree_4_group_holds_every_core_of_a_trn2_3xlarge(beside):
+    """Issue 52 (5): the app kept one of the 4 cores, so degree 4 could not run; with ``--neuron-cores
+    none`` the four ranks hold cores 0-3, the app holds none (it never started its runtime), and a
+    request for the app's own process is refused naming the flag."""
+    out = beside("tp_all_cores")
+    assert out["plan"]["app_cores"] == "none" and out["plan"]["engines"]["tensor-parallel"]["degrees"] == [1, 2, 4]  # 4 heads
+    assert out["record"]["world_size"] == 4 and out["tp"]["cores"] == [0, 1, 2, 3]
+    ranks = {int(pid) for pid in out["tp"]["rank_pids"].values()}
+    assert set(out["claims"]) == {"0", "1", "2", "3"} and set(out["claims"].values()) == ranks
+    assert out["app_pid"] not in ranks
+    assert out["eager"]["class"] == "BackendNotReady" and "--neuron-cores none" in out["eager"]["message"]
+
+
+@pytest.mark.slow
+def test_a_signature_that_would_not_fit_the_core_is_refused_and_a_fast_one_of_its_size_runs(beside):
     """The stand-in's core holds 1 GB (its knob, scaled for the tiny model): 2032x1024 puts its
     transformer's attention on the fallback (8640 tokens with the text: not a multiple of 512), whose
     score matrix the app's plan counts past the core; 2048x1024 (8704 tokens) takes the NKI kernel."""
-    env = standin_env(tmp_path / "state", NEURON_STANDIN_HBM_BYTES=str(10**9))
-    out = _scenario("memory", tmp_path, env)
+    out = beside("memory")  # its stand-in's core holds 10**9 bytes
     assert out["hbm"] == 10**9
     refused = out["slow_refused"]
     assert refused["class"] == "DoesNotFit" and "of one NeuronCore's 0.9 GiB" in refused["message"]
