@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import shutil
+import subprocess
 import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent  # (the code is an installed package: pyproject.toml)
@@ -59,6 +62,23 @@ def own_compile_history(manager, tmp_path: Path) -> None:
     """The manager's compile history from a file of this test's own: the suite's cache folder is
     shared, and what one test compiled would be another's estimate."""
     manager.table.history.open(tmp_path / "compile-history.json", "test")
+
+
+@contextlib.contextmanager
+def beside(request, starts: dict[str, Callable[[], subprocess.Popen]]):
+    """For a module-scoped fixture: when the module starts, start the process each of its selected
+    tests will read ({test name: a function returning the Popen}); yields {test name: Popen}. A
+    subprocess works one core mostly (imports, one process's loop), so the module's other tests use
+    the other core meanwhile: nothing timed is started so. Those still running at the end are killed."""
+    wanted = {item.name for item in request.session.items if item.module is request.module}
+    started = {name: start() for name, start in starts.items() if name in wanted}
+    try:
+        yield started
+    finally:
+        for proc in started.values():
+            if proc.poll() is None:
+                proc.kill()
+            proc.communicate()
 
 
 # Inductor's own cache entries as a real compile wrote them (tests/captures/inductor_cache_tree.txt):

@@ -12,53 +12,48 @@ from PIL import Image
 import app
 from backend.images.pngmeta import read_png_parameters
 from embedded import scenes
+from tests.conftest import beside
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _run(args, cwd, env_extra=None, timeout=240):  # under pyproject.toml's 300 s per test
+def _env(env_extra=None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("NEURON_STUDIO_") or k == "NEURON_STUDIO_CACHE_DIR"}
-    env.update(env_extra or {})
-    return subprocess.run([sys.executable, str(ROOT / "app.py"), *args], cwd=cwd, env=env,
+    return {**env, **(env_extra or {})}
+
+
+def _run(args, cwd, env_extra=None, timeout=240):  # under pyproject.toml's 300 s per test
+    return subprocess.run([sys.executable, str(ROOT / "app.py"), *args], cwd=cwd, env=_env(env_extra),
                           capture_output=True, text=True, timeout=timeout)
 
 
-@pytest.mark.slow
-def test_generate_works_offline_with_no_flags(tmp_path):
-    # No --model: the trained embedded model, which draws what its grammar's prompt says. Typed as
-    # people type (no comma), read as the grammar's caption; the record keeps what was typed.
-    typed, prompt = "a red circle on the left on a sky gradient", "a red circle on the left, on a sky gradient"
-    proc = _run(["generate", typed, "--size", "256x256", "--seed", "1", "--json"], cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    lines = proc.stdout.strip().splitlines()
-    assert len(lines) == 1
-    record = json.loads(lines[0])
-    for key in ("prompt", "width", "height", "mode", "steps", "seed", "device", "compiled", "compiles",
-                "seconds", "encode", "denoise", "decode", "path"):
-        assert key in record, key
-    assert (record["width"], record["height"], record["mode"], record["device"]) == (256, 256, "eager", "cpu")
-    assert record["compiled"] is False and record["compiles"] == 0
-    path = Path(record["path"])
-    assert path.parent == tmp_path / "outputs" and path.is_file()
-    params = read_png_parameters(path)
-    assert params["seed"] == record["seed"] == 1 and params["prompt"] == typed and params["width"] == 256
-    assert record["model"] == "embedded:scenes-flux2-klein"
-    # The record and the PNG keep what was typed (loading it reads it again) and what was drawn.
-    assert (record["prompt"], record["caption"]) == (typed, prompt)
-    verdict = scenes.judge(Image.open(path), prompt)
-    assert verdict.agrees, verdict.reason
+OFFLINE = "test_generate_works_offline_with_no_flags"
+COMPILED_SIZES = "test_compiled_sizes_in_one_process_report_measured_compiles"
+# Typed as people type (no comma), read as the grammar's caption; the record keeps what was typed.
+TYPED, CAPTION = "a red circle on the left on a sky gradient", "a red circle on the left, on a sky gradient"
 
 
-@pytest.mark.slow
-def test_compiled_sizes_in_one_process_report_measured_compiles(tmp_path):
-    proc = _run(["generate", "a red fox", "--mode", "compiled", "--compile-backend", "aot_eager",
-                 "--size", "64x64", "--size", "128x128", "--size", "64x64", "--steps", "2", "--seed", "3",
-                 "--json", "--out", str(tmp_path / "fox.png")], cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    records = [json.loads(line) for line in proc.stdout.splitlines()]
-    assert [r["compiled"] for r in records] == [True, True, False]
-    assert [r["seed"] for r in records] == [3, 3, 3]
-    assert {Path(r["path"]).name for r in records} == {"fox-64x64.png", "fox-128x128.png"}
+@pytest.fixture(scope="module", autouse=True)
+def generations(request, tmp_path_factory):
+    """The two real-process generations, started when the module starts (``tests.conftest.beside``),
+    each in a folder of its own; their tests, last in the module, read them: {test: (process, folder)}."""
+    folders = {name: tmp_path_factory.mktemp(name[:20]) for name in (OFFLINE, COMPILED_SIZES)}
+    argv = {OFFLINE: ["generate", TYPED, "--size", "256x256", "--seed", "1", "--json"],
+            COMPILED_SIZES: ["generate", "a red fox", "--mode", "compiled", "--compile-backend", "aot_eager",
+                             "--size", "64x64", "--size", "128x128", "--size", "64x64", "--steps", "2", "--seed", "3",
+                             "--json", "--out", str(folders[COMPILED_SIZES] / "fox.png")]}
+
+    def start(name):
+        return lambda: subprocess.Popen([sys.executable, str(ROOT / "app.py"), *argv[name]], cwd=folders[name],
+                                        env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    with beside(request, {name: start(name) for name in argv}) as started:
+        def finished(name):
+            proc = started[name]
+            stdout, stderr = proc.communicate(timeout=240)
+            assert proc.returncode == 0, stderr
+            return stdout, folders[name]
+        yield finished
 
 
 @pytest.mark.slow
@@ -157,3 +152,36 @@ def test_doctor_reports_versions_device_and_caches(capsys):
     assert app.main(["doctor"]) == 0
     text = capsys.readouterr().out
     assert "device        cpu" in text and "NeuronCores visible: 0" in text
+
+
+@pytest.mark.slow
+def test_generate_works_offline_with_no_flags(generations):
+    # No --model: the trained embedded model, which draws what its grammar's prompt says.
+    typed, prompt = TYPED, CAPTION
+    stdout, tmp_path = generations(OFFLINE)
+    lines = stdout.strip().splitlines()
+    assert len(lines) == 1
+    record = json.loads(lines[0])
+    for key in ("prompt", "width", "height", "mode", "steps", "seed", "device", "compiled", "compiles",
+                "seconds", "encode", "denoise", "decode", "path"):
+        assert key in record, key
+    assert (record["width"], record["height"], record["mode"], record["device"]) == (256, 256, "eager", "cpu")
+    assert record["compiled"] is False and record["compiles"] == 0
+    path = Path(record["path"])
+    assert path.parent == tmp_path / "outputs" and path.is_file()
+    params = read_png_parameters(path)
+    assert params["seed"] == record["seed"] == 1 and params["prompt"] == typed and params["width"] == 256
+    assert record["model"] == "embedded:scenes-flux2-klein"
+    # The record and the PNG keep what was typed (loading it reads it again) and what was drawn.
+    assert (record["prompt"], record["caption"]) == (typed, prompt)
+    verdict = scenes.judge(Image.open(path), prompt)
+    assert verdict.agrees, verdict.reason
+
+
+@pytest.mark.slow
+def test_compiled_sizes_in_one_process_report_measured_compiles(generations):
+    stdout, _folder = generations(COMPILED_SIZES)
+    records = [json.loads(line) for line in stdout.splitlines()]
+    assert [r["compiled"] for r in records] == [True, True, False]
+    assert [r["seed"] for r in records] == [3, 3, 3]
+    assert {Path(r["path"]).name for r in records} == {"fox-64x64.png", "fox-128x128.png"}

@@ -15,6 +15,7 @@ import pytest
 
 from backend.caches import bundles
 from backend.hardware import env as device_env
+from tests.conftest import beside
 
 CODE = "j6/cj6za2bike3u7tduddk6hzww7rezwfxjykobuwzmevoumg5c2rey.py"
 GRAPH = "fxgraph/a7/fa7lpgotpuddcmkfmmuaswn5ur2nagb4ofwukojqjaq4laqexsbg/ulq5tkt4tknoy7t4ble5gz3fh3khcltyv4gyza3mbu42n5altkf"  # an FX graph entry as inductor writes it (tests/captures/inductor_cache_tree.txt)
@@ -190,60 +191,6 @@ def test_not_a_bundle_is_a_clear_refusal(tmp_path):
     junk.write_bytes(b"\x89PNG not a tar")
     with pytest.raises(bundles.BundleRefused, match="not a readable bundle"):
         bundles.read_manifest(junk)
-
-
-@pytest.mark.slow
-def test_a_fresh_install_serves_the_bundled_shapes_warm_without_a_fresh_compile(tmp_path):
-    """Issue 21's 'done when': made in one cache, served from another folder's empty cache with
-    --cache-from --mode compiled --warm-only: the bundled shape is warm with no fresh inductor
-    compile, others are refused; a bundle for another model is refused by the CLI in one line."""
-    import os
-    import subprocess
-    import sys
-
-    from gradio_client import Client
-
-    from tools.app_process import running_app
-
-    root = Path(__file__).resolve().parents[2]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    common = ["--model", "embedded-random", "--device", "cpu", "--compile-backend", "inductor"]
-    bundle = tmp_path / "warm.bundle"
-    made = subprocess.run([sys.executable, str(root / "app.py"), "cache", "export", str(bundle), *common,
-                           "--mode", "compiled", "--sizes", "64x64", "--cache-dir", str(tmp_path / "made")],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=280)
-    assert made.returncode == 0 and "1 (mode, shape) entries" in made.stdout, made.stderr[-2000:]
-    other = tmp_path / "other-model"
-    other.mkdir()
-    for name in ("model_index.json",):
-        (other / name).write_text("{}")
-    # Refused by the CLI while the second clone starts (two processes side by side: each imports the model stack).
-    refusing = subprocess.Popen([sys.executable, str(root / "app.py"), "cache", "import", str(bundle),
-                                 "--model", "embedded", "--device", "cpu", "--compile-backend", "inductor",
-                                 "--cache-dir", str(tmp_path / "wrong")],
-                                cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        serve = tmp_path / "second-clone"
-        serve.mkdir()
-        with running_app(serve, *common, "--cache-from", str(bundle), "--mode", "compiled", "--warm-only",
-                         "--cache-dir", str(serve / "cache"), timeout=240) as url:
-            _out, err = refusing.communicate(timeout=120)
-            errors = [line for line in err.splitlines() if line.startswith("app.py: error")]
-            assert refusing.returncode == 2 and len(errors) == 1 and "the model's contents" in errors[0], err
-            assert not any((tmp_path / "wrong" / "inductor").rglob("*.py"))
-            client = Client(url, verbose=False)
-            status = client.predict(api_name="/status")
-            assert status["bundle"]["fresh_compiles"] == 0 and status["bundle"]["fxgraph_hits"] >= 1, status["bundle"]
-            row = next(r for r in status["shapes"] if (r["mode"], r["shape"]) == ("compiled", "64x64"))
-            assert row["state"] == "warm" and row["bundle_compile_seconds"] > 0
-            _image, record = client.predict("a fox", 64, 64, "compiled", 2, 1, 1.0, api_name="/generate")
-            assert record["compiled"] is False
-            with pytest.raises(Exception, match="locked to warm shapes"):
-                client.predict("a fox", 96, 96, "compiled", 2, 1, 1.0, api_name="/generate")
-    finally:
-        if refusing.poll() is None:
-            refusing.kill()
-            refusing.wait()
 
 
 def _tree(root: Path) -> dict:
@@ -459,3 +406,79 @@ def test_the_sweep_takes_only_a_dead_imports_own_leftovers(tmp_path, caches, mon
             path.write_bytes(b"x")
     assert sorted(bundles.sweep_leftovers(device)) == sorted(gone)
     assert not any(p.exists() for p in gone) and all(p.exists() for p in kept)
+
+
+FRESH_INSTALL = "test_a_fresh_install_serves_the_bundled_shapes_warm_without_a_fresh_compile"
+# Each process's caches are its --cache-dir's alone: without the suite's TORCHINDUCTOR_CACHE_DIR
+# (tests/conftest.py), which the app would take over its flag, maker and clone would share one cache.
+_ENV = {**{k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_CACHE_DIR"}, "HF_HUB_OFFLINE": "1"}
+_INDUCTOR_CPU = ["--model", "embedded-random", "--device", "cpu", "--compile-backend", "inductor"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def exported(request, tmp_path_factory):
+    """The fresh-install test's bundle, exported by the CLI (a real inductor compile) when the module
+    starts (``tests.conftest.beside``), while the in-process tests run: (the process, its folder)."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    made = tmp_path_factory.mktemp("made")
+    start = {FRESH_INSTALL: lambda: subprocess.Popen(
+        [sys.executable, str(root / "app.py"), "cache", "export", str(made / "warm.bundle"), *_INDUCTOR_CPU,
+         "--mode", "compiled", "--sizes", "64x64", "--cache-dir", str(made / "cache")],
+        cwd=made, env=_ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)}
+    with beside(request, start) as started:
+        yield started.get(FRESH_INSTALL), made
+
+
+@pytest.mark.slow
+def test_a_fresh_install_serves_the_bundled_shapes_warm_without_a_fresh_compile(tmp_path, exported, monkeypatch):
+    """Issue 21's 'done when': made in one cache, served from another folder's empty cache with
+    --cache-from --mode compiled --warm-only: the bundled shape is warm with no fresh inductor
+    compile, others are refused; a bundle for another model is refused by the CLI in one line."""
+    import subprocess
+    import sys
+
+    from gradio_client import Client
+
+    from tools.app_process import running_app
+
+    root = Path(__file__).resolve().parents[2]
+    env, common = _ENV, _INDUCTOR_CPU
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR")  # for running_app's process, as _ENV
+    maker, made = exported
+    stdout, stderr = maker.communicate(timeout=280)
+    assert maker.returncode == 0 and "1 (mode, shape) entries" in stdout, stderr[-2000:]
+    bundle = made / "warm.bundle"
+    other = tmp_path / "other-model"
+    other.mkdir()
+    for name in ("model_index.json",):
+        (other / name).write_text("{}")
+    # Refused by the CLI while the second clone starts (two processes side by side: each imports the model stack).
+    refusing = subprocess.Popen([sys.executable, str(root / "app.py"), "cache", "import", str(bundle),
+                                 "--model", "embedded", "--device", "cpu", "--compile-backend", "inductor",
+                                 "--cache-dir", str(tmp_path / "wrong")],
+                                cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        serve = tmp_path / "second-clone"
+        serve.mkdir()
+        with running_app(serve, *common, "--cache-from", str(bundle), "--mode", "compiled", "--warm-only",
+                         "--cache-dir", str(serve / "cache"), timeout=240) as url:
+            _out, err = refusing.communicate(timeout=120)
+            errors = [line for line in err.splitlines() if line.startswith("app.py: error")]
+            assert refusing.returncode == 2 and len(errors) == 1 and "the model's contents" in errors[0], err
+            assert not any((tmp_path / "wrong" / "inductor").rglob("*.py"))
+            client = Client(url, verbose=False)
+            status = client.predict(api_name="/status")
+            assert status["bundle"]["fresh_compiles"] == 0 and status["bundle"]["fxgraph_hits"] >= 1, status["bundle"]
+            row = next(r for r in status["shapes"] if (r["mode"], r["shape"]) == ("compiled", "64x64"))
+            assert row["state"] == "warm" and row["bundle_compile_seconds"] > 0
+            _image, record = client.predict("a fox", 64, 64, "compiled", 2, 1, 1.0, api_name="/generate")
+            assert record["compiled"] is False
+            with pytest.raises(Exception, match="locked to warm shapes"):
+                client.predict("a fox", 96, 96, "compiled", 2, 1, 1.0, api_name="/generate")
+    finally:
+        if refusing.poll() is None:
+            refusing.kill()
+            refusing.wait()

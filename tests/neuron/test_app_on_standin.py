@@ -13,6 +13,7 @@ import sys
 
 import pytest
 
+from tests.conftest import beside
 from tests.neuron.captures import load
 from tests.neuron.standin import run_all, standin_env
 
@@ -39,25 +40,21 @@ def _scenario(name: str, workdir, env, timeout: int = 280) -> dict:
     return _result(_start(name, workdir, env), timeout)
 
 
+ALL_CORES = "test_with_neuron_cores_none_a_degree_4_group_holds_every_core_of_a_trn2_3xlarge"
+MEMORY = "test_a_signature_that_would_not_fit_the_core_is_refused_and_a_fast_one_of_its_size_runs"
+
+
 @pytest.fixture(scope="module", autouse=True)
-def beside(request, tmp_path_factory):
-    """Scenarios with their own instance (state dir) and nothing timed, started when the module starts
-    (those whose tests were selected) and read by their tests at the module's end: each process works
-    on one core mostly, and the module's other scenarios run meanwhile."""
-    wanted = {item.name for item in request.session.items if item.module is request.module}
-    started: dict[str, subprocess.Popen] = {}
-    for name, test, extra in (
-            ("tp_all_cores", "test_with_neuron_cores_none_a_degree_4_group_holds_every_core_of_a_trn2_3xlarge", {}),
-            ("memory", "test_a_signature_that_would_not_fit_the_core_is_refused_and_a_fast_one_of_its_size_runs",
-             {"NEURON_STANDIN_HBM_BYTES": str(10**9)})):
-        if test in wanted:
-            workdir = tmp_path_factory.mktemp(name)
-            started[name] = _start(name, workdir, standin_env(workdir / "state", **extra))
-    yield lambda name: _result(started[name])
-    for proc in started.values():
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+def scenarios_beside(request, tmp_path_factory):
+    """The scenarios with an instance (state dir) of their own and nothing timed, started when the
+    module starts (``tests.conftest.beside``); their tests, last in the module, read them."""
+    def start(name: str, **extra: str):
+        workdir = tmp_path_factory.mktemp(name)
+        return lambda: _start(name, workdir, standin_env(workdir / "state", **extra))
+
+    with beside(request, {ALL_CORES: start("tp_all_cores"),
+                          MEMORY: start("memory", NEURON_STANDIN_HBM_BYTES=str(10**9))}) as started:
+        yield lambda test: _result(started[test])
 
 
 @pytest.fixture(scope="module")
@@ -314,11 +311,11 @@ def test_replicas_hold_disjoint_cores_beside_the_app_and_a_group(tmp_path):
 
 
 @pytest.mark.slow
-def test_with_neuron_cores_none_a_degree_4_group_holds_every_core_of_a_trn2_3xlarge(beside):
+def test_with_neuron_cores_none_a_degree_4_group_holds_every_core_of_a_trn2_3xlarge(scenarios_beside):
     """Issue 52 (5): the app kept one of the 4 cores, so degree 4 could not run; with ``--neuron-cores
     none`` the four ranks hold cores 0-3, the app holds none (it never started its runtime), and a
     request for the app's own process is refused naming the flag."""
-    out = beside("tp_all_cores")
+    out = scenarios_beside(ALL_CORES)
     assert out["plan"]["app_cores"] == "none" and out["plan"]["engines"]["tensor-parallel"]["degrees"] == [1, 2, 4]  # 4 heads
     assert out["record"]["world_size"] == 4 and out["tp"]["cores"] == [0, 1, 2, 3]
     ranks = {int(pid) for pid in out["tp"]["rank_pids"].values()}
@@ -328,11 +325,11 @@ def test_with_neuron_cores_none_a_degree_4_group_holds_every_core_of_a_trn2_3xla
 
 
 @pytest.mark.slow
-def test_a_signature_that_would_not_fit_the_core_is_refused_and_a_fast_one_of_its_size_runs(beside):
+def test_a_signature_that_would_not_fit_the_core_is_refused_and_a_fast_one_of_its_size_runs(scenarios_beside):
     """The stand-in's core holds 1 GB (its knob, scaled for the tiny model): 2032x1024 puts its
     transformer's attention on the fallback (8640 tokens with the text: not a multiple of 512), whose
     score matrix the app's plan counts past the core; 2048x1024 (8704 tokens) takes the NKI kernel."""
-    out = beside("memory")  # its stand-in's core holds 10**9 bytes
+    out = scenarios_beside(MEMORY)  # its stand-in's core holds 10**9 bytes
     assert out["hbm"] == 10**9
     refused = out["slow_refused"]
     assert refused["class"] == "DoesNotFit" and "of one NeuronCore's 0.9 GiB" in refused["message"]
