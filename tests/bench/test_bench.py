@@ -32,7 +32,7 @@ def test_in_process_rows_run_interleaved_and_judge_by_interval(tmp_path, monkeyp
     """P1, P2 and P12's cost row in their quick form, in this process. P8 is the same interleaved
     measurement over the three modes (the GPU script's quick run below measures it); P3-P7 start
     processes of their own and are covered below with their children's measurements replaced; P12's
-    accuracy rows run in tests/backend/test_scene_model.py (here they are left out). ``python -m bench
+    accuracy row runs at one preset in tests/backend/test_scene_model.py (here it is left out). ``python -m bench
     --quick`` runs every row."""
     from bench import editing
 
