@@ -28,6 +28,7 @@ import os
 import platform
 import re
 import shutil
+import socket
 import tarfile
 import tempfile
 import time
@@ -46,9 +47,13 @@ MAX_FILE_BYTES = 2 * 2**30  # one NEFF of a large graph stays well under this
 MAX_TOTAL_BYTES = 16 * 2**30
 MAX_MANIFEST_BYTES = 8 * 2**20
 STAGING_PREFIX = "neuron-studio-bundle-"  # + "<pid>-" + mkdtemp's letters, in the temp folder
-TEMP_SUFFIX = ".neuron-studio-import-"  # ".<name>" + this + "<pid>": a copy on its way into a cache
+# ".<name>" + this + "<host>-<pid>": a copy on its way into a cache. A cache may be shared between
+# hosts (a NEFF cache on shared storage), where a pid names a process of one host only (of one pod,
+# where each has its own pid numbers): the host keeps two imports' copies apart, and the sweep to its own.
+TEMP_SUFFIX = ".neuron-studio-import-"
+_HOST = re.sub(r"[^A-Za-z0-9.-]", "_", socket.gethostname())[:253] or "host"
 _STAGING = re.compile(re.escape(STAGING_PREFIX) + r"(\d{1,10})-[A-Za-z0-9_]{1,32}")
-_TEMP = re.compile(r"\..+" + re.escape(TEMP_SUFFIX) + r"(\d{1,10})", re.DOTALL)
+_TEMP = re.compile(r"\..+" + re.escape(TEMP_SUFFIX) + r"([A-Za-z0-9._-]{1,253})-(\d{1,10})", re.DOTALL)
 log = logging.getLogger(__name__)
 # Fields that must match this install for a bundle to apply, in the order they are checked.
 MATCH_FIELDS = ("format", "app_version", "torch", "diffusers", "torch_neuronx", "neuronx_cc", "device",
@@ -295,7 +300,7 @@ def _place_all(moves: list[tuple[Path, Path]]) -> int:
                 except FileExistsError:
                     continue  # made meanwhile by another import: not this one's to remove
                 made_dirs.append(folder)
-            temp = destination.with_name(f".{destination.name}{TEMP_SUFFIX}{os.getpid()}")
+            temp = destination.with_name(f".{destination.name}{TEMP_SUFFIX}{_HOST}-{os.getpid()}")
             temps.append((temp, destination))
             shutil.copyfile(source, temp)
         for temp, destination in temps:
@@ -333,7 +338,7 @@ def _alive(pid: int) -> bool:
 def sweep_leftovers(device) -> list[Path]:
     """Remove what an import killed outright left: staging folders in the temp folder and temporary
     copies in ``device``'s caches, by their names only (``STAGING_PREFIX``, ``TEMP_SUFFIX``), only
-    this user's, only when the pid in the name is not alive. Returns what was removed."""
+    this user's, only this host's, only when the pid in the name is not alive. Returns what was removed."""
     removed: list[Path] = []
     with contextlib.suppress(OSError), os.scandir(tempfile.gettempdir()) as found:
         for entry in found:
@@ -347,7 +352,7 @@ def sweep_leftovers(device) -> list[Path]:
             for name in files:
                 match = _TEMP.fullmatch(name)
                 path = Path(folder) / name
-                if match and not _alive(int(match[1])) and not path.is_symlink():
+                if match and match[1] == _HOST and not _alive(int(match[2])) and not path.is_symlink():
                     with contextlib.suppress(OSError):
                         path.unlink()
                         removed.append(path)

@@ -383,8 +383,9 @@ def test_an_import_killed_outright_leaves_nothing_after_the_next_start(tmp_path,
 
 
 def test_the_sweep_takes_only_a_dead_imports_own_leftovers(tmp_path, caches, monkeypatch):
-    """What the sweep may remove: its own names with a pid that is not alive. A live import's (this
-    process's) staging and copies, and anything named otherwise, stay."""
+    """What the sweep may remove: its own names with a pid that is not alive, and for copies in a
+    cache, this host's (a cache on shared storage holds other hosts' imports, whose pids mean nothing
+    here). A live import's (this process's) staging and copies, and anything named otherwise, stay."""
     import subprocess
     import sys
     import tempfile
@@ -394,10 +395,12 @@ def test_the_sweep_takes_only_a_dead_imports_own_leftovers(tmp_path, caches, mon
     temp, cache = tmp_path / "tmp", tmp_path / "elsewhere"
     monkeypatch.setattr(tempfile, "tempdir", str(temp))
     device = caches("elsewhere")
-    gone = [temp / f"neuron-studio-bundle-{dead}-ab_c1", cache / "fxgraph" / f".entry.neuron-studio-import-{dead}"]
+    host = bundles._HOST
+    gone = [temp / f"neuron-studio-bundle-{dead}-ab_c1", cache / "fxgraph" / f".entry.neuron-studio-import-{host}-{dead}"]
     kept = [temp / f"neuron-studio-bundle-{alive}-ab_c1", temp / "neuron-studio-bundle-x1", temp / "my-bundle-1-a",
-            cache / "fxgraph" / f".entry.neuron-studio-import-{alive}", cache / ".notes.neuron-studio-import",
-            cache / f"entry.neuron-studio-import-{dead}", cache / f".entry.neuron-studio-import-{dead}.txt"]
+            cache / "fxgraph" / f".entry.neuron-studio-import-{host}-{alive}", cache / ".notes.neuron-studio-import",
+            cache / "fxgraph" / f".entry.neuron-studio-import-another-host-{dead}",  # its pid is another host's
+            cache / f"entry.neuron-studio-import-{host}-{dead}", cache / f".entry.neuron-studio-import-{host}-{dead}.txt"]
     for path in gone + kept:
         path.parent.mkdir(parents=True, exist_ok=True)
         if path.parent == temp:
