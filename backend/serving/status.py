@@ -160,9 +160,11 @@ class StatusView:
         """The compile table's rows; on Neuron each with its transformer's attention path and what it
         needs of a core (``backend.hardware.memory``)."""
         s = self.service
-        rows = s.table.snapshot()
+        rows, devices = s.table.snapshot(), {}
         for row in rows:
-            needs = s.admission.memory_plan(s.device_for(row["mode"]), row["mode"], parse_signature(row["shape"]))
+            if row["mode"] not in devices:  # the device of the engine serving a mode: looked up once a mode
+                devices[row["mode"]] = s.device_for(row["mode"])
+            needs = s.admission.memory_plan(devices[row["mode"]], row["mode"], parse_signature(row["shape"]))
             if needs is not None:
                 row["attention"] = needs.slow() or {"fast": True, "score_bytes": 0}
                 row["memory_bytes"] = needs.total
