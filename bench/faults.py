@@ -59,14 +59,15 @@ def run_faults(tp_faults=TP_FAULTS) -> list[dict[str, Any]]:
     from backend.serving.manager import Manager
     from backend.settings import Settings
 
-    tmp = Path(tempfile.mkdtemp(prefix="faults-"))
-    manager = Manager(Settings(device="cpu", dtype="float32", compile_backend="aot_eager", tp_stall_timeout=3.0,
-                               cache_dir=tmp / "c", output_dir=tmp / "o"))
-    try:
-        manager.start()
-        return _inject_faults(manager, tmp, tp_faults)
-    finally:
-        manager.close()
+    with tempfile.TemporaryDirectory(prefix="faults-") as name:  # its caches and images, removed after
+        tmp = Path(name)
+        manager = Manager(Settings(device="cpu", dtype="float32", compile_backend="aot_eager", tp_stall_timeout=3.0,
+                                   cache_dir=tmp / "c", output_dir=tmp / "o"))
+        try:
+            manager.start()
+            return _inject_faults(manager, tmp, tp_faults)
+        finally:
+            manager.close()
 
 
 def _inject_faults(manager, tmp: Path, tp_faults=TP_FAULTS) -> list[dict[str, Any]]:

@@ -47,70 +47,73 @@ def run(device: str, quick: bool, reps: int) -> dict:
     size, shapes = ("128x128", ["128x128", "160x128", "192x128"]) if quick else \
         ("1024x1024", ["1024x1024", "1152x896", "1216x832"])
     steps = 2 if quick else 4
-    tmp = Path(tempfile.mkdtemp(prefix="gpu-realistic-"))
-    settings = Settings(device=device, dtype="float32" if device == "cpu" else "bfloat16",
-                        compile_backend="aot_eager" if quick else "inductor", cache_dir=tmp / "cache",
-                        output_dir=tmp / "out")
-    prepare_environment(settings.cache_dir)
+    with tempfile.TemporaryDirectory(prefix="gpu-realistic-") as name:  # its caches and images, removed after
+        tmp = Path(name)
+        settings = Settings(device=device, dtype="float32" if device == "cpu" else "bfloat16",
+                            compile_backend="aot_eager" if quick else "inductor", cache_dir=tmp / "cache",
+                            output_dir=tmp / "out")
+        prepare_environment(settings.cache_dir)
 
-    def loader(dev, _path):
-        return build_pipeline(geometry, device=dev.info.torch_device, dtype=dev.dtype)
+        def loader(dev, _path):
+            return build_pipeline(geometry, device=dev.info.torch_device, dtype=dev.dtype)
 
-    manager = Manager(settings, engine_factory=lambda dev, path: InProcessEngine(dev, path, loader=loader))
-    manager.start()
-    dev = manager.device
-    cuda = dev.kind == "cuda"
+        manager = Manager(settings, engine_factory=lambda dev, path: InProcessEngine(dev, path, loader=loader))
+        manager.start()
+        try:
+            dev = manager.device
+            cuda = dev.kind == "cuda"
 
-    def mem() -> int | None:
-        return torch.cuda.memory_allocated() if cuda else None
+            def mem() -> int | None:
+                return torch.cuda.memory_allocated() if cuda else None
 
-    def request(mode: str, text: str = size):
-        shape = parse_shape(text)
-        return manager.validate("a red fox in the snow", shape.height, shape.width, steps=steps, seed=0, mode=mode)
+            def request(mode: str, text: str = size):
+                shape = parse_shape(text)
+                return manager.validate("a red fox in the snow", shape.height, shape.width, steps=steps, seed=0, mode=mode)
 
-    out: dict = {"date": datetime.date.today().isoformat(), "quick": quick, "size": size, "steps": steps,
-                 "dtype": dev.info.dtype, "device": dev.kind,
-                 "gpu": torch.cuda.get_device_name() if cuda else None, "torch": torch.__version__,
-                 "machine": platform.platform(), "reference": REFERENCE,
-                 "transformer_params": sum(p.numel() for p in manager.engine.pipe.transformer.parameters()),
-                 "modes": {}}
-    if cuda:
-        torch.cuda.reset_peak_memory_stats()
-    # Steady seconds per mode: each mode compiled first, then the three interleaved (random order).
-    runs, first = {}, {}
-    for mode in ("eager", "compiled", "regional"):
-        req = request(mode)
-        first[mode] = manager.generate(req)[1]
-        runs[mode] = lambda req=req: (manager.generate(req), dev.synchronize())
-    measured = stats.interleaved(runs, reps, seed=0)
-    for mode in runs:
-        steady = stats.summarise(measured["wall"][mode])
-        out["modes"][mode] = {"first_call_s": first[mode].seconds, "compile_s": first[mode].compile_seconds,
-                              "compiles": first[mode].compiles, "steady": steady, "steady_s": steady["median"]}
-    out["peak_device_bytes"] = torch.cuda.max_memory_allocated() if cuda else None
+            out: dict = {"date": datetime.date.today().isoformat(), "quick": quick, "size": size, "steps": steps,
+                         "dtype": dev.info.dtype, "device": dev.kind,
+                         "gpu": torch.cuda.get_device_name() if cuda else None, "torch": torch.__version__,
+                         "machine": platform.platform(), "reference": REFERENCE,
+                         "transformer_params": sum(p.numel() for p in manager.engine.pipe.transformer.parameters()),
+                         "modes": {}}
+            if cuda:
+                torch.cuda.reset_peak_memory_stats()
+            # Steady seconds per mode: each mode compiled first, then the three interleaved (random order).
+            runs, first = {}, {}
+            for mode in ("eager", "compiled", "regional"):
+                req = request(mode)
+                first[mode] = manager.generate(req)[1]
+                runs[mode] = lambda req=req: (manager.generate(req), dev.synchronize())
+            measured = stats.interleaved(runs, reps, seed=0)
+            for mode in runs:
+                steady = stats.summarise(measured["wall"][mode])
+                out["modes"][mode] = {"first_call_s": first[mode].seconds, "compile_s": first[mode].compile_seconds,
+                                      "compiles": first[mode].compiles, "steady": steady, "steady_s": steady["median"]}
+            out["peak_device_bytes"] = torch.cuda.max_memory_allocated() if cuda else None
 
-    # P1: the app's generate vs a direct call of the same loaded pipeline, interleaved.
-    p1 = measure_app_overhead(manager, request("eager"), reps, synchronize=dev.synchronize)
-    out["P1"] = timed_ratio(p1, "app", "direct")[0]
-    out["P1"]["verdict"] = stats.verdict(out["P1"], stats.Goal.parse("<= 1.01"))[0]
+            # P1: the app's generate vs a direct call of the same loaded pipeline, interleaved.
+            p1 = measure_app_overhead(manager, request("eager"), reps, synchronize=dev.synchronize)
+            out["P1"] = timed_ratio(p1, "app", "direct")[0]
+            out["P1"]["verdict"] = stats.verdict(out["P1"], stats.Goal.parse("<= 1.01"))[0]
 
-    # P2 and P3: three warm compiled shapes.
-    mem_one = None
-    requests = [request("compiled", text) for text in shapes]
-    for i, req in enumerate(requests):
-        manager.generate(req)
-        manager.generate(req)
-        if i == 0:
-            mem_one = mem()
-    mem_three = mem()
-    p2, compiles, _calls = measure_shape_switch(manager, requests, reps)
-    out["P2_compiles"] = compiles
-    out["P2"] = timed_ratio(p2, "after_other", "after_itself")[0]
-    out["P2"]["verdict"] = stats.verdict(out["P2"], stats.Goal.parse("<= 1.05"))[0]
-    out["P3_device_memory_ratio"] = (mem_three / mem_one) if cuda else None
-    out["P3_device_bytes"] = {"one_warm": mem_one, "three_warm": mem_three}
-    manager.close()
-    return out
+            # P2 and P3: three warm compiled shapes.
+            mem_one = None
+            requests = [request("compiled", text) for text in shapes]
+            for i, req in enumerate(requests):
+                manager.generate(req)
+                manager.generate(req)
+                if i == 0:
+                    mem_one = mem()
+            mem_three = mem()
+            p2, compiles, _calls = measure_shape_switch(manager, requests, reps)
+            out["P2_compiles"] = compiles
+            out["P2"] = timed_ratio(p2, "after_other", "after_itself")[0]
+            out["P2"]["verdict"] = stats.verdict(out["P2"], stats.Goal.parse("<= 1.05"))[0]
+            out["P3_device_memory_ratio"] = (mem_three / mem_one) if cuda else None
+            out["P3_device_bytes"] = {"one_warm": mem_one, "three_warm": mem_three}
+            return out
+        finally:
+            manager.close()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -284,9 +284,13 @@ def test_workers_exit_when_the_app_dies(tmp_path):
     script = textwrap.dedent(f"""
         import json, sys, time
         sys.path.insert(0, {str(ROOT)!r})
-        from tests.conftest import make_settings
+        from pathlib import Path
         from backend.serving.manager import Manager
-        m = Manager(make_settings())
+        from backend.settings import Settings
+        # (not tests.conftest's settings: importing it makes a cache folder, which a killed app leaves)
+        here = Path({str(tmp_path)!r})
+        m = Manager(Settings(model="embedded-random", device="cpu", dtype="float32", compile_backend="aot_eager",
+                             cache_dir=here / "cache", output_dir=here / "outputs"))
         m.start()
         m.start_engine("tensor-parallel", 2, wait=True)
         group = m.engines["tensor-parallel"].group
