@@ -68,7 +68,8 @@ def run(device: str, quick: bool, reps: int) -> dict:
 
             def request(mode: str, text: str = size):
                 shape = parse_shape(text)
-                return manager.validate("a red fox in the snow", shape.height, shape.width, steps=steps, seed=0, mode=mode)
+                return manager.validate("a red fox in the snow", shape.height, shape.width, steps=steps, seed=0,
+                                        mode=mode)
 
             out: dict = {"date": datetime.date.today().isoformat(), "quick": quick, "size": size, "steps": steps,
                          "dtype": dev.info.dtype, "device": dev.kind,

@@ -294,7 +294,8 @@ def _place_all(moves: list[tuple[Path, Path]]) -> int:
     theirs = 0
     try:
         for source, destination in moves:
-            for folder in reversed([p for p in (destination.parent, *destination.parent.parents) if not p.exists()]):
+            missing = [p for p in (destination.parent, *destination.parent.parents) if not p.exists()]
+            for folder in reversed(missing):
                 try:
                     folder.mkdir()
                 except FileExistsError:
@@ -308,7 +309,8 @@ def _place_all(moves: list[tuple[Path, Path]]) -> int:
                 os.link(temp, destination)
             except FileExistsError:
                 if destination.is_symlink() or not destination.is_file() or _sha256(destination) != _sha256(temp):
-                    raise FileExistsError(errno.EEXIST, "written meanwhile with other contents", str(destination)) from None
+                    raise FileExistsError(errno.EEXIST, "written meanwhile with other contents",
+                                          str(destination)) from None
                 theirs += 1
                 continue
             placed.append(destination)

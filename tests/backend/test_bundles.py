@@ -8,6 +8,8 @@ import io
 import json
 import os
 import shutil
+import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -216,8 +218,6 @@ def test_a_disk_that_fills_mid_import_leaves_the_cache_as_it_was(tmp_path, cache
     """Issue 33 (3), on a real full disk: the cache on a 64 KiB tmpfs with room for one file's
     page, not two. The import fails at the second copy; the first is taken back, and so are the
     folders it made."""
-    import subprocess
-
     _manifest, bundle = _made(tmp_path, caches)
     mount = tmp_path / "elsewhere"
     mount.mkdir()
@@ -343,8 +343,6 @@ def test_an_import_killed_outright_leaves_nothing_after_the_next_start(tmp_path,
     (Manager.start) after a kill while staging, the CLI's cache import after one while placing —
     removes both, and the import then goes through."""
     import signal
-    import subprocess
-    import sys
     import tempfile
 
     from backend import cli
@@ -386,8 +384,6 @@ def test_the_sweep_takes_only_a_dead_imports_own_leftovers(tmp_path, caches, mon
     """What the sweep may remove: its own names with a pid that is not alive, and for copies in a
     cache, this host's (a cache on shared storage holds other hosts' imports, whose pids mean nothing
     here). A live import's (this process's) staging and copies, and anything named otherwise, stay."""
-    import subprocess
-    import sys
     import tempfile
 
     done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
@@ -416,19 +412,16 @@ FRESH_INSTALL = "test_a_fresh_install_serves_the_bundled_shapes_warm_without_a_f
 # (tests/conftest.py), which the app would take over its flag, maker and clone would share one cache.
 _ENV = {**{k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_CACHE_DIR"}, "HF_HUB_OFFLINE": "1"}
 _INDUCTOR_CPU = ["--model", "embedded-random", "--device", "cpu", "--compile-backend", "inductor"]
+_APP = Path(__file__).resolve().parents[2] / "app.py"
 
 
 @pytest.fixture(scope="module", autouse=True)
 def exported(request, tmp_path_factory):
     """The fresh-install test's bundle, exported by the CLI (a real inductor compile) when the module
     starts (``tests.conftest.beside``), while the in-process tests run: (the process, its folder)."""
-    import subprocess
-    import sys
-
-    root = Path(__file__).resolve().parents[2]
     made = tmp_path_factory.mktemp("made")
     start = {FRESH_INSTALL: lambda: subprocess.Popen(
-        [sys.executable, str(root / "app.py"), "cache", "export", str(made / "warm.bundle"), *_INDUCTOR_CPU,
+        [sys.executable, str(_APP), "cache", "export", str(made / "warm.bundle"), *_INDUCTOR_CPU,
          "--mode", "compiled", "--sizes", "64x64", "--cache-dir", str(made / "cache")],
         cwd=made, env=_ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)}
     with beside(request, start) as started:
@@ -440,33 +433,25 @@ def test_a_fresh_install_serves_the_bundled_shapes_warm_without_a_fresh_compile(
     """Issue 21's 'done when': made in one cache, served from another folder's empty cache with
     --cache-from --mode compiled --warm-only: the bundled shape is warm with no fresh inductor
     compile, others are refused; a bundle for another model is refused by the CLI in one line."""
-    import subprocess
-    import sys
-
     from gradio_client import Client
 
     from tools.app_process import running_app
 
-    root = Path(__file__).resolve().parents[2]
-    env, common = _ENV, _INDUCTOR_CPU
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR")  # for running_app's process, as _ENV
     maker, made = exported
     stdout, stderr = maker.communicate(timeout=280)
     assert maker.returncode == 0 and "1 (mode, shape) entries" in stdout, stderr[-2000:]
     bundle = made / "warm.bundle"
-    other = tmp_path / "other-model"
-    other.mkdir()
-    for name in ("model_index.json",):
-        (other / name).write_text("{}")
-    # Refused by the CLI while the second clone starts (two processes side by side: each imports the model stack).
-    refusing = subprocess.Popen([sys.executable, str(root / "app.py"), "cache", "import", str(bundle),
+    # Refused by the CLI while the second clone starts (two processes side by side: each imports the
+    # model stack): the trained model, not the random-weight one the bundle was made for.
+    refusing = subprocess.Popen([sys.executable, str(_APP), "cache", "import", str(bundle),
                                  "--model", "embedded", "--device", "cpu", "--compile-backend", "inductor",
                                  "--cache-dir", str(tmp_path / "wrong")],
-                                cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                cwd=tmp_path, env=_ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         serve = tmp_path / "second-clone"
         serve.mkdir()
-        with running_app(serve, *common, "--cache-from", str(bundle), "--mode", "compiled", "--warm-only",
+        with running_app(serve, *_INDUCTOR_CPU, "--cache-from", str(bundle), "--mode", "compiled", "--warm-only",
                          "--cache-dir", str(serve / "cache"), timeout=240) as url:
             _out, err = refusing.communicate(timeout=120)
             errors = [line for line in err.splitlines() if line.startswith("app.py: error")]
