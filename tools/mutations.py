@@ -150,6 +150,10 @@ MUTATIONS = (
     Mutation("G50", "under autoscaling the board hands Serve only what runs (it never grows)",
              "backend/engines/ray_serve.py", "return running + 1 if most and running < most else running",
              "return running", ("tests/backend/test_ray_manifest.py",)),
+    Mutation("G53", "a request in Serve's queue (beyond the running replicas) says nothing until a replica takes it",
+             "backend/engines/ray_serve.py", "queued = self.sent > self.running()", "queued = False",
+             ("tests/backend/test_ray_serve.py::test_a_request_beyond_the_running_replicas_says_it_waits_for_one_then_"
+              "runs",)),
     Mutation("G51", "under --ray the shapes' memory rows are planned for the app's device, not the replicas'",
              "backend/serving/status.py", 'devices[row["mode"]] = s.device_for(row["mode"])',
              'devices[row["mode"]] = s.device', ("tests/backend/test_ray_serve.py",)),

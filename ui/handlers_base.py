@@ -171,6 +171,8 @@ class Runs:
                 about = format_seconds(event.estimate) if event.estimate is not None else None
                 progress(0.0, desc=text(lang, "progress_queued_about" if about else "progress_queued", place=event.step,
                                         waiting=event.steps, seconds=about))
+            elif event.phase == Phase.REPLICA:  # in Ray Serve's queue until a replica is free
+                progress(None, desc=text(lang, "progress_replica"))
             elif event.phase == Phase.LOADING:  # the model is still loading: the request waits for it
                 progress(None, desc=text(lang, "progress_loading", seconds=event.step))
             elif event.phase in PHASE_BAR:

@@ -29,7 +29,7 @@ from typing import Any, Callable
 from backend.engines.base import PlaceBook, Route
 from backend.errors import BackendNotReady, GenerationCancelled, GroupDead, InvalidRequest, StudioError
 from backend.launch.protocol import error_from_message, error_message
-from backend.request.records import EngineOutput, GenerationRequest, ProgressEvent
+from backend.request.records import EngineOutput, GenerationRequest, Phase, ProgressEvent
 from backend.settings import IN_PROCESS_MODES, Settings
 
 log = logging.getLogger(__name__)
@@ -296,6 +296,7 @@ class RayServeEngine:
         self.replicas: dict[str, dict[str, Any]] = {}  # replica id -> Serve's view merged with the replica's
         self.nodes: dict[str, dict[str, Any]] = {}
         self.restarts, self.retried, self.target = 0, 0, 0
+        self.sent, self._sent_lock = 0, threading.Lock()  # requests handed to Serve and not yet answered
         self.warm: list[list[str]] = [[settings.mode, str(s)] for s in settings.prewarm] \
             if settings.mode in self.modes else []
         self._warmed: set[tuple[str, str]] = set()  # (replica, "mode shape") already told to the table
@@ -529,17 +530,26 @@ class RayServeEngine:
         if self.handle is None:
             raise BackendNotReady("the Ray Serve engine is not started")
         request = dataclasses.replace(request, reading=None)
-        for attempt in (1, 2):
-            try:
-                out = self._stream(request, on_progress, should_stop, forbid_compile)
-                break
-            except (RayActorError, ActorDiedError, ActorUnavailableError) as exc:
-                why = str(exc).strip().splitlines()[0][:300]
-                if attempt == 2 or should_stop():
-                    raise GroupDead(f"the Ray replica serving this request died twice ({why}); Serve restarts "
-                                    f"replicas, and the page shows when they are back — try again") from None
-                self.retried += 1
-                log.warning("a Ray replica died under a request (%s); another replica serves it", why)
+        with self._sent_lock:
+            self.sent += 1
+            queued = self.sent > self.running()
+        try:
+            if queued:  # every running replica has one (capacity's one more under autoscaling): Serve holds it
+                on_progress(ProgressEvent(Phase.REPLICA, 0, request.steps, request.mode, str(request.shape)))
+            for attempt in (1, 2):
+                try:
+                    out = self._stream(request, on_progress, should_stop, forbid_compile)
+                    break
+                except (RayActorError, ActorDiedError, ActorUnavailableError) as exc:
+                    why = str(exc).strip().splitlines()[0][:300]
+                    if attempt == 2 or should_stop():
+                        raise GroupDead(f"the Ray replica serving this request died twice ({why}); Serve restarts "
+                                        f"replicas, and the page shows when they are back — try again") from None
+                    self.retried += 1
+                    log.warning("a Ray replica died under a request (%s); another replica serves it", why)
+        finally:
+            with self._sent_lock:
+                self.sent -= 1
         if not self.replicas.get(out.place, {}).get("place"):
             self.refresh()
         out.place = self.replicas.get(out.place, {}).get("place") or f"ray {out.place}"

@@ -156,6 +156,7 @@ class Phase(enum.StrEnum):
 
     QUEUED = "queued"  # waiting for its turn on the job board (step: its place, steps: how many wait)
     STARTING = "starting"  # its turn came; the engine has said nothing yet
+    REPLICA = "replica"  # handed to Ray Serve, waiting in its queue for a free replica (RayServeEngine.run)
     LOADING = "loading"  # waiting for the model (step: the seconds waited)
     COMPILING = "compiling"
     ENCODING = "encoding"

@@ -172,6 +172,47 @@ def test_stop_ends_a_remote_run_at_its_next_step(mgr):
     assert ended and ended[0] <= asked["step"] + 1, ended
 
 
+def test_a_request_beyond_the_running_replicas_says_it_waits_for_one_then_runs(mgr):
+    """Under autoscaling the job board hands Serve one request more than its replicas run (capacity);
+    that one waits in Serve's queue, and its first event says so (the page: "waiting for a free
+    replica"), not a silent "running". Here two runs hold the two replicas (each held at its first step
+    on the app's side) when a third is sent; they are let go, and stopped, once it has said it waits."""
+    from backend.request.records import Phase
+
+    engine, stop, events, errors = mgr.engines["ray"], threading.Event(), {"a": [], "b": [], "c": []}, []
+
+    def long_run(name, seed):
+        def progress(event):
+            events[name].append(event)
+            if event.phase == Phase.DENOISING:
+                stop.wait(BOUND)
+
+        try:
+            engine.run(_req(mgr, steps=50, seed=seed), progress, stop.is_set)
+        except GenerationCancelled:
+            pass
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    held = [threading.Thread(target=long_run, args=(name, seed)) for name, seed in (("a", 1), ("b", 2))]
+    for thread in held:
+        thread.start()
+    _until(lambda: errors or all(any(e.phase == Phase.DENOISING for e in events[n]) for n in "ab"), "both runs")
+    assert not errors, errors
+
+    def third(event):
+        events["c"].append(event)
+        stop.set()  # the two go on, see the Stop and end at their next step; the third gets a replica
+
+    out = engine.run(_req(mgr, steps=2, seed=3), third, lambda: False)
+    for thread in held:
+        thread.join(BOUND)
+    assert not errors, errors
+    assert [e.phase for e in events["c"]][0] == Phase.REPLICA, events["c"]
+    assert Phase.DENOISING in [e.phase for e in events["c"]] and out.image is not None
+    assert engine.sent == 0
+
+
 def test_a_killed_worker_node_loses_no_request_and_its_replacement_starts_warm_from_the_bundle(mgr, cluster):
     """Two requests run, one per node; node a dies under its request (its raylet and replica
     killed). That request is served again by the other replica; Serve starts a replacement, which

@@ -635,6 +635,19 @@ def test_a_compile_shows_its_time_so_far_and_stop_is_heard_at_once(studio, manag
     assert "Stopped" in outcome["result"][1]
 
 
+def test_a_request_waiting_in_ray_serves_queue_says_so_on_the_page(studio):
+    """RayServeEngine sends Phase.REPLICA first for a request that no running replica can take yet (under
+    autoscaling, until Serve adds one): the bar says so in the page's language, not a bare spinner."""
+    from backend.request.records import ProgressEvent
+
+    for lang, words in (("en", "waiting for a free replica"), ("tr", "boş bir kopya bekleniyor")):
+        calls = []
+        adapter = studio.studio_tab.runs.progress_adapter(lambda value=None, desc="", _c=calls, **kw: _c.append(desc),
+                                                          lang)
+        adapter(ProgressEvent("replica", 0, 4, "eager", "64x64"))
+        assert calls and calls[-1].startswith(words), calls
+
+
 def test_the_operator_can_end_a_compile_a_worker_runs_and_a_viewer_cannot(tmp_path, capsys):
     """A compile in a worker process cannot be interrupted, but the process can be stopped: while
     the group compiles, the operator's page shows "End the compile", which stops the group and ends
