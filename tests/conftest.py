@@ -22,6 +22,11 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["NEURON_STUDIO_CACHE_DIR"] = _CACHE
 os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(_CACHE, "inductor")
+# What the first in-process Manager's prepare_environment would set for the whole process (the app
+# takes these variables over --cache-dir): set here, a module run alone shares the suite's NEFF cache as
+# in a full run, and no child recreates it inside another test's removed folder.
+os.environ["TORCH_NEURONX_NEFF_CACHE_DIR"] = os.path.join(_CACHE, "neff")
+os.environ["TORCH_NEURONX_NEFF_LOCAL_CACHE_DIR"] = os.path.join(_CACHE, "neff-local")
 os.environ.setdefault("GRADIO_TEMP_DIR", os.path.join(_CACHE, "gradio"))  # what the handlers write
 # Most tests need the pipeline's shapes and timings, not its pictures: the random-weight model. The
 # tests of the trained default ("embedded") name it.

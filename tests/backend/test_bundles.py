@@ -408,9 +408,10 @@ def test_the_sweep_takes_only_a_dead_imports_own_leftovers(tmp_path, caches, mon
 
 
 FRESH_INSTALL = "test_a_fresh_install_serves_the_bundled_shapes_warm_without_a_fresh_compile"
-# Each process's caches are its --cache-dir's alone: without the suite's TORCHINDUCTOR_CACHE_DIR
+# Each process's caches are its --cache-dir's alone: without the suite's cache variables
 # (tests/conftest.py), which the app would take over its flag, maker and clone would share one cache.
-_ENV = {**{k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_CACHE_DIR"}, "HF_HUB_OFFLINE": "1"}
+_SUITE_CACHES = ("TORCHINDUCTOR_CACHE_DIR", "TORCH_NEURONX_NEFF_CACHE_DIR", "TORCH_NEURONX_NEFF_LOCAL_CACHE_DIR")
+_ENV = {**{k: v for k, v in os.environ.items() if k not in _SUITE_CACHES}, "HF_HUB_OFFLINE": "1"}
 _INDUCTOR_CPU = ["--model", "embedded-random", "--device", "cpu", "--compile-backend", "inductor"]
 _APP = Path(__file__).resolve().parents[2] / "app.py"
 
@@ -437,7 +438,8 @@ def test_a_fresh_install_serves_the_bundled_shapes_warm_without_a_fresh_compile(
 
     from tools.app_process import running_app
 
-    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR")  # for running_app's process, as _ENV
+    for var in _SUITE_CACHES:  # for running_app's process, as _ENV
+        monkeypatch.delenv(var)
     maker, made = exported
     stdout, stderr = maker.communicate(timeout=280)
     assert maker.returncode == 0 and "1 (mode, shape) entries" in stdout, stderr[-2000:]
