@@ -67,6 +67,34 @@ BACKGROUND_ORDER = ("white", "black", "grey")
 OPPOSITE = {"left": "right", "right": "left", "top": "bottom", "bottom": "top"}
 
 
+# What a reading says of a prompt, in the page's languages; the API, the CLI and the record keep the English.
+NOTES = {
+    "en": {"shape": "a shape: {0}", "colour": "a colour: {0}", "place": "a place: {0}", "gradient": "a gradient: {0}",
+           "pattern_colour": "a colour for the {0}: {1}", "not_shape_colour": "{0} (not a shape colour)",
+           "two_shapes": "{0} (at most two shapes)", "corner": "{0} (no corners: read as {1})"},
+    "tr": {"shape": "bir şekil: {0}", "colour": "bir renk: {0}", "place": "bir yer: {0}", "gradient": "bir gradyan: {0}",
+           "pattern_colour": "{0} için bir renk: {1}", "not_shape_colour": "{0} (şekil rengi değil)",
+           "two_shapes": "{0} (en çok iki şekil)", "corner": "{0} (köşe yok: {1} olarak okundu)"},
+}
+
+
+class Note(str):
+    """One note of a reading ("a shape: circle"): the English text, which can also say itself in
+    another language of the page (``said``), the grammar's words in that language's own."""
+
+    def __new__(cls, key: str, *args: str) -> "Note":
+        note = super().__new__(cls, NOTES["en"][key].format(*args))
+        note.key, note.args = key, args
+        return note
+
+    def __getnewargs__(self) -> tuple[str, ...]:  # pickled (a request's reading) as its key and words
+        return (self.key, *self.args)
+
+    def said(self, lang: str) -> str:
+        words = _NATIVE.get(lang, {})
+        return NOTES.get(lang, NOTES["en"])[self.key].format(*(words.get(a, a) for a in self.args))
+
+
 @dataclasses.dataclass(frozen=True)
 class Reading:
     caption: str  # what the model is given: a caption of the grammar
@@ -77,6 +105,12 @@ class Reading:
     def understood(self) -> bool:
         """Every word was understood and nothing but places and a background had to be filled in."""
         return not self.ignored and not self.guessed
+
+    def said(self, lang: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """(ignored, guessed) as the page of ``lang`` says them: the notes in its words, a word of the
+        prompt as it came."""
+        return tuple(n.said(lang) if isinstance(n, Note) else n for n in self.ignored), tuple(
+            n.said(lang) if isinstance(n, Note) else n for n in self.guessed)
 
 
 # Turkish words for the grammar's colours, shapes, places and backgrounds: a Turkish page's prompt
@@ -100,6 +134,9 @@ TURKISH = {
     "yap": "make", "boya": "make", "taşı": "move", "ekle": "add", "kaldır": "remove", "sil": "remove",
     "yerine": "instead", "yukarı": "top", "aşağı": "bottom",
 }
+# The grammar's words as a Turkish page says them (the first Turkish word for each).
+_NATIVE = {"tr": {**{english: turkish for turkish, english in reversed(TURKISH.items()) if english and " " not in english},
+                  "stripes": "çizgili", "checkerboard": "dama"}}
 # plural, locative, accusative (the edits' object) and dative (where to) suffixes, longest first
 _TURKISH_SUFFIXES = ("nda", "nde", "lar", "ler", "yi", "yı", "yu", "yü", "ya", "ye", "da", "de", "ta", "te",
                      "i", "ı", "u", "ü", "a", "e")
@@ -194,11 +231,11 @@ def _unnamed(background: Background, colours: list[str | None]) -> Background:
     return Background(background.kind, (fits or list(names))[0])
 
 
-def _unnamed_said(background: Background) -> str:
+def _unnamed_said(background: Background) -> Note:
     """What ``Reading.guessed`` says of a background ``_unnamed`` chose."""
     if background.kind == "gradient":
-        return f"a gradient: {background.name}"
-    return f"a colour for the {background.kind}: {background.name}"
+        return Note("gradient", background.name)
+    return Note("pattern_colour", background.kind, background.name)
 
 
 def read(prompt: str) -> Reading:
@@ -212,12 +249,19 @@ def read(prompt: str) -> Reading:
     pending_colour: str | None = None
     pending_place: str | None = None
     ignored: list[str] = []
+    corner: tuple[int, str] | None = None  # (where the last place phrase ended, its position)
     for i, word in enumerate(words):
         if i in bg_words:
             continue
         if i in place_at:
             pos, start = place_at[i]
-            if start == i:
+            if start == i and corner is not None and corner[0] == i and pos != corner[1]:
+                # "top left": a corner is no place of the grammar; the first word places the shape,
+                # and the second must not move on to the next shape
+                ignored.append(Note("corner", pos, corner[1]))
+                corner = (i + places[i][1], corner[1])
+            elif start == i:
+                corner = (i + places[i][1], pos)
                 if shapes and shapes[-1][2] is None:
                     shapes[-1][2] = pos
                 else:
@@ -228,7 +272,7 @@ def read(prompt: str) -> Reading:
             continue
         if word in SHAPE_WORDS:
             if pending_colour is not None and pending_colour not in COLOURS:  # grey: a background only
-                ignored.append(f"{pending_colour} (not a shape colour)")
+                ignored.append(Note("not_shape_colour", pending_colour))
                 pending_colour = None
             shapes.append([pending_colour, SHAPE_WORDS[word], pending_place])
             pending_colour = pending_place = None
@@ -236,13 +280,13 @@ def read(prompt: str) -> Reading:
         if word not in FILLER:
             ignored.append(word)
     if pending_colour is not None and not shapes and pending_colour in COLOURS:
-        guessed.append("a shape: circle")
+        guessed.append(Note("shape", "circle"))
         shapes.append([pending_colour, "circle", pending_place])
     if not shapes:
-        guessed.append("a shape: circle")
+        guessed.append(Note("shape", "circle"))
         shapes.append([None, "circle", pending_place])
     if len(shapes) > 2:
-        ignored.extend(f"{s[1]} (at most two shapes)" for s in shapes[2:])
+        ignored.extend(Note("two_shapes", s[1]) for s in shapes[2:])
         shapes = shapes[:2]
     _place(shapes)
     if background is not None and not background.name:
@@ -256,7 +300,7 @@ def read(prompt: str) -> Reading:
         if spec[0] is None:
             named = {other[0] for other in shapes}
             spec[0] = next((c for c in SHAPE_COLOUR_ORDER if colour_fits(c, background) and c not in named), "red")
-            guessed.append(f"a colour: {spec[0]}")
+            guessed.append(Note("colour", spec[0]))
     scene = Scene(tuple(ShapeSpec(c, s, p) for c, s, p in shapes), background)
     return Reading(scene.caption, tuple(guessed), tuple(dict.fromkeys(ignored)))
 
@@ -315,13 +359,13 @@ def read_edit(prompt: str) -> Reading | None:
     ignored = [w for i, w in enumerate(words) if i not in bg_words and i not in place_at and w not in verbs
                and w not in EDIT_FILLER and w not in SHAPE_WORDS and w not in COLOUR_WORDS
                and w not in PATTERN_WORDS]
-    ignored += [f"{c} (not a shape colour)" for c in colours if c not in COLOURS and kind != "background"]
+    ignored += [Note("not_shape_colour", c) for c in colours if c not in COLOURS and kind != "background"]
     guessed: list[str] = []
 
     def pick(found: list[str], default: str, what: str) -> str:
         if found:
             return found[0]
-        guessed.append(f"{what}: {default}")
+        guessed.append(Note(what, default))
         return default
 
     if kind == "background":
@@ -329,7 +373,7 @@ def read_edit(prompt: str) -> Reading | None:
             background = _unnamed(background, [])
             guessed.append(_unnamed_said(background))
         return Reading(f"on {background.phrase} instead", tuple(guessed), tuple(dict.fromkeys(ignored)))
-    shape = pick(shapes, "circle", "a shape")
+    shape = pick(shapes, "circle", "shape")
     shape_colours = [c for c in colours if c in COLOURS]
     # the shape as named, with its colour when the prompt says it ("the red square"); a recolour's
     # new colour is said last ("paint the red square yellow"), so only the ones before it name the shape
@@ -338,13 +382,13 @@ def read_edit(prompt: str) -> Reading | None:
     if kind == "remove":
         text = f"remove the {named}"
     elif kind == "move":
-        text = f"move the {named} to the {pick([place] if place else [], 'centre', 'a place')}"
+        text = f"move the {named} to the {pick([place] if place else [], 'centre', 'place')}"
     elif kind == "recolour":
-        colour = pick(shape_colours[-1:], "red", "a colour")
+        colour = pick(shape_colours[-1:], "red", "colour")
         text = f"make the {named} {colour}"
     else:
-        colour = pick(shape_colours, "red", "a colour")
-        position = pick([place] if place else [], "right", "a place")
+        colour = pick(shape_colours, "red", "colour")
+        position = pick([place] if place else [], "right", "place")
         text = f"add {ShapeSpec(colour, shape, position).phrase}"
     return Reading(text, tuple(guessed), tuple(dict.fromkeys(ignored)))
 

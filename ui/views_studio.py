@@ -215,10 +215,12 @@ def beyond_training_note(trained_pixels: int, nearest: str | None = None, lang: 
 def reading_note(reading, examples: list[str], lang: str = DEFAULT) -> str:
     """What the model's grammar did not understand of the prompt, what it made up, and the closest example."""
     parts = []
-    if reading.ignored:
-        parts.append(text(lang, "read_ignored", words=", ".join(f"“{w}”" for w in reading.ignored)))
-    if reading.guessed:
-        parts.append(text(lang, "read_guessed", what=", ".join(reading.guessed)))
+    # a reader that speaks the page's languages says its notes in them ("bir şekil: daire")
+    ignored, guessed = reading.said(lang) if hasattr(reading, "said") else (reading.ignored, reading.guessed)
+    if ignored:
+        parts.append(text(lang, "read_ignored", words=", ".join(f"“{w}”" for w in ignored)))
+    if guessed:
+        parts.append(text(lang, "read_guessed", what=", ".join(guessed)))
     if not parts:
         return ""
     asked = set(reading.caption.replace(",", " ").split())

@@ -66,6 +66,14 @@ def test_a_prompt_outside_the_grammar_still_becomes_a_scene_and_says_what_it_mad
     assert "grey (not a shape colour)" in grey.ignored and scenes.parse_caption(grey.caption)
     many = grammar.read("a red circle, a blue square and a green star")
     assert len(scenes.parse_caption(many.caption).shapes) == 2 and any("at most two" in w for w in many.ignored)
+    # "top left": a corner is no place of the grammar; the square goes to the first word's place, and
+    # "left" does not move on to the triangle (it went there before)
+    corner = grammar.read("a blue square in the top left and a red triangle")
+    assert corner.caption == "a blue square at the top and a red triangle at the bottom, on a white background"
+    assert corner.ignored == ("left (no corners: read as top)",)
+    assert corner.said("tr") == (("sol (köşe yok: üst olarak okundu)",), ())
+    assert grammar.read("sol üstte mavi bir kare").said("tr")[0] == ("üst (köşe yok: sol olarak okundu)",)
+    assert grammar.read("kedi").said("tr") == (("kedi",), ("bir şekil: daire", "bir renk: kırmızı"))
     long = grammar.read("circle " * 2000)  # bounded work for a long prompt (the app caps prompts anyway)
     assert len(scenes.parse_caption(long.caption).shapes) == 2
 

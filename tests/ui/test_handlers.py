@@ -729,6 +729,10 @@ def test_the_embedded_models_page_says_what_it_did_not_understand_and_what_it_ca
     assert record["prompt"] == "a cat on orange" and len(reads) == 1  # the prompt is read once, by the service
     assert "**Not understood**: “cat”" in info and "made up (the prompt did not say): a shape: circle" in info
     assert info.endswith("Closest example: “a blue star in the middle, on an orange background”.")
+    # A Turkish page: the notes in Turkish, the grammar's words its own (the record keeps the English)
+    _p, info, record, *_ = studio.studio_tab.generate_from_page("kırmızı bir kedi", 256, 256, "eager", 4, 1.0, 1, False,
+                                                                [], page=_page("tr-TR"))
+    assert "**Anlaşılmadı**: “kedi”" in info and "uyduruldu (istem söylemedi): bir şekil: daire" in info, info
     cost = studio.studio_tab.refresh_studio("eager", 512, 512, 4)[1]
     assert "**Beyond training**" in cost and "broken or empty field" in cost
     assert "The nearest size it draws well: **1:1 · 256x256**." in cost
