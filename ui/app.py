@@ -110,6 +110,7 @@ def wire(studio, page, demo: gr.Blocks) -> None:
     demo.load(studio.page_role, None, [page.role_line, *page.operator_only], **LIGHT)
     demo.load(tab.show_tp_controls, page.mode, [page.tp_degree, page.tp_controls], **LIGHT)
     demo.load(studio.page_labels, None, [page.image, page.prompt_hint, page.edit_help], **LIGHT)
+    demo.load(studio.studio_tab.page_examples, None, [page.prompt, *page.example_sets], **LIGHT)
     notes = (studio.device_notes, None, [page.compare_cpu_note, page.perf_cpu_note])
     demo.load(*notes, **LIGHT)
     demo.load(studio.compare_tab.empty_compare_table, None, page.compare_table, **LIGHT)
@@ -172,7 +173,9 @@ def add_api(studio, manager) -> None:
 
 def build_ui(manager, operator_key=None) -> gr.Blocks:
     """The page. ``operator_key`` (``backend.serving.roles.OperatorKey``) tells each event's caller."""
-    examples = load_example_prompts(ASSETS / "prompts.txt")
+    examples = {"en": load_example_prompts(ASSETS / "prompts.txt")}
+    if manager.card.prompt_grammar is not None:  # the embedded grammar also reads Turkish words
+        examples["tr"] = load_example_prompts(ASSETS / "prompts-tr.txt")
     studio = Studio(manager, operator_key, examples)
     # Gradio's temporary copies (images, uploads) older than an hour are deleted every 10 minutes.
     with gr.Blocks(title="Neuron Studio", delete_cache=(600, 3600)) as demo:

@@ -30,7 +30,7 @@ _LABEL = re.compile(r"[^\w .()/-]+")  # the reference's name, shown as code in M
 class Studio:
     """Every handler of the page, bound to one manager (real or fake)."""
 
-    def __init__(self, manager, operator_key=None, examples: list[str] | None = None):
+    def __init__(self, manager, operator_key=None, examples: dict[str, list[str]] | None = None):
         self.manager = manager
         self.door = Door(manager, operator_key)
         runs = Runs(self.door)

@@ -27,7 +27,7 @@ def _components(scope: dict) -> dict:
     return {name: value for name, value in scope.items() if isinstance(value, gr.blocks.Block)}
 
 
-def build_page(manager, examples: list[str]) -> SimpleNamespace:
+def build_page(manager, examples: dict[str, list[str]]) -> SimpleNamespace:
     gr.Markdown(I18N("title"), elem_id="title")
     with gr.Row(elem_id="lines"):  # who you are, and what runs: one line each, side by side
         page = SimpleNamespace(role_line=gr.Markdown("", elem_id="role-line"),
@@ -44,7 +44,8 @@ def build_page(manager, examples: list[str]) -> SimpleNamespace:
     return page
 
 
-def studio_tab(manager, examples: list[str]) -> dict:
+def studio_tab(manager, examples: dict[str, list[str]]) -> dict:
+    """``examples``: the example prompts by language (a page shows its own language's, else English's)."""
     s, card = manager.settings, manager.card
     start_shape = card.start_shape
     named = card.preset_name(start_shape)
@@ -56,7 +57,8 @@ def studio_tab(manager, examples: list[str]) -> dict:
         # examples as chips, Generate, the cost, size, mode and steps; the rest follows below.
         with gr.Row():
             with gr.Column(scale=2):
-                prompt = gr.Textbox(examples[0] if examples and embedded else "",
+                first = (examples.get("en") or [""])[0]
+                prompt = gr.Textbox(first if embedded else "",
                                     label=I18N("prompt"), lines=2, max_lines=4, elem_id="prompt",
                                     placeholder=I18N("prompt_placeholder"))
                 prompt_hint = gr.HTML(hint_html(card.prompt_help()), elem_id="prompt-hint",
@@ -73,9 +75,11 @@ def studio_tab(manager, examples: list[str]) -> dict:
                         edit_help = gr.Markdown(card.edit_help() or "", visible=card.edit_help() is not None,
                                                 elem_id="edit-help")
                 selected_reference = gr.State(None)  # the reference clicked last (Remove takes it out)
-                if examples:
-                    gr.Examples([[e] for e in examples], inputs=[prompt], label=I18N("examples"),
-                                examples_per_page=3, elem_id="examples")
+                # One set a language, the English shown until the page says its own (StudioTab.page_examples).
+                example_sets = [gr.Examples([[e] for e in prompts], inputs=[prompt], label=I18N("examples"),
+                                            examples_per_page=3, elem_id="examples" if lang == "en" else
+                                            f"examples-{lang}", visible=lang == "en").dataset
+                                for lang, prompts in examples.items() if prompts]
                 with gr.Row():
                     generate_btn = gr.Button(I18N("generate"), variant="primary", elem_id="generate", scale=3)
                     # Not red while nothing runs: it is not the page's loudest button.
@@ -139,7 +143,7 @@ def studio_tab(manager, examples: list[str]) -> dict:
                                      preview=False, allow_preview=True, fit_columns=False, elem_id="history")
                 with gr.Accordion(I18N("record_accordion"), open=False):
                     record = gr.JSON(label=I18N("record"))
-    return _components(locals())
+    return {**_components(locals()), "example_sets": example_sets}
 
 
 def compare_tab(manager) -> dict:

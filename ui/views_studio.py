@@ -212,8 +212,10 @@ def beyond_training_note(trained_pixels: int, nearest: str | None = None, lang: 
     return note + (text(lang, "cost_nearest_preset", preset=nearest) if nearest else "")
 
 
-def reading_note(reading, examples: list[str], lang: str = DEFAULT) -> str:
-    """What the model's grammar did not understand of the prompt, what it made up, and the closest example."""
+def reading_note(reading, examples: list[str], lang: str = DEFAULT, shown: list[str] | None = None) -> str:
+    """What the model's grammar did not understand of the prompt, what it made up, and the closest
+    example: the closest of ``examples`` (its words against the caption's), said as the same line of
+    ``shown`` (the examples in the page's language, line for line) where given."""
     parts = []
     # a reader that speaks the page's languages says its notes in them ("bir şekil: daire")
     ignored, guessed = reading.said(lang) if hasattr(reading, "said") else (reading.ignored, reading.guessed)
@@ -224,5 +226,6 @@ def reading_note(reading, examples: list[str], lang: str = DEFAULT) -> str:
     if not parts:
         return ""
     asked = set(reading.caption.replace(",", " ").split())
-    closest = max(examples, key=lambda e: len(asked & set(e.replace(",", " ").split())), default=None)
+    at = max(range(len(examples)), key=lambda i: len(asked & set(examples[i].replace(",", " ").split())), default=None)
+    closest = None if at is None else (shown or examples)[at]
     return " " + "; ".join(parts) + "." + (text(lang, "read_try", example=closest) if closest else "")

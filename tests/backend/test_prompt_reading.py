@@ -136,7 +136,18 @@ def test_every_word_the_page_hint_lists_is_read():
     assert edit.caption == "on a grey checkerboard instead" and not edit.ignored
 
 
-def test_every_edit_the_page_lists_is_read_as_itself():
+def test_the_turkish_examples_read_as_the_english_ones_they_stand_for():
+    from ui.constants import ASSETS
+    from ui.views_common import load_example_prompts
+
+    english, turkish = (load_example_prompts(ASSETS / name) for name in ("prompts.txt", "prompts-tr.txt"))
+    assert len(turkish) == len(english)
+    for en, tr in zip(english, turkish):
+        reading = grammar.read(tr)
+        assert reading.understood and reading.caption == grammar.read(en).caption, (tr, reading)
+
+
+
     from embedded.serving import ScenesReader
     from embedded.words import EDIT_EXAMPLES
 

@@ -571,12 +571,21 @@ def test_the_first_page_fits_the_model(model, tmp_path):
             assert "Drawn as “a red circle in the centre, on a blue background”" in line
             exact = manager.validate(request.prompt, 256, 256, steps=1, seed=1)
             assert exact.typed is None  # a caption of the grammar goes in as typed
+            # A Turkish page shows the Turkish examples (the grammar reads them) and starts with the first.
+            turkish = load_example_prompts(ASSETS / "prompts-tr.txt")
+            assert blocks["examples-tr"].visible is False and blocks["examples"].visible is True
+            assert [row[0] for row in blocks["examples-tr"].samples] == turkish
+            tabs = Studio(manager, None, {"en": examples, "tr": turkish}).studio_tab
+            first, english, own = tabs.page_examples(_page("tr-TR,tr;q=0.9"))
+            assert first["value"] == turkish[0] and english["visible"] is False and own["visible"] is True
+            first, english, own = tabs.page_examples(_page("en-US"))
+            assert isinstance(first, type(gr.skip())) and english["visible"] is True and own["visible"] is False
         else:
             name, shape = PRESETS[0]
             assert presets == [preset_label(n, s) for n, s in PRESETS] + [CUSTOM]
             assert (value["width"], value["height"]) == (shape.width, shape.height)
             assert value["preset"] == preset_label(name, shape) and value["prompt"] == ""
-            assert not blocks["prompt-hint"].visible
+            assert not blocks["prompt-hint"].visible and "examples-tr" not in blocks  # its prompts as typed
             assert manager.validate("a red fox", 64, 64).prompt == "a red fox"  # no grammar: as typed
             assert "Beyond training" not in studio.studio_tab.refresh_studio("eager", 1536, 1536, 4)[1]
     finally:
@@ -724,7 +733,8 @@ def test_the_embedded_models_page_says_what_it_did_not_understand_and_what_it_ca
     manager.card = card_for("embedded", tmp_path)  # the scene grammar and its ~256 px presets
     reads, read = [], type(manager.card).read_prompt
     monkeypatch.setattr(type(manager.card), "read_prompt", lambda *a, **k: reads.append(a) or read(*a, **k))
-    studio.studio_tab.examples = ["a red circle on a blue background", "a blue star in the middle, on an orange background"]
+    studio.studio_tab.examples = {"en": ["a red circle on a blue background",
+                                         "a blue star in the middle, on an orange background"]}
     _p, info, record, *_ = studio.studio_tab.generate_from_page("a cat on orange", 256, 256, "eager", 4, 1.0, 1, False, [])
     assert record["prompt"] == "a cat on orange" and len(reads) == 1  # the prompt is read once, by the service
     assert "**Not understood**: “cat”" in info and "made up (the prompt did not say): a shape: circle" in info
@@ -733,6 +743,11 @@ def test_the_embedded_models_page_says_what_it_did_not_understand_and_what_it_ca
     _p, info, record, *_ = studio.studio_tab.generate_from_page("kırmızı bir kedi", 256, 256, "eager", 4, 1.0, 1, False,
                                                                 [], page=_page("tr-TR"))
     assert "**Anlaşılmadı**: “kedi”" in info and "uyduruldu (istem söylemedi): bir şekil: daire" in info, info
+    # the closest example in the page's own words: the Turkish line that stands for the closest English one
+    studio.studio_tab.examples["tr"] = ["mavi arka planda kırmızı bir daire", "ortada mavi bir yıldız, turuncu zeminde"]
+    _p, info, *_ = studio.studio_tab.generate_from_page("turuncu zeminde bir kedi", 256, 256, "eager", 4, 1.0, 1, False,
+                                                        [], page=_page("tr-TR"))
+    assert info.endswith("“ortada mavi bir yıldız, turuncu zeminde”."), info
     cost = studio.studio_tab.refresh_studio("eager", 512, 512, 4)[1]
     assert "**Beyond training**" in cost and "broken or empty field" in cost
     assert "The nearest size it draws well: **1:1 · 256x256**." in cost
