@@ -36,6 +36,8 @@ from embedded.scenes import (
     ShapeSpec,
     colour_fits,
 )
+from embedded.words import NATIVE as _NATIVE
+from embedded.words import TURKISH
 
 NAME = "scenes"  # what a model card's "prompt_grammar" says to select this reading
 
@@ -113,30 +115,6 @@ class Reading:
             n.said(lang) if isinstance(n, Note) else n for n in self.guessed)
 
 
-# Turkish words for the grammar's colours, shapes, places and backgrounds: a Turkish page's prompt
-# ("mavi arka planda kırmızı bir daire") is read into the same caption. Word order needs no care:
-# Turkish puts the colour before the shape and the place before what it places, which the reading
-# above already takes ("on the left, a red circle"). Suffixes (plural -ler/-lar, locative
-# -da/-de/-ta/-te, with a buffer n) are taken off a word that is not known whole.
-TURKISH = {
-    "kırmızı": "red", "yeşil": "green", "mavi": "blue", "sarı": "yellow", "turuncu": "orange", "mor": "purple",
-    "pembe": "pink", "turkuaz": "cyan", "camgöbeği": "cyan", "beyaz": "white", "siyah": "black", "gri": "grey",
-    "daire": "circle", "yuvarlak": "circle", "nokta": "dot", "kare": "square", "üçgen": "triangle",
-    "yıldız": "star", "halka": "ring", "çember": "ring",
-    "sol": "left", "solda": "on the left", "sağ": "right", "sağda": "on the right", "üst": "top",
-    "üstte": "at the top", "yukarıda": "at the top", "alt": "bottom", "altta": "at the bottom",
-    "aşağıda": "at the bottom", "orta": "centre", "ortada": "in the centre",
-    "arka": "", "plan": "background", "zemin": "background", "fon": "background", "üzerinde": "on",
-    "çizgili": "striped", "çizgi": "stripes", "damalı": "checkered", "dama": "checkerboard",
-    "gökyüzü": "sky", "gece": "night", "günbatımı": "sunset", "gradyan": "gradient",
-    "ve": "and", "bir": "a", "iki": "two",
-    # edits ("daireyi mavi yap", "yıldızı kaldır", "kareyi sola taşı", "üste sarı bir yıldız ekle")
-    "yap": "make", "boya": "make", "taşı": "move", "ekle": "add", "kaldır": "remove", "sil": "remove",
-    "yerine": "instead", "yukarı": "top", "aşağı": "bottom",
-}
-# The grammar's words as a Turkish page says them (the first Turkish word for each).
-_NATIVE = {"tr": {**{english: turkish for turkish, english in reversed(TURKISH.items()) if english and " " not in english},
-                  "stripes": "çizgili", "checkerboard": "dama"}}
 # plural, locative, accusative (the edits' object) and dative (where to) suffixes, longest first
 _TURKISH_SUFFIXES = ("nda", "nde", "lar", "ler", "yi", "yı", "yu", "yü", "ya", "ye", "da", "de", "ta", "te",
                      "i", "ı", "u", "ü", "a", "e")

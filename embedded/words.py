@@ -43,17 +43,47 @@ POSITION_PAIRS = (("left", "right"), ("top", "bottom"), ("left", "top"), ("right
                   ("left", "bottom"), ("right", "top"))
 
 
+# Turkish words for the grammar's colours, shapes, places and backgrounds: a Turkish page's prompt
+# ("mavi arka planda kırmızı bir daire") is read into the same caption. Word order needs no care:
+# Turkish puts the colour before the shape and the place before what it places, which the reading
+# above already takes ("on the left, a red circle"). Suffixes (plural -ler/-lar, locative
+# -da/-de/-ta/-te, with a buffer n) are taken off a word that is not known whole.
+TURKISH = {
+    "kırmızı": "red", "yeşil": "green", "mavi": "blue", "sarı": "yellow", "turuncu": "orange", "mor": "purple",
+    "pembe": "pink", "turkuaz": "cyan", "camgöbeği": "cyan", "beyaz": "white", "siyah": "black", "gri": "grey",
+    "daire": "circle", "yuvarlak": "circle", "nokta": "dot", "kare": "square", "üçgen": "triangle",
+    "yıldız": "star", "halka": "ring", "çember": "ring",
+    "sol": "left", "solda": "on the left", "sağ": "right", "sağda": "on the right", "üst": "top",
+    "üstte": "at the top", "yukarıda": "at the top", "alt": "bottom", "altta": "at the bottom",
+    "aşağıda": "at the bottom", "orta": "centre", "ortada": "in the centre",
+    "arka": "", "plan": "background", "zemin": "background", "fon": "background", "üzerinde": "on",
+    "çizgili": "striped", "çizgi": "stripes", "damalı": "checkered", "dama": "checkerboard",
+    "gökyüzü": "sky", "gece": "night", "günbatımı": "sunset", "gradyan": "gradient",
+    "ve": "and", "bir": "a", "iki": "two",
+    # edits ("daireyi mavi yap", "yıldızı kaldır", "kareyi sola taşı", "üste sarı bir yıldız ekle")
+    "yap": "make", "boya": "make", "taşı": "move", "ekle": "add", "kaldır": "remove", "sil": "remove",
+    "yerine": "instead", "yukarı": "top", "aşağı": "bottom",
+}
+TURKISH_PLACES = {"left": "solda", "right": "sağda", "top": "üstte", "bottom": "altta", "centre": "ortada"}
+# The grammar's words as a Turkish page says them (the first Turkish word for each).
+NATIVE = {"tr": {**{english: turkish for turkish, english in reversed(TURKISH.items()) if english and " " not in english},
+                  "stripes": "çizgili", "checkerboard": "dama"}}
+
 def describe(lang: str = "en") -> str:
     """What the grammar understands, in its own words (the page says it once, under the prompt), in
-    English or Turkish; the grammar's words themselves stay English (they are what the model reads)."""
+    English or Turkish (its Turkish words: ``embedded.grammar`` reads both)."""
+    if lang == "tr":
+        tr = NATIVE["tr"]
+        shapes, colours = ", ".join(tr[s] for s in SHAPES), ", ".join(tr[c] for c in COLOURS)
+        places = ", ".join(TURKISH_PLACES[p] for p in POSITIONS)
+        gradients, patterns = "/".join(tr[g] for g in GRADIENTS), "/".join(tr[c] for c in PATTERN_COLOURS)
+        return (f"Bu model en fazla iki şekil ({shapes}) çizer, her biri bir renkte ({colours}) ve bir yerde "
+                f"({places}; yazılmazsa ortada), bir arka plan üzerinde: bu renklerden biri ya da gri, bir "
+                f"{gradients} gradyanı, ya da {patterns} çizgili veya damalı. İngilizce sözcükleri de okur "
+                f"(“a red circle on the left, on a blue background”).")
     places = ", ".join(phrase for phrase, _ in POSITIONS.values())
     shapes, colours = ", ".join(SHAPES), ", ".join(COLOURS)
     gradients, patterns = "/".join(GRADIENTS), "/".join(PATTERN_COLOURS)
-    if lang == "tr":
-        return (f"Bu model en fazla iki şekil ({shapes}) çizer, her biri bir renkte ({colours}) ve bir yerde "
-                f"({places}; yazılmazsa ortada), bir arka plan üzerinde: bu renklerden biri ya da grey, bir "
-                f"{gradients} gradient, ya da {patterns} stripes veya checkerboard. İstemi bu İngilizce "
-                f"sözcüklerle yazın.")
     return (f"This model draws up to two shapes ({shapes}) in a colour ({colours}), "
             f"each {places} (left out: the centre), on a background: any of those colours or grey, a "
             f"{gradients} gradient, or {patterns} stripes or checkerboard.")

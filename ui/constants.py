@@ -65,11 +65,11 @@ CSS = """
 #history .thumbnail-item img {height: calc(100% - 2.7em); object-fit: contain;}
 #history .caption-label {position: static; transform: none; background: none; color: var(--body-text-color);
   white-space: normal; max-width: 100%; padding: 1px 2px; font-size: 10.5px; line-height: 1.2;}
-#examples .gallery {display: flex; flex-wrap: wrap; gap: 4px;}
-#examples .gallery-item {padding: 1px 8px; font-size: 0.82em;}
-#examples > .label {display: none;}
-#examples .paginate {font-size: 0;} #examples .paginate button {font-size: 0.8rem;}  /* Gradio's "Pages:" is English only */
-#examples .gallery-item div {max-width: 112px; white-space: nowrap !important; overflow: hidden; text-overflow: ellipsis;}
+[id^=examples] .gallery {display: flex; flex-wrap: wrap; gap: 4px;}  /* #examples, #examples-tr */
+[id^=examples] .gallery-item {padding: 1px 8px; font-size: 0.82em;}
+[id^=examples] > .label {display: none;}
+[id^=examples] .paginate {font-size: 0;} [id^=examples] .paginate button {font-size: 0.8rem;}  /* Gradio's "Pages:" is English only */
+[id^=examples] .gallery-item div {max-width: 112px; white-space: nowrap !important; overflow: hidden; text-overflow: ellipsis;}
 #references .grid-container {padding-top: 48px;}
 #title h1 {display: inline; font-size: 1.5em; margin: 0 12px 0 0;} #title p {display: inline; margin: 0;}
 #lines {gap: 24px; align-items: baseline;} #lines p {margin: 0;}

@@ -136,6 +136,37 @@ def test_every_word_the_page_hint_lists_is_read():
     assert edit.caption == "on a grey checkerboard instead" and not edit.ignored
 
 
+def test_every_word_the_turkish_hint_lists_is_read():
+    """A Turkish page's hint lists the grammar's Turkish words: each, in the forms it suggests, reads
+    into the caption its English word would."""
+    import re
+
+    from embedded import words as grammar_words
+
+    hint = grammar_words.describe("tr")
+
+    def listed(pattern: str, sep: str = ", ") -> list[str]:
+        return re.search(pattern, hint).group(1).split(sep)
+
+    shapes, colours = listed(r"iki şekil \(([^)]*)\)"), listed(r"bir renkte \(([^)]*)\)")
+    places = listed(r"bir yerde \(([^;]*);")
+    gradients, patterns = listed(r"bir ([\w/]+) gradyanı", "/"), listed(r"ya da ([\w/]+) çizgili", "/")
+    assert (len(shapes), len(colours), len(places)) == (len(scenes.SHAPES), len(scenes.COLOURS), len(scenes.POSITIONS))
+    for place, where in zip(places, scenes.POSITIONS.values()):
+        for colour, en_colour in zip(colours, scenes.COLOURS):
+            for shape, en_shape in zip(shapes, scenes.SHAPES):
+                reading = grammar.read(f"{place} {colour} bir {shape}")
+                assert not reading.ignored and f"{en_colour} {en_shape} {where[0]}" in reading.caption, reading
+    backgrounds = {f"{g} gradyanı": f"a {en} gradient" for g, en in zip(gradients, scenes.GRADIENTS)}
+    backgrounds |= {f"{p} çizgili": f"{en} stripes" for p, en in zip(patterns, scenes.PATTERN_COLOURS)}
+    backgrounds |= {f"{p} damalı": f"a {en} checkerboard" for p, en in zip(patterns, scenes.PATTERN_COLOURS)}
+    backgrounds |= {f"{c} zeminde": f"a {en} background" for c, en in zip(colours + ["gri"], [*scenes.COLOURS, "grey"])}
+    for said, phrase in backgrounds.items():
+        star = "beyaz" if "siyah" in said else "siyah"
+        reading = grammar.read(f"{star} bir yıldız, {said}")
+        assert reading.understood and reading.caption.endswith(", on " + phrase), (said, reading)
+
+
 def test_the_turkish_examples_read_as_the_english_ones_they_stand_for():
     from ui.constants import ASSETS
     from ui.views_common import load_example_prompts

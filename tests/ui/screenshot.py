@@ -1,5 +1,5 @@
 """Make the README's screenshots with the browser-test tooling: `python -m tests.ui.screenshot`
-(`python -m tests.ui.screenshot assets edit`: only edit.png).
+(`python -m tests.ui.screenshot assets edit`: only edit.png; `... assets tr`: only studio-tr.png).
 
 Starts the app (the trained embedded model, aot_eager), generates the page's first example prompt
 in compiled and eager mode at three of the model's presets (its own, from its card) so that the
@@ -73,6 +73,8 @@ def make_screenshots(out_dir: Path, only: str | None = None) -> list[Path]:
             chromium() as browser:
         if only == "edit":
             return [_edit(browser, url, Path(tmp), out_dir / "edit.png")]
+        if only == "tr":  # the Turkish Studio tab alone: once to compile its shape, once warm
+            return [_turkish_studio(browser, url, out_dir / "studio-tr.png") for _ in range(2)][-1:]
         page = browser.new_page(locale="en-US", viewport=LAPTOP)
         page.goto(url + "operator?token=" + operator_token(Path(tmp)))  # the operator's page: every control
         page.wait_for_selector("#badges .ns-badge", timeout=30000)
@@ -240,12 +242,12 @@ def _system_on_ray(path: Path) -> Path:
 
 
 def _turkish_studio(browser, url: str, path: Path) -> Path:
-    """The Studio tab as a Turkish browser sees it, after one run of a shape that is already warm
-    (the prompt stays English: the model knows only its English grammar)."""
+    """The Studio tab as a Turkish browser sees it, after one run of a shape that is already warm:
+    the Turkish example prompts, the first in the prompt box (the embedded grammar reads Turkish words)."""
     page = browser.new_page(locale="tr-TR", viewport=LAPTOP)
     page.goto(url)
     page.wait_for_selector("#badges .ns-badge", timeout=30000)
-    page.fill("#prompt textarea", PROMPT)
+    page.wait_for_function("document.querySelector('#prompt textarea').value.includes('kırmızı')", timeout=30000)
     choose_mode(page, "derlenmiş (tüm transformer)")
     _size(page, 256, 256)
     _generate(page, 1)

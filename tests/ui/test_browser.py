@@ -300,6 +300,35 @@ def test_the_turkish_operators_page_has_no_english_line_after_a_run(browser, ope
         context.close()
 
 
+def test_a_turkish_page_on_the_embedded_model_reads_turkish_and_answers_in_turkish(browser, tmp_path):
+    """The README's default model (the shared app runs the random-weight one, which reads no grammar):
+    a Turkish page shows the Turkish example prompts as one row of chips, hides the English ones and
+    starts with the first; a prompt it half understands gets its notes in Turkish, the grammar's words
+    too; and no tab holds an English line."""
+    from tools.app_process import running_app
+
+    with running_app(tmp_path, "--model", "embedded", timeout=240) as url:
+        context = browser.new_context(locale="tr-TR", viewport={"width": 1280, "height": 800})
+        try:
+            page = context.new_page()
+            page.goto(url)
+            page.wait_for_selector("#badges .ns-badge", timeout=60000)
+            expect(page.locator("#examples-tr")).to_be_visible()
+            expect(page.locator("#examples")).to_be_hidden()
+            expect(page.locator("#prompt textarea")).to_have_value("mavi arka planda kırmızı bir daire")
+            chips = page.locator("#examples-tr .gallery-item")
+            rows = {round(chips.nth(i).bounding_box()["y"]) for i in range(chips.count())}
+            assert chips.count() == 3 and len(rows) == 1, rows  # chips, as the English ones
+            page.fill("#prompt textarea", "sol üstte bir kedi")
+            page.click("#generate")
+            expect(page.locator("#run-info")).to_contain_text("Anlaşılmadı", timeout=120000)
+            line = page.inner_text("#run-info")
+            assert "“üst (köşe yok: sol olarak okundu)”, “kedi”" in line and "bir şekil: daire" in line, line
+            assert not _english_lines(page), _english_lines(page)
+        finally:
+            context.close()
+
+
 def _wait_state(page, element: str, state: str, timeout: float = 30000) -> None:
     page.wait_for_function(f"document.querySelector('#{element} .ns-tp')?.dataset.state === '{state}'",
                            timeout=timeout)

@@ -177,8 +177,8 @@ def test_the_cost_lines_notes_speak_turkish_too(studio):
 
 def test_the_grammar_and_edit_help_speak_the_pages_language(tmp_path):
     """The embedded model's card reads a grammar: its help sentences (under the prompt, and in the
-    Edit area: what an edit may ask) are Turkish on a Turkish page, with the grammar's own (English)
-    words, which are what the model reads."""
+    Edit area: what an edit may ask) are Turkish on a Turkish page, the hint with the grammar's
+    Turkish words (it reads both)."""
     from types import SimpleNamespace as NS
 
     from backend.models.card import card_for
@@ -187,8 +187,8 @@ def test_the_grammar_and_edit_help_speak_the_pages_language(tmp_path):
     studio = Studio(NS(card=card_for("embedded", tmp_path)))
     _image, turkish, turkish_edits = studio.page_labels(TR)
     _image, english, english_edits = studio.page_labels(EN)
-    assert "<summary>Küçük bir dilbilgisiyle" in turkish and "</summary>Bu model en fazla iki şekil (circle" in turkish
-    assert "İngilizce" in turkish
+    assert "<summary>Küçük bir dilbilgisiyle" in turkish and "</summary>Bu model en fazla iki şekil (daire" in turkish
+    assert "İngilizce sözcükleri de okur" in turkish  # its Turkish words, and the English ones too
     assert "</summary>This model draws up to two shapes (circle" in english
     assert turkish_edits["value"].startswith("Bu model bir referans görselde") and "“remove the pink star”" in turkish_edits["value"]
     assert english_edits["value"].startswith("This model changes one thing") and "“make the red circle blue”" in english_edits["value"]
