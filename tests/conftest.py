@@ -114,6 +114,14 @@ def http_get(url: str) -> tuple[int, str]:
         return refused.code, refused.read().decode()
 
 
+@pytest.fixture
+def own_tempdir(tmp_path, monkeypatch):
+    """gradio_client downloads each file into a new folder under ``tempfile.gettempdir()`` and leaves the
+    folder behind, empty (``_download_file`` in gradio_client/client.py): a test that downloads through
+    it keeps them in its own folder, which pytest removes."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+
+
 @pytest.fixture(scope="session")
 def launched_app(tmp_path_factory):
     """One real app process for the hardening, API and browser tests (tests/test_hardening.py,

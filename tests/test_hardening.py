@@ -28,7 +28,7 @@ def app_url(app):
 
 
 @pytest.mark.slow
-def test_bad_inputs_through_the_api_are_answered_clearly_and_change_nothing(app_url):
+def test_bad_inputs_through_the_api_are_answered_clearly_and_change_nothing(app_url, own_tempdir):
     client = Client(app_url, verbose=False)
     rows = bad_input.run_api_cases(client, lambda: client.predict(api_name="/status"))
     unclear = [r for r in rows if not r["clear"]]
@@ -87,7 +87,7 @@ def test_sigterm_mid_generation_exits_cleanly_with_no_orphan(tmp_path, mode):
 
 
 @pytest.mark.slow
-def test_only_the_apps_own_images_can_be_fetched(app):
+def test_only_the_apps_own_images_can_be_fetched(app, own_tempdir):
     """Nothing outside the output folder, and in it only the PNGs the app wrote: a user's own file
     kept there, or an HTML file that would be served as a page from the app's address, is not."""
     app_url, workdir = app
@@ -107,7 +107,7 @@ def test_only_the_apps_own_images_can_be_fetched(app):
 
 
 @pytest.mark.slow
-def test_output_names_cannot_be_steered_by_the_prompt(app_url):
+def test_output_names_cannot_be_steered_by_the_prompt(app_url, own_tempdir):
     client = Client(app_url, verbose=False)
     client.predict("../../../../tmp/evil", 64, 64, "eager", 1, 5, 1.0, api_name="/generate")
     status = client.predict(api_name="/status")
@@ -135,7 +135,7 @@ def test_hostile_pngs_are_answered_like_a_normal_one_and_hold_no_other_call(app_
 
 
 @pytest.mark.slow
-def test_the_output_folder_keeps_only_its_newest_pngs(app):
+def test_the_output_folder_keeps_only_its_newest_pngs(app, own_tempdir):
     url, workdir = app
     client = Client(url, verbose=False)
     (workdir / "outputs").mkdir(exist_ok=True)

@@ -430,7 +430,8 @@ def exported(request, tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_a_fresh_install_serves_the_bundled_shapes_warm_without_a_fresh_compile(tmp_path, exported, monkeypatch):
+def test_a_fresh_install_serves_the_bundled_shapes_warm_without_a_fresh_compile(tmp_path, exported, monkeypatch,
+                                                                                 own_tempdir):
     """Issue 21's 'done when': made in one cache, served from another folder's empty cache with
     --cache-from --mode compiled --warm-only: the bundled shape is warm with no fresh inductor
     compile, others are refused; a bundle for another model is refused by the CLI in one line."""

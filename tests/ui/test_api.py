@@ -23,7 +23,7 @@ from tests.conftest import ROOM_KEY
 from tests.conftest import http_get as _get
 from tools.app_process import running_app
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("own_tempdir")]  # gradio_client's download folders
 
 
 @pytest.fixture(scope="module")

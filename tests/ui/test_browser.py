@@ -344,7 +344,8 @@ def _generate_small(page, prompt: str) -> None:
     page.click("#generate")
 
 
-def test_the_tensor_parallel_group_is_started_and_stopped_only_by_its_buttons(browser, app_url, operator_url):
+def test_the_tensor_parallel_group_is_started_and_stopped_only_by_its_buttons(browser, app_url, operator_url,
+                                                                               own_tempdir):
     """Two operator pages share one group: picking TP starts nothing; Start/Stop on one page show on
     both; the other page keeps its own mode. A viewer's page shows no operator control."""
     pages = []
