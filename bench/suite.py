@@ -100,13 +100,18 @@ def merge_into_latest(result: dict[str, Any], only: list[str]) -> dict[str, Any]
     order = list(BENCHMARKS)
     rows = sorted([r for r in old["rows"] if r["id"] not in only] + result["rows"], key=lambda r: order.index(r["id"]))
     errors = {**{k: v for k, v in old.get("errors", {}).items() if k not in only}, **result["errors"]}
-    kept = sorted({r["measured"] for r in rows if r["id"] not in only})
-    # The full run's own note and file, kept apart: merged again, the note says this merge once.
+    # Each earlier merge whose rows are still here keeps its sentence (its rows, day and command); a
+    # row measured again leaves it. The full run's own note and file are kept apart.
+    merges = [{**m, "ids": [i for i in m["ids"] if i not in only]} for m in old.get("merges", [])]
+    merges = [m for m in merges if m["ids"]] + [
+        {"ids": only, "date": result["date"], "command": f"python -m bench --only {','.join(only)} --save"}]
+    merged_ids = {i for m in merges for i in m["ids"]}
+    kept = sorted({r["measured"] for r in rows if r["id"] not in merged_ids})
     full_note, full_source = old.get("full_note", old.get("note") or ""), old.get("full_source", source.name)
-    note = (f"{', '.join(only)} measured {result['date']} (`python -m bench --only {','.join(only)} --save`); "
-            f"the other rows as measured {', '.join(kept)} (kept from `{full_source}`).")
+    note = "; ".join(f"{', '.join(m['ids'])} measured {m['date']} (`{m['command']}`)" for m in merges)
+    note += f"; the other rows as measured {', '.join(kept)} (kept from `{full_source}`)."
     return {**old, "date": result["date"], "machine": result["machine"], "rows": rows, "errors": errors,
-            "note": f"{full_note} {note}".strip(), "full_note": full_note, "full_source": full_source}
+            "note": f"{full_note} {note}".strip(), "full_note": full_note, "full_source": full_source, "merges": merges}
 
 
 def main(argv: list[str] | None = None) -> int:

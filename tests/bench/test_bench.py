@@ -185,6 +185,18 @@ def test_some_rows_saved_again_replace_theirs_in_the_latest_full_result(monkeypa
     twice = suite.merge_into_latest({**again, "date": "2026-01-06"}, ["P9", "P12"])
     assert twice["note"] == ("P4 from another run. P9, P12 measured 2026-01-06 (`python -m bench --only P9,P12 "
                              "--save`); the other rows as measured 2026-01-01 (kept from `2026-01-01-cpu.json`).")
+    # Another row merged later: the earlier merge's sentence stays for the rows it still holds.
+    (tmp_path / "2026-01-06-cpu.json").write_text(json.dumps(twice))
+    other = {**_result("pass", "P10"), "date": "2026-01-07", "quick": False, "machine": again["machine"]}
+    thrice = suite.merge_into_latest(other, ["P10"])
+    assert thrice["note"] == ("P4 from another run. P9, P12 measured 2026-01-06 (`python -m bench --only P9,P12 "
+                              "--save`); P10 measured 2026-01-07 (`python -m bench --only P10 --save`); the other "
+                              "rows as measured 2026-01-01 (kept from `2026-01-01-cpu.json`).")
+    (tmp_path / "2026-01-07-cpu.json").write_text(json.dumps(thrice))
+    assert suite.merge_into_latest({**again, "date": "2026-01-08"}, ["P9"])["note"] == (
+        "P4 from another run. P12 measured 2026-01-06 (`python -m bench --only P9,P12 --save`); P10 measured "
+        "2026-01-07 (`python -m bench --only P10 --save`); P9 measured 2026-01-08 (`python -m bench --only P9 "
+        "--save`); the other rows as measured 2026-01-01 (kept from `2026-01-01-cpu.json`).")
     assert suite.merge_into_latest({**again, "quick": True}, ["P9"]) == {**again, "quick": True}  # a quick run stays apart
 
 
