@@ -44,9 +44,9 @@ POSITION_PAIRS = (("left", "right"), ("top", "bottom"), ("left", "top"), ("right
 
 
 # Turkish words for the grammar's colours, shapes, places and backgrounds: a Turkish page's prompt
-# ("mavi arka planda kırmızı bir daire") is read into the same caption. Word order needs no care:
-# Turkish puts the colour before the shape and the place before what it places, which the reading
-# above already takes ("on the left, a red circle"). Suffixes (plural -ler/-lar, locative
+# ("mavi arka planda kırmızı bir daire") is read into the same caption (``embedded.grammar``). Word
+# order needs no care: Turkish puts the colour before the shape and the place before what it places,
+# which the reading already takes ("on the left, a red circle"). Suffixes (plural -ler/-lar, locative
 # -da/-de/-ta/-te, with a buffer n) are taken off a word that is not known whole.
 TURKISH = {
     "kırmızı": "red", "yeşil": "green", "mavi": "blue", "sarı": "yellow", "turuncu": "orange", "mor": "purple",
@@ -65,9 +65,10 @@ TURKISH = {
     "yerine": "instead", "yukarı": "top", "aşağı": "bottom",
 }
 TURKISH_PLACES = {"left": "solda", "right": "sağda", "top": "üstte", "bottom": "altta", "centre": "ortada"}
-# The grammar's words as a Turkish page says them (the first Turkish word for each).
+# The grammar's words as a page in another language says them (Turkish: the first Turkish word for each).
 NATIVE = {"tr": {**{english: turkish for turkish, english in reversed(TURKISH.items()) if english and " " not in english},
                   "stripes": "çizgili", "checkerboard": "dama"}}
+
 
 def describe(lang: str = "en") -> str:
     """What the grammar understands, in its own words (the page says it once, under the prompt), in
