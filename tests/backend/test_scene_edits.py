@@ -102,6 +102,12 @@ def test_an_edit_prompt_that_leaves_something_out_says_what_was_made_up_and_a_ca
     reading = grammar.read_edit("add a star")
     assert reading.caption == "add a red star on the right" and reading.guessed == ("a colour: red", "a place: right")
     assert grammar.read_edit("a red circle on the left, on a blue background") is None
+    # A shape's kind is no edit the model learnt: the page says so and what to ask instead.
+    for prompt, kind in (("make it a triangle", "triangle"), ("turn the circle into a star", "star"),
+                         ("daireyi üçgen yap", "triangle")):
+        assert grammar.read_edit(prompt).ignored == (
+            f"{kind} (an edit cannot change a shape's kind: remove the shape, then add a {kind})",), prompt
+    assert grammar.read_edit("make the circle blue").understood  # a recolour says nothing of the kind
     rng = random.Random(11)
     for _ in range(300):
         edit = editing.sample_edit(rng)
