@@ -179,7 +179,8 @@ COMPARE_COLUMNS = ["col_mode", "col_seconds", "col_compiled", "col_compile_s", "
 
 def compare_frame(entries: list[dict[str, Any]], lang: str = DEFAULT) -> pd.DataFrame:
     rows = [[mode_caption(e["result"], lang) if e["result"].get("degraded") else e["mode"],
-             round(e["result"]["seconds"], 3), e["result"]["compiled"], round(e["result"]["compile_seconds"], 2),
+             round(e["result"]["seconds"], 3), text(lang, "word_yes" if e["result"]["compiled"] else "word_no"),
+             round(e["result"]["compile_seconds"], 2),
              e["max_diff"]] for e in entries]
     return pd.DataFrame(rows, columns=column_names(COMPARE_COLUMNS, lang))
 

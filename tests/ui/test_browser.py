@@ -257,7 +257,8 @@ def test_the_page_speaks_the_browsers_language(browser, app_url, locale):
 # Words that are English and never Turkish: a line of a Turkish page that holds one is English.
 ENGLISH_ONLY = {"the", "and", "is", "are", "of", "with", "not", "running", "press", "click", "stopped", "ready",
                 "loading", "group", "image", "start", "stop", "your", "this", "that", "here", "will", "from",
-                "warm", "cold", "compile", "compiling", "steps", "seed", "size", "width", "height", "error"}
+                "warm", "cold", "compile", "compiling", "steps", "seed", "size", "width", "height", "error", "true",
+                "false"}
 
 
 def _english_lines(page) -> list[str]:
