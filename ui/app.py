@@ -31,7 +31,7 @@ def wire(studio, page, demo: gr.Blocks) -> None:
     refresh = (studio.refresh_all, status_inputs, studio_views + [  # the Studio tab's views, then the System tab's
         page.system_info, page.shapes_table, page.warm_info, page.tp_system_state, page.tp_info, page.replica_info,
         page.ray_info, page.status_json])
-    plots = [page.latency_plot, page.compile_plot]
+    plots = [page.latency_plot, page.compile_plot, page.plots_note]
 
     def hide():
         return gr.update(visible=False)
@@ -115,7 +115,7 @@ def wire(studio, page, demo: gr.Blocks) -> None:
     demo.load(*notes, **LIGHT)
     demo.load(studio.compare_tab.empty_compare_table, None, page.compare_table, **LIGHT)
     demo.load(*refresh, **LIGHT)
-    demo.load(performance.refresh_plots, None, plots, **LIGHT)
+    demo.load(performance.plot_labels, None, plots[:2], **LIGHT).then(performance.refresh_plots, None, plots, **LIGHT)
     demo.unload(studio.page_closed)  # its runs leave the board: nobody is left to see them
     gr.Timer(1.0).tick(*refresh, show_progress="hidden", **LIGHT)
     gr.Timer(5.0).tick(performance.refresh_plots, None, plots, show_progress="hidden", **LIGHT)

@@ -19,7 +19,7 @@ from ui.handlers_studio import StudioTab
 from ui.handlers_system import SystemTab
 from ui.i18n import language, text
 from ui.views_common import format_seconds
-from ui.views_performance import compile_frame, latency_frame, plot_axes
+from ui.views_performance import compile_frame, latency_frame, latency_limits, plot_labels, plots_note, plotted
 from ui.views_studio import compare_frame, hint_html, mode_caption
 from ui.views_tp import TP_RUNNING
 
@@ -130,10 +130,18 @@ class PerformanceTab:
     def __init__(self, manager):
         self.manager = manager
 
+    @staticmethod
+    def plot_labels(page: gr.Request | None = None):
+        """The plots' words in the page's language, sent as the page opens, before any value (``plotted``)."""
+        latency, compiles = plot_labels(language(page))
+        return gr.ScatterPlot(**latency), gr.BarPlot(**compiles)
+
     def refresh_plots(self, page: gr.Request | None = None):
+        """The plots' values (each with every mode: ``plotted``), the latency axes' ends (in steps:
+        they seldom change) and what will fill a plot still empty."""
         latency, compiles = latency_frame(self.manager.records), compile_frame(self.manager.status().shapes)
-        latency_axes, compile_axes = plot_axes(language(page), latency, compiles.empty)
-        return gr.ScatterPlot(latency, **latency_axes), gr.BarPlot(compiles, **compile_axes)
+        return (gr.ScatterPlot(plotted(latency), **latency_limits(latency, self.manager.card.presets)),
+                plotted(compiles), plots_note(latency, compiles, language(page)))
 
     def cost_receipt(self, price, ref_label, ref_price, ref_seconds, page: gr.Request | None = None):
         """The receipt of what is warm now: this instance's price (0 or empty: the settings' or the

@@ -13,7 +13,7 @@ import gradio as gr
 from backend.request.references import MAX_COUNT
 from ui.constants import I18N
 from ui.views_common import CUSTOM, MODE_KEYS, preset_label
-from ui.views_performance import compile_frame, latency_frame
+from ui.views_performance import MODE_COLORS, compile_frame, latency_frame, latency_limits, plotted
 from ui.views_studio import badges_html, compare_frame, hint_html
 from ui.views_system import shapes_frame
 from ui.views_tp import tp_state_html
@@ -231,10 +231,13 @@ def performance_tab(manager) -> dict:
     with gr.Tab(I18N("tab_performance"), id="performance"):
         gr.Markdown(I18N("perf_intro"))
         perf_cpu_note = gr.Markdown(I18N("cpu_caveat"), visible=False, elem_id="perf-cpu-note")
-        latency_plot = gr.ScatterPlot(latency_frame([]), x="megapixels", y="seconds", color="mode",
-                                      title=I18N("latency_empty"), elem_id="latency-plot")
-        compile_plot = gr.BarPlot(compile_frame([]), x="shape · mode", y="compile seconds",
-                                  color="mode", title=I18N("compile_empty"),
+        plots_note = gr.Markdown("", elem_id="plots-note")  # what will fill a plot still empty
+        # The settings change seldom and each value holds every mode (ui.views_performance.plotted).
+        latency_plot = gr.ScatterPlot(plotted(latency_frame([])), x="megapixels", y="seconds", color="mode",
+                                      color_map=MODE_COLORS, **latency_limits(latency_frame([]), manager.card.presets),
+                                      title=I18N("latency_title"), elem_id="latency-plot")
+        compile_plot = gr.BarPlot(plotted(compile_frame([])), x="shape · mode", y="compile seconds", color="mode",
+                                  color_map=MODE_COLORS, y_lim=[0, None], title=I18N("compile_title"),
                                   elem_id="compile-plot")
         plots_btn = gr.Button(I18N("refresh_plots"))
         gr.Markdown(I18N("receipt_title"))

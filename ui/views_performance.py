@@ -3,6 +3,8 @@ mode, each plot titled in the page's language with one colour per mode."""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable
 from typing import Any
 
 import pandas as pd
@@ -26,6 +28,9 @@ def compile_frame(shapes: list[dict[str, Any]]) -> pd.DataFrame:
     rows = [{"shape · mode": f"{r['shape']} · {r['mode']}", "mode": r["mode"],
              "compile seconds": r["compile_seconds"]}
             for r in shapes if r["compiles"] and r["compile_seconds"]]
+    if not rows:  # typed, as latency_frame's: the plot keeps the axis types of its first value (below)
+        return pd.DataFrame({"shape · mode": pd.Series(dtype=str), "mode": pd.Series(dtype=str),
+                             "compile seconds": pd.Series(dtype=float)})
     return pd.DataFrame(rows, columns=["shape · mode", "mode", "compile seconds"])
 
 
@@ -33,17 +38,47 @@ def compile_frame(shapes: list[dict[str, Any]]) -> pd.DataFrame:
 MODE_COLORS = {"eager": "#4c78a8", "compiled": "#f58518", "regional": "#54a24b", "tp": "#e45756"}
 
 
-def plot_axes(lang: str = DEFAULT, latency: pd.DataFrame | None = None,
-              compile_empty: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The plots' words in ``lang``; the latency plot's axes from zero to a little past its data (a
-    range fitted to the points alone spread three sizes of 0.06 MP over the whole width)."""
-    empty = latency is None or latency.empty
-    colors = {"color_title": text(lang, "axis_mode"), "color_map": MODE_COLORS}
-    latency_axes = {"title": text(lang, "latency_empty" if empty else "latency_title"),
-                    "x_title": text(lang, "axis_megapixels"), "y_title": text(lang, "axis_seconds"), **colors}
-    if not empty:
-        latency_axes.update(x_lim=[0, float(latency["megapixels"].max()) * 1.15],
-                            y_lim=[0, float(latency["seconds"].max()) * 1.15])
-    return latency_axes, {"title": text(lang, "compile_empty" if compile_empty else "compile_title"),
-                          "x_title": text(lang, "axis_shape_mode"), "y_title": text(lang, "axis_compile_seconds"),
-                          **colors}
+def plotted(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` as a plot's value: with a row for each mode it lacks, its numbers empty (not drawn).
+
+    Gradio's plot builds its chart (axis types, one colour for each mode in its value) when one of
+    its settings changes, and a new value alone only replaces the points in that chart. So each
+    value holds every mode (had a mode been missing when the chart was built, it had no colour and
+    its points were not drawn: a compiled run beside eager ones never showed), and the settings
+    change seldom: titles once, as the page opens; the axes' ends in steps (``axis_end``). A chart
+    rebuilt for a changed setting shows the value before until the timer's next one, 5 s later."""
+    missing = [mode for mode in MODE_COLORS if mode not in set(frame["mode"])]
+    rows = pd.DataFrame({column: (missing if column == "mode" else [float("nan")] * len(missing))
+                         if frame[column].dtype.kind == "f" or column == "mode" else [""] * len(missing)
+                         for column in frame.columns})
+    return pd.concat([frame, rows.astype(frame.dtypes.to_dict())], ignore_index=True)
+
+
+def axis_end(largest: float) -> float:
+    """The axis's end a little past ``largest``, in steps of 1, 2, 2.5 and 5 times a power of ten: a
+    point is never on the edge, and the end (a setting of the plot) changes seldom."""
+    wanted = max(largest, 1e-9) * 1.1
+    power = 10.0 ** math.floor(math.log10(wanted))
+    return next(step * power for step in (1, 2, 2.5, 5, 10) if step * power >= wanted * (1 - 1e-9))
+
+
+def latency_limits(latency: pd.DataFrame, presets: Iterable[Any]) -> dict[str, list[float]]:
+    """The latency plot's axes from zero: x past the largest preset (or run), y past the slowest run
+    (1 s before any)."""
+    widest = max([s.width * s.height / 1e6 for _name, s in presets] + list(latency["megapixels"]), default=1.0)
+    return {"x_lim": [0, axis_end(widest)], "y_lim": [0, axis_end(latency["seconds"].max()) if len(latency) else 1.0]}
+
+
+def plot_labels(lang: str = DEFAULT) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The plots' words in ``lang``."""
+    mode = {"color_title": text(lang, "axis_mode")}
+    return ({"title": text(lang, "latency_title"), "x_title": text(lang, "axis_megapixels"),
+             "y_title": text(lang, "axis_seconds"), **mode},
+            {"title": text(lang, "compile_title"), "x_title": text(lang, "axis_shape_mode"),
+             "y_title": text(lang, "axis_compile_seconds"), **mode})
+
+
+def plots_note(latency: pd.DataFrame, compiles: pd.DataFrame, lang: str = DEFAULT) -> str:
+    """What will fill a plot that is still empty (nothing once both hold data)."""
+    return " ".join(text(lang, key) for key, frame in (("latency_empty", latency), ("compile_empty", compiles))
+                    if frame.empty)

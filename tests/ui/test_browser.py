@@ -330,6 +330,34 @@ def test_a_turkish_page_on_the_embedded_model_reads_turkish_and_answers_in_turki
             context.close()
 
 
+def test_the_latency_plot_draws_a_mode_that_joins_after_the_chart_was_built(browser, app_url):
+    """Gradio's plot gives its chart a colour for each mode in the value it was built from, and the
+    timer's later values only replace the points: a compiled run beside eager ones was never drawn.
+    The chart is built here before this page's compiled runs; their point must appear in its colour."""
+    from ui.views_performance import MODE_COLORS
+
+    context = browser.new_context(locale="en-US", viewport={"width": 1280, "height": 800})
+    try:
+        page = context.new_page()
+        page.goto(app_url)
+        page.wait_for_selector("#badges .ns-badge", timeout=30000)
+        page.get_by_role("tab", name="Performance").click()
+        page.wait_for_selector("#latency-plot svg", timeout=30000)
+        page.get_by_role("tab", name="Studio").click()
+        for mode in ("eager", "eager", "compiled (whole transformer)", "compiled (whole transformer)"):
+            choose_mode(page, mode)
+            shown = page.evaluate("document.querySelectorAll('#history img').length")
+            _generate_small(page, "a fox")
+            page.wait_for_function(f"document.querySelectorAll('#history img').length > {shown}", timeout=120000)
+        page.get_by_role("tab", name="Performance").click()
+        strokes = """[...document.querySelectorAll('#latency-plot g.mark-symbol.role-mark path')]
+                     .map(p => p.getAttribute('stroke'))"""
+        page.wait_for_function(f"{strokes}.includes('{MODE_COLORS['compiled']}') && "
+                               f"{strokes}.includes('{MODE_COLORS['eager']}')", timeout=30000)
+    finally:
+        context.close()
+
+
 def _wait_state(page, element: str, state: str, timeout: float = 30000) -> None:
     page.wait_for_function(f"document.querySelector('#{element} .ns-tp')?.dataset.state === '{state}'",
                            timeout=timeout)

@@ -17,7 +17,7 @@ from backend.shapes import PRESETS, Shape
 from tests.conftest import plant_inductor_entry
 from tests.ui.fake_engines import WAIT, calm_refusal, system_views, until
 from ui.views_common import CUSTOM, format_bytes, load_example_prompts, preset_label
-from ui.views_performance import MODE_COLORS, latency_frame, plot_axes
+from ui.views_performance import MODE_COLORS, latency_frame
 from ui.views_system import shapes_frame
 
 
@@ -425,12 +425,18 @@ def test_the_cache_is_not_cleared_while_a_group_holds_it(studio, manager, cache_
 def test_performance_frames_come_from_the_records(studio):
     for mode in ("eager", "eager", "compiled", "compiled"):
         studio.studio_tab.generate_from_page("a fox", 64, 64, mode, 4, 1.0, 1, False, [])
-    latency, compile_times = studio.performance_tab.refresh_plots()
-    latency, compile_times = (pd.DataFrame(p.value["data"], columns=p.value["columns"])
-                              for p in (latency, compile_times))
+    latency_plot, compile_value, note = studio.performance_tab.refresh_plots()
+    latency_value = pd.DataFrame(latency_plot.value["data"], columns=latency_plot.value["columns"])
+    latency, compile_times = (value.dropna() for value in (latency_value, compile_value))
+    assert latency_plot.x_lim[0] == latency_plot.y_lim[0] == 0 and latency_plot.y_lim[1] > latency["seconds"].max()
     # Compiling runs and a first run at a place (its first-time costs) are left out of latency.
     assert set(latency["mode"]) == {"eager", "compiled"} and len(latency) == 2
-    assert list(compile_times["shape · mode"]) == ["64x64 · compiled"]
+    assert list(compile_times["shape · mode"]) == ["64x64 · compiled"] and note == ""
+    # Values only, every mode in each, those not run without numbers: the chart Gradio built when the
+    # page opened has each mode's colour, and no setting changes to rebuild it (ui.views_performance.plotted).
+    for value, ran in ((latency_value, {"eager", "compiled"}), (compile_value, {"compiled"})):
+        assert sorted(value["mode"]) == sorted(MODE_COLORS)  # one row each here: a row run, or one empty
+        assert set(value.dropna()["mode"]) == ran
 
 
 def _page(accept_language):
@@ -438,24 +444,26 @@ def _page(accept_language):
 
 
 def test_empty_views_say_what_will_appear_there(studio):
-    """First visit: the plots' titles say what will fill them, the Compare table has its column names."""
-    latency, compile_times = studio.performance_tab.refresh_plots()
-    assert "no steady run yet" in latency.title and "nothing compiled yet" in compile_times.title
+    """First visit: a note says what will fill the plots, the Compare table has its column names."""
+    *_values, note = studio.performance_tab.refresh_plots()
+    assert note.startswith("No steady run yet") and "Nothing compiled yet" in note
     table = studio.compare_tab.empty_compare_table()
     assert list(table.columns) == ["mode", "seconds", "compiled", "compile s", "max |Δ| (0-255)"] and table.empty
     assert list(studio.compare_tab.empty_compare_table(_page("tr-TR")).columns)[0] != "mode"
     studio.studio_tab.generate_from_page("a fox", 64, 64, "compiled", 4, 1.0, 1, False, [])
     studio.studio_tab.generate_from_page("a fox", 64, 64, "compiled", 4, 1.0, 2, False, [])
-    latency, compile_times = studio.performance_tab.refresh_plots()
+    assert studio.performance_tab.refresh_plots()[-1] == ""  # both plots hold data now
+    latency, compile_times = studio.performance_tab.plot_labels()
     assert latency.title == "Latency vs image size (steady state)"
     assert compile_times.title == "Compile time per shape and mode"
 
 
 def test_plot_axes_follow_the_page_language(studio):
-    latency, compile_times = studio.performance_tab.refresh_plots(page=_page("tr-TR,tr;q=0.9"))
+    latency, compile_times = studio.performance_tab.plot_labels(page=_page("tr-TR,tr;q=0.9"))
     assert (latency.x_title, latency.y_title) == ("megapiksel", "görsel başına saniye")
     assert compile_times.y_title == "derleme saniyesi"
-    latency, _ = studio.performance_tab.refresh_plots(page=_page("en-US"))
+    assert studio.performance_tab.refresh_plots(page=_page("tr-TR"))[-1].startswith("Henüz kararlı")
+    latency, _ = studio.performance_tab.plot_labels(page=_page("en-US"))
     assert latency.y_title == "seconds per image"
 
 
@@ -615,8 +623,10 @@ def test_runs_side_by_side_are_not_steady_figures(studio, manager, engine):
     empty = latency_frame([])
     assert [pd.api.types.is_string_dtype(empty[c]) for c in ("mode", "shape", "megapixels", "seconds")] == [
         True, True, False, False]
-    latency, compiles = plot_axes()
-    assert latency["color_map"] == compiles["color_map"] == MODE_COLORS  # one colour per mode in both plots
+    from ui.app import build_ui
+
+    demo_plots = [b for b in build_ui(manager).blocks.values() if isinstance(b, (gr.ScatterPlot, gr.BarPlot))]
+    assert [b.color_map for b in demo_plots] == [MODE_COLORS] * 2  # one colour per mode in both plots
 
 
 def test_a_compile_shows_its_time_so_far_and_stop_is_heard_at_once(studio, manager, engine, capsys):
@@ -857,12 +867,21 @@ def test_remove_takes_out_the_reference_clicked_last_or_the_last_one():
     assert StudioTab.remove_reference([], None)[0] == gr.skip()
 
 
-def test_the_latency_plot_axes_start_at_zero_and_follow_the_data():
-    frame = pd.DataFrame({"mode": ["eager"] * 2, "shape": ["256x256", "288x224"], "megapixels": [0.0655, 0.0645],
+def test_the_latency_axes_start_at_zero_and_end_past_the_data_in_steps(manager):
+    """Past the largest preset and the slowest run, in steps of 1, 2, 2.5 and 5: a point is never on
+    the edge, and the ends (settings that rebuild the chart: ui.views_performance.plotted) seldom change."""
+    from ui.app import build_ui
+    from ui.views_performance import axis_end, latency_limits
+
+    assert [axis_end(v) for v in (0.0655, 0.3, 0.45, 1.85, 0.9, 3.1)] == [0.1, 0.5, 0.5, 2.5, 1.0, 5.0]
+    frame = pd.DataFrame({"mode": ["eager"] * 2, "shape": ["256x256", "512x512"], "megapixels": [0.0655, 0.262],
                           "seconds": [0.3, 0.5]})
-    latency, _compiles = plot_axes("en", frame)
-    assert latency["x_lim"] == [0, pytest.approx(0.0655 * 1.15)] and latency["y_lim"] == [0, pytest.approx(0.575)]
-    assert "x_lim" not in plot_axes("en", frame.iloc[:0])[0]
+    presets = [("1:1", Shape(256, 256))]
+    assert latency_limits(frame, presets) == {"x_lim": [0, 0.5], "y_lim": [0, 1.0]}
+    assert latency_limits(frame.iloc[:1], presets) == {"x_lim": [0, 0.1], "y_lim": [0, 0.5]}
+    assert latency_limits(frame.iloc[:0], presets) == {"x_lim": [0, 0.1], "y_lim": [0, 1.0]}  # before any run
+    latency, compiles = (b for b in build_ui(manager).blocks.values() if isinstance(b, (gr.ScatterPlot, gr.BarPlot)))
+    assert latency.y_lim == [0, 1.0] and compiles.y_lim == [0, None]
 
 
 def test_compare_and_performance_say_what_the_modes_show_on_a_cpu(studio, manager):
