@@ -48,10 +48,14 @@ def plotted(frame: pd.DataFrame) -> pd.DataFrame:
     change seldom: titles once, as the page opens; the axes' ends in steps (``axis_end``). A chart
     rebuilt for a changed setting shows the value before until the timer's next one, 5 s later."""
     missing = [mode for mode in MODE_COLORS if mode not in set(frame["mode"])]
-    rows = pd.DataFrame({column: (missing if column == "mode" else [float("nan")] * len(missing))
-                         if frame[column].dtype.kind == "f" or column == "mode" else [""] * len(missing)
-                         for column in frame.columns})
-    return pd.concat([frame, rows.astype(frame.dtypes.to_dict())], ignore_index=True)
+
+    def blank(column: str) -> list:
+        if column == "mode":
+            return missing
+        return [float("nan") if frame[column].dtype.kind == "f" else ""] * len(missing)
+
+    rows = pd.DataFrame({column: blank(column) for column in frame.columns}).astype(frame.dtypes.to_dict())
+    return pd.concat([frame, rows], ignore_index=True)
 
 
 def axis_end(largest: float) -> float:
