@@ -75,7 +75,8 @@ NOTES = {
            "pattern_colour": "a colour for the {0}: {1}", "not_shape_colour": "{0} (not a shape colour)",
            "two_shapes": "{0} (at most two shapes)", "corner": "{0} (no corners: read as {1})",
            "kind": "{0} (an edit cannot change a shape's kind: remove the shape, then add a {0})"},
-    "tr": {"shape": "bir şekil: {0}", "colour": "bir renk: {0}", "place": "bir yer: {0}", "gradient": "bir gradyan: {0}",
+    "tr": {"shape": "bir şekil: {0}", "colour": "bir renk: {0}", "place": "bir yer: {0}",
+           "gradient": "bir gradyan: {0}",
            "pattern_colour": "{0} için bir renk: {1}", "not_shape_colour": "{0} (şekil rengi değil)",
            "two_shapes": "{0} (en çok iki şekil)", "corner": "{0} (köşe yok: {1} olarak okundu)",
            "kind": "{0} (bir düzenleme şeklin türünü değiştiremez: şekli kaldırın, sonra bir {0} ekleyin)"},
@@ -113,8 +114,10 @@ class Reading:
     def said(self, lang: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
         """(ignored, guessed) as the page of ``lang`` says them: the notes in its words, a word of the
         prompt as it came."""
-        return tuple(n.said(lang) if isinstance(n, Note) else n for n in self.ignored), tuple(
-            n.said(lang) if isinstance(n, Note) else n for n in self.guessed)
+        def say(notes: tuple[str, ...]) -> tuple[str, ...]:
+            return tuple(n.said(lang) if isinstance(n, Note) else n for n in notes)
+
+        return say(self.ignored), say(self.guessed)
 
 
 # plural, locative, accusative (the edits' object) and dative (where to) suffixes, longest first

@@ -64,10 +64,12 @@ TURKISH = {
     "yap": "make", "boya": "make", "taşı": "move", "ekle": "add", "kaldır": "remove", "sil": "remove",
     "yerine": "instead", "yukarı": "top", "aşağı": "bottom",
 }
-TURKISH_PLACES = {"left": "solda", "right": "sağda", "top": "üstte", "bottom": "altta", "centre": "ortada"}
+# Each place as a Turkish page says it: the first Turkish word for its caption phrase ("solda": "on the left").
+TURKISH_PLACES = {place: next(tr for tr, en in TURKISH.items() if en == phrase)
+                  for place, (phrase, _) in POSITIONS.items()}
 # The grammar's words as a page in another language says them (Turkish: the first Turkish word for each).
-NATIVE = {"tr": {**{english: turkish for turkish, english in reversed(TURKISH.items()) if english and " " not in english},
-                  "stripes": "çizgili", "checkerboard": "dama"}}
+NATIVE = {"tr": {**{english: turkish for turkish, english in reversed(TURKISH.items())
+                    if english and " " not in english}, "stripes": "çizgili", "checkerboard": "dama"}}
 
 
 def describe(lang: str = "en") -> str:

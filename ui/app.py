@@ -173,9 +173,9 @@ def add_api(studio, manager) -> None:
 
 def build_ui(manager, operator_key=None) -> gr.Blocks:
     """The page. ``operator_key`` (``backend.serving.roles.OperatorKey``) tells each event's caller."""
-    examples = {"en": load_example_prompts(ASSETS / "prompts.txt")}
-    if manager.card.prompt_grammar is not None:  # the embedded grammar also reads Turkish words
-        examples["tr"] = load_example_prompts(ASSETS / "prompts-tr.txt")
+    files = {"en": "prompts.txt"} | ({"tr": "prompts-tr.txt"} if manager.card.prompt_grammar is not None else {})
+    # by language, those with prompts only (the embedded grammar also reads Turkish words)
+    examples = {lang: prompts for lang, name in files.items() if (prompts := load_example_prompts(ASSETS / name))}
     studio = Studio(manager, operator_key, examples)
     # Gradio's temporary copies (images, uploads) older than an hour are deleted every 10 minutes.
     with gr.Blocks(title="Neuron Studio", delete_cache=(600, 3600)) as demo:

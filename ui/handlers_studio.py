@@ -45,20 +45,20 @@ def contact_sheet(images):
 
 
 class StudioTab:
-    """``examples``: the page's example prompts by language (a note offers the closest)."""
+    """``examples``: the page's example prompts by language, each with some (a note offers the closest)."""
 
     def __init__(self, door: Door, runs: Runs, examples: dict[str, list[str]] | None = None):
         self.door, self.manager, self.runs = door, door.manager, runs
         self.examples = {lang: list(prompts) for lang, prompts in (examples or {}).items()}
 
     def page_examples(self, page: gr.Request | None = None):
-        """The example sets' visibility (``ui.layout``: one a language with prompts, in this order) for the
+        """The example sets' visibility (``ui.layout``: one a language, in this order) for the
         page's language, else English; a page in another language starts its prompt box with its own
         first example (only a model that reads its grammar has them, and its box starts with one)."""
         lang = language(page)
         shown = lang if self.examples.get(lang) else "en"
         first = gr.update(value=self.examples[shown][0]) if shown != "en" else gr.skip()
-        return first, *(gr.update(visible=each == shown) for each, prompts in self.examples.items() if prompts)
+        return first, *(gr.update(visible=each == shown) for each in self.examples)
 
     def generate_from_page(self, prompt, width, height, mode, steps, guidance, seed, randomize, history,
                            references=None, count=1, page: gr.Request | None = None,

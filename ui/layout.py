@@ -79,7 +79,7 @@ def studio_tab(manager, examples: dict[str, list[str]]) -> dict:
                 example_sets = [gr.Examples([[e] for e in prompts], inputs=[prompt], label=I18N("examples"),
                                             examples_per_page=3, elem_id="examples" if lang == "en" else
                                             f"examples-{lang}", visible=lang == "en").dataset
-                                for lang, prompts in examples.items() if prompts]
+                                for lang, prompts in examples.items()]
                 with gr.Row():
                     generate_btn = gr.Button(I18N("generate"), variant="primary", elem_id="generate", scale=3)
                     # Not red while nothing runs: it is not the page's loudest button.
