@@ -189,15 +189,20 @@ def run_sigterm(tmp: Path, mode: str = "tp") -> dict[str, Any]:
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}/"
     deadline = time.monotonic() + 900  # as below: ready (or gone) decides; the bound is for a wedged app
-    client = None
+    client, status = None, {}
     while time.monotonic() < deadline and proc.poll() is None:
         try:
             client = client or Client(url, verbose=False)
-            if client.predict(api_name="/status")["state"] == "ready":
-                break
+            status = client.predict(api_name="/status")
         except Exception:  # noqa: BLE001 - not up yet
             pass
+        if status.get("state") in ("ready", "failed"):
+            break
         time.sleep(0.3)
+    if status.get("state") == "failed":  # said at once: waiting on would only run into the bound
+        proc.terminate()
+        proc.wait(60)
+        raise RuntimeError(f"the app's model load failed: {status.get('load_error')}")
     if proc.poll() is not None:
         raise RuntimeError(f"the app exited with {proc.returncode} before it was ready")
     family = {p.pid for p in psutil.Process(proc.pid).children(recursive=True)}

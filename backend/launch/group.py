@@ -162,7 +162,7 @@ class WorkerGroup:
         self._teardown: threading.Thread | None = None
         self.rank0 = RankZero(self.name, place, degree, settings, clock, lambda: (self.state, self.error),
                               self._mark_dead)
-        self.run_root: str | None = None  # where run dirs are made (None: the system's temp folder)
+        self.run_root: str | None = None  # where run dirs are made (None: the temp folder, if its paths are short)
 
     def close(self) -> None:
         """Stop at once (SIGTERM, grace, SIGKILL); a dead group stays dead, with its reason."""
@@ -234,7 +234,7 @@ class WorkerGroup:
             if self.state not in (GroupState.STOPPED, GroupState.DEAD):
                 raise BackendNotReady(f"the {self.name} is already {self.state}")
             self._cleanup_dir()
-            self.dir = tempfile.mkdtemp(prefix=proto.RUN_DIR_PREFIX, dir=self.run_root)  # 0700: ours alone
+            self.dir = tempfile.mkdtemp(prefix=proto.RUN_DIR_PREFIX, dir=proto.run_root(self.run_root))  # 0700
             self.rank0.dial(self.dir, secrets.token_hex(32))
             self.error, self.froze = None, False
             self.timings, self.ranks, self._pids = {}, [], set()

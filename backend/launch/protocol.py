@@ -24,6 +24,7 @@ import socket
 import stat
 import struct
 import sys
+import tempfile
 import time
 from multiprocessing import connection as mpc
 from multiprocessing import shared_memory
@@ -134,6 +135,25 @@ class RankEnding(Exception):
 
 
 RUN_DIR_PREFIX = "neuron-studio-tp-"  # the group's private run dir: tempfile.mkdtemp(prefix=...)
+# The bytes a socket's path may hold before its NUL: unix(7)'s 108-byte sun_path on Linux, 104 on
+# the BSDs and macOS. A longer path fails rank 0's bind ("AF_UNIX path too long").
+SUN_PATH_MAX = 107 if sys.platform == "linux" else 103
+# The longest path a run dir holds under its root: rank 0 binds "tp.sock.new" (mkdtemp adds 8 letters).
+_SOCKET_TAIL = os.path.join("", RUN_DIR_PREFIX + "x" * 8, "tp.sock.new")
+
+
+def run_root(preferred: str | None = None) -> str:
+    """The folder a group's run dir is made in: ``preferred``, else the temp folder (``TMPDIR``);
+    when rank 0's socket path would not fit there (a long ``TMPDIR``), the first short system temp
+    folder that does, as CPython 3.14's multiprocessing does for its own sockets."""
+    first = preferred or tempfile.gettempdir()
+    for root in (first, "/tmp", "/var/tmp", "/usr/tmp"):
+        fits = len(os.fsencode(os.path.join(os.path.abspath(root), _SOCKET_TAIL))) <= SUN_PATH_MAX
+        if fits and os.path.isdir(root) and os.access(root, os.W_OK | os.X_OK):
+            return os.path.abspath(root)
+    raise errors.BackendNotReady(
+        f"the tensor-parallel group's socket would be {len(os.fsencode(os.path.join(first, _SOCKET_TAIL)))} "
+        f"bytes long under {first}, and a socket's path holds at most {SUN_PATH_MAX}: set TMPDIR to a shorter folder")
 
 
 def remove_run_dir(path: str | None, require_contents: bool = True, attempts: int = 5) -> bool:

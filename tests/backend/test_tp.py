@@ -9,6 +9,7 @@ import socket
 import stat
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 import time
@@ -35,8 +36,15 @@ STALL = 3.0  # seconds without progress before the group counts as hung (tests o
 def mgr(tmp_path_factory):
     manager = Manager(make_settings(tmp_path_factory.mktemp("tp"), model="embedded", tp_stall_timeout=STALL))
     manager.start()
-    manager.start_engine("tensor-parallel", 2, wait=True)
+    # Started under a temp folder too long for rank 0's socket path (a long TMPDIR; pytest-xdist's
+    # folders were): the run dir goes where the socket fits, and the group starts.
+    long_temp = tmp_path_factory.mktemp("t" * 60)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(tempfile, "tempdir", str(long_temp))
+        manager.start_engine("tensor-parallel", 2, wait=True)
     assert _group(manager).state == "ready", _group(manager).describe()
+    socket_path = _group(manager).socket_path
+    assert not socket_path.startswith(str(long_temp)) and len(os.fsencode(socket_path)) + 4 <= proto.SUN_PATH_MAX
     yield manager
     group = _group(manager)
     manager.close()

@@ -219,6 +219,30 @@ def test_the_socket_file_appears_only_once_rank_0_listens(monkeypatch):
         shutil.rmtree(folder, ignore_errors=True)
 
 
+def test_a_run_dir_goes_where_rank_0s_socket_path_fits(tmp_path, monkeypatch):
+    """A socket's path holds SUN_PATH_MAX bytes: under a long TMPDIR rank 0's bind failed ("AF_UNIX
+    path too long") and the group never started. ``run_root`` keeps the temp folder while the path
+    fits, takes a short system one when it does not, and says so when none is there."""
+    from backend.workers import rank0_server
+
+    assert proto.run_root(str(tmp_path)) == str(tmp_path)  # this one fits
+    long = tmp_path / ("t" * (proto.SUN_PATH_MAX - len(str(tmp_path))))
+    long.mkdir()
+    with pytest.raises(OSError, match="too long"):  # the kernel's limit, as rank 0 met it
+        rank0_server.Rank0Server(str(long / "tp.sock"), KEY, 2, max_job=4096)
+    root = proto.run_root(str(long))
+    folder = tempfile.mkdtemp(prefix=proto.RUN_DIR_PREFIX, dir=root)
+    try:
+        assert root in ("/tmp", "/var/tmp", "/usr/tmp")
+        rank0_server.Rank0Server(os.path.join(folder, "tp.sock"), KEY, 2, max_job=4096).close()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    real_isdir = os.path.isdir
+    monkeypatch.setattr(os.path, "isdir", lambda p: p == str(long) or real_isdir(p) and p.startswith(str(tmp_path)))
+    with pytest.raises(errors.BackendNotReady, match="set TMPDIR to a shorter folder"):
+        proto.run_root(str(long))
+
+
 def test_one_connection_carries_request_after_request(server):
     """The app keeps one connection for its generations: rank 0 answers each request on it in turn."""
     with proto.connect(server.path, KEY, 10) as conn:

@@ -6,8 +6,9 @@ import re
 import pytest
 from playwright.sync_api import expect
 
+from tests.conftest import beside
 from tests.ui.browser import CHROMIUM, IN_CI, badge_state, choose_mode, choose_preset, chromium
-from tools.app_process import operator_token
+from tools.app_process import operator_token, start_app, stop_app, wait_up
 
 # .ci/run installs Debian's chromium, so in CI (CI=true) a missing browser fails instead of skipping.
 pytestmark = [pytest.mark.slow,
@@ -36,6 +37,24 @@ def app_url(app):
 def operator_url(app):
     """Opening it logs the page in as the operator (a cookie) and lands on the page."""
     return app[1]
+
+
+TURKISH_EMBEDDED = "test_a_turkish_page_on_the_embedded_model_reads_turkish_and_answers_in_turkish"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def embedded_app(request, tmp_path_factory):
+    """The README's default model in an app of its own, started when the module starts
+    (``tests.conftest.beside``: it loads while the other tests run): (process, URL, folder)."""
+    workdir = tmp_path_factory.mktemp("embedded-app")
+    launched = {}
+
+    def start():
+        launched["proc"], launched["url"] = start_app(workdir, "--model", "embedded")
+        return launched["proc"]
+
+    with beside(request, {TURKISH_EMBEDDED: start}) as started:
+        yield (started[TURKISH_EMBEDDED], launched["url"], workdir) if started else None
 
 
 @pytest.fixture(scope="module")
@@ -301,14 +320,14 @@ def test_the_turkish_operators_page_has_no_english_line_after_a_run(browser, ope
         context.close()
 
 
-def test_a_turkish_page_on_the_embedded_model_reads_turkish_and_answers_in_turkish(browser, tmp_path):
+def test_a_turkish_page_on_the_embedded_model_reads_turkish_and_answers_in_turkish(browser, embedded_app):
     """The README's default model (the shared app runs the random-weight one, which reads no grammar):
     a Turkish page shows the Turkish example prompts as one row of chips, hides the English ones and
     starts with the first; a prompt it half understands gets its notes in Turkish, the grammar's words
     too; and no tab holds an English line."""
-    from tools.app_process import running_app
-
-    with running_app(tmp_path, "--model", "embedded", timeout=240) as url:
+    proc, url, workdir = embedded_app
+    try:
+        wait_up(proc, url, workdir, timeout=240)
         context = browser.new_context(locale="tr-TR", viewport={"width": 1280, "height": 800})
         try:
             page = context.new_page()
@@ -328,6 +347,8 @@ def test_a_turkish_page_on_the_embedded_model_reads_turkish_and_answers_in_turki
             assert not _english_lines(page), _english_lines(page)
         finally:
             context.close()
+    finally:
+        stop_app(proc)  # SIGTERM: the app removes its own temporary folder as it exits
 
 
 def test_the_latency_plot_draws_a_mode_that_joins_after_the_chart_was_built(browser, app_url):
