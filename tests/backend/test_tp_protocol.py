@@ -225,8 +225,8 @@ def test_a_run_dir_goes_where_rank_0s_socket_path_fits(tmp_path, monkeypatch):
     fits, takes a short system one when it does not, and says so when none is there."""
     from backend.workers import rank0_server
 
-    assert proto.run_root(str(tmp_path)) == str(tmp_path)  # this one fits
-    long = tmp_path / ("t" * (proto.SUN_PATH_MAX - len(str(tmp_path))))
+    assert proto.run_root("/tmp") == "/tmp"  # a folder where it fits is kept
+    long = tmp_path / ("t" * max(1, proto.SUN_PATH_MAX - len(str(tmp_path))))
     long.mkdir()
     with pytest.raises(OSError, match="too long"):  # the kernel's limit, as rank 0 met it
         rank0_server.Rank0Server(str(long / "tp.sock"), KEY, 2, max_job=4096)

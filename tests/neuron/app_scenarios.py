@@ -26,8 +26,11 @@ def _group(manager):
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = str(ROOT / "assets" / "tiny-flux2-klein")
 PROMPT = "a red circle on a blue background"
-STALL = 2.0  # the group's stall timeout in the tensor-parallel scenario (seconds)
-EAGER_COMPILE_SECONDS = 0.1  # simulated neuronx-cc time per new eager op signature on the ranks
+# The group's stall timeout in the tensor-parallel scenario (seconds): short, so a stopped rank is
+# found soon, yet longer than a busy machine keeps a heartbeat waiting (2 s was not, once).
+STALL = 4.0
+EAGER_COMPILE_SECONDS = 0.2  # simulated neuronx-cc time per new eager op signature on the ranks: the
+# cold shape's silence (about 7 s) is longer than STALL
 
 
 def _settings(workdir: Path, **overrides):
