@@ -266,7 +266,8 @@ def doctor(settings: Settings, as_json: bool = False) -> int:
                  else "a failed torch.compile graph silently runs eagerly")
               + "); eager ops TorchNeuron cannot run go to the CPU silently: each run's record lists them")
         cc = nx["neuronx_cc"]
-        print(f"neuronx-cc    {cc['path'] or 'NOT ON PATH: every compile will fail (activate the venv or add its bin/ to PATH)'}"
+        print(f"neuronx-cc    "
+              f"{cc['path'] or 'NOT ON PATH: every compile will fail (activate the venv or add its bin/ to PATH)'}"
               + (f" ({cc['version']})" if cc.get("version") else ""))
         key = nx["neff_key"]
         print(f"NEFF key      target {key['neuron_target']}, LNC {key['lnc']}, opt level "

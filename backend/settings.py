@@ -134,7 +134,8 @@ class Settings:
         """The worker group's collective timeout: on Neuron at least ``--compile-timeout`` (TorchNeuron's
         watchdog starts a collective's clock when it is enqueued, and eager ops compile one at a time
         ahead of it)."""
-        return max(self.tp_collective_timeout, self.compile_timeout) if device == "neuron" else self.tp_collective_timeout
+        return (max(self.tp_collective_timeout, self.compile_timeout) if device == "neuron"
+                else self.tp_collective_timeout)
 
     def check(self) -> "Settings":
         """The checks across fields (ValueError naming the flag), made wherever Settings are built

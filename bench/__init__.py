@@ -4,7 +4,8 @@ Where things are: ``suite`` (the ``python -m bench`` command: which rows, in wha
 saved result), ``table`` (the printed table; ``report`` writes the docs' section from a saved run),
 ``rows`` (how a row is built and judged) and ``harness`` (how a row runs the app). The rows by
 topic: ``latency`` (P1, P2, P8), ``memory_shapes`` (P3), ``tp_transport`` (P4), ``warmup`` (P5,
-P7, P10), ``startup`` (P6, with its floor ``bare_gradio``), ``agreement`` (P9), ``room`` (P11, P14), ``editing`` (P12), ``api`` (P13),
+P7, P10), ``startup`` (P6, with its floor ``bare_gradio``), ``agreement`` (P9), ``room`` (P11, P14),
+``editing`` (P12), ``api`` (P13),
 ``cluster`` (P15: the Ray Serve engine on a local Ray cluster).
 ``hardening`` (``python -m bench.hardening``) prints the figures of ``bad_input``, ``traffic``,
 ``faults``, ``foreign_files`` and ``room.replica_killed``. Scripts of their own: ``compare`` (two

@@ -184,7 +184,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{'size':>10}  {'agree':>9}  {'seconds':>8}")
     for size, row in result["sizes"].items():
         print(f"{size:>10}  {row['agree']:>3}/{row['total']:<3} {row['fraction']:>4.0%}  {row['seconds']:>8}")
-        print(f"{'':>12}" + ", ".join(f"{kind} {seen['right']}/{seen['named']}" for kind, seen in row["by_shape"].items()))
+        print(f"{'':>12}" + ", ".join(f"{kind} {seen['right']}/{seen['named']}"
+                                      for kind, seen in row["by_shape"].items()))
         for prompt, reason in row["failures"]:
             print(f"{'':>12}x {prompt}: {reason}")
         if args.save_images:

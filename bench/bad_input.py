@@ -161,7 +161,8 @@ def run_png_cases(url: str, tmp: Path) -> list[dict[str, Any]]:
             stop.set()
             poller.join(60)
         rows.append({"case": name, "bytes": path.stat().st_size, "answered": "output" in answer,
-                     "normal_s": round(normal_seconds, 4), "ratio_to_normal": round(hostile_seconds / normal_seconds, 2),
+                     "normal_s": round(normal_seconds, 4),
+                     "ratio_to_normal": round(hostile_seconds / normal_seconds, 2),
                      "slowest_status_s": round(max(status_seconds or [0.0]), 3)})
     return rows
 

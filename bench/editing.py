@@ -47,7 +47,8 @@ def p12_edit_cost(tmp: Path, quick: bool) -> list[dict]:
             plain = manager.validate("a red fox", shape.height, shape.width, steps=4, seed=0, mode="eager")
             edit = manager.validate("a red fox", shape.height, shape.width, steps=4, seed=0, mode="eager",
                                     images=[str(reference)])
-            runs = {"edit": lambda edit=edit: manager.generate(edit), "text": lambda plain=plain: manager.generate(plain)}
+            runs = {"edit": lambda edit=edit: manager.generate(edit),
+                    "text": lambda plain=plain: manager.generate(plain)}
             runs["edit"](), runs["text"]()  # once each before timing
             measured = stats.interleaved(runs, reps, seed=40 + i)
             wall, cpu = timed_ratio(measured, "edit", "text")

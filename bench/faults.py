@@ -79,7 +79,8 @@ def _inject_faults(manager, tmp: Path, tp_faults=TP_FAULTS) -> list[dict[str, An
 
     def works(mode: str = "eager") -> bool:
         try:
-            return manager.generate(manager.validate("after the fault", 64, 64, steps=2, seed=3, mode=mode))[1] is not None
+            return manager.generate(manager.validate("after the fault", 64, 64, steps=2, seed=3,
+                                                     mode=mode))[1] is not None
         except StudioError:
             return False
 

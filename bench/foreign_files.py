@@ -12,10 +12,12 @@ def run_foreign_files(tmp: Path) -> dict[str, int]:
     clearing must remove the former and keep every one of the latter."""
     from backend.hardware import cache_layout
 
-    key, sha = "0a1b" + "c" * 28, "0a1b" + "d" * 60  # TorchNeuron's layouts (tests/standin/captures/torchneuron/neff_cache.json)
+    # TorchNeuron's layouts (tests/standin/captures/torchneuron/neff_cache.json)
+    key, sha = "0a1b" + "c" * 28, "0a1b" + "d" * 60
     written = {"neff": [f"0a/1b/{key}.neff", "0a/1b/.tmp.Ab3xY9", f"{sha}/{sha}.neff"],
                "neff-locks": [f"locks/{key}.lock", f"{sha}/locks/compile.lock"],
-               "inductor": ["fxgraph/a7/fa7" + "l" * 49 + "/" + "u" * 51,  # inductor's layouts (tests/captures/inductor_cache_tree.txt)
+               # inductor's layouts (tests/captures/inductor_cache_tree.txt)
+               "inductor": ["fxgraph/a7/fa7" + "l" * 49 + "/" + "u" * 51,
                             "j6/cj6za2bike3u7tduddk6hzww7rezwfxjykobuwzmevoumg5c2rey.py"]}
     foreign = ["notes.txt", "0a/keep.txt", "0a/1b/photo.jpg", "fx/cfx123.py", "results/model.safetensors",
                "fxgraph/notes.txt"]

@@ -197,7 +197,8 @@ def _doors(manager):
                                   progress=lambda *a, **k: None)
 
     def through_generate(session: str, seed: int) -> None:
-        studio.api.api_generate(PROMPT, SIZE, SIZE, "eager", 4, seed, 1.0, page=page(session), progress=lambda *a, **k: None)
+        studio.api.api_generate(PROMPT, SIZE, SIZE, "eager", 4, seed, 1.0, page=page(session),
+                                progress=lambda *a, **k: None)
 
     keys = {name: f"{name}-key-0123456789" for name in ("first", "second")}
     api = build_api(manager, ApiKeys(keys))
@@ -206,8 +207,8 @@ def _doors(manager):
         async def go():
             transport = httpx.ASGITransport(app=api, client=("127.0.0.1", 50000))
             async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1", timeout=600) as http:
-                answer = await http.post("/v1/images/generations", json={"prompt": PROMPT, "size": f"{SIZE}x{SIZE}", "steps": 4,
-                                                                         "seed": seed},
+                answer = await http.post("/v1/images/generations",
+                                         json={"prompt": PROMPT, "size": f"{SIZE}x{SIZE}", "steps": 4, "seed": seed},
                                          headers={"authorization": f"Bearer {keys[session]}"})
                 answer.raise_for_status()
         asyncio.run(go())
@@ -217,7 +218,8 @@ def _doors(manager):
 
 def fair_turn(manager, send) -> tuple[float, int]:
     """A first viewer sends ``FIRST_VIEWER_RUNS`` runs at once; once they are all on the board and
-    one has finished (all of them entered: waiting, running or done), a second viewer sends one. Returns how many of the first viewer's runs started
+    one has finished (all of them entered: waiting, running or done), a second viewer sends one.
+    Returns how many of the first viewer's runs started
     after the second's was sent and before it started (its wait, in runs), and how many of the
     first viewer's were still waiting when it was sent."""
     threads = [threading.Thread(target=send, args=("first", 1000 + i)) for i in range(FIRST_VIEWER_RUNS)]
@@ -248,7 +250,8 @@ def p14_fair_turn(tmp: Path, quick: bool) -> list[dict]:
                                         f"through {door} (runs)", None, "runs", "<= 1.0", count=waited,
                                  absolute={"first_viewers_runs_waiting_when_sent": waiting},
                                  note="the runs of the first viewer that started between the second's request and "
-                                      f"its own start ({SIZE}x{SIZE}, 4 steps, random-weight model, in-process engine)"))
+                                      f"its own start ({SIZE}x{SIZE}, 4 steps, random-weight model, "
+                                      "in-process engine)"))
         return rows
     finally:
         manager.close()

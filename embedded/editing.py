@@ -177,7 +177,8 @@ def judge_edit(image, edit: Edit) -> scenes.Verdict:
         new, old = (np.mean(np.linalg.norm(pixels - b.render(height, width), axis=-1) < scenes.BACKGROUND_TOLERANCE)
                     for b in (edit.target.background, edit.reference.background))
         if new <= old:
-            reasons.append(f"the background is more {edit.reference.background.phrase!r} ({old:.0%}) than asked ({new:.0%})")
+            reasons.append(f"the background is more {edit.reference.background.phrase!r} ({old:.0%}) "
+                           f"than asked ({new:.0%})")
     return dataclasses.replace(verdict, agrees=not reasons, reason="; ".join(reasons) or "ok")
 
 

@@ -316,7 +316,8 @@ def _save_trained(pipe, dest: Path, cfg: TinyFluxConfig, train_cfg, edit_cfgs, t
 
 def _save_records(pipe, dest: Path, cfg: TinyFluxConfig, train_cfg, edit_cfgs, timings: dict) -> None:
     """What the folder says of its geometry (tiny_config.json), its training and itself to the app."""
-    cfg = dataclasses.replace(cfg, num_single_layers=len(pipe.transformer.single_transformer_blocks))  # grown by the edit phase
+    # grown by the edit phase
+    cfg = dataclasses.replace(cfg, num_single_layers=len(pipe.transformer.single_transformer_blocks))
     train_cfg = train_cfg if isinstance(train_cfg, dict) else dataclasses.asdict(train_cfg)
     (dest / "tiny_config.json").write_text(
         json.dumps(dataclasses.asdict(dataclasses.replace(cfg, seed=train_cfg["seed"])), indent=2, sort_keys=True)

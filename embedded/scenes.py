@@ -493,7 +493,8 @@ def pixel_classes(pixels: np.ndarray, bg: Background) -> tuple[np.ndarray, np.nd
 def judge(image, caption: str | Scene, shapes: bool = True) -> Verdict:
     """Do the image's statistics agree with the caption? ``image``: uint8 (H, W, 3) array or PIL.
     Each named shape's colour, place and (``shapes``; False: the judge before issue 54) outline, and
-    the background; the outline where the shorter side is OUTLINE_MIN_SIDE or more. A shape's entry says what it was ``drawn`` as once its colour and place are right."""
+    the background; the outline where the shorter side is OUTLINE_MIN_SIDE or more. A shape's entry
+    says what it was ``drawn`` as once its colour and place are right."""
     scene = parse_caption(caption) if isinstance(caption, str) else caption
     pixels = np.asarray(image, dtype=np.float32)[..., :3]
     height, width = pixels.shape[:2]

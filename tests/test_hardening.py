@@ -77,7 +77,8 @@ def test_injected_faults_end_with_a_clear_status_and_a_working_app():
 def test_sigterm_mid_generation_exits_cleanly_with_no_orphan(tmp_path, mode):
     """It exits, cleanly, leaving nothing (no process, no half-written PNG, nothing in its temp
     folder): in process mid-compile (eager and regional run in the same
-    engine; ``python -m bench.hardening`` signals all four modes), and with a worker group. How fast (under 3 s on a quiet machine) is a figure of
+    engine; ``python -m bench.hardening`` signals all four modes), and with a worker group. How fast
+    (under 3 s on a quiet machine) is a figure of
     ``python -m bench.hardening``; here the bound is one a loaded machine meets (no wall-clock goal)."""
     result = faults.run_sigterm(tmp_path, mode)
     # Mid-generation for real: the status said a run was in flight when the signal went.

@@ -4,7 +4,8 @@
     python -m tools.hops --json
 
 A hop is a hand-off between two named functions of the project (``app.py``, ``backend/``, ``ui/``;
-a comprehension or a lambda is part of its function), counted once per caller -> callee pair (a per-step callback is one hop, not one per step), plus one
+a comprehension or a lambda is part of its function), counted once per caller -> callee pair (a per-step
+callback is one hop, not one per step), plus one
 for each thread and each process a request crosses. Measured, not read off the code: a profiler
 (``sys.setprofile``, in every thread) records the pairs while the app serves the request through
 the page's own handler (``Studio.generate_from_page``), the tiny random model on the CPU, eager

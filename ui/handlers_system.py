@@ -139,6 +139,7 @@ class SystemTab:
         self.door.info(page, "info_locked" if locked else "info_unlocked")
 
     def start_warmup(self, labels: list[str], mode: str, page: gr.Request | None = None) -> str:
-        shapes = [s for s in (preset_shape(label, self.manager.card.presets) for label in labels or []) if s is not None]
+        shapes = [s for s in (preset_shape(label, self.manager.card.presets) for label in labels or [])
+                  if s is not None]
         self.door.call(page, self.manager.start_warmup, shapes, mode)
         return warmup_markdown(self.manager.status(), language(page))

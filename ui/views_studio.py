@@ -22,7 +22,8 @@ def hint_html(help_text: str | None, lang: str = DEFAULT) -> str:
     if not help_text:
         return ""
     return (f'<details class="ns-hint"><summary>{html.escape(text(lang, "prompt_hint"))} '
-            f'<span class="ns-i" title="{html.escape(help_text)}">(i)</span></summary>{html.escape(help_text)}</details>')
+            f'<span class="ns-i" title="{html.escape(help_text)}">(i)</span></summary>'
+            f'{html.escape(help_text)}</details>')
 
 
 LOADED = 0.15  # the share of the CPU other work takes from which the cost line says so
@@ -148,7 +149,8 @@ def compile_text(result: dict[str, Any], lang: str = DEFAULT) -> str:
         return text(lang, "run_warm")
     parts = []
     if result["compiles"]:
-        parts.append(text(lang, "run_graphs", count=result["compiles"], seconds=format_seconds(result["compile_seconds"])))
+        parts.append(text(lang, "run_graphs", count=result["compiles"],
+                          seconds=format_seconds(result["compile_seconds"])))
     if result.get("neff_compiles"):
         parts.append(text(lang, "run_neffs", count=result["neff_compiles"]))
     return text(lang, "run_compiled", parts=text(lang, "run_and").join(parts))

@@ -14,7 +14,8 @@ from ui.views_common import column_names, format_bytes, markdown_table, shorten,
 from ui.views_tp import tp_state_name
 
 # The device layer's reason for its choice is English; its fragments, in the page's language.
-_REASON_WORDS = {"tr": (("TorchNeuron not installed", "TorchNeuron kurulu değil"), ("no CUDA device", "CUDA aygıtı yok"),
+_REASON_WORDS = {"tr": (("TorchNeuron not installed", "TorchNeuron kurulu değil"),
+                        ("no CUDA device", "CUDA aygıtı yok"),
                         ("no NeuronCore visible", "görünür NeuronCore yok"),
                         ("TorchNeuron installed and", "TorchNeuron kurulu ve"),
                         ("NeuronCore(s) visible", "NeuronCore görünüyor"), ("CUDA device(s)", "CUDA aygıtı"),

@@ -183,10 +183,12 @@ class RoomGuard:
         """None lets ``more`` bytes from ``caller`` through, on top of what it sent and is sending."""
         if self._uploads.spent(caller) + self._arriving[caller] + more > UPLOAD_BYTES_PER_CALLER:
             return _reply(429, f"Too much uploaded from this address: at most {UPLOAD_BYTES_PER_CALLER / 2**20:.0f} "
-                               f"MB every {UPLOAD_WINDOW_S / 60:g} minutes; try again in {self._uploads.wait(caller)} s.")
+                               f"MB every {UPLOAD_WINDOW_S / 60:g} minutes; "
+                               f"try again in {self._uploads.wait(caller)} s.")
         if held + sum(self._arriving.values()) + more > UPLOADS_TOTAL_BYTES:
             return _reply(413, f"The app holds {held / 2**20:.0f} MB of uploads; at most "
-                               f"{UPLOADS_TOTAL_BYTES / 2**20:.0f} MB are kept at once. Try again when they have been read.")
+                               f"{UPLOADS_TOTAL_BYTES / 2**20:.0f} MB are kept at once. "
+                               "Try again when they have been read.")
         return None
 
     async def _upload(self, scope, receive, send, headers):

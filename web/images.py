@@ -98,7 +98,8 @@ class BoundedParts(MultiPartParser):
     def on_part_data(self, data: bytes, start: int, end: int) -> None:
         self._bounded_size = getattr(self, "_bounded_size", 0) + (end - start)
         if self._bounded_size > MAX_REFERENCE_BYTES:
-            raise MultiPartException(f"a part is over {MAX_REFERENCE_BYTES / 2**20:.0f} MB, the most a reference may be")
+            raise MultiPartException(f"a part is over {MAX_REFERENCE_BYTES / 2**20:.0f} MB, "
+                                     "the most a reference may be")
         super().on_part_data(data, start, end)
 
 

@@ -124,8 +124,9 @@ def model_hash(model_path: str | Path) -> str:
 def describe_install(device, settings, model_path: str, model_label: str,
                      entries: list[dict[str, Any]] | None = None) -> Manifest:
     return Manifest(
-        format=FORMAT, app_version=APP_VERSION, torch=installed_version("torch"), diffusers=installed_version("diffusers"),
-        torch_neuronx=installed_version("torch-neuronx"), neuronx_cc=installed_version("neuronx-cc"), device=device.kind,
+        format=FORMAT, app_version=APP_VERSION, torch=installed_version("torch"),
+        diffusers=installed_version("diffusers"), torch_neuronx=installed_version("torch-neuronx"),
+        neuronx_cc=installed_version("neuronx-cc"), device=device.kind,
         **device.neff_key_fields(), dtype=device.info.dtype,
         compile_backend=device.info.compile_backend, model=model_label, model_hash=model_hash(model_path),
         tp_degree=settings.tp_degree if any(e["mode"] == "tp" for e in entries or []) else None,
@@ -141,7 +142,8 @@ def check(manifest: Manifest, here: Manifest) -> str | None:
             continue  # no tensor-parallel entries: any degree
         if theirs != ours:
             what = "the model's contents" if name == "model_hash" else name
-            return (f"{what}: the bundle was made with {theirs!r}" + (f" ({manifest.model})" if name == "model_hash" else "")
+            return (f"{what}: the bundle was made with {theirs!r}"
+                    + (f" ({manifest.model})" if name == "model_hash" else "")
                     + f", this install has {ours!r}")
     return None
 
@@ -345,7 +347,8 @@ def sweep_leftovers(device) -> list[Path]:
     with contextlib.suppress(OSError), os.scandir(tempfile.gettempdir()) as found:
         for entry in found:
             match = _STAGING.fullmatch(entry.name)
-            if match and entry.is_dir(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_uid == os.getuid() \
+            if match and entry.is_dir(follow_symlinks=False) \
+                    and entry.stat(follow_symlinks=False).st_uid == os.getuid() \
                     and not _alive(int(match[1])):
                 shutil.rmtree(entry.path, ignore_errors=True)
                 removed.append(Path(entry.path))
@@ -397,14 +400,16 @@ def import_bundle(path: str | Path, device, here: Manifest) -> dict[str, Any]:
                 try:  # the standard library's rule for extracting untrusted archives (PEP 706)
                     tarfile.data_filter(member, str(staging))
                 except tarfile.FilterError as exc:
-                    raise BundleRefused(f"member {member.name!r}: {exc} (absolute paths and '..' are refused)") from None
+                    raise BundleRefused(f"member {member.name!r}: {exc} "
+                                        "(absolute paths and '..' are refused)") from None
                 _safe_relative(member.name)  # and, as for the manifest's paths, no empty parts
                 if (meta := listed.get(member.name)) is None:
                     raise BundleRefused(f"member {member.name!r} is not in the manifest")
                 if member.name in seen:
                     raise BundleRefused(f"member {member.name!r} appears twice")
                 if member.size != meta["bytes"]:
-                    raise BundleRefused(f"member {member.name!r}: {member.size} bytes, the manifest says {meta['bytes']}")
+                    raise BundleRefused(f"member {member.name!r}: {member.size} bytes, "
+                                        f"the manifest says {meta['bytes']}")
                 seen.add(member.name)
                 target = staging / member.name
                 target.parent.mkdir(parents=True, exist_ok=True)

@@ -246,7 +246,8 @@ class InProcessEngine:
         size = out_of_memory(exc)
         if size is not None:
             return GenerationFailed(f"the NeuronCore's memory is full: an allocation of {size / 2**30:.2f} GiB did not "
-                                    f"fit ({text}); a smaller size, fewer references or a fast-attention size needs less")
+                                    f"fit ({text}); a smaller size, fewer references or a fast-attention size "
+                                    "needs less")
         # Neuron compiles at a graph's first execution: the device layer knows those errors, whatever the phase.
         compiler = during_compile or is_compile_error(exc)
         cls = CompileFailure if compiler else GenerationFailed

@@ -178,7 +178,8 @@ class StudioReplica:
         except StudioError as exc:
             return {"path": path, "error": str(exc)}
         return {"path": path, "written": done["written"], "already_there": done["already_there"],
-                "warm": [[e["mode"], str(e["shape"])] for e in done["manifest"].entries if e["mode"] in IN_PROCESS_MODES]}
+                "warm": [[e["mode"], str(e["shape"])] for e in done["manifest"].entries
+                         if e["mode"] in IN_PROCESS_MODES]}
 
     def _ran(self, request: GenerationRequest, out: EngineOutput) -> None:
         key = f"{request.mode} {request.shape}"

@@ -98,7 +98,8 @@ def resolve_device(settings: Settings) -> DeviceInfo:
         kind, reason = "neuron", f"auto: TorchNeuron installed and {cores} NeuronCore(s) visible"
     else:
         why = "TorchNeuron not installed" if not installed else "no NeuronCore visible"
-        kind, reason = ("cuda", f"auto: {why}; {cuda} CUDA device(s)") if cuda else ("cpu", f"auto: {why}, no CUDA device")
+        kind, reason = (("cuda", f"auto: {why}; {cuda} CUDA device(s)") if cuda
+                        else ("cpu", f"auto: {why}, no CUDA device"))
 
     dtype = settings.dtype if settings.dtype != "auto" else "float32" if kind == "cpu" else "bfloat16"
     info = _info(settings, kind, reason, dtype, installed, cores, cuda)

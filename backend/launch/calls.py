@@ -41,7 +41,8 @@ STARTING = (GroupState.LAUNCHING, GroupState.LOADING, GroupState.WARMING)
 
 class RankZero:
     """``status()``: the group's state and error, read while a call waits; ``on_lost(reason, froze)``:
-    mark the group dead (``froze``: a rank's heartbeat stopped). The pixel buffer is made at the first launch and kept across restarts."""
+    mark the group dead (``froze``: a rank's heartbeat stopped). The pixel buffer is made at the first
+    launch and kept across restarts."""
 
     def __init__(self, name: str, place: str, degree: int, settings: Settings, clock: Callable[[], float],
                  status: Callable[[], tuple[str, str | None]], on_lost: Callable[..., None]):

@@ -145,7 +145,8 @@ class WorkerGroup:
         self._config = proto.WorkerConfig(
             settings=worker_settings.to_json(), model_path=model_path, cores=self.cores,
             warm=list(warm or []), parent_pid=os.getpid(), role=role, threads=threads)
-        # A tensor-parallel rank on Neuron: the runtime lets one execution (a collective) wait as long as the group does.
+        # A tensor-parallel rank on Neuron: the runtime lets one execution (a collective) wait as long
+        # as the group does.
         ranks = device_env.rank_exec_timeout(settings.collective_seconds(info.kind)) \
             if info.kind == "neuron" and role == "tp" else {}
         self.env, self.threads, self._on_dead, self._on_change = {**ranks, **(env or {})}, threads, on_dead, on_change

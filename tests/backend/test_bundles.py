@@ -20,7 +20,9 @@ from backend.hardware import env as device_env
 from tests.conftest import beside
 
 CODE = "j6/cj6za2bike3u7tduddk6hzww7rezwfxjykobuwzmevoumg5c2rey.py"
-GRAPH = "fxgraph/a7/fa7lpgotpuddcmkfmmuaswn5ur2nagb4ofwukojqjaq4laqexsbg/ulq5tkt4tknoy7t4ble5gz3fh3khcltyv4gyza3mbu42n5altkf"  # an FX graph entry as inductor writes it (tests/captures/inductor_cache_tree.txt)
+# an FX graph entry as inductor writes it (tests/captures/inductor_cache_tree.txt)
+GRAPH = ("fxgraph/a7/fa7lpgotpuddcmkfmmuaswn5ur2nagb4ofwukojqjaq4laqexsbg/"
+         "ulq5tkt4tknoy7t4ble5gz3fh3khcltyv4gyza3mbu42n5altkf")
 
 
 @pytest.fixture
@@ -392,11 +394,13 @@ def test_the_sweep_takes_only_a_dead_imports_own_leftovers(tmp_path, caches, mon
     monkeypatch.setattr(tempfile, "tempdir", str(temp))
     device = caches("elsewhere")
     host = bundles._HOST
-    gone = [temp / f"neuron-studio-bundle-{dead}-ab_c1", cache / "fxgraph" / f".entry.neuron-studio-import-{host}-{dead}"]
+    gone = [temp / f"neuron-studio-bundle-{dead}-ab_c1",
+            cache / "fxgraph" / f".entry.neuron-studio-import-{host}-{dead}"]
     kept = [temp / f"neuron-studio-bundle-{alive}-ab_c1", temp / "neuron-studio-bundle-x1", temp / "my-bundle-1-a",
             cache / "fxgraph" / f".entry.neuron-studio-import-{host}-{alive}", cache / ".notes.neuron-studio-import",
             cache / "fxgraph" / f".entry.neuron-studio-import-another-host-{dead}",  # its pid is another host's
-            cache / f"entry.neuron-studio-import-{host}-{dead}", cache / f".entry.neuron-studio-import-{host}-{dead}.txt"]
+            cache / f"entry.neuron-studio-import-{host}-{dead}",
+            cache / f".entry.neuron-studio-import-{host}-{dead}.txt"]
     for path in gone + kept:
         path.parent.mkdir(parents=True, exist_ok=True)
         if path.parent == temp:

@@ -82,7 +82,8 @@ def test_compile_estimates_learn_from_this_installs_compiles_across_restarts(tmp
     later = CompileTable(FakeClock())
     later.history.open(path, "cpu inductor tiny")
     cold = later.predict("compiled", Shape(96, 96), steps=4, compiles_here=True, prior=60.0)
-    assert (cold["estimate_compile_seconds"], cold["estimate_compiles"], cold["estimate_source"]) == (6.0, 3, "measured")
+    assert (cold["estimate_compile_seconds"], cold["estimate_compiles"],
+            cold["estimate_source"]) == (6.0, 3, "measured")
     other = CompileTable(FakeClock())
     other.history.open(path, "cpu inductor another-model")  # another model's compiles say nothing of this one
     assert other.predict("compiled", Shape(96, 96), 4, True, prior=60.0)["estimate_source"] == "prior"

@@ -248,7 +248,8 @@ def test_a_killed_worker_node_loses_no_request_and_its_replacement_starts_warm_f
     assert len({r.place for r in results.values()}) == 1  # both served by the replica that lived
     # what Serve still listed, for a failure that did not say (a dry run)
     _until(lambda: engine.restarts > restarts, "the app to see the replica gone",
-           detail=lambda: f"Serve lists {({rid[:8]: (r['state'], r['node'][:8]) for rid, r in engine.replicas.items()})}, "
+           detail=lambda: f"Serve lists "
+                          f"{({rid[:8]: (r['state'], r['node'][:8]) for rid, r in engine.replicas.items()})}, "
                           f"the watch's error: {engine.error}")
     assert "is gone" in engine.last_error
     cluster.nodes_by_name["c"] = cluster.node("c")

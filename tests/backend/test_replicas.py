@@ -150,7 +150,8 @@ def test_a_killed_replica_fails_only_its_request_and_comes_back(mgr):
     # The other replica's request, in flight (its page still reading progress) when the victim
     # died, ends with its image, made where it was sent.
     assert "result" in held and held["result"].place == pool.replicas[busy_first].place, held
-    assert f"{victim.place} died while serving this request" in str(error) and "other replicas keep serving" in str(error)
+    assert (f"{victim.place} died while serving this request" in str(error)
+            and "other replicas keep serving" in str(error))
     _until(lambda: pool.replicas[1 - busy_first] is not victim and pool.replicas[1 - busy_first].state == "ready",
            "the killed replica to come back")
     status = mgr.status().replicas

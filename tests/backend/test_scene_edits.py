@@ -146,7 +146,8 @@ def test_train_edits_goes_on_only_from_the_round_its_folder_ends_with(tmp_path, 
     shutil.copy(SCENES_MODEL_DIR / "training.json", folder / "training.json")
     recorded = json.loads((folder / "training.json").read_text())
     assert len(recorded["edit_rounds"]) == 10
-    for argv, said in ((["--from-round", "5"], "holds 10 edit round(s); round 5 goes on from a folder that holds the 4"),
+    for argv, said in ((["--from-round", "5"],
+                        "holds 10 edit round(s); round 5 goes on from a folder that holds the 4"),
                        ([], "trained to edit already"), (["--from-round", "11"], "there is no round 11"),
                        (["--from-round", "3", "--to-round", "2"], "--to-round must be from --from-round (3) to 10")):
         with pytest.raises(SystemExit) as exited:

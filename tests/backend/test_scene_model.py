@@ -92,7 +92,8 @@ def test_the_judges_take_the_ground_truth_as_the_model_can_draw_it():
 
     for height, width in ((256, 256), (160, 384)):
         for i, edit in enumerate(editing.held_out_edits(40)):
-            verdict = editing.judge_edit(round_trip(editing.render_pair(edit, height, width, random.Random(i))[1]), edit)
+            verdict = editing.judge_edit(round_trip(editing.render_pair(edit, height, width, random.Random(i))[1]),
+                                         edit)
             assert verdict.agrees, (height, width, edit.instruction, edit.reference.caption, verdict.reason)
     # The outlines too (issue 54): every kind, alone and as one of two, through the VAE at every preset,
     # is judged the kind it is (P9's judge), but for a rare small star or triangle that a rim of the
@@ -169,7 +170,8 @@ def test_training_is_deterministic_for_a_seed(tmp_path):
     names = [k.split(":", 1)[1] for k in a if k.startswith("transformer/")]
     blocks = {n.split(".")[1] for n in names if n.startswith("single_transformer_blocks.")}
     assert len(blocks) == edits[0].single_layers > SCENES_GEOMETRY.num_single_layers
-    assert json.loads((tmp_path / "a" / "transformer" / "config.json").read_text())["num_single_layers"] == edits[0].single_layers
+    assert json.loads((tmp_path / "a" / "transformer" / "config.json").read_text())["num_single_layers"] \
+        == edits[0].single_layers
     assert not all(torch.equal(a[k], base[k]) for k in base if k.startswith("transformer"))
     assert all(torch.equal(a[k], base[k]) for k in base if not k.startswith("transformer"))
     with pytest.raises(ValueError, match="trained to edit already"):  # not a second edit phase on top of one

@@ -150,7 +150,8 @@ def test_a_shape_drawn_as_another_kind_is_judged_wrong():
                 assert verdict.agrees == (asked == drawn), (drawn, asked, verdict.reason)
                 if asked != drawn:
                     assert verdict.reason == f"the red {asked} is drawn as a {drawn}"
-                    assert scenes.agrees(image, scenes.Scene((scenes.ShapeSpec("red", asked, "left"),), bg), shapes=False)
+                    assert scenes.agrees(image, scenes.Scene((scenes.ShapeSpec("red", asked, "left"),), bg),
+                                         shapes=False)
 
 
 def test_the_outline_features_part_the_kinds_with_room_to_spare():
@@ -158,7 +159,8 @@ def test_the_outline_features_part_the_kinds_with_room_to_spare():
     # draws (two shapes at 160 px wide, one at 256), sit well inside the thresholds that part them.
     for radius in (0.12 * 160, 0.22 * 256):
         size = int(radius * 3)
-        features = {kind: scenes.shape_features(scenes._shape_mask(kind, size, size, size / 2 + 0.3, size / 2 - 0.2, radius))
+        features = {kind: scenes.shape_features(scenes._shape_mask(kind, size, size, size / 2 + 0.3, size / 2 - 0.2,
+                                                                   radius))
                     for kind in scenes.SHAPES}
         assert features["ring"]["hole"] > 2 * scenes.RING_HOLE
         assert all(features[k]["hole"] == 0 for k in scenes.SHAPES if k != "ring")

@@ -178,7 +178,8 @@ def test_some_rows_saved_again_replace_theirs_in_the_latest_full_result(monkeypa
     assert [(r["id"], r["verdict"], r["measured"]) for r in merged["rows"]] == [
         ("P1", "pass", "2026-01-01"), ("P9", "fail", "2026-01-05"), ("P10", "pass", "2026-01-01"),
         ("P12", "fail", "2026-01-05")]
-    assert merged["date"] == "2026-01-05" and merged["note"].startswith("P4 from another run. P9, P12 measured 2026-01-05")
+    assert merged["date"] == "2026-01-05" and merged["note"].startswith("P4 from another run. P9, P12 measured "
+                                                                        "2026-01-05")
     assert "kept from `2026-01-01-cpu.json`" in merged["note"]
     # Measured again and merged into the merged file: its sentence is replaced, not added to.
     (tmp_path / "2026-01-05-cpu.json").write_text(json.dumps(merged))
@@ -197,7 +198,8 @@ def test_some_rows_saved_again_replace_theirs_in_the_latest_full_result(monkeypa
         "P4 from another run. P12 measured 2026-01-06 (`python -m bench --only P9,P12 --save`); P10 measured "
         "2026-01-07 (`python -m bench --only P10 --save`); P9 measured 2026-01-08 (`python -m bench --only P9 "
         "--save`); the other rows as measured 2026-01-01 (kept from `2026-01-01-cpu.json`).")
-    assert suite.merge_into_latest({**again, "quick": True}, ["P9"]) == {**again, "quick": True}  # a quick run stays apart
+    # a quick run stays apart
+    assert suite.merge_into_latest({**again, "quick": True}, ["P9"]) == {**again, "quick": True}
 
 
 def test_the_plot_is_dated_by_its_rows_not_by_the_merge():

@@ -17,8 +17,8 @@ STANDIN = REPO / "tests" / "standin"
 
 # Inherited settings that would change what the stand-in does; each test states its own.
 _CLEARED_PREFIXES = ("TORCH_NEURONX_", "NEURON_RT_", "NEURON_STANDIN_")
-_CLEARED = {"NEURON_LOGICAL_NC_CONFIG", "LOCAL_RANK", "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCH_DEVICE_BACKEND_AUTOLOAD",
-            "TORCHELASTIC_RUN_ID"}
+_CLEARED = {"NEURON_LOGICAL_NC_CONFIG", "LOCAL_RANK", "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+            "TORCH_DEVICE_BACKEND_AUTOLOAD", "TORCHELASTIC_RUN_ID"}
 
 
 def standin_env(state_dir: os.PathLike | str, devices: int = 1, **extra: str | None) -> dict[str, str]:

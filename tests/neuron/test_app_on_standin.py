@@ -70,7 +70,8 @@ def test_doctor_says_neuron_and_shows_the_core_plan(neuron_env):
     # three processes side by side, each with its own core claims
     proc, text, four = run_all((["app.py", "doctor", "--json", *cache], standin_env(root / "doctor-1")),
                                (["app.py", "doctor", "--neuron-cores", "1", *cache], standin_env(root / "doctor-2")),
-                               (["app.py", "doctor", "--json", "--tp-degree", "4", *cache], standin_env(root / "doctor-3")),
+                               (["app.py", "doctor", "--json", "--tp-degree", "4", *cache],
+                                standin_env(root / "doctor-3")),
                                timeout=120)
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
@@ -217,8 +218,8 @@ def test_tensor_parallel_on_neuron_keeps_cores_disjoint_and_restarts(neuron_env)
     # The cold shape's compiles were silent for longer than the stall timeout, and it succeeded.
     assert cold["longest_silence"] > out["stall_timeout"], cold
     stopped = steps["rank 1 stopped"]  # SIGSTOP: alive but hung; its heartbeat stopped
-    assert stopped["request"]["class"] == "GroupDead" and ("no progress" in stopped["request"]["message"]
-                                                           or "heartbeat has not moved" in stopped["request"]["message"])
+    assert stopped["request"]["class"] == "GroupDead" and (
+        "no progress" in stopped["request"]["message"] or "heartbeat has not moved" in stopped["request"]["message"])
     assert stopped["tp_state"] == "dead" and "rank" in (stopped["error"] or "")
     degraded = steps["degraded"]["record"]
     assert degraded["degraded"] and degraded["world_size"] == 1 and steps["degraded"]["claims"].get("3") == app
@@ -236,7 +237,8 @@ def test_tensor_parallel_on_neuron_keeps_cores_disjoint_and_restarts(neuron_env)
     assert after["record"]["world_size"] == 2 and after["max_diff_vs_eager"] <= 2
     assert out["cleared_while_running"]["class"] == "BackendBusy"
     assert "stop the group first" in out["cleared_while_running"]["message"]
-    assert out["neuron_cores"]["app_cores"] == "3" and out["neuron_cores"]["engines"]["tensor-parallel"]["cores"] == "0-1"
+    assert (out["neuron_cores"]["app_cores"] == "3"
+            and out["neuron_cores"]["engines"]["tensor-parallel"]["cores"] == "0-1")
     assert out["neff_files"] and all(name.endswith(".neff") for name in out["neff_files"]), out["neff_files"]
 
 
@@ -271,7 +273,8 @@ def test_a_bundle_makes_every_neff_a_persistent_hit_in_a_fresh_cache(neuron_env)
     shown, trn3 = json.loads(shown), json.loads(trn3)
     assert shown["device"] == "neuron" and shown["lnc"] == 2 and shown["applies_here"] is True
     assert shown["neuron_target"] == "trn2" and 3 <= shown["entries"][0]["compile_seconds"] < 30, shown
-    assert trn3["applies_here"] is False and trn3["mismatch"].startswith("neuron_target: the bundle was made with 'trn2'")
+    assert trn3["applies_here"] is False and trn3["mismatch"].startswith(
+        "neuron_target: the bundle was made with 'trn2'")
     assert shown["file_count"] > 0 and shown["entries"][0]["shape"] == "80x80"
     with_bundle = json.loads(outputs(app(*generate, cache="bundle-fresh"))[0].strip().splitlines()[-1])
     without = json.loads(without.strip().splitlines()[-1])
@@ -316,7 +319,8 @@ def test_with_neuron_cores_none_a_degree_4_group_holds_every_core_of_a_trn2_3xla
     none`` the four ranks hold cores 0-3, the app holds none (it never started its runtime), and a
     request for the app's own process is refused naming the flag."""
     out = scenarios_beside(ALL_CORES)
-    assert out["plan"]["app_cores"] == "none" and out["plan"]["engines"]["tensor-parallel"]["degrees"] == [1, 2, 4]  # 4 heads
+    assert (out["plan"]["app_cores"] == "none"
+            and out["plan"]["engines"]["tensor-parallel"]["degrees"] == [1, 2, 4])  # 4 heads
     assert out["record"]["world_size"] == 4 and out["tp"]["cores"] == [0, 1, 2, 3]
     ranks = {int(pid) for pid in out["tp"]["rank_pids"].values()}
     assert set(out["claims"]) == {"0", "1", "2", "3"} and set(out["claims"].values()) == ranks

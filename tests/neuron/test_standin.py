@@ -419,7 +419,8 @@ def test_neffs_are_files_in_the_cache_dir_with_lock_files_in_the_local_dir(rules
         assert (re.fullmatch(r"([0-9a-f]{2})/([0-9a-f]{2})/\1\2[0-9a-f]{28}\.neff", name)
                 or re.fullmatch(r"([0-9a-f]{64})/\1\.neff", name)), name
     assert rules["lock_files"] and all(
-        re.fullmatch(r"locks/[0-9a-f]{32}\.lock|[0-9a-f]{64}/locks/compile\.lock", name) for name in rules["lock_files"])
+        re.fullmatch(r"locks/[0-9a-f]{32}\.lock|[0-9a-f]{64}/locks/compile\.lock", name)
+        for name in rules["lock_files"])
 
 
 def test_a_later_process_finds_neffs_on_disk_instead_of_compiling(rules):
@@ -582,7 +583,8 @@ BOUND_RANK = PRELUDE + textwrap.dedent("""
 def second(tmp_path_factory):
     root = tmp_path_factory.mktemp("standin-second")
 
-    def own(name: str, **extra: str) -> dict[str, str]:  # each child its own state and caches: none sees another's NEFFs
+    # each child its own state and caches: none sees another's NEFFs
+    def own(name: str, **extra: str) -> dict[str, str]:
         return standin_env(root / name, TORCH_NEURONX_NEFF_CACHE_DIR=str(root / name / "neff"),
                            TORCH_NEURONX_NEFF_LOCAL_CACHE_DIR=str(root / name / "l"), TORCH_NEURONX_METRICS_ENABLED="1",
                            **extra)

@@ -273,7 +273,8 @@ class FakeWorkerGroup(WorkerGroup):
         timings = COMPILING_RUN if compiles else STEADY_RUN
         self.timings["last_round_trip"] = timings["seconds"] + ROUND_TRIP_EXTRA
         self.timings["last_worker_seconds"] = timings["seconds"]
-        images = [Image.new("RGB", (request.width, request.height), COLOURS[request.mode]) for _ in range(request.count)]
+        images = [Image.new("RGB", (request.width, request.height), COLOURS[request.mode])
+                  for _ in range(request.count)]
         return EngineOutput(image=images[0], more_images=images[1:], compiles=int(compiles), neff_compiles=0,
                             world_size=self.degree, place=self.place, **timings)
 

@@ -47,7 +47,8 @@ def _shoot(page, path: Path, down_to: str | None = None) -> None:
         return
     # images below the fold load lazily: bring the element into view until its images have loaded
     page.locator(down_to).scroll_into_view_if_needed()
-    page.wait_for_function(f"[...document.querySelectorAll('{down_to} img')].every(i => i.complete && i.naturalWidth > 0)",
+    page.wait_for_function(f"[...document.querySelectorAll('{down_to} img')]"
+                           ".every(i => i.complete && i.naturalWidth > 0)",
                            timeout=15000)
     page.evaluate("window.scrollTo(0, 0)")
     box = page.locator(down_to).bounding_box()
@@ -233,7 +234,8 @@ def _system_on_ray(path: Path) -> Path:
                 page.wait_for_timeout(300)
                 page.screenshot(path=str(path))
                 cookie = next(c["value"] for c in page.context.cookies() if c["name"] == COOKIE)
-                status = Client(url, verbose=False, headers={"Cookie": f"{COOKIE}={cookie}"}).predict(api_name="/status")
+                status = Client(url, verbose=False,
+                                headers={"Cookie": f"{COOKIE}={cookie}"}).predict(api_name="/status")
                 print(json.dumps(status["ray"], indent=1))
                 page.close()
         finally:

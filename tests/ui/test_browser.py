@@ -210,7 +210,8 @@ def test_a_presenter_sees_prompt_generate_cost_and_image_on_one_screen(browser, 
         for element in ("#prompt textarea", "#generate", "#cost", "#image", "#preset", "#width", "#mode", "#steps"):
             box = page.locator(element).bounding_box()
             whole = box and element in ("#preset", "#width", "#mode", "#steps")
-            assert box and box["y"] >= 0 and box["y"] + (box["height"] if whole else 40) <= size["height"], (element, box)
+            assert box and box["y"] >= 0 and box["y"] + (box["height"] if whole else 40) <= size["height"], \
+                (element, box)
         page.get_by_role("tab", name="Compare").click()  # its timings beside its images, on the same screen
         gallery, table = (page.locator(e).bounding_box() for e in ("#compare-gallery", "#compare-table"))
         assert table["x"] >= gallery["x"] + gallery["width"] - 1 and table["y"] + 40 <= size["height"], (gallery, table)

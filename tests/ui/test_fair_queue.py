@@ -57,8 +57,8 @@ def page(session: str):
 
 def through_the_page(manager, session: str, label: str):
     studio = Studio(manager)
-    return lambda: studio.studio_tab.generate_from_page(label, 64, 64, "eager", 1, 0.0, 1, False, [], page=page(session),
-                                             progress=lambda *a, **k: None)
+    return lambda: studio.studio_tab.generate_from_page(label, 64, 64, "eager", 1, 0.0, 1, False, [],
+                                                        page=page(session), progress=lambda *a, **k: None)
 
 
 def through_generate(manager, session: str, label: str):

@@ -44,15 +44,16 @@ def test_generate_shows_image_timings_seed_and_history(studio, manager):
     assert calls[3][0] == (1, 4) and calls[2][0] is None  # a compile has no fraction to show
     assert manager.records[-1].engine == "in-process" and manager.records[-1].place == "app"
     # the same seed again, not randomised; history grows newest first
-    path2, info2, record2, seed2, gallery2, _, _paths = studio.studio_tab.generate_from_page("a fox", 256, 128, "compiled", 4, 1.0, 77,
-                                                                          False, state, progress=progress)
+    path2, info2, record2, seed2, gallery2, _, _paths = studio.studio_tab.generate_from_page(
+        "a fox", 256, 128, "compiled", 4, 1.0, 77, False, state, progress=progress)
     assert seed2 == 77 and "no compile (warm)" in info2 and len(gallery2) == 2 and gallery2[0][0] == path2
 
 
 @pytest.mark.parametrize("width, message", [(1000, "nearest valid size is 1008x128"), ("x", "whole number")])
 def test_bad_sizes_are_calm_notices_with_the_fix(studio, manager, width, message, caplog):
     caplog.set_level("INFO", logger="neuron_studio.ui")
-    assert message in calm_refusal(studio.studio_tab.generate_from_page("a fox", width, 128, "eager", 4, 1.0, 0, True, []))
+    assert message in calm_refusal(
+        studio.studio_tab.generate_from_page("a fox", width, 128, "eager", 4, 1.0, 0, True, []))
     # One line in the presenter's terminal, no traceback: a refusal is not a bug.
     assert [r.getMessage().startswith("refused (invalid): ") for r in caplog.records] == [True]
     assert not any(r.exc_info for r in caplog.records)
@@ -138,7 +139,8 @@ def test_tp_cost_line_says_what_to_do_and_what_it_costs(studio, manager, launche
     assert "launches 2 processes that each load the model" in cost and "no start measured yet" in cost
     assert "tensor-parallel group **stopped**" in engine
     # No gap where the badges were: they show the mode its requests run in meanwhile (eager here).
-    assert badges == studio.studio_tab.refresh_studio("eager", 64, 64, 4)[2] and badges.count("ns-badge ") == len(PRESETS)
+    assert (badges == studio.studio_tab.refresh_studio("eager", 64, 64, 4)[2]
+            and badges.count("ns-badge ") == len(PRESETS))
     assert "launches 4 processes" in studio.studio_tab.refresh_studio("tp", 64, 64, 4, 4)[1]
 
     launches.hold = True  # the start stays "launching" until READY
@@ -169,7 +171,8 @@ def test_tp_cost_line_says_what_to_do_and_what_it_costs(studio, manager, launche
     engine, cost, _b, tp_badge = studio.studio_tab.refresh_studio("tp", 64, 64, 4, 2)[:4]
     assert cost.startswith("**Down**") and "rank 1 exited with signal SIGKILL" in cost
     assert "Press **Start group**" in cost and 'Meanwhile Generate runs in process (eager)' in cost
-    assert 'data-state="dead"' in tp_badge and "group **dead**" in engine and "**degraded**: the tensor-parallel group is dead" in engine
+    assert ('data-state="dead"' in tp_badge and "group **dead**" in engine
+            and "**degraded**: the tensor-parallel group is dead" in engine)
 
 
 def test_runs_served_in_process_while_the_group_is_down_say_so(studio, manager):
@@ -179,7 +182,8 @@ def test_runs_served_in_process_while_the_group_is_down_say_so(studio, manager):
     studio.system_tab.start_tp(2)
     tp_group(manager).die("rank 1 exited with code 1")
     with pytest.warns(UserWarning, match="degraded"):  # gr.Warning outside a request
-        _p, info, record, _s, gallery, _h, _paths = studio.studio_tab.generate_from_page("a fox", 64, 64, "tp", 2, 1.0, 1, False, [])
+        _p, info, record, _s, gallery, _h, _paths = studio.studio_tab.generate_from_page(
+            "a fox", 64, 64, "tp", 2, 1.0, 1, False, [])
     assert (record["mode"], record["requested_mode"]) == ("eager", "tp") and "dead" in record["degraded"]
     assert (record["engine"], record["place"]) == ("in-process", "app")
     assert ", eager on the app's own core instead of tp, 2 steps" in info
@@ -187,7 +191,8 @@ def test_runs_served_in_process_while_the_group_is_down_say_so(studio, manager):
                          "(rank 1 exited with code 1).")
     assert ", tp" not in info and "eager in process (tp down)" in gallery[0][1]
     studio.system_tab.start_tp(2)  # a dead group is replaced by a fresh one
-    _p, info, record, _s, gallery, _h, _paths = studio.studio_tab.generate_from_page("a fox", 64, 64, "tp", 2, 1.0, 1, False, [])
+    _p, info, record, _s, gallery, _h, _paths = studio.studio_tab.generate_from_page(
+        "a fox", 64, 64, "tp", 2, 1.0, 1, False, [])
     assert record["mode"] == "tp" and record["degraded"] is None and record["world_size"] == 2
     assert (record["engine"], record["place"]) == ("tensor-parallel", "tp")
     assert ", tp (2 ranks)," in info and "own core" not in info and "tp ×2" in gallery[0][1]
@@ -235,7 +240,8 @@ def test_replicas_start_with_a_count_serve_and_stop(studio, manager, launches, c
         ("replica", "replica 0", 1, "ready"), ("replica", "replica 1", 1, "ready")]
     assert shown.startswith("**Replicas**: 2 of 2 ready, 0 busy, 0 restarted")
     assert "| 0 | ready | — | 31 | 0 | — |" in shown and "| 1 | ready | — | 32 | 0 | — |" in shown
-    assert manager.capacity() == 2 and "replicas 2/2 ready, 0 busy" in studio.studio_tab.refresh_studio("eager", 64, 64, 4)[0]
+    assert manager.capacity() == 2 and "replicas 2/2 ready, 0 busy" in studio.studio_tab.refresh_studio(
+        "eager", 64, 64, 4)[0]
 
     # the pool serves the in-process modes now; each replica keeps its own graphs
     _p, _info, record, *_ = studio.studio_tab.generate_from_page("a fox", 64, 64, "compiled", 4, 1.0, 1, False, [])
@@ -312,7 +318,8 @@ def test_cost_line_and_badges_follow_the_compile_state(studio, manager):
     _e, cost, badges, _tp = studio.studio_tab.refresh_studio("compiled", 1024, 1024, 4)[:4]
     assert cost.startswith("**Ready**") and "no steady timing yet" in cost
     assert 'data-shape="1024x1024" data-state="warm"' in badges
-    studio.studio_tab.generate_from_page("a fox", 1024, 1024, "compiled", 4, 1.0, 0, True, [])  # steady: 0.1 + 4 x 0.05 + 0.1 s
+    # steady: 0.1 + 4 x 0.05 + 0.1 s
+    studio.studio_tab.generate_from_page("a fox", 1024, 1024, "compiled", 4, 1.0, 0, True, [])
     _e, cost, badges, _tp = studio.studio_tab.refresh_studio("compiled", 1024, 1024, 4)[:4]
     assert "**Ready**" in cost and "expected 400 ms" in cost and 'data-shape="1024x1024" data-state="warm"' in badges
     assert 'data-shape="1152x896" data-state="cold"' in badges
@@ -381,10 +388,12 @@ def test_system_panel_table_warmup_lock_and_cache(studio, manager, engine, cache
     assert list(turkish.columns)[:3] == ["mod", "boyut", "durum"] and turkish.iloc[0]["durum"] == "sıcak"
 
     # warm-up: the real one, in the background, through the real generate (compile, then a steady run)
-    with engine.hold(lambda: studio.system_tab.start_warmup(["1:1 · 1024x1024", "16:9 · 1344x768"], "compiled")) as started:
+    with engine.hold(lambda: studio.system_tab.start_warmup(["1:1 · 1024x1024", "16:9 · 1344x768"],
+                                                            "compiled")) as started:
         assert system_views(studio)[2] == "Warming up compiled: 0/2 done, now 1024x1024"
         line = studio.studio_tab.refresh_studio("eager", 64, 64, 4)[0]
-        assert "**busy**: compiled 1024x1024 denoising step 1/4 (0.0 s)" in line and "warming up 0/2 in compiled" in line
+        assert ("**busy**: compiled 1024x1024 denoising step 1/4 (0.0 s)" in line
+                and "warming up 0/2 in compiled" in line)
         with pytest.raises(gr.Error, match="a warm-up is already running"):
             studio.system_tab.start_warmup(["1:1 · 1024x1024"], "compiled")
     assert started["result"] == "Warming up compiled: 0/2 done, now 1024x1024"  # what the button showed
@@ -471,7 +480,8 @@ def test_gradio_tracks_progress_for_the_device_handlers(studio):
     """Gradio injects its progress tracker only into a parameter whose default is ``gr.Progress()``;
     with anything else the page's progress bar never follows the denoising steps."""
     from gradio.helpers import special_args
-    for handler, n_inputs in ((studio.studio_tab.generate_from_page, 11), (studio.api.api_generate, 9), (studio.compare_tab.compare, 9)):
+    for handler, n_inputs in ((studio.studio_tab.generate_from_page, 11), (studio.api.api_generate, 9),
+                              (studio.compare_tab.compare, 9)):
         progress_index = special_args(handler, [None] * n_inputs)[1]
         assert progress_index is not None, handler.__name__
 
@@ -748,7 +758,8 @@ def test_the_embedded_models_page_says_what_it_did_not_understand_and_what_it_ca
     monkeypatch.setattr(type(manager.card), "read_prompt", lambda *a, **k: reads.append(a) or read(*a, **k))
     studio.studio_tab.examples = {"en": ["a red circle on a blue background",
                                          "a blue star in the middle, on an orange background"]}
-    _p, info, record, *_ = studio.studio_tab.generate_from_page("a cat on orange", 256, 256, "eager", 4, 1.0, 1, False, [])
+    _p, info, record, *_ = studio.studio_tab.generate_from_page("a cat on orange", 256, 256, "eager", 4, 1.0, 1,
+                                                                False, [])
     assert record["prompt"] == "a cat on orange" and len(reads) == 1  # the prompt is read once, by the service
     assert "**Not understood**: “cat”" in info and "made up (the prompt did not say): a shape: circle" in info
     assert info.endswith("Closest example: “a blue star in the middle, on an orange background”.")
@@ -793,8 +804,8 @@ def test_the_cost_line_states_the_work_bound_before_the_click_and_generate_refus
         assert cost.endswith(" · 21.0 of the 30 megapixel-steps a run may take"), cost
         over = studio.studio_tab.refresh_studio("eager", 1024, 1024, 40)[1]
         assert "more work than one run may be" in over and "the limit is 30" in over, over
-        assert "the limit is 30" in calm_refusal(studio.studio_tab.generate_from_page("a fox", 1024, 1024, "eager", 40, 1.0,
-                                                                           0, True, []))
+        assert "the limit is 30" in calm_refusal(
+            studio.studio_tab.generate_from_page("a fox", 1024, 1024, "eager", 40, 1.0, 0, True, []))
     finally:
         manager.close()
 
@@ -830,10 +841,12 @@ def test_an_edit_on_the_page_takes_uploads_and_the_apps_own_images_only(studio, 
     assert studio.studio_tab.add_as_reference(paths, references) == gr.skip()  # the same image twice: once
     clicked = gr.SelectData(None, {"index": 1, "value": {"image": {"path": paths[1]}, "caption": "x"}})
     assert studio.studio_tab.history_selected(clicked) == [paths[1]]  # or the history image clicked last
-    _s, _line, again, *_ = studio.studio_tab.generate_from_page("a fox", 64, 64, "eager", 4, 1.0, 1, False, [], references, 1)
+    _s, _line, again, *_ = studio.studio_tab.generate_from_page("a fox", 64, 64, "eager", 4, 1.0, 1, False, [],
+                                                                references, 1)
     assert again["signature"] == "64x64+ref1216x832+ref1024x1024"  # the 64x64 result fitted to the 1:1 preset
     assert again["references"][1]["source"] == "64x64" and again["references"][1]["fitted"] == "1024x1024"
-    _gallery, table = studio.compare_tab.compare("a fox", 64, 64, 4, 1.0, 3, False, ["eager", "compiled"], [(str(upload), None)])
+    _gallery, table = studio.compare_tab.compare("a fox", 64, 64, 4, 1.0, 3, False, ["eager", "compiled"],
+                                                 [(str(upload), None)])
     assert [r.signature for r in manager.records[-2:]] == ["64x64+ref1216x832"] * 2  # Compare runs the same edit
     assert list(table["mode"]) == ["eager", "compiled"]
 

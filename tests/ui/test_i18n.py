@@ -130,8 +130,8 @@ def test_a_turkish_page_gets_turkish_errors_that_still_name_the_nearest_size(stu
                     "en yakın geçerli boyut 1008x128")
     assert re.search("The image size is not valid: width 1000 .* 1008x128", calm_refusal(
         studio.studio_tab.generate_from_page("a fox", 1000, 128, "eager", 4, 1.0, 0, True, [], page=EN)))
-    assert "İstem geçerli değil: boş; istediğiniz görseli anlatın" in calm_refusal(studio.studio_tab.generate_from_page("", 64, 64, "eager", 4, 1.0, 0,
-                                                                                     True, [], page=TR))
+    assert "İstem geçerli değil: boş; istediğiniz görseli anlatın" in calm_refusal(
+        studio.studio_tab.generate_from_page("", 64, 64, "eager", 4, 1.0, 0, True, [], page=TR))
     with pytest.raises(gr.Error, match="TP derecesi geçerli değil: tam sayı olmalı, 2.5 verildi"):
         studio.system_tab.start_tp(2.5, TR)
 
@@ -150,16 +150,19 @@ def test_a_turkish_page_gets_turkish_status_lines_with_the_same_numbers(studio):
     assert '<span class="ns-badge ns-cold" data-shape="1024x1024" data-state="cold"' in badges
     assert "1:1 · 1024x1024 · soğuk</span>" in badges
     assert "Tensör paralel grup: durdu" in tp_badge and 'data-state="stopped"' in tp_badge
-    assert "**Geçersiz** — Görsel boyutu geçerli değil:" in studio.studio_tab.refresh_studio("eager", 1000, 1024, 4, None, page=TR)[1]
+    assert "**Geçersiz** — Görsel boyutu geçerli değil:" in studio.studio_tab.refresh_studio(
+        "eager", 1000, 1024, 4, None, page=TR)[1]
     system, _table, _warm, _badge, tp_md, replicas, _ray, _status = system_views(studio, TR)
     assert "| Sistem | |" in system and "| Aygıt |" in system
     assert replicas.startswith("Çalışan kopya yok.")
     assert "Rank günlüğü yok: tensör paralel grup başlatılmadı." == studio.system_tab.show_tp_logs(TR)
-    assert studio.studio_tab.refresh_studio("tp", 64, 64, 4, 2, page=TR)[1].startswith("**Durdu** — tensör paralel grup çalışmıyor")
+    assert studio.studio_tab.refresh_studio("tp", 64, 64, 4, 2, page=TR)[1].startswith(
+        "**Durdu** — tensör paralel grup çalışmıyor")
     assert studio.page_labels(TR)[0]["label"] == "Görsel" and studio.page_labels(None)[0]["label"] == "Image"
     with pytest.raises(gr.Error, match="Kopya sayısı geçerli değil: tam sayı olmalı, 1.5 verildi"):
         studio.system_tab.start_replicas(1.5, TR)
-    assert "**Kopyalar**: 2 kopyanın 2 tanesi hazır, 0 meşgul, 0 yeniden başlatıldı" in studio.system_tab.start_replicas(2, TR)
+    assert "**Kopyalar**: 2 kopyanın 2 tanesi hazır, 0 meşgul, 0 yeniden başlatıldı" in \
+        studio.system_tab.start_replicas(2, TR)
     assert "| Kopya | durum | NeuronCore | pid | Sunulan | Sıcak boyutlar |" in system_views(studio, TR)[5]
 
 
@@ -171,8 +174,8 @@ def test_the_cost_lines_notes_speak_turkish_too(studio):
     cost = studio.studio_tab.refresh_studio("compiled", 128, 256, 4, None, page=TR)[1]
     assert "(büyük olasılıkla 256x128 grafiğini yeniden kullanır: aynı toplu iş ve token sayısı)." in cost, cost
     assert "probably" not in cost
-    assert "(probably reuses the graph of 256x128: the same batch and token count)." in studio.studio_tab.refresh_studio(
-        "compiled", 128, 256, 4, None, page=EN)[1]
+    assert "(probably reuses the graph of 256x128: the same batch and token count)." in \
+        studio.studio_tab.refresh_studio("compiled", 128, 256, 4, None, page=EN)[1]
 
 
 def test_the_grammar_and_edit_help_speak_the_pages_language(tmp_path):
@@ -190,8 +193,10 @@ def test_the_grammar_and_edit_help_speak_the_pages_language(tmp_path):
     assert "<summary>Küçük bir dilbilgisiyle" in turkish and "</summary>Bu model en fazla iki şekil (daire" in turkish
     assert "İngilizce sözcükleri de okur" in turkish  # its Turkish words, and the English ones too
     assert "</summary>This model draws up to two shapes (circle" in english
-    assert turkish_edits["value"].startswith("Bu model bir referans görselde") and "“remove the pink star”" in turkish_edits["value"]
-    assert english_edits["value"].startswith("This model changes one thing") and "“make the red circle blue”" in english_edits["value"]
+    assert (turkish_edits["value"].startswith("Bu model bir referans görselde")
+            and "“remove the pink star”" in turkish_edits["value"])
+    assert (english_edits["value"].startswith("This model changes one thing")
+            and "“make the red circle blue”" in english_edits["value"])
 
 
 def test_the_table_has_each_key_once_per_language(tmp_path):

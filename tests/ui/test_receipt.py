@@ -16,7 +16,8 @@ def _status(**device):
                 {"mode": "eager", "shape": "256x256", "state": "warm", "steady_quiet_seconds": 2.0, "steady_runs": 5,
                  "steady_load": 0.25},
                 {"mode": "eager", "shape": "256x256*2", "state": "warm", "steady_quiet_seconds": 3.0, "steady_runs": 3},
-                {"mode": "compiled", "shape": "512x512", "state": "warm", "steady_quiet_seconds": None, "steady_runs": 0},
+                {"mode": "compiled", "shape": "512x512", "state": "warm", "steady_quiet_seconds": None,
+                 "steady_runs": 0},
                 {"mode": "compiled", "shape": "64x64", "state": "cold", "steady_quiet_seconds": 1.0, "steady_runs": 1}]}
 
 

@@ -215,7 +215,8 @@ def test_a_viewer_reads_only_what_a_viewer_can_do(room, manager):
     shown = " ".join([cost, replicas, engine])
     for operator_words in ("press", "Start group", "Start some", "Start replicas"):
         assert operator_words not in shown, operator_words
-    _p, info, record, *_ = studio.studio_tab.generate_from_page("a fox", 64, 64, "tp", 2, 1.0, 1, False, [], page=viewer)
+    _p, info, record, *_ = studio.studio_tab.generate_from_page("a fox", 64, 64, "tp", 2, 1.0, 1, False, [],
+                                                                page=viewer)
     assert record["mode"] == "eager" and record["requested_mode"] == "tp"
     assert "operator has not started the tensor-parallel group" in record["degraded"]
     # The operator's page names the button, and shows the degree.

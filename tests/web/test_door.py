@@ -158,7 +158,8 @@ def _png(width=64, height=64) -> bytes:
 
 def test_an_edit_takes_multipart_references_and_refuses_a_non_image(door, started):
     response = call(door, "POST", "/v1/images/edits", data={"prompt": "make it blue", "size": "64x64", "steps": "2"},
-                    files=[("image[]", ("a.png", _png(), "image/png")), ("image[]", ("b.png", _png(80, 48), "image/png"))])
+                    files=[("image[]", ("a.png", _png(), "image/png")),
+                           ("image[]", ("b.png", _png(80, 48), "image/png"))])
     assert response.status_code == 200, response.text
     record = response.json()["neuron_studio"]
     assert len(record["references"]) == 2 and "+ref" in record["signature"]

@@ -34,8 +34,8 @@ Rules enforced, from "torch.compile backend reference"
 Stand-in-only knobs: ``NEURON_STANDIN_FAIL_COMPILE_DIM=<int>`` makes the "compiler" fail, with a
 compile error in TorchNeuron's format, for any graph that has an input dimension equal to that int (decided when
 dynamo hands the graph over, raised at its first execution), so a test can make one shape fail;
-``NEURON_STANDIN_COMPILE_SECONDS`` is the simulated neuronx-cc time per graph NEFF (default 0). What this cannot show: real compile times, compiler limits, numerics of
-neuronx-cc (the graph runs on the CPU).
+``NEURON_STANDIN_COMPILE_SECONDS`` is the simulated neuronx-cc time per graph NEFF (default 0). What this
+cannot show: real compile times, compiler limits, numerics of neuronx-cc (the graph runs on the CPU).
 """
 
 from __future__ import annotations
