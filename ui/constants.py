@@ -68,10 +68,10 @@ CSS = """
 [id^=examples] .gallery {display: flex; flex-wrap: wrap; gap: 4px;}  /* #examples, #examples-tr */
 [id^=examples] .gallery-item {padding: 1px 8px; font-size: 0.82em;}
 [id^=examples] > .label {display: none;}
-[id^=examples] .paginate {font-size: 0;} [id^=examples] .paginate button {font-size: 0.8rem;}  \
 /* Gradio's "Pages:" is English only */
-[id^=examples] .gallery-item div {max-width: 112px; white-space: nowrap !important; overflow: hidden; \
-text-overflow: ellipsis;}
+[id^=examples] .paginate {font-size: 0;} [id^=examples] .paginate button {font-size: 0.8rem;}
+[id^=examples] .gallery-item div {max-width: 112px; white-space: nowrap !important; overflow: hidden;
+  text-overflow: ellipsis;}
 #references .grid-container {padding-top: 48px;}
 #title h1 {display: inline; font-size: 1.5em; margin: 0 12px 0 0;} #title p {display: inline; margin: 0;}
 #lines {gap: 24px; align-items: baseline;} #lines p {margin: 0;}

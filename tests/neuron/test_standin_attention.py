@@ -20,9 +20,9 @@ PROBE = textwrap.dedent("""
 
     def extra(seq, compiled=False, dtype=torch.float32):
         q = torch.randn(1, 2, seq, 16, device="neuron", dtype=dtype)
-        run = torch.compile(lambda a: F.scaled_dot_product_attention(a, a, a), backend="neuron", dynamic=False) \
-if compiled else \\
-            (lambda a: F.scaled_dot_product_attention(a, a, a))
+        def attend(a):
+            return F.scaled_dot_product_attention(a, a, a)
+        run = torch.compile(attend, backend="neuron", dynamic=False) if compiled else attend
         torch.neuron.reset_peak_memory_stats()
         base = torch.neuron.memory_allocated()
         result = run(q)
