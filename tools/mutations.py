@@ -154,6 +154,9 @@ MUTATIONS = (
              "backend/engines/ray_serve.py", "queued = self.sent > self.running()", "queued = False",
              ("tests/backend/test_ray_serve.py::test_a_request_beyond_the_running_replicas_says_it_waits_for_one_then_"
               "runs",)),
+    Mutation("G54", "a group's run dir is made under a TMPDIR too long for rank 0's socket path",
+             "backend/launch/protocol.py", "if fits and os.path.isdir(root)", "if os.path.isdir(root)",
+             ("tests/backend/test_tp_protocol.py::test_a_run_dir_goes_where_rank_0s_socket_path_fits",)),
     Mutation("G51", "under --ray the shapes' memory rows are planned for the app's device, not the replicas'",
              "backend/serving/status.py", 'devices[row["mode"]] = s.device_for(row["mode"])',
              'devices[row["mode"]] = s.device', ("tests/backend/test_ray_serve.py",)),
