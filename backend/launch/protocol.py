@@ -145,7 +145,7 @@ _SOCKET_TAIL = os.path.join("", RUN_DIR_PREFIX + "x" * 8, "tp.sock.new")
 def run_root(preferred: str | None = None) -> str:
     """The folder a group's run dir is made in: ``preferred``, else the temp folder (``TMPDIR``);
     when rank 0's socket path would not fit there (a long ``TMPDIR``), the first short system temp
-    folder that does, as CPython 3.14's multiprocessing does for its own sockets."""
+    folder where it does."""
     first = preferred or tempfile.gettempdir()
     for root in (first, "/tmp", "/var/tmp", "/usr/tmp"):
         fits = len(os.fsencode(os.path.join(os.path.abspath(root), _SOCKET_TAIL))) <= SUN_PATH_MAX
