@@ -174,7 +174,7 @@ def run_sigterm(tmp: Path, mode: str = "tp") -> dict[str, Any]:
     """SIGTERM to a serving app mid-generation in ``mode``: clean exit, no orphans, no half-written PNG."""
     from gradio_client import Client
 
-    from tools.app_process import free_port
+    from tools.app_process import free_port, stop_app
 
     port = free_port()
     out = tmp / "outputs"
@@ -201,8 +201,7 @@ def run_sigterm(tmp: Path, mode: str = "tp") -> dict[str, Any]:
             break
         time.sleep(0.3)
     if status.get("state") == "failed":  # said at once: waiting on would only run into the bound
-        proc.terminate()
-        proc.wait(60)
+        stop_app(proc)
         raise RuntimeError(f"the app's model load failed: {status.get('load_error')}")
     if proc.poll() is not None:
         raise RuntimeError(f"the app exited with {proc.returncode} before it was ready")

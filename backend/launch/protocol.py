@@ -146,14 +146,17 @@ def run_root(preferred: str | None = None) -> str:
     """The folder a group's run dir is made in: ``preferred``, else the temp folder (``TMPDIR``);
     when rank 0's socket path would not fit there (a long ``TMPDIR``), the first short system temp
     folder where it does."""
-    first = preferred or tempfile.gettempdir()
+    def socket_bytes(root: str) -> int:
+        return len(os.fsencode(os.path.join(root, _SOCKET_TAIL)))
+
+    first = os.path.abspath(preferred or tempfile.gettempdir())
     for root in (first, "/tmp", "/var/tmp", "/usr/tmp"):
-        fits = len(os.fsencode(os.path.join(os.path.abspath(root), _SOCKET_TAIL))) <= SUN_PATH_MAX
+        fits = socket_bytes(root) <= SUN_PATH_MAX
         if fits and os.path.isdir(root) and os.access(root, os.W_OK | os.X_OK):
-            return os.path.abspath(root)
+            return root
     raise errors.BackendNotReady(
-        f"the tensor-parallel group's socket would be {len(os.fsencode(os.path.join(first, _SOCKET_TAIL)))} "
-        f"bytes long under {first}, and a socket's path holds at most {SUN_PATH_MAX}: set TMPDIR to a shorter folder")
+        f"the tensor-parallel group's socket would be {socket_bytes(first)} bytes long under {first}, "
+        f"and a socket's path holds at most {SUN_PATH_MAX}: set TMPDIR to a shorter folder")
 
 
 def remove_run_dir(path: str | None, require_contents: bool = True, attempts: int = 5) -> bool:
