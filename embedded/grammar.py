@@ -74,12 +74,14 @@ NOTES = {
     "en": {"shape": "a shape: {0}", "colour": "a colour: {0}", "place": "a place: {0}", "gradient": "a gradient: {0}",
            "pattern_colour": "a colour for the {0}: {1}", "not_shape_colour": "{0} (not a shape colour)",
            "two_shapes": "{0} (at most two shapes)", "corner": "{0} (no corners: read as {1})",
-           "kind": "{0} (an edit cannot change a shape's kind: remove the shape, then add a {0})"},
+           "kind": "{0} (an edit cannot change a shape's kind: remove the shape, then add a {0})",
+           "refuse_kind": "an edit cannot change a shape's kind: remove the shape, then add a {0}"},
     "tr": {"shape": "bir şekil: {0}", "colour": "bir renk: {0}", "place": "bir yer: {0}",
            "gradient": "bir gradyan: {0}",
            "pattern_colour": "{0} için bir renk: {1}", "not_shape_colour": "{0} (şekil rengi değil)",
            "two_shapes": "{0} (en çok iki şekil)", "corner": "{0} (köşe yok: {1} olarak okundu)",
-           "kind": "{0} (bir düzenleme şeklin türünü değiştiremez: şekli kaldırın, sonra bir {0} ekleyin)"},
+           "kind": "{0} (bir düzenleme şeklin türünü değiştiremez: şekli kaldırın, sonra bir {0} ekleyin)",
+           "refuse_kind": "bir düzenleme şeklin türünü değiştiremez: şekli kaldırın, sonra bir {0} ekleyin"},
 }
 
 
@@ -105,6 +107,7 @@ class Reading:
     caption: str  # what the model is given: a caption of the grammar
     guessed: tuple[str, ...] = ()  # what the prompt did not say and was made up ("a shape: circle")
     ignored: tuple[str, ...] = ()  # words of the prompt that mean nothing to the grammar
+    refusal: str | None = None  # why the model cannot draw what the prompt asks (a Note): nothing runs
 
     @property
     def understood(self) -> bool:
@@ -368,8 +371,11 @@ def read_edit(prompt: str) -> Reading | None:
         text = f"move the {named} to the {pick([place] if place else [], 'centre', 'place')}"
     elif kind == "recolour":
         into = [i for i, w in enumerate(words) if w in SHAPE_WORDS and i and words[i - 1] in ("a", "an", "into")]
-        if not shape_colours and (len(shapes) > 1 or into):  # "make it a triangle", "turn the circle into a star"
-            ignored.append(Note("kind", SHAPE_WORDS[words[into[-1]]] if into else shapes[-1]))
+        if len(shapes) > 1 or into:  # "make it a triangle", "turn the circle into a star"
+            wanted = SHAPE_WORDS[words[into[-1]]] if into else shapes[-1]
+            if not shape_colours:  # nothing the model can do is asked: a guessed recolour would run
+                return Reading(prompt, refusal=Note("refuse_kind", wanted))
+            ignored.append(Note("kind", wanted))
         colour = pick(shape_colours[-1:], "red", "colour")
         text = f"make the {named} {colour}"
     else:

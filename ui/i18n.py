@@ -65,6 +65,9 @@ def error_message(exc: BaseException, lang: str = DEFAULT) -> str:
     sentence = text(lang, "err_" + error_code(exc).replace(".", "_"))
     detail = exc.message if isinstance(exc, InvalidRequest) else str(exc)
     if isinstance(exc, InvalidRequest) and exc.why and lang != DEFAULT:  # the reason in the page's language
-        detail = "; ".join(text(lang, "why_" + key, **{k: text(lang, "field_" + v) if k == "field" else v
-                                                          for k, v in values.items()}) for key, values in exc.why)
+        def said(k: str, v: Any) -> Any:  # a field's name, or a model's own note (which says itself)
+            return text(lang, "field_" + v) if k == "field" else v.said(lang) if hasattr(v, "said") else v
+
+        detail = "; ".join(text(lang, "why_" + key, **{k: said(k, v) for k, v in values.items()})
+                           for key, values in exc.why)
     return f"{sentence}: {detail}" if detail else sentence

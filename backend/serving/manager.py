@@ -286,6 +286,10 @@ class Manager:
             self.metrics.ended(mode if mode is not None else self.settings.mode, error=exc)
             raise
         reading = self.card.read_prompt(request.prompt, editing=bool(request.references))
+        if reading is not None and getattr(reading, "refusal", None):  # asks what the model cannot draw
+            exc = InvalidRequest("prompt", str(reading.refusal), why=(("cannot", {"reason": reading.refusal}),))
+            self.metrics.ended(request.mode, error=exc)
+            raise exc
         if reading is not None and reading.caption != request.prompt:
             # A model with a prompt grammar is given the caption it understands; the record keeps both.
             request = dataclasses.replace(request, prompt=reading.caption, typed=request.prompt, reading=reading)

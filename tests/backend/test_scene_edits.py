@@ -102,11 +102,15 @@ def test_an_edit_prompt_that_leaves_something_out_says_what_was_made_up_and_a_ca
     reading = grammar.read_edit("add a star")
     assert reading.caption == "add a red star on the right" and reading.guessed == ("a colour: red", "a place: right")
     assert grammar.read_edit("a red circle on the left, on a blue background") is None
-    # A shape's kind is no edit the model learnt: the page says so and what to ask instead.
+    # A shape's kind is no edit the model learnt: asked alone, it is refused with what to ask instead
+    # (a recolour to a guessed colour ran before); beside a colour, the recolour runs and says so.
     for prompt, kind in (("make it a triangle", "triangle"), ("turn the circle into a star", "star"),
                          ("daireyi üçgen yap", "triangle")):
-        assert grammar.read_edit(prompt).ignored == (
-            f"{kind} (an edit cannot change a shape's kind: remove the shape, then add a {kind})",), prompt
+        reading = grammar.read_edit(prompt)
+        assert reading.refusal == f"an edit cannot change a shape's kind: remove the shape, then add a {kind}", prompt
+    assert grammar.read_edit("turn the red circle into a blue star").ignored == (
+        "star (an edit cannot change a shape's kind: remove the shape, then add a star)",)
+    assert grammar.read_edit("turn the red circle into a blue star").refusal is None
     assert grammar.read_edit("make the circle blue").understood  # a recolour says nothing of the kind
     rng = random.Random(11)
     for _ in range(300):
@@ -129,6 +133,38 @@ def test_a_request_with_references_reads_its_prompt_as_an_edit_and_without_as_a_
     assert card.read_prompt(caption, editing=True).caption == caption
     assert ModelCard().read_prompt("turn the disc blue", editing=True) is None
     assert all(example in editing.instruction_words() for example in EDIT_EXAMPLES)
+
+
+def test_an_edit_the_model_cannot_draw_is_refused_by_the_service_before_it_runs(tmp_path):
+    """"make it a triangle" with a reference ran as "make the triangle red" (the colour guessed). The
+    service refuses it as a bad prompt, in the page's language, and runs nothing; without a
+    reference the same words are a caption (a triangle), and a recolour still runs."""
+    from PIL import Image
+
+    from backend.errors import InvalidRequest
+    from backend.models.card import ModelCard
+    from backend.serving.manager import Manager
+    from tests.conftest import make_settings
+    from ui.i18n import error_message
+
+    mgr = Manager(make_settings(tmp_path))
+    mgr.start()
+    try:
+        mgr.card = ModelCard(prompt_grammar="scenes")
+        ref = tmp_path / "ref.png"
+        Image.new("RGB", (64, 64), "red").save(ref)
+        with pytest.raises(InvalidRequest) as refused:
+            mgr.validate("make it a triangle", 64, 64, steps=1, images=[str(ref)])
+        assert refused.value.field == "prompt"
+        assert error_message(refused.value) == ("The prompt is not valid: an edit cannot change a shape's kind: "
+                                                "remove the shape, then add a triangle")
+        assert error_message(refused.value, "tr") == ("İstem geçerli değil: bir düzenleme şeklin türünü "
+                                                      "değiştiremez: şekli kaldırın, sonra bir üçgen ekleyin")
+        caption = mgr.validate("make it a triangle", 64, 64, steps=1).prompt
+        assert caption == "a red triangle in the centre, on a white background"
+        assert mgr.validate("make the circle blue", 64, 64, steps=1, images=[str(ref)]).prompt == "make the circle blue"
+    finally:
+        mgr.close()
 
 
 def test_train_edits_goes_on_only_from_the_round_its_folder_ends_with(tmp_path, capsys):
