@@ -236,11 +236,16 @@ class WorkerGroup:
                 raise BackendNotReady(f"the {self.name} is already {self.state}")
             self._cleanup_dir()
             self.dir = tempfile.mkdtemp(prefix=proto.RUN_DIR_PREFIX, dir=proto.run_root(self.run_root))  # 0700
-            self.rank0.dial(self.dir, secrets.token_hex(32))
             self.error, self.froze = None, False
             self.timings, self.ranks, self._pids = {}, [], set()
             self._ready.clear()
-            self.proc = self._spawn()
+            try:
+                self.rank0.dial(self.dir, secrets.token_hex(32))
+                self.proc = self._spawn()
+            except BaseException:  # no launcher: the run dir goes now, not at a close that may not come
+                self._cleanup_dir()
+                self.dir = None
+                raise
             self.state = GroupState.LAUNCHING
         self._watch(self.proc)
 

@@ -167,6 +167,21 @@ def _run_dir(parent, *names) -> str:
     return made
 
 
+def test_a_start_whose_launcher_cannot_start_leaves_no_run_dir(group, tmp_path, monkeypatch):
+    """torchrun not launched (here: Popen fails) leaves the group stopped, the error raised, and no
+    empty run dir behind (it stayed until a close that a failed start may never get)."""
+    group.run_root = str(tmp_path)
+
+    def fail(*args, **kwargs):
+        raise OSError("no launcher")
+
+    monkeypatch.setattr(subprocess, "Popen", fail)
+    with pytest.raises(OSError, match="no launcher"):
+        group.start()
+    assert group.state == "stopped" and group.dir is None
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(proto.RUN_DIR_PREFIX)]
+
+
 def test_a_stop_removes_the_run_dir_and_its_logs(group, tmp_path):
     group.dir = _run_dir(tmp_path, "rank0.log", "rank1.log", "torchrun.log", "rank0.heartbeat")
     group.proc, group.state = _sleeper(), "launching"
