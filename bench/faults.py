@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -172,15 +173,23 @@ def _inject_faults(manager, tmp: Path, tp_faults=TP_FAULTS) -> list[dict[str, An
 
 def run_sigterm(tmp: Path, mode: str = "tp") -> dict[str, Any]:
     """SIGTERM to a serving app mid-generation in ``mode``: clean exit, no orphans, no half-written PNG."""
+    # A temp folder of its own (TMPDIR): what the app leaves in it after the exit is counted. A short
+    # one: under a long folder the group's run dir goes to /tmp (backend.launch.protocol.run_root),
+    # where it would not be counted.
+    temp = Path(tempfile.mkdtemp(prefix="sigterm-", dir="/tmp" if os.path.isdir("/tmp") else None))
+    try:
+        return _sigterm(tmp, temp, mode)
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def _sigterm(tmp: Path, temp: Path, mode: str) -> dict[str, Any]:
     from gradio_client import Client
 
     from tools.app_process import free_port, stop_app
 
     port = free_port()
     out = tmp / "outputs"
-    # A temp folder of its own (TMPDIR): what the app leaves in it after the exit is counted.
-    temp = tmp / "tmpdir"
-    temp.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1", "TMPDIR": str(temp)}
     for name in ("TORCHINDUCTOR_CACHE_DIR", "GRADIO_TEMP_DIR"):
         env.pop(name, None)
