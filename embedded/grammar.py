@@ -74,13 +74,11 @@ NOTES = {
     "en": {"shape": "a shape: {0}", "colour": "a colour: {0}", "place": "a place: {0}", "gradient": "a gradient: {0}",
            "pattern_colour": "a colour for the {0}: {1}", "not_shape_colour": "{0} (not a shape colour)",
            "two_shapes": "{0} (at most two shapes)", "corner": "{0} (no corners: read as {1})",
-           "kind": "{0} (an edit cannot change a shape's kind: remove the shape, then add a {0})",
            "refuse_kind": "an edit cannot change a shape's kind: remove the shape, then add a {0}"},
     "tr": {"shape": "bir şekil: {0}", "colour": "bir renk: {0}", "place": "bir yer: {0}",
            "gradient": "bir gradyan: {0}",
            "pattern_colour": "{0} için bir renk: {1}", "not_shape_colour": "{0} (şekil rengi değil)",
            "two_shapes": "{0} (en çok iki şekil)", "corner": "{0} (köşe yok: {1} olarak okundu)",
-           "kind": "{0} (bir düzenleme şeklin türünü değiştiremez: şekli kaldırın, sonra bir {0} ekleyin)",
            "refuse_kind": "bir düzenleme şeklin türünü değiştiremez: şekli kaldırın, sonra bir {0} ekleyin"},
 }
 
@@ -317,6 +315,14 @@ EDIT_FILLER = FILLER | {"it", "instead", "into", "so", "that", "now", "new", "ot
                         "this", "more", "also", "be", "becomes", "colored", "coloured"}
 
 
+def _turkish_kind(prompt: str) -> str | None:
+    """The shape a Turkish edit asks a shape to become: the kind's bare noun just before the verb
+    ("üçgen yap", "daireyi yıldız yap"; the shape edited takes a case ending, "daireyi")."""
+    raw = re.findall(r"\w+", prompt.replace("I", "ı").replace("İ", "i").lower())
+    return next((SHAPE_WORDS[TURKISH[a]] for a, b in zip(raw, raw[1:])
+                 if TURKISH.get(a) in SHAPE_WORDS and TURKISH.get(b) == "make"), None)
+
+
 def read_edit(prompt: str) -> Reading | None:
     """An edit instruction of the grammar (``embedded.editing``: "make the red circle blue", "on a
     green background instead", "move the square to the left", "add a yellow star at the top",
@@ -370,12 +376,14 @@ def read_edit(prompt: str) -> Reading | None:
     elif kind == "move":
         text = f"move the {named} to the {pick([place] if place else [], 'centre', 'place')}"
     elif kind == "recolour":
-        into = [i for i, w in enumerate(words) if w in SHAPE_WORDS and i and words[i - 1] in ("a", "an", "into")]
-        if len(shapes) > 1 or into:  # "make it a triangle", "turn the circle into a star"
-            wanted = SHAPE_WORDS[words[into[-1]]] if into else shapes[-1]
-            if not shape_colours:  # nothing the model can do is asked: a guessed recolour would run
-                return Reading(prompt, refusal=Note("refuse_kind", wanted))
-            ignored.append(Note("kind", wanted))
+        # What the shape is to become is said last: a colour ("paint a circle blue"), or a kind after
+        # "a" or "into", colours between ("make it a triangle", "turn the red circle into a blue star").
+        said = [i for i, w in enumerate(words) if w in SHAPE_WORDS or w in COLOUR_WORDS]
+        before = [w for w in words[:said[-1]] if w not in COLOUR_WORDS] if said else []
+        becomes = said and words[said[-1]] in SHAPE_WORDS and before and before[-1] in ("a", "an", "into")
+        wanted = SHAPE_WORDS[words[said[-1]]] if becomes else _turkish_kind(prompt)
+        if wanted:  # "make it a triangle", "turn the red circle into a blue star", "üçgen yap": refused, not
+            return Reading(prompt, refusal=Note("refuse_kind", wanted))  # run as a recolour to a guess
         colour = pick(shape_colours[-1:], "red", "colour")
         text = f"make the {named} {colour}"
     else:

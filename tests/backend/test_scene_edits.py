@@ -102,15 +102,18 @@ def test_an_edit_prompt_that_leaves_something_out_says_what_was_made_up_and_a_ca
     reading = grammar.read_edit("add a star")
     assert reading.caption == "add a red star on the right" and reading.guessed == ("a colour: red", "a place: right")
     assert grammar.read_edit("a red circle on the left, on a blue background") is None
-    # A shape's kind is no edit the model learnt: asked alone, it is refused with what to ask instead
-    # (a recolour to a guessed colour ran before); beside a colour, the recolour runs and says so.
+    # A shape's kind is no edit the model learnt: it is refused, saying what to ask instead (it ran as
+    # a recolour, to a guessed colour or to the new kind's).
     for prompt, kind in (("make it a triangle", "triangle"), ("turn the circle into a star", "star"),
-                         ("daireyi üçgen yap", "triangle")):
+                         ("turn the red circle into a blue star", "star"), ("make the circle a star", "star"),
+                         ("daireyi üçgen yap", "triangle"), ("üçgen yap", "triangle"),
+                         ("kırmızı daireyi yıldız yap", "star")):
         reading = grammar.read_edit(prompt)
         assert reading.refusal == f"an edit cannot change a shape's kind: remove the shape, then add a {kind}", prompt
-    assert grammar.read_edit("turn the red circle into a blue star").ignored == (
-        "star (an edit cannot change a shape's kind: remove the shape, then add a star)",)
-    assert grammar.read_edit("turn the red circle into a blue star").refusal is None
+    for prompt, caption in (("paint a circle blue", "make the circle blue"),
+                            ("üçgeni mavi yap", "make the triangle blue"),
+                            ("kırmızı daireyi mavi yap", "make the red circle blue")):
+        assert grammar.read_edit(prompt).caption == caption and grammar.read_edit(prompt).refusal is None
     assert grammar.read_edit("make the circle blue").understood  # a recolour says nothing of the kind
     rng = random.Random(11)
     for _ in range(300):
