@@ -74,12 +74,14 @@ NOTES = {
     "en": {"shape": "a shape: {0}", "colour": "a colour: {0}", "place": "a place: {0}", "gradient": "a gradient: {0}",
            "pattern_colour": "a colour for the {0}: {1}", "not_shape_colour": "{0} (not a shape colour)",
            "two_shapes": "{0} (at most two shapes)", "corner": "{0} (no corners: read as {1})",
-           "refuse_kind": "an edit cannot change a shape's kind: remove the shape, then add a {0}"},
+           "refuse_kind": "an edit cannot change a shape's kind: remove the shape, then add a {0}",
+           "one_shape": "{0} (an edit changes one shape: ask for it next)"},
     "tr": {"shape": "bir şekil: {0}", "colour": "bir renk: {0}", "place": "bir yer: {0}",
            "gradient": "bir gradyan: {0}",
            "pattern_colour": "{0} için bir renk: {1}", "not_shape_colour": "{0} (şekil rengi değil)",
            "two_shapes": "{0} (en çok iki şekil)", "corner": "{0} (köşe yok: {1} olarak okundu)",
-           "refuse_kind": "bir düzenleme şeklin türünü değiştiremez: şekli kaldırın, sonra bir {0} ekleyin"},
+           "refuse_kind": "bir düzenleme şeklin türünü değiştiremez: şekli kaldırın, sonra bir {0} ekleyin",
+           "one_shape": "{0} (bir düzenleme tek bir şekli değiştirir: sonra onu isteyin)"},
 }
 
 
@@ -366,6 +368,7 @@ def read_edit(prompt: str) -> Reading | None:
             guessed.append(_unnamed_said(background))
         return Reading(f"on {background.phrase} instead", tuple(guessed), tuple(dict.fromkeys(ignored)))
     shape = pick(shapes, "circle", "shape")
+    ignored += [Note("one_shape", other) for other in shapes[1:]]  # "remove the circle and the star"
     shape_colours = [c for c in colours if c in COLOURS]
     # the shape as named, with its colour when the prompt says it ("the red square"); a recolour's
     # new colour is said last ("paint the red square yellow"), so only the ones before it name the shape

@@ -110,6 +110,10 @@ def test_an_edit_prompt_that_leaves_something_out_says_what_was_made_up_and_a_ca
                          ("kırmızı daireyi yıldız yap", "star")):
         reading = grammar.read_edit(prompt)
         assert reading.refusal == f"an edit cannot change a shape's kind: remove the shape, then add a {kind}", prompt
+    # An edit changes one shape: a second one asked for is said, not dropped in silence.
+    reading = grammar.read_edit("remove the circle and the star")
+    assert reading.caption == "remove the circle" and reading.ignored == (
+        "star (an edit changes one shape: ask for it next)",)
     for prompt, caption in (("paint a circle blue", "make the circle blue"),
                             ("üçgeni mavi yap", "make the triangle blue"),
                             ("kırmızı daireyi mavi yap", "make the red circle blue")):
