@@ -4,6 +4,7 @@ embedded model: its sharded image must match its one-process image)."""
 import dataclasses
 import json
 import os
+import re
 import signal
 import socket
 import stat
@@ -222,9 +223,12 @@ def test_cancel_stops_every_rank_at_the_same_step(mgr):
             mgr.cancel()
 
     # Rank 0 sends step 2's progress, then votes; on a busy machine it can be descheduled in between
-    # long enough for the cancel to reach it, so step 2's own vote may already stop (seen in a dry run).
-    with pytest.raises(GenerationCancelled, match="stopped after step [2345] of 30"):
+    # long enough for the cancel to reach it, so step 2's own vote may already stop (seen in a dry run),
+    # and a loaded one may run several steps before the cancel arrives (step 7 in another): the ranks
+    # stop together wherever that is, well before the end, and the group stays ready.
+    with pytest.raises(GenerationCancelled, match=r"stopped after step \d+ of 30") as stopped:
         mgr.generate(_req(mgr, "tp", 256, 256, steps=30), progress)
+    assert 2 <= int(re.search(r"step (\d+) of", str(stopped.value)).group(1)) < 30
     assert _group(mgr).state == "ready"
     assert mgr.generate(_req(mgr, "tp"))[1].world_size == 2
 
