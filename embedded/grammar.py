@@ -137,11 +137,15 @@ def _turkish(word: str) -> str | None:
     return None
 
 
+def _tokens(prompt: str) -> list[str]:
+    """The prompt's words as typed, Turkish lower-casing first (I -> ı, İ -> i)."""
+    return re.findall(r"\w+", prompt.replace("I", "ı").replace("İ", "i").lower())
+
+
 def _words(prompt: str) -> list[str]:
-    # Turkish lower-casing first (I -> ı, İ -> i), then every Turkish word the grammar knows in English.
-    text = prompt.replace("I", "ı").replace("İ", "i").lower().replace("-", " ")
+    # Every Turkish word the grammar knows in English.
     words: list[str] = []
-    for word in re.findall(r"\w+", text):
+    for word in _tokens(prompt):
         english = _turkish(word)
         words.extend((english if english is not None else word).split())
     return [w for w in words if w]
@@ -320,7 +324,7 @@ EDIT_FILLER = FILLER | {"it", "instead", "into", "so", "that", "now", "new", "ot
 def _turkish_kind(prompt: str) -> str | None:
     """The shape a Turkish edit asks a shape to become: the kind's bare noun just before the verb
     ("üçgen yap", "daireyi yıldız yap"; the shape edited takes a case ending, "daireyi")."""
-    raw = re.findall(r"\w+", prompt.replace("I", "ı").replace("İ", "i").lower())
+    raw = _tokens(prompt)
     return next((SHAPE_WORDS[TURKISH[a]] for a, b in zip(raw, raw[1:])
                  if TURKISH.get(a) in SHAPE_WORDS and TURKISH.get(b) == "make"), None)
 

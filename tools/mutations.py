@@ -158,8 +158,9 @@ MUTATIONS = (
              "backend/launch/protocol.py", "if fits and os.path.isdir(root)", "if os.path.isdir(root)",
              ("tests/backend/test_tp_protocol.py::test_a_run_dir_goes_where_rank_0s_socket_path_fits",)),
     Mutation("G55", "an edit the model cannot draw (a shape's kind) runs as the reader's stand-in caption",
-             "backend/serving/manager.py", 'if reading is not None and getattr(reading, "refusal", None):',
-             "if False:",
+             "backend/serving/manager.py",
+             '            if reading is not None and getattr(reading, "refusal", None):',
+             "            if False:",
              ("tests/backend/test_scene_edits.py::test_an_edit_the_model_cannot_draw_is_refused_by_the_service_before_"
               "it_runs",)),
     Mutation("G56", "a group whose launcher cannot start keeps its empty run dir until a close",

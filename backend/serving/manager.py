@@ -280,16 +280,15 @@ class Manager:
             nearest = cs.nearest_signature(request.shape, warm) if warm else None
             if nearest is not None and (nearest.height, nearest.width) != (request.height, request.width):
                 request = dataclasses.replace(checked(nearest.height, nearest.width), seed=request.seed)
+            # Read before any reference is decoded: a prompt the model cannot draw is refused first.
+            reading = self.card.read_prompt(request.prompt, editing=bool(request.references))
+            if reading is not None and getattr(reading, "refusal", None):  # asks what the model cannot draw
+                raise InvalidRequest("prompt", str(reading.refusal), why=(("cannot", {"reason": reading.refusal}),))
             if planned and not planned[0].rgb:
                 request = dataclasses.replace(request, references=load_references(images, sizes, fit, most))
         except InvalidRequest as exc:
             self.metrics.ended(mode if mode is not None else self.settings.mode, error=exc)
             raise
-        reading = self.card.read_prompt(request.prompt, editing=bool(request.references))
-        if reading is not None and getattr(reading, "refusal", None):  # asks what the model cannot draw
-            exc = InvalidRequest("prompt", str(reading.refusal), why=(("cannot", {"reason": reading.refusal}),))
-            self.metrics.ended(request.mode, error=exc)
-            raise exc
         if reading is not None and reading.caption != request.prompt:
             # A model with a prompt grammar is given the caption it understands; the record keeps both.
             request = dataclasses.replace(request, prompt=reading.caption, typed=request.prompt, reading=reading)
