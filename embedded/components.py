@@ -88,21 +88,23 @@ def _cover(mask: np.ndarray) -> np.ndarray:
 
 
 def render_weights(scene: scenes.Scene, placed: list[scenes.Placed], image: np.ndarray,
-                   outline_weight: float) -> np.ndarray:
+                   outline_weight: float, side: float | None = None) -> np.ndarray:
     """A render's loss weight per latent token: 1, plus SHAPE_LOSS_WEIGHT times the share of it a shape
     covers, plus ``outline_weight`` times the share where a shape's kind shows (``scenes.outline_pixels``)."""
     weight = 1.0 + SHAPE_LOSS_WEIGHT * _cover(_shape_pixels(scene, image))
     if outline_weight:
-        weight = weight + outline_weight * _cover(scenes.outline_pixels(placed, *image.shape[:2]))
+        weight = weight + outline_weight * _cover(scenes.outline_pixels(placed, *image.shape[:2], side))
     return weight
 
 
 def training_render(scene: scenes.Scene, height: int, width: int, rng: random.Random, jitter: bool,
-                    outline_weight: float) -> tuple[np.ndarray, np.ndarray]:
-    """(image, its tokens' loss weights) of a caption's scene, its shapes jittered by ``rng`` if ``jitter``."""
+                    outline_weight: float, shape_size: str = "shorter") -> tuple[np.ndarray, np.ndarray]:
+    """(image, its tokens' loss weights) of a caption's scene, its shapes jittered by ``rng`` if ``jitter``,
+    sized by ``shape_size`` (``scenes.shape_side``)."""
     placed = scenes.place(scene, rng if jitter else None)
-    image = scenes.draw(scene.background, placed, height, width)
-    return image, render_weights(scene, placed, image, outline_weight)
+    side = scenes.shape_side(height, width, shape_size)
+    image = scenes.draw(scene.background, placed, height, width, side)
+    return image, render_weights(scene, placed, image, outline_weight, side)
 
 
 def train_vae(vae, cfg: TrainConfig) -> None:

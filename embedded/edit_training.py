@@ -79,6 +79,12 @@ class EditConfig:
     # Jitter each text-to-image render's shapes (place and size), as the main phase's ``jitter``.
     jitter: bool = True
     outline_weight: float = 0.0  # as the main phase's: on the targets of edits and text-to-image renders
+    # what a shape's radius is a share of, in every render (``scenes.shape_side``)
+    shape_size: str = "shorter"
+    # 0: prompts cut at random lengths up to SHORT_PROMPT_TOKENS, full_prompt_share of the steps at
+    # 512 (the pipeline's default); N: every step at exactly N tokens, the length the app serves at
+    # (the folder's card, ``max_sequence_length``)
+    prompt_tokens: int = 0
 
 
 # The phase's second round (``rounds``): fresh pairs at a lower rate, with the kinds the first round
@@ -167,10 +173,11 @@ def build_data(pipe, cfg: EditConfig, texts: list[str]) -> tuple[dict, dict]:
         edit = editing.sample_edit(rng, kinds=cfg.kinds)
         h, w = rng.choices(sizes, freq)[0]
         ref_placed, target_placed = editing.placements(edit, rng)
-        ref = scenes.draw(edit.reference.background, ref_placed, h, w)
-        target = scenes.draw(edit.target.background, target_placed, h, w)
+        side = scenes.shape_side(h, w, cfg.shape_size)
+        ref = scenes.draw(edit.reference.background, ref_placed, h, w, side)
+        target = scenes.draw(edit.target.background, target_placed, h, w, side)
         changed = np.any(ref != target, axis=-1)
-        weight = (render_weights(edit.target, target_placed, target, cfg.outline_weight)
+        weight = (render_weights(edit.target, target_placed, target, cfg.outline_weight, side)
                   + EDIT_LOSS_WEIGHT * _cover(changed))
         if cfg.balanced:
             weight = weight / weight.mean()
@@ -181,7 +188,7 @@ def build_data(pipe, cfg: EditConfig, texts: list[str]) -> tuple[dict, dict]:
     for _ in range(cfg.captions):
         scene = scenes.sample_scene(rng)
         h, w = rng.choices(t2i_sizes, t2i_freq)[0]
-        image, weight = training_render(scene, h, w, rng, cfg.jitter, cfg.outline_weight)
+        image, weight = training_render(scene, h, w, rng, cfg.jitter, cfg.outline_weight, cfg.shape_size)
         t2i[(h, w)].append((None, image, text_row(scene.caption), weight))
     out = []
     with _progress(cfg.pairs * 2 + cfg.captions, "encode") as bar:
@@ -287,8 +294,11 @@ def train_edits(pipe, cfg: EditConfig = EditConfig(), log=print) -> dict:
             data = data_by_size[size]
             pick = torch.randint(0, len(data.text), (cfg.batch,), generator=gen)
             rows = data.text[pick]
-            cut = (FULL_PROMPT_TOKENS if rng.random() < cfg.full_prompt_share
-                   else rng.randint(int(lengths[rows].max()), SHORT_PROMPT_TOKENS))
+            if cfg.prompt_tokens:
+                cut = cfg.prompt_tokens
+            else:
+                cut = (FULL_PROMPT_TOKENS if rng.random() < cfg.full_prompt_share
+                       else rng.randint(int(lengths[rows].max()), SHORT_PROMPT_TOKENS))
             for group in opt.param_groups:
                 group["lr"] = _lr_at(step, cfg.steps, cfg.lr)
             loss = flow_loss(pipe, data.x0[pick], embeds[rows, :cut], data.ids, gen, data.weight[pick],

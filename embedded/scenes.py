@@ -261,22 +261,34 @@ def place(scene: Scene, rng: random.Random | None = None) -> list[Placed]:
     return out
 
 
-def draw(background: Background, shapes: list[Placed], height: int, width: int) -> np.ndarray:
-    """uint8 (H, W, 3): ``shapes`` on ``background``."""
+def shape_side(height: int, width: int, rule: str = "shorter") -> float:
+    """The length a shape's radius is a share of: the canvas's shorter side (``"shorter"``, as the
+    committed model's first phases drew), or the side of a square of the canvas's area (``"area"``:
+    a shape has one size in pixels at every aspect ratio of one image size)."""
+    if rule == "shorter":
+        return float(min(height, width))
+    if rule == "area":
+        return float((height * width) ** 0.5)
+    raise ValueError(f"unknown shape size rule {rule!r}")
+
+
+def draw(background: Background, shapes: list[Placed], height: int, width: int,
+         side: float | None = None) -> np.ndarray:
+    """uint8 (H, W, 3): ``shapes`` on ``background``, radii a share of ``side`` (default: the shorter side)."""
     image = background.render(height, width)
-    side = min(height, width)
+    side = min(height, width) if side is None else side
     for p in shapes:
         mask = _shape_mask(p.spec.shape, height, width, p.x * width, p.y * height, p.radius * side)
         image[mask] = COLOURS[p.spec.colour]
     return image.clip(0, 255).astype(np.uint8)
 
 
-def outline_pixels(shapes: list[Placed], height: int, width: int) -> np.ndarray:
+def outline_pixels(shapes: list[Placed], height: int, width: int, side: float | None = None) -> np.ndarray:
     """(H, W) bool: where each shape's kind shows, the pixels another kind at its place and size would
     draw otherwise (a square's corners, a ring's hole, a star's notches): what a training loss weighs
     up so that the outline is learnt, not only the colour and the place."""
     out = np.zeros((height, width), bool)
-    side = min(height, width)
+    side = min(height, width) if side is None else side
     for p in shapes:
         masks = {kind: _shape_mask(kind, height, width, p.x * width, p.y * height, p.radius * side) for kind in SHAPES}
         for mask in masks.values():

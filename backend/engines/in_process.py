@@ -21,6 +21,7 @@ from backend.engines.base import Route
 from backend.errors import BackendNotReady, CompileFailure, GenerationCancelled, GenerationFailed, ShapeLocked
 from backend.hardware.device import COMPILE_EVENTS, Device, compile_error_text, diff_counters, is_compile_error
 from backend.hardware.metrics import out_of_memory
+from backend.models.card import DEFAULT_PROMPT_TOKENS, read_card
 from backend.request.records import EngineOutput, GenerationRequest, Phase, ProgressEvent
 from backend.settings import IN_PROCESS_MODES as MODES
 
@@ -52,6 +53,7 @@ class InProcessEngine:
         self.device, self.model_path, self._loader = device, model_path, loader or load_pipeline
         self.pipe = None
         self.load_seconds: float | None = None
+        self.prompt_tokens = DEFAULT_PROMPT_TOKENS
         self._variants: dict[str, list[tuple[torch.nn.Module, Callable]]] = {}
         self.active_mode: str | None = None
         self._lock = threading.RLock()
@@ -93,6 +95,8 @@ class InProcessEngine:
             library.utils.logging.set_verbosity_error()
         pipe = self._loader(self.device, self.model_path)
         pipe.set_progress_bar_config(disable=True)
+        # the prompt length the model was trained at (its card), in every process that runs it
+        self.prompt_tokens = read_card(self.model_path).prompt_tokens or DEFAULT_PROMPT_TOKENS
         dense_references(pipe)
         self.device.reset_compiled()
         self.pipe, self._variants = pipe, {"eager": []}
@@ -207,7 +211,7 @@ class InProcessEngine:
                               num_inference_steps=request.steps, guidance_scale=request.guidance,
                               generator=torch.Generator("cpu").manual_seed(request.seed),
                               callback_on_step_end=step_done, output_type="pil" if decode else "latent",
-                              num_images_per_prompt=request.count,
+                              num_images_per_prompt=request.count, max_sequence_length=self.prompt_tokens,
                               image=[r.image() for r in request.references] or None)
             device.synchronize()
             images = list(output.images) if decode else [None]

@@ -70,6 +70,7 @@ class Geometry:
     transformer_sharded: int  # parameters the tensor-parallel plan splits across ranks
     transformer_replicated: int
     other_parameters: int  # text encoder and VAE: whole on every rank
+    text_tokens: int = TEXT_TOKENS  # every prompt is padded to this (the folder's card may say fewer)
 
     @classmethod
     def read(cls, folder: str | Path, tp_plan: Mapping[str, Any] | None = None) -> "Geometry":
@@ -89,11 +90,14 @@ class Geometry:
                       if any(fnmatch.fnmatchcase(name.rsplit(".", 1)[0], p) for p in tp_plan))
         replicated = sum(counts.values()) - sharded
         others = sum(sum(_tensor_elements(root / part).values()) for part in ("text_encoder", "vae"))
+        from backend.models.card import read_card
+
+        tokens = read_card(root).prompt_tokens or TEXT_TOKENS
         text_heads = te["num_attention_heads"]
         return cls(t["num_attention_heads"], t["attention_head_dim"], float(t.get("mlp_ratio", 3.0)), text_heads,
                    te.get("head_dim") or te["hidden_size"] // text_heads,
                    te.get("intermediate_size", te["hidden_size"]), tuple(v["block_out_channels"]),
-                   bool(v.get("mid_block_add_attention", True)), sharded, replicated, others)
+                   bool(v.get("mid_block_add_attention", True)), sharded, replicated, others, tokens)
 
     @property
     def vae_factor(self) -> int:
@@ -105,8 +109,8 @@ class Geometry:
 
     def attentions(self, shape: Shape, compiled: bool, degree: int = 1) -> dict[str, list[Attention]]:
         """Each phase's attention calls for a run at ``shape`` (``compiled``: the transformer's)."""
-        sequence = TEXT_TOKENS + shape.tokens
-        phases = {"prompt": [Attention("text encoder", 1, self.text_heads, TEXT_TOKENS, TEXT_TOKENS,
+        sequence = self.text_tokens + shape.tokens
+        phases = {"prompt": [Attention("text encoder", 1, self.text_heads, self.text_tokens, self.text_tokens,
                                        self.text_head_dim, False, bias=True)],
                   "references": [], "denoise": [Attention("transformer", shape.count, max(1, self.heads // degree),
                                                           sequence, sequence, self.head_dim, compiled)],
@@ -123,11 +127,11 @@ class Geometry:
 
     def activations(self, shape: Shape, degree: int = 1) -> dict[str, int]:
         """Elements of each phase's widest activations (times ``ACTIVATION_COPIES``)."""
-        sequence = TEXT_TOKENS + shape.tokens
+        sequence = self.text_tokens + shape.tokens
         hidden = self.heads * self.head_dim
         fused = hidden * (3 + 2 * self.mlp_ratio) / degree  # a single-stream block's fused projection
         widest_image = max([shape.pixels * shape.count] + [h * w for h, w in shape.refs]) * self.vae_channels[0]
-        return {"prompt": TEXT_TOKENS * self.text_width * ACTIVATION_COPIES,
+        return {"prompt": self.text_tokens * self.text_width * ACTIVATION_COPIES,
                 "references": (widest_image if shape.refs else 0) * ACTIVATION_COPIES,
                 "denoise": int(shape.count * sequence * fused) * ACTIVATION_COPIES,
                 "decode": shape.pixels * shape.count * self.vae_channels[0] * DECODE_COPIES}
@@ -181,9 +185,10 @@ def plan(geometry: Geometry, shape: Shape, *, compiled: bool, dtype: str, degree
 
 
 @functools.lru_cache(maxsize=256)
-def fast_sizes(near: Shape, max_side: int, slack: float = 0.35) -> tuple[Shape, ...]:
+def fast_sizes(near: Shape, max_side: int, slack: float = 0.35,
+               text_tokens: int = TEXT_TOKENS) -> tuple[Shape, ...]:
     """Output sizes near ``near`` (area within ``slack``, sides at most ``max_side``) whose sequence,
-    with the text and the same references, takes the fast path (a multiple of the NKI kernel's 512),
+    with the text (``text_tokens``) and the same references, takes the fast path (a multiple of the NKI kernel's 512),
     nearest aspect first. Cached: a refused badge asks again every second."""
     from backend.hardware.kernels import SEQ_MULTIPLE
 
@@ -193,7 +198,7 @@ def fast_sizes(near: Shape, max_side: int, slack: float = 0.35) -> tuple[Shape, 
         # only the widths whose area is within the slack: one short range per height
         low = max(MULTIPLE * 8, math.ceil((1 - slack) * near.pixels / height / MULTIPLE) * MULTIPLE)
         for width in range(low, min(max_side, int((1 + slack) * near.pixels / height)) + 1, MULTIPLE):
-            if (TEXT_TOKENS + refs + (height // MULTIPLE) * (width // MULTIPLE)) % SEQ_MULTIPLE == 0:
+            if (text_tokens + refs + (height // MULTIPLE) * (width // MULTIPLE)) % SEQ_MULTIPLE == 0:
                 found.append(Shape(height, width))
     aspect = math.log(near.width / near.height)
     return tuple(sorted(found, key=lambda s: (abs(math.log(s.width / s.height) - aspect),

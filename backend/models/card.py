@@ -2,7 +2,8 @@
 was trained at, and the prompt grammar it reads (``neuron_studio.json`` beside
 ``model_index.json``).
 
-    {"preset_scale": 256, "trained_pixels": 65536, "prompt_grammar": "scenes", "start": "256x256"}
+    {"preset_scale": 256, "trained_pixels": 65536, "prompt_grammar": "scenes", "start": "256x256",
+     "prompt_tokens": 64}
 
 - ``presets``: ``{"name": "WIDTHxHEIGHT", ...}`` in the page's order, or ``preset_scale``: the side
   of the square the usual ~1 MP aspect-ratio buckets (``backend.shapes.PRESETS``) are scaled to
@@ -12,6 +13,9 @@ was trained at, and the prompt grammar it reads (``neuron_studio.json`` beside
 - ``prompt_grammar``: the name of a prompt reading the app knows (only ``"scenes"``,
   ``embedded.grammar``): every prompt is read as a caption of that grammar before the model sees it.
 - ``start``: the size the page starts at (default: the first preset).
+- ``prompt_tokens``: the prompt length, in tokens with the chat template, the model was trained at:
+  every prompt is padded to it (the pipeline's ``max_sequence_length``) and a longer one is refused.
+  Absent: the pipeline's default, 512.
 
 A folder without the file (a hub download, any diffusers folder) gets the ~1 MP presets and no
 grammar. The file is bounded and checked like any input: a bad one is refused naming the key.
@@ -32,6 +36,8 @@ MAX_PRESETS = len(PRESETS)  # as many as a warm-up may cover (backend.serving.co
 MAX_NAME = 16
 GRAMMARS = ("scenes",)
 SIDES = (64, 4096)
+DEFAULT_PROMPT_TOKENS = 512  # Flux2KleinPipeline's default max_sequence_length
+PROMPT_TOKENS = (16, DEFAULT_PROMPT_TOKENS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,6 +46,7 @@ class ModelCard:
     trained_pixels: int | None = None
     prompt_grammar: str | None = None
     start: Shape | None = None
+    prompt_tokens: int | None = None  # the pipeline's max_sequence_length (None: its default)
     source: str | None = None  # the card file it was read from (None: the defaults)
 
     @property
@@ -78,7 +85,8 @@ class ModelCard:
     def to_json(self) -> dict:
         return {"presets": [[name, str(shape)] for name, shape in self.presets],
                 "trained_pixels": self.trained_pixels, "prompt_grammar": self.prompt_grammar,
-                "start": str(self.start_shape), "from_card": self.source is not None}
+                "start": str(self.start_shape), "prompt_tokens": self.prompt_tokens,
+                "from_card": self.source is not None}
 
 
 def scaled_presets(side: int) -> tuple[tuple[str, Shape], ...]:
@@ -104,7 +112,8 @@ def parse_card(data: object) -> ModelCard:
     """A card from its JSON; ValueError naming the key that is wrong."""
     if not isinstance(data, dict):
         raise ValueError("expected a JSON object")
-    if unknown := set(data) - {"presets", "preset_scale", "trained_pixels", "prompt_grammar", "start"}:
+    if unknown := set(data) - {"presets", "preset_scale", "trained_pixels", "prompt_grammar", "start",
+                                 "prompt_tokens"}:
         raise ValueError(f"unknown key {sorted(unknown)[0]!r}")
     presets = PRESETS
     if "presets" in data and "preset_scale" in data:
@@ -129,7 +138,11 @@ def parse_card(data: object) -> ModelCard:
     grammar = data.get("prompt_grammar")
     if grammar is not None and grammar not in GRAMMARS:
         raise ValueError(f"prompt_grammar: expected one of {', '.join(GRAMMARS)}")
-    return ModelCard(presets, trained, grammar, _shape(data["start"], "start") if "start" in data else None)
+    tokens = data.get("prompt_tokens")
+    if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int)
+                               or not PROMPT_TOKENS[0] <= tokens <= PROMPT_TOKENS[1]):
+        raise ValueError(f"prompt_tokens: expected a whole number from {PROMPT_TOKENS[0]} to {PROMPT_TOKENS[1]}")
+    return ModelCard(presets, trained, grammar, _shape(data["start"], "start") if "start" in data else None, tokens)
 
 
 def read_card(folder: str | Path | None, neuron: bool = False) -> ModelCard:

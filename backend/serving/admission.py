@@ -83,7 +83,8 @@ class Admission:
         if shape.refs:
             fixes.append("fewer or smaller references")
         if needs.slow() is not None:  # a fast-attention size that would also fit, if one is near
-            near = next((size for size in memory.fast_sizes(shape, self.settings.max_size)
+            near = next((size for size in memory.fast_sizes(shape, self.settings.max_size,
+                                                            text_tokens=self.geometry.text_tokens)
                          if self.memory_plan(device, mode, size.with_inputs(shape.count, shape.refs)).fits), None)
             if near is not None:
                 fixes.append(f"a fast-attention size such as {near}")

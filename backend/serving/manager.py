@@ -100,6 +100,9 @@ class Manager:
             self.card = card_for(settings.model, settings.cache_dir, neuron=expects_neuron(settings.device))
         except StudioError as exc:
             self.card, self._card_error = ModelCard(), exc
+        if self.card.prompt_tokens and self.card.prompt_tokens < settings.max_prompt_tokens:
+            # the model reads its prompts at that length: a longer one would be cut off
+            self.settings = dataclasses.replace(settings, max_prompt_tokens=self.card.prompt_tokens)
         self.metrics = RunMetrics(self)
 
     def _tp_degree(self) -> int:

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from backend.errors import ModelNotFound
+from backend.errors import InvalidRequest, ModelNotFound
 from backend.models.card import CARD_FILE, ModelCard, parse_card, read_card, scaled_presets
 from backend.shapes import PRESETS, Shape
 from embedded import SCENES_MODEL_DIR, grammar, scenes
@@ -236,6 +236,9 @@ def test_a_folder_without_a_card_keeps_the_megapixel_presets_and_reads_prompts_a
     ({"trained_pixels": -1}, "whole number"),
     ({"prompt_grammar": "python:os.system"}, "one of scenes"),
     ({"start": "12x12"}, "multiples of 16"),
+    ({"prompt_tokens": 8}, "prompt_tokens: expected a whole number from 16 to 512"),
+    ({"prompt_tokens": 4096}, "from 16 to 512"),
+    ({"prompt_tokens": True}, "from 16 to 512"),
     ({"run": "rm -rf /"}, "unknown key 'run'"),
 ])
 def test_a_bad_card_is_refused_naming_what_is_wrong(data, says):
@@ -250,6 +253,38 @@ def test_a_broken_card_file_is_one_clear_error_naming_the_file(tmp_path):
     (tmp_path / CARD_FILE).write_text(json.dumps({"start": "256x256", "pad": "x" * 20000}))
     with pytest.raises(ModelNotFound, match="larger than 16 KiB"):
         read_card(tmp_path)
+
+
+def test_a_card_that_names_its_prompt_length_is_served_and_checked_at_that_length(tmp_path):
+    """The text encoder reads every prompt padded to the card's ``prompt_tokens`` (the pipeline's
+    max_sequence_length), a longer prompt is refused naming it, and the memory plan counts it."""
+    import shutil
+
+    from backend.hardware.memory import TEXT_TOKENS, Geometry
+    from backend.serving.manager import Manager
+    from tests.conftest import ROOT, make_settings
+
+    folder = tmp_path / "model"
+    shutil.copytree(ROOT / "assets" / "tiny-flux2-klein", folder)
+    assert Geometry.read(folder).text_tokens == TEXT_TOKENS == 512
+    (folder / CARD_FILE).write_text(json.dumps({"prompt_tokens": 48}))
+    assert read_card(folder).prompt_tokens == 48 and Geometry.read(folder).text_tokens == 48
+    manager = Manager(make_settings(tmp_path, model=str(folder)))
+    manager.start()
+    try:
+        seen = []
+        pipe = manager.engine.pipe
+        hook = pipe.text_encoder.register_forward_hook(lambda _m, args, kwargs, _out: seen.append(
+            kwargs["input_ids"].shape[-1]), with_kwargs=True)
+        try:
+            manager.run(manager.validate("a red fox", 64, 64, steps=1), save=False)
+        finally:
+            hook.remove()
+        assert seen == [48]
+        with pytest.raises(InvalidRequest, match="tokens with the chat template; the text encoder reads 48"):
+            manager.validate("a red fox " * 8, 64, 64, steps=1)
+    finally:
+        manager.close()
 
 
 def test_scaled_presets_round_to_multiples_of_16():
