@@ -35,8 +35,18 @@ def load_pipeline(model_dir: str | Path | None = None):
     return pipe
 
 
-def generate(pipe, prompts: list[str], height: int, width: int, seed: int = 0, batch: int = 8) -> list:
-    """One PIL image per prompt; prompt i uses generator seed ``seed + i`` whatever the batching."""
+def served_tokens(model_dir: str | Path | None = None) -> int:
+    """The prompt length the app calls the model with: its card's ``prompt_tokens`` (else 512)."""
+    from backend.models.card import DEFAULT_PROMPT_TOKENS, read_card
+    from embedded.recipe import SCENES_MODEL_DIR
+
+    return read_card(model_dir or SCENES_MODEL_DIR).prompt_tokens or DEFAULT_PROMPT_TOKENS
+
+
+def generate(pipe, prompts: list[str], height: int, width: int, seed: int = 0, batch: int = 8,
+             tokens: int = 512) -> list:
+    """One PIL image per prompt, prompts padded to ``tokens`` as the app does (``served_tokens``);
+    prompt i uses generator seed ``seed + i`` whatever the batching."""
     import torch
 
     images = []
@@ -45,7 +55,7 @@ def generate(pipe, prompts: list[str], height: int, width: int, seed: int = 0, b
         gens = [torch.Generator().manual_seed(seed + start + i) for i in range(len(chunk))]
         with torch.no_grad():
             images += pipe(prompt=chunk, height=height, width=width, num_inference_steps=STEPS,
-                           guidance_scale=GUIDANCE, generator=gens).images
+                           guidance_scale=GUIDANCE, generator=gens, max_sequence_length=tokens).images
     return images
 
 
@@ -77,11 +87,12 @@ def measure(sizes=DEFAULT_SIZES, prompts: int | list[str] = 24, seed: int = 0, p
 
     prompt_list = scenes.held_out_prompts(prompts) if isinstance(prompts, int) else list(prompts)
     pipe = pipe or load_pipeline(model_dir)
+    tokens = served_tokens(model_dir)
     out = {"prompts": prompt_list, "steps": STEPS, "guidance": GUIDANCE, "seed": seed, "sizes": {}}
     for height, width in sizes:
         t0 = time.perf_counter()
         batch = max(1, min(8, (256 * 256 * 8) // (height * width)))
-        images = generate(pipe, prompt_list, height, width, seed=seed, batch=batch)
+        images = generate(pipe, prompt_list, height, width, seed=seed, batch=batch, tokens=tokens)
         verdicts = [scenes.judge(image, prompt) for image, prompt in zip(images, prompt_list)]
         agree = sum(v.agrees for v in verdicts)
         # the judge before issue 54 (colours, places, background; not the outlines), for comparison

@@ -67,9 +67,11 @@ def p12_edits(tmp: Path, quick: bool) -> list[dict]:
     return p12_edit_cost(tmp, quick) + p12_edit_accuracy(quick)
 
 
-def edit_images(pipe, edits, height: int, width: int, seed: int = 0) -> list:
-    """One PIL image per edit: its reference drawn at (height, width), edited with its instruction by
-    ``pipe`` as the app calls it (4 steps, guidance 1.0); edit i uses generator seed ``seed + i``."""
+def edit_images(pipe, edits, height: int, width: int, seed: int = 0, tokens: int = 512,
+                shape_size: str = "shorter") -> list:
+    """One PIL image per edit: its reference drawn at (height, width) with shapes sized as the model
+    was trained (``shape_size``), edited with its instruction by ``pipe`` as the app calls it (4
+    steps, guidance 1.0, prompts padded to ``tokens``); edit i uses generator seed ``seed + i``."""
     import random
 
     import torch
@@ -80,12 +82,20 @@ def edit_images(pipe, edits, height: int, width: int, seed: int = 0) -> list:
 
     out = []
     for i, edit in enumerate(edits):
-        reference, _target = editing.render_pair(edit, height, width, random.Random(seed + i))
+        reference, _target = editing.render_pair(edit, height, width, random.Random(seed + i), shape_size)
         with torch.no_grad():
             out += pipe(prompt=edit.instruction, image=[Image.fromarray(reference)], height=height, width=width,
                         num_inference_steps=STEPS, guidance_scale=GUIDANCE,
-                        generator=torch.Generator().manual_seed(seed + i)).images
+                        generator=torch.Generator().manual_seed(seed + i), max_sequence_length=tokens).images
     return out
+
+
+def trained_shape_size(folder: Path) -> str:
+    """How the folder's last training round sized its shapes (``embedded.scenes.shape_side``)."""
+    import json
+
+    record = json.loads((Path(folder) / "training.json").read_text())
+    return (record.get("edit_rounds") or [{}])[-1].get("shape_size", "shorter")
 
 
 def p12_edit_accuracy(quick: bool) -> list[dict]:
@@ -93,18 +103,19 @@ def p12_edit_accuracy(quick: bool) -> list[dict]:
     import time
 
     from backend.models.card import read_card
-    from bench.agreement import load_pipeline
+    from bench.agreement import load_pipeline, served_tokens
     from embedded import SCENES_MODEL_DIR, editing
 
     pipe = load_pipeline()
     card = read_card(SCENES_MODEL_DIR)
+    tokens, shape_size = served_tokens(), trained_shape_size(SCENES_MODEL_DIR)
     edits = editing.held_out_edits(P12_EDITS[quick])
     rows = []
     for label, shape in card.presets:
         if quick and label not in P12_QUICK_PRESETS:
             continue
         t0 = time.perf_counter()
-        images = edit_images(pipe, edits, shape.height, shape.width)
+        images = edit_images(pipe, edits, shape.height, shape.width, tokens=tokens, shape_size=shape_size)
         verdicts = [editing.judge_edit(image, edit) for image, edit in zip(images, edits)]
         by_kind = {kind: f"{sum(v.agrees for v, e in zip(verdicts, edits) if e.kind == kind)}/"
                          f"{sum(e.kind == kind for e in edits)}" for kind in editing.KINDS}

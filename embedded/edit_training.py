@@ -210,13 +210,14 @@ def build_data(pipe, cfg: EditConfig, texts: list[str]) -> tuple[dict, dict]:
 
 
 @torch.no_grad()
-def text_states(pipe, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
-    """(prompt embeds at the pipeline's full length (N, 512, D), each text's token count (N,))."""
+def text_states(pipe, texts: list[str], length: int = FULL_PROMPT_TOKENS) -> tuple[torch.Tensor, torch.Tensor]:
+    """(prompt embeds at ``length`` tokens (N, length, D), each text's token count (N,)). Causal
+    attention: a prompt's first n states are the same at any length of n or more."""
     embeds, lengths = [], []
     for start in range(0, len(texts), 32):
         chunk = texts[start:start + 32]
         embeds.append(pipe._get_qwen3_prompt_embeds(pipe.text_encoder, pipe.tokenizer, chunk,
-                                                   max_sequence_length=FULL_PROMPT_TOKENS))
+                                                   max_sequence_length=length))
         for text in chunk:
             templ = pipe.tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
                                                        add_generation_prompt=True, enable_thinking=False)
@@ -275,7 +276,7 @@ def train_edits(pipe, cfg: EditConfig = EditConfig(), log=print) -> dict:
     rng = random.Random(cfg.seed * 1000 + 12)
     texts: list[str] = []
     edits, t2i = build_data(pipe, cfg, texts)  # fills texts with the instructions and captions drawn
-    embeds, lengths = text_states(pipe, texts)
+    embeds, lengths = text_states(pipe, texts, cfg.prompt_tokens or FULL_PROMPT_TOKENS)
     t1 = time.perf_counter()
     gen = torch.Generator().manual_seed(cfg.seed * 1000 + 13)
     tr = pipe.transformer

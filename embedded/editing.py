@@ -138,11 +138,14 @@ def placements(edit: Edit, rng: random.Random) -> tuple[list[Placed], list[Place
     return ref, out
 
 
-def render_pair(edit: Edit, height: int, width: int, rng: random.Random) -> tuple[np.ndarray, np.ndarray]:
-    """(reference, target) uint8 images of ``edit`` at one size."""
+def render_pair(edit: Edit, height: int, width: int, rng: random.Random,
+                shape_size: str = "shorter") -> tuple[np.ndarray, np.ndarray]:
+    """(reference, target) uint8 images of ``edit`` at one size, shapes sized by ``shape_size``
+    (``scenes.shape_side``)."""
     ref, target = placements(edit, rng)
-    return (scenes.draw(edit.reference.background, ref, height, width),
-            scenes.draw(edit.target.background, target, height, width))
+    side = scenes.shape_side(height, width, shape_size)
+    return (scenes.draw(edit.reference.background, ref, height, width, side),
+            scenes.draw(edit.target.background, target, height, width, side))
 
 
 def judge_edit(image, edit: Edit) -> scenes.Verdict:

@@ -342,19 +342,20 @@ def _train_main(argv: list[str]) -> None:
 
     parser.add_argument("--edit-steps", type=int, default=None,
                         help="steps of each round of the edit phase (default: each round's own; 0: no edit phase)")
-    parser.add_argument("--no-jitter", dest="jitter", action="store_false",
-                        help="render each caption's shapes exactly at their place and size (default: jittered a "
-                             "little, as the committed weights were trained)")
-    parser.add_argument("--outline-weight", type=float, default=defaults.outline_weight,
+    parser.add_argument("--no-jitter", dest="jitter", action="store_const", const=False, default=None,
+                        help="render each caption's shapes exactly at their place and size, in every phase (default: "
+                             "each phase's own; the first ones jitter them a little)")
+    parser.add_argument("--outline-weight", type=float, default=None,
                         help="extra loss weight where a shape's kind shows (scenes.outline_pixels), in every phase "
-                             "(default: 0, as the committed weights were trained)")
+                             "(default: each phase's own; 0 in the first ones)")
     args = parser.parse_args(argv)
     overrides = {f: getattr(args, f) for f in ("seed", "threads", "vae_steps", "steps", "finetune_steps", "captions",
-                                                "batch", "jitter", "outline_weight")}
-    steps = {} if args.edit_steps is None else {"steps": args.edit_steps}
+                                                "batch", "jitter", "outline_weight") if getattr(args, f) is not None}
+    given = {f: getattr(args, f) for f in ("jitter", "outline_weight") if getattr(args, f) is not None}
+    if args.edit_steps is not None:
+        given["steps"] = args.edit_steps
     train_and_save(args.dest, dataclasses.replace(defaults, **overrides),
-                   edit_cfgs=rounds(seed=args.seed, threads=args.threads, jitter=args.jitter,
-                                    outline_weight=args.outline_weight, **steps))
+                   edit_cfgs=rounds(seed=args.seed, threads=args.threads, **given))
     print(args.dest)
 
 
@@ -375,13 +376,15 @@ def _train_edits_main(argv: list[str]) -> None:
                              "and run rounds N to the last (default: 1)")
     parser.add_argument("--to-round", type=int, default=None, metavar="M",
                         help="stop after round M (default: the last); with --from-round M, round M alone")
-    parser.add_argument("--no-jitter", dest="jitter", action="store_false",
-                        help="the text-to-image renders mixed in without the shapes' jitter (as `train --no-jitter`)")
-    parser.add_argument("--outline-weight", type=float, default=defaults.outline_weight,
-                        help="extra loss weight where a shape's kind shows (as `train --outline-weight`)")
+    parser.add_argument("--no-jitter", dest="jitter", action="store_const", const=False, default=None,
+                        help="the text-to-image renders mixed in without the shapes' jitter, in every round (as "
+                             "`train --no-jitter`; default: each round's own)")
+    parser.add_argument("--outline-weight", type=float, default=None,
+                        help="extra loss weight where a shape's kind shows, in every round (as `train "
+                             "--outline-weight`; default: each round's own)")
     args = parser.parse_args(argv)
-    given = {f: getattr(args, f) for f in ("steps", "pairs", "batch") if getattr(args, f) is not None}
-    given.update(jitter=args.jitter, outline_weight=args.outline_weight)
+    given = {f: getattr(args, f) for f in ("steps", "pairs", "batch", "jitter", "outline_weight")
+             if getattr(args, f) is not None}
     cfgs = rounds(seed=args.seed, threads=args.threads, **given)
     if args.to_round is not None and not args.from_round <= args.to_round <= len(cfgs):
         parser.error(f"--to-round must be from --from-round ({args.from_round}) to {len(cfgs)}")
