@@ -1,21 +1,21 @@
 """Teach the trained embedded model to edit a reference image (``embedded.editing``), on the CPU.
 
-Run: ``python -m embedded train --edit-steps 0 BASE`` then ``python -m embedded train-edits BASE
---dest D`` (``python -m embedded train`` ends with this phase): loads BASE, trains it in the rounds of
-``rounds``, saves D (``--from-round N`` goes on from a folder that holds rounds 1 to N-1, such as
-the one committed after round N-1). One seed; the same seed on the same machine (and thread count)
-gives the same weights.
+Run: ``python -m embedded train-edits K --dest D`` on a folder K that ``python -m embedded
+train-kinds`` wrote (``python -m embedded train`` ends with this phase): loads K, trains it in the
+rounds of ``rounds``, saves D (``--from-round N`` goes on from a folder that holds rounds 1 to N-1,
+such as the one committed after round N-1). One seed; the same seed on the same machine (and
+thread count) gives the same weights.
 
 The objective is the text-to-image one (``embedded.training``: flow matching on the pipeline's
 4-step schedule) with the reference as Flux2KleinPipeline passes it: the reference's VAE latents
 (posterior mode, patchified, bn-normalised, packed) appended after the noisy image tokens, with the
 pipeline's own position ids for them (``_prepare_image_ids``: time coordinate 10, then the
 reference's rows and columns), and the loss on the image tokens only. The instruction's text states
-come from the (frozen) text encoder exactly as the pipeline computes them at its 512-token length,
-and are cut at random lengths as in the main phase (causal attention: the prompt's own states do not
-change). A latent token's loss is weighted up by the share of it a target shape covers and, more,
-by the share of it the edit changes (from the fifth round on, each edit's weights are scaled to a
-mean of 1: every edit weighs the same in a batch, ``EditConfig.balanced``). Text-to-image batches
+come from the (frozen) text encoder exactly as the pipeline computes them, at the length the app
+serves the model at (``EditConfig.prompt_tokens``, the card's; the committed rounds': 64). A
+latent token's loss is weighted up by the share of it a target shape covers and, more, by the share
+of it the edit changes (``EditConfig.balanced``: each edit's weights scaled to a mean of 1, every
+edit weighing the same in a batch). Text-to-image batches
 (no reference) are mixed in, so that the model still draws a caption from nothing (P9). Only the
 transformer learns; what is saved is an exponential moving average of its weights.
 """
@@ -43,6 +43,7 @@ from embedded.components import (
     render_weights,
     training_render,
 )
+from embedded.kinds_training import PRESET_SIZES, PROMPT_TOKENS
 from embedded.training import flow_loss
 
 EDIT_LOSS_WEIGHT = 8.0  # extra loss weight of a latent token, times the share of it the edit changes
@@ -87,50 +88,32 @@ class EditConfig:
     prompt_tokens: int = 0
 
 
-# The phase's second round (``rounds``): fresh pairs at a lower rate, with the kinds the first round
-# left weakest drawn more often (after it, held-out edits at 256x256: recolour 2 of 8, add and remove
-# 4 of 8, background and move 7 of 8).
-SECOND_ROUND = {"steps": 4000, "lr": 5e-4, "kinds": ("recolour",) * 3 + ("background", "move") + ("add", "remove") * 2}
-# The third: edits at the wide presets' own sizes too (after the second, P12 at 21:9 was 16 of 40,
-# at 1:1 28), recolour and remove still drawn twice as often.
-THIRD_ROUND = {"steps": 2500, "lr": 4e-4, "kinds": ("recolour",) * 2 + ("background", "move", "add") + ("remove",) * 2,
-               "sizes": EditConfig.sizes + ((160, 384, 1), (384, 160, 1), (192, 336, 1), (336, 192, 1))}
-# The fourth: recolour and remove (after the third, 4 and 5 of 8 at 256x256) drawn three times as
-# often as background and move, and the 21:9 / 9:21 sizes (22 and 26 of 40) twice as often as 16:9.
-FOURTH_ROUND = {"steps": 3000, "lr": 3e-4,
-                "kinds": ("recolour",) * 3 + ("background", "move") + ("add",) * 2 + ("remove",) * 3,
-                "sizes": EditConfig.sizes + ((160, 384, 2), (384, 160, 2), (192, 336, 1), (336, 192, 1))}
-# The fifth: every edit weighs the same in a batch (``EditConfig.balanced``; after the fourth, recolour
-# was 2 to 5 of 8 at every preset, drawing it three times as often having not helped).
-FIFTH_ROUND = {"steps": 3000, "lr": 3e-4, "balanced": True,
-               "kinds": ("recolour",) * 2 + ("background", "move", "add") + ("remove",) * 2,
-               "sizes": FOURTH_ROUND["sizes"]}
-# The sixth: the fifth's again on fresh pairs at a lower rate (the fifth moved recolouring from 29
-# to 40 of 72 over the presets and lost some removals: 57 to 52).
-SIXTH_ROUND = {**FIFTH_ROUND, "steps": 2500, "lr": 2.5e-4}
-# The seventh: the same again on fresh pairs, longer at a lower rate (after the sixth, judged on
-# solid pixels, 309 of 360 held-out edits over the presets; recolour and remove still the weakest).
-SEVENTH_ROUND = {**FIFTH_ROUND, "steps": 3000, "lr": 2e-4}
-# The eighth: the seventh's again on half as many more fresh pairs (after the seventh, 322 of 360:
-# 35 to 37 of 40 at each preset).
-EIGHTH_ROUND = {**SEVENTH_ROUND, "pairs": 6000}
-# The ninth: the eighth's again on fresh pairs at a lower rate (after the eighth, 330 of 360: 35 to
-# 38 of 40 at each preset; the misses the same few edits at most presets).
-NINTH_ROUND = {**EIGHTH_ROUND, "lr": 1.5e-4}
-# The tenth: the ninth's again on fresh pairs at a lower rate still (after the ninth, 344 of 360:
-# 36 to 39 of 40 at each preset; "remove the pink star" beside a white triangle removes both at all nine).
-TENTH_ROUND = {**NINTH_ROUND, "lr": 1e-4}
-LATER_ROUNDS = (SECOND_ROUND, THIRD_ROUND, FOURTH_ROUND, FIFTH_ROUND, SIXTH_ROUND, SEVENTH_ROUND, EIGHTH_ROUND,
-                NINTH_ROUND, TENTH_ROUND)
+# The phase's rounds (``rounds``), on the kinds phase's transformer (``embedded.kinds_training``): the
+# text-to-image renders mixed in at the presets only and drawn as that phase drew them (exactly at
+# their places, the outline weighed up), shapes one size in pixels, prompts at the served 64 tokens;
+# recolour and remove drawn twice as often as the others, the wide presets' sizes among the edits'
+# and every edit weighing the same in a batch (what the earlier edit phase, on the first phases'
+# transformer, found its ten rounds: docs/embedded-model.md). One thread, as they were trained.
+# Seeds 12 on: that earlier phase's rounds had 0 to 11.
+_ON_KINDS = {"threads": 1, "pairs": 3000, "captions": 3000, "batch": 8, "balanced": True,
+             "kinds": ("recolour",) * 2 + ("background", "move", "add") + ("remove",) * 2,
+             "sizes": EditConfig.sizes + ((160, 384, 2), (384, 160, 2), (192, 336, 1), (336, 192, 1)),
+             "text_to_image_sizes": PRESET_SIZES, "jitter": False, "outline_weight": 8.0, "shape_size": "area",
+             "prompt_tokens": PROMPT_TOKENS}
+# The first: 6,000 steps, 40 % text to image (after it, at the presets: 12 to 16 of 40 held-out edits,
+# and the kinds phase's 40 to 44 of 48 prompts became 35 to 43).
+FIRST_ROUND = {**_ON_KINDS, "seed": 12, "steps": 6000, "lr": 5e-4, "text_to_image_share": 0.4}
+# The second: 6,000 more at a lower rate, half of them text to image (after it, 40 to 45 of 48 prompts
+# at every preset, and 20 to 22 of 40 edits, as many as the earlier edit phase's ten rounds drew with
+# the outlines judged; 35 % text to image at lr 4e-4 drew as many edits and 38 of 48 at 21:9).
+SECOND_ROUND = {**_ON_KINDS, "seed": 13, "steps": 6000, "lr": 3e-4, "text_to_image_share": 0.5}
+ROUNDS = (FIRST_ROUND, SECOND_ROUND)
 
 
-def rounds(seed: int = 0, threads: int = 2, **overrides) -> tuple[EditConfig, ...]:
-    """The edit phase's rounds: all five kinds alike, then those of ``LATER_ROUNDS``, each
-    from where the one before ended (seed + 1, + 2, ...: other pairs).
-    ``overrides`` (steps, pairs, batch, ...) apply to every round."""
-    first = EditConfig(seed=seed, threads=threads, **overrides)
-    return (first, *(dataclasses.replace(first, seed=seed + n, **{**later, **overrides})
-                     for n, later in enumerate(LATER_ROUNDS, start=1)))
+def rounds(seed: int = 0, **overrides) -> tuple[EditConfig, ...]:
+    """The edit phase's rounds (``ROUNDS``), each from where the one before ended, seeds offset by
+    ``seed``; ``overrides`` (steps, pairs, batch, threads, ...) apply to every round."""
+    return tuple(EditConfig(**{**r, "seed": seed + r["seed"], **overrides}) for r in ROUNDS)
 
 
 @dataclasses.dataclass

@@ -7,9 +7,12 @@ They are saved with ``save_pretrained`` and loaded back through the ordinary
 ``Flux2KleinPipeline.from_pretrained`` path, exactly like the real model:
 
 - ``assets/scenes-flux2-klein`` (``--model embedded``, the default): trained on the procedural scene
-  set of ``embedded.scenes`` (``embedded.training``) to draw what a prompt from that grammar
-  says, e.g. "a red circle on the left, on a sky gradient", in 4 steps (agreement on held-out
-  prompts: ``python -m bench --only P9``).
+  set of ``embedded.scenes`` to draw what a prompt from that grammar says, e.g. "a red circle on
+  the left, on a sky gradient", in 4 steps (agreement on held-out prompts: ``python -m bench --only
+  P9``), and to edit a reference image: the first phases (``embedded.training``: the VAE, the text
+  encoder's last layers, a first transformer), the kinds phase (``embedded.kinds_training``: a fresh
+  transformer that draws each shape's kind, at 64-token prompts) and the edit phase
+  (``embedded.edit_training``).
 - ``assets/tiny-flux2-klein`` (``--model embedded-random``): random weights, smallest and fastest;
   every image is noise. For tests and benchmarks that only need the shapes and the timings.
 
@@ -24,8 +27,9 @@ Constraints that make it work with the pipeline's *default* call arguments (see 
 real block counts of FLUX.2-klein-4B.
 
 Rebuild the committed folders with ``python -m embedded assets/tiny-flux2-klein`` (random)
-and ``python -m embedded train`` (trained; a progress bar per phase, ~40 minutes on two CPU
-cores; ``--help`` lists the step counts and the seed).
+and ``python -m embedded train`` (trained; a progress bar per phase, about three and a half hours
+on two CPU cores; ``--help`` lists the step counts and the seed; ``train-kinds`` and ``train-edits``
+run the later phases alone on a folder).
 """
 
 from __future__ import annotations
@@ -236,46 +240,96 @@ CARD_FILE = "neuron_studio.json"
 SCENES_CARD = {"preset_scale": 256, "trained_pixels": 256 * 256, "prompt_grammar": "scenes", "start": "256x256"}
 
 
-def train_and_save(dest: Path, train_cfg=None, cfg: TinyFluxConfig = SCENES_GEOMETRY, edit_cfgs=None) -> dict:
-    """Build ``cfg`` from its seed, train it on the scene set and then to edit (``embedded.edit_training``,
-    the rounds ``edit_cfgs``), save it at ``dest``; returns timings."""
-    from embedded import edit_training
+def train_and_save(dest: Path, train_cfg=None, cfg: TinyFluxConfig = SCENES_GEOMETRY, edit_cfgs=None,
+                   kinds_cfgs=None) -> dict:
+    """Build ``cfg`` from its seed, train it on the scene set (``embedded.training``), replace its
+    transformer by one that learns the kinds (``embedded.kinds_training``, the rounds ``kinds_cfgs``)
+    and teach that to edit (``embedded.edit_training``, the rounds ``edit_cfgs``), save it at
+    ``dest``; returns timings. Rounds of 0 steps are skipped (a folder for the later commands)."""
+    from embedded import edit_training, kinds_training
     from embedded import training as scene_training
 
     train_cfg = train_cfg or scene_training.TrainConfig()
-    edit_cfgs = edit_cfgs or edit_training.rounds(seed=train_cfg.seed, threads=train_cfg.threads)
+    edit_cfgs = edit_training.rounds(seed=train_cfg.seed) if edit_cfgs is None else edit_cfgs
+    kinds_cfgs = kinds_training.rounds(seed=train_cfg.seed) if kinds_cfgs is None else kinds_cfgs
     dest = Path(dest)
     pipe = build_pipeline(dataclasses.replace(cfg, seed=train_cfg.seed))
     timings = scene_training.train(pipe, train_cfg)
+    timings.update(kinds_training.train_rounds(pipe, [c for c in kinds_cfgs if c.steps]))
     timings.update(edit_training.train_rounds(pipe, edit_cfgs))
-    timings["total"] += timings["edit_data"] + timings["edits"]
-    _save_trained(pipe, dest, cfg, train_cfg, edit_cfgs, timings)
+    timings["total"] = sum(v for k, v in timings.items() if k != "total")
+    pipe.save_pretrained(dest, safe_serialization=True)
+    _save_records(pipe, dest, cfg, train_cfg, kinds_cfgs, edit_cfgs, timings)
+    return timings
+
+
+def _done(record: dict, key: str) -> list[dict]:
+    return [r for r in record.get(key, []) if r.get("steps")]
+
+
+def _load_folder(source: Path):
+    from diffusers import Flux2KleinPipeline
+
+    pipe = Flux2KleinPipeline.from_pretrained(source)
+    cfg = TinyFluxConfig(**{k: tuple(v) if isinstance(v, list) else v
+                            for k, v in json.loads((source / "tiny_config.json").read_text()).items()})
+    return pipe, cfg
+
+
+def _save_transformer(pipe, source: Path, dest: Path) -> None:
+    """Only the transformer is rewritten (the later phases train nothing else); the other components
+    are copied as they are when ``dest`` is elsewhere."""
+    import shutil
+
+    if dest.resolve() != source.resolve():
+        shutil.copytree(source, dest, dirs_exist_ok=True)
+    pipe.transformer.save_pretrained(dest / "transformer", safe_serialization=True)
+    # loaded from a folder, the transformer names it in its config: not what it was trained from
+    config_file = dest / "transformer" / "config.json"
+    config = json.loads(config_file.read_text())
+    if config.pop("_name_or_path", None) is not None:
+        config_file.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+
+
+def train_kinds_and_save(source: Path, dest: Path, kinds_cfgs) -> dict:
+    """The kinds phase alone (``python -m embedded train-kinds``): load ``source`` (a folder ``python -m
+    embedded train --kinds-steps 0 --edit-steps 0`` wrote: its first phases done), replace its
+    transformer and train it in the rounds ``kinds_cfgs``, save it at ``dest``. The same as the whole
+    recipe's phase: the folder keeps the weights' exact bits."""
+    from embedded import kinds_training
+
+    source, dest = Path(source), Path(dest)
+    before = json.loads((source / "training.json").read_text())
+    if _done(before, "kinds_rounds") or _done(before, "edit_rounds"):
+        raise ValueError(f"{source} has been through the kinds or edit phase already: run the kinds phase on a "
+                         "folder that `python -m embedded train --kinds-steps 0 --edit-steps 0` wrote")
+    pipe, cfg = _load_folder(source)
+    new = kinds_training.train_rounds(pipe, kinds_cfgs)
+    timings = {**{k: v * 60 for k, v in before["minutes"].items() if k not in ("total", "edit_data", "edits")}, **new}
+    timings["total"] = sum(v for k, v in timings.items() if k != "total")
+    _save_transformer(pipe, source, dest)
+    _save_records(pipe, dest, cfg, before["train_config"], kinds_cfgs, [], timings)
     return timings
 
 
 def train_edits_and_save(source: Path, dest: Path, edit_cfgs, first: int = 0) -> dict:
-    """The edit phase alone: load the trained folder ``source`` (its first phases done), train it to
+    """The edit phase alone: load the trained folder ``source`` (its earlier phases done), train it to
     edit, save it at ``dest`` (``python -m embedded train-edits``). The same as the whole recipe's last
-    phase: the folder keeps the weights' exact bits. Only the transformer is rewritten (the phase
-    trains nothing else); the other components are copied as they are when ``dest`` is elsewhere.
+    phase: the folder keeps the weights' exact bits.
 
     ``first`` > 0 goes on from a folder that holds the first ``first`` rounds of ``edit_cfgs``
     already (``--from-round``: round N again from the folder committed after round N-1); the folder
     must record exactly those rounds, and the one saved records all of ``edit_cfgs``."""
-    import shutil
-
-    from diffusers import Flux2KleinPipeline
-
     from embedded import edit_training
 
     source, dest = Path(source), Path(dest)
     before = json.loads((source / "training.json").read_text())
-    done = [r for r in before.get("edit_rounds", [before.get("edit_config") or {}]) if r.get("steps")]
+    done = _done(before, "edit_rounds")
     if not 0 <= first < len(edit_cfgs):
         raise ValueError(f"the edit phase has rounds 1 to {len(edit_cfgs)}: there is no round {first + 1}")
     if not first and done:
         raise ValueError(f"{source} has been trained to edit already: run the edit phase on a folder that "
-                         "`python -m embedded train --edit-steps 0` wrote (or go on from the round after "
+                         "`python -m embedded train-kinds` wrote (or go on from the round after "
                          f"its last: --from-round {len(done) + 1})")
     if first and len(done) != first:
         raise ValueError(f"{source} holds {len(done)} edit round(s); round {first + 1} goes on from a folder "
@@ -288,58 +342,54 @@ def train_edits_and_save(source: Path, dest: Path, edit_cfgs, first: int = 0) ->
         if differ:
             raise ValueError(f"{source}'s edit round {i} is not this recipe's round {i} (it differs in "
                              f"{', '.join(differ)})")
-    pipe = Flux2KleinPipeline.from_pretrained(source)
-    cfg = TinyFluxConfig(**{k: tuple(v) if isinstance(v, list) else v
-                            for k, v in json.loads((source / "tiny_config.json").read_text()).items()})
+    pipe, cfg = _load_folder(source)
     new = edit_training.train_rounds(pipe, edit_cfgs[first:])
     timings = {k: v * 60 for k, v in before["minutes"].items() if k != "total"}
     if not first:  # a base folder's own edit minutes, if any, are of no round
         timings = {k: v for k, v in timings.items() if k not in ("edit_data", "edits")}
     timings = {**timings, **{k: timings.get(k, 0.0) + v for k, v in new.items()}}
     timings["total"] = sum(v for k, v in timings.items() if k != "total")
-    if dest.resolve() != source.resolve():
-        shutil.copytree(source, dest, dirs_exist_ok=True)
-    pipe.transformer.save_pretrained(dest / "transformer", safe_serialization=True)
-    # loaded from a folder, the transformer names it in its config: not what it was trained from
-    config_file = dest / "transformer" / "config.json"
-    config = json.loads(config_file.read_text())
-    if config.pop("_name_or_path", None) is not None:
-        config_file.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
-    _save_records(pipe, dest, cfg, before["train_config"], edit_cfgs, timings)
+    _save_transformer(pipe, source, dest)
+    _save_records(pipe, dest, cfg, before["train_config"], before.get("kinds_rounds", []), edit_cfgs, timings)
     return timings
 
 
-def _save_trained(pipe, dest: Path, cfg: TinyFluxConfig, train_cfg, edit_cfgs, timings: dict) -> None:
-    pipe.save_pretrained(dest, safe_serialization=True)
-    _save_records(pipe, dest, cfg, train_cfg, edit_cfgs, timings)
-
-
-def _save_records(pipe, dest: Path, cfg: TinyFluxConfig, train_cfg, edit_cfgs, timings: dict) -> None:
+def _save_records(pipe, dest: Path, cfg: TinyFluxConfig, train_cfg, kinds_cfgs, edit_cfgs, timings: dict) -> None:
     """What the folder says of its geometry (tiny_config.json), its training and itself to the app."""
-    # grown by the edit phase
+    # grown by the edit phase, or the kinds phase's fresh transformer
     cfg = dataclasses.replace(cfg, num_single_layers=len(pipe.transformer.single_transformer_blocks))
-    train_cfg = train_cfg if isinstance(train_cfg, dict) else dataclasses.asdict(train_cfg)
+    def as_dict(c) -> dict:
+        return c if isinstance(c, dict) else dataclasses.asdict(c)
+
+    train_cfg, kinds, edits = as_dict(train_cfg), [as_dict(c) for c in kinds_cfgs], [as_dict(c) for c in edit_cfgs]
     (dest / "tiny_config.json").write_text(
         json.dumps(dataclasses.asdict(dataclasses.replace(cfg, seed=train_cfg["seed"])), indent=2, sort_keys=True)
         + "\n")
     (dest / "training.json").write_text(json.dumps(
-        {"train_config": train_cfg, "edit_rounds": [dataclasses.asdict(c) for c in edit_cfgs],
+        {"train_config": train_cfg, "kinds_rounds": kinds, "edit_rounds": edits,
          "minutes": {k: round(v / 60, 2) for k, v in timings.items()},
          "torch_threads": torch.get_num_threads()}, indent=2, sort_keys=True) + "\n")
-    (dest / CARD_FILE).write_text(json.dumps(SCENES_CARD, indent=2) + "\n")
+    # the prompt length the last phase that trained the transformer read its prompts at
+    trained = [c for c in kinds + edits if c.get("steps")]
+    tokens = trained[-1].get("prompt_tokens") if trained else None
+    (dest / CARD_FILE).write_text(json.dumps({**SCENES_CARD, **({"prompt_tokens": tokens} if tokens else {})},
+                                             indent=2) + "\n")
 
 
 def _train_main(argv: list[str]) -> None:
+    from embedded import edit_training, kinds_training
     from embedded.training import TrainConfig
 
     defaults = TrainConfig()
     parser = argparse.ArgumentParser(prog="python -m embedded train",
-                                     description="Train the embedded model on the procedural scene set.")
+                                     description="Train the embedded model on the procedural scene set: the first "
+                                                 "phases, the kinds phase, the edit phase.")
     parser.add_argument("dest", type=Path, nargs="?", default=SCENES_MODEL_DIR)
     for field in ("seed", "threads", "vae_steps", "steps", "finetune_steps", "captions", "batch"):
-        parser.add_argument("--" + field.replace("_", "-"), type=int, default=getattr(defaults, field))
-    from embedded.edit_training import rounds
-
+        parser.add_argument("--" + field.replace("_", "-"), type=int, default=getattr(defaults, field),
+                            help="of the first phases" if field != "seed" else "of every phase (rounds offset it)")
+    parser.add_argument("--kinds-steps", type=int, default=None,
+                        help="steps of each round of the kinds phase (default: each round's own; 0: no kinds phase)")
     parser.add_argument("--edit-steps", type=int, default=None,
                         help="steps of each round of the edit phase (default: each round's own; 0: no edit phase)")
     parser.add_argument("--no-jitter", dest="jitter", action="store_const", const=False, default=None,
@@ -352,24 +402,44 @@ def _train_main(argv: list[str]) -> None:
     overrides = {f: getattr(args, f) for f in ("seed", "threads", "vae_steps", "steps", "finetune_steps", "captions",
                                                 "batch", "jitter", "outline_weight") if getattr(args, f) is not None}
     given = {f: getattr(args, f) for f in ("jitter", "outline_weight") if getattr(args, f) is not None}
-    if args.edit_steps is not None:
-        given["steps"] = args.edit_steps
+    kinds = given if args.kinds_steps is None else {**given, "steps": args.kinds_steps}
+    edits = given if args.edit_steps is None else {**given, "steps": args.edit_steps}
     train_and_save(args.dest, dataclasses.replace(defaults, **overrides),
-                   edit_cfgs=rounds(seed=args.seed, threads=args.threads, **given))
+                   kinds_cfgs=kinds_training.rounds(seed=args.seed, **kinds),
+                   edit_cfgs=edit_training.rounds(seed=args.seed, **edits))
     print(args.dest)
 
 
-def _train_edits_main(argv: list[str]) -> None:
-    from embedded.edit_training import EditConfig, rounds
+def _train_kinds_main(argv: list[str]) -> None:
+    from embedded.kinds_training import rounds
 
-    defaults = EditConfig()
+    parser = argparse.ArgumentParser(prog="python -m embedded train-kinds",
+                                     description="Only the kinds phase: a fresh transformer on a folder's first "
+                                                 "phases' VAE and text encoder, learning to draw each shape's kind.")
+    parser.add_argument("source", type=Path,
+                        help="a folder `python -m embedded train --kinds-steps 0 --edit-steps 0` wrote")
+    parser.add_argument("--dest", type=Path, default=None, help="where to save (default: over the source)")
+    parser.add_argument("--seed", type=int, default=0, help="the first round's (the others follow it)")
+    for field in ("threads", "steps", "captions", "batch"):
+        parser.add_argument("--" + field, type=int, default=None, help="of each round (default: its own)")
+    args = parser.parse_args(argv)
+    given = {f: getattr(args, f) for f in ("threads", "steps", "captions", "batch") if getattr(args, f) is not None}
+    try:
+        train_kinds_and_save(args.source, args.dest or args.source, rounds(seed=args.seed, **given))
+    except ValueError as exc:
+        parser.error(str(exc))
+    print(args.dest or args.source)
+
+
+def _train_edits_main(argv: list[str]) -> None:
+    from embedded.edit_training import rounds
+
     parser = argparse.ArgumentParser(prog="python -m embedded train-edits",
                                      description="Only the last phase: teach a trained scene model to edit.")
-    parser.add_argument("source", type=Path, help="a folder `python -m embedded train --edit-steps 0` wrote")
+    parser.add_argument("source", type=Path, help="a folder `python -m embedded train-kinds` wrote")
     parser.add_argument("--dest", type=Path, default=None, help="where to save (default: over the source)")
-    for field in ("seed", "threads"):
-        parser.add_argument("--" + field, type=int, default=getattr(defaults, field))
-    for field in ("steps", "pairs", "batch"):
+    parser.add_argument("--seed", type=int, default=0, help="offsets every round's own seed")
+    for field in ("threads", "steps", "pairs", "batch"):
         parser.add_argument("--" + field, type=int, default=None, help="of each round (default: its own)")
     parser.add_argument("--from-round", type=int, default=1, metavar="N",
                         help="go on from a folder that holds rounds 1 to N-1 (e.g. one committed after round N-1) "
@@ -383,9 +453,9 @@ def _train_edits_main(argv: list[str]) -> None:
                         help="extra loss weight where a shape's kind shows, in every round (as `train "
                              "--outline-weight`; default: each round's own)")
     args = parser.parse_args(argv)
-    given = {f: getattr(args, f) for f in ("steps", "pairs", "batch", "jitter", "outline_weight")
+    given = {f: getattr(args, f) for f in ("threads", "steps", "pairs", "batch", "jitter", "outline_weight")
              if getattr(args, f) is not None}
-    cfgs = rounds(seed=args.seed, threads=args.threads, **given)
+    cfgs = rounds(seed=args.seed, **given)
     if args.to_round is not None and not args.from_round <= args.to_round <= len(cfgs):
         parser.error(f"--to-round must be from --from-round ({args.from_round}) to {len(cfgs)}")
     try:
@@ -403,6 +473,8 @@ def main(argv: list[str] | None = None) -> None:
         return _train_main(argv[1:])
     if argv[:1] == ["train-edits"]:
         return _train_edits_main(argv[1:])
+    if argv[:1] == ["train-kinds"]:
+        return _train_kinds_main(argv[1:])
     parser = argparse.ArgumentParser(
         description="Write the random-weight embedded FLUX.2-klein pipeline "
                     "(`python -m embedded train` trains the scene model instead).")

@@ -261,10 +261,12 @@ def place(scene: Scene, rng: random.Random | None = None) -> list[Placed]:
     return out
 
 
-def shape_side(height: int, width: int, rule: str = "shorter") -> float:
+def shape_side(height: int, width: int, rule: str | int = "shorter") -> float:
     """The length a shape's radius is a share of: the canvas's shorter side (``"shorter"``, as the
-    committed model's first phases drew), or the side of a square of the canvas's area (``"area"``:
-    a shape has one size in pixels at every aspect ratio of one image size)."""
+    embedded model's first phases drew), the side of a square of the canvas's area (``"area"``: a
+    shape has one size in pixels at every aspect ratio of one image size), or a number of pixels."""
+    if isinstance(rule, int) and not isinstance(rule, bool) and rule > 0:
+        return float(rule)
     if rule == "shorter":
         return float(min(height, width))
     if rule == "area":

@@ -100,9 +100,12 @@ class Manager:
             self.card = card_for(settings.model, settings.cache_dir, neuron=expects_neuron(settings.device))
         except StudioError as exc:
             self.card, self._card_error = ModelCard(), exc
-        if self.card.prompt_tokens and self.card.prompt_tokens < settings.max_prompt_tokens:
-            # the model reads its prompts at that length: a longer one would be cut off
-            self.settings = dataclasses.replace(settings, max_prompt_tokens=self.card.prompt_tokens)
+        tokens = self.card.prompt_tokens
+        if tokens and tokens < settings.max_prompt_tokens and not self.card.reader:
+            # the model reads its prompts at that length: a longer one would be cut off. A model with
+            # a prompt reader is given the reading's caption instead, which its grammar keeps short
+            # (the embedded grammar's: at most 35 tokens of its 64, tests/backend/test_prompt_reading.py)
+            self.settings = dataclasses.replace(settings, max_prompt_tokens=tokens)
         self.metrics = RunMetrics(self)
 
     def _tp_degree(self) -> int:

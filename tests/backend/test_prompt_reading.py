@@ -205,7 +205,8 @@ def test_the_embedded_card_scales_the_megapixel_presets_to_its_trained_size():
     from embedded.recipe import CARD_FILE as WRITTEN
     from embedded.recipe import SCENES_CARD
 
-    assert WRITTEN == CARD_FILE and json.loads((SCENES_MODEL_DIR / CARD_FILE).read_text()) == SCENES_CARD
+    written = json.loads((SCENES_MODEL_DIR / CARD_FILE).read_text())
+    assert WRITTEN == CARD_FILE and written == {**SCENES_CARD, "prompt_tokens": 64}
     assert [n for n, _ in card.presets] == [n for n, _ in PRESETS]
     assert dict(card.presets)["4:3"] == Shape(224, 288) and dict(card.presets)["9:21"] == Shape(384, 160)
     for (name, big), (_, small) in zip(PRESETS, card.presets):
@@ -214,6 +215,7 @@ def test_the_embedded_card_scales_the_megapixel_presets_to_its_trained_size():
         assert not card.beyond_training(small) and 0.9 * 256 ** 2 <= small.pixels <= 256 ** 2
     assert card.beyond_training(Shape(512, 512)) and card.start_shape == Shape(256, 256)
     assert card.prompt_grammar == "scenes" and card.read_prompt("a red circle").caption.startswith("a red circle in")
+    assert card.prompt_tokens == 64  # the kinds and edit phases' prompt length
 
 
 def test_a_folder_without_a_card_keeps_the_megapixel_presets_and_reads_prompts_as_typed(tmp_path):
@@ -285,6 +287,21 @@ def test_a_card_that_names_its_prompt_length_is_served_and_checked_at_that_lengt
             manager.validate("a red fox " * 8, 64, 64, steps=1)
     finally:
         manager.close()
+
+
+def test_every_caption_and_instruction_the_grammar_gives_fits_the_embedded_models_prompt_length():
+    # The embedded model is served at its card's 64 tokens and given the reading's caption, not what
+    # was typed (which keeps the pipeline's 512 as its bound): every caption of two shapes and every
+    # edit instruction the grammar can give must fit, or its end would be cut off
+    from backend.models.source import prompt_token_counter
+    from embedded import editing
+
+    count, limit = prompt_token_counter(str(SCENES_MODEL_DIR)), read_card(SCENES_MODEL_DIR).prompt_tokens
+    rng = random.Random(0)
+    longest = max(count(scenes.sample_scene(rng, held_out=None, two_shapes=1.0).caption) for _ in range(300))
+    assert longest <= limit and max(count(text) for text in editing.instruction_words()) <= limit
+    typed = "a red circle on the left of a field of tall grass under a night sky, " * 4
+    assert count(typed) > limit and grammar.read(typed).caption  # read into a short caption
 
 
 def test_scaled_presets_round_to_multiples_of_16():

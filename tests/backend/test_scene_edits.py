@@ -177,7 +177,8 @@ def test_an_edit_the_model_cannot_draw_is_refused_by_the_service_before_it_runs(
 def test_train_edits_goes_on_only_from_the_round_its_folder_ends_with(tmp_path, capsys):
     # python -m embedded train-edits --from-round N: round N again from the folder committed after
     # round N-1; a folder holding another number of rounds, or rounds the recipe does not have, is
-    # refused before anything loads or trains (the committed folder holds all ten)
+    # refused before anything loads or trains (the committed folder holds both); so is the kinds
+    # phase on a folder past it
     import json
     import shutil
 
@@ -188,21 +189,24 @@ def test_train_edits_goes_on_only_from_the_round_its_folder_ends_with(tmp_path, 
     folder.mkdir()
     shutil.copy(SCENES_MODEL_DIR / "training.json", folder / "training.json")
     recorded = json.loads((folder / "training.json").read_text())
-    assert len(recorded["edit_rounds"]) == 10
-    for argv, said in ((["--from-round", "5"],
-                        "holds 10 edit round(s); round 5 goes on from a folder that holds the 4"),
-                       ([], "trained to edit already"), (["--from-round", "11"], "there is no round 11"),
-                       (["--from-round", "3", "--to-round", "2"], "--to-round must be from --from-round (3) to 10")):
+    assert len(recorded["edit_rounds"]) == 2 and len(recorded["kinds_rounds"]) == 3
+    for command, argv, said in (
+            ("train-edits", ["--from-round", "2"],
+             "holds 2 edit round(s); round 2 goes on from a folder that holds the 1"),
+            ("train-edits", [], "trained to edit already"),
+            ("train-edits", ["--from-round", "3"], "there is no round 3"),
+            ("train-edits", ["--from-round", "2", "--to-round", "1"], "--to-round must be from --from-round (2) to 2"),
+            ("train-kinds", [], "has been through the kinds or edit phase already")):
         with pytest.raises(SystemExit) as exited:
-            main(["train-edits", str(folder), *argv])
+            main([command, str(folder), *argv])
         assert exited.value.code == 2 and said in capsys.readouterr().err
-    recorded["edit_rounds"] = recorded["edit_rounds"][:9]  # nine rounds, the ninth another recipe's
+    recorded["edit_rounds"] = recorded["edit_rounds"][:1]  # one round, another recipe's
     (folder / "training.json").write_text(json.dumps(recorded))
-    with pytest.raises(SystemExit):  # the committed rounds' renders were jittered (a field they predate)
-        main(["train-edits", str(folder), "--from-round", "10", "--no-jitter"])
-    assert "edit round 1 is not this recipe's round 1 (it differs in jitter)" in capsys.readouterr().err
-    recorded["edit_rounds"][8]["lr"] = 1e-3
+    with pytest.raises(SystemExit):  # the committed rounds' outlines weigh 8
+        main(["train-edits", str(folder), "--from-round", "2", "--outline-weight", "2"])
+    assert "edit round 1 is not this recipe's round 1 (it differs in outline_weight)" in capsys.readouterr().err
+    recorded["edit_rounds"][0]["lr"] = 1e-3
     (folder / "training.json").write_text(json.dumps(recorded))
     with pytest.raises(SystemExit):
-        main(["train-edits", str(folder), "--from-round", "10", "--to-round", "10"])
-    assert "edit round 9 is not this recipe's round 9 (it differs in lr)" in capsys.readouterr().err
+        main(["train-edits", str(folder), "--from-round", "2", "--to-round", "2"])
+    assert "edit round 1 is not this recipe's round 1 (it differs in lr)" in capsys.readouterr().err

@@ -123,13 +123,17 @@ def trained(tmp_path_factory):
 def test_eager_compiled_and_regional_draw_the_same_scene(trained):
     assert trained.status().model["label"] == "embedded:scenes-flux2-klein"
     images = {}
-    for mode in ("eager", "compiled", "regional"):
-        request = trained.validate(PROMPT, 128, 128, steps=4, seed=3, mode=mode)
+    for mode in ("eager", "compiled", "regional"):  # at the square preset: the kinds phase's sizes
+        request = trained.validate(PROMPT, 256, 256, steps=4, seed=3, mode=mode)
         images[mode] = np.asarray(trained.generate(request)[0]).astype(int)
     for mode in ("compiled", "regional"):
         assert np.abs(images[mode] - images["eager"]).max() <= 1, mode
     verdict = scenes.judge(images["eager"].astype(np.uint8), PROMPT)
     assert verdict.agrees, verdict.reason
+    # served at its card's 64 tokens, the model is given the reading's caption: a long prompt as
+    # typed is read, not refused (its bound stays the pipeline's 512)
+    typed = "a cyan circle at the top of a field of tall grass under a clear white sky, " * 4
+    assert trained.validate(typed, 256, 256, steps=4).prompt.startswith("a cyan circle at the top")
 
 
 def _weights(folder: Path) -> dict[str, torch.Tensor]:
@@ -141,38 +145,71 @@ def _weights(folder: Path) -> dict[str, torch.Tensor]:
 
 
 def test_training_is_deterministic_for_a_seed(tmp_path):
-    # Every phase of the recipe (the edit phase last), a few steps each: not the untrained bits; then
-    # the first phases again and the edit phase alone from their saved folder (python -m embedded
-    # train-edits), its first two rounds, saved, and the rest from that folder (--from-round 3): the
-    # whole recipe's bits again (the VAE and text encoder from the first phases, the transformer
-    # through both). Four of the recipe's ten rounds: each round is the same code on other pairs.
-    from embedded.edit_training import rounds
-    from embedded.recipe import SCENES_GEOMETRY, build_pipeline, train_and_save, train_edits_and_save
+    # Every phase of the recipe (the first phases, the kinds phase, the edit phase), a few steps each:
+    # not the untrained bits; then the first phases again, the kinds phase alone from their saved
+    # folder (python -m embedded train-kinds), the edit phase's first round alone from that, saved,
+    # and the rest from that folder (train-edits --from-round 2): the whole recipe's bits again (the
+    # VAE and text encoder from the first phases, the transformer from the kinds phase on).
+    from embedded import edit_training, kinds_training
+    from embedded.recipe import (
+        SCENES_GEOMETRY,
+        build_pipeline,
+        train_and_save,
+        train_edits_and_save,
+        train_kinds_and_save,
+    )
     from embedded.training import TrainConfig
 
     tiny = dict(vae_steps=2, vae_batch=2, captions=12, images_per_caption=1, steps=3, finetune_steps=2,
                 finetune_captions=4, batch=2, reader_steps=2)
-    edits = rounds(pairs=6, captions=3, steps=3, batch=2)[:4]
-    train_and_save(tmp_path / "a", TrainConfig(seed=0, **tiny), edit_cfgs=edits)
-    train_and_save(tmp_path / "base", TrainConfig(seed=0, **tiny), edit_cfgs=rounds(steps=0)[:4])
-    train_edits_and_save(tmp_path / "base", tmp_path / "b4", edits[:2])
-    train_edits_and_save(tmp_path / "b4", tmp_path / "c", edits, first=2)
-    assert json.loads((tmp_path / "c" / "training.json").read_text())["edit_rounds"] == \
-        json.loads((tmp_path / "a" / "training.json").read_text())["edit_rounds"]
+    kinds = kinds_training.rounds(steps=3, captions=6, batch=2)
+    edits = edit_training.rounds(pairs=6, captions=3, steps=3, batch=2)
+    assert len(kinds) == 3 and len(edits) == 2
+    train_and_save(tmp_path / "a", TrainConfig(seed=0, **tiny), kinds_cfgs=kinds, edit_cfgs=edits)
+    train_and_save(tmp_path / "base", TrainConfig(seed=0, **tiny), kinds_cfgs=kinds_training.rounds(steps=0),
+                   edit_cfgs=edit_training.rounds(steps=0))
+    train_kinds_and_save(tmp_path / "base", tmp_path / "k", kinds)
+    train_edits_and_save(tmp_path / "k", tmp_path / "b1", edits[:1])
+    train_edits_and_save(tmp_path / "b1", tmp_path / "c", edits, first=1)
+    recorded = [json.loads((tmp_path / n / "training.json").read_text()) for n in ("a", "c")]
+    assert recorded[0]["kinds_rounds"] == recorded[1]["kinds_rounds"] and len(recorded[0]["kinds_rounds"]) == 3
+    assert recorded[0]["edit_rounds"] == recorded[1]["edit_rounds"]
+    # the card says the prompt length the last rounds trained at; the base folder's, none (512)
+    assert json.loads((tmp_path / "c" / "neuron_studio.json").read_text())["prompt_tokens"] == 64
+    assert "prompt_tokens" not in json.loads((tmp_path / "base" / "neuron_studio.json").read_text())
     build_pipeline(SCENES_GEOMETRY).save_pretrained(tmp_path / "untrained")
     a, c, base, untrained = (_weights(tmp_path / n) for n in ("a", "c", "base", "untrained"))
     assert a.keys() == c.keys() and base.keys() == untrained.keys()
     assert all(torch.equal(a[k], c[k]) for k in a)
     for part in ("transformer", "vae", "text_encoder"):
         assert not all(torch.equal(base[k], untrained[k]) for k in base if k.startswith(part)), part
-    # the edit phase grows the transformer by single-stream blocks (embedded.edit_training.grow) and
-    # trains the transformer only
+    # the kinds phase's fresh transformer has the edit phase's single-stream blocks; the later
+    # phases train the transformer only
     names = [k.split(":", 1)[1] for k in a if k.startswith("transformer/")]
     blocks = {n.split(".")[1] for n in names if n.startswith("single_transformer_blocks.")}
-    assert len(blocks) == edits[0].single_layers > SCENES_GEOMETRY.num_single_layers
+    assert len(blocks) == kinds[0].single_layers == edits[0].single_layers > SCENES_GEOMETRY.num_single_layers
     assert json.loads((tmp_path / "a" / "transformer" / "config.json").read_text())["num_single_layers"] \
         == edits[0].single_layers
-    assert not all(torch.equal(a[k], base[k]) for k in base if k.startswith("transformer"))
+    assert all(torch.equal(a[k], base[k]) for k in base if not k.startswith("transformer"))
     assert all(torch.equal(a[k], base[k]) for k in base if not k.startswith("transformer"))
     with pytest.raises(ValueError, match="trained to edit already"):  # not a second edit phase on top of one
         train_edits_and_save(tmp_path / "a", tmp_path / "d", edits)
+
+
+def test_an_edit_round_at_a_served_prompt_length_reads_every_prompt_at_that_length():
+    # EditConfig.prompt_tokens: every step's text states are the served length's (the card's
+    # prompt_tokens), never a random cut or the pipeline's 512; the renders' shapes sized by area
+    import dataclasses
+
+    from embedded.edit_training import EditConfig, train_edits
+    from embedded.recipe import SCENES_GEOMETRY, build_pipeline
+
+    pipe = build_pipeline(SCENES_GEOMETRY)
+    seen = []
+    cfg = dataclasses.replace(EditConfig(), pairs=4, captions=4, steps=4, batch=2, threads=1, prompt_tokens=40,
+                              shape_size="area", sizes=((64, 64, 1),), text_to_image_sizes=((64, 96, 1),),
+                              text_to_image_share=0.5, single_layers=SCENES_GEOMETRY.num_single_layers)
+    pipe.transformer.register_forward_hook(lambda _m, _a, kwargs, _o: seen.append(
+        kwargs["encoder_hidden_states"].shape[1]), with_kwargs=True)
+    train_edits(pipe, cfg, log=lambda _line: None)
+    assert seen == [40] * 4

@@ -197,3 +197,22 @@ def test_outline_pixels_are_where_the_kind_shows():
     assert outline[corner] and outline[int(p.y * 256), int(p.x * 256)]  # the centre: the ring's hole
     assert not outline[:10, :10].any() and 0 < outline.mean() < 0.2
     assert not scenes.outline_pixels([], 64, 64).any()
+
+
+def test_shapes_sized_by_the_canvas_area_keep_one_size_in_pixels_at_every_aspect_ratio():
+    # ``shape_size="area"`` (the kinds round): a shape's radius is a share of the side of a square
+    # of the canvas's area, so a star at 384x160 has the pixels it has at 256x256; by the shorter
+    # side (the first phases) it shrinks with the aspect ratio
+    scene = scenes.parse_caption("a red star in the centre, on a white background")
+    placed = scenes.place(scene)
+
+    def red(height, width, rule):
+        image = scenes.draw(scene.background, placed, height, width, scenes.shape_side(height, width, rule))
+        return int((image == scenes.COLOURS["red"]).all(-1).sum())
+
+    square = red(256, 256, "area")
+    assert square == red(256, 256, "shorter") and abs(red(160, 384, "area") / square - 0.94) < 0.03
+    assert red(160, 384, "shorter") < 0.45 * square
+    assert scenes.shape_side(160, 384, "area") == (160 * 384) ** 0.5 and scenes.shape_side(160, 384) == 160
+    with pytest.raises(ValueError, match="unknown shape size rule"):
+        scenes.shape_side(64, 64, "widest")
