@@ -167,6 +167,21 @@ MUTATIONS = (
              "backend/launch/group.py", "                self._cleanup_dir()\n                self.dir = None\n",
              "                pass\n",
              ("tests/backend/test_tp_group.py::test_a_start_whose_launcher_cannot_start_leaves_no_run_dir",)),
+    Mutation("G57", "the pipeline is called at its default 512 tokens where the card names the model's length",
+             "backend/engines/in_process.py", "max_sequence_length=self.prompt_tokens,", "",
+             ("tests/backend/test_prompt_reading.py::test_a_card_that_names_its_prompt_length_is_served_and_checked_"
+              "at_that_length",)),
+    Mutation("G58", "a prompt longer than the card's length is cut off in silence, not refused",
+             "backend/serving/manager.py",
+             "            self.settings = dataclasses.replace(settings, max_prompt_tokens=tokens)\n",
+             "            pass\n",
+             ("tests/backend/test_prompt_reading.py::test_a_card_that_names_its_prompt_length_is_served_and_checked_"
+              "at_that_length",)),
+    Mutation("G59", "an edit round at the served prompt length trains at random cuts instead",
+             "embedded/edit_training.py", "                cut = cfg.prompt_tokens\n",
+             "                cut = rng.randint(int(lengths[rows].max()), SHORT_PROMPT_TOKENS)\n",
+             ("tests/backend/test_scene_model.py::test_an_edit_round_at_a_served_prompt_length_reads_every_prompt_at_"
+              "that_length",)),
     Mutation("G51", "under --ray the shapes' memory rows are planned for the app's device, not the replicas'",
              "backend/serving/status.py", 'devices[row["mode"]] = s.device_for(row["mode"])',
              'devices[row["mode"]] = s.device', ("tests/backend/test_ray_serve.py",)),
