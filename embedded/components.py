@@ -68,6 +68,25 @@ def _progress(total: int, desc: str):
     return tqdm(total=total, desc=desc, unit="step", dynamic_ncols=True)
 
 
+@torch.no_grad()
+def keep_average(module: torch.nn.Module, params: list, shadow: list) -> None:
+    """End a round: ``params`` take their moving average ``shadow``; ``module`` to eval, frozen."""
+    for p, average in zip(params, shadow):
+        p.copy_(average)
+    module.eval()
+    module.requires_grad_(False)
+
+
+def run_rounds(train_round, pipe, cfgs, keys: tuple[str, ...], log=print) -> dict:
+    """``train_round(pipe, cfg, log)`` for every round of ``cfgs``, one after the other, on ``pipe`` in
+    place; its timings (``keys``, seconds) summed."""
+    timings = dict.fromkeys(keys, 0.0)
+    for cfg in cfgs:
+        for key, seconds in train_round(pipe, cfg, log).items():
+            timings[key] += seconds
+    return timings
+
+
 def _to_tensor(images: list[np.ndarray]) -> torch.Tensor:
     x = torch.from_numpy(np.stack(images)).permute(0, 3, 1, 2).float()
     return x / 127.5 - 1.0

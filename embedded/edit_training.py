@@ -39,8 +39,10 @@ from embedded.components import (
     _progress,
     _to_tensor,
     encode_patchified,
+    keep_average,
     normalise,
     render_weights,
+    run_rounds,
     training_render,
 )
 from embedded.kinds_training import PRESET_SIZES, PROMPT_TOKENS
@@ -238,11 +240,7 @@ def grow(pipe, single_layers: int) -> int:
 
 def train_rounds(pipe, cfgs, log=print) -> dict:
     """Every round of ``cfgs`` (``rounds``), one after the other, on ``pipe`` in place; summed timings."""
-    timings = {"edit_data": 0.0, "edits": 0.0}
-    for cfg in cfgs:
-        for key, seconds in train_edits(pipe, cfg, log).items():
-            timings[key] += seconds
-    return timings
+    return run_rounds(train_edits, pipe, cfgs, ("edit_data", "edits"), log)
 
 
 def train_edits(pipe, cfg: EditConfig = EditConfig(), log=print) -> dict:
@@ -297,11 +295,7 @@ def train_edits(pipe, cfg: EditConfig = EditConfig(), log=print) -> dict:
             smooth = loss.item() if smooth is None else 0.98 * smooth + 0.02 * loss.item()
             bar.set_postfix(loss=f"{smooth:.4f}")
             bar.update()
-    with torch.no_grad():
-        for p, avg in zip(params, shadow):
-            p.copy_(avg)
-    tr.eval()
-    tr.requires_grad_(False)
+    keep_average(tr, params, shadow)
     timings = {"edit_data": t1 - t0, "edits": time.perf_counter() - t1}
     log("edit training took " + ", ".join(f"{k} {v / 60:.1f} min" for k, v in timings.items()))
     return timings

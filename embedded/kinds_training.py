@@ -31,7 +31,16 @@ import numpy as np
 import torch
 
 from embedded import scenes
-from embedded.components import _lr_at, _progress, _to_tensor, encode_patchified, normalise, training_render
+from embedded.components import (
+    _lr_at,
+    _progress,
+    _to_tensor,
+    encode_patchified,
+    keep_average,
+    normalise,
+    run_rounds,
+    training_render,
+)
 from embedded.training import flow_loss, training_captions
 
 # The page's presets for the embedded model (its card: the ~1 MP buckets at ~256x256), 1:1 twice as often
@@ -147,11 +156,7 @@ def train_kinds(pipe, cfg: KindsConfig, log=print) -> dict:
             smooth = loss.item() if smooth is None else 0.98 * smooth + 0.02 * loss.item()
             bar.set_postfix(loss=f"{smooth:.4f}")
             bar.update()
-    with torch.no_grad():
-        for p, average in zip(tr.parameters(), shadow):
-            p.copy_(average)
-    tr.eval()
-    tr.requires_grad_(False)
+    keep_average(tr, list(tr.parameters()), shadow)
     timings = {"kinds_data": t1 - t0, "kinds": time.perf_counter() - t1}
     log("kinds training took " + ", ".join(f"{k} {v / 60:.1f} min" for k, v in timings.items()))
     return timings
@@ -159,8 +164,4 @@ def train_kinds(pipe, cfg: KindsConfig, log=print) -> dict:
 
 def train_rounds(pipe, cfgs, log=print) -> dict:
     """Every round of ``cfgs`` (``rounds``) on ``pipe`` in place, one after the other; summed timings."""
-    timings = {"kinds_data": 0.0, "kinds": 0.0}
-    for cfg in cfgs:
-        for key, seconds in train_kinds(pipe, cfg, log).items():
-            timings[key] += seconds
-    return timings
+    return run_rounds(train_kinds, pipe, cfgs, ("kinds_data", "kinds"), log)
