@@ -22,6 +22,10 @@ GRID_SHARE = 0.85  # share of training sigmas on the pipeline's 4-step schedule 
 SHAPE_LOSS_WEIGHT = 4.0  # extra loss weight of a latent token, times the share of it a shape covers
 VAE_SHAPE_WEIGHT = 10.0  # extra VAE loss weight of a pixel a shape covers
 EMA_DECAY = 0.998  # the saved weights are this moving average of the main phase's weights
+# (height, width, relative frequency): the page's presets for the embedded model (its card: the ~1 MP
+# buckets at ~256x256), 1:1 twice as often; every phase trains at them
+PRESET_SIZES = ((256, 256, 2), (224, 288, 1), (288, 224, 1), (208, 304, 1), (304, 208, 1), (192, 336, 1),
+                (336, 192, 1), (160, 384, 1), (384, 160, 1))
 
 
 
@@ -53,9 +57,7 @@ class TrainConfig:
     # this model (the real model's ~1 MP aspect-ratio buckets at ~256x256 pixels: 1:1, 4:3, 3:2,
     # 16:9, 21:9 and their portraits), the same ratios at ~128x128 (64 image tokens: cheap), and a
     # few squares between 64 and 192.
-    sizes: tuple[tuple[int, int, float], ...] = (
-        (256, 256, 2), (224, 288, 1), (288, 224, 1), (208, 304, 1), (304, 208, 1), (192, 336, 1),
-        (336, 192, 1), (160, 384, 1), (384, 160, 1),
+    sizes: tuple[tuple[int, int, float], ...] = PRESET_SIZES + (
         (128, 128, 4), (112, 144, 0.6), (144, 112, 0.6), (112, 160, 0.6), (160, 112, 0.6), (96, 176, 0.6),
         (176, 96, 0.6), (80, 192, 0.6), (192, 80, 0.6),
         (64, 64, 0.5), (96, 96, 0.5), (160, 160, 0.5), (192, 192, 0.5),
@@ -117,7 +119,7 @@ def render_weights(scene: scenes.Scene, placed: list[scenes.Placed], image: np.n
 
 
 def training_render(scene: scenes.Scene, height: int, width: int, rng: random.Random, jitter: bool,
-                    outline_weight: float, shape_size: str = "shorter") -> tuple[np.ndarray, np.ndarray]:
+                    outline_weight: float, shape_size: str | int = "shorter") -> tuple[np.ndarray, np.ndarray]:
     """(image, its tokens' loss weights) of a caption's scene, its shapes jittered by ``rng`` if ``jitter``,
     sized by ``shape_size`` (``scenes.shape_side``)."""
     placed = scenes.place(scene, rng if jitter else None)

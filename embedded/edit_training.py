@@ -32,6 +32,7 @@ import torch
 from embedded import editing, scenes
 from embedded.components import (
     FULL_PROMPT_TOKENS,
+    PRESET_SIZES,
     SHORT_PROMPT_TOKENS,
     TrainConfig,
     _cover,
@@ -45,7 +46,7 @@ from embedded.components import (
     run_rounds,
     training_render,
 )
-from embedded.kinds_training import PRESET_SIZES, PROMPT_TOKENS
+from embedded.kinds_training import PROMPT_TOKENS
 from embedded.training import flow_loss
 
 EDIT_LOSS_WEIGHT = 8.0  # extra loss weight of a latent token, times the share of it the edit changes

@@ -32,6 +32,7 @@ import torch
 
 from embedded import scenes
 from embedded.components import (
+    PRESET_SIZES,
     _lr_at,
     _progress,
     _to_tensor,
@@ -43,9 +44,6 @@ from embedded.components import (
 )
 from embedded.training import flow_loss, training_captions
 
-# The page's presets for the embedded model (its card: the ~1 MP buckets at ~256x256), 1:1 twice as often
-PRESET_SIZES = ((256, 256, 2), (224, 288, 1), (288, 224, 1), (208, 304, 1), (304, 208, 1), (192, 336, 1),
-                (336, 192, 1), (160, 384, 1), (384, 160, 1))
 PROMPT_TOKENS = 64  # the prompt length the kinds phase trains at and the app serves at (the card's)
 
 

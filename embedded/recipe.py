@@ -376,6 +376,17 @@ def _save_records(pipe, dest: Path, cfg: TinyFluxConfig, train_cfg, kinds_cfgs, 
                                              indent=2) + "\n")
 
 
+def _render_flags(parser: argparse.ArgumentParser, each: str) -> None:
+    """--no-jitter and --outline-weight: how the training renders are drawn and weighed, in every
+    ``each`` (phase or round) when given, else as each one's own config says."""
+    parser.add_argument("--no-jitter", dest="jitter", action="store_const", const=False, default=None,
+                        help=f"render each caption's shapes exactly at their place and size, in every {each} "
+                             f"(default: each {each}'s own; the first phases jitter them a little)")
+    parser.add_argument("--outline-weight", type=float, default=None,
+                        help=f"extra loss weight where a shape's kind shows (scenes.outline_pixels), in every {each} "
+                             f"(default: each {each}'s own; 0 in the first phases)")
+
+
 def _train_main(argv: list[str]) -> None:
     from embedded import edit_training, kinds_training
     from embedded.training import TrainConfig
@@ -392,12 +403,7 @@ def _train_main(argv: list[str]) -> None:
                         help="steps of each round of the kinds phase (default: each round's own; 0: no kinds phase)")
     parser.add_argument("--edit-steps", type=int, default=None,
                         help="steps of each round of the edit phase (default: each round's own; 0: no edit phase)")
-    parser.add_argument("--no-jitter", dest="jitter", action="store_const", const=False, default=None,
-                        help="render each caption's shapes exactly at their place and size, in every phase (default: "
-                             "each phase's own; the first ones jitter them a little)")
-    parser.add_argument("--outline-weight", type=float, default=None,
-                        help="extra loss weight where a shape's kind shows (scenes.outline_pixels), in every phase "
-                             "(default: each phase's own; 0 in the first ones)")
+    _render_flags(parser, "phase")
     args = parser.parse_args(argv)
     overrides = {f: getattr(args, f) for f in ("seed", "threads", "vae_steps", "steps", "finetune_steps", "captions",
                                                 "batch", "jitter", "outline_weight") if getattr(args, f) is not None}
@@ -446,12 +452,7 @@ def _train_edits_main(argv: list[str]) -> None:
                              "and run rounds N to the last (default: 1)")
     parser.add_argument("--to-round", type=int, default=None, metavar="M",
                         help="stop after round M (default: the last); with --from-round M, round M alone")
-    parser.add_argument("--no-jitter", dest="jitter", action="store_const", const=False, default=None,
-                        help="the text-to-image renders mixed in without the shapes' jitter, in every round (as "
-                             "`train --no-jitter`; default: each round's own)")
-    parser.add_argument("--outline-weight", type=float, default=None,
-                        help="extra loss weight where a shape's kind shows, in every round (as `train "
-                             "--outline-weight`; default: each round's own)")
+    _render_flags(parser, "round")
     args = parser.parse_args(argv)
     given = {f: getattr(args, f) for f in ("threads", "steps", "pairs", "batch", "jitter", "outline_weight")
              if getattr(args, f) is not None}

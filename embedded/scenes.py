@@ -278,7 +278,7 @@ def draw(background: Background, shapes: list[Placed], height: int, width: int,
          side: float | None = None) -> np.ndarray:
     """uint8 (H, W, 3): ``shapes`` on ``background``, radii a share of ``side`` (default: the shorter side)."""
     image = background.render(height, width)
-    side = min(height, width) if side is None else side
+    side = shape_side(height, width) if side is None else side
     for p in shapes:
         mask = _shape_mask(p.spec.shape, height, width, p.x * width, p.y * height, p.radius * side)
         image[mask] = COLOURS[p.spec.colour]
@@ -290,7 +290,7 @@ def outline_pixels(shapes: list[Placed], height: int, width: int, side: float | 
     draw otherwise (a square's corners, a ring's hole, a star's notches): what a training loss weighs
     up so that the outline is learnt, not only the colour and the place."""
     out = np.zeros((height, width), bool)
-    side = min(height, width) if side is None else side
+    side = shape_side(height, width) if side is None else side
     for p in shapes:
         masks = {kind: _shape_mask(kind, height, width, p.x * width, p.y * height, p.radius * side) for kind in SHAPES}
         for mask in masks.values():
