@@ -1,15 +1,8 @@
 """Neuron Studio: FLUX.2-klein on AWS Trainium (or CUDA, or the CPU), in the browser or headless.
 
-    python app.py                                   # serve the studio on http://127.0.0.1:7860
-    python app.py generate "a red fox" --size 512x512 [--size 768x1344 ...] [--mode compiled] [--json]
-    python app.py demo [--demo-modes eager,compiled] [--tp]   # warm the presets, lock, serve
-    python app.py doctor                            # versions, chosen device and why, caches
-    python app.py cost [--sizes 512x512] [--price-per-hour 1.34]  # what an image costs here, measured
-    python app.py cache export|import|show BUNDLE   # warm-start bundles (backend.cli)
-
-Flags for every command come from ``backend.settings`` (flag > NEURON_STUDIO_* env > default).
-This file imports no torch before the device layer has set the cache variables TorchNeuron reads
-when it loads.
+The commands (serve, the default; demo, generate, doctor, cost, cache) are README's table; their flags
+come from ``backend.settings`` (flag > NEURON_STUDIO_* env > default). No torch is imported before the
+device layer has set the cache variables TorchNeuron reads when it loads.
 """
 
 from __future__ import annotations
@@ -106,8 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         settings = load_settings({k: v for k, v in vars(args).items() if k in OPTIONS})
     except ValueError as exc:
         parser.error(str(exc))
-    # Before anything imports torch (and with it, TorchNeuron): the app-owned cache variables and
-    # the NeuronCores this process may claim (backend.hardware.core_plan).
+    # Before anything imports torch (and TorchNeuron): the cache variables and this process's NeuronCores.
     device_env.prepare_environment(settings.cache_dir, settings.compile_timeout)
     from backend import cli
     from backend.hardware.core_plan import claim_app_cores
@@ -143,14 +135,12 @@ def main(argv: list[str] | None = None) -> int:
     demo_modes = None
     if command == "demo":
         demo_modes = [m.strip() for m in (args.demo_modes or settings.mode).split(",") if m.strip()]
-        bad = [m for m in demo_modes if m not in IN_PROCESS_MODES]
-        if bad:
+        if bad := [m for m in demo_modes if m not in IN_PROCESS_MODES]:
             parser.error(f"--demo-modes: {', '.join(bad)} is not one of eager, compiled, regional "
                          "(the group is --tp)")
     code = serve(settings, demo_modes, command == "demo" and args.tp)
-    # Everything is closed and written by now (the worker group stopped, PNGs renamed into place);
-    # the interpreter's own teardown of the loaded model stack would take seconds more and do
-    # nothing for us, so a stopped server leaves at once (SIGTERM exits within a few seconds).
+    # Everything is closed and written by now; the interpreter's teardown of the model stack would take
+    # seconds more for nothing, so a stopped server leaves at once (SIGTERM exits within a few seconds).
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

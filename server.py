@@ -27,23 +27,18 @@ class Served:
         # trusts loopback, so a local caller could be any address it liked): else the peer's address.
         config = uvicorn.Config(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=1,
                                 proxy_headers=bool(forwarded_allow_ips), forwarded_allow_ips=forwarded_allow_ips or "")
-        self.server = uvicorn.Server(config)
-        self.port = port
-        self._thread = threading.Thread(target=self.server.run, name="web-server", daemon=True)
-        self._thread.start()
+        self.server, self.port = uvicorn.Server(config), port
+        self.thread = threading.Thread(target=self.server.run, name="web-server", daemon=True)
+        self.thread.start()
         deadline = time.monotonic() + 60
         while not self.server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
                 raise OSError(f"the web server did not start on {host}:{port}")
             time.sleep(0.02)
 
-    @property
-    def is_running(self) -> bool:
-        return self._thread.is_alive()
-
     def close(self) -> None:
         self.server.should_exit = self.server.force_exit = True
-        self._thread.join(10)
+        self.thread.join(10)
 
 
 def assemble(manager, settings: Settings, key, api_keys, auth: list[tuple[str, str]] | None):
@@ -59,17 +54,18 @@ def assemble(manager, settings: Settings, key, api_keys, auth: list[tuple[str, s
     from web.api import build_api
     from web.guard import Failures, RoomGuard, allowed_hosts
 
+    output_dir = str(Path(settings.output_dir).resolve())
     demo = build_ui(manager, key)
     demo.queue(default_concurrency_limit=1, max_size=MAX_QUEUE)
     failures = Failures()  # one window for every credential: the logins, API keys, the metrics key
     app = build_api(manager, api_keys, settings.metrics_key, failures)
     app.add_middleware(CORSMiddleware, allow_origins=[])
     app.add_middleware(RoomGuard, key=key, hosts=allowed_hosts(settings.host),
-                       output_dir=str(Path(settings.output_dir).resolve()),
-                       upload_dir=os.environ.get("GRADIO_TEMP_DIR"), failures=failures, viewer_login=bool(auth))
+                       output_dir=output_dir, upload_dir=os.environ.get("GRADIO_TEMP_DIR"), failures=failures,
+                       viewer_login=bool(auth))
     return gr.mount_gradio_app(app, demo, path="/", auth=auth, show_error=False,
                                enable_monitoring=False, css=CSS, js=PROMPT_KEYS, i18n=I18N, max_file_size=MAX_UPLOAD,
-                               allowed_paths=[str(Path(settings.output_dir).resolve())],
+                               allowed_paths=[output_dir],
                                server_name=settings.host, server_port=settings.port, ssr_mode=False)
 
 
@@ -78,6 +74,7 @@ def launch(manager, settings: Settings) -> Served:
 
     from backend.serving.roles import OperatorKey, parse_pairs
     from web.api import ApiKeys
+    from web.guard import ANY_ADDRESS, LOOPBACK_NAMES
 
     # A bad --auth is refused before anything listens.
     auth = parse_pairs(settings.auth, "--auth") if settings.auth else None
@@ -90,17 +87,16 @@ def launch(manager, settings: Settings) -> Served:
             print(f"warning: {flag} user:pass on the command line is visible to every local user (ps); "
                   f"give a file of user:pass lines or the environment variable instead", file=sys.stderr)
     key = OperatorKey(parse_pairs(settings.operator_auth, "--operator-auth") if settings.operator_auth else None)
-    if settings.host not in ("127.0.0.1", "localhost", "::1") and not settings.auth:
+    if settings.host not in LOOPBACK_NAMES and not settings.auth:
         print(f"warning: serving on {settings.host} without --auth: anyone who can reach this address "
               "can use the app", file=sys.stderr)
     # Gradio's copies of images and uploads: ``serve`` made the folder before Gradio loaded; for other
     # callers it is made, and removed at exit, here.
-    made = own_temp_dir()
-    if made:
+    if made := own_temp_dir():
         atexit.register(shutil.rmtree, made, ignore_errors=True)
     app = assemble(manager, settings, key, api_keys, auth)
     served = Served(app, settings.host, settings.port, settings.forwarded_allow_ips)
-    shown = "127.0.0.1" if settings.host in ("0.0.0.0", "::", "") else settings.host
+    shown = "127.0.0.1" if settings.host in ANY_ADDRESS else settings.host
     key.base_url = f"http://{'[' + shown + ']' if ':' in shown else shown}:{served.port}"
     print(f"* Running on local URL:  {key.base_url}", flush=True)
     link = key.link(key.base_url)
@@ -134,7 +130,7 @@ def serve(settings: Settings, demo_modes: list[str] | None = None, demo_tp: bool
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
         try:
-            while not stop.wait(0.2) and served.is_running:
+            while not stop.wait(0.2) and served.thread.is_alive():
                 pass
         finally:
             # A compile in progress cannot be interrupted: the process exit ends it (nothing is half

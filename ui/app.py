@@ -1,11 +1,7 @@
 """The studio page: ``build_ui`` puts the layout (``ui.layout``), its events and the public API
-(``/generate`` and ``/status``) together around one ``ui.handlers.Studio``. Gradio only; no torch.
-
-Runs (generate, compare) are handed to the service's job board (``RUN_QUEUE``), which orders them
-fairly between owners; bundles hold the device one at a time (``DEVICE_QUEUE``); parsing an upload runs
-in its own (``UPLOAD_QUEUE``); everything that only reads status is ``LIGHT``: it never waits for the
-device. The mode is each page's own; the tensor-parallel group is shared, so only its Start/Stop buttons
-(or ``--mode tp`` at launch) start or stop it.
+(``/generate`` and ``/status``) together around one ``ui.handlers.Studio``. Each event's queue is one of
+``ui.constants``'s; what only reads status is ``LIGHT``: it never waits for the device. The mode is each
+page's own; the tensor-parallel group is shared, so only its Start/Stop buttons start or stop it.
 """
 
 from __future__ import annotations
@@ -37,7 +33,7 @@ def wire(studio, page, demo: gr.Blocks) -> None:
         return gr.update(visible=False)
 
     # The Studio tab: the size, preset and mode controls, Generate (the button and Enter), Stop, a PNG's parameters.
-    page.preset.input(tab.preset_changed, [page.preset, page.width, page.height], [page.width, page.height], **LIGHT)
+    page.preset.input(tab.preset_changed, page.preset, [page.width, page.height], **LIGHT)
     for number in (page.width, page.height):
         number.input(tab.size_changed, [page.width, page.height], page.preset, **LIGHT)
     page.mode.change(tab.show_tp_controls, page.mode, [page.tp_degree, page.tp_controls], **LIGHT)
@@ -54,22 +50,20 @@ def wire(studio, page, demo: gr.Blocks) -> None:
     page.stop_btn.click(tab.stop, None, page.stop_info, queue=False, **PRIVATE)
     page.stop_worker.click(tab.stop_compiling_worker, None, page.stop_info, queue=False, **PRIVATE)
     page.generate_btn.click(lambda: "", None, page.stop_info, queue=False, **PRIVATE)  # a new run: Stop's line goes
-    page.use_reference.click(tab.use_as_reference, [page.last_paths, page.references], page.references, **LIGHT)
+    page.use_reference.click(tab.use_as_reference, page.last_paths, page.references, **LIGHT)
     page.add_reference.click(tab.add_as_reference, [page.last_paths, page.references], page.references, **LIGHT)
     page.references.change(tab.references_shown, page.references, page.edit_panel, **LIGHT)
     page.references.select(tab.reference_selected, None, page.selected_reference, **LIGHT)
     page.remove_reference.click(tab.remove_reference, [page.references, page.selected_reference],
                                 [page.references, page.selected_reference], **LIGHT)
     page.history.select(tab.history_selected, None, page.last_paths, **LIGHT)
-    # Parsing an upload is bounded (backend.images.pngmeta) and runs one at a time, apart from the
-    # device queue and the status events, so no file can hold the server.
+    # Parsing an upload is bounded (backend.images.pngmeta) and runs one at a time, in its own queue.
     page.png_in.upload(tab.load_png, page.png_in,
                        [page.prompt, page.width, page.height, page.preset, page.steps, page.guidance, page.seed,
                         page.randomize, page.mode, page.count], **UPLOAD)
 
-    # The tensor-parallel group's buttons (on both tabs) and the replica pool's. One degree per page,
-    # shown in both tabs: an edit in one is copied to the other. Start/Stop never wait for a
-    # generation; Stop blocks only its own worker thread until the group is gone.
+    # The group's buttons (on both tabs; one degree per page, copied between them) and the replica pool's
+    # never wait for a generation; Stop blocks only its own worker thread until the group is gone.
     page.tp_degree.input(lambda d: d, page.tp_degree, page.tp_system_degree, **LIGHT)
     page.tp_system_degree.input(lambda d: d, page.tp_system_degree, page.tp_degree, **LIGHT)
     for button, degree in ((page.tp_start, page.tp_degree), (page.tp_system_start, page.tp_system_degree)):

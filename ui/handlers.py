@@ -1,20 +1,16 @@
-"""The page's event handlers: ``Studio`` holds one object per tab over the one door to the service
-and answers for the whole page (the timer, the page opening, its role); here too the small tabs'
-handlers (Compare, Performance) and the public ``/generate`` endpoint (``ApiEndpoint``).
-"""
+"""The page's event handlers: ``Studio`` holds one object per tab and answers for the whole page (the
+timer, the page opening, its role); here too Compare's, Performance's and the public ``/generate``."""
 
 from __future__ import annotations
 
-import contextlib
 import math
 import re
 from typing import Callable
 
 import gradio as gr
 
-from backend.errors import GenerationCancelled
 from backend.serving.cost import WORDS, Reference, format_receipt
-from ui.handlers_base import Door, Runs, refusals
+from ui.handlers_base import Door, Runs
 from ui.handlers_studio import StudioTab
 from ui.handlers_system import SystemTab
 from ui.i18n import language, text
@@ -35,7 +31,7 @@ class Studio:
         self.door = Door(manager, operator_key)
         runs = Runs(self.door)
         self.studio_tab = StudioTab(self.door, runs, examples)
-        self.compare_tab = CompareTab(self.door, runs)
+        self.compare_tab = CompareTab(runs)
         self.system_tab = SystemTab(self.door)
         self.performance_tab = PerformanceTab(manager)
         self.api = ApiEndpoint(runs)
@@ -84,8 +80,8 @@ class Studio:
 
 
 class CompareTab:
-    def __init__(self, door: Door, runs: Runs):
-        self.door, self.runs = door, runs
+    def __init__(self, runs: Runs):
+        self.runs = runs
 
     @staticmethod
     def empty_compare_table(page: gr.Request | None = None):
@@ -98,14 +94,9 @@ class CompareTab:
         lang = language(page)
         fields = self.runs.fields(prompt, width, height, (modes or ["eager"])[0], steps, guidance,
                                   -1 if randomize else seed, references)
-        adapter = self.runs.progress_adapter(progress, lang)
-        with contextlib.closing(adapter), refusals(lang):
-            fields["images"] = self.runs.page_files(fields["images"])
-            try:
-                entries = self.door.manager.compare(fields, modes or [], adapter, caller=self.door.caller(page))
-            except GenerationCancelled as exc:
-                self.door.info(page, "info_stopped", detail=exc)
-                return gr.skip(), gr.skip()
+        entries, _seed = self.runs.run(fields, progress, lang, page, modes=modes or [])
+        if entries is None:
+            return gr.skip(), gr.skip()
         gallery, table = [], []
         for e in entries:
             r = e["result"]

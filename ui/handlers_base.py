@@ -1,10 +1,7 @@
 """What every tab's handlers share: the door to the service (the manager, an event's caller), a run as
-the page starts it, the toasts, and ``refusals``: the one place a backend refusal (StudioError) becomes
-the page's notice (``gr.Error``, never a generic "Error") or an API client's.
-
-Words follow the browser: a handler that says something takes the ``gr.Request`` (None in tests:
-English) and renders in ``i18n.language(request)``. ``request`` always comes before ``progress``:
-Gradio inserts the request at its position among the inputs.
+the page starts it, the toasts, and ``refusals``: the one place a backend refusal becomes the page's
+notice or an API client's. A handler that says something takes the ``gr.Request`` (None in tests:
+English) before ``progress``: Gradio inserts the request at its position among the inputs.
 """
 
 from __future__ import annotations
@@ -19,6 +16,7 @@ import gradio as gr
 from starlette.requests import cookie_parser
 
 from backend.errors import GenerationCancelled, InvalidRequest, StudioError
+from backend.images.folder import is_app_output
 from backend.request.records import Phase
 from backend.request.references import reference_files
 from backend.serving.roles import COOKIE, LOCAL_OPERATOR, Caller, page_caller
@@ -32,11 +30,18 @@ TP_ENGINE, REPLICA_ENGINE = "tensor-parallel", "replicas"  # the manager's names
 PHASE_BAR = {Phase.ENCODING: 0.0, Phase.COMPILING: None, Phase.DECODING: 1.0}  # None: no share known, it spins
 
 
+def toast(lang: str, kind: str, message: str, **options):
+    """A toast (``kind``: info, warning, error) led by its title in the page's language: Gradio 6.31 heads
+    a toast with its type in English ("Warning"), whatever title it is given; the page's CSS hides that."""
+    title = text(lang, f"title_{kind}")
+    return {"info": gr.Info, "warning": gr.Warning, "error": gr.Error}[kind](f"{title} — {message}", title=title,
+                                                                             **options)
+
+
 def _page_error(exc: StudioError, lang: str) -> gr.Error:
     """A refusal is no bug: one line in the terminal, no traceback."""
     log.info("refused (%s): %s", exc.code, exc)
-    return gr.Error(_titled(lang, "title_error", error_message(exc, lang)), title=text(lang, "title_error"),
-                    print_exception=False)
+    return toast(lang, "error", error_message(exc, lang), print_exception=False)
 
 
 @contextlib.contextmanager
@@ -51,20 +56,6 @@ def refusals(lang: str | None) -> Iterator[None]:
         raise gr.Error(str(exc), print_exception=False) from None
 
 
-def _titled(lang: str, title: str, message: str) -> str:
-    """A toast's message led by its title in the page's language: Gradio 6.31 heads a toast with its
-    type in English ("Warning"), whatever title it is given; the page's CSS hides that heading."""
-    return f"{text(lang, title)} — {message}"
-
-
-def _info(lang: str, message: str) -> None:
-    gr.Info(_titled(lang, "title_info", message), title=text(lang, "title_info"))
-
-
-def _warning(lang: str, message: str) -> None:
-    gr.Warning(_titled(lang, "title_warning", message), title=text(lang, "title_warning"))
-
-
 def _whole(value, strict: bool = False, lang: str = "en", field: str = "tp_degree") -> int | None:
     """A TP degree or replica count from a Number box, or None; a bad one: a page error if ``strict``, else None."""
     if value is None or value == "":
@@ -77,27 +68,22 @@ def _whole(value, strict: bool = False, lang: str = "en", field: str = "tp_degre
         return None
 
 
-def _cookie(page, name: str) -> str | None:
-    cookies = getattr(page, "cookies", None)
-    if cookies is None:
-        cookies = cookie_parser((getattr(page, "headers", None) or {}).get("cookie") or "")
-    return cookies.get(name)
-
-
 class Door:
     """The page's door to the service: the manager and who sends each event. ``operator_key``
     (``backend.serving.roles.OperatorKey``) tells the operator from viewers by the page's cookie;
     without one (handlers driven directly) the caller is the local operator."""
 
     def __init__(self, manager, operator_key=None):
-        self.manager = manager
-        self.key = operator_key
+        self.manager, self.key = manager, operator_key
 
     def caller(self, page: gr.Request | None) -> Caller:
         session = getattr(page, "session_hash", None)
         if self.key is None:
             return page_caller(True, session) if session else LOCAL_OPERATOR
-        return self.key.caller(_cookie(page, COOKIE) if page is not None else None, session)
+        cookies = getattr(page, "cookies", None)
+        if cookies is None:  # a request that has none parsed: its header
+            cookies = cookie_parser((getattr(page, "headers", None) or {}).get("cookie") or "")
+        return self.key.caller(cookies.get(COOKIE), session)
 
     def call(self, page: gr.Request | None, action: Callable, *args, **kwargs):
         """``action(*args, caller=`` the event's caller ``)``; a refusal becomes the page's notice."""
@@ -112,13 +98,12 @@ class Door:
     def info(page: gr.Request | None, key: str, **values) -> str:
         """A toast in the page's language; its words are also the line Stop's buttons answer with."""
         said = text(language(page), key, **values)
-        _info(language(page), said)
+        toast(language(page), "info", said)
         return said
 
     def page_closed(self, page: gr.Request | None = None) -> None:
         """Gradio's unload: the page's runs leave the board (the running one at its next step)."""
-        session = getattr(page, "session_hash", None)
-        if session:
+        if session := getattr(page, "session_hash", None):
             self.manager.abandon(page_caller(False, session).owner)
 
 
@@ -134,8 +119,6 @@ class Runs:
     def page_files(self, references) -> list:
         """The reference files an event names, each an upload or an image this app wrote: an event's
         paths are the caller's word, and a file elsewhere on the server is never read on it."""
-        from backend.images.folder import is_app_output
-
         files = reference_files(references)
         for number, path in enumerate(files, 1):
             if not (is_upload(path) or is_app_output(path, self.door.manager.settings.output_dir)):
@@ -181,16 +164,21 @@ class Runs:
         on_progress.close = close
         return on_progress
 
-    def run(self, fields: dict, progress: Callable, lang: str | None = None, page: gr.Request | None = None):
-        """Returns the result and its seed, or None and the seed it had for a stopped run."""
-        adapter = self.progress_adapter(progress, lang or "en")
+    def run(self, fields: dict, progress: Callable, lang: str | None = None, page: gr.Request | None = None,
+            modes: list[str] | None = None):
+        """The result and its seed, or None and the seed it had for a stopped run; with ``modes``, Compare's
+        entries (one run per mode). ``lang``: the page's (None: an API call, refused in the backend's words)."""
+        said = lang or "en"
+        adapter = self.progress_adapter(progress, said)
         with contextlib.closing(adapter), refusals(lang):
             fields = {**fields, "images": self.page_files(fields.get("images"))}
             try:
+                if modes is not None:
+                    return self.door.manager.compare(fields, modes, adapter, caller=self.door.caller(page)), None
                 _image, result = self.door.manager.run(fields, self.door.caller(page), adapter)
             except GenerationCancelled as exc:
-                _info(lang or "en", text(lang or "en", "info_stopped", detail=exc))
+                toast(said, "info", text(said, "info_stopped", detail=exc))
                 return None, getattr(exc, "seed", fields.get("seed"))
         if result.degraded:
-            _warning(lang or "en", text(lang or "en", "warn_degraded", mode=result.mode, why=result.degraded))
+            toast(said, "warning", text(said, "warn_degraded", mode=result.mode, why=result.degraded))
         return result, result.seed

@@ -1,6 +1,5 @@
-"""The Studio tab's handlers: Generate and Stop, the size and preset controls, the status line, cost and
-badges the timer refreshes, a PNG's parameters, and whether the tensor-parallel controls show.
-"""
+"""The Studio tab's handlers: Generate and Stop, the size and preset controls, the references, the
+status line, cost and badges the timer refreshes, a PNG's parameters, the tensor-parallel controls."""
 
 from __future__ import annotations
 
@@ -13,7 +12,7 @@ from backend.errors import InvalidRequest, StudioError
 from backend.images.pngmeta import read_png_parameters
 from backend.request.validation import work
 from backend.shapes import Shape
-from ui.handlers_base import Door, Runs, _warning, _whole
+from ui.handlers_base import Door, Runs, _whole, toast
 from ui.i18n import error_message, language, text
 from ui.temp_dir import discard_upload, is_upload
 from ui.views_common import CUSTOM, format_seconds, preset_label, preset_shape
@@ -35,8 +34,7 @@ def contact_sheet(images):
     """A batch's images side by side (two rows for four): one picture, one history entry."""
     from PIL import Image
 
-    columns = 2 if len(images) == 4 else len(images)
-    rows = -(-len(images) // columns)
+    columns, rows = (2, 2) if len(images) == 4 else (len(images), 1)
     width, height = images[0].size
     sheet = Image.new("RGB", (columns * width + (columns - 1) * 8, rows * height + (rows - 1) * 8), "white")
     for index, image in enumerate(images):
@@ -52,9 +50,8 @@ class StudioTab:
         self.examples = {lang: list(prompts) for lang, prompts in (examples or {}).items()}
 
     def page_examples(self, page: gr.Request | None = None):
-        """The example sets' visibility (``ui.layout``: one a language, in this order) for the
-        page's language, else English; a page in another language starts its prompt box with its own
-        first example (only a model that reads its grammar has them, and its box starts with one)."""
+        """The example sets' visibility (``ui.layout``'s, one a language) for the page's language, else
+        English's; a page in another language starts its prompt box with its own first example."""
         lang = language(page)
         shown = lang if self.examples.get(lang) else "en"
         first = gr.update(value=self.examples[shown][0]) if shown != "en" else gr.skip()
@@ -73,7 +70,7 @@ class StudioTab:
             # A refusal: a calm notice in the run line and a toast, the outputs left as they are (not
             # an "Error" badge over every output).
             reason = str(refusal.message).removeprefix(text(lang, "title_error") + " — ")
-            _warning(lang, reason)
+            toast(lang, "warning", reason)
             return gr.skip(), text(lang, "run_refused", reason=reason), *[gr.skip()] * 5
         if result is None:
             return gr.skip(), text(lang, "run_stopped", seed=seed), *[gr.skip()] * 5
@@ -89,13 +86,12 @@ class StudioTab:
 
     def history_selected(self, evt: gr.SelectData):
         """A click on a history image: Use as reference then takes that one."""
-        value = evt.value if isinstance(evt.value, dict) else {}
-        path = (value.get("image") or {}).get("path") if isinstance(value.get("image"), dict) else None
+        image = evt.value.get("image") if isinstance(evt.value, dict) else None
+        path = image.get("path") if isinstance(image, dict) else None
         return [path] if path else gr.skip()
 
-    def use_as_reference(self, paths, references, page: gr.Request | None = None):
-        """The last run's image (a batch's first), or the history image last clicked, becomes the one
-        reference (a second press does not stack it: *Add as reference* keeps several)."""
+    def use_as_reference(self, paths, page: gr.Request | None = None):
+        """The last run's image (a batch's first), or the history image clicked last, is the one reference."""
         if not paths:
             return gr.skip()
         self.door.info(page, "info_reference_used")
@@ -129,15 +125,14 @@ class StudioTab:
             return gr.skip()
         limit = self.manager.settings.max_references
         if len(current) >= limit:
-            _warning(lang, text(lang, "warn_references_full", n=limit))
+            toast(lang, "warning", text(lang, "warn_references_full", n=limit))
             return gr.skip()
         self.door.info(page, "info_reference_added", n=len(current) + 1)
         return current + [(paths[0], None)]
 
     def stop(self, page: gr.Request | None = None) -> str:
-        """Stop this page's run (the operator's: every run) at its next step; while a shape compiles,
-        say that the compile finishes first and about when. The answer is the page's line under the
-        buttons (Stop does not queue, and a toast from an unqueued event never reaches the page)."""
+        """Stop this page's run (the operator's: every run) at its next step; a compile finishes first. The
+        answer is a line on the page: Stop does not queue, and an unqueued event's toast never shows."""
         caller, lang = self.door.caller(page), language(page)
         try:
             running = self.manager.cancel(caller=caller)
@@ -161,11 +156,9 @@ class StudioTab:
         names = ", ".join(text(language(page), "engine_name_" + name.replace("-", "_")) for name in stopped)
         return self.door.info(page, "info_worker_stopped" if stopped else "info_no_worker_compiling", engines=names)
 
-    def preset_changed(self, label: str, width, height):
+    def preset_changed(self, label: str):
         shape = preset_shape(label, self.manager.card.presets)
-        if shape is None:
-            return gr.skip(), gr.skip()
-        return shape.width, shape.height
+        return (gr.skip(), gr.skip()) if shape is None else (shape.width, shape.height)
 
     def size_changed(self, width, height) -> str:
         card = self.manager.card
@@ -242,11 +235,11 @@ class StudioTab:
         finally:
             discard_upload(path)  # read: the upload is not kept (web.guard bounds what is held)
         if not params:
-            _warning(lang, text(lang, "warn_no_params"))
+            toast(lang, "warning", text(lang, "warn_no_params"))
             return (gr.skip(),) * 10
         if params.get("references"):  # the images themselves are not in the PNG: say which files it needs
             refs = "; ".join(f"{r['source']} (SHA-256 {r['sha256'][:12]}…)" for r in params["references"])
-            _warning(lang, text(lang, "warn_png_references", count=len(params["references"]), refs=refs))
+            toast(lang, "warning", text(lang, "warn_png_references", count=len(params["references"]), refs=refs))
         width, height = params.get("width"), params.get("height")
         return (
             params.get("prompt", gr.skip()),

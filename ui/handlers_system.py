@@ -1,6 +1,4 @@
-"""The System tab's handlers, the operator's (the manager refuses a viewer's): the tensor-parallel group
-and its rank logs, replicas, the compile cache, the warm-only lock, warm-up, bundles; the tab's views.
-"""
+"""The System tab's handlers, the operator's (the manager refuses a viewer's), and the tab's views."""
 
 from __future__ import annotations
 
@@ -42,14 +40,13 @@ class SystemTab:
         lang = language(page)
         wanted = _whole(degree, strict=True, lang=lang)
         before = self.manager.status().tp or {}
-        group = self.door.call(page, self.manager.start_engine, TP_ENGINE, wanted)
-        ranks = group.get("world_size", wanted)
-        if before.get("state") in TP_RUNNING and before.get("world_size") == ranks:
-            self.door.info(page, "info_tp_already", state=tp_state_name(before["state"], lang), ranks=ranks)
-        elif before.get("state") in TP_RUNNING:
-            self.door.info(page, "info_tp_replacing", old=before.get("world_size"), ranks=ranks)
-        else:
+        ranks = self.door.call(page, self.manager.start_engine, TP_ENGINE, wanted).get("world_size", wanted)
+        if before.get("state") not in TP_RUNNING:
             self.door.info(page, "info_tp_starting", ranks=ranks)
+        elif before.get("world_size") == ranks:
+            self.door.info(page, "info_tp_already", state=tp_state_name(before["state"], lang), ranks=ranks)
+        else:
+            self.door.info(page, "info_tp_replacing", old=before.get("world_size"), ranks=ranks)
 
     def stop_tp(self, page: gr.Request | None = None) -> None:
         """Returns once no process of the group is left (the timer shows "stopping" meanwhile)."""
@@ -88,11 +85,9 @@ class SystemTab:
 
     def clear_plan(self, page: gr.Request | None = None):
         lang = language(page)
-        plan = self.door.call(page, self.manager.cache_plan)
-        lines = [text(lang, "confirm_clear")] + [
-            text(lang, "clear_plan_line", entries=c["entries"], mb=f"{c['remove_bytes'] / 1e6:.1f}", dir=c["dir"])
-            for c in plan]
-        return "\n".join(lines), gr.update(visible=True)
+        lines = [text(lang, "clear_plan_line", entries=c["entries"], mb=f"{c['remove_bytes'] / 1e6:.1f}", dir=c["dir"])
+                 for c in self.door.call(page, self.manager.cache_plan)]
+        return "\n".join([text(lang, "confirm_clear"), *lines]), gr.update(visible=True)
 
     def export_bundle(self, page: gr.Request | None = None):
         self.door.require_operator(page, "Exporting a warm-start bundle")  # before anything is written

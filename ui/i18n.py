@@ -1,11 +1,8 @@
-"""The page's words in English and Turkish (``MESSAGES``, from ``ui/locales/en.json`` and ``tr.json``:
-one sentence per key, ``{placeholders}`` filled in by ``text``; English is also the fallback; a key holds
-no dot, which the browser's translation would read as a nested key), the language of a request, and
-error codes. ``ui.constants`` hands the table whole to ``gr.I18n``, so the
-browser translates the static labels (``tr-TR`` finds ``tr``, anything else ``en``); handlers and views
-render on the server with ``text(lang, key)``, ``lang`` from ``Accept-Language`` by the same rule. Only
-words are translated: numbers and sizes read the same in both. A backend error is shown as the
-translated sentence for its code, then the backend's own English detail. No gradio and no torch here.
+"""The page's words in English and Turkish (``MESSAGES``, from ``ui/locales/*.json``: one sentence per
+key, no dot in a key, which the browser's translation would read as nested), the language of a request
+and error codes. The browser translates the static labels (``gr.I18n``); handlers and views render with
+``text(lang, key)``, ``lang`` from ``Accept-Language`` by the same rule (``tr-TR`` finds ``tr``, anything
+else ``en``). A backend error reads as the sentence for its code, then its detail. No gradio, no torch.
 """
 
 from __future__ import annotations

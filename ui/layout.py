@@ -52,9 +52,7 @@ def studio_tab(manager, examples: dict[str, list[str]]) -> dict:
     default_preset = preset_label(named, start_shape) if named else CUSTOM
     embedded = card.prompt_grammar is not None  # a model that reads its own grammar: start with an example
     with gr.Tab(I18N("tab_studio"), id="studio"):
-        # What a presenter uses on every click sits on a laptop's first screen (1280x800), side by side:
-        # the prompt (its grammar in one line, the rest behind an (i)), the references beside it, the
-        # examples as chips, Generate, the cost, size, mode and steps; the rest follows below.
+        # What a presenter uses on every click fits a laptop's first screen (1280x800; docs/ui.md).
         with gr.Row():
             with gr.Column(scale=2):
                 first = (examples.get("en") or [""])[0]
@@ -105,7 +103,6 @@ def studio_tab(manager, examples: dict[str, list[str]]) -> dict:
                     steps = gr.Slider(1, s.max_steps, value=s.steps, step=1, label=I18N("steps"), elem_id="steps",
                                       scale=2, min_width=120)
                 badges = gr.HTML(badges_html([]), elem_id="badges")
-                # The group is shared by every page: only its buttons start or stop it, not the mode.
                 # The state on its own line (it never runs into the buttons), the buttons below.
                 with gr.Column(visible=s.mode == "tp", elem_id="tp-controls") as tp_controls:
                     tp_state = gr.HTML(tp_state_html({}), elem_id="tp-state")

@@ -12,13 +12,16 @@ import pandas as pd
 from ui.i18n import DEFAULT, text
 
 
+def _typed(**columns: type) -> pd.DataFrame:
+    return pd.DataFrame({name: pd.Series(dtype=kind) for name, kind in columns.items()})
+
+
 def latency_frame(records: list[Any]) -> pd.DataFrame:
     """Steady-state seconds per image (median over runs) against megapixels, per mode."""
     rows = [{"mode": r.mode, "megapixels": r.width * r.height / 1e6, "shape": f"{r.width}x{r.height}",
              "seconds": r.seconds} for r in records if r.steady]
     if not rows:  # typed columns: an untyped empty "mode" reads as a number, and the legend said "NaN"
-        return pd.DataFrame({"mode": pd.Series(dtype=str), "megapixels": pd.Series(dtype=float),
-                             "shape": pd.Series(dtype=str), "seconds": pd.Series(dtype=float)})
+        return _typed(mode=str, megapixels=float, shape=str, seconds=float)
     frame = pd.DataFrame(rows).groupby(["mode", "shape", "megapixels"], as_index=False)["seconds"].median()
     return frame.sort_values(["mode", "megapixels"]).reset_index(drop=True)
 
@@ -29,9 +32,8 @@ def compile_frame(shapes: list[dict[str, Any]]) -> pd.DataFrame:
              "compile seconds": r["compile_seconds"]}
             for r in shapes if r["compiles"] and r["compile_seconds"]]
     if not rows:  # typed, as latency_frame's: the plot keeps the axis types of its first value (below)
-        return pd.DataFrame({"shape · mode": pd.Series(dtype=str), "mode": pd.Series(dtype=str),
-                             "compile seconds": pd.Series(dtype=float)})
-    return pd.DataFrame(rows, columns=["shape · mode", "mode", "compile seconds"])
+        return _typed(**{"shape · mode": str, "mode": str, "compile seconds": float})
+    return pd.DataFrame(rows)
 
 
 # One colour per mode in both Performance plots (the plots' own palettes assign colours by order).
@@ -39,20 +41,14 @@ MODE_COLORS = {"eager": "#4c78a8", "compiled": "#f58518", "regional": "#54a24b",
 
 
 def plotted(frame: pd.DataFrame) -> pd.DataFrame:
-    """``frame`` as a plot's value: with a row for each mode it lacks, its numbers empty (not drawn).
-
-    Gradio's plot builds its chart (axis types, one colour for each mode in its value) when one of
-    its settings changes, and a new value alone only replaces the points in that chart. So each
-    value holds every mode (had a mode been missing when the chart was built, it had no colour and
-    its points were not drawn: a compiled run beside eager ones never showed), and the settings
-    change seldom: titles once, as the page opens; the axes' ends in steps (``axis_end``). A chart
-    rebuilt for a changed setting shows the value before until the timer's next one, 5 s later."""
+    """``frame`` with an empty row (not drawn) for each mode it lacks. Gradio's plot builds its chart
+    (axis types, a colour per mode in its value) only when a setting changes; a new value only replaces
+    the points, so a mode missing then had no colour and was never drawn. Hence every value holds every
+    mode, and the settings change seldom: titles once, the axes' ends in steps (``axis_end``)."""
     missing = [mode for mode in MODE_COLORS if mode not in set(frame["mode"])]
 
     def blank(column: str) -> list:
-        if column == "mode":
-            return missing
-        return [float("nan") if frame[column].dtype.kind == "f" else ""] * len(missing)
+        return missing if column == "mode" else [float("nan") if frame[column].dtype.kind == "f" else ""] * len(missing)
 
     rows = pd.DataFrame({column: blank(column) for column in frame.columns}).astype(frame.dtypes.to_dict())
     return pd.concat([frame, rows], ignore_index=True)

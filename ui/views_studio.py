@@ -1,6 +1,6 @@
 """The Studio tab's views (the engine line, the cost of the chosen shape, the preset badges, the run
-line) and the Compare tab's timings table. No gradio and no torch in any ``ui.views_*`` module: views
-take plain values and return Markdown, HTML or frames."""
+line) and the Compare tab's timings table. Views (every ``ui.views_*``) take plain values and return
+Markdown, HTML or frames: no gradio, no torch."""
 
 from __future__ import annotations
 
@@ -66,10 +66,8 @@ def cost_markdown(prediction: dict[str, Any] | None, error: str | None = None, l
 
 def chip_text(prediction: dict[str, Any], lang: str = DEFAULT) -> str:
     """On Neuron: the transformer's attention path and what the signature needs of a NeuronCore."""
-    needs = prediction.get("memory")
-    if not needs:
-        return ""
-    attention = next((a for a in needs["attentions"] if a["name"] == "transformer"), None)
+    needs = prediction.get("memory") or {}
+    attention = next((a for a in needs.get("attentions", ()) if a["name"] == "transformer"), None)
     if attention is None:
         return ""
     out = (text(lang, "cost_attention_fast") if attention["fast"]
@@ -85,18 +83,11 @@ def warm_on_text(prediction: dict[str, Any], lang: str = DEFAULT) -> str:
     return text(lang, "cost_warm_on", warm=warm_on[0], of=warm_on[1]) if warm_on else ""
 
 
-def badge_state(prediction: dict[str, Any]) -> str:
-    if prediction.get("refused"):
-        return "locked"
-    if prediction["state"] in ("warm", "compiling", "failed"):
-        return prediction["state"]
-    return "cold" if prediction["will_compile"] else "warm"
-
-
 def badges_html(predictions: list[tuple[str, dict[str, Any]]], lang: str = DEFAULT) -> str:
     spans = []
     for label, p in predictions:
-        state = badge_state(p)
+        state = ("locked" if p.get("refused") else p["state"] if p["state"] in ("warm", "compiling", "failed")
+                 else "cold" if p["will_compile"] else "warm")
         title = html.escape(cost_markdown(p, lang=lang).replace("**", ""), quote=True)
         warm_on = p.get("warm_on")
         word = text(lang, "badge_" + state)
@@ -123,8 +114,7 @@ def engine_markdown(status: Status, lang: str = DEFAULT) -> str:
     line = text(lang, "engine_ready", model=model, where=where, state=word(lang, "engine_state_", state))
     if status.warm_only:
         line += text(lang, "engine_locked")
-    busy = status.busy
-    if busy:
+    if busy := status.busy:
         phase = busy["phase"]
         step = text(lang, "engine_step", step=busy["step"], steps=busy["steps"]) if phase == "denoising" else ""
         line += text(lang, "engine_busy", mode=busy["mode"], shape=busy["shape"], phase=word(lang, "phase_", phase),
@@ -163,17 +153,13 @@ def mode_text(result: dict[str, Any], lang: str = DEFAULT) -> str:
         requested = result.get("requested_mode") or "tp"
         return (text(lang, "run_own_core", mode=mode) if requested == mode
                 else text(lang, "run_in_process", mode=mode, requested=requested))
-    if mode == "tp":
-        return text(lang, "run_tp", ranks=result.get("world_size", 1))
-    return mode
+    return text(lang, "run_tp", ranks=result.get("world_size", 1)) if mode == "tp" else mode
 
 
 def mode_caption(result: dict[str, Any], lang: str = DEFAULT) -> str:
     if result.get("degraded"):
         return text(lang, "caption_degraded", mode=result["mode"], requested=result.get("requested_mode") or "tp")
-    if result["mode"] == "tp":
-        return f"tp ×{result.get('world_size', 1)}"
-    return result["mode"]
+    return f"tp ×{result.get('world_size', 1)}" if result["mode"] == "tp" else result["mode"]
 
 
 COMPARE_COLUMNS = ["col_mode", "col_seconds", "col_compiled", "col_compile_s", "col_max_diff"]

@@ -1,8 +1,6 @@
 """The clients' routes, on FastAPI: the probes (``/healthz``; ``/readyz`` and SageMaker's ``/ping``,
-503 with the reason until the ``--prewarm`` shapes are warm), ``/metrics`` (loopback scrapers, or the
-``--metrics-key`` as a Bearer token), ``/v1/models`` and the Images API (``web.images``). With
-``--api-keys`` each call needs a key and runs as that key's viewer; without, only loopback callers may
-call; a request from another site's page is refused. docs/api.md is the manual.
+503 with the reason until the ``--prewarm`` shapes are warm), ``/metrics``, ``/v1/models`` and the
+Images API (``web.images``); who may call them: ``Callers``. docs/api.md is the manual.
 """
 
 from __future__ import annotations
@@ -12,6 +10,7 @@ import time
 from pathlib import Path
 
 from fastapi import APIRouter, Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 
 from backend.serving.roles import api_caller
@@ -63,11 +62,6 @@ def _weak(key: str) -> bool:
     return len(key) < MIN_KEY_CHARS or any(c.isspace() for c in key)
 
 
-def read_secret(spec: str) -> str:
-    path = Path(spec).expanduser()
-    return path.read_text().strip().splitlines()[0].strip() if path.is_file() else spec.strip()
-
-
 def _bearer(request: Request) -> str | None:
     auth = request.headers.get("authorization", "")
     return auth[7:].strip() if auth[:7].lower() == "bearer " else None
@@ -82,13 +76,16 @@ def _loopback(request: Request) -> bool:
 
 
 class Callers:
-    """Who calls the clients' routes (``caller``) and ``/metrics`` (``scraper``). A right key is taken
-    before the failure window (``web.guard.Failures``, shared with the page's logins): wrong keys from
-    an address are refused for the window (429) and never lock out a key's holder there."""
+    """Who calls the clients' routes (``caller``: with ``--api-keys`` a key's viewer, else a loopback
+    caller; never another site's page) and ``/metrics`` (``scraper``: loopback, or the ``--metrics-key``
+    (a file or the key) as a Bearer token). A right key is taken before the failure window
+    (``web.guard.Failures``, shared with the page's logins), so wrong ones never lock out its holder."""
 
     def __init__(self, keys: ApiKeys, metrics_key: str | None = None, failures: Failures | None = None):
-        self.keys = keys
-        self.metrics_key = read_secret(metrics_key) if metrics_key else None
+        self.keys, self.metrics_key = keys, None
+        if metrics_key:  # the key, or a file holding it
+            path = Path(metrics_key).expanduser()
+            self.metrics_key = (path.read_text().strip().splitlines()[0] if path.is_file() else metrics_key).strip()
         if self.metrics_key is not None and _weak(self.metrics_key):
             raise ValueError(f"--metrics-key: {WEAK_KEY}")
         self.failures = failures or Failures()
@@ -102,25 +99,25 @@ class Callers:
         return refusal
 
     def caller(self, request: Request):
-        origin = foreign_origin(request.headers, request.url.scheme)
-        if origin:
+        if origin := foreign_origin(request.headers, request.url.scheme):
             raise ApiError(403, f"requests from another site's page ({origin!r}) are refused", code="cross_origin",
                            kind="permission_error")
+        address = _address(request)
         if not self.keys.keys:
             if not _loopback(request):
                 raise ApiError(403, "this app's Images API answers loopback callers only (start it with --api-keys "
                                     "to let others in)", code="loopback_only", kind="permission_error")
-            return api_caller(None, _address(request))
+            return api_caller(None, address)
         token = _bearer(request)
         if not token:
             raise ApiError(401, "an API key is required: send Authorization: Bearer <key> (--api-keys)",
                            param="authorization", code="missing_api_key", kind="authentication_error")
         name = self.keys.name_of(token)
         if name is None:
-            raise self._wrong(_address(request), "API key", ApiError(
+            raise self._wrong(address, "API key", ApiError(
                 401, "that API key is not one of this app's (--api-keys)", param="authorization",
                 code="invalid_api_key", kind="authentication_error"))
-        return api_caller(name, _address(request))
+        return api_caller(name, address)
 
     def scraper(self, request: Request) -> None:
         token = _bearer(request)
@@ -186,20 +183,14 @@ def router(images: Images, callers: Callers) -> APIRouter:
     return routes
 
 
+def _malformed(_request: Request, exc: RequestValidationError) -> JSONResponse:
+    return ApiError(400, f"the request is malformed: {exc.errors()[0].get('msg', '')}",
+                    code="invalid_request").response()
+
+
 def build_api(manager, keys: ApiKeys | None = None, metrics_key: str | None = None,
               failures: Failures | None = None) -> FastAPI:
-    from fastapi.exceptions import RequestValidationError
-
-    app = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
+    app = FastAPI(openapi_url=None, docs_url=None, redoc_url=None, exception_handlers={
+        ApiError: lambda _request, exc: exc.response(), RequestValidationError: _malformed})
     app.include_router(router(Images(manager), Callers(keys or ApiKeys(), metrics_key, failures)))
-
-    @app.exception_handler(ApiError)
-    async def refused(_request: Request, exc: ApiError):
-        return exc.response()
-
-    @app.exception_handler(RequestValidationError)
-    async def malformed(_request: Request, exc: RequestValidationError):
-        return ApiError(400, f"the request is malformed: {exc.errors()[0].get('msg', '')}",
-                        code="invalid_request").response()
-
     return app

@@ -1,30 +1,10 @@
-"""The web server's door, below Gradio (pure ASGI, so it runs before every Gradio route):
-
-- **DNS rebinding**: while the app listens on a loopback address, a ``Host`` that is not a loopback
-  name is refused (421); with another ``--host``, ``allowed_hosts`` (any for ``0.0.0.0``/``::``).
-- **Other origins**: a request whose ``Origin`` is not exactly this server's scheme, host and port
-  (``foreign_origin``) is refused (403) when it changes state (any method but GET/HEAD/OPTIONS, a
-  websocket) or carries a credential (a cookie, an ``Authorization``): cookies ignore ports, so a page
-  on another localhost port would otherwise act with the operator's.
-- **The output folder serves images only**: under it only the PNGs the app wrote (``APP_PNG``) are
-  answered, not a user's file beside them nor an HTML page (404); a path with a NUL byte is 400.
-- **Uploads are bounded as they arrive** (Gradio's upload route and the Images API's multipart edits):
-  the bytes each address sent in ``UPLOAD_WINDOW_S`` and is sending now, at most
-  ``UPLOAD_BYTES_PER_CALLER`` (429), and all held plus all arriving, at most ``UPLOADS_TOTAL_BYTES``
-  (413), counted chunk by chunk, so a body without a ``Content-Length`` is bounded by what it sends.
-  A cut body ends the parser with ``UploadCut`` (a ``MultiPartException``: Gradio's and Starlette's
-  parsers delete their part files on it) and the guard answers. A full disk while a part is written
-  answers 507, and the part files made meanwhile are removed. The handlers delete an upload once read.
-- **Wrong credentials** (``Failures``, one window for all of them: the operator's login, the viewers'
-  ``--auth`` login at ``/login``, API keys, the metrics key): ``LOGIN_FAILURES`` wrong ones within
-  ``LOGIN_WINDOW_S`` from an address make it wait (429). A password login's window is the address and
-  the user name claimed; a key (the operator token, an API key, the metrics key: long and random) is
-  checked before the window, so a neighbour's wrong guesses never lock out its holder.
-- **The operator's login** (``backend.serving.roles``): ``/operator?token=T``, or HTTP Basic with
-  ``--operator-auth``, sets the operator cookie (HttpOnly, SameSite=Strict).
-
-The address is the peer's: uvicorn rewrites it from ``X-Forwarded-For`` only for the proxies named by
-``--forwarded-allow-ips`` (``server.Served``).
+"""The web server's door, below Gradio (pure ASGI, so it runs before every Gradio route). SECURITY.md
+states what it promises: a ``Host`` that is not this server's is refused (421: DNS rebinding); an
+``Origin`` that is not exactly this server's scheme, host and port, on a request that changes state or
+carries a credential (cookies ignore ports), 403; in the output folder only the PNGs the app wrote
+(``APP_PNG``) are served (404); uploads are counted as they arrive (``_upload``); wrong credentials of
+every kind share one window (``Failures``); ``/operator`` is the operator's login. The address is the
+peer's: uvicorn rewrites it from ``X-Forwarded-For`` only for ``--forwarded-allow-ips`` (``server.Served``).
 """
 
 from __future__ import annotations
@@ -40,6 +20,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from starlette.datastructures import Headers, QueryParams
 from starlette.formparsers import MultiPartException
 from starlette.responses import PlainTextResponse, RedirectResponse
+from starlette.websockets import WebSocketClose
 
 from backend.hardware.env import dir_size
 from backend.images.folder import APP_PNG
@@ -73,7 +54,6 @@ UPLOAD_BYTES_PER_CALLER = 100 * 2**20  # five of the largest uploads; thousands 
 UPLOAD_WINDOW_S = 600.0
 UPLOADS_TOTAL_BYTES = 200 * 2**20
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
-_DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 def _origin_tuple(scheme: str, netloc: str) -> tuple[str, str, int] | None:
@@ -83,7 +63,7 @@ def _origin_tuple(scheme: str, netloc: str) -> tuple[str, str, int] | None:
     except ValueError:
         return None
     scheme = {"ws": "http", "wss": "https"}.get(scheme.lower(), scheme.lower())
-    return (scheme, (parts.hostname or "").lower(), port or _DEFAULT_PORTS.get(scheme, 0))
+    return (scheme, (parts.hostname or "").lower(), port or {"http": 80, "https": 443}.get(scheme, 0))
 
 
 def foreign_origin(headers, scheme: str = "http") -> str | None:
@@ -160,11 +140,8 @@ def _address(scope) -> str:
 
 
 class UploadCut(MultiPartException):
-    """An upload past its bound, raised to the parser reading it (which deletes its part files)."""
-
-    def __init__(self, answer: PlainTextResponse):
-        super().__init__("the upload was cut at its bound; File size exceeded maximum allowed size")
-        self.answer = answer
+    """An upload past its bound, raised to the parser reading it (Gradio's and Starlette's delete their
+    part files on a ``MultiPartException``)."""
 
 
 class RoomGuard:
@@ -192,11 +169,12 @@ class RoomGuard:
         return None
 
     async def _upload(self, scope, receive, send, headers):
-        """The upload handed on with its body counted as it arrives, and cut at the first bound it passes."""
+        """The upload handed on with its body counted chunk by chunk (a body without a Content-Length is
+        bounded by what it sends), cut at the first bound it passes: an address's bytes sent and arriving
+        (429), everything held and arriving (413); a full disk answers 507."""
         caller, declared = _address(scope), content_length(headers) or 0
         held = dir_size(self.upload_dir) if self.upload_dir else 0
-        refusal = self._upload_refusal(caller, declared, held)  # a declared length: refused before the body
-        if refusal:
+        if refusal := self._upload_refusal(caller, declared, held):  # a declared length: refused before the body
             return await refusal(scope, receive, send)
         state = {"got": 0, "answer": None}
         before = _top_files(self.upload_dir)
@@ -210,7 +188,7 @@ class RoomGuard:
                 self._arriving[caller] += size
                 if answer is not None:
                     state["answer"] = answer
-                    raise UploadCut(answer)
+                    raise UploadCut("the upload was cut at its bound; File size exceeded maximum allowed size")
             return message
 
         async def until_cut(message):
@@ -248,30 +226,28 @@ class RoomGuard:
     async def __call__(self, scope, receive, send):
         if scope["type"] not in ("http", "websocket"):
             return await self.app(scope, receive, send)
-        headers, path, answer = Headers(scope=scope), scope.get("path", ""), None
-        method = scope.get("method", "GET") if scope["type"] == "http" else "WEBSOCKET"
+        headers, path, http, answer = Headers(scope=scope), scope.get("path", ""), scope["type"] == "http", None
+        method = scope.get("method", "GET") if http else "WEBSOCKET"
         origin = foreign_origin(headers, scope.get("scheme", "http"))
         if self.hosts is not None and host_name(headers.get("host", "")) not in self.hosts:
-            if scope["type"] == "websocket":
-                return await send({"type": "websocket.close", "code": 1008})
             answer = _reply(421, f"This server answers only for its own address ({', '.join(sorted(self.hosts))}); "
                                  f"Host {headers.get('host')!r} is refused (DNS rebinding protection).")
         elif origin and (method not in SAFE_METHODS or "cookie" in headers or "authorization" in headers):
-            if scope["type"] == "websocket":
-                return await send({"type": "websocket.close", "code": 1008})
             answer = _reply(403, f"Requests from another site's page ({origin!r}) are refused: only this app's own "
                                  "page (its scheme, host and port) may send them. Behind a proxy, name it with "
                                  "--forwarded-allow-ips so the scheme it was reached by is known.")
         elif "\0" in path or "%00" in path:
             answer = _reply(400, "A path with a NUL byte is refused.")
-        elif scope["type"] == "http" and path == "/operator":
+        elif http and path == "/operator":
             answer = self._login(scope, headers)
-        elif scope["type"] == "http" and self._foreign_output(path):
+        elif http and self._foreign_output(path):
             answer = _reply(404, "Not found: the output folder serves only the images the app made.")
-        elif scope["type"] == "http" and path in UPLOAD_ROUTES and method == "POST":
+        elif http and path in UPLOAD_ROUTES and method == "POST":
             return await self._upload(scope, receive, send, headers)
-        elif self.viewer_login and scope["type"] == "http" and path in VIEWER_LOGIN_ROUTES and method == "POST":
+        elif self.viewer_login and http and path in VIEWER_LOGIN_ROUTES and method == "POST":
             return await self._viewer_login(scope, receive, send)
+        if answer is not None and not http:  # a refused websocket is closed at its handshake
+            answer = WebSocketClose(1008)
         await (answer or self.app)(scope, receive, send)
 
     async def _viewer_login(self, scope, receive, send):
@@ -291,13 +267,10 @@ class RoomGuard:
         if wait is not None:
             return await _reply(429, f"Too many wrong logins for this user from this address; try again in {wait} s.",
                                 {"retry-after": str(wait)})(scope, receive, send)
-        sent = [False]
+        read = [{"type": "http.request", "body": body, "more_body": False}]
 
         async def replay():
-            if sent[0]:
-                return await receive()
-            sent[0] = True
-            return {"type": "http.request", "body": body, "more_body": False}
+            return read.pop() if read else await receive()
 
         async def watch(message):
             if message["type"] == "http.response.start" and message["status"] != 200:

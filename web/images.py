@@ -1,7 +1,6 @@
-"""OpenAI's Images API over the service (``Manager.run``): the request model, the bounded body, the
-run and the answer in OpenAI's shapes, errors included (docs/api.md is the manual). The values are
-checked once, by the service, which names the field; a JSON body is bounded as it is read, a multipart
-body as it streams, so a part past its bound is refused before the rest is read.
+"""OpenAI's Images API over the service (``Manager.run``), errors included (docs/api.md is the manual).
+The values are checked once, by the service, which names the field; a JSON body is bounded as it is
+read, a multipart body as it streams (a part past its bound is refused before the rest is read).
 """
 
 from __future__ import annotations
@@ -96,7 +95,7 @@ class BoundedParts(MultiPartParser):
         self._bounded_size = 0
 
     def on_part_data(self, data: bytes, start: int, end: int) -> None:
-        self._bounded_size = getattr(self, "_bounded_size", 0) + (end - start)
+        self._bounded_size += end - start
         if self._bounded_size > MAX_REFERENCE_BYTES:
             raise MultiPartException(f"a part is over {MAX_REFERENCE_BYTES / 2**20:.0f} MB, "
                                      "the most a reference may be")
@@ -194,16 +193,13 @@ class Images:
 
     def plan(self, fields: ImageRequest, images: list[bytes]):
         """The service's request and what it will cost (``Manager.plan``); ``size: auto`` is the nearest warm one."""
-        size = fields.size
-        if size is not None and size != "auto" and not isinstance(size, str):
-            raise _invalid(InvalidRequest("size", f"must be text such as \"1024x1024\" or \"auto\", got "
-                                                  f"{show_value(size)}"))
+        size, shape = fields.size, self.manager.card.start_shape
         try:
-            shape = parse_shape(size) if size not in (None, "auto") else None
+            if size is not None and not isinstance(size, str):
+                raise ValueError(f"must be text such as \"1024x1024\" or \"auto\", got {show_value(size)}")
+            shape = None if size == "auto" else shape if size is None else parse_shape(size)
         except ValueError as exc:
             raise _invalid(InvalidRequest("size", str(exc))) from None
-        if shape is None and size is None:
-            shape = self.manager.card.start_shape
         try:
             return self.manager.plan(dict(prompt=fields.prompt, height=shape and shape.height,
                                           width=shape and shape.width, steps=fields.steps, guidance=fields.guidance,
@@ -260,9 +256,8 @@ class Images:
 
 def _invalid(exc: InvalidRequest) -> ApiError:
     param = API_NAMES.get(exc.field, exc.field)
-    text = str(exc).split(": ", 1)[1] if ": " in str(exc) else str(exc)
     named = exc.field if param == exc.field else f"{exc.field} ({param})"
-    return ApiError(400, f"{named}: {text}", param=param, code="invalid_value")
+    return ApiError(400, f"{named}: {exc.message}", param=param, code="invalid_value")
 
 
 # A service refusal's HTTP status and OpenAI error fields, by its class (the first that matches).

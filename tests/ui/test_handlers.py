@@ -336,15 +336,15 @@ def test_cost_line_and_badges_follow_the_compile_state(studio, manager):
 
 
 def test_presets_and_custom_sizes_stay_in_step(studio):
-    assert studio.studio_tab.preset_changed("16:9 · 1344x768", 0, 0) == (1344, 768)
+    assert studio.studio_tab.preset_changed("16:9 · 1344x768") == (1344, 768)
     for name, shape in PRESETS:  # every preset sets both boxes, and a size that is a preset names it
         label = preset_label(name, shape)
-        assert studio.studio_tab.preset_changed(label, 1000, 768) == (shape.width, shape.height), label
+        assert studio.studio_tab.preset_changed(label) == (shape.width, shape.height), label
         assert studio.studio_tab.size_changed(shape.width, shape.height) == label
     assert studio.studio_tab.size_changed(1000, 768) == CUSTOM
     # Custom leaves width and height as they are: an update with no value for each, not a size.
     keep = {"__type__": "update"}
-    assert gr.skip() == keep and studio.studio_tab.preset_changed(CUSTOM, 1000, 768) == (keep, keep)
+    assert gr.skip() == keep and studio.studio_tab.preset_changed(CUSTOM) == (keep, keep)
 
 
 def _uploaded(path, tmp_path, monkeypatch) -> str:
@@ -572,7 +572,7 @@ def test_the_first_page_fits_the_model(model, tmp_path):
             assert value["prompt"] == examples[0] and ", on " not in examples[0]  # no place: the centre
             # The grammar in one short line beside the prompt, the whole of it behind its (i).
             assert "(left out: the centre)" in value["prompt-hint"] and "<summary>" in value["prompt-hint"]
-            assert studio.studio_tab.preset_changed("21:9 · 384x160", 0, 0) == (384, 160)
+            assert studio.studio_tab.preset_changed("21:9 · 384x160") == (384, 160)
             assert studio.studio_tab.size_changed(160, 384) == "9:21 · 160x384"
             assert "**Beyond training**: this model learnt sizes up to 65,536 pixels (256x256)" in \
                 studio.studio_tab.refresh_studio("eager", 512, 512, 4)[1]
@@ -834,8 +834,9 @@ def test_an_edit_on_the_page_takes_uploads_and_the_apps_own_images_only(studio, 
     assert "2 images in one batch" in line and "300x200 → 1216x832 (cropped)" in line
     assert shown.size == (64 * 2 + 8, 64) and len(gallery) == 1  # one sheet, one history entry
     # Issue 54 (5): Use as reference makes it the one reference, however often it is pressed; Add keeps several
-    assert studio.studio_tab.use_as_reference(paths, [(str(upload), None)]) == [(paths[0], None)]
-    assert studio.studio_tab.use_as_reference(paths, [(paths[0], None)]) == [(paths[0], None)]
+    # (the handler is not handed the references: pressed again, it cannot stack the image)
+    assert studio.studio_tab.use_as_reference(paths) == [(paths[0], None)]
+    assert studio.studio_tab.use_as_reference(paths) == [(paths[0], None)]
     references = studio.studio_tab.add_as_reference(paths, [(str(upload), None)])
     assert references == [(str(upload), None), (paths[0], None)]  # the app's own image joins the references
     assert studio.studio_tab.add_as_reference(paths, references) == gr.skip()  # the same image twice: once

@@ -84,9 +84,9 @@ def test_every_handler_that_asks_for_the_caller_is_in_the_list():
             asking |= {f.name for f in cls.body if isinstance(f, ast.FunctionDef) and f.name not in door_asks
                        and any(isinstance(n, ast.Attribute) and n.attr in door_asks for n in ast.walk(f))}
     assert classes > 5, classes  # the tabs' handler classes, the door and the runs
-    # (run and compare: the caller owns its runs on the job board, whatever its role)
+    # (run, Generate's and Compare's: the caller owns its runs on the job board, whatever its role)
     answering_viewers = {"stop", "page_role", "show_tp_controls", "refresh_studio", "refresh_all", "status_for",
-                         "run", "compare"}
+                         "run"}
     assert asking - answering_viewers == {name for name, _args in OPERATOR_EVENTS}
     assert answering_viewers <= asking  # each still asks (a stale name here would hide a new operator handler)
 
