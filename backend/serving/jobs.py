@@ -89,7 +89,6 @@ class JobBoard:
         self._served: dict[Owner, int] = {}  # the turn each owner was last served at
         self._closed = False
 
-    # entering and leaving ----------------------------------------------------------------------
     def enter(self, owner: Owner, mode: str, shape: Shape, steps: int, engine: str, cap: int | None) -> Job:
         with self._cond:
             if self._closed:
@@ -166,7 +165,6 @@ class JobBoard:
                 job.cancel.set()
             self._cond.notify_all()
 
-    # the order ---------------------------------------------------------------------------------
     def _order(self) -> list[Job]:
         """(lock held) The waiting jobs in the order they will run."""
         queues: dict[Owner, list[Job]] = {}
@@ -183,7 +181,6 @@ class JobBoard:
                 del queues[owner]
         return order
 
-    # reading and stopping ----------------------------------------------------------------------
     def jobs(self) -> list[Job]:
         with self._cond:
             return sorted(self._jobs.values(), key=lambda j: j.id)

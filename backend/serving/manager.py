@@ -113,7 +113,6 @@ class Manager:
         engine = next((e for e in self.engines.launched if "tp" in e.modes), None)
         return engine.cores_wanted()[0] if engine is not None else self.settings.tp_degree
 
-    # lifecycle ---------------------------------------------------------------------------------
     def start(self, background: bool = False) -> None:
         """Load the model and prewarm; in the background, errors go to status."""
         if background:
@@ -261,7 +260,6 @@ class Manager:
             if progress is not None:
                 progress(ProgressEvent(Phase.LOADING, int(self._clock() - began), 0, "", ""))
 
-    # validation --------------------------------------------------------------------------------
     def validate(self, prompt: Any, height: Any = None, width: Any = None, steps: Any = None, guidance: Any = None,
                  seed: Any = None, mode: Any = None, images: Any = None, count: Any = None,
                  nearest_warm: bool = False) -> GenerationRequest:
@@ -322,7 +320,6 @@ class Manager:
         """``--max-sequence-tokens``, else the output and three references at the largest preset."""
         return self.settings.max_sequence_tokens or 4 * max(shape.tokens for _name, shape in self.card.presets)
 
-    # routing and admission ---------------------------------------------------------------------
     def _route(self, request: GenerationRequest) -> "Route":
         from backend.engines.base import Route
 
@@ -362,7 +359,6 @@ class Manager:
                 pass  # no engine serves it now: what the table alone says
         return self.admission.decide(self.device, mode, shape, steps, self.warm_only).prediction
 
-    # generation --------------------------------------------------------------------------------
     def run(self, request: GenerationRequest | dict[str, Any], caller: Caller = LOCAL_OPERATOR,
             progress: ProgressFn | None = None, still_wanted: Callable[[], bool] | None = None,
             save: bool | Callable = True):
