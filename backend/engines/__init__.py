@@ -1,8 +1,6 @@
-"""Engines: what runs a request. One contract (``backend.engines.base``), three engines the manager
-never names: ``in_process.InProcessEngine`` (the pipeline in the app's process),
-``tensor_parallel.TensorParallelEngine`` (a torchrun group, mode ``tp``) and ``replicas.ReplicaPool``
-(N one-rank groups); the last two share ``backend.launch.group.WorkerGroup``. ``ray_serve.RayServeEngine``
-serves from a Ray Serve deployment, an engine only where ``--ray`` names a cluster.
+"""Engines: what runs a request, under one contract (``backend.engines.base``): ``in_process`` (the
+pipeline in the app's process), ``tensor_parallel`` (a torchrun group, mode ``tp``), ``replicas`` (N
+one-rank groups) and, where ``--ray`` names a cluster, ``ray_serve`` (a Ray Serve deployment).
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
-"""The engine contract, by role. The manager holds each engine by its role, never by its type:
-
-- the in-process engine: the pipeline in the app's own process; it serves every mode no launched
-  engine takes, and what a launched engine cannot serve right now. Exactly one.
-- launched engines: worker processes the operator starts and stops (a tensor-parallel group, a
-  replica pool). Zero or more, asked in order; the first whose ``route`` answers serves.
-
-An engine never writes the manager's compile table: it reads it and reports lost places through
-its ``PlaceBook`` (``backend.serving.admission.PlaceBook``).
+"""The engine contract, by role: the manager holds each engine by its role, never by its type. The
+in-process engine (exactly one) serves every mode no launched engine takes, and what a launched one
+cannot serve now; launched engines (worker processes the operator starts and stops) are asked in
+order, the first whose ``route`` answers serves. An engine never writes the manager's compile table:
+it reads it and reports to it through its ``PlaceBook`` (``backend.serving.admission``).
 """
 
 from __future__ import annotations
@@ -86,8 +82,7 @@ class LaunchedEngine(Engine, Protocol):
 
 
 class Engines(dict[str, Engine]):
-    """The engines by role: ``local`` and ``launched`` (asked in order); as a mapping, every engine by
-    name in routing order (launched first). Empty before the model loads."""
+    """``local`` and ``launched``; as a mapping, every engine by name in routing order (launched first)."""
 
     def __init__(self, local: InProcessEngine | None = None, launched: tuple[LaunchedEngine, ...] = ()):
         self.local = local

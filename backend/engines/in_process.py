@@ -77,31 +77,28 @@ class InProcessEngine:
     def exclusive(self):
         return self._lock
 
-    # lifecycle -------------------------------------------------------------------------------
     def load(self) -> None:
         """Nothing where the app holds no NeuronCore: loading would start its runtime, which would then
         reserve every core, the engines' included."""
         with self._lock:
-            if self.pipe is None and self.device.holds_cores:
-                self._load()
+            if self.pipe is not None or not self.device.holds_cores:
+                return
+            import diffusers
+            import transformers
 
-    def _load(self) -> None:
-        import diffusers
-        import transformers
-
-        began = time.perf_counter()
-        for library in (diffusers, transformers):  # no loading bars or notices on the app's stderr
-            library.utils.logging.disable_progress_bar()
-            library.utils.logging.set_verbosity_error()
-        pipe = self._loader(self.device, self.model_path)
-        pipe.set_progress_bar_config(disable=True)
-        # the prompt length the model was trained at (its card), in every process that runs it
-        self.prompt_tokens = read_card(self.model_path).prompt_tokens or DEFAULT_PROMPT_TOKENS
-        dense_references(pipe)
-        self.device.reset_compiled()
-        self.pipe, self._variants = pipe, {"eager": []}
-        self._activate("eager")
-        self.load_seconds = time.perf_counter() - began
+            began = time.perf_counter()
+            for library in (diffusers, transformers):  # no loading bars or notices on the app's stderr
+                library.utils.logging.disable_progress_bar()
+                library.utils.logging.set_verbosity_error()
+            pipe = self._loader(self.device, self.model_path)
+            pipe.set_progress_bar_config(disable=True)
+            # the prompt length the model was trained at (its card), in every process that runs it
+            self.prompt_tokens = read_card(self.model_path).prompt_tokens or DEFAULT_PROMPT_TOKENS
+            dense_references(pipe)
+            self.device.reset_compiled()
+            self.pipe, self._variants = pipe, {"eager": []}
+            self._activate("eager")
+            self.load_seconds = time.perf_counter() - began
 
     def close(self) -> None:
         with self._lock:
@@ -112,7 +109,6 @@ class InProcessEngine:
                 "compiled_modes": sorted(m for m in self._variants if m != "eager"),
                 "load_seconds": self.load_seconds}
 
-    # modes -----------------------------------------------------------------------------------
     def _build_variant(self, mode: str) -> list[tuple[torch.nn.Module, Callable]]:
         transformer = self.pipe.transformer
         kwargs = self.device.compile_kwargs()
@@ -144,7 +140,6 @@ class InProcessEngine:
             module._compiled_call_impl = impl
         self.active_mode = mode
 
-    # generation ------------------------------------------------------------------------------
     def run(self, request: GenerationRequest, on_progress: Callable[[ProgressEvent], None] = lambda e: None,
             should_stop: Callable[[], bool] = lambda: False, forbid_compile: bool = False,
             warming: bool = False, decode: bool = True) -> EngineOutput:
@@ -155,7 +150,7 @@ class InProcessEngine:
         with self._lock:
             if self.pipe is None:
                 on_progress(ProgressEvent(Phase.LOADING, 0, request.steps, request.mode, str(request.shape)))
-                self._load()
+                self.load()
             return self._run(in_signature_order(request), on_progress, should_stop, forbid_compile, decode)
 
     def _run(self, request, on_progress, should_stop, forbid_compile, decode) -> EngineOutput:

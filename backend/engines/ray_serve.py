@@ -1,20 +1,9 @@
-"""The Ray Serve engine (docs/replicas.md, "Beyond one instance"): the studio's pipeline runner as a
-Serve deployment on a Ray cluster, each replica one ``InProcessEngine`` on K accelerators that Ray
-hands it: ``neuron_cores`` where the cluster offers them (Ray sets ``NEURON_RT_VISIBLE_CORES`` for
-the replica, ``ray/_private/accelerators/neuron.py``), else ``num_gpus``, else ``num_cpus``.
-
-- ``StudioReplica`` (runs in a replica process): loads the model, warms what the deployment's
-  ``user_config`` lists (a bundle it imports first, ``--prewarm``, every operator warm-up), and
-  streams each run back in few parts (``StudioReplica.run``; each one more message through Ray,
-  docs/performance.md P15). Serve calls ``reconfigure`` on every replica, and on every replica that
-  joins later, so a warm-up reaches them all.
-- ``ReplicaBook`` (a small actor on the app's node): what each replica says of itself (node, cores,
-  what is warm), read by the app; Serve's own view of the replicas is the controller's details
-  (``serve_details``, captured in tests/standin/captures/ray/).
-- ``RayServeEngine`` (in the app): deploys (or attaches to) the app, routes through its handle,
-  watches the replicas, and turns Ray's failures into the studio's. A Stop cancels the stream:
-  Serve raises ``CancelledError`` in the replica, whose next step ends the run. A replica that
-  dies mid-run (its node lost) is retried once on another; Serve restarts it.
+"""The Ray Serve engine (docs/replicas.md, "Beyond one instance"): each Serve replica one
+``InProcessEngine`` on the K accelerators Ray hands it: ``neuron_cores`` where the cluster offers them
+(Ray sets ``NEURON_RT_VISIBLE_CORES``, ``ray/_private/accelerators/neuron.py``), else ``num_gpus``, else
+``num_cpus``. ``StudioReplica`` runs in a replica; ``ReplicaBook`` (an actor on the app's node) holds
+what each says of itself; ``RayServeEngine`` (in the app) deploys or attaches, routes through the
+handle, watches the replicas and turns Ray's failures into the studio's.
 """
 
 from __future__ import annotations
@@ -41,19 +30,16 @@ NAMESPACE = "neuron-studio"
 
 PROGRESS_EVERY = 0.1  # seconds: a replica sends its progress at most this often (StudioReplica.run)
 REPORT_AFTER = 0.05  # seconds after a run's last part: the replica's report to the app (about 1 ms of its time)
-# Ray sends an object of up to 100 KiB inside the message that carries it (its max_direct_call_object_size);
-# a bigger one goes through the object store and, from another node, a transfer. Measured on a local
-# cluster like P15's (docs/performance.md): 192 KiB (a 256x256 image) came back in about 4 ms as 2
-# parts under that size against about 9 ms as one object; 768 KiB (512x512, 8 parts) about the same
-# either way; 3 MiB (1024x1024) slower in parts. So images of up to INLINE_PARTS parts travel as
-# parts, bigger ones as one object.
+# Ray sends an object of up to 100 KiB inside its message (max_direct_call_object_size), a bigger one
+# through the object store. Measured (docs/performance.md P15): 192 KiB came back in about 4 ms as 2
+# parts against 9 ms as one object; 768 KiB about the same either way; 3 MiB slower in parts.
 PART_BYTES = 96 * 1024
 INLINE_PARTS = 4
 
 
 def pixel_parts(out: EngineOutput) -> tuple[EngineOutput, list[bytes], list[dict[str, Any]] | None]:
-    """(the output without its pixels, the pixel parts, how to put each image back) when its images
-    are PIL images of a byte a band, PART_BYTES x INLINE_PARTS in all or less; else (out, [], None)."""
+    """(the output without its pixels, the pixel parts, how to put each image back) for PIL images of a
+    byte a band, PART_BYTES x INLINE_PARTS in all or less; else (out, [], None)."""
     images = out.images
     if not all(getattr(im, "mode", None) in ("RGB", "RGBA", "L") for im in images):  # latents, arrays
         return out, [], None
@@ -81,8 +67,7 @@ def with_pixels(out: EngineOutput, parts: list[bytes], layout: list[dict[str, An
 
 
 def fold(pending: list[ProgressEvent], event: ProgressEvent) -> None:
-    """Add ``event`` to the events held back: it replaces a held one of its own phase (a later step),
-    so every phase the run went through still reaches the app, in order, at its latest step."""
+    """Hold ``event`` back, replacing a held one of its phase: every phase reaches the app, at its latest step."""
     if pending and pending[-1].phase == event.phase:
         pending[-1] = event
     else:
@@ -117,7 +102,8 @@ class ReplicaDevice:
 
 
 class StudioReplica:
-    """One Serve replica: the in-process engine, on the accelerators Ray assigned before ``__init__``."""
+    """One Serve replica: the in-process engine, on the accelerators Ray assigned before ``__init__``. Serve
+    calls ``reconfigure`` on every replica, and on each that joins later, so a warm-up reaches them all."""
 
     def __init__(self, settings: dict[str, Any]):
         import ray
@@ -182,17 +168,15 @@ class StudioReplica:
                          if e["mode"] in IN_PROCESS_MODES]}
 
     def _ran(self, request: GenerationRequest, out: EngineOutput) -> None:
-        key = f"{request.mode} {request.shape}"
-        if key not in self.me["warm"]:
-            self.me["warm"][key] = {"compiles": out.compiles, "neff_compiles": out.neff_compiles,
-                                    "compile_seconds": out.compile_seconds}
+        self.me["warm"].setdefault(f"{request.mode} {request.shape}", {
+            "compiles": out.compiles, "neff_compiles": out.neff_compiles, "compile_seconds": out.compile_seconds})
 
     async def run(self, request: GenerationRequest, forbid_compile: bool = False):
         """The run as a stream of parts: {"events": [ProgressEvent]}, then a small image's pixels as
         bytes (``pixel_parts``), and last {"events", "output": EngineOutput, "layout"} or {"events",
-        "error": the error message}. Each part crosses Ray as a message of its own, so the events go
-        out at most every ``PROGRESS_EVERY`` seconds (the first that long after the start), folded in
-        between (``fold``: each phase at its latest step), and what is left rides on the last part."""
+        "error": the error message}. Each part is one more message through Ray, so the events go out
+        at most every ``PROGRESS_EVERY`` seconds, folded in between; what is left rides on the last.
+        A Stop cancels the stream: Serve raises ``CancelledError`` here, and the engine ends at its next step."""
         loop, events, stop = asyncio.get_running_loop(), asyncio.Queue(), threading.Event()
 
         def work() -> EngineOutput:
@@ -270,8 +254,7 @@ def build(args: dict[str, Any]):
 
 
 def serve_details() -> dict[str, Any]:
-    """The Serve controller's details (what ``serve status`` and the dashboard read; the shape is
-    ``ray.serve.schema.ServeInstanceDetails``, a capture in tests/standin/captures/ray/)."""
+    """The Serve controller's details (``ServeInstanceDetails``, captured in tests/standin/captures/ray/)."""
     from ray.serve.context import _get_global_client
 
     client = _get_global_client(raise_if_no_controller_running=False)
@@ -287,9 +270,9 @@ class RayServeEngine:
     status_key = "ray"
     modes = IN_PROCESS_MODES
 
-    def __init__(self, settings: Settings, device, model_path: str, book: PlaceBook, *, poll: float = 0.5,
+    def __init__(self, settings: Settings, device, model_path: str, book: PlaceBook, *,
                  details: Callable[[], dict[str, Any]] = serve_details):
-        self.settings, self.device, self.book, self._poll, self._details = settings, device, book, poll, details
+        self.settings, self.device, self.book, self._details = settings, device, book, details
         self.state, self.error, self.last_error = "stopped", None, None
         self.handle = self._streaming = None
         self.kind: str | None = None
@@ -344,12 +327,12 @@ class RayServeEngine:
         return {r["place"] or r["id"]: f"{r['state']} on {r['node_ip']} (pid {r['pid']}): {r['log']}"
                 for r in self.replicas.values()}
 
-    # lifecycle -------------------------------------------------------------------------------
     def load(self) -> None:
         self.start(wait=True)
 
     def start(self, size: int | None = None, wait: bool = False) -> dict[str, Any]:
         import ray
+        from ray import serve
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         count = self.settings.ray_replicas if size is None else size
@@ -365,8 +348,6 @@ class RayServeEngine:
                 name=BOOK, namespace=NAMESPACE, get_if_exists=True, num_cpus=0, lifetime=None,
                 scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False)).remote()
             self.target, self.state, self.error = count, "launching", None
-        from ray import serve
-
         serve.start(proxy_location="Disabled")  # the studio's page is the ingress, not Serve's HTTP proxy
         app = self._details().get("applications", {}).get(APP) or {}
         self.attached = app.get("source") == "declarative"  # a RayService's (serveConfigV2): its config rules
@@ -430,7 +411,6 @@ class RayServeEngine:
 
     stop = close  # the cluster's replicas end; the operator's Start deploys them again
 
-    # warm-ups --------------------------------------------------------------------------------
     def warm_everywhere(self, mode: str, shape) -> None:
         """Add (mode, shape) to the deployment's warm set: Serve reconfigures every replica."""
         if [mode, str(shape)] in self.warm or self.attached:  # (a RayService's warm set is its serveConfigV2's)
@@ -439,9 +419,8 @@ class RayServeEngine:
         self._deploy(self.target)
         self.refresh()
 
-    # watching --------------------------------------------------------------------------------
     def _watch(self) -> None:
-        while not self._stop.wait(self._poll):
+        while not self._stop.wait(0.5):
             try:
                 self.refresh()
             except Exception as exc:  # noqa: BLE001 - the cluster may be briefly unreachable
@@ -522,7 +501,6 @@ class RayServeEngine:
                               sorted(self.nodes.items(), key=lambda kv: (not kv[1]["head"], kv[0]))],
                 "replicas": sorted(self.replicas.values(), key=lambda r: (r["node"], r["cores"] or ""))}
 
-    # generation ------------------------------------------------------------------------------
     def run(self, request: GenerationRequest, on_progress: Callable[[ProgressEvent], None],
             should_stop: Callable[[], bool], forbid_compile: bool = False,
             warming: bool = False) -> EngineOutput:

@@ -1,13 +1,6 @@
 """The replica pool: N worker groups of one rank each, every one a whole pipeline, serving requests
-side by side (docs/replicas.md). Each gets on Neuron one NeuronCore of the core plan, on CUDA one
-device, on the CPU ``cpu_count // N`` threads; a count that does not fit is refused up front.
-
-Dispatch: a free ready replica, preferring one where (mode, shape) is warm; where a new shape
-compiles, a request at a shape warm somewhere waits for a warm replica rather than compile again, so
-the cost line's "warm on 2 of 4" is what it gets; a warm-up goes where the shape is cold. A replica
-that dies fails its own request and restarts; one whose heartbeat stands still for the stall timeout
-(stopped or frozen) is ended and restarted, busy or idle, and its request goes to another replica;
-while none is ready, the in-process engine serves.
+side by side (docs/replicas.md): on Neuron one NeuronCore each, on CUDA one device, on the CPU
+``cpu_count // N`` threads.
 """
 
 from __future__ import annotations
@@ -21,7 +14,7 @@ from backend.engines.base import PlaceBook, Route
 from backend.engines.in_process import in_signature_order
 from backend.errors import BackendNotReady, GenerationCancelled, GroupDead, InvalidRequest, StudioError
 from backend.hardware.core_plan import CoresDoNotFit
-from backend.launch.group import STARTING, GroupState, WorkerGroup
+from backend.launch.group import STARTING, GroupState, WorkerGroup, whole_between
 from backend.request.records import EngineOutput, GenerationRequest, ProgressEvent
 from backend.settings import IN_PROCESS_MODES, Settings
 
@@ -34,10 +27,9 @@ class ReplicaPool:
     status_key = "replicas"
     modes = IN_PROCESS_MODES
 
-    def __init__(self, settings: Settings, device, model_path: str, book: PlaceBook, *,
-                 group_factory: Callable[..., WorkerGroup] = WorkerGroup, poll: float = 0.1):
+    def __init__(self, settings: Settings, device, model_path: str, book: PlaceBook):
         self.settings, self.device, self.model_path, self.book = settings, device, model_path, book
-        self._group_factory, self._poll = group_factory, poll
+        self._group_factory = WorkerGroup  # a UI test's double replaces it (tests/ui/fake_engines.py)
         self.replicas: list[WorkerGroup] = []
         self._busy: set[int] = set()
         self._free, self._life = threading.Condition(), threading.Lock()
@@ -107,9 +99,7 @@ class ReplicaPool:
 
     def _plan(self, count: int) -> tuple[list[list[int]], list[dict[str, str]], int]:
         """Per replica its NeuronCores, environment and CPU threads; a count that does not fit is refused."""
-        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_REPLICAS:
-            raise InvalidRequest("replicas", f"must be a whole number from 1 to {MAX_REPLICAS}, got {count!r}",
-                                 (("whole_between", {"low": 1, "high": MAX_REPLICAS, "got": repr(count)}),))
+        whole_between("replicas", count, MAX_REPLICAS)
         kind = self.device.info.kind
         if kind == "neuron":
             try:
@@ -176,7 +166,9 @@ class ReplicaPool:
                 for group in self.replicas for name, text in group.rank_logs(lines).items()}
 
     def _pick(self, request: GenerationRequest, warming: bool) -> int | None:
-        """The replica to run ``request`` on now (None: wait for one to be free)."""
+        """The replica to run ``request`` on now, preferring one where it is warm (None: wait for one).
+        Where a new shape compiles, a request warm somewhere waits for a warm replica rather than
+        compile again, so the cost line's "warm on 2 of 4" is what it gets."""
         ready = [i for i, r in enumerate(self.replicas) if r.state == GroupState.READY]
         if not ready:
             raise BackendNotReady("no replica is ready: " + "; ".join(
@@ -208,7 +200,7 @@ class ReplicaPool:
                         self._busy.add(index)
                         group = self.replicas[index]
                         break
-                    self._free.wait(self._poll)
+                    self._free.wait(0.1)
             try:
                 out = group.run(request, on_progress, should_stop, forbid_compile)
                 if index < len(self.served) and self.replicas[index] is group:
@@ -230,8 +222,8 @@ class ReplicaPool:
                     self._free.notify_all()
 
     def _replace(self, index: int, group: WorkerGroup) -> None:
-        """``on_dead`` of a replica that was ready: a fresh one on the same core. (One that never became
-        ready would fail the same way: it is not restarted, its error stays in the status.)"""
+        """``on_dead`` of a replica that was ready: a fresh one on the same core (one that never became
+        ready would fail the same way: it is not restarted)."""
         self.book.lost_place(group.place)
         with self._life:
             if self._closing or index >= len(self.replicas) or self.replicas[index] is not group:

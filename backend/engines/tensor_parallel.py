@@ -1,14 +1,8 @@
 """The tensor-parallel engine: one torchrun worker group, the transformer sharded over its ranks
-(mode ``tp``; docs/tensor-parallel.md). What only it knows:
-
-- the degree must divide the attention heads and (on Neuron) fit the core plan, or it is refused
-  before anything starts; a start with another degree replaces the group (the compile table
-  forgets place ``tp``), the same degree leaves a starting or ready group as it is;
-- while the group is not ready its requests run in process as each rank would run them
-  (``--tp-compile``), and the record says why (``Route.degraded``): a viewer, who cannot start the
-  group, gets an image, never a refusal naming a button only the operator has;
-- when the ranks end themselves after a failed request, a group of the same degree starts once the
-  old one's processes are gone: on Neuron a core is held until the process that reserved it exits.
+(mode ``tp``; docs/tensor-parallel.md). While the group is not ready its requests run in process as
+each rank would, saying why: a viewer, who cannot start the group, gets an image, never a refusal
+naming a button only the operator has. A group whose ranks ended themselves restarts once its
+processes are gone: on Neuron a core is held until the process that reserved it exits.
 """
 
 from __future__ import annotations
@@ -35,16 +29,14 @@ class TensorParallelEngine:
     status_key = "tp"
     modes = (TP_MODE,)
 
-    def __init__(self, settings: Settings, device, model_path: str, book: PlaceBook, *,
-                 group_factory: Callable[..., WorkerGroup] = WorkerGroup):
+    def __init__(self, settings: Settings, device, model_path: str, book: PlaceBook):
         self.settings, self.device, self.model_path, self.book = settings, device, model_path, book
-        self._group_factory = group_factory
+        self._group_factory = WorkerGroup  # a UI test's double replaces it (tests/ui/fake_engines.py)
         self.group: WorkerGroup | None = None
         self._lock = threading.Lock()  # one request at a time: rank 0 serves its jobs in order
         self._life = threading.Lock()  # start, stop and restart, one at a time
-        # The two signs that a group's ranks ended themselves, in either order: rank 0's reply, and
-        # the death reported once its processes are gone (which alone suffices when an exit status
-        # says it). The restart waits for both.
+        # The two signs that a group's ranks ended themselves, in either order, both awaited by the
+        # restart: rank 0's reply, and the death reported once its processes are gone.
         self._ending_said: WorkerGroup | None = None
         self._death_reported: WorkerGroup | None = None
         self._signs, self._closed = threading.Lock(), False
@@ -60,10 +52,6 @@ class TensorParallelEngine:
     @property
     def configured(self) -> bool:
         return self.settings.mode == TP_MODE
-
-    @property
-    def degree(self) -> int:
-        return self.group.degree if self.group is not None else self.settings.tp_degree
 
     def route(self, request: GenerationRequest) -> Route | None:
         if request.mode not in self.modes:
@@ -94,7 +82,8 @@ class TensorParallelEngine:
         return 1 if self.ready else 0
 
     def cores_wanted(self) -> tuple[int, int | None]:
-        return self.degree, transformer_heads(self.model_path)
+        degree = self.group.degree if self.group is not None else self.settings.tp_degree
+        return degree, transformer_heads(self.model_path)
 
     def busy_with_cache(self) -> str | None:
         group = self.group
@@ -103,15 +92,11 @@ class TensorParallelEngine:
                     f"cache and compile into it; stop the group first (System tab), then clear the cache")
         return None
 
-    def degrees(self) -> list[int]:
-        """The degrees offered (``tp_degrees``)."""
-        return tp_degrees(transformer_heads(self.model_path), self.device.core_plan)
-
     def describe(self) -> dict[str, Any]:
         group = self.group
         out = group.describe() if group is not None else {
             "state": GroupState.STOPPED, "world_size": self.settings.tp_degree, "ranks": [], "error": None}
-        return {**out, "degrees": self.degrees()}
+        return {**out, "degrees": tp_degrees(transformer_heads(self.model_path), self.device.core_plan)}
 
     def load(self) -> None:
         self.start(wait=True)
@@ -132,13 +117,13 @@ class TensorParallelEngine:
         if group is not None and group.degree == degree and group.state in STARTING + (GroupState.READY,):
             return group
         # Checked (its cores claimed) before the old group, whose cores count as free, is closed.
-        cores = check_degree(degree, transformer_heads(self.model_path), self.device.core_plan,
-                             owner=self.name)
+        cores = check_degree(degree, transformer_heads(self.model_path), self.device.core_plan)
         if group is not None:
             group.close()
         warm = [str(s) for s in self.settings.prewarm] if self.settings.mode == TP_MODE else []
         running = self._group_factory(self.settings, self.model_path, self.device, degree, cores,
-                                      role="tp", place=PLACE, warm=warm, on_dead=self._died,
+                                      role="tp", place=PLACE, warm=warm,
+                                      on_dead=lambda group: self._sign(group, said=group.ended_itself, died=True),
                                       on_change=self.book.capacity_changed)
         self.group = running
         self.book.lost_mode(TP_MODE)  # a new group has none of the old one's graphs
@@ -174,9 +159,6 @@ class TensorParallelEngine:
                 if exc.group_ending:
                     self._sign(group, said=True)
                 raise
-
-    def _died(self, group: WorkerGroup) -> None:
-        self._sign(group, said=group.ended_itself, died=True)
 
     def _sign(self, group: WorkerGroup, said: bool = False, died: bool = False) -> None:
         with self._signs:

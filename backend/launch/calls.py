@@ -1,7 +1,4 @@
-"""The app's line to a worker group's rank 0 (``RankZero``, held by ``WorkerGroup``): ``run`` (a
-generation on the one persistent connection, its pixels through the shared buffer), ``call`` (a
-request whose stall or error reply becomes the group's death or the exception it stands for),
-``request``, and stall detection.
+"""The app's line to a worker group's rank 0 (``RankZero``, held by ``WorkerGroup``), and stall detection.
 
 A request with no message for the stall timeout is hung, unless every rank's heartbeat (a counter
 in ``<run dir>/rank<N>.heartbeat``) still moves: on Neuron the compiler runs silently at a cold
@@ -15,6 +12,7 @@ import enum
 import os
 import threading
 import time
+from pathlib import Path
 from typing import Any, Callable
 
 from backend.errors import BackendNotReady, GenerationFailed, GroupDead, InvalidRequest
@@ -133,11 +131,6 @@ class RankZero:
             return self.request({"type": "wait_ready"}, deadline=deadline, stall=stall, on_message=on_message,
                                 persistent=True)
 
-    def ranks_beating(self, within: float) -> bool:
-        """True while every rank's heartbeat has moved within ``within`` seconds (read at every poll)."""
-        quiet = self._quiet_beats()
-        return bool(self.run_dir) and all(q is not None and q <= within for q in quiet)
-
     def stopped_beating(self, within: float) -> int | None:
         """A rank whose heartbeat was seen and has not moved for more than ``within`` seconds (stopped
         or frozen: its heartbeat thread cannot run); None when every rank that has one beats."""
@@ -148,8 +141,7 @@ class RankZero:
         now, quiet = self._clock(), []
         for rank in range(self.degree if self.run_dir else 0):
             try:
-                with open(os.path.join(self.run_dir, f"rank{rank}.heartbeat"), encoding="ascii") as handle:
-                    text = handle.read()
+                text = Path(self.run_dir, f"rank{rank}.heartbeat").read_text(encoding="ascii")
             except OSError:
                 quiet.append(None)
                 continue
@@ -161,8 +153,7 @@ class RankZero:
 
     def _connect(self, deadline: float) -> proto.Connection:
         try:
-            return proto.connect(self.socket_path, self.key.encode(),
-                                 max(0.01, min(30.0, deadline - self._clock())))
+            return proto.connect(self.socket_path, self.key.encode(), max(0.01, min(30.0, deadline - self._clock())))
         except proto.ProtocolError as exc:  # unreachable, or it does not hold this launch's key
             raise GroupDead(self._status()[1] or f"cannot reach the worker group: {exc}") from None
 
@@ -184,7 +175,8 @@ class RankZero:
             while True:
                 quiet = stall or (self.compile_timeout if phase == Phase.COMPILING else self.stall_timeout)
                 # While every rank's heartbeat moves, silence is a compile: allowed up to the compile timeout.
-                if stall is None and self.ranks_beating(self.stall_timeout):
+                if stall is None and self.run_dir and all(q is not None and q <= self.stall_timeout
+                                                          for q in self._quiet_beats()):
                     quiet = max(quiet, self.compile_timeout)
                 limit = min(deadline or float("inf"), last + quiet)
                 if should_stop and not cancelled and should_stop():

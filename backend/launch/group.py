@@ -1,14 +1,9 @@
-"""A worker group: torchrun worker processes, launched, brought to READY, watched and stopped
-(``WorkerGroup``; its lifecycle and stop are docs/tensor-parallel.md's). The tensor-parallel engine
-holds one of N ranks, the replica pool N of one rank. Every background thread ends the group in a
-state with its reason; its calls to rank 0 go through ``backend.launch.calls.RankZero``; one
-injectable clock serves every deadline, so the stall timeout is tested with a fake clock.
+"""A worker group (``WorkerGroup``): torchrun worker processes, launched, brought to READY, watched and
+stopped (docs/tensor-parallel.md). The tensor-parallel engine holds one of N ranks, the replica pool N
+of one rank. One injectable clock serves every deadline, so the stall timeout is tested with a fake one.
 
-Why it died (``death_reason``): each rank's torchelastic error file (``TORCHELASTIC_ERROR_FILE``, set
-by torchrun per rank under ``--log-dir``: ``<run dir>/torchrun/<run id>/attempt_<n>/<local
-rank>/error.json``), written by torch's ``ErrorHandler`` for an uncaught exception and by a rank that
-ends itself (``RankEnding``); torchrun's failure summary (``ChildFailedError``) for a rank ended by a
-signal, which writes no error file.
+Why it died (``death_reason``): each rank's torchelastic error file (``<run dir>/torchrun/<run id>/
+attempt_<n>/<local rank>/error.json``); else torchrun's failure summary for a rank ended by a signal.
 """
 
 from __future__ import annotations
@@ -41,7 +36,7 @@ from backend.launch.calls import STARTING, GroupState, RankZero
 from backend.request.records import EngineOutput, GenerationRequest, ProgressEvent
 from backend.settings import Settings
 
-__all__ = ["STARTING", "WorkerGroup", "check_degree", "tp_degrees"]
+__all__ = ["STARTING", "WorkerGroup", "check_degree", "tp_degrees", "whole_between"]
 
 log = logging.getLogger(__name__)
 ROOT = Path(__file__).resolve().parents[2]
@@ -67,18 +62,23 @@ def tp_degrees(heads: int, core_plan=None) -> list[int]:
         [d for d in range(1, min(heads, 64) + 1) if heads % d == 0]
 
 
-def check_degree(degree: Any, heads: int, core_plan=None, owner: str = "tensor-parallel") -> list[int]:
+def whole_between(field: str, value: Any, high: int) -> None:
+    """Refuse ``value`` unless it is a whole number (not a bool) from 1 to ``high``."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= high:
+        raise InvalidRequest(field, f"must be a whole number from 1 to {high}, got {value!r}",
+                             (("whole_between", {"low": 1, "high": high, "got": repr(value)}),))
+
+
+def check_degree(degree: Any, heads: int, core_plan=None) -> list[int]:
     """Refuse a degree that cannot work, naming what can (``tp_degrees``); each rank's NeuronCore ([] off Neuron)."""
-    if isinstance(degree, bool) or not isinstance(degree, int) or not 1 <= degree <= 64:
-        raise InvalidRequest("tp_degree", f"must be a whole number from 1 to 64, got {degree!r}",
-                             (("whole_between", {"low": 1, "high": 64, "got": repr(degree)}),))
+    whole_between("tp_degree", degree, 64)
     if heads % degree:
         raise InvalidRequest("tp_degree", f"{degree} does not divide the model's {heads} attention heads; "
                                           f"use one of {', '.join(map(str, tp_degrees(heads, core_plan)))}")
     if core_plan is None:
         return []
     try:
-        return core_plan.claim(owner, degree, heads)
+        return core_plan.claim("tensor-parallel", degree, heads)  # the engine's name
     except CoresDoNotFit as exc:
         raise InvalidRequest("tp_degree", str(exc)) from None
 
@@ -88,8 +88,7 @@ def rank_failures(run_dir: str | None) -> dict[int, str]:
     found = {}
     for path in glob.glob(os.path.join(run_dir or "", "torchrun", "*", "attempt_*", "*", "error.json")):
         try:
-            with open(path, encoding="utf-8") as handle:
-                message = json.load(handle).get("message")
+            message = json.loads(Path(path).read_text("utf-8")).get("message")
             rank = int(os.path.basename(os.path.dirname(path)))
         except (OSError, ValueError, AttributeError):
             continue
@@ -120,18 +119,15 @@ def death_reason(run_dir: str | None, log_text: str, code: int) -> str:
 
 
 class WorkerGroup:
-    """One torchrun group: launched, brought to READY, watched (death, stall) and stopped."""
-
     def __init__(self, settings: Settings, model_path: str, device, degree: int, cores: list[int], *,
                  role: str = "tp", place: str = "tp", warm: list[str] | None = None,
                  env: dict[str, str] | None = None, threads: int = 0,
                  on_dead: Callable[["WorkerGroup"], None] | None = None,
                  on_change: Callable[[], None] = lambda: None,
                  clock: Callable[[], float] = time.monotonic, grace: float = 5.0):
-        """Rank r on NeuronCore ``cores[r]`` ([] off Neuron); ``role`` ``tp`` shards the transformer,
-        ``replica`` (one rank) loads it whole; ``place`` names it in the compile table; ``warm``: shapes
-        compiled before READY; ``threads``: each rank's CPU threads (0: torch's). ``on_dead(group)``
-        runs (in a background thread) once a group that was ready died and its processes are gone."""
+        """Rank r on NeuronCore ``cores[r]`` ([] off Neuron); ``role`` ``replica``: one rank, the whole
+        pipeline; ``place``: its name in the compile table. ``on_dead(group)`` runs (in a background
+        thread) once a group that was ready died and its processes are gone."""
         self.degree, self.cores, self.role, self.place = degree, list(cores), role, place
         self.name = "tensor-parallel group" if role == "tp" else place
         info = device.info
@@ -145,8 +141,7 @@ class WorkerGroup:
         self._config = proto.WorkerConfig(
             settings=worker_settings.to_json(), model_path=model_path, cores=self.cores,
             warm=list(warm or []), parent_pid=os.getpid(), role=role, threads=threads)
-        # A tensor-parallel rank on Neuron: the runtime lets one execution (a collective) wait as long
-        # as the group does.
+        # On Neuron the runtime lets one execution (a tensor-parallel collective) wait as long as the group does.
         ranks = device_env.rank_exec_timeout(settings.collective_seconds(info.kind)) \
             if info.kind == "neuron" and role == "tp" else {}
         self.env, self.threads, self._on_dead, self._on_change = {**ranks, **(env or {})}, threads, on_dead, on_change
@@ -176,7 +171,7 @@ class WorkerGroup:
         return self.rank0.socket_path
 
     def describe(self) -> dict[str, Any]:
-        """JSON-able status; no I/O (pids, cores and shards were read once, at READY)."""
+        """No I/O: pids, cores and shards were read once, at READY."""
         return {
             "state": self.state, "place": self.place, "world_size": self.degree,
             "compile_mode": self.compile_mode, "device": self.device_kind,
@@ -249,8 +244,7 @@ class WorkerGroup:
             self.state = GroupState.LAUNCHING
         self._watch(self.proc)
 
-    def _spawn(self):
-        """(lock held) The launcher process."""
+    def _spawn(self):  # (lock held) the launcher process
         pixels = self.rank0.pixels()
         config = dataclasses.replace(self._config, socket=self.socket_path, run_dir=self.dir,
                                      pixels=pixels.name, pixels_bytes=pixels.size)
@@ -273,9 +267,8 @@ class WorkerGroup:
             threading.Thread(target=watch, args=(proc,), name=f"tp-{name}", daemon=True).start()
 
     def _watch_beats(self, proc) -> None:
-        """While ready, read the ranks' heartbeats every ``beat_poll`` s: a rank whose heartbeat has not
-        moved for the stall timeout is stopped or frozen, and the group is dead at once (a replica
-        restarts), so no request waits on it, busy or idle."""
+        """While ready: a rank whose heartbeat has not moved for the stall timeout is stopped or frozen,
+        and the group is dead at once (a replica restarts), so no request waits on it, busy or idle."""
         stall = self.rank0.stall_timeout
         while proc is self.proc and self.state not in (GroupState.STOPPING, GroupState.STOPPED, GroupState.DEAD):
             rank = self.rank0.stopped_beating(stall) if self.state == GroupState.READY else None
@@ -342,8 +335,7 @@ class WorkerGroup:
             message.startswith(proto.RankEnding.__name__ + ":") for message in rank_failures(self.dir).values())
 
     def _await_ready(self, proc: subprocess.Popen) -> None:
-        """Whatever happens (a timeout, an error reply, this thread's own failure), the group ends
-        ready or dead, with its reason."""
+        """Whatever happens (a timeout, an error reply, this thread's failure), it ends ready or dead."""
         try:
             deadline = self._clock() + self.start_timeout
             while self.state == GroupState.LAUNCHING and not os.path.exists(self.socket_path or ""):
@@ -359,23 +351,19 @@ class WorkerGroup:
                 raise proto.error_from_message(msg)
             self._became_ready(proc, msg.get("timings") or {}, msg.get("ranks") or [])
         except TimeoutError as exc:
-            self._fail_start(proc, f"no READY from the workers within {exc.args[1]:g} s")
+            self._mark_dead(f"the group did not start: no READY from the workers within {exc.args[1]:g} s", proc=proc)
         except Exception as exc:  # noqa: BLE001 - reported as the group's state, never lost in a thread
-            self._fail_start(proc, str(exc) if isinstance(exc, StudioError) else f"{type(exc).__name__}: {exc}")
+            why = str(exc) if isinstance(exc, StudioError) else f"{type(exc).__name__}: {exc}"
+            self._mark_dead(f"the group did not start: {why}", proc=proc)
         finally:
             self._ready.set()
 
-    def _fail_start(self, proc: subprocess.Popen, reason: str) -> None:
+    def _mark_dead(self, reason: str, froze: bool = False, proc=None) -> None:
+        """Dead now, torn down in the background (a hung rank needs SIGKILL); a dead group keeps its first
+        reason. With ``proc``: unless that launch is being stopped or was replaced."""
         with self._lock:
-            if proc is not self.proc or self.state in (GroupState.DEAD, GroupState.STOPPING, GroupState.STOPPED):
-                return
-        self._mark_dead(f"the group did not start: {reason}")
-
-    def _mark_dead(self, reason: str, froze: bool = False) -> None:
-        """Dead now; torn down in the background (a hung rank needs SIGKILL). Once: a group already
-        dead keeps its first reason."""
-        with self._lock:
-            if self.state == GroupState.DEAD:
+            stopped = self.state in (GroupState.STOPPING, GroupState.STOPPED) or proc is not self.proc
+            if self.state == GroupState.DEAD or proc is not None and stopped:
                 return
             self.state, self.error, self.froze = GroupState.DEAD, reason, froze
         self._ready.set()

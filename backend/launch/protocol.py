@@ -1,16 +1,14 @@
 """What the app and a worker group agree on: the wire, the worker's config, the run dir, the errors.
 
 The wire is ``multiprocessing.connection`` over the group's Unix socket (0600, in its private run
-dir). Each connection begins with a mutual HMAC challenge over the per-launch key (``connect``,
-``accept``): a peer without it is refused after one frame of at most 256 bytes. Then each message is
-one frame of UTF-8 JSON, an object with a ``type``; a frame announced longer than ``MAX_MESSAGE`` is
-refused unread, one begun must arrive whole within the read timeout, and nothing is pickled.
-
-Requests: ``wait_ready``, ``generate``, ``health``, ``cancel``, ``shutdown``, any number per
-connection. Answers: ``progress`` (for generate and wait_ready), then one ``ready``, ``result``,
-``ok`` or ``error`` (its ``kind`` a code of ``backend.errors``, with the fields it carries). A
-result's pixels are in the app's ``PixelBuffer``, not on the wire. The worker's configuration
-travels once as JSON in ``CONFIG_VAR``; the key in ``TOKEN_VAR``, which the worker removes at once.
+dir). Each connection begins with a mutual HMAC challenge over the per-launch key: a peer without it
+is refused after one frame of at most 256 bytes. Then each message is one frame of UTF-8 JSON, an
+object with a ``type``; a frame announced longer than ``MAX_MESSAGE`` is refused unread, one begun
+must arrive whole within the read timeout, and nothing is pickled. Requests: ``wait_ready``,
+``generate``, ``health``, ``cancel``, ``shutdown``; answers: ``progress``, then one ``ready``,
+``result``, ``ok`` or ``error`` (its ``kind`` a code of ``backend.errors``, with the fields it
+carries). A result's pixels are in the app's ``PixelBuffer``. The worker's configuration travels
+once as JSON in ``CONFIG_VAR``; the key in ``TOKEN_VAR``, which the worker removes at once.
 """
 
 from __future__ import annotations
@@ -160,10 +158,9 @@ def run_root(preferred: str | None = None) -> str:
 
 
 def remove_run_dir(path: str | None, require_contents: bool = True, attempts: int = 5) -> bool:
-    """Remove a group's run dir and nothing else: a real directory owned by this user, named
-    ``RUN_DIR_PREFIX...``, holding (``require_contents``) a ``tp.sock`` or rank logs; this guards
-    every removal of a path from a config or environment. Retried: a rank may still write its
-    heartbeat there. True when it is gone."""
+    """Remove a group's run dir and nothing else (the guard on every removal of a path from a config or
+    environment): a real directory owned by this user, named ``RUN_DIR_PREFIX...``, holding
+    (``require_contents``) a ``tp.sock`` or rank logs. Retried: a rank may still write its heartbeat."""
     if not path:
         return False
     path = os.path.normpath(os.path.abspath(path))
@@ -187,9 +184,8 @@ def remove_run_dir(path: str | None, require_contents: bool = True, attempts: in
 
 
 class PixelBuffer:
-    """One job's pixels in shared memory instead of on the wire: the app makes it (0600, its name in
-    ``WorkerConfig.pixels``) and unlinks it when the group closes (its resource tracker does, should
-    the app die first); rank 0 attaches by name. One job at a time (``RankZero.run`` holds a lock)."""
+    """One job's pixels in shared memory: the app makes it (0600) and unlinks it when the group closes
+    (its resource tracker does, should the app die first); rank 0 attaches by name."""
 
     def __init__(self, memory: shared_memory.SharedMemory, owner: bool):
         self.memory, self.owner = memory, owner
@@ -221,7 +217,6 @@ class PixelBuffer:
         return self.memory.buf
 
     def write(self, pixels) -> int:
-        """Copy bytes-like ``pixels`` to the start; returns their size (ValueError when they do not fit)."""
         data = memoryview(pixels).cast("B")
         if data.nbytes > self.size:
             raise ValueError(f"{data.nbytes} bytes of pixels do not fit the group's buffer of {self.size}")

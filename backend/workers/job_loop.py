@@ -4,28 +4,21 @@ failure that may have left a collective half done ends the rank (``_ends_rank``)
 
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 
+from backend.errors import GenerationCancelled, GenerationFailed, GroupDead, InvalidRequest, ShapeLocked
 from backend.launch import protocol as proto
+from backend.request.records import GenerationRequest
+from backend.request.references import expected_rgb_bytes, from_job
 from backend.workers.collectives import Rank, _bcast_json, _collective_broken, every_ranks_compiles
 from backend.workers.rank0_server import Rank0Server
-
-
-def _pixels_of(images) -> tuple[bytes, int, int]:
-    """(RGB pixels of a batch, one image after the other, width, height)."""
-    rgbs = [image if image.mode == "RGB" else image.convert("RGB") for image in images]
-    return b"".join(rgb.tobytes() for rgb in rgbs), rgbs[0].width, rgbs[0].height
 
 
 def _read_references(job: dict, server: Rank0Server) -> list[bytes] | None:
     """Rank 0: each reference's pixels from the app's buffer where the job says, bounded and checked
     whole (SHA-256). None when the description is wrong: the job then fails on every rank alike."""
-    import hashlib
-
-    from backend.errors import InvalidRequest
-    from backend.request.references import expected_rgb_bytes
-
     described, layout = job.get("references") or [], job.pop("reference_pixels", None) or []
     try:
         if len(described) != len(layout):
@@ -49,9 +42,6 @@ def _bcast_references(job: dict, rgbs: list[bytes] | None, me: Rank) -> list[byt
     then one broadcast per reference of exactly its bytes."""
     import torch
     import torch.distributed as dist
-
-    from backend.errors import InvalidRequest
-    from backend.request.references import expected_rgb_bytes
 
     described = job.get("references") or []
     if not described:
@@ -77,16 +67,11 @@ def _bcast_references(job: dict, rgbs: list[bytes] | None, me: Rank) -> list[byt
 def _ends_rank(exc: BaseException, me: Rank) -> bool:
     """A broken collective anywhere; on Neuron any failure but a cancel or a warm-only refusal (alike
     on every rank), since a Neuron collective error does not say it is one."""
-    from backend.errors import GenerationCancelled, ShapeLocked
-
     suspect = me.device.kind == "neuron" and not isinstance(exc, (GenerationCancelled, ShapeLocked))
     return _collective_broken(exc) or suspect
 
 
 def serve(server: Rank0Server | None, run, me: Rank) -> None:
-    from backend.request.records import GenerationRequest
-    from backend.request.references import from_job
-
     while True:
         job = conn = finished = stamps = rgbs = None
         if server:
@@ -101,7 +86,7 @@ def serve(server: Rank0Server | None, run, me: Rank) -> None:
         _stamp(stamps, "broadcast")
         if job["type"] == "shutdown":
             if server:
-                _safe(proto.send, conn, {"type": "ok"})
+                _send(conn, {"type": "ok"})
                 finished.set()
             return
         try:
@@ -115,7 +100,7 @@ def serve(server: Rank0Server | None, run, me: Rank) -> None:
             def progress(event, conn=conn):
                 if server:
                     server.busy.update(phase=event.phase, step=event.step)
-                    if not _safe(proto.send, conn, {"type": "progress", **event.to_json()}):
+                    if not _send(conn, {"type": "progress", **event.to_json()}):
                         server.cancel.set()  # nobody is waiting for this image any more
 
             out = failure = None
@@ -131,18 +116,17 @@ def serve(server: Rank0Server | None, run, me: Rank) -> None:
                 raise failure
             if server:
                 _stamp(stamps, "ran")
-                pixels, width, height = _pixels_of(out.images)
-                server.pixels.write(pixels)  # into the app's buffer, before the result says they are there
+                images = [image if image.mode == "RGB" else image.convert("RGB") for image in out.images]
+                # into the app's buffer, one after the other, before the result says they are there
+                server.pixels.write(b"".join(image.tobytes() for image in images))
                 _stamp(stamps, "sending")
-                _safe(proto.send, conn, {"type": "result", "width": width, "height": height, **out.to_json(),
-                                         "ran": request.to_json(), "world_size": me.world,
-                                         **({"stamps": stamps} if stamps is not None else {})})
+                _send(conn, {"type": "result", "width": images[0].width, "height": images[0].height, **out.to_json(),
+                             "ran": request.to_json(), "world_size": me.world,
+                             **({"stamps": stamps} if stamps is not None else {})})
                 server.done += 1
         except Exception as exc:  # noqa: BLE001 - a failed request is not a dead group: answer and go on
             what = f"{type(exc).__name__}: {exc}"
             print(f"request failed: {what}", flush=True)
-            from backend.errors import GenerationFailed, GroupDead
-
             broken = _collective_broken(exc)
             if _ends_rank(exc, me):
                 if server:
@@ -152,24 +136,24 @@ def serve(server: Rank0Server | None, run, me: Rank) -> None:
                         answer = exc if isinstance(exc, GenerationFailed) else GenerationFailed(what)
                     # On Neuron the app restarts the group at once; elsewhere a broken collective
                     # leaves it dead for the operator, as a rank that died does.
-                    _safe(proto.send, conn, proto.error_message(answer.evolve(group_ending=me.device.kind == "neuron")))
+                    _send(conn, proto.error_message(answer.evolve(group_ending=me.device.kind == "neuron")))
                     finished.set()
                 print("ending this rank: the group must be restarted", flush=True)
                 record_exit(exc if broken else proto.RankEnding(what))
                 os._exit(1 if broken else proto.RESTART_EXIT)
             if server:
                 server.error = what
-                _safe(proto.send, conn, proto.error_message(exc))
+                _send(conn, proto.error_message(exc))
         finally:
             if server:
                 server.busy = None
                 finished.set()
 
 
-def _safe(fn, *args) -> bool:
+def _send(conn: proto.Connection, message: dict) -> bool:
     """The group must not die of a client that went away."""
     try:
-        fn(*args)
+        proto.send(conn, message)
         return True
     except (OSError, proto.ProtocolError) as exc:
         print(f"client went away: {exc}", flush=True)

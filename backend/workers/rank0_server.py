@@ -18,12 +18,11 @@ from backend.workers.collectives import encode_job
 
 
 class Rank0Server:
-    """Bounded against whoever can reach the socket: ``max_connections`` at once (one more is closed
-    as soon as it is accepted); ``read_timeout`` seconds for the handshake and each message begun."""
+    """Bounded against whoever can reach the socket: 16 connections at once (one more is closed as soon
+    as it is accepted); ``read_timeout`` seconds for the handshake and each message begun."""
 
-    def __init__(self, path: str, key: bytes, world: int, *, max_job: int, max_connections: int = 16,
-                 read_timeout: float = 10.0):
-        self.key, self.world, self.max_job = key, world, max_job
+    def __init__(self, path: str, key: bytes, world: int, *, max_job: int):
+        self.path, self.key, self.world, self.max_job, self.read_timeout = path, key, world, max_job, 10.0
         self.jobs: queue.Queue = queue.Queue()
         self.cancel, self.ready = threading.Event(), threading.Event()
         self.state = "loading"
@@ -34,9 +33,8 @@ class Rank0Server:
         self.done = 0  # requests answered with a result
         self.pixels: proto.PixelBuffer | None = None  # the app's buffer for results
         self.refused = 0  # connections refused: no key, a wrong one, or no handshake in time
-        self.turned_away = 0  # connections closed at once: max_connections were already open
-        self.max_connections, self.read_timeout = max_connections, read_timeout
-        self._slots = threading.BoundedSemaphore(max_connections)
+        self.turned_away = 0  # connections closed at once: 16 were already open
+        self._slots = threading.BoundedSemaphore(16)
         self._count_lock = threading.Lock()
         self.open_connections, self._closed = 0, False
         # The socket file's appearance means "connect now" to the app, and a connect before listen()
@@ -49,9 +47,8 @@ class Rank0Server:
         finally:
             os.umask(old)
         os.chmod(staging, 0o600)
-        self.sock.listen(max_connections)
+        self.sock.listen(16)
         os.rename(staging, path)
-        self.path = path
         threading.Thread(target=self._accept, name="tp-accept", daemon=True).start()
 
     def describe(self) -> dict[str, Any]:

@@ -1,7 +1,5 @@
-"""Tensor-parallel worker: one process per rank, launched by torchrun, driven over a socket.
-
-The app starts it for you (``backend.launch.group.WorkerGroup``: a tensor-parallel group,
-or with ``role`` replica one rank of the replica pool that loads the whole pipeline); by hand it is::
+"""A worker group's rank: one process, launched by torchrun, driven over a socket
+(docs/tensor-parallel.md; ``backend.launch.group.WorkerGroup`` starts it). By hand::
 
     NEURON_STUDIO_TP_CONFIG="$(python -c 'from backend.settings import Settings; \\
       from backend.launch.protocol import WorkerConfig; import json; print(WorkerConfig( \\
@@ -12,23 +10,8 @@ or with ``role`` replica one rank of the replica pool that loads the whole pipel
 
 Each rank logs to ``<run_dir>/rank<N>.log``, counts up in ``<run_dir>/rank<N>.heartbeat`` from a
 thread (a rank silent in a compile still beats; a stopped or frozen one does not), exits when the
-app's process is gone, then runs its phases (docs/tensor-parallel.md):
-
-1. ``init_distributed`` — before torch loads, its NeuronCore ``cores[LOCAL_RANK]`` and the cache
-   variables; then the process group, before anything asks the device anything (under torchrun any
-   ``torch.neuron`` query starts the runtime and the init then fails); then its device index, a gloo
-   control group and ``DeviceMesh(device, range(N))``;
-2. ``load_sharded`` — the transformer with ``parallel_config=TensorParallelConfig(mesh=mesh)``, the
-   rest whole on the rank's device; each rank reports what it holds (``shard_report``);
-3. ``warm_up`` — compile and run the configured shapes;
-4. ``serve`` (``job_loop``) — rank 0 alone talks to the outside (``rank0_server``) and broadcasts
-   each job to every rank; at every step the ranks vote (an all-reduce) on whether to stop, so a
-   cancel never leaves a rank behind in a collective.
-
-A failed request is answered and the group serves on, unless it may have left a collective half
-done (a broken collective; on Neuron any failure after the job reached every rank, since a Neuron
-collective error does not say it is one): then the rank answers ``group_ending`` and exits, and the
-app restarts the group. A cancel and a warm-only refusal (alike on every rank) are not such failures.
+app's process is gone, then runs its phases: ``init_distributed``, ``load_sharded``, ``warm_up``,
+``serve`` (``job_loop``: rank 0 alone talks to the app, ``rank0_server``).
 """
 
 from __future__ import annotations
@@ -42,32 +25,25 @@ import time
 from datetime import timedelta
 from typing import Any
 
+from backend.hardware import env as device_env
 from backend.launch import protocol as proto
+from backend.request.records import GenerationRequest
+from backend.request.references import blank_references
+from backend.settings import TP_MODE, Settings
+from backend.shapes import parse_signature
 from backend.workers.collectives import Rank, _gather_json, job_bytes
 from backend.workers.job_loop import record_exit, serve
 from backend.workers.rank0_server import Rank0Server
 
 
-def _redirect_output(run_dir: str, rank: int) -> None:
-    log = open(os.path.join(run_dir, f"rank{rank}.log"), "a", buffering=1, encoding="utf-8")
-    os.dup2(log.fileno(), 1)
-    os.dup2(log.fileno(), 2)
-    sys.stdout = sys.stderr = log
-
-
-def _heartbeat(run_dir: str, rank: int, interval: float) -> None:
+def _heartbeat(path: str, interval: float) -> None:
     """A compile releases the GIL, so a rank busy in one keeps counting."""
-    path = os.path.join(run_dir, f"rank{rank}.heartbeat")
-
-    def beat() -> None:
-        for count in itertools.count(1):
-            with contextlib.suppress(OSError):
-                with open(path + ".tmp", "w", encoding="ascii") as handle:
-                    handle.write(str(count))
-                os.replace(path + ".tmp", path)
-            time.sleep(interval)
-
-    threading.Thread(target=beat, name="heartbeat", daemon=True).start()
+    for count in itertools.count(1):
+        with contextlib.suppress(OSError):
+            with open(path + ".tmp", "w", encoding="ascii") as handle:
+                handle.write(str(count))
+            os.replace(path + ".tmp", path)
+        time.sleep(interval)
 
 
 def _watch_parent(pid: int, run_dir: str = "", rank: int = 0, interval: float = 1.0,
@@ -98,12 +74,9 @@ def _watch_parent(pid: int, run_dir: str = "", rank: int = 0, interval: float = 
 
 
 def init_distributed(cfg: proto.WorkerConfig, rank: int, local_rank: int, world: int) -> Rank:
-    from backend.hardware import env as device_env
-
     # Before torch loads: this rank's NeuronCore, and the app's cache variables.
-    cores = [int(c) for c in cfg.cores]
     if cfg.settings["device"] == "neuron":  # rank r claims cores[r] of the core plan (backend.hardware.core_plan)
-        os.environ[device_env.VISIBLE_CORES_VAR] = str(cores[local_rank])
+        os.environ[device_env.VISIBLE_CORES_VAR] = str(cfg.cores[local_rank])
     device_env.prepare_environment(os.path.expanduser(cfg.settings["cache_dir"]), cfg.settings["compile_timeout"])
 
     import torch
@@ -111,7 +84,6 @@ def init_distributed(cfg: proto.WorkerConfig, rank: int, local_rank: int, world:
     from torch.distributed.device_mesh import DeviceMesh
 
     from backend.hardware.device import Device, rank_device_info
-    from backend.settings import Settings
 
     if cfg.threads:
         torch.set_num_threads(int(cfg.threads))  # replicas on one CPU share its cores
@@ -131,7 +103,7 @@ def init_distributed(cfg: proto.WorkerConfig, rank: int, local_rank: int, world:
     # Jobs and stop votes travel over gloo; an idle group may wait days between requests.
     control = dist.new_group(backend="gloo", timeout=timedelta(days=3650))
     mesh = DeviceMesh(info.kind, list(range(world))) if cfg.role == "tp" else None  # a replica shards nothing
-    return Rank(rank, local_rank, world, cores[local_rank] if cores else None, settings, device, mesh, control)
+    return Rank(rank, local_rank, world, cfg.cores[local_rank] if cfg.cores else None, settings, device, mesh, control)
 
 
 def load_sharded(cfg: proto.WorkerConfig, me: Rank):
@@ -164,12 +136,12 @@ def shard_report(module, me: Rank) -> dict[str, Any]:
 
     sharded, sharded_bytes, replicated_bytes = [], 0, 0
     for name, param in module.named_parameters():
-        tensor = param if isinstance(param, DTensor) else param.data
-        local = tensor.to_local() if isinstance(tensor, DTensor) else tensor
-        dims = [p.dim for p in tensor.placements if isinstance(p, Shard)] if isinstance(tensor, DTensor) else []
+        dtensor = isinstance(param, DTensor)
+        local = param.to_local() if dtensor else param.data
+        dims = [p.dim for p in param.placements if isinstance(p, Shard)] if dtensor else []
         nbytes = local.numel() * local.element_size()
         if dims:
-            sharded.append({"name": name, "global_shape": list(tensor.shape), "local_shape": list(local.shape),
+            sharded.append({"name": name, "global_shape": list(param.shape), "local_shape": list(local.shape),
                             "dim": dims[0]})
             sharded_bytes += nbytes
         else:
@@ -180,11 +152,6 @@ def shard_report(module, me: Rank) -> dict[str, Any]:
 
 
 def warm_up(cfg: proto.WorkerConfig, run, me: Rank) -> list[dict[str, Any]]:
-    from backend.request.records import GenerationRequest
-    from backend.request.references import blank_references
-    from backend.settings import TP_MODE
-    from backend.shapes import parse_signature
-
     stats = []
     for text in cfg.warm:
         shape = parse_signature(text)
@@ -201,11 +168,15 @@ def main() -> None:
     cfg = proto.WorkerConfig.from_json(os.environ[proto.CONFIG_VAR])
     token = os.environ.pop(proto.TOKEN_VAR, "")
     rank, local_rank, world = (int(os.environ[k]) for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE"))
-    _redirect_output(cfg.run_dir, rank)
+    log = open(os.path.join(cfg.run_dir, f"rank{rank}.log"), "a", buffering=1, encoding="utf-8")
+    os.dup2(log.fileno(), 1)
+    os.dup2(log.fileno(), 2)
+    sys.stdout = sys.stderr = log
     print(f"rank {rank}/{world} starting (pid {os.getpid()})", flush=True)
     _watch_parent(cfg.parent_pid, cfg.run_dir, rank)
     stall = float(cfg.settings.get("tp_stall_timeout") or 60.0)
-    _heartbeat(cfg.run_dir, rank, max(0.1, min(5.0, stall / 5)))
+    threading.Thread(target=_heartbeat, args=(os.path.join(cfg.run_dir, f"rank{rank}.heartbeat"),
+                                              max(0.1, min(5.0, stall / 5))), name="heartbeat", daemon=True).start()
     max_job = job_bytes(int(cfg.settings["max_prompt_chars"]), int(cfg.settings.get("max_references", 0)))
     server = Rank0Server(cfg.socket, token.encode(), world, max_job=max_job) if rank == 0 else None
     if server:
