@@ -6,13 +6,11 @@ The manifest's match fields include what TorchNeuron puts in every NEFF's key be
 ``tests/standin/captures/torchneuron/neff_cache.json``): a NEFF made with other values is never hit.
 
 A bundle is untrusted code (NEFF programs, inductor's pickles and shared libraries): every member is
-staged in a private folder and verified against the manifest before anything reaches the caches; an
-existing cache file is never overwritten, and a refusal leaves the caches as they were.
-
-An import killed outright (SIGKILL, a power cut) cannot clean up after itself: its staging folder
-(``neuron-studio-bundle-<pid>-*`` in the temp folder) and its temporary copies in the caches
-(``.<name>.neuron-studio-import-<pid>``) carry its pid, and ``sweep_leftovers`` (at every import and
-at the app's start) removes those of a pid that is no longer alive, and nothing else.
+verified in a private staging folder before anything reaches the caches (docs/bundles.md, "Importing").
+An import killed outright (SIGKILL, a power cut) cannot clean up after itself: its staging folder and
+its temporary copies in the caches carry its pid in their names (``STAGING_PREFIX``, ``TEMP_SUFFIX``),
+and ``sweep_leftovers`` (at every import and at the app's start) removes those of a pid that is no
+longer alive, and nothing else.
 """
 
 from __future__ import annotations
@@ -198,13 +196,11 @@ def export(path: str | Path, manifest: Manifest, device) -> Manifest:
 # long-name (``L``, ``K``) or a PAX (``x``, ``g``) header whole, whatever size it announces, before
 # anything of the app can look at the member it describes: a 2 MB file that announces a huge one
 # takes gigabytes of memory. So ``_check_headers`` walks the container first, one 512-byte header at
-# a time, reading no member's data (each is skipped by its announced size):
-# - a bundle is a plain tar, as ``export`` writes it (a compressed one is refused: its headers
-#   cannot be reached without inflating what comes before them);
-# - a long-name or PAX header may announce at most ``MAX_META_BYTES``;
-# - no sparse member (GNU ``S``; a PAX sparse map needs a PAX header, whose size is bounded, and
-#   the importer refuses ``issparse()`` members): a few kilobytes must not expand to gigabytes;
-# - the members together announce at most ``max_total`` bytes.
+# a time, reading no member's data (each is skipped by its announced size). It refuses a compressed
+# bundle (its headers cannot be reached without inflating what comes before them; ``export`` writes a
+# plain tar), a long-name or PAX header over ``MAX_META_BYTES``, a sparse member (GNU ``S``; a PAX
+# sparse map needs a PAX header, bounded, and the importer refuses ``issparse()`` members: a few
+# kilobytes must not expand to gigabytes), and members announcing over ``max_total`` bytes together.
 # The header layout is POSIX ustar's (size 124-136 in octal or GNU base-256, type 156, magic 257).
 TAR_BLOCK = 512
 MAX_META_BYTES = 64 << 10  # a path of a few hundred characters, or a PAX record or two, is far less

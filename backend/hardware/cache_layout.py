@@ -32,6 +32,7 @@ _NEFF = re.compile(r"^([0-9a-f]{32})\.neff$")
 _NEFF_TEMP = re.compile(r"^\.tmp\.[A-Za-z0-9]{6}$")
 _PY_NEFF_TEMP = re.compile(r"^tmp[a-z0-9_]{8}\.tmp$")
 _LOCK = re.compile(r"^([0-9a-f]{32})\.lock$")
+_PY_LOCK = re.compile(r"compile\.lock\Z")  # the one name, exactly
 _INDUCTOR_WHOLE_DIRS = ("triton", "cache", "precompiled_headers")
 _FX_KEY = re.compile(r"^f([a-z0-9]{2})[a-z0-9]{40,}$")
 _AOT_KEY = re.compile(r"^a[a-z0-9]{40,}$")
@@ -72,9 +73,7 @@ def _neff_files(root: Path) -> list[Path]:
 def _lock_files(root: Path) -> list[Path]:
     found = _files(root / "locks", _LOCK)
     for folder in _dirs(root, _SHA256):
-        lock = folder / "locks" / "compile.lock"
-        if lock.is_file() and not lock.is_symlink():
-            found.append(lock)
+        found.extend(_files(folder / "locks", _PY_LOCK))
     return found
 
 

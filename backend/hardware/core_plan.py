@@ -1,19 +1,14 @@
 """The NeuronCore plan: which cores the app process claims, and which each tensor-parallel rank and
 each replica gets (docs/trainium.md, "The NeuronCore plan").
 
-Why (Neuron Runtime configuration guide, 2.33, "NeuronCore allocation"): "By default, Neuron Runtime
-initializes all the cores present in the system and reserves them for the current process", and a
-reserved core "cannot be used by another process at all" until that process exits. So each process
-gets its own cores in ``NEURON_RT_VISIBLE_CORES`` before its runtime starts, no two share a core
-(an engine holds its ``claim`` until its processes exit), and a count that does not fit is refused
-before anything starts, naming what fits. At LNC=1 two cores share one 24 GB HBM bank and
-FLUX.2-klein-4B in bf16 needs about 16 GB: each process gets the first core of a bank, the second
-left idle. ``--neuron-cores none``: the app holds no core (it never starts its runtime) and every
-core may go to the engines. A tensor-parallel group stays on one chip ("Keep TP4 within a chip",
-Best practices for training on AWS Neuron,
-https://awsdocs-neuron.readthedocs-hosted.com/en/latest/training/best-practices.html): its degrees
-divide the attention heads and fit one chip's cores (``tp_degrees``). Pure Python, no torch: built
-before TorchNeuron loads.
+Why: "By default, Neuron Runtime initializes all the cores present in the system and reserves them
+for the current process", and a reserved core "cannot be used by another process at all" until that
+process exits (Neuron Runtime configuration guide, 2.33, "NeuronCore allocation"): no two processes
+share a core, and an engine holds its ``claim`` until its processes exit. At LNC=1 two cores share
+one 24 GB HBM bank and FLUX.2-klein-4B in bf16 needs about 16 GB: one process per bank. A
+tensor-parallel group stays on one chip ("Keep TP4 within a chip", Best practices for training on
+AWS Neuron, https://awsdocs-neuron.readthedocs-hosted.com/en/latest/training/best-practices.html).
+Pure Python, no torch: built before TorchNeuron loads.
 """
 
 from __future__ import annotations
@@ -59,10 +54,6 @@ class CorePlan:
     claims: dict[str, tuple[int, ...]] = dataclasses.field(default_factory=dict, compare=False)
 
     @property
-    def instance_cores(self) -> int | None:
-        return self.instance.logical
-
-    @property
     def whole_banks(self) -> bool:
         return self.instance.lnc == 1
 
@@ -72,11 +63,11 @@ class CorePlan:
     def free_cores(self, ignoring: str | None = None) -> list[int] | None:
         """Cores neither the app nor any engine (but ``ignoring``) holds; at LNC=1 the first core of
         each bank no process holds a core of."""
-        if self.instance_cores is None:
+        if self.instance.logical is None:
             return None
         held = {c for owner, cores in self.claims.items() if owner != ignoring for c in cores}
         taken = {self._bank(c) for c in (*self.app_cores, *held)}
-        return [c for c in range(self.instance_cores) if self._bank(c) not in taken
+        return [c for c in range(self.instance.logical) if self._bank(c) not in taken
                 and (not self.whole_banks or c % 2 == 0)]
 
     def chip_room(self) -> int | None:
@@ -117,7 +108,7 @@ class CorePlan:
                     f"leave {room} free at most" if group else "")
             fewer = (" (or give the app fewer cores: --neuron-cores none leaves every core to the engines)"
                      if self.app_cores else "")
-            raise CoresDoNotFit(f"{what} need {count} NeuronCores, but the instance has {self.instance_cores}"
+            raise CoresDoNotFit(f"{what} need {count} NeuronCores, but the instance has {self.instance.logical}"
                                 f"{physical} and the app holds {format_cores(list(self.app_cores)) or 'none'}{others}; "
                                 f"{len(free)} are free ({format_cores(free) or 'none'}{banks}{chip}), so {counts} "
                                 f"that fit are {', '.join(map(str, fits)) or 'none'}{fewer}")
@@ -148,7 +139,7 @@ class CorePlan:
             except CoresDoNotFit as exc:
                 entry["error"] = str(exc)
             engines[owner] = entry
-        return {"instance_cores": self.instance_cores, "physical_cores": self.instance.physical,
+        return {"instance_cores": self.instance.logical, "physical_cores": self.instance.physical,
                 "lnc": self.instance.lnc, "source": self.instance.source,
                 "app_cores": format_cores(list(self.app_cores)) or NO_CORES,
                 "free_cores": None if free is None else format_cores(free), "engines": engines,

@@ -23,11 +23,13 @@ import psutil
 import torch
 import torch._dynamo
 
-from backend.core_lists import NO_CORES
+from backend.core_lists import NO_CORES, check_on_instance
 from backend.errors import DeviceUnavailable
 from backend.hardware import cache_layout
 from backend.hardware import env as device_env
+from backend.hardware.core_plan import CorePlan, default_app_cores, make_plan
 from backend.hardware.kernels import neuron_installed
+from backend.hardware.memory import hbm_per_core
 from backend.hardware.metrics import (  # the last three: importers take them from here
     COMPILE_EVENTS,
     NEFF_COMPILE_TIME,
@@ -37,6 +39,7 @@ from backend.hardware.metrics import (  # the last three: importers take them fr
     diff_counters,  # noqa: F401
     is_compile_error,  # noqa: F401
 )
+from backend.hardware.neuron_ls import InstanceCores, detect_instance_cores
 from backend.settings import Settings
 
 PROCESS_GROUP_BACKENDS = {"neuron": "neuron", "cuda": "nccl", "cpu": "gloo"}
@@ -135,9 +138,9 @@ def rank_device_info(settings: Settings) -> DeviceInfo:
                  1 if neuron else 0, 0)
 
 
-def compiler_on_path(environ=None) -> dict[str, Any]:
+def compiler_on_path() -> dict[str, Any]:
     """``{"path", "version"}`` of the ``neuronx-cc`` on PATH (TorchNeuron runs it by name: execvp)."""
-    path = shutil.which("neuronx-cc", path=(environ or os.environ).get("PATH"))
+    path = shutil.which("neuronx-cc")
     version = None
     if path:
         try:
@@ -162,7 +165,11 @@ class Device:
         self._hbm: int | None = None
         self.dtype = _DTYPES[info.dtype]
         self._neuronx = load_torch_neuronx() if info.kind == "neuron" else None
-        self.configure_dynamo(max_compiled_shapes)
+        # With dynamic=False each new token count recompiles, and past dynamo's limit (8) a shape raises
+        # or runs eager: the limit is raised past ``max_compiled_shapes``, which the manager enforces.
+        config = torch._dynamo.config
+        config.recompile_limit = max(max_compiled_shapes + 1, config.recompile_limit)
+        config.accumulated_recompile_limit = max(4 * (max_compiled_shapes + 1), config.accumulated_recompile_limit)
 
     @property
     def kind(self) -> str:
@@ -175,10 +182,6 @@ class Device:
         if self.kind != "neuron":
             return None
         if self._core_plan is None:
-            from backend.core_lists import check_on_instance
-            from backend.hardware.core_plan import CorePlan, default_app_cores, make_plan
-            from backend.hardware.neuron_ls import InstanceCores, detect_instance_cores
-
             instance = detect_instance_cores(self._instance_cores)
             own = device_env.app_cores() or default_app_cores(instance)
             try:
@@ -218,14 +221,6 @@ class Device:
         return {"backend": self.info.compile_backend, "fullgraph": True, "dynamic": False}
 
     @staticmethod
-    def configure_dynamo(max_graphs: int) -> None:
-        """With dynamic=False each new token count recompiles, and past dynamo's limit (8) a shape
-        raises or runs eager: the limit is raised past ``max_graphs``, which the manager enforces."""
-        torch._dynamo.config.recompile_limit = max(max_graphs + 1, torch._dynamo.config.recompile_limit)
-        torch._dynamo.config.accumulated_recompile_limit = max(4 * (max_graphs + 1),
-                                                               torch._dynamo.config.accumulated_recompile_limit)
-
-    @staticmethod
     def reset_compiled() -> None:
         torch._dynamo.reset()
         COMPILE_EVENTS.ensure_registered()
@@ -252,23 +247,11 @@ class Device:
         if self.kind != "neuron":
             return None
         if self._hbm is None:
-            from backend.hardware.memory import hbm_per_core
-
             index = self.info.torch_device.partition(":")[2] or "0"
             total = int(self._neuronx.get_device_properties(int(index)).total_memory or 0) if self.holds_cores else 0
             key = self.neff_key_fields()
             self._hbm = total or hbm_per_core(key["neuron_target"], key["lnc"])
         return self._hbm
-
-    def neff_counters(self) -> dict[str, float]:
-        """TorchNeuron's NEFF cache counters and the compiler's seconds ({} off Neuron)."""
-        if self._neuronx is None:
-            return {}
-        metrics = importlib.import_module("torch_neuronx.metrics")
-        out: dict[str, float] = {key: int(metrics.get_counter_value(name) or 0) for key, name in NEFF_COUNTERS.items()}
-        data = metrics.get_metric_data(NEFF_COMPILE_TIME)  # None before the first NEFF is built
-        out["neff_compile_seconds"] = float(data["accumulator"]) / NEFF_COMPILE_TIME_PER_SECOND if data else 0.0
-        return out
 
     def executed_ops(self) -> list[str]:
         """Ops TorchNeuron ran on the NeuronCore since the last ``fallback_ops()``, which clears both
@@ -308,7 +291,12 @@ class Device:
         neuron backend compiles at the first execution, outside dynamo's events, so they never overlap."""
         COMPILE_EVENTS.ensure_registered()
         count, seconds = COMPILE_EVENTS.snapshot()
-        neff = self.neff_counters()
+        neff: dict[str, float] = {}  # TorchNeuron's NEFF cache counters and the compiler's seconds
+        if self._neuronx is not None:
+            metrics = importlib.import_module("torch_neuronx.metrics")
+            neff = {key: int(metrics.get_counter_value(name) or 0) for key, name in NEFF_COUNTERS.items()}
+            data = metrics.get_metric_data(NEFF_COMPILE_TIME)  # None before the first NEFF is built
+            neff["neff_compile_seconds"] = float(data["accumulator"]) / NEFF_COMPILE_TIME_PER_SECOND if data else 0.0
         inductor = torch._dynamo.utils.counters.get("inductor", {})  # FX-graph cache lookups in this process
         return {"graphs": count, "compile_seconds": seconds + neff.get("neff_compile_seconds", 0.0), **neff,
                 "fxgraph_hits": int(inductor.get("fxgraph_cache_hit", 0)),

@@ -79,16 +79,15 @@ def app_cores() -> str | None:
     return NO_CORES if _prepared.get(VISIBLE_CORES_VAR) == NO_CORES else os.environ.get(VISIBLE_CORES_VAR)
 
 
-def rank_exec_timeout(collective_timeout: float, environ: "dict[str, str] | None" = None) -> dict[str, str]:
+def rank_exec_timeout(collective_timeout: float) -> dict[str, str]:
     """``NEURON_RT_EXEC_TIMEOUT`` for a tensor-parallel rank: at least ``collective_timeout`` (a larger
     value of the user's is kept). A TorchNeuron collective is an XLA op run as a NEFF, one execution of
     the runtime's; a rank waiting in it for a peer that still compiles (eager ops compile one at a time)
     would be failed by the runtime with NRT_TIMEOUT at its default (30 s in the configuration guide's
     table, 600 s on trn1 in the developer guide), long before the process group's raised timeout."""
-    environ = os.environ if environ is None else environ
     seconds = math.ceil(collective_timeout)
     with contextlib.suppress(ValueError):  # unset or not a number: ours
-        seconds = max(seconds, int(environ.get(EXEC_TIMEOUT_VAR, "")))
+        seconds = max(seconds, int(os.environ.get(EXEC_TIMEOUT_VAR, "")))
     return {EXEC_TIMEOUT_VAR: str(seconds)}
 
 

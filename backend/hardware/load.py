@@ -54,9 +54,7 @@ class CpuLoad:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    @staticmethod
-    def mark():
-        return _ticks()
+    mark = staticmethod(_ticks)
 
     @staticmethod
     def during(start, end=None) -> float | None:

@@ -21,7 +21,7 @@ import struct
 from pathlib import Path
 from typing import Any, Mapping
 
-from backend.hardware.kernels import Attention
+from backend.hardware.kernels import SEQ_MULTIPLE, Attention
 from backend.shapes import MULTIPLE, Shape
 
 GIB = 2**30
@@ -73,25 +73,23 @@ class Geometry:
     text_tokens: int = TEXT_TOKENS  # every prompt is padded to this (the folder's card may say fewer)
 
     @classmethod
-    def read(cls, folder: str | Path, tp_plan: Mapping[str, Any] | None = None) -> "Geometry":
-        """``tp_plan``: the transformer's tensor-parallel plan (default: diffusers' own)."""
+    def read(cls, folder: str | Path) -> "Geometry":
+        from diffusers import Flux2Transformer2DModel
+
+        from backend.models.card import read_card
+
         root = Path(folder)
 
         def config(part: str) -> dict[str, Any]:
             return json.loads((root / part / "config.json").read_text())
 
-        if tp_plan is None:
-            from diffusers import Flux2Transformer2DModel
-
-            tp_plan = Flux2Transformer2DModel._tp_plan
         t, v, te = config("transformer"), config("vae"), config("text_encoder")
         counts = _tensor_elements(root / "transformer")
         sharded = sum(count for name, count in counts.items()  # matched by the module holding the tensor
-                      if any(fnmatch.fnmatchcase(name.rsplit(".", 1)[0], p) for p in tp_plan))
+                      if any(fnmatch.fnmatchcase(name.rsplit(".", 1)[0], p)
+                             for p in Flux2Transformer2DModel._tp_plan))
         replicated = sum(counts.values()) - sharded
         others = sum(sum(_tensor_elements(root / part).values()) for part in ("text_encoder", "vae"))
-        from backend.models.card import read_card
-
         tokens = read_card(root).prompt_tokens or TEXT_TOKENS
         text_heads = te["num_attention_heads"]
         return cls(t["num_attention_heads"], t["attention_head_dim"], float(t.get("mlp_ratio", 3.0)), text_heads,
@@ -158,8 +156,8 @@ class Plan:
     def fits(self) -> bool:
         return self.hbm is None or self.total <= self.hbm
 
-    def slow(self, name: str = "transformer") -> dict[str, Any] | None:
-        return next((a for a in self.attentions if a["name"] == name and not a["fast"]), None)
+    def slow(self) -> dict[str, Any] | None:
+        return next((a for a in self.attentions if a["name"] == "transformer" and not a["fast"]), None)
 
     def to_json(self) -> dict[str, Any]:
         return {"weights": self.weights, "phases": dict(self.phases), "peak_phase": self.peak_phase,
@@ -190,8 +188,6 @@ def fast_sizes(near: Shape, max_side: int, slack: float = 0.35,
     """Output sizes near ``near`` (area within ``slack``, sides at most ``max_side``) whose sequence,
     with the text (``text_tokens``) and the same references, takes the fast path (a multiple of the NKI kernel's 512),
     nearest aspect first. Cached: a refused badge asks again every second."""
-    from backend.hardware.kernels import SEQ_MULTIPLE
-
     refs = sum((h // MULTIPLE) * (w // MULTIPLE) for h, w in near.refs)
     found = []
     for height in range(MULTIPLE * 8, max_side + 1, MULTIPLE):

@@ -68,14 +68,11 @@ def parse_neuron_ls_json(text: str, environ: Mapping[str, str] | None = None) ->
     """Counts from ``neuron-ls --json-output``: per device ``nc_count`` (logical: 4 per Trainium2 at
     LNC=2), ``neuroncore_ids``, ``memory_size`` (bytes), on newer tools ``logical_neuroncore_config``
     (absent on trn1: LNC 1) and ``instance_type``. None if unreadable."""
-    try:
-        data = json.loads(text)
-    except ValueError:
-        return None
-    if not isinstance(data, list) or not all(isinstance(d, dict) for d in data):
-        return None
     devices, lncs, types = [], set(), set()
     try:
+        data = json.loads(text)
+        if not isinstance(data, list) or not all(isinstance(d, dict) for d in data):
+            return None
         for entry in data:
             ids = entry.get("neuroncore_ids")  # where the ids and nc_count disagree, the ids are the cores
             cores = tuple(int(i) for i in ids) if isinstance(ids, list) else (None,) * int(entry["nc_count"])
@@ -100,11 +97,6 @@ def _number_cores(devices: list[NeuronDevice]) -> list[NeuronDevice]:
         out.append(dataclasses.replace(device, cores=cores))
         next_core = max(cores, default=next_core - 1) + 1
     return out
-
-
-def _memory_bytes(text: str) -> int | None:
-    match = re.fullmatch(r"(\d+)\s*GB", text.strip())
-    return int(match.group(1)) * 2**30 if match else None  # "96 GB" is memory_size 103079215104 in the JSON
 
 
 def parse_neuron_ls(text: str, environ: Mapping[str, str] | None = None) -> InstanceCores | None:
@@ -136,7 +128,9 @@ def parse_neuron_ls(text: str, environ: Mapping[str, str] | None = None) -> Inst
                 return None
             if len(cores) != count:
                 return None
-            devices.append(NeuronDevice(int(cells[0]), cores, _memory_bytes(column.get("NEURON MEMORY", ""))))
+            memory = re.fullmatch(r"(\d+)\s*GB", column.get("NEURON MEMORY", "").strip())
+            # "96 GB" is memory_size 103079215104 in the JSON
+            devices.append(NeuronDevice(int(cells[0]), cores, int(memory.group(1)) * 2**30 if memory else None))
         elif cells and not cells[0] and names:
             continue  # a device's second process line: nothing about cores
         elif not any(cell.isdigit() for cell in cells):  # a header line: join it onto the column names
@@ -151,15 +145,14 @@ def parse_neuron_ls(text: str, environ: Mapping[str, str] | None = None) -> Inst
 _DETECTED: dict[tuple, InstanceCores] = {}
 
 
-def detect_instance_cores(override: int | None = None, *, neuron_ls: str | None = "neuron-ls",
-                          environ: Mapping[str, str] | None = None,
+def detect_instance_cores(override: int | None = None, *, environ: Mapping[str, str] | None = None,
                           run: Callable[..., Any] = subprocess.run) -> InstanceCores:
     """The override, else ``neuron-ls --json-output``, else its text table; never needs root. Asked
     once per process (the instance does not change under it)."""
     environ = os.environ if environ is None else environ
     if override is not None:
         return InstanceCores(int(override), source=INSTANCE_FLAG)
-    tool = shutil.which(neuron_ls, path=environ.get("PATH")) if neuron_ls else None
+    tool = shutil.which("neuron-ls", path=environ.get("PATH"))
     key = (tool, frozenset(environ.items()), run)
     if key in _DETECTED:
         return _DETECTED[key]

@@ -10,7 +10,7 @@ import os
 import re
 from pathlib import Path
 
-from backend.images.pngmeta import NAME_RANDOM_BITS, is_own_png
+from backend.images.pngmeta import NAME_RANDOM_BITS, is_own_png, save_png, unique_output_path
 
 APP_PNG = re.compile(r"^\d{8}-\d{6}-\d{1,5}x\d{1,5}-[a-z]+-\d{1,20}-[0-9a-f]{%d}\.png$" % (NAME_RANDOM_BITS // 4))
 
@@ -43,8 +43,6 @@ def save_outputs(folder: str | Path, keep: int, image, result, name=None) -> str
     batch; sets ``result.paths`` and ``result.path`` (the first) and returns it. The folder keeps
     the app's newest ``keep`` images, and always the whole of this batch. ``name(result, index)``:
     the path of each image instead (the CLI's ``--out``; nothing is pruned there)."""
-    from backend.images.pngmeta import save_png, unique_output_path
-
     images = result.images if len(result.images) > 1 else [image]
     result.paths = [str(save_png(each, result, name(result, index) if name else unique_output_path(folder, result))
                         .resolve()) for index, each in enumerate(images)]

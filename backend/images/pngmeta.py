@@ -15,8 +15,7 @@ Reading is bounded, because the PNG comes from outside (an upload on the page):
   most ``MAX_INFOTEXT + 1`` characters of a zTXt/iTXt decompressed). PIL's own text limits
   (``PngImagePlugin.MAX_TEXT_CHUNK``/``MAX_TEXT_MEMORY``, 1 MiB/64 MiB) are module globals that
   other threads share, so PIL is not used for reading at all.
-- ``parse_infotext`` is linear in its input (str methods, no backtracking regex), and every value
-  is checked against the app's bounds before it is returned.
+- ``parse_infotext`` is linear in its input (str methods, no backtracking regex) and bounded.
 """
 
 from __future__ import annotations
@@ -123,17 +122,9 @@ def is_own_png(path: str | Path) -> bool:
     """Whether ``path`` is a regular PNG file (not a link) that carries this app's ``neuron_studio``
     chunk before its image data: read bounded as ``read_png_parameters`` reads, no pixels decoded."""
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0))
-    except OSError:
+        return _read_text(path, JSON_KEY, MAX_CHUNK_BYTES, getattr(os, "O_NOFOLLOW", 0)) is not None
+    except ValueError:
         return False
-    with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_PNG_BYTES:
-            return False
-        try:
-            return _png_text(handle, info.st_size, JSON_KEY, MAX_CHUNK_BYTES) is not None
-        except (OSError, ValueError):
-            return False
 
 
 def _ascii_int(value: str, max_digits: int = 20) -> int | None:
@@ -166,16 +157,12 @@ def _params(line: str) -> dict[str, str]:
 
 def parse_infotext(text: str, *, max_prompt: int = 2000, max_steps: int = 50, max_guidance: float = 20.0,
                    max_seed: int = 2**63 - 1, min_size: int = 64, max_size: int = 2048) -> dict[str, Any]:
-    """Parse A1111 infotext into {prompt, steps, guidance, seed, width, height, mode, model, device,
-    count, references}.
-
-    Linear in ``text`` and bounded: a text over ``MAX_INFOTEXT`` characters gives {}; a last line
-    over ``MAX_PARAMS_LINE`` is not a params line; a value over ``MAX_VALUE`` is ignored. Each value
-    is held to the app's bounds (the keyword arguments, defaults as in ``Settings``) or left out, so
-    a control is never filled with something validation would refuse: whole numbers in ASCII digits,
-    guidance ("CFG scale") a plain decimal (no inf, nan or exponent), a size's two sides multiples of
-    16 (both or neither), the prompt cut to ``max_prompt`` characters.
-    """
+    """A1111 infotext as {prompt, steps, guidance, seed, width, height, mode, model, device, count,
+    references}, linear in ``text`` and bounded (``MAX_INFOTEXT``, ``MAX_PARAMS_LINE``, ``MAX_VALUE``).
+    Each value is held to the app's bounds (the keyword arguments, defaults as in ``Settings``) or left
+    out, so a control is never filled with something validation would refuse: whole numbers in ASCII
+    digits, guidance ("CFG scale") a plain decimal (no inf, nan or exponent), a size's two sides
+    multiples of 16 (both or neither), the prompt cut to ``max_prompt`` characters."""
     if not isinstance(text, str) or len(text) > MAX_INFOTEXT:
         return {}
     text = text.strip()
@@ -241,7 +228,7 @@ def _decode_text_chunk(kind: bytes, data: bytes, max_chars: int) -> tuple[str, s
     return (keyword.decode("latin-1"), text) if len(text) <= max_chars else None
 
 
-def _png_text(handle, size: int, key: str, max_chars: int = MAX_INFOTEXT) -> str | None:
+def _png_text(handle, size: int, key: str, max_chars: int) -> str | None:
     """The text of the first text chunk named ``key`` before the image data, as PIL's
     ``Image.open`` (and other tools reading ``info``) sees it. Reads chunk headers and that text
     chunk only: pixel data is never read or decompressed. Raises ValueError for a file that is not
@@ -278,13 +265,11 @@ def _png_text(handle, size: int, key: str, max_chars: int = MAX_INFOTEXT) -> str
     raise ValueError(f"malformed PNG: more than {MAX_CHUNKS} chunks before the image data")
 
 
-def read_png_parameters(path: str | Path, **bounds: Any) -> dict[str, Any]:
-    """Generation parameters stored in a PNG ({} when it carries none, or only an oversized or broken
-    ``parameters`` chunk; ``bounds`` go to ``parse_infotext``), no pixels decoded. ValueError names the
-    problem with a file that is not a regular file, is larger than ``MAX_PNG_BYTES``, is not a PNG or is truncated."""
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
-    try:
-        fd = os.open(path, flags)  # non-blocking: a FIFO named x.png does not hang the open
+def _read_text(path: str | Path, key: str, max_chars: int, flags: int) -> str | None:
+    """``_png_text`` of the file at ``path``; ValueError names the problem with a file that is not a
+    regular file, is larger than ``MAX_PNG_BYTES``, is not a PNG or is truncated."""
+    try:  # non-blocking: a FIFO named x.png does not hang the open
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | flags)
     except OSError as exc:
         raise ValueError(f"cannot open the PNG: {exc.strerror or exc}") from None
     info = os.fstat(fd)
@@ -296,7 +281,13 @@ def read_png_parameters(path: str | Path, **bounds: Any) -> dict[str, Any]:
             raise ValueError(f"the file is {info.st_size / 1e6:.1f} MB; PNGs over {MAX_PNG_BYTES / 1e6:.0f} MB "
                              "are not read")
         try:
-            text = _png_text(handle, info.st_size, PARAMS_KEY)
+            return _png_text(handle, info.st_size, key, max_chars)
         except OSError as exc:
             raise ValueError(f"cannot read the PNG: {exc.strerror or exc}") from None
+
+
+def read_png_parameters(path: str | Path, **bounds: Any) -> dict[str, Any]:
+    """Generation parameters stored in a PNG ({} when it carries none, or only an oversized or broken
+    ``parameters`` chunk; ``bounds`` go to ``parse_infotext``), no pixels decoded; ValueError as ``_read_text``."""
+    text = _read_text(path, PARAMS_KEY, MAX_INFOTEXT, getattr(os, "O_BINARY", 0))
     return parse_infotext(text, **bounds) if text is not None else {}

@@ -1,24 +1,9 @@
-"""What a model folder says about itself to the page: its resolution presets, the largest size it
-was trained at, and the prompt grammar it reads (``neuron_studio.json`` beside
-``model_index.json``).
-
-    {"preset_scale": 256, "trained_pixels": 65536, "prompt_grammar": "scenes", "start": "256x256",
-     "prompt_tokens": 64}
-
-- ``presets``: ``{"name": "WIDTHxHEIGHT", ...}`` in the page's order, or ``preset_scale``: the side
-  of the square the usual ~1 MP aspect-ratio buckets (``backend.shapes.PRESETS``) are scaled to
-  (rounded to multiples of 16). Neither: those ~1 MP buckets, as for the real FLUX.2-klein.
-- ``trained_pixels``: the largest image (in pixels) it was trained at; the page labels larger sizes
-  "beyond training". Absent: no label.
-- ``prompt_grammar``: the name of a prompt reading the app knows (only ``"scenes"``,
-  ``embedded.grammar``): every prompt is read as a caption of that grammar before the model sees it.
-- ``start``: the size the page starts at (default: the first preset).
-- ``prompt_tokens``: the prompt length, in tokens with the chat template, the model was trained at:
-  every prompt is padded to it (the pipeline's ``max_sequence_length``) and a longer one is refused.
-  Absent: the pipeline's default, 512.
-
-A folder without the file (a hub download, any diffusers folder) gets the ~1 MP presets and no
-grammar. The file is bounded and checked like any input: a bad one is refused naming the key.
+"""What a model folder says about itself to the page, in ``neuron_studio.json`` beside
+``model_index.json``: its presets (``presets``, or ``preset_scale``: the ~1 MP buckets of
+``backend.shapes.PRESETS`` scaled), the largest size it was trained at, the prompt grammar it reads,
+the size the page starts at and the prompt length it was trained at (docs/embedded-model.md,
+"Presets and prompts from the model folder", has each key). A folder without the file gets the ~1 MP
+presets and no grammar; the file is bounded and checked like any input: a bad one is refused naming the key.
 """
 
 from __future__ import annotations
@@ -28,6 +13,8 @@ import json
 from pathlib import Path
 
 from backend.errors import ModelNotFound
+from backend.models.plugins import prompt_reader
+from backend.models.source import local_folder
 from backend.shapes import MULTIPLE, NEURON_PRESETS, PRESETS, Shape, parse_shape
 
 CARD_FILE = "neuron_studio.json"
@@ -62,11 +49,7 @@ class ModelCard:
     @property
     def reader(self):
         """The prompt reader the card names (``backend.models.plugins``), or None: any prompt."""
-        if self.prompt_grammar is None:
-            return None
-        from backend.models.plugins import prompt_reader
-
-        return prompt_reader(self.prompt_grammar)
+        return None if self.prompt_grammar is None else prompt_reader(self.prompt_grammar)
 
     def read_prompt(self, prompt: str, editing: bool = False):
         """The reader's reading of ``prompt`` (its ``caption``, what it understood), or None for a
@@ -165,6 +148,4 @@ def read_card(folder: str | Path | None, neuron: bool = False) -> ModelCard:
 def card_for(spec: str, cache_root: Path, neuron: bool = False) -> ModelCard:
     """The card of the model ``--model spec`` names, read without loading or downloading anything:
     the embedded folders and local folders have theirs; a hub id, the defaults."""
-    from backend.models.source import local_folder
-
     return read_card(local_folder(spec, cache_root), neuron)

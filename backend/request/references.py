@@ -21,6 +21,8 @@ import math
 from pathlib import Path
 from typing import Any, Sequence
 
+from PIL import Image, UnidentifiedImageError
+
 from backend.errors import InvalidRequest
 from backend.shapes import MAX_COUNT, Shape, parse_shape, whole_number
 
@@ -52,8 +54,6 @@ class Reference:
                 "fitted": f"{self.width}x{self.height}", "fit": self.fit}
 
     def image(self):
-        from PIL import Image
-
         return Image.frombytes("RGB", (self.width, self.height), self.rgb)
 
 
@@ -66,8 +66,6 @@ def nearest_size(width: int, height: int, sizes: Sequence[Shape]) -> Shape:
 
 def _open(source, which: str):
     """The image in ``source`` with only its header read, checked."""
-    from PIL import Image, UnidentifiedImageError
-
     try:
         image = Image.open(source)  # reads the header only
     except (UnidentifiedImageError, OSError, ValueError) as error:
@@ -88,8 +86,6 @@ def _open(source, which: str):
 
 
 def _decode(image, which: str):
-    from PIL import Image
-
     try:
         image.load()  # within MAX_SOURCE_PIXELS (checked from the header), far below PIL's own bomb bound
     except (OSError, ValueError, Image.DecompressionBombError, SyntaxError) as error:
@@ -103,8 +99,6 @@ def _decode(image, which: str):
 
 
 def fit_image(image, size: Shape, fit: str):
-    from PIL import Image
-
     width, height = image.size
     if (width, height) == (size.width, size.height):
         return image
@@ -122,23 +116,12 @@ def fit_image(image, size: Shape, fit: str):
 
 
 def read_bytes(item: Any, which: str, limit: int = MAX_REFERENCE_BYTES) -> bytes:
-    """The bytes of one reference as a caller gives it: bytes, a path (the page's and the API's
-    uploads), or a dict with a ``path`` (Gradio's FileData). At most ``limit`` bytes are read."""
-    if isinstance(item, dict):
-        item = item.get("path")
-    if isinstance(item, (bytes, bytearray)):
-        data = bytes(item)
-    elif isinstance(item, (str, Path)) and str(item):
-        path = Path(item)
+    """The bytes of one reference as a caller gives it (``_source``). At most ``limit`` bytes are read."""
+    with _source(item, which, limit) as source:
         try:
-            if not path.is_file():
-                raise InvalidRequest(FIELD, f"{which} is not a file")
-            with path.open("rb") as handle:
-                data = handle.read(limit + 1)
+            data = source.read(limit + 1)
         except OSError as error:
             raise InvalidRequest(FIELD, f"{which} could not be read ({type(error).__name__})") from None
-    else:
-        raise InvalidRequest(FIELD, f"{which} must be an image file, got {type(item).__name__}")
     if len(data) > limit:
         raise InvalidRequest(FIELD, f"{which} is over {limit / 2**20:.0f} MB; the limit is {limit / 2**20:.0f} MB")
     return data
@@ -162,7 +145,7 @@ def load_references(items: Sequence[Any] | None, sizes: Sequence[Shape], fit: st
             data = read_bytes(item, which)
             image = _decode(_open(io.BytesIO(data), which), which)
         else:
-            with _header_source(item, which) as source:
+            with _source(item, which) as source:
                 image = _open(source, which)  # its header only: the size
         size = nearest_size(*image.size, sizes)
         references.append(Reference(hashlib.sha256(data).hexdigest() if pixels else "", image.width, image.height,
@@ -262,13 +245,15 @@ def reference_files(items: Any) -> list[Any]:
     return out
 
 
-def _header_source(item: Any, which: str, limit: int = MAX_REFERENCE_BYTES):
-    """A binary file object for ``item``'s header: a path's file, opened after its size is checked
-    against ``limit`` (the cost line runs every second: the file is not read whole); anything else
-    through ``read_bytes``."""
+def _source(item: Any, which: str, limit: int = MAX_REFERENCE_BYTES):
+    """A binary file object for one reference as a caller gives it: bytes, a path (the page's and the
+    API's uploads), or a dict with a ``path`` (Gradio's FileData). A path's file is opened after its
+    size is checked against ``limit`` (the cost line reads headers every second: no file is read whole)."""
     path = item.get("path") if isinstance(item, dict) else item
+    if isinstance(path, (bytes, bytearray)):
+        return io.BytesIO(bytes(path))
     if not isinstance(path, (str, Path)) or not str(path):
-        return io.BytesIO(read_bytes(item, which, limit))
+        raise InvalidRequest(FIELD, f"{which} must be an image file, got {type(path).__name__}")
     try:
         if not Path(path).is_file():
             raise InvalidRequest(FIELD, f"{which} is not a file")
