@@ -19,8 +19,8 @@ import torch
 
 from backend.engines.base import Route
 from backend.errors import BackendNotReady, CompileFailure, GenerationCancelled, GenerationFailed, ShapeLocked
-from backend.hardware.device import COMPILE_EVENTS, Device, compile_error_text, diff_counters, is_compile_error
-from backend.hardware.metrics import out_of_memory
+from backend.hardware.device import Device
+from backend.hardware.metrics import COMPILE_EVENTS, compile_error_text, diff_counters, is_compile_error, out_of_memory
 from backend.models.card import DEFAULT_PROMPT_TOKENS, read_card
 from backend.request.records import EngineOutput, GenerationRequest, Phase, ProgressEvent
 from backend.settings import IN_PROCESS_MODES as MODES

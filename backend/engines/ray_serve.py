@@ -137,7 +137,6 @@ class StudioReplica:
 
     def reconfigure(self, config: dict[str, Any]) -> None:
         """Serve's user_config: ``bundle`` (a path every node reads) and ``warm`` [[mode, signature]]."""
-        from backend.request.references import blank_references
         from backend.shapes import parse_signature
 
         if config.get("bundle") and self.me["bundle"] is None:
@@ -146,9 +145,7 @@ class StudioReplica:
             if f"{mode} {text}" in self.me["warm"]:
                 continue
             shape = parse_signature(text)
-            request = GenerationRequest("warm-up", shape.height, shape.width, self.settings.steps,
-                                        self.settings.guidance, 0, mode, count=shape.count,
-                                        references=blank_references(shape))
+            request = GenerationRequest.warm_up(shape, mode, self.settings.steps, self.settings.guidance)
             try:
                 self._ran(request, self.engine.run(request))
             except StudioError as exc:

@@ -30,15 +30,7 @@ from backend.hardware import env as device_env
 from backend.hardware.core_plan import CorePlan, default_app_cores, make_plan
 from backend.hardware.kernels import neuron_installed
 from backend.hardware.memory import hbm_per_core
-from backend.hardware.metrics import (  # the last three: importers take them from here
-    COMPILE_EVENTS,
-    NEFF_COMPILE_TIME,
-    NEFF_COMPILE_TIME_PER_SECOND,
-    NEFF_COUNTERS,
-    compile_error_text,  # noqa: F401
-    diff_counters,  # noqa: F401
-    is_compile_error,  # noqa: F401
-)
+from backend.hardware.metrics import COMPILE_EVENTS, NEFF_COMPILE_TIME, NEFF_COMPILE_TIME_PER_SECOND, NEFF_COUNTERS
 from backend.hardware.neuron_ls import InstanceCores, detect_instance_cores
 from backend.settings import Settings
 

@@ -29,6 +29,16 @@ class GenerationRequest:
     # the page says from it what the model did not understand. Never in the JSON.
     reading: Any = dataclasses.field(default=None, repr=False, compare=False)
 
+    @classmethod
+    def warm_up(cls, shape: Shape, mode: str, steps: int, guidance: float,
+                pixels: bool = True) -> "GenerationRequest":
+        """A run at ``shape`` that only warms it: grey references at its reference sizes (a compile
+        depends on their sizes, not what they show); ``pixels=False``: sizes alone, to price it."""
+        from backend.request.references import blank_references
+
+        return cls("warm-up", shape.height, shape.width, steps, guidance, 0, mode, count=shape.count,
+                   references=blank_references(shape, pixels))
+
     @property
     def shape(self) -> Shape:
         """The static signature: output size, batch and reference sizes (backend.shapes.Shape)."""

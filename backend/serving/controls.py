@@ -219,7 +219,7 @@ class CacheOps:
 
     def warm_from_bundle(self, manifest) -> None:
         """Run a bundle's shapes once, so they are warm and the table says they came from the bundle."""
-        from backend.hardware.device import diff_counters
+        from backend.hardware.metrics import diff_counters
 
         service = self.service
         entries = [(entry["mode"], parse_signature(str(entry["shape"])), entry.get("compile_seconds"))

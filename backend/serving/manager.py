@@ -27,7 +27,7 @@ from backend.errors import (
 from backend.hardware.load import CpuLoad
 from backend.hardware.monitor import NeuronMonitor
 from backend.request.records import GenerationRequest, GenerationResult, Phase, ProgressEvent
-from backend.request.references import blank_references, load_references, planned_references
+from backend.request.references import load_references, planned_references
 from backend.request.validation import check_signature, validate_request
 from backend.serving import compile_state as cs
 from backend.serving.admission import Admission, PlaceBook
@@ -351,9 +351,8 @@ class Manager:
         """What a run at (mode, shape) would cost now, refusal included."""
         if self.engines:
             try:
-                request = GenerationRequest("", shape.height, shape.width, steps or self.settings.steps,
-                                            self.settings.guidance, 0, mode, count=shape.count,
-                                            references=blank_references(shape, pixels=False))
+                request = GenerationRequest.warm_up(shape, mode, steps or self.settings.steps,
+                                                    self.settings.guidance, pixels=False)
                 return self._admit(request, self.warm_only)[2].prediction
             except StudioError:
                 pass  # no engine serves it now: what the table alone says

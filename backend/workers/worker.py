@@ -28,7 +28,6 @@ from typing import Any
 from backend.hardware import env as device_env
 from backend.launch import protocol as proto
 from backend.request.records import GenerationRequest
-from backend.request.references import blank_references
 from backend.settings import TP_MODE, Settings
 from backend.shapes import parse_signature
 from backend.workers.collectives import Rank, _gather_json, job_bytes
@@ -155,9 +154,8 @@ def warm_up(cfg: proto.WorkerConfig, run, me: Rank) -> list[dict[str, Any]]:
     stats = []
     for text in cfg.warm:
         shape = parse_signature(text)
-        request = GenerationRequest("warm-up", shape.height, shape.width, me.settings.steps, me.settings.guidance,
-                                    0, me.settings.runs_as(TP_MODE), count=shape.count,
-                                    references=blank_references(shape))
+        request = GenerationRequest.warm_up(shape, me.settings.runs_as(TP_MODE), me.settings.steps,
+                                            me.settings.guidance)
         out = run(request)
         stats.append({"shape": text, "compiles": out.compiles, "compile_seconds": out.compile_seconds,
                       "seconds": out.seconds})
