@@ -136,7 +136,7 @@ def generate(settings: Settings, args: argparse.Namespace) -> int:
     manager = Manager(settings)
     try:
         # Validate everything before loading anything: a typo should not cost a model load.
-        edit = {"images": list(getattr(args, "image", None) or []), "count": getattr(args, "count", None)}
+        edit = {"images": list(args.image or []), "count": args.count}
         first, _cost = manager.plan(dict(prompt=args.prompt, height=sizes[0].height, width=sizes[0].width,
                                          seed=args.seed, **edit))
         edit["images"] = first.references  # read and fitted once

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import math
 import os
 from pathlib import Path
@@ -51,9 +52,7 @@ class Settings:
     tp_stall_timeout: float = 60.0  # no progress message for this long (outside compiles): hung
     tp_start_timeout: float = 600.0
     tp_torchrun_args: str = ""
-    # On Neuron raised to at least compile_timeout: TorchNeuron's watchdog starts a collective's
-    # clock when it is enqueued, and eager ops compile one at a time before it runs.
-    tp_collective_timeout: float = 300.0
+    tp_collective_timeout: float = 300.0  # on Neuron raised to at least compile_timeout (collective_seconds)
     # On Neuron the NEFF cache's lock timeout is kept at least this long too (TorchNeuron breaks
     # another process's compile lock after TORCH_NEURONX_NEFF_CACHE_LOCK_TIMEOUT).
     compile_timeout: float = 1800.0
@@ -138,9 +137,8 @@ class Settings:
                 else self.tp_collective_timeout)
 
     def check(self) -> "Settings":
-        """The checks across fields (ValueError naming the flag), made wherever Settings are built
-        from outside: the flags and environment (``load_settings``) and a worker's config
-        (``from_json``). Returns the settings."""
+        """The checks across fields (ValueError naming the flag), made wherever Settings are built from
+        outside: the flags and environment (``load_settings``) and a worker's config (``from_json``)."""
         if self.min_size % 16 or self.max_size % 16 or self.min_size > self.max_size:
             raise ValueError(f"--min-size/--max-size: bounds must be multiples of 16 with min <= max, "
                              f"got {self.min_size}..{self.max_size}")
@@ -194,16 +192,12 @@ def _number(text: str, read, ok, what: str):
     return value
 
 
-def _whole_number(text: str) -> int:
-    return whole_number("value", text)
-
-
 def _positive_int(text: str) -> int:
-    return _number(text, _whole_number, lambda v: v >= 1, "a positive whole number")
+    return _number(text, functools.partial(whole_number, "value"), lambda v: v >= 1, "a positive whole number")
 
 
 def _whole(text: str) -> int:
-    return _number(text, _whole_number, lambda v: v >= 0, "a whole number of 0 or more")
+    return _number(text, functools.partial(whole_number, "value"), lambda v: v >= 0, "a whole number of 0 or more")
 
 
 def _positive_float(text: str) -> float:
@@ -324,10 +318,8 @@ def add_setting_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def load_settings(flags: dict[str, Any] | None = None, environ: dict[str, str] | None = None) -> Settings:
-    """Build Settings from raw flag strings (as argparse left them) and the environment.
-
-    Raises ValueError naming the flag or variable for any value that does not parse.
-    """
+    """Settings from raw flag strings (as argparse left them) and the environment; ValueError naming
+    the flag or variable for any value that does not parse."""
     flags = flags or {}
     environ = os.environ if environ is None else environ
     values: dict[str, Any] = {}

@@ -132,7 +132,7 @@ MUTATIONS = (
              "            if cap is not None and len(held) >= cap:", "            if False:",
              ("tests/backend/test_jobs.py",)),
     Mutation("G16", "the operator's Log out leaves the old cookie an operator's", "backend/serving/roles.py",
-             "        self._session_key = secrets.token_urlsafe(32)\n        if self.token is not None:",
+             "        self.session_key = secrets.token_urlsafe(32)\n        if self.token is not None:",
              "        if self.token is not None:", ("tests/ui/test_roles.py",)),
     Mutation("G17", "a request past --max-work runs", "backend/request/validation.py",
              "    if s.max_work and work(shape, steps) > s.max_work:", "    if False:",

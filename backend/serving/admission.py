@@ -18,8 +18,9 @@ from backend.serving import compile_state as cs
 from backend.settings import Settings
 from backend.shapes import Shape, parse_signature
 
-# Seconds a first compile takes before the machine has measured one, by compile backend and mode
-# (see Admission.prior_compile_seconds): a prior, said to be one wherever it is shown.
+# Seconds a first compile takes before the machine has measured one, by compile backend and mode: a
+# prior, said to be one wherever it is shown. From this project's CPU runs (bench P5/P7: inductor 20-100 s
+# on 2 cores, regional a third, aot_eager a few); none for the neuron backend, never timed here.
 PRIOR_COMPILE_SECONDS = {"inductor": {"compiled": 60.0, "regional": 25.0},
                          "aot_eager": {"compiled": 5.0, "regional": 5.0}}
 
@@ -41,18 +42,13 @@ class Admission:
     def compiles_here(self, device, mode: str) -> bool:
         return self.exact_shapes(device) or self.settings.runs_as(mode) in cs.COMPILED_MODES
 
-    def prior_compile_seconds(self, device, mode: str) -> float | None:
-        """A first compile's seconds before any was measured here, from this project's CPU runs (bench
-        P5/P7: inductor 20-100 s on 2 cores, regional a third, aot_eager a few). None for the neuron
-        backend, never timed here."""
-        backend = device.info.compile_backend if device is not None else None
-        return PRIOR_COMPILE_SECONDS.get(backend, {}).get(self.settings.runs_as(mode))
-
     def decide(self, device, mode: str, shape: Shape, steps: int | None, locked: bool,
                places: list[str] | None = None) -> "Decision":
         """The prediction for a run at (mode, shape) in ``places``, its ``refused`` saying why it may not start."""
+        backend = device.info.compile_backend if device is not None else None
         out = self.table.predict(mode, shape, steps or self.settings.steps, self.compiles_here(device, mode),
-                                 self.exact_shapes(device), places, prior=self.prior_compile_seconds(device, mode),
+                                 self.exact_shapes(device), places,
+                                 prior=PRIOR_COMPILE_SECONDS.get(backend, {}).get(self.settings.runs_as(mode)),
                                  load=self.cpu_load.now if self.cpu_load is not None else None)
         refusal = self._refusal(mode, shape, out["will_compile"], locked, places,
                                 steps_note=out["note"] if out["state"] == cs.WARM else None)
@@ -135,7 +131,7 @@ class Decision:
 class PlaceBook:
     """The compile table as the engines read and report to it (``backend.engines.base.PlaceBook``)."""
 
-    def __init__(self, admission: Admission, device, capacity_changed: Callable[[], None] = lambda: None):
+    def __init__(self, admission: Admission, device, capacity_changed: Callable[[], None]):
         self._admission, self._table, self._device = admission, admission.table, device
         self.capacity_changed = capacity_changed
 

@@ -21,6 +21,7 @@ import typing
 from pathlib import Path
 from typing import Any, Callable
 
+from backend.errors import CompileFailure, GenerationCancelled
 from backend.shapes import Shape
 
 
@@ -202,8 +203,6 @@ class CompileTable:
                    place: str = "app") -> None:
         """A run that raised: a compiler error fails the shape; a cancel after a finished compile keeps
         it when ``keep_compiles``; anything else returns a 'compiling' shape to what it was."""
-        from backend.errors import CompileFailure, GenerationCancelled
-
         if isinstance(exc, CompileFailure):
             self.fail(mode, shape, str(exc))
         elif isinstance(exc, GenerationCancelled) and exc.compiles and keep_compiles:
@@ -277,17 +276,12 @@ class CompileTable:
         app idle). The scheduler shares the cores between the run's threads (as many as cores) and
         the other work's, so the run takes (1 + load) times as long; other work that fills the
         machine while the app idles yields half of it to a run (seen: 0.13 s quiet, 0.28 s at 97 %)."""
-        quiet = self._quiet_seconds(rec, steps)
+        runs = [r for r in rec.steady if r.per_step is not None] if rec else []
+        quiet = low([self._quiet(r.overhead, r.load) for r in runs]) + low(
+            [self._quiet(r.per_step, r.load) for r in runs]) * steps if runs else None
         load = load if self.cpu_bound else None
         out.update(quiet_seconds=quiet, load=load, expected_seconds=None if quiet is None
                    else quiet * (1.0 + load) if load else quiet)
-
-    def _quiet_seconds(self, rec: ShapeRecord | None, steps: int) -> float | None:
-        runs = [r for r in rec.steady if r.per_step is not None] if rec else []
-        if not runs:
-            return None
-        return low([self._quiet(r.overhead, r.load) for r in runs]) + low(
-            [self._quiet(r.per_step, r.load) for r in runs]) * steps
 
     def _quiet(self, seconds: float, load: float | None) -> float:
         return seconds * (1.0 - load) if self.cpu_bound and load is not None else seconds

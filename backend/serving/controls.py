@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import Any, Callable, Iterable
 
+from backend.engines.base import LaunchedEngine
 from backend.errors import BackendBusy, BackendNotReady, InvalidRequest, StudioError
-from backend.request.records import Phase
+from backend.request.records import GenerationResult, Phase
 from backend.request.references import blank_references
 from backend.serving.roles import LOCAL_OPERATOR, Caller
 from backend.shapes import PRESETS, Shape, parse_signature
@@ -23,10 +24,6 @@ from backend.shapes import PRESETS, Shape, parse_signature
 log = logging.getLogger(__name__)
 MAX_SHAPES = len(PRESETS)  # one warm-up covers at most the presets of one mode
 WARMUP_PROMPT = "warm-up"
-
-if TYPE_CHECKING:
-    from backend.engines.base import LaunchedEngine
-    from backend.request.records import GenerationResult
 
 
 class EngineControls:
@@ -37,9 +34,9 @@ class EngineControls:
         self.service = service
         self._life = threading.Lock()
         self._warmup_lock = threading.Lock()
-        self._warmup: dict[str, Any] = {}
+        self.warmup_state: dict[str, Any] = {}
 
-    def _named(self, name: str) -> "LaunchedEngine":
+    def _named(self, name: str) -> LaunchedEngine:
         launched = self.service.engines.launched
         engine = next((e for e in launched if e.name == name), None)
         if engine is None:
@@ -86,9 +83,6 @@ class EngineControls:
         return sorted({job.engine for job in self.service.board.running()
                        if job.phase == Phase.COMPILING and job.engine in launched})
 
-    def capacity_changed(self) -> None:
-        self.service.board.capacity_changed()
-
     def engine_capacity(self, name: str) -> int:
         engine = self.service.engines.get(name)
         return engine.capacity() if engine is not None else 1
@@ -132,29 +126,26 @@ class EngineControls:
         if mode not in self.service.modes:
             raise InvalidRequest("mode", f"must be one of {', '.join(self.service.modes)}, got {mode!r}")
         with self._warmup_lock:
-            if self._warmup.get("running"):
+            if self.warmup_state.get("running"):
                 raise BackendBusy("a warm-up is already running; wait for it to finish")
-            self._warmup = {"running": True, "mode": mode, "done": 0, "total": len(shapes),
-                            "current": None, "error": None}
+            self.warmup_state = {"running": True, "mode": mode, "done": 0, "total": len(shapes),
+                                 "current": None, "error": None}
 
         def progress(done: int, _total: int, shape: Shape | None) -> None:
-            self._warmup.update(done=done, current=str(shape) if shape else None)
+            self.warmup_state.update(done=done, current=str(shape) if shape else None)
 
         def work() -> None:
             try:
                 self.warmup(shapes, mode, progress)
             except StudioError as exc:
-                self._warmup["error"] = str(exc)
+                self.warmup_state["error"] = str(exc)
             except Exception as exc:  # noqa: BLE001 - reported in status, traced in the log
                 log.exception("warm-up failed")
-                self._warmup["error"] = f"{type(exc).__name__}: {exc}"
+                self.warmup_state["error"] = f"{type(exc).__name__}: {exc}"
             finally:
-                self._warmup["running"] = False
+                self.warmup_state["running"] = False
 
         threading.Thread(target=work, name="warmup", daemon=True).start()
-
-    def warmup_status(self) -> dict[str, Any] | None:
-        return dict(self._warmup) or None
 
     def set_warm_only(self, locked: bool, *, caller: Caller = LOCAL_OPERATOR) -> None:
         caller.require_operator("Locking to warm shapes")

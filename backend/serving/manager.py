@@ -15,7 +15,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
-from backend.engines.base import Engines
+from backend.engines.base import Engine, Engines, Route
 from backend.errors import (
     BackendNotReady,
     GenerationCancelled,
@@ -40,7 +40,6 @@ from backend.settings import MODES, Settings
 from backend.shapes import Shape
 
 if TYPE_CHECKING:
-    from backend.engines.base import Engine, Route
     from backend.hardware.device import Device
 
 log = logging.getLogger(__name__)
@@ -162,7 +161,7 @@ class Manager:
             if info.kind == "neuron" or self.settings.ray:
                 self.admission.geometry = Geometry.read(self.model_path)
             self.engines = build_engines(self.settings, self.device, self.model_path,
-                                         PlaceBook(self.admission, self.device, self.controls.capacity_changed),
+                                         PlaceBook(self.admission, self.device, self.board.capacity_changed),
                                          self._engine_factory)
             # Under --ray each replica imports the bundle into its own node's caches (backend.engines.ray_serve).
             bundled = self.caches.import_at_start() if self.settings.cache_from and not self.settings.ray else None
@@ -196,7 +195,7 @@ class Manager:
             self.state = ServiceState.READY
 
     @property
-    def local(self) -> "Engine":
+    def local(self) -> Engine:
         if self.engines.local is None:
             raise BackendNotReady("the device is not ready yet")
         return self.engines.local
@@ -320,9 +319,7 @@ class Manager:
         """``--max-sequence-tokens``, else the output and three references at the largest preset."""
         return self.settings.max_sequence_tokens or 4 * max(shape.tokens for _name, shape in self.card.presets)
 
-    def _route(self, request: GenerationRequest) -> "Route":
-        from backend.engines.base import Route
-
+    def _route(self, request: GenerationRequest) -> Route:
         for engine in self.engines.launched:
             route = engine.route(request)
             if route is not None:

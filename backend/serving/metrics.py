@@ -105,7 +105,7 @@ class ScrapeCollector:
             warm.add_metric([mode], float(len(m.table.warm_shapes(mode))))
         yield warm
         yield from _cores(m)
-        yield from _cluster(m.engines.get("ray") if m.engines else None)
+        yield from _cluster(m.engines.get("ray"))
         yield from chip_families(m.view.chip({e.status_key: e.describe() for e in m.engines.launched}))
 
 

@@ -81,12 +81,12 @@ class OperatorKey:
     def __init__(self, pairs: list[tuple[str, str]] | None = None):
         self.pairs = list(pairs or [])
         self.token = None if self.pairs else secrets.token_urlsafe(32)
-        self._session_key = secrets.token_urlsafe(32)
+        self.session_key = secrets.token_urlsafe(32)
 
     def rotate(self) -> None:
         """The operator logs out: a new session key (every operator cookie is now a viewer's) and,
         without --operator-auth, a new token (the old link no longer logs in)."""
-        self._session_key = secrets.token_urlsafe(32)
+        self.session_key = secrets.token_urlsafe(32)
         if self.token is not None:
             self.token = secrets.token_urlsafe(32)
 
@@ -102,10 +102,6 @@ class OperatorKey:
             found |= hmac.compare_digest(f"{u}:{p}".encode(), f"{user}:{password}".encode())
         return bool(self.pairs) and found
 
-    @property
-    def session_key(self) -> str:
-        return self._session_key
-
     def caller(self, cookie: str | None, session: str | None) -> Caller:
-        ok = bool(cookie) and hmac.compare_digest(str(cookie).encode(), self._session_key.encode())
+        ok = bool(cookie) and hmac.compare_digest(str(cookie).encode(), self.session_key.encode())
         return page_caller(ok, session)

@@ -9,6 +9,8 @@ import enum
 import os
 from typing import Any
 
+from backend.hardware.monitor import process_owners
+from backend.serving import cost
 from backend.serving.compile_state import CompileState
 from backend.serving.jobs import JobState
 from backend.shapes import parse_signature
@@ -138,15 +140,13 @@ class StatusView:
 
     def receipt(self, price_per_hour: float | None = None, reference=None) -> dict[str, Any]:
         """The cost receipt of what is warm now, ``reference`` (a ``cost.Reference``) beside it."""
-        from backend.serving.cost import receipt
-
         s = self.service
         capacity = {mode: max((e.capacity() for e in s.engines.launched if mode in e.modes), default=1) or 1
                     for mode in s.modes}
         seen = {"device": vars(s.device.info) if s.device else None, "neuron_cores": self.core_plan_status(),
                 "shapes": s.table.snapshot(), "model": s.model_label}
         price = s.settings.price_per_hour if price_per_hour is None else price_per_hour
-        return receipt(seen, capacity, price, reference)
+        return cost.receipt(seen, capacity, price, reference)
 
     def engine_load(self) -> dict[str, tuple[int, int]]:
         """Per engine: (waiting, running)."""
@@ -177,8 +177,6 @@ class StatusView:
 
     def chip(self, launched: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
         """neuron-monitor's reading, each process named from the engines' ``describe()`` (``launched``)."""
-        from backend.hardware.monitor import process_owners
-
         monitor = self.service.monitor
         return None if monitor is None else monitor.reading(
             process_owners(os.getpid(), launched.get("tp"), launched.get("replicas")))
@@ -202,7 +200,7 @@ class StatusView:
             compiling_workers=s.controls.compiling_workers(), shapes=self.shapes(),
             cache=device.cache_info() if device else None, memory=device.memory() if device else None,
             load_error=s.load_error, last_error=s.last_error, generations=len(s.records),
-            warmup=s.controls.warmup_status(), neuron_cores=self.core_plan_status(),
+            warmup=dict(s.controls.warmup_state) or None, neuron_cores=self.core_plan_status(),
             degraded=next((why for why in (e.degraded() for e in s.engines.launched) if why), None),
             bundle=s.bundle, fallback_ops=s.host_ops(),
         )
