@@ -83,11 +83,18 @@ def warm_on_text(prediction: dict[str, Any], lang: str = DEFAULT) -> str:
     return text(lang, "cost_warm_on", warm=warm_on[0], of=warm_on[1]) if warm_on else ""
 
 
+def badge_state(prediction: dict[str, Any]) -> str:
+    if prediction.get("refused"):
+        return "locked"
+    if prediction["state"] in ("warm", "compiling", "failed"):
+        return prediction["state"]
+    return "cold" if prediction["will_compile"] else "warm"
+
+
 def badges_html(predictions: list[tuple[str, dict[str, Any]]], lang: str = DEFAULT) -> str:
     spans = []
     for label, p in predictions:
-        state = ("locked" if p.get("refused") else p["state"] if p["state"] in ("warm", "compiling", "failed")
-                 else "cold" if p["will_compile"] else "warm")
+        state = badge_state(p)
         title = html.escape(cost_markdown(p, lang=lang).replace("**", ""), quote=True)
         warm_on = p.get("warm_on")
         word = text(lang, "badge_" + state)

@@ -193,11 +193,14 @@ class Images:
 
     def plan(self, fields: ImageRequest, images: list[bytes]):
         """The service's request and what it will cost (``Manager.plan``); ``size: auto`` is the nearest warm one."""
-        size, shape = fields.size, self.manager.card.start_shape
+        size = fields.size
         try:
-            if size is not None and not isinstance(size, str):
+            if size is None:
+                shape = self.manager.card.start_shape
+            elif not isinstance(size, str):
                 raise ValueError(f"must be text such as \"1024x1024\" or \"auto\", got {show_value(size)}")
-            shape = None if size == "auto" else shape if size is None else parse_shape(size)
+            else:
+                shape = None if size == "auto" else parse_shape(size)
         except ValueError as exc:
             raise _invalid(InvalidRequest("size", str(exc))) from None
         try:

@@ -136,6 +136,10 @@ class RankZero:
         or frozen: its heartbeat thread cannot run); None when every rank that has one beats."""
         return next((rank for rank, q in enumerate(self._quiet_beats()) if q is not None and q > within), None)
 
+    def ranks_beating(self, within: float) -> bool:
+        """True while every rank's heartbeat has moved within ``within`` seconds (read at every poll)."""
+        return bool(self.run_dir) and all(q is not None and q <= within for q in self._quiet_beats())
+
     def _quiet_beats(self) -> list[float | None]:
         """Per rank, seconds since its heartbeat last changed as this side saw it (None: no heartbeat file)."""
         now, quiet = self._clock(), []
@@ -175,8 +179,7 @@ class RankZero:
             while True:
                 quiet = stall or (self.compile_timeout if phase == Phase.COMPILING else self.stall_timeout)
                 # While every rank's heartbeat moves, silence is a compile: allowed up to the compile timeout.
-                if stall is None and self.run_dir and all(q is not None and q <= self.stall_timeout
-                                                          for q in self._quiet_beats()):
+                if stall is None and self.ranks_beating(self.stall_timeout):
                     quiet = max(quiet, self.compile_timeout)
                 limit = min(deadline or float("inf"), last + quiet)
                 if should_stop and not cancelled and should_stop():

@@ -362,8 +362,9 @@ class WorkerGroup:
         """Dead now, torn down in the background (a hung rank needs SIGKILL); a dead group keeps its first
         reason. With ``proc``: unless that launch is being stopped or was replaced."""
         with self._lock:
-            stopped = self.state in (GroupState.STOPPING, GroupState.STOPPED) or proc is not self.proc
-            if self.state == GroupState.DEAD or proc is not None and stopped:
+            if self.state == GroupState.DEAD:
+                return
+            if proc is not None and (proc is not self.proc or self.state in (GroupState.STOPPING, GroupState.STOPPED)):
                 return
             self.state, self.error, self.froze = GroupState.DEAD, reason, froze
         self._ready.set()

@@ -276,12 +276,17 @@ class CompileTable:
         app idle). The scheduler shares the cores between the run's threads (as many as cores) and
         the other work's, so the run takes (1 + load) times as long; other work that fills the
         machine while the app idles yields half of it to a run (seen: 0.13 s quiet, 0.28 s at 97 %)."""
-        runs = [r for r in rec.steady if r.per_step is not None] if rec else []
-        quiet = low([self._quiet(r.overhead, r.load) for r in runs]) + low(
-            [self._quiet(r.per_step, r.load) for r in runs]) * steps if runs else None
+        quiet = self._quiet_seconds(rec, steps)
         load = load if self.cpu_bound else None
         out.update(quiet_seconds=quiet, load=load, expected_seconds=None if quiet is None
                    else quiet * (1.0 + load) if load else quiet)
+
+    def _quiet_seconds(self, rec: ShapeRecord | None, steps: int) -> float | None:
+        runs = [r for r in rec.steady if r.per_step is not None] if rec else []
+        if not runs:
+            return None
+        overhead = low([self._quiet(r.overhead, r.load) for r in runs])
+        return overhead + low([self._quiet(r.per_step, r.load) for r in runs]) * steps
 
     def _quiet(self, seconds: float, load: float | None) -> float:
         return seconds * (1.0 - load) if self.cpu_bound and load is not None else seconds

@@ -18,8 +18,10 @@ from backend.workers.collectives import encode_job
 
 
 class Rank0Server:
-    """Bounded against whoever can reach the socket: 16 connections at once (one more is closed as soon
-    as it is accepted); ``read_timeout`` seconds for the handshake and each message begun."""
+    """Bounded against whoever can reach the socket: ``MAX_CONNECTIONS`` at once (one more is closed as
+    soon as it is accepted); ``read_timeout`` seconds for the handshake and each message begun."""
+
+    MAX_CONNECTIONS = 16
 
     def __init__(self, path: str, key: bytes, world: int, *, max_job: int):
         self.path, self.key, self.world, self.max_job, self.read_timeout = path, key, world, max_job, 10.0
@@ -33,8 +35,8 @@ class Rank0Server:
         self.done = 0  # requests answered with a result
         self.pixels: proto.PixelBuffer | None = None  # the app's buffer for results
         self.refused = 0  # connections refused: no key, a wrong one, or no handshake in time
-        self.turned_away = 0  # connections closed at once: 16 were already open
-        self._slots = threading.BoundedSemaphore(16)
+        self.turned_away = 0  # connections closed at once: MAX_CONNECTIONS were already open
+        self._slots = threading.BoundedSemaphore(self.MAX_CONNECTIONS)
         self._count_lock = threading.Lock()
         self.open_connections, self._closed = 0, False
         # The socket file's appearance means "connect now" to the app, and a connect before listen()
@@ -47,7 +49,7 @@ class Rank0Server:
         finally:
             os.umask(old)
         os.chmod(staging, 0o600)
-        self.sock.listen(16)
+        self.sock.listen(self.MAX_CONNECTIONS)
         os.rename(staging, path)
         threading.Thread(target=self._accept, name="tp-accept", daemon=True).start()
 
